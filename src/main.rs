@@ -1,0 +1,60 @@
+//! The `conelab` binary: parse the command line, run, and turn every failure into one line on
+//! stderr with exit status 2.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+fn main() -> ExitCode {
+    // Defence in depth: a bug must still end in one line, not a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("conelab: internal error: {msg}{at} (please report this)");
+    }));
+
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    match cli::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("conelab: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Help and version go out as clap renders them; a usage error becomes its first line.
+fn usage_error(e: clap::Error) -> ExitCode {
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::from(e.exit_code() as u8)
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let line = rendered
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid command line");
+            let line = line.strip_prefix("error: ").unwrap_or(line);
+            eprintln!("conelab: error: {line} (see conelab --help)");
+            ExitCode::from(2)
+        }
+    }
+}

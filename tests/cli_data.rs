@@ -1,0 +1,226 @@
+//! `conelab data …` through the real binary: output, help, and every bad input the foundation issue
+//! lists — each must end in one line on stderr and exit status 2.
+
+mod common;
+
+use common::{assert_one_line_error, conelab, corpus_dir};
+use conelab::data::{DataError, SplitText, VocabBuilder};
+
+const OK: &[u8] = b"a b c\nb c\n";
+
+#[test]
+fn missing_directory() {
+    let out = conelab(&["data", "stats", "/no/such/corpus"]);
+    assert_one_line_error(&out, &["/no/such/corpus", "does not exist"]);
+}
+
+#[test]
+fn a_file_instead_of_a_directory() {
+    let dir = corpus_dir(OK, OK, OK);
+    let file = dir.path().join("train.txt");
+    let out = conelab(&["data", "stats", file.to_str().expect("utf-8")]);
+    assert_one_line_error(&out, &["train.txt", "not a directory"]);
+}
+
+#[test]
+fn missing_split_file() {
+    let dir = corpus_dir(OK, OK, OK);
+    std::fs::remove_file(dir.path().join("test.txt")).expect("rm");
+    let out = conelab(&["data", "stats", dir.path().to_str().expect("utf-8")]);
+    assert_one_line_error(&out, &["no test split", "test.txt", "wiki.test.tokens"]);
+}
+
+#[test]
+fn empty_train_split() {
+    for empty in [&b""[..], b"\n\n  \n"] {
+        let dir = corpus_dir(empty, OK, OK);
+        let out = conelab(&["data", "stats", dir.path().to_str().expect("utf-8")]);
+        assert_one_line_error(&out, &["train.txt", "train split is empty"]);
+    }
+}
+
+#[test]
+fn empty_held_out_split() {
+    let dir = corpus_dir(OK, b"", OK);
+    let out = conelab(&["data", "stats", dir.path().to_str().expect("utf-8")]);
+    assert_one_line_error(&out, &["valid.txt", "valid split is empty"]);
+}
+
+#[test]
+fn binary_file() {
+    let dir = corpus_dir(b"a b\nc \x00\x01\x02 d\n", OK, OK);
+    let out = conelab(&["data", "stats", dir.path().to_str().expect("utf-8")]);
+    assert_one_line_error(&out, &["train.txt", "binary file", "line 2"]);
+}
+
+#[test]
+fn invalid_utf8() {
+    let dir = corpus_dir(OK, OK, b"ok\nfine\nbad \xc3\x28 here\n");
+    let out = conelab(&["data", "stats", dir.path().to_str().expect("utf-8")]);
+    assert_one_line_error(&out, &["test.txt", "invalid UTF-8", "line 3"]);
+}
+
+#[test]
+fn a_100_mb_single_line() {
+    let line = "word ".repeat(20 << 20); // 100 MiB, no newline
+    let dir = corpus_dir(line.as_bytes(), OK, OK);
+    let out = conelab(&["data", "stats", dir.path().to_str().expect("utf-8")]);
+    assert_one_line_error(&out, &["train.txt", "line 1", "104857600 bytes", "limit"]);
+}
+
+#[test]
+fn vocabulary_beyond_u32() {
+    // A corpus with 2^32 types cannot be built in a test; the same check runs with a lower cap.
+    let text = SplitText::from_bytes("train.txt".into(), b"a b c d e\n".to_vec(), 1 << 20)
+        .expect("valid text");
+    let err = VocabBuilder::with_max_types(4).build(&text).unwrap_err();
+    assert!(matches!(err, DataError::VocabTooLarge { limit: 4 }));
+    let msg = err.to_string();
+    assert!(msg.contains("u32") && !msg.contains('\n'), "{msg}");
+}
+
+#[test]
+fn synth_rejects_impossible_settings() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_dir = dir.path().to_str().expect("utf-8");
+    for (args, needles) in [
+        (&["--vocab", "0"][..], &["--vocab", "0"][..]),
+        (&["--classes", "0"], &["--classes"]),
+        (&["--classes", "9000"], &["--classes", "9000"]),
+        (&["--tokens", "0"], &["--tokens"]),
+        (&["--zipf", "-1"], &["--zipf", "-1"]),
+        (&["--zipf", "nan"], &["--zipf"]),
+        (&["--vocab", "many"], &["--vocab", "many"]),
+    ] {
+        let mut full = vec!["data", "synth", "--out", out_dir];
+        full.extend_from_slice(args);
+        assert_one_line_error(&conelab(&full), needles);
+    }
+    assert!(
+        std::fs::read_dir(dir.path())
+            .expect("list")
+            .next()
+            .is_none(),
+        "nothing written on a rejected setting"
+    );
+}
+
+#[test]
+fn group_boundaries_must_increase_inside_the_unit_interval() {
+    let dir = corpus_dir(OK, OK, OK);
+    let path = dir.path().to_str().expect("utf-8");
+    for bad in [
+        "0.8,0.3", "0,0.5", "0.3,1", "0.5,0.5", "0.3", "a,b", "-0.1,0.5",
+    ] {
+        let out = conelab(&["data", "stats", path, &format!("--groups={bad}")]);
+        assert_one_line_error(&out, &["--groups", "invalid group boundaries"]);
+    }
+}
+
+#[test]
+fn stats_json_counts_are_exact() {
+    let dir = corpus_dir(b"a b a\nc a b\n", b"a z z\n", b"b\n\n");
+    let out = conelab(&[
+        "data",
+        "stats",
+        dir.path().to_str().expect("utf-8"),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["train_tokens"], 8);
+    assert_eq!(v["valid_tokens"], 4);
+    assert_eq!(v["test_tokens"], 3);
+    // a, b, <eos>, c, <unk> (added with count 0)
+    assert_eq!(v["vocab_size"], 5);
+    assert_eq!(v["splits"]["valid"]["oov_types"], 1);
+    assert_eq!(v["splits"]["valid"]["unk"], 2);
+    // floor(0.3·5) = 1, floor(0.8·5) = 4
+    assert_eq!(v["groups"]["frequent"]["size"], 1);
+    assert_eq!(v["groups"]["frequent"]["max_count"], 3);
+    assert_eq!(v["groups"]["medium"]["size"], 3);
+    assert_eq!(v["groups"]["medium"]["min_count"], 1);
+    assert_eq!(v["groups"]["rare"]["size"], 1);
+    assert_eq!(v["groups"]["rare"]["max_count"], 0);
+    assert!(v["load_seconds"].as_f64().expect("number") >= 0.0);
+}
+
+#[test]
+fn wikitext_file_names_are_found() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for s in ["train", "valid", "test"] {
+        std::fs::write(dir.path().join(format!("wiki.{s}.tokens")), OK).expect("write");
+    }
+    let out = conelab(&["data", "stats", dir.path().to_str().expect("utf-8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("vocabulary  5 types"));
+}
+
+#[test]
+fn table_output_to_a_pipe_has_no_escape_codes() {
+    let out = conelab(&["data", "stats", "synthetic"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(!text.contains('\x1b'));
+    assert!(
+        text.contains("frequent") && text.contains("1,000,0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn help_documents_every_option_with_its_default_and_version_works() {
+    // Help text is wrapped to the terminal width: compare with whitespace collapsed.
+    let help = |args: &[&str]| {
+        let out = conelab(args);
+        assert!(out.status.success());
+        String::from_utf8(out.stdout)
+            .expect("utf-8")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let synth = help(&["data", "synth", "--help"]);
+    for opt in [
+        "--out",
+        "--seed",
+        "--vocab",
+        "--tokens",
+        "--classes",
+        "--zipf",
+    ] {
+        assert!(synth.contains(opt), "{opt} missing from help");
+    }
+    for default in [
+        "[default: 1]",
+        "[default: 5000]",
+        "[default: 1000000]",
+        "[default: 50]",
+    ] {
+        assert!(
+            synth.contains(default),
+            "{default} missing from help:\n{synth}"
+        );
+    }
+    let stats = help(&["data", "stats", "--help"]);
+    assert!(
+        stats.contains("--json") && stats.contains("[default: 0.3,0.8]"),
+        "{stats}"
+    );
+    let version = conelab(&["--version"]);
+    assert!(version.status.success());
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("conelab 0."));
+}
+
+#[test]
+fn unknown_subcommand_is_one_line() {
+    assert_one_line_error(&conelab(&["data", "frobnicate"]), &["frobnicate"]);
+}

@@ -1,0 +1,1 @@
+//! Reusable ratatui widgets for conelab, with no knowledge of training.
