@@ -7,10 +7,16 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+use conelab::bench::{TrainBench, bench_train};
+use conelab::checkpoint::{CorpusSpec, RunDir, RunSpec};
 use conelab::data::{
     Corpus, CorpusReport, CorpusSource, GroupBounds, LoadOptions, SynthConfig, SyntheticCorpus,
     VocabBuilder, thousands, zipf_exponent,
 };
+use conelab::engine::{self, Command as EngineCommand, OptimizerKind, Schedule, Trainer};
+use conelab::headless::{self, Outcome};
+use conelab::model::{DeviceSpec, ModelConfig, Preset};
+use conelab::run_config::ConfigFile;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -30,9 +36,148 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Train a language model with tied embeddings (headless: progress on stdout).
+    Train(Box<TrainArgs>),
     /// Corpora: statistics of a corpus, and the built-in synthetic generator.
     #[command(subcommand)]
     Data(DataCommand),
+    /// Benchmarks that print a table (or JSON).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Corpus directory (train.txt/valid.txt/test.txt, wiki.*.tokens or ptb.*.txt) or `synthetic`.
+    #[arg(default_value = "synthetic")]
+    pub corpus: String,
+
+    /// Model preset (the config file's [model] fields go on top of it).
+    #[arg(long, value_enum)]
+    pub model: Option<Preset>,
+
+    /// Device: cpu (pure-Rust burn-flex), libtorch-cpu or cuda[:N] (both need the `tch` feature).
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceSpec,
+
+    /// Optimizer steps [default: 2000, or the config file's].
+    #[arg(long, conflicts_with = "epochs")]
+    pub steps: Option<u64>,
+
+    /// Train for this many epochs (passes over the train split) instead of --steps.
+    #[arg(long, allow_negative_numbers = true)]
+    pub epochs: Option<f64>,
+
+    /// Streams per batch B [default: 16].
+    #[arg(long)]
+    pub batch: Option<usize>,
+
+    /// Window length T: the Transformer's context, the LSTM's truncated-BPTT length [default: the preset's].
+    #[arg(long)]
+    pub bptt: Option<usize>,
+
+    /// Peak learning rate [default: 1e-3].
+    #[arg(long, allow_negative_numbers = true)]
+    pub lr: Option<f64>,
+
+    /// Optimizer [default: adamw].
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerKind>,
+
+    /// Learning-rate schedule after the linear warm-up [default: cosine].
+    #[arg(long, value_enum)]
+    pub schedule: Option<Schedule>,
+
+    /// Linear warm-up steps [default: 100].
+    #[arg(long)]
+    pub warmup: Option<u64>,
+
+    /// Weight decay (decoupled for AdamW) [default: 0.01].
+    #[arg(long, allow_negative_numbers = true)]
+    pub weight_decay: Option<f64>,
+
+    /// Clip gradients to this global L2 norm; 0 turns clipping off [default: 1.0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub clip: Option<f64>,
+
+    /// Evaluate exact validation PPL (total and per group) every N steps; 0 = only at the end [default: 200].
+    #[arg(long)]
+    pub eval_every: Option<u64>,
+
+    /// Write a checkpoint every N steps; 0 = only at the end [default: 500].
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+
+    /// Keep the newest N checkpoints [default: 3].
+    #[arg(long)]
+    pub keep: Option<usize>,
+
+    /// Snapshot the embedding matrix every N steps for the metrics; 0 = never [default: 50].
+    #[arg(long)]
+    pub snapshot_every: Option<u64>,
+
+    /// Run directory [default: checkpoints/<model>-<corpus>-<UTC time>].
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+
+    /// TOML file with [model] (preset = "…" plus any model field) and [train] (any training field).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Random seed (initialisation, dropout) [default: 1].
+    #[arg(long)]
+    pub seed: Option<u64>,
+
+    /// Continue the run in DIR (a run directory or one of its step-NNNNNN folders) exactly where its
+    /// newest checkpoint left off; --steps may extend it.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+
+    /// Where frequency groups start, as rank fractions (see `data stats --help`).
+    #[arg(long, value_name = "MEDIUM,RARE", default_value = "0.3,0.8")]
+    pub groups: GroupBounds,
+
+    /// Run without the TUI (the only mode until the TUI lands): a progress bar on a terminal,
+    /// plain log lines otherwise.
+    #[arg(long)]
+    pub headless: bool,
+
+    /// In plain-log mode, print a step line every N steps [default: every 1% of the run].
+    #[arg(long)]
+    pub log_every: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Training throughput (tokens/s, ms/step, peak memory) on random tokens, after warm-up.
+    Train(BenchTrainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchTrainArgs {
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub model: Preset,
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceSpec,
+    /// Timed steps (after warm-up).
+    #[arg(long, default_value_t = 20)]
+    pub steps: u64,
+    /// Untimed warm-up steps.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: u64,
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Window length T [default: the preset's].
+    #[arg(long)]
+    pub bptt: Option<usize>,
+    /// Vocabulary size N.
+    #[arg(long, default_value_t = 10_000)]
+    pub vocab: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -91,7 +236,210 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Data(DataCommand::Stats(args)) => data_stats(args),
         Command::Data(DataCommand::Synth(args)) => data_synth(args),
+        Command::Train(args) => train(*args),
+        Command::Bench(BenchCommand::Train(args)) => bench_train_cmd(args),
     }
+}
+
+/// Overrides the window length of a model config.
+fn with_window(mut model: ModelConfig, window: Option<usize>) -> ModelConfig {
+    if let Some(t) = window {
+        match &mut model {
+            ModelConfig::Transformer(c) => c.context = t,
+            ModelConfig::Lstm(c) => c.bptt = t,
+        }
+    }
+    model
+}
+
+fn train(args: TrainArgs) -> Result<()> {
+    let (trainer, run) = match &args.resume {
+        Some(dir) => {
+            let (trainer, run) = engine::resume(dir, args.steps)?;
+            (trainer, run)
+        }
+        None => new_run(&args)?,
+    };
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let log_every = args
+        .log_every
+        .unwrap_or_else(|| (trainer.config().steps / 100).max(1));
+    let handle = engine::spawn(trainer, Some(run));
+    // Ctrl-C or SIGTERM: stop after the current step and save; a second one exits at once.
+    let commands = std::sync::Mutex::new(Some(handle_sender(&handle)));
+    let _ = ctrlc::set_handler(move || {
+        let mut slot = commands.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.take() {
+            Some(send) => send(EngineCommand::Stop { save: true }),
+            None => std::process::exit(130),
+        }
+    });
+    match headless::run(handle, tty, log_every) {
+        Outcome::Completed { .. } | Outcome::Stopped { .. } => Ok(()),
+        Outcome::Diverged { step, loss } => anyhow::bail!(
+            "training diverged at step {step} (loss {loss}); the last good checkpoint is kept"
+        ),
+        Outcome::Failed { message } => anyhow::bail!("training failed: {message}"),
+    }
+}
+
+/// A command sender usable from the signal handler.
+fn handle_sender(handle: &engine::EngineHandle) -> Box<dyn Fn(EngineCommand) + Send> {
+    let tx = handle.command_sender();
+    Box::new(move |c| {
+        let _ = tx.send(c);
+    })
+}
+
+/// `*slot = v` when a flag was given.
+fn set<T>(slot: &mut T, v: Option<T>) {
+    if let Some(v) = v {
+        *slot = v;
+    }
+}
+
+fn new_run(args: &TrainArgs) -> Result<(Trainer, RunDir)> {
+    let file = match &args.config {
+        Some(p) => ConfigFile::read(p)?,
+        None => ConfigFile::default(),
+    };
+    let preset = args.model.or(file.preset).unwrap_or(Preset::Tiny);
+    let model = with_window(file.model(preset)?, args.bptt);
+    let mut train = file.train()?;
+    set(&mut train.batch, args.batch);
+    set(&mut train.lr, args.lr);
+    set(&mut train.optimizer, args.optimizer);
+    set(&mut train.schedule, args.schedule);
+    set(&mut train.warmup, args.warmup);
+    set(&mut train.weight_decay, args.weight_decay);
+    set(&mut train.clip_norm, args.clip);
+    set(&mut train.eval_every, args.eval_every);
+    set(&mut train.checkpoint_every, args.checkpoint_every);
+    set(&mut train.keep_checkpoints, args.keep);
+    set(&mut train.snapshot_every, args.snapshot_every);
+    set(&mut train.seed, args.seed);
+    set(&mut train.steps, args.steps);
+    if let Some(e) = args.epochs
+        && !(e.is_finite() && e > 0.0)
+    {
+        anyhow::bail!("invalid --epochs {e}: must be a positive number");
+    }
+
+    let source = CorpusSource::parse(&args.corpus);
+    let options = LoadOptions {
+        groups: args.groups,
+        ..LoadOptions::default()
+    };
+    let corpus = Corpus::load(&source, &options)?;
+    let corpus_name = match &source {
+        CorpusSource::Synthetic(_) => "synthetic".to_owned(),
+        CorpusSource::Dir(p) => p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "corpus".into()),
+    };
+    let mut trainer = Trainer::new(
+        std::sync::Arc::new(corpus),
+        model.clone(),
+        train,
+        args.device,
+    )?;
+    if let Some(epochs) = args.epochs {
+        let steps = (epochs * trainer.windows_per_epoch() as f64)
+            .ceil()
+            .max(1.0) as u64;
+        trainer.set_total_steps(steps);
+    }
+    let name = format!("{}-{corpus_name}-{}", preset.name(), utc_stamp());
+    let dir = args
+        .run_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("checkpoints").join(&name));
+    if dir.join("run.toml").exists() {
+        anyhow::bail!(
+            "{} already holds a run: continue it with --resume {}, or choose another --run-dir",
+            dir.display(),
+            dir.display()
+        );
+    }
+    let spec = RunSpec {
+        conelab_version: env!("CARGO_PKG_VERSION").to_owned(),
+        name,
+        device: args.device.to_string(),
+        group_bounds: [args.groups.medium_start(), args.groups.rare_start()],
+        corpus: CorpusSpec::from_source(&source),
+        model,
+        train: trainer.config().clone(),
+    };
+    let run = RunDir::create(&dir, spec, trainer.corpus().vocab())?;
+    Ok((trainer, run))
+}
+
+/// `YYYYmmdd-HHMMSS` in UTC, for run names.
+fn utc_stamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn bench_train_cmd(args: BenchTrainArgs) -> Result<()> {
+    let bench = TrainBench {
+        model_name: args.model.name().to_owned(),
+        model: with_window(args.model.config(), args.bptt),
+        device: args.device,
+        batch: args.batch,
+        vocab: args.vocab,
+        warmup: args.warmup,
+        steps: args.steps.max(1),
+        seed: args.seed,
+    };
+    let r = bench_train(&bench)?;
+    if args.json {
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
+    }
+    print_stdout(&format!(
+        "{:<9} {:<6} {:<13} {:>5} {:>5} {:>7} {:>11} {:>11} {:>9} {:>9} {:>10}\n{:<9} {:<6} {:<13} {:>5} {:>5} {:>7} {:>11} {:>11.0} {:>9.1} {:>9.1} {:>10.0}\n",
+        "engine",
+        "model",
+        "device",
+        "B",
+        "T",
+        "N",
+        "params",
+        "tokens/s",
+        "ms/step",
+        "± std",
+        "peak MiB",
+        r.engine,
+        r.model,
+        r.device,
+        r.batch,
+        r.window,
+        r.vocab,
+        r.parameters,
+        r.tokens_per_sec,
+        r.ms_per_step,
+        r.ms_per_step_std,
+        r.peak_rss_mib
+    ))
 }
 
 fn data_stats(args: StatsArgs) -> Result<()> {

@@ -1,7 +1,15 @@
 //! conelab: train language models and watch their tied token embeddings degenerate — or not.
 //!
 //! Module map (DEVELOPERS.md): `data` holds corpora, vocabulary, frequency groups and batching;
-//! `atomic` the crash-safe writes every file that matters goes through.
+//! `model` the architectures with tied embeddings and the devices they run on; `engine` the
+//! training loop on its own thread; `checkpoint` run directories; `atomic` the crash-safe writes
+//! every file that matters goes through.
 
 pub mod atomic;
+pub mod bench;
+pub mod checkpoint;
 pub mod data;
+pub mod engine;
+pub mod headless;
+pub mod model;
+pub mod run_config;

@@ -1,0 +1,416 @@
+//! Run directories and checkpoints.
+//!
+//! ```text
+//! checkpoints/<run>/
+//!   run.toml                 what the run is: corpus, groups, device, model and training config
+//!   vocab.tsv                token <TAB> training count, one line per id
+//!   step-000500/             one checkpoint, written as a temp dir then renamed (atomic)
+//!     model.safetensors      every parameter, by module path (W is `…embedding.weight`)
+//!     optimizer.bpk          optimizer state (burnpack), keyed by the model's parameter ids
+//!     state.json             counters, lr state, applied commands
+//!     recurrent.safetensors  the LSTM state carried into the next window (LSTM runs only)
+//! ```
+//! The newest `keep` checkpoints are kept. Every file is fsynced before the rename; the run
+//! directory is fsynced after it, so a crash leaves either the whole checkpoint or none of it.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use burn::nn::LstmState;
+use burn::optim::ModuleOptimizer;
+use burn::prelude::*;
+use burn::store::{ModuleSnapshot, SafetensorsStore};
+use serde::{Deserialize, Serialize};
+
+use crate::data::{CorpusSource, SynthConfig, Vocab};
+use crate::engine::{RunState, TrainConfig};
+use crate::model::{LanguageModel, ModelConfig, RecurrentState};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a conelab run directory (no run.toml)", .0.display())]
+    NotARun(PathBuf),
+    #[error("{}: no checkpoint (no step-NNNNNN folder)", .0.display())]
+    NoCheckpoint(PathBuf),
+    #[error("{}: corrupt or unreadable: {reason}", path.display())]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("{}: {reason}", path.display())]
+    Mismatch { path: PathBuf, reason: String },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Where a run's corpus came from, so `--resume` can load it again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum CorpusSpec {
+    Dir { path: PathBuf },
+    Synthetic(SynthSpec),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SynthSpec {
+    pub seed: u64,
+    pub vocab: usize,
+    pub tokens: usize,
+    pub classes: usize,
+    pub zipf: f64,
+    pub heldout_fraction: f64,
+}
+
+impl CorpusSpec {
+    pub fn from_source(source: &CorpusSource) -> Self {
+        match source {
+            CorpusSource::Dir(p) => CorpusSpec::Dir {
+                path: fs::canonicalize(p).unwrap_or_else(|_| p.clone()),
+            },
+            CorpusSource::Synthetic(c) => CorpusSpec::Synthetic(SynthSpec {
+                seed: c.seed,
+                vocab: c.vocab,
+                tokens: c.tokens,
+                classes: c.classes,
+                zipf: c.zipf,
+                heldout_fraction: c.heldout_fraction,
+            }),
+        }
+    }
+
+    pub fn to_source(&self) -> CorpusSource {
+        match self {
+            CorpusSpec::Dir { path } => CorpusSource::Dir(path.clone()),
+            CorpusSpec::Synthetic(s) => CorpusSource::Synthetic(SynthConfig {
+                seed: s.seed,
+                vocab: s.vocab,
+                tokens: s.tokens,
+                classes: s.classes,
+                zipf: s.zipf,
+                heldout_fraction: s.heldout_fraction,
+            }),
+        }
+    }
+}
+
+/// `run.toml`: everything needed to rebuild the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSpec {
+    pub conelab_version: String,
+    pub name: String,
+    pub device: String,
+    pub group_bounds: [f64; 2],
+    pub corpus: CorpusSpec,
+    pub model: ModelConfig,
+    pub train: TrainConfig,
+}
+
+/// A run directory on disk.
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    path: PathBuf,
+    spec: RunSpec,
+}
+
+impl RunDir {
+    /// Creates the directory (and parents) and writes `run.toml` and `vocab.tsv` atomically.
+    pub fn create(path: &Path, spec: RunSpec, vocab: &Vocab) -> Result<Self, CheckpointError> {
+        fs::create_dir_all(path).map_err(io(path))?;
+        let toml = toml::to_string_pretty(&spec).map_err(|e| CheckpointError::Corrupt {
+            path: path.join("run.toml"),
+            reason: e.to_string(),
+        })?;
+        let run_toml = path.join("run.toml");
+        crate::atomic::write_file(&run_toml, toml.as_bytes()).map_err(io(&run_toml))?;
+        let mut tsv = String::with_capacity(vocab.len() * 12);
+        for (token, count) in vocab.tokens().iter().zip(vocab.counts()) {
+            tsv.push_str(token);
+            tsv.push('\t');
+            tsv.push_str(&count.to_string());
+            tsv.push('\n');
+        }
+        let vocab_tsv = path.join("vocab.tsv");
+        crate::atomic::write_file(&vocab_tsv, tsv.as_bytes()).map_err(io(&vocab_tsv))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            spec,
+        })
+    }
+
+    /// Opens an existing run directory, or the run directory of a `step-NNNNNN` folder.
+    pub fn open(path: &Path) -> Result<Self, CheckpointError> {
+        let dir = if is_step_dir(path) {
+            path.parent().unwrap_or(path)
+        } else {
+            path
+        };
+        if !dir.exists() {
+            return Err(CheckpointError::Io {
+                path: dir.to_path_buf(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory"),
+            });
+        }
+        let run_toml = dir.join("run.toml");
+        if !run_toml.is_file() {
+            return Err(CheckpointError::NotARun(dir.to_path_buf()));
+        }
+        let text = fs::read_to_string(&run_toml).map_err(io(&run_toml))?;
+        let spec: RunSpec = toml::from_str(&text).map_err(|e| CheckpointError::Corrupt {
+            path: run_toml.clone(),
+            reason: e.message().to_owned(),
+        })?;
+        Ok(Self {
+            path: dir.to_path_buf(),
+            spec,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn spec(&self) -> &RunSpec {
+        &self.spec
+    }
+
+    /// Tokens of `vocab.tsv`, in id order.
+    pub fn vocab_tokens(&self) -> Result<Vec<String>, CheckpointError> {
+        let p = self.path.join("vocab.tsv");
+        let text = fs::read_to_string(&p).map_err(io(&p))?;
+        Ok(text
+            .lines()
+            .map(|l| l.split('\t').next().unwrap_or("").to_owned())
+            .collect())
+    }
+
+    /// Checkpoint folders, oldest first.
+    pub fn checkpoints(&self) -> Result<Vec<PathBuf>, CheckpointError> {
+        let mut steps: Vec<PathBuf> = fs::read_dir(&self.path)
+            .map_err(io(&self.path))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| is_step_dir(p) && p.is_dir())
+            .collect();
+        steps.sort();
+        Ok(steps)
+    }
+
+    pub fn latest_checkpoint(&self) -> Result<PathBuf, CheckpointError> {
+        self.checkpoints()?
+            .pop()
+            .ok_or_else(|| CheckpointError::NoCheckpoint(self.path.clone()))
+    }
+}
+
+fn is_step_dir(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("step-"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// What a checkpoint holds besides the model.
+pub struct Loaded {
+    pub model: LanguageModel,
+    pub optimizer: ModuleOptimizer,
+    pub state: RunState,
+    pub carried: Option<RecurrentState>,
+}
+
+/// Writes `step-NNNNNN` into the run directory atomically and prunes old checkpoints.
+pub fn save(
+    run: &RunDir,
+    model: &LanguageModel,
+    optimizer: &ModuleOptimizer,
+    state: &RunState,
+    carried: Option<&RecurrentState>,
+    keep: usize,
+) -> Result<PathBuf, CheckpointError> {
+    let name = format!("step-{:06}", state.step);
+    let final_dir = run.path.join(&name);
+    let tmp = run.path.join(format!(".{name}.tmp-{}", std::process::id()));
+    if tmp.exists() {
+        fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    }
+    fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+    let result = write_checkpoint_files(&tmp, model, optimizer, state, carried);
+    if let Err(e) = result {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    if final_dir.exists() {
+        // Saving twice at one step: the newer files win.
+        fs::remove_dir_all(&final_dir).map_err(io(&final_dir))?;
+    }
+    fs::rename(&tmp, &final_dir).map_err(io(&final_dir))?;
+    fs::File::open(&run.path)
+        .and_then(|d| d.sync_all())
+        .map_err(io(&run.path))?;
+    let all = run.checkpoints()?;
+    for old in all.iter().take(all.len().saturating_sub(keep.max(1))) {
+        fs::remove_dir_all(old).map_err(io(old))?;
+    }
+    Ok(final_dir)
+}
+
+fn write_checkpoint_files(
+    dir: &Path,
+    model: &LanguageModel,
+    optimizer: &ModuleOptimizer,
+    state: &RunState,
+    carried: Option<&RecurrentState>,
+) -> Result<(), CheckpointError> {
+    let corrupt = |path: &Path, reason: String| CheckpointError::Corrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let model_path = dir.join("model.safetensors");
+    let mut store = SafetensorsStore::from_file(&model_path).overwrite(true);
+    model
+        .save_into(&mut store)
+        .map_err(|e| corrupt(&model_path, e.to_string()))?;
+    let optim_path = dir.join("optimizer.bpk");
+    optimizer
+        .save(&optim_path)
+        .map_err(|e| corrupt(&optim_path, format!("{e:?}")))?;
+    let state_path = dir.join("state.json");
+    let json = serde_json::to_vec_pretty(state).map_err(|e| corrupt(&state_path, e.to_string()))?;
+    fs::write(&state_path, json).map_err(io(&state_path))?;
+    if let Some(layers) = carried {
+        let rec_path = dir.join("recurrent.safetensors");
+        let bytes = recurrent_to_bytes(layers).map_err(|e| corrupt(&rec_path, e))?;
+        fs::write(&rec_path, bytes).map_err(io(&rec_path))?;
+    }
+    for entry in fs::read_dir(dir).map_err(io(dir))? {
+        let p = entry.map_err(io(dir))?.path();
+        fs::File::open(&p)
+            .and_then(|f| f.sync_all())
+            .map_err(io(&p))?;
+    }
+    Ok(())
+}
+
+/// Loads a checkpoint folder into a model built from `model_config` on `device`.
+pub fn load(
+    step_dir: &Path,
+    model_config: &ModelConfig,
+    vocab_size: usize,
+    train: &TrainConfig,
+    device: &Device,
+) -> Result<Loaded, CheckpointError> {
+    let corrupt = |path: &Path, reason: String| CheckpointError::Corrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let state_path = step_dir.join("state.json");
+    let state_bytes = fs::read(&state_path).map_err(io(&state_path))?;
+    let state: RunState =
+        serde_json::from_slice(&state_bytes).map_err(|e| corrupt(&state_path, e.to_string()))?;
+
+    let model_path = step_dir.join("model.safetensors");
+    if !model_path.is_file() {
+        return Err(corrupt(&model_path, "missing".into()));
+    }
+    let mut model = LanguageModel::new(model_config, vocab_size, device);
+    let mut store = SafetensorsStore::from_file(&model_path);
+    model
+        .load_from(&mut store)
+        .map_err(|e| CheckpointError::Mismatch {
+            path: model_path.clone(),
+            reason: format!(
+                "does not fit the configured model ({}): {e}",
+                describe(model_config, vocab_size)
+            ),
+        })?;
+
+    let optim_path = step_dir.join("optimizer.bpk");
+    let optimizer = crate::engine::build_optimizer(train)
+        .load(&optim_path)
+        .map_err(|e| corrupt(&optim_path, format!("{e:?}")))?;
+
+    let rec_path = step_dir.join("recurrent.safetensors");
+    let carried = if rec_path.is_file() {
+        let bytes = fs::read(&rec_path).map_err(io(&rec_path))?;
+        Some(recurrent_from_bytes(&bytes, device).map_err(|e| corrupt(&rec_path, e))?)
+    } else {
+        None
+    };
+    Ok(Loaded {
+        model,
+        optimizer,
+        state,
+        carried,
+    })
+}
+
+fn describe(cfg: &ModelConfig, vocab: usize) -> String {
+    match cfg {
+        ModelConfig::Transformer(t) => format!(
+            "Transformer d={} layers={} heads={}, vocabulary {vocab}",
+            t.d_model, t.layers, t.heads
+        ),
+        ModelConfig::Lstm(l) => format!(
+            "LSTM {}×{} embed {}, vocabulary {vocab}",
+            l.layers, l.hidden, l.embed
+        ),
+    }
+}
+
+fn recurrent_to_bytes(layers: &RecurrentState) -> Result<Vec<u8>, String> {
+    let mut named = Vec::new();
+    for (i, s) in layers.iter().enumerate() {
+        for (part, t) in [("cell", &s.cell), ("hidden", &s.hidden)] {
+            let shape = t.dims().to_vec();
+            let values = t
+                .clone()
+                .inner()
+                .try_into_vec_as::<f32>()
+                .map_err(|e| format!("{e:?}"))?;
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            named.push((format!("layer{i}.{part}"), shape, bytes));
+        }
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = named
+        .iter()
+        .map(|(n, shape, bytes)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
+                .map(|v| (n.clone(), v))
+                .map_err(|e| e.to_string())
+        })
+        .collect::<Result<_, _>>()?;
+    safetensors::serialize(views, None).map_err(|e| e.to_string())
+}
+
+fn recurrent_from_bytes(bytes: &[u8], device: &Device) -> Result<RecurrentState, String> {
+    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| e.to_string())?;
+    let layers = st.names().len() / 2;
+    (0..layers)
+        .map(|i| {
+            let read = |part: &str| -> Result<Tensor<2>, String> {
+                let view = st
+                    .tensor(&format!("layer{i}.{part}"))
+                    .map_err(|e| e.to_string())?;
+                let shape = view.shape();
+                if view.dtype() != safetensors::Dtype::F32 || shape.len() != 2 {
+                    return Err(format!("layer{i}.{part}: expected a 2-D f32 tensor"));
+                }
+                let values: Vec<f32> = view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                Ok(Tensor::from_data(
+                    TensorData::new(values, [shape[0], shape[1]]),
+                    device,
+                ))
+            };
+            Ok(LstmState::new(read("cell")?, read("hidden")?))
+        })
+        .collect()
+}

@@ -1,0 +1,228 @@
+//! Training settings: optimizer, learning-rate schedule, cadences. Serializable so that a run
+//! directory records exactly what it ran with, and overridable from a TOML file.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    /// AdamW (decoupled weight decay).
+    Adamw,
+    /// SGD with optional momentum (AWD-LSTM style, usually with the plateau schedule).
+    Sgd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Schedule {
+    /// Constant after warm-up.
+    Constant,
+    /// Cosine decay from lr to lr·min_lr_ratio over the run, after warm-up.
+    Cosine,
+    /// lr·√(warmup / step) after warm-up (the Transformer schedule, without the d_model factor).
+    InverseSqrt,
+    /// AWD-style: divide lr by `plateau_factor` whenever a validation PPL fails to improve.
+    Plateau,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    pub batch: usize,
+    /// Optimizer steps in the run.
+    pub steps: u64,
+    pub lr: f64,
+    pub optimizer: OptimizerKind,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub epsilon: f64,
+    pub weight_decay: f64,
+    pub momentum: f64,
+    pub schedule: Schedule,
+    pub warmup: u64,
+    pub min_lr_ratio: f64,
+    pub plateau_factor: f64,
+    /// Clip gradients to this global L2 norm (0 = no clipping).
+    pub clip_norm: f64,
+    pub eval_every: u64,
+    /// Streams used for evaluation (the whole split is always evaluated).
+    pub eval_batch: usize,
+    pub checkpoint_every: u64,
+    /// Newest checkpoints kept in the run directory.
+    pub keep_checkpoints: usize,
+    /// Emit a snapshot of W every this many steps (0 = never).
+    pub snapshot_every: u64,
+    pub seed: u64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            batch: 16,
+            steps: 2_000,
+            lr: 1e-3,
+            optimizer: OptimizerKind::Adamw,
+            beta1: 0.9,
+            beta2: 0.999,
+            epsilon: 1e-8,
+            weight_decay: 0.01,
+            momentum: 0.0,
+            schedule: Schedule::Cosine,
+            warmup: 100,
+            min_lr_ratio: 0.1,
+            plateau_factor: 4.0,
+            clip_norm: 1.0,
+            eval_every: 200,
+            eval_batch: 10,
+            checkpoint_every: 500,
+            keep_checkpoints: 3,
+            snapshot_every: 50,
+            seed: 1,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Checks every setting; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let check = |ok: bool, what: String| if ok { Ok(()) } else { Err(what) };
+        check(
+            self.batch >= 1,
+            format!("batch {} must be at least 1", self.batch),
+        )?;
+        check(
+            self.steps >= 1,
+            format!("steps {} must be at least 1", self.steps),
+        )?;
+        check(
+            self.lr.is_finite() && self.lr > 0.0,
+            format!("lr {} must be a positive number", self.lr),
+        )?;
+        check(
+            (0.0..1.0).contains(&self.beta1) && (0.0..1.0).contains(&self.beta2),
+            format!("betas {},{} must be in [0, 1)", self.beta1, self.beta2),
+        )?;
+        check(
+            self.epsilon > 0.0,
+            format!("epsilon {} must be positive", self.epsilon),
+        )?;
+        check(
+            self.weight_decay >= 0.0 && self.weight_decay.is_finite(),
+            format!("weight_decay {} must be ≥ 0", self.weight_decay),
+        )?;
+        check(
+            (0.0..1.0).contains(&self.momentum),
+            format!("momentum {} must be in [0, 1)", self.momentum),
+        )?;
+        check(
+            (0.0..=1.0).contains(&self.min_lr_ratio),
+            format!("min_lr_ratio {} must be in [0, 1]", self.min_lr_ratio),
+        )?;
+        check(
+            self.plateau_factor >= 1.0,
+            format!("plateau_factor {} must be ≥ 1", self.plateau_factor),
+        )?;
+        check(
+            self.clip_norm >= 0.0 && self.clip_norm.is_finite(),
+            format!("clip_norm {} must be ≥ 0", self.clip_norm),
+        )?;
+        check(
+            self.eval_batch >= 1,
+            format!("eval_batch {} must be at least 1", self.eval_batch),
+        )?;
+        check(
+            self.keep_checkpoints >= 1,
+            format!(
+                "keep_checkpoints {} must be at least 1",
+                self.keep_checkpoints
+            ),
+        )?;
+        Ok(())
+    }
+
+    /// Scheduled learning rate at optimizer step `step` (1-based), before any plateau decay and
+    /// before a user override. `base` is the peak rate.
+    pub fn scheduled_lr(&self, base: f64, step: u64) -> f64 {
+        let step = step.max(1);
+        if step <= self.warmup {
+            return base * step as f64 / self.warmup as f64;
+        }
+        match self.schedule {
+            Schedule::Constant | Schedule::Plateau => base,
+            Schedule::Cosine => {
+                let span = self.steps.saturating_sub(self.warmup).max(1) as f64;
+                let progress = ((step - self.warmup) as f64 / span).min(1.0);
+                let floor = base * self.min_lr_ratio;
+                floor + (base - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+            }
+            Schedule::InverseSqrt => base * (self.warmup.max(1) as f64 / step as f64).sqrt(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(schedule: Schedule) -> TrainConfig {
+        TrainConfig {
+            schedule,
+            warmup: 10,
+            steps: 110,
+            min_lr_ratio: 0.1,
+            ..TrainConfig::default()
+        }
+    }
+
+    #[test]
+    fn warmup_is_linear() {
+        let c = cfg(Schedule::Cosine);
+        assert!((c.scheduled_lr(1.0, 1) - 0.1).abs() < 1e-12);
+        assert!((c.scheduled_lr(1.0, 5) - 0.5).abs() < 1e-12);
+        assert!((c.scheduled_lr(1.0, 10) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn cosine_hits_its_closed_form() {
+        let c = cfg(Schedule::Cosine);
+        // Halfway through the decay: floor + (1 − floor)/2 = 0.55.
+        assert!((c.scheduled_lr(1.0, 60) - 0.55).abs() < 1e-12);
+        assert!((c.scheduled_lr(1.0, 110) - 0.1).abs() < 1e-12);
+        assert!(
+            (c.scheduled_lr(1.0, 500) - 0.1).abs() < 1e-12,
+            "clamped after the end"
+        );
+    }
+
+    #[test]
+    fn inverse_sqrt_and_constant() {
+        let c = cfg(Schedule::InverseSqrt);
+        assert!((c.scheduled_lr(2.0, 40) - 1.0).abs() < 1e-12); // 2·√(10/40)
+        let c = cfg(Schedule::Constant);
+        assert_eq!(c.scheduled_lr(2.0, 1000), 2.0);
+    }
+
+    #[test]
+    fn no_warmup_starts_at_full_rate() {
+        let c = TrainConfig {
+            warmup: 0,
+            schedule: Schedule::Constant,
+            ..TrainConfig::default()
+        };
+        assert_eq!(c.scheduled_lr(0.5, 1), 0.5);
+    }
+
+    #[test]
+    fn impossible_settings_are_named() {
+        let bad = TrainConfig {
+            lr: -1.0,
+            ..TrainConfig::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("lr"));
+        let bad = TrainConfig {
+            batch: 0,
+            ..TrainConfig::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("batch"));
+    }
+}

@@ -1,0 +1,359 @@
+//! The training engine: a [`Trainer`] on its own thread, a command channel in, an event channel
+//! out (see [`protocol`]). The UI never waits on training and training never waits on the UI.
+
+pub mod config;
+mod eval;
+pub mod protocol;
+mod trainer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::thread::JoinHandle;
+
+pub use config::{OptimizerKind, Schedule, TrainConfig};
+pub use protocol::{
+    AppliedCommand, Command, EvalStats, Event, FinishReason, Snapshot, SnapshotSlot, StepStats,
+};
+pub(crate) use trainer::build_optimizer;
+pub use trainer::{RunState, Trainer, clip_global_norm};
+
+use crate::checkpoint::{self, CheckpointError, RunDir};
+use crate::data::{Corpus, DataError, GroupBounds, LoadOptions, Split};
+use crate::model::DeviceError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("loss is {loss} at step {step}")]
+    Diverged { step: u64, loss: f64 },
+    #[error("backend error: {0}")]
+    Backend(String),
+}
+
+/// Rebuilds a run from its directory and its newest checkpoint (or the `step-NNNNNN` folder given),
+/// optionally with a new total step count.
+pub fn resume(path: &Path, steps: Option<u64>) -> Result<(Trainer, RunDir), EngineError> {
+    let run = RunDir::open(path)?;
+    let spec = run.spec().clone();
+    let bounds = GroupBounds::new(spec.group_bounds[0], spec.group_bounds[1])?;
+    let corpus = Corpus::load(
+        &spec.corpus.to_source(),
+        &LoadOptions {
+            groups: bounds,
+            ..LoadOptions::default()
+        },
+    )?;
+    let saved = run.vocab_tokens()?;
+    if saved.as_slice() != corpus.vocab().tokens() {
+        return Err(CheckpointError::Mismatch {
+            path: run.path().join("vocab.tsv"),
+            reason: format!(
+                "the run's vocabulary ({} tokens) differs from the corpus's ({} tokens): was the corpus changed?",
+                saved.len(),
+                corpus.vocab().len()
+            ),
+        }
+        .into());
+    }
+    let mut train = spec.train.clone();
+    if let Some(s) = steps {
+        train.steps = s;
+    }
+    let device = spec
+        .device
+        .parse()
+        .map_err(|e: DeviceError| EngineError::Config(e.to_string()))?;
+    let mut trainer = Trainer::new(Arc::new(corpus), spec.model.clone(), train, device)?;
+    let step_dir: PathBuf = if path.join("model.safetensors").exists() {
+        path.to_path_buf()
+    } else {
+        run.latest_checkpoint()?
+    };
+    let loaded = checkpoint::load(
+        &step_dir,
+        &spec.model,
+        trainer.corpus().vocab().len(),
+        trainer.config(),
+        trainer.device(),
+    )?;
+    trainer.restore(loaded.model, loaded.optimizer, loaded.state, loaded.carried);
+    Ok((trainer, run))
+}
+
+/// The UI's end of a running engine.
+pub struct EngineHandle {
+    commands: Sender<Command>,
+    events: Receiver<Event>,
+    snapshots: SnapshotSlot,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EngineHandle {
+    /// Sends a command; it is applied before the next optimizer step.
+    pub fn send(&self, command: Command) {
+        // The engine thread may already have finished; then there is nobody to obey.
+        let _ = self.commands.send(command);
+    }
+
+    /// A second sender, e.g. for a signal handler.
+    pub fn command_sender(&self) -> Sender<Command> {
+        self.commands.clone()
+    }
+
+    pub fn events(&self) -> &Receiver<Event> {
+        &self.events
+    }
+
+    pub fn snapshots(&self) -> &SnapshotSlot {
+        &self.snapshots
+    }
+
+    /// Waits for the engine thread to end.
+    pub fn join(mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the engine thread.
+pub fn spawn(trainer: Trainer, run: Option<RunDir>) -> EngineHandle {
+    let (command_tx, command_rx) = mpsc::channel();
+    let (event_tx, event_rx) = mpsc::channel();
+    let snapshots = SnapshotSlot::default();
+    let slot = snapshots.clone();
+    let thread = std::thread::Builder::new()
+        .name("conelab-engine".into())
+        .spawn(move || {
+            let mut engine = Engine {
+                trainer,
+                run,
+                events: event_tx,
+                snapshots: slot,
+                last_saved: None,
+            };
+            let step = engine.trainer.state().step;
+            let result =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.run(command_rx)));
+            match result {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => engine.emit(Event::Failed {
+                    step: engine.trainer.state().step,
+                    message: e.to_string(),
+                }),
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "the backend panicked".into());
+                    engine.emit(Event::Failed { step, message });
+                }
+            }
+        });
+    EngineHandle {
+        commands: command_tx,
+        events: event_rx,
+        snapshots,
+        thread: thread.ok(),
+    }
+}
+
+struct Engine {
+    trainer: Trainer,
+    run: Option<RunDir>,
+    events: Sender<Event>,
+    snapshots: SnapshotSlot,
+    /// Step of the newest checkpoint written, so the end of a run does not write it twice.
+    last_saved: Option<u64>,
+}
+
+enum Flow {
+    Continue,
+    Pause,
+    Resume,
+    Stop,
+}
+
+impl Engine {
+    fn emit(&self, event: Event) {
+        // A consumer that went away does not stop training.
+        let _ = self.events.send(event);
+    }
+
+    fn step(&self) -> u64 {
+        self.trainer.state().step
+    }
+
+    fn run(&mut self, commands: Receiver<Command>) -> Result<(), EngineError> {
+        self.emit(Event::Started {
+            step: self.step(),
+            total_steps: self.trainer.config().steps,
+            windows_per_epoch: self.trainer.windows_per_epoch(),
+            parameters: self.trainer.parameters(),
+            device: self.trainer.device_spec().to_string(),
+            run_dir: self.run.as_ref().map(|r| r.path().to_path_buf()),
+        });
+        let mut paused = false;
+        loop {
+            // Commands are applied here, between two optimizer steps.
+            loop {
+                let command = if paused {
+                    match commands.recv() {
+                        Ok(c) => c,
+                        // Nobody is left to resume a paused run: end it, keeping its state.
+                        Err(_) => Command::Stop { save: true },
+                    }
+                } else {
+                    match commands.try_recv() {
+                        Ok(c) => c,
+                        Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                    }
+                };
+                match self.handle(command)? {
+                    Flow::Continue => {}
+                    Flow::Pause => paused = true,
+                    Flow::Resume => paused = false,
+                    Flow::Stop => return Ok(()),
+                }
+            }
+            if paused {
+                continue;
+            }
+            if self.trainer.is_done() {
+                self.finish()?;
+                return Ok(());
+            }
+            match self.trainer.train_step() {
+                Ok(stats) => self.emit(Event::Step(stats)),
+                Err(EngineError::Diverged { step, loss }) => {
+                    self.emit(Event::Diverged { step, loss });
+                    self.emit(Event::Paused { step: self.step() });
+                    paused = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            self.after_step()?;
+        }
+    }
+
+    fn handle(&mut self, command: Command) -> Result<Flow, EngineError> {
+        let applied = match self.trainer.apply(&command) {
+            Ok(a) => a,
+            Err(reason) => {
+                self.emit(Event::Rejected {
+                    step: self.step() + 1,
+                    command,
+                    reason,
+                });
+                return Ok(Flow::Continue);
+            }
+        };
+        self.emit(Event::Applied(applied));
+        Ok(match command {
+            Command::Pause => {
+                self.emit(Event::Paused { step: self.step() });
+                Flow::Pause
+            }
+            Command::Resume => {
+                self.emit(Event::Resumed { step: self.step() });
+                Flow::Resume
+            }
+            Command::SetLr { .. } => Flow::Continue,
+            Command::SaveCheckpoint => {
+                self.save()?;
+                Flow::Continue
+            }
+            Command::Stop { save } => {
+                if save {
+                    self.save()?;
+                }
+                self.emit(Event::Finished {
+                    step: self.step(),
+                    reason: FinishReason::Stopped,
+                });
+                Flow::Stop
+            }
+        })
+    }
+
+    fn after_step(&mut self) -> Result<(), EngineError> {
+        let step = self.step();
+        let cfg = self.trainer.config().clone();
+        let due = |every: u64| every > 0 && step.is_multiple_of(every);
+        if due(cfg.eval_every) {
+            self.evaluate_valid()?;
+        }
+        if due(cfg.snapshot_every) {
+            self.snapshots.put(self.trainer.snapshot()?);
+            self.emit(Event::Snapshot { step });
+        }
+        if due(cfg.checkpoint_every) {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    fn evaluate_valid(&mut self) -> Result<(), EngineError> {
+        let stats = self.trainer.evaluate(Split::Valid)?;
+        let ppl = stats.ppl;
+        self.emit(Event::Eval(stats));
+        if let Some((before, after)) = self.trainer.observe_valid(ppl) {
+            self.emit(Event::Warning {
+                step: self.step(),
+                message: format!(
+                    "validation PPL did not improve: plateau schedule lowers lr {before:.3e} → {after:.3e}"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), EngineError> {
+        let step = self.step();
+        let cfg = self.trainer.config();
+        if cfg.eval_every == 0 || !step.is_multiple_of(cfg.eval_every) {
+            self.evaluate_valid()?;
+        }
+        self.emit(Event::Eval(self.trainer.evaluate(Split::Test)?));
+        self.snapshots.put(self.trainer.snapshot()?);
+        self.emit(Event::Snapshot { step });
+        if self.last_saved != Some(step) {
+            self.save()?;
+        }
+        self.emit(Event::Finished {
+            step,
+            reason: FinishReason::Completed,
+        });
+        Ok(())
+    }
+
+    fn save(&mut self) -> Result<(), EngineError> {
+        let Some(run) = &self.run else {
+            return Ok(());
+        };
+        let path = checkpoint::save(
+            run,
+            self.trainer.model(),
+            self.trainer.optimizer(),
+            self.trainer.state(),
+            self.trainer.carried_state(),
+            self.trainer.config().keep_checkpoints,
+        )?;
+        self.last_saved = Some(self.step());
+        self.emit(Event::Checkpoint {
+            step: self.step(),
+            path,
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,148 @@
+//! The headless runner: drives an engine and reports on stdout — an indicatif progress bar on a
+//! terminal, plain log lines in a pipe or file (never escape codes there).
+
+use std::io::Write;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::engine::{Command, EngineHandle, EvalStats, Event, FinishReason};
+
+/// How the run ended, for the exit status.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Completed { step: u64 },
+    Stopped { step: u64 },
+    Diverged { step: u64, loss: f64 },
+    Failed { message: String },
+}
+
+/// Reports events until the engine finishes. `log_every` is the step cadence of plain log lines.
+pub fn run(handle: EngineHandle, tty: bool, log_every: u64) -> Outcome {
+    let mut out = std::io::stdout();
+    let bar = tty.then(|| {
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stdout());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps (eta {eta}) {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(250));
+        bar
+    });
+    let mut line = |text: String| match &bar {
+        Some(b) => b.println(text),
+        None => {
+            let _ = writeln!(out, "{text}");
+        }
+    };
+    let mut last_valid: Option<f64> = None;
+    let outcome = loop {
+        let Ok(event) = handle.events().recv() else {
+            break Outcome::Failed {
+                message: "the engine thread ended without a final event".into(),
+            };
+        };
+        match event {
+            Event::Started {
+                step,
+                total_steps,
+                windows_per_epoch,
+                parameters,
+                device,
+                run_dir,
+            } => {
+                if let Some(b) = &bar {
+                    b.set_length(total_steps);
+                    b.set_position(step);
+                }
+                let dir = run_dir
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_else(|| "none".into());
+                line(format!(
+                    "start step={step} total={total_steps} windows/epoch={windows_per_epoch} params={parameters} device={device} run_dir={dir}"
+                ));
+            }
+            Event::Step(s) => {
+                if let Some(b) = &bar {
+                    b.set_position(s.step);
+                    let valid = last_valid
+                        .map(|p| format!(" valid ppl {p:.2}"))
+                        .unwrap_or_default();
+                    b.set_message(format!(
+                        "loss {:.4}{valid} | {:.0} tok/s | lr {:.2e}",
+                        s.loss, s.tokens_per_sec, s.lr
+                    ));
+                } else if log_every > 0 && s.step.is_multiple_of(log_every) {
+                    line(format!(
+                        "step={} epoch={:.3} loss={:.4} lr={:.3e} grad_norm={:.3} tok/s={:.0} ms/step={:.1}",
+                        s.step, s.epoch, s.loss, s.lr, s.grad_norm, s.tokens_per_sec, s.step_ms
+                    ));
+                }
+            }
+            Event::Eval(e) => {
+                if e.split == "valid" {
+                    last_valid = Some(e.ppl);
+                }
+                line(eval_line(&e));
+            }
+            Event::Snapshot { .. } => {}
+            Event::Applied(a) => line(format!(
+                "applied step={} {:?}: {} -> {}",
+                a.step, a.command, a.before, a.after
+            )),
+            Event::Rejected {
+                step,
+                command,
+                reason,
+            } => line(format!("rejected step={step} {command:?}: {reason}")),
+            Event::Checkpoint { step, path } => {
+                line(format!("checkpoint step={step} {}", path.display()))
+            }
+            Event::Paused { step } => line(format!("paused step={step}")),
+            Event::Resumed { step } => line(format!("resumed step={step}")),
+            Event::Warning { step, message } => line(format!("warning step={step} {message}")),
+            Event::Diverged { step, loss } => {
+                line(format!(
+                    "diverged step={step} loss={loss}: the step was not applied; stopping"
+                ));
+                // Headless, nobody can resume: end the run without overwriting the last good
+                // checkpoint.
+                handle.send(Command::Stop { save: false });
+                let _ = drain_until_finished(&handle);
+                break Outcome::Diverged { step, loss };
+            }
+            Event::Finished { step, reason } => {
+                line(format!("finished step={step} ({reason:?})"));
+                break match reason {
+                    FinishReason::Completed => Outcome::Completed { step },
+                    FinishReason::Stopped => Outcome::Stopped { step },
+                };
+            }
+            Event::Failed { message, .. } => break Outcome::Failed { message },
+        }
+    };
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    handle.join();
+    outcome
+}
+
+fn drain_until_finished(handle: &EngineHandle) -> Option<u64> {
+    while let Ok(e) = handle.events().recv() {
+        if let Event::Finished { step, .. } = e {
+            return Some(step);
+        }
+    }
+    None
+}
+
+pub fn eval_line(e: &EvalStats) -> String {
+    let [f, m, r] = e.groups;
+    format!(
+        "eval step={} split={} ppl={:.3} frequent={:.3} medium={:.3} rare={:.3} positions={} seconds={:.2}",
+        e.step, e.split, e.ppl, f.0, m.0, r.0, e.positions, e.seconds
+    )
+}

@@ -1,0 +1,187 @@
+//! Model architectures and presets. Every field can be overridden from a TOML config file.
+
+use serde::{Deserialize, Serialize};
+
+/// Decoder-only Transformer with tied embeddings: learned positions, pre-LN blocks, GELU MLP,
+/// final LayerNorm before the tied output layer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransformerConfig {
+    pub d_model: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub d_ff: usize,
+    /// Context length T (also the training window).
+    pub context: usize,
+    pub dropout: f64,
+    /// Standard deviation of the normal initialisation of W and of every linear layer. burn's
+    /// default N(0, 1) for embeddings makes the tied head start at a loss near 90.
+    pub init_std: f64,
+    pub output_bias: bool,
+}
+
+/// LSTM language model with tied embeddings (a projection when hidden ≠ embedding size), trained with
+/// truncated BPTT: the state is carried from one window to the next.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LstmConfig {
+    pub embed: usize,
+    pub hidden: usize,
+    pub layers: usize,
+    /// Truncated-BPTT window T.
+    pub bptt: usize,
+    pub dropout: f64,
+    /// Uniform initialisation range (Zaremba et al.: ±0.05 medium, ±0.04 large).
+    pub init_range: f64,
+    pub output_bias: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "arch", rename_all = "lowercase")]
+pub enum ModelConfig {
+    Transformer(TransformerConfig),
+    Lstm(LstmConfig),
+}
+
+/// Named starting points for `--model`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preset {
+    /// Transformer d=128, 2 layers, 4 heads, T=64: the CPU demo.
+    Tiny,
+    /// Transformer d=256, 4 layers, 4 heads, T=128.
+    Small,
+    /// LSTM 2×650 (Zaremba et al. 2014, medium), BPTT 35.
+    Lstm,
+    /// AWD-LSTM sized: 3 layers, hidden 1150, embedding 400, BPTT 70 (the papers' baseline).
+    Awd,
+    /// Transformer 12×768, 12 heads, T=256: for the GPU.
+    #[value(name = "gpt2-small")]
+    Gpt2Small,
+}
+
+impl Preset {
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Tiny => "tiny",
+            Preset::Small => "small",
+            Preset::Lstm => "lstm",
+            Preset::Awd => "awd",
+            Preset::Gpt2Small => "gpt2-small",
+        }
+    }
+
+    pub fn config(self) -> ModelConfig {
+        let transformer = |d_model, layers, heads, context| {
+            ModelConfig::Transformer(TransformerConfig {
+                d_model,
+                layers,
+                heads,
+                d_ff: 4 * d_model,
+                context,
+                dropout: 0.1,
+                init_std: 0.02,
+                output_bias: false,
+            })
+        };
+        match self {
+            Preset::Tiny => transformer(128, 2, 4, 64),
+            Preset::Small => transformer(256, 4, 4, 128),
+            Preset::Gpt2Small => transformer(768, 12, 12, 256),
+            Preset::Lstm => ModelConfig::Lstm(LstmConfig {
+                embed: 650,
+                hidden: 650,
+                layers: 2,
+                bptt: 35,
+                dropout: 0.5,
+                init_range: 0.05,
+                output_bias: true,
+            }),
+            Preset::Awd => ModelConfig::Lstm(LstmConfig {
+                embed: 400,
+                hidden: 1150,
+                layers: 3,
+                bptt: 70,
+                dropout: 0.4,
+                init_range: 0.1,
+                output_bias: true,
+            }),
+        }
+    }
+}
+
+impl ModelConfig {
+    /// The training window T.
+    pub fn window(&self) -> usize {
+        match self {
+            ModelConfig::Transformer(t) => t.context,
+            ModelConfig::Lstm(l) => l.bptt,
+        }
+    }
+
+    /// Embedding width d (columns of W).
+    pub fn embed_dim(&self) -> usize {
+        match self {
+            ModelConfig::Transformer(t) => t.d_model,
+            ModelConfig::Lstm(l) => l.embed,
+        }
+    }
+
+    pub fn output_bias(&self) -> bool {
+        match self {
+            ModelConfig::Transformer(t) => t.output_bias,
+            ModelConfig::Lstm(l) => l.output_bias,
+        }
+    }
+
+    /// Checks the shape parameters; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = |name: &str, v: usize| {
+            if v == 0 {
+                Err(format!("model.{name} must be at least 1"))
+            } else {
+                Ok(())
+            }
+        };
+        let dropout = |p: f64| {
+            if (0.0..1.0).contains(&p) {
+                Ok(())
+            } else {
+                Err(format!("model.dropout {p} must be in [0, 1)"))
+            }
+        };
+        match self {
+            ModelConfig::Transformer(t) => {
+                positive("d_model", t.d_model)?;
+                positive("layers", t.layers)?;
+                positive("heads", t.heads)?;
+                positive("d_ff", t.d_ff)?;
+                positive("context", t.context)?;
+                dropout(t.dropout)?;
+                if t.d_model % t.heads != 0 {
+                    return Err(format!(
+                        "model.d_model {} is not divisible by model.heads {}",
+                        t.d_model, t.heads
+                    ));
+                }
+                if !(t.init_std.is_finite() && t.init_std > 0.0) {
+                    return Err(format!("model.init_std {} must be positive", t.init_std));
+                }
+            }
+            ModelConfig::Lstm(l) => {
+                positive("embed", l.embed)?;
+                positive("hidden", l.hidden)?;
+                positive("layers", l.layers)?;
+                positive("bptt", l.bptt)?;
+                dropout(l.dropout)?;
+                if !(l.init_range.is_finite() && l.init_range > 0.0) {
+                    return Err(format!(
+                        "model.init_range {} must be positive",
+                        l.init_range
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,124 @@
+//! `--device`: which backend and device a run uses. Backends are compiled in by cargo feature;
+//! asking for one that is not gives an error naming the feature, never a panic.
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::tensor::Device;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceSpec {
+    /// Pure-Rust CPU backend (burn-flex), the default build.
+    Cpu,
+    /// LibTorch on the CPU (cargo feature `tch`).
+    LibtorchCpu,
+    /// LibTorch on CUDA device N (cargo feature `tch`, a CUDA build of libtorch, a GPU).
+    Cuda(usize),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("unknown device `{0}`: expected cpu, libtorch-cpu, cuda or cuda:N")]
+    Unknown(String),
+    #[error(
+        "device `{0}` needs LibTorch, but this conelab was built without the `tch` feature (see README, \"LibTorch and CUDA\")"
+    )]
+    NoTch(DeviceSpec),
+    #[error("device `cpu` needs the `flex` feature, which this build lacks")]
+    NoFlex,
+    #[error("device `{spec}`: {reason}")]
+    Unavailable { spec: DeviceSpec, reason: String },
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Cpu => f.write_str("cpu"),
+            DeviceSpec::LibtorchCpu => f.write_str("libtorch-cpu"),
+            DeviceSpec::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl FromStr for DeviceSpec {
+    type Err = DeviceError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "cpu" | "flex" => Ok(DeviceSpec::Cpu),
+            "libtorch-cpu" | "tch-cpu" => Ok(DeviceSpec::LibtorchCpu),
+            "cuda" => Ok(DeviceSpec::Cuda(0)),
+            other => other
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(DeviceSpec::Cuda)
+                .ok_or_else(|| DeviceError::Unknown(other.to_owned())),
+        }
+    }
+}
+
+impl DeviceSpec {
+    /// The training device (with autodiff).
+    pub fn training_device(self) -> Result<Device, DeviceError> {
+        Ok(self.device()?.autodiff())
+    }
+
+    /// The plain device (inference, no autodiff).
+    pub fn device(self) -> Result<Device, DeviceError> {
+        match self {
+            #[cfg(feature = "flex")]
+            DeviceSpec::Cpu => Ok(Device::flex()),
+            #[cfg(not(feature = "flex"))]
+            DeviceSpec::Cpu => Err(DeviceError::NoFlex),
+            #[cfg(feature = "tch")]
+            #[allow(deprecated)]
+            // burn-tch is deprecated upstream; it is our LibTorch path.
+            DeviceSpec::LibtorchCpu => Ok(Device::libtorch()),
+            #[cfg(feature = "tch")]
+            #[allow(deprecated)]
+            DeviceSpec::Cuda(n) => {
+                let count = tch::Cuda::device_count();
+                if !tch::Cuda::is_available() || n as i64 >= count {
+                    return Err(DeviceError::Unavailable {
+                        spec: self,
+                        reason: format!(
+                            "LibTorch sees {count} CUDA device(s) (is this a CUDA build of libtorch, on a machine with a GPU?)"
+                        ),
+                    });
+                }
+                Ok(Device::libtorch_cuda(n))
+            }
+            #[cfg(not(feature = "tch"))]
+            DeviceSpec::LibtorchCpu | DeviceSpec::Cuda(_) => Err(DeviceError::NoTch(self)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_spelling() {
+        assert_eq!("cpu".parse::<DeviceSpec>().ok(), Some(DeviceSpec::Cpu));
+        assert_eq!("cuda".parse::<DeviceSpec>().ok(), Some(DeviceSpec::Cuda(0)));
+        assert_eq!(
+            "cuda:3".parse::<DeviceSpec>().ok(),
+            Some(DeviceSpec::Cuda(3))
+        );
+        assert_eq!(
+            "libtorch-cpu".parse::<DeviceSpec>().ok(),
+            Some(DeviceSpec::LibtorchCpu)
+        );
+        assert!("gpu".parse::<DeviceSpec>().is_err());
+        assert!("cuda:x".parse::<DeviceSpec>().is_err());
+    }
+
+    #[cfg(not(feature = "tch"))]
+    #[test]
+    fn libtorch_without_the_feature_is_an_error_naming_it() {
+        let err = DeviceSpec::Cuda(0).device().unwrap_err().to_string();
+        assert!(err.contains("`tch` feature"), "{err}");
+    }
+}

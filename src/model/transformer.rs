@@ -1,0 +1,135 @@
+//! Decoder-only Transformer LM (GPT-2 shaped): learned positions, pre-LN blocks with causal
+//! self-attention and a GELU MLP, a final LayerNorm; the output layer is tied to the embedding.
+
+use burn::module::Param;
+use burn::nn::{
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Gelu, Initializer, LayerNorm,
+    LayerNormConfig, Linear, LinearConfig,
+};
+use burn::prelude::*;
+use burn::tensor::activation::softmax;
+
+use super::config::TransformerConfig;
+
+#[derive(Module, Debug)]
+pub struct TransformerLm {
+    pub embedding: Embedding,
+    pub positions: Param<Tensor<2>>,
+    pub blocks: Vec<Block>,
+    pub ln_f: LayerNorm,
+    pub output_bias: Option<Param<Tensor<1>>>,
+    pub dropout: Dropout,
+}
+
+#[derive(Module, Debug)]
+pub struct Block {
+    pub ln_attn: LayerNorm,
+    pub qkv: Linear,
+    pub proj: Linear,
+    pub ln_mlp: LayerNorm,
+    pub fc: Linear,
+    pub fc_out: Linear,
+    pub gelu: Gelu,
+    pub dropout: Dropout,
+    pub heads: usize,
+}
+
+fn linear(d_in: usize, d_out: usize, std: f64, device: &Device) -> Linear {
+    LinearConfig::new(d_in, d_out)
+        .with_initializer(Initializer::Normal { mean: 0.0, std })
+        .init(device)
+        // GPT-2 zero-initialises biases; burn's initializer would draw them from N(0, std) too.
+        .with_zero_bias(d_out, device)
+}
+
+trait ZeroBias {
+    fn with_zero_bias(self, d_out: usize, device: &Device) -> Self;
+}
+
+impl ZeroBias for Linear {
+    fn with_zero_bias(mut self, d_out: usize, device: &Device) -> Self {
+        if self.bias.is_some() {
+            self.bias = Some(Param::from_tensor(Tensor::zeros([d_out], device)));
+        }
+        self
+    }
+}
+
+impl TransformerLm {
+    pub fn new(cfg: &TransformerConfig, vocab: usize, device: &Device) -> Self {
+        let normal = Initializer::Normal {
+            mean: 0.0,
+            std: cfg.init_std,
+        };
+        let d = cfg.d_model;
+        // GPT-2: residual projections scaled by 1/√(2·layers) so the residual stream's variance
+        // does not grow with depth.
+        let residual_std = cfg.init_std / (2.0 * cfg.layers as f64).sqrt();
+        let blocks = (0..cfg.layers)
+            .map(|_| Block {
+                ln_attn: LayerNormConfig::new(d).init(device),
+                qkv: linear(d, 3 * d, cfg.init_std, device),
+                proj: linear(d, d, residual_std, device),
+                ln_mlp: LayerNormConfig::new(d).init(device),
+                fc: linear(d, cfg.d_ff, cfg.init_std, device),
+                fc_out: linear(cfg.d_ff, d, residual_std, device),
+                gelu: Gelu::new(),
+                dropout: DropoutConfig::new(cfg.dropout).init(),
+                heads: cfg.heads,
+            })
+            .collect();
+        Self {
+            embedding: EmbeddingConfig::new(vocab, d)
+                .with_initializer(normal.clone())
+                .init(device),
+            positions: normal.init([cfg.context, d], device),
+            blocks,
+            ln_f: LayerNormConfig::new(d).init(device),
+            output_bias: cfg
+                .output_bias
+                .then(|| Param::from_tensor(Tensor::zeros([vocab], device))),
+            dropout: DropoutConfig::new(cfg.dropout).init(),
+        }
+    }
+
+    /// Hidden states before the output layer, `[batch·time, d]`.
+    pub fn hidden(&self, inputs: Tensor<2, Int>) -> Tensor<2> {
+        let [b, t] = inputs.dims();
+        let pos = self.positions.val().narrow(0, 0, t).unsqueeze::<3>();
+        let mut x = self.dropout.forward(self.embedding.forward(inputs) + pos);
+        let mask = Tensor::<2, Bool>::tril_mask([t, t], 0, &x.device()).unsqueeze::<4>();
+        for block in &self.blocks {
+            x = block.forward(x, mask.clone());
+        }
+        let d = x.dims()[2];
+        self.ln_f.forward(x).reshape([b * t, d])
+    }
+}
+
+impl Block {
+    fn forward(&self, x: Tensor<3>, causal_mask: Tensor<4, Bool>) -> Tensor<3> {
+        let [b, t, d] = x.dims();
+        let h = self.heads;
+        let dh = d / h;
+        let qkv = self
+            .qkv
+            .forward(self.ln_attn.forward(x.clone()))
+            .reshape([b, t, 3, h, dh])
+            .permute([2, 0, 3, 1, 4]); // [3, b, h, t, dh]
+        let q = qkv.clone().narrow(0, 0, 1).reshape([b, h, t, dh]);
+        let k = qkv.clone().narrow(0, 1, 1).reshape([b, h, t, dh]);
+        let v = qkv.narrow(0, 2, 1).reshape([b, h, t, dh]);
+        let scores = q
+            .matmul(k.transpose())
+            .mul_scalar(1.0 / (dh as f64).sqrt())
+            .mask_fill(causal_mask, f32::NEG_INFINITY);
+        let attn = self.dropout.forward(softmax(scores, 3));
+        let ctx = attn.matmul(v).swap_dims(1, 2).reshape([b, t, d]);
+        let x = x + self.dropout.forward(self.proj.forward(ctx));
+        let mlp = self.fc_out.forward(
+            self.gelu
+                .forward(self.fc.forward(self.ln_mlp.forward(x.clone()))),
+        );
+        x + self.dropout.forward(mlp)
+    }
+}

@@ -1,0 +1,155 @@
+//! Resolving a run's configuration: preset, then the TOML config file, then command-line flags.
+//!
+//! A config file has two optional tables:
+//! ```toml
+//! [model]
+//! preset = "tiny"      # the starting point; any field of the preset can follow
+//! d_model = 64
+//! [train]
+//! batch = 8            # any field of TrainConfig
+//! lr = 3e-4
+//! ```
+
+use std::path::Path;
+
+use crate::engine::TrainConfig;
+use crate::model::{ModelConfig, Preset};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config {path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+/// The two tables of a config file, still as TOML.
+#[derive(Debug, Default, Clone)]
+pub struct ConfigFile {
+    pub preset: Option<Preset>,
+    model: toml::Table,
+    train: toml::Table,
+    path: String,
+}
+
+impl ConfigFile {
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: name.clone(),
+            source,
+        })?;
+        Self::parse(&text, &name)
+    }
+
+    pub fn parse(text: &str, name: &str) -> Result<Self, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: name.to_owned(),
+            message,
+        };
+        let mut root: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| invalid(e.message().to_owned()))?;
+        let mut table = |key: &str| -> Result<toml::Table, ConfigError> {
+            match root.remove(key) {
+                None => Ok(toml::Table::new()),
+                Some(toml::Value::Table(t)) => Ok(t),
+                Some(_) => Err(invalid(format!("`{key}` must be a table ([{key}])"))),
+            }
+        };
+        let mut model = table("model")?;
+        let train = table("train")?;
+        if let Some(extra) = root.keys().next() {
+            return Err(invalid(format!(
+                "unknown key `{extra}` (expected the tables [model] and [train])"
+            )));
+        }
+        let preset = match model.remove("preset") {
+            None => None,
+            Some(toml::Value::String(s)) => Some(
+                <Preset as clap::ValueEnum>::from_str(&s, true)
+                    .map_err(|_| invalid(format!("unknown model preset `{s}`")))?,
+            ),
+            Some(_) => return Err(invalid("model.preset must be a string".into())),
+        };
+        Ok(Self {
+            preset,
+            model,
+            train,
+            path: name.to_owned(),
+        })
+    }
+
+    fn invalid(&self, message: String) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.clone(),
+            message,
+        }
+    }
+
+    /// The preset's model config with this file's `[model]` fields on top.
+    pub fn model(&self, preset: Preset) -> Result<ModelConfig, ConfigError> {
+        merge(preset.config(), &self.model).map_err(|m| self.invalid(format!("[model]: {m}")))
+    }
+
+    /// The default training config with this file's `[train]` fields on top.
+    pub fn train(&self) -> Result<TrainConfig, ConfigError> {
+        merge(TrainConfig::default(), &self.train)
+            .map_err(|m| self.invalid(format!("[train]: {m}")))
+    }
+}
+
+/// Serialises `base`, overwrites the given keys, deserialises again (unknown keys are errors
+/// because the config types deny them).
+fn merge<T: serde::Serialize + serde::de::DeserializeOwned>(
+    base: T,
+    overrides: &toml::Table,
+) -> Result<T, String> {
+    let mut table = toml::Table::try_from(base).map_err(|e| e.to_string())?;
+    for (k, v) in overrides {
+        if k == "arch" {
+            return Err("`arch` comes from the preset; choose another preset instead".into());
+        }
+        table.insert(k.clone(), v.clone());
+    }
+    toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| e.message().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_fields_override_the_preset() {
+        let f = ConfigFile::parse(
+            "[model]\npreset = \"small\"\nd_model = 64\n[train]\nbatch = 3\nlr = 0.5\n",
+            "t.toml",
+        )
+        .expect("parses");
+        assert_eq!(f.preset, Some(Preset::Small));
+        let ModelConfig::Transformer(t) = f.model(Preset::Small).expect("model") else {
+            panic!("small is a Transformer");
+        };
+        assert_eq!((t.d_model, t.layers), (64, 4));
+        let train = f.train().expect("train");
+        assert_eq!((train.batch, train.lr), (3, 0.5));
+        assert_eq!(train.steps, TrainConfig::default().steps);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_types_are_errors_naming_them() {
+        let f = ConfigFile::parse("[model]\nd_modle = 64\n", "t.toml").expect("parses");
+        let e = f.model(Preset::Tiny).unwrap_err().to_string();
+        assert!(e.contains("d_modle"), "{e}");
+        let f = ConfigFile::parse("[train]\nbatch = \"big\"\n", "t.toml").expect("parses");
+        assert!(f.train().is_err());
+        assert!(ConfigFile::parse("steps = 3\n", "t.toml").is_err());
+        assert!(ConfigFile::parse("[model\n", "t.toml").is_err());
+        assert!(ConfigFile::parse("[model]\npreset = \"huge\"\n", "t.toml").is_err());
+    }
+}

@@ -1,0 +1,340 @@
+//! `conelab train` and `conelab bench train` through the real binary: a small run in a pipe, resume,
+//! and every bad input ending in one line and exit status 2.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::{assert_one_line_error, conelab};
+
+const SMALL_MODEL: &str = "[model]\npreset = \"tiny\"\nd_model = 16\nlayers = 1\nheads = 2\nd_ff = 32\ncontext = 8\n[train]\nbatch = 2\neval_batch = 2\nwarmup = 2\n";
+
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let corpus = dir.path().join("corpus");
+        let out = conelab(&[
+            "data",
+            "synth",
+            "--out",
+            s(&corpus),
+            "--vocab",
+            "150",
+            "--tokens",
+            "6000",
+            "--classes",
+            "5",
+        ]);
+        assert!(out.status.success());
+        std::fs::write(dir.path().join("small.toml"), SMALL_MODEL).expect("config");
+        Self { dir }
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    fn train(&self, run: &str, extra: &[&str]) -> std::process::Output {
+        let corpus = self.path("corpus");
+        let config = self.path("small.toml");
+        let run_dir = self.path(run);
+        let mut args = vec![
+            "train",
+            s(&corpus),
+            "--config",
+            s(&config),
+            "--run-dir",
+            s(&run_dir),
+        ];
+        args.extend_from_slice(extra);
+        conelab(&args)
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+#[test]
+fn a_small_run_in_a_pipe_logs_plain_lines_and_resumes() {
+    let f = Fixture::new();
+    let out = f.train(
+        "run",
+        &[
+            "--steps",
+            "6",
+            "--eval-every",
+            "3",
+            "--checkpoint-every",
+            "3",
+            "--log-every",
+            "1",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !stdout.contains('\x1b'),
+        "escape codes in a pipe: {stdout:?}"
+    );
+    for needle in [
+        "start step=0 total=6",
+        "step=6 ",
+        "eval step=3 split=valid",
+        "split=test",
+        "checkpoint step=6",
+        "finished step=6",
+    ] {
+        assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");
+    }
+    let run = f.path("run");
+    assert!(run.join("run.toml").is_file() && run.join("vocab.tsv").is_file());
+    assert!(run.join("step-000006/model.safetensors").is_file());
+    assert!(run.join("step-000003/optimizer.bpk").is_file());
+
+    // Starting again in the same directory would overwrite a run: refused.
+    let again = f.train("run", &["--steps", "6"]);
+    assert_one_line_error(&again, &["already holds a run", "--resume"]);
+
+    // Resume and extend to 9 steps.
+    let resumed = conelab(&[
+        "train",
+        "--resume",
+        s(&run),
+        "--steps",
+        "9",
+        "--log-every",
+        "1",
+    ]);
+    let text = String::from_utf8_lossy(&resumed.stdout);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert!(
+        text.contains("start step=6 total=9") && text.contains("finished step=9"),
+        "{text}"
+    );
+}
+
+#[test]
+fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
+    let f = Fixture::new();
+    assert!(
+        f.train("run", &["--steps", "2", "--eval-every", "0"])
+            .status
+            .success()
+    );
+    let run = f.path("run");
+    let step = run.join("step-000002");
+
+    // Truncated model file.
+    let copy = f.path("truncated");
+    copy_dir(&run, &copy);
+    let model = copy.join("step-000002/model.safetensors");
+    let bytes = std::fs::read(&model).expect("read");
+    std::fs::write(&model, &bytes[..bytes.len() / 2]).expect("truncate");
+    assert_one_line_error(
+        &conelab(&["train", "--resume", s(&copy)]),
+        &["model.safetensors"],
+    );
+
+    // Garbage state file.
+    let copy = f.path("garbage");
+    copy_dir(&run, &copy);
+    std::fs::write(copy.join("step-000002/state.json"), b"{not json").expect("write");
+    assert_one_line_error(
+        &conelab(&["train", "--resume", s(&copy)]),
+        &["state.json", "corrupt"],
+    );
+
+    // Another model shape in run.toml than in the checkpoint.
+    let copy = f.path("other-model");
+    copy_dir(&run, &copy);
+    let toml = std::fs::read_to_string(copy.join("run.toml")).expect("read");
+    std::fs::write(
+        copy.join("run.toml"),
+        toml.replace("d_model = 16", "d_model = 24"),
+    )
+    .expect("write");
+    assert_one_line_error(
+        &conelab(&["train", "--resume", s(&copy)]),
+        &["does not fit the configured model"],
+    );
+
+    // A vocabulary that is not the corpus's.
+    let copy = f.path("other-vocab");
+    copy_dir(&run, &copy);
+    let vocab = std::fs::read_to_string(copy.join("vocab.tsv")).expect("read");
+    std::fs::write(
+        copy.join("vocab.tsv"),
+        vocab.lines().skip(1).collect::<Vec<_>>().join("\n"),
+    )
+    .expect("write");
+    assert_one_line_error(&conelab(&["train", "--resume", s(&copy)]), &["vocabulary"]);
+
+    // Not a run, no checkpoint, nothing there.
+    assert_one_line_error(
+        &conelab(&["train", "--resume", s(&f.path("corpus"))]),
+        &["not a conelab run"],
+    );
+    let empty = f.path("empty-run");
+    copy_dir(&run, &empty);
+    std::fs::remove_dir_all(empty.join("step-000002")).expect("rm");
+    assert_one_line_error(
+        &conelab(&["train", "--resume", s(&empty)]),
+        &["no checkpoint"],
+    );
+    assert_one_line_error(
+        &conelab(&["train", "--resume", "/no/such/run"]),
+        &["/no/such/run"],
+    );
+    // The checkpoint itself can be named.
+    assert!(step.is_dir());
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("list") {
+        let e = e.expect("entry");
+        let dest = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).expect("copy");
+        }
+    }
+}
+
+#[test]
+fn impossible_settings_are_one_line_errors() {
+    let f = Fixture::new();
+    for (args, needles) in [
+        (&["--lr", "-1"][..], &["lr"][..]),
+        (&["--lr", "nan"], &["lr"]),
+        (&["--batch", "0"], &["batch"]),
+        (&["--bptt", "0"], &["context"]),
+        (&["--steps", "0"], &["steps"]),
+        (&["--epochs", "-2"], &["--epochs"]),
+        (&["--clip", "-1"], &["clip_norm"]),
+        (&["--device", "gpu"], &["gpu"]),
+        (&["--groups", "0.9,0.1"], &["--groups"]),
+        (&["--batch", "100000"], &["batch"]),
+    ] {
+        let out = f.train("bad", args);
+        assert_one_line_error(&out, needles);
+        assert!(
+            !f.path("bad").join("run.toml").exists(),
+            "{args:?} wrote a run"
+        );
+    }
+    let bad_config = f.path("bad.toml");
+    std::fs::write(&bad_config, "[model]\nheads = 3\n").expect("write");
+    let out = conelab(&[
+        "train",
+        s(&f.path("corpus")),
+        "--config",
+        s(&bad_config),
+        "--run-dir",
+        s(&f.path("bad")),
+    ]);
+    assert_one_line_error(&out, &["not divisible"]);
+    let out = conelab(&["train", "--config", "/no/such.toml"]);
+    assert_one_line_error(&out, &["/no/such.toml"]);
+}
+
+#[cfg(not(feature = "tch"))]
+#[test]
+fn libtorch_devices_need_the_tch_feature() {
+    let f = Fixture::new();
+    for device in ["cuda", "libtorch-cpu"] {
+        assert_one_line_error(&f.train("bad", &["--device", device]), &["`tch` feature"]);
+    }
+}
+
+#[test]
+fn sigterm_stops_after_the_current_step_and_saves() {
+    let f = Fixture::new();
+    let corpus = f.path("corpus");
+    let config = f.path("small.toml");
+    let run = f.path("run");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_conelab"))
+        .args([
+            "train",
+            s(&corpus),
+            "--config",
+            s(&config),
+            "--run-dir",
+            s(&run),
+            "--steps",
+            "100000",
+            "--eval-every",
+            "0",
+            "--checkpoint-every",
+            "0",
+            "--log-every",
+            "1",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Wait until training runs, then terminate it.
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains("step=3 ") {
+        let n = std::io::Read::read(&mut stdout, &mut buf).expect("read");
+        assert!(n > 0, "ended early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).expect("read rest");
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "exit {status:?}: {rest}");
+    assert!(rest.contains("finished"), "{rest}");
+    let steps: Vec<_> = std::fs::read_dir(&run)
+        .expect("list")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("step-"))
+        .collect();
+    assert_eq!(steps.len(), 1, "the stop wrote a checkpoint");
+}
+
+#[test]
+fn bench_train_prints_a_table_and_json() {
+    let out = conelab(&[
+        "bench", "train", "--steps", "2", "--warmup", "1", "--batch", "2", "--bptt", "8",
+        "--vocab", "500", "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["vocab"], 500);
+    assert_eq!(v["window"], 8);
+    assert!(v["tokens_per_sec"].as_f64().expect("number") > 0.0);
+    assert_one_line_error(
+        &conelab(&["bench", "train", "--vocab", "2"]),
+        &["vocabulary"],
+    );
+}

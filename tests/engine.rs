@@ -1,0 +1,357 @@
+//! The training engine on the CPU (burn-flex): learning, exact resume, commands between steps,
+//! divergence, and checkpoints that are corrupt or do not fit.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
+use conelab::data::{Corpus, CorpusSource, LoadOptions, Split, SynthConfig};
+use conelab::engine::{self, Command, Event, Schedule, TrainConfig, Trainer};
+use conelab::model::{DeviceSpec, LstmConfig, ModelConfig, Preset, TransformerConfig};
+
+/// burn-flex keeps one random generator per process (initialisation, dropout): trainers running at
+/// once in one process draw from it in turn and lose their determinism. conelab runs one trainer per
+/// process; the tests here take turns.
+static ONE_TRAINER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_trainer() -> std::sync::MutexGuard<'static, ()> {
+    ONE_TRAINER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn small_synthetic() -> (CorpusSource, Arc<Corpus>) {
+    let source = CorpusSource::Synthetic(SynthConfig {
+        vocab: 300,
+        tokens: 40_000,
+        classes: 10,
+        ..SynthConfig::default()
+    });
+    let corpus = Corpus::load(&source, &LoadOptions::default()).expect("synthetic corpus");
+    (source, Arc::new(corpus))
+}
+
+fn small_transformer() -> ModelConfig {
+    ModelConfig::Transformer(TransformerConfig {
+        d_model: 32,
+        layers: 1,
+        heads: 2,
+        d_ff: 64,
+        context: 16,
+        dropout: 0.1,
+        init_std: 0.02,
+        output_bias: true,
+    })
+}
+
+fn small_lstm() -> ModelConfig {
+    ModelConfig::Lstm(LstmConfig {
+        embed: 24,
+        hidden: 32,
+        layers: 2,
+        bptt: 12,
+        dropout: 0.2,
+        init_range: 0.1,
+        output_bias: true,
+    })
+}
+
+fn train_config(steps: u64) -> TrainConfig {
+    TrainConfig {
+        batch: 4,
+        steps,
+        lr: 3e-3,
+        warmup: 3,
+        schedule: Schedule::Cosine,
+        eval_every: 0,
+        checkpoint_every: 0,
+        snapshot_every: 0,
+        eval_batch: 4,
+        ..TrainConfig::default()
+    }
+}
+
+fn run_dir(
+    dir: &std::path::Path,
+    source: &CorpusSource,
+    model: &ModelConfig,
+    train: &TrainConfig,
+    corpus: &Corpus,
+) -> RunDir {
+    let spec = RunSpec {
+        conelab_version: "test".into(),
+        name: "test".into(),
+        device: "cpu".into(),
+        group_bounds: [0.3, 0.8],
+        corpus: CorpusSpec::from_source(source),
+        model: model.clone(),
+        train: train.clone(),
+    };
+    RunDir::create(dir, spec, corpus.vocab()).expect("run dir")
+}
+
+/// 2k steps straight and k + checkpoint + resume + k give bit-identical losses.
+fn exact_resume(model: ModelConfig) {
+    let _turn = one_trainer();
+    let (source, corpus) = small_synthetic();
+    let k = 6;
+    let cfg = train_config(2 * k);
+    let mut straight =
+        Trainer::new(corpus.clone(), model.clone(), cfg.clone(), DeviceSpec::Cpu).expect("trainer");
+    let expected: Vec<f64> = (0..2 * k)
+        .map(|_| straight.train_step().expect("step").loss)
+        .collect();
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = run_dir(dir.path(), &source, &model, &cfg, &corpus);
+    let mut first =
+        Trainer::new(corpus.clone(), model.clone(), cfg.clone(), DeviceSpec::Cpu).expect("trainer");
+    let mut got: Vec<f64> = (0..k)
+        .map(|_| first.train_step().expect("step").loss)
+        .collect();
+    checkpoint::save(
+        &run,
+        first.model(),
+        first.optimizer(),
+        first.state(),
+        first.carried_state(),
+        2,
+    )
+    .expect("checkpoint");
+    drop(first);
+    let (mut resumed, _) = engine::resume(dir.path(), None).expect("resume");
+    assert_eq!(resumed.state().step, k);
+    got.extend((0..k).map(|_| resumed.train_step().expect("step").loss));
+    assert_eq!(got, expected, "resumed losses differ from the straight run");
+    // And training moved: the losses are not all one value.
+    assert!(expected[0] != expected[2 * k as usize - 1]);
+}
+
+#[test]
+fn transformer_resumes_exactly() {
+    exact_resume(small_transformer());
+}
+
+#[test]
+fn lstm_resumes_exactly_with_its_carried_state() {
+    exact_resume(small_lstm());
+}
+
+#[test]
+fn tiny_beats_the_unigram_model_on_the_synthetic_corpus() {
+    let _turn = one_trainer();
+    let corpus = Arc::new(
+        Corpus::load(&CorpusSource::parse("synthetic"), &LoadOptions::default()).expect("corpus"),
+    );
+    // Unigram PPL on valid from the train counts (add-one smoothed), computed here independently.
+    let counts = corpus.vocab().counts();
+    let total: f64 = counts.iter().map(|&c| c as f64 + 1.0).sum();
+    let valid = corpus.split(Split::Valid);
+    let nll: f64 = valid[1..]
+        .iter()
+        .map(|&y| -((counts[y as usize] as f64 + 1.0) / total).ln())
+        .sum::<f64>()
+        / (valid.len() - 1) as f64;
+    let unigram_ppl = nll.exp();
+
+    let cfg = TrainConfig {
+        batch: 8,
+        steps: 300,
+        lr: 3e-3,
+        warmup: 30,
+        eval_every: 0,
+        checkpoint_every: 0,
+        snapshot_every: 0,
+        ..TrainConfig::default()
+    };
+    let mut t =
+        Trainer::new(corpus.clone(), Preset::Tiny.config(), cfg, DeviceSpec::Cpu).expect("trainer");
+    while !t.is_done() {
+        t.train_step().expect("step");
+    }
+    let eval = t.evaluate(Split::Valid).expect("eval");
+    eprintln!("valid PPL {:.1} vs unigram {:.1}", eval.ppl, unigram_ppl);
+    assert!(
+        eval.ppl < unigram_ppl,
+        "valid PPL {} is not below the unigram PPL {}",
+        eval.ppl,
+        unigram_ppl
+    );
+    assert_eq!(
+        eval.positions as usize,
+        valid.len() - 1,
+        "every position evaluated once"
+    );
+    // Per-group PPLs recombine into the total: exp of the position-weighted mean log-PPL.
+    let recombined = (eval
+        .groups
+        .iter()
+        .map(|(p, n)| p.ln() * *n as f64)
+        .sum::<f64>()
+        / eval.positions as f64)
+        .exp();
+    assert!((recombined - eval.ppl).abs() / eval.ppl < 1e-9);
+}
+
+fn next_event(handle: &engine::EngineHandle) -> Event {
+    handle
+        .events()
+        .recv_timeout(Duration::from_secs(120))
+        .expect("an engine event")
+}
+
+#[test]
+fn a_command_takes_effect_at_the_next_step_and_is_recorded_with_it() {
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let trainer = Trainer::new(
+        corpus,
+        small_transformer(),
+        train_config(30),
+        DeviceSpec::Cpu,
+    )
+    .expect("trainer");
+    let handle = engine::spawn(trainer, None);
+    let mut lrs = std::collections::BTreeMap::new();
+    let mut applied = None;
+    loop {
+        match next_event(&handle) {
+            Event::Step(s) => {
+                lrs.insert(s.step, s.lr);
+                if s.step == 3 {
+                    handle.send(Command::SetLr { lr: 0.0123 });
+                }
+            }
+            Event::Applied(a) => applied = Some(a),
+            Event::Finished { .. } => break,
+            Event::Failed { message, .. } => panic!("engine failed: {message}"),
+            _ => {}
+        }
+    }
+    handle.join();
+    let a = applied.expect("the command was acknowledged");
+    assert!(a.step >= 4, "applied at step {}", a.step);
+    assert_eq!(
+        lrs[&a.step], 0.0123,
+        "the step it names ran with the new lr"
+    );
+    assert_ne!(lrs[&(a.step - 1)], 0.0123, "the step before did not");
+    assert!(lrs.range(a.step..).all(|(_, &lr)| lr == 0.0123));
+}
+
+#[test]
+fn pause_resume_and_stop_with_save() {
+    let _turn = one_trainer();
+    let (source, corpus) = small_synthetic();
+    let cfg = train_config(1_000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = run_dir(dir.path(), &source, &small_transformer(), &cfg, &corpus);
+    let trainer = Trainer::new(corpus, small_transformer(), cfg, DeviceSpec::Cpu).expect("trainer");
+    let handle = engine::spawn(trainer, Some(run.clone()));
+    handle.send(Command::Pause);
+    let mut seen_pause = false;
+    let mut steps_while_paused = 0;
+    loop {
+        match next_event(&handle) {
+            Event::Paused { .. } => {
+                seen_pause = true;
+                handle.send(Command::SaveCheckpoint);
+                handle.send(Command::Resume);
+            }
+            Event::Step(s) => {
+                if !seen_pause {
+                    steps_while_paused += 1;
+                }
+                if s.step == 5 {
+                    handle.send(Command::Stop { save: true });
+                }
+            }
+            Event::Finished { step, .. } => {
+                assert!(step >= 5);
+                break;
+            }
+            Event::Failed { message, .. } => panic!("{message}"),
+            _ => {}
+        }
+    }
+    handle.join();
+    assert!(seen_pause);
+    assert_eq!(
+        steps_while_paused, 0,
+        "a pause sent before the first step holds it"
+    );
+    let ckpts = run.checkpoints().expect("list");
+    assert!(
+        ckpts.len() == 2,
+        "step-000000 from the save, and the one at stop: {ckpts:?}"
+    );
+}
+
+#[test]
+fn divergence_pauses_the_engine_without_applying_the_step() {
+    let _turn = one_trainer();
+    let (source, corpus) = small_synthetic();
+    let mut cfg = train_config(50);
+    cfg.clip_norm = 0.0;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = run_dir(dir.path(), &source, &small_transformer(), &cfg, &corpus);
+    let trainer = Trainer::new(corpus, small_transformer(), cfg, DeviceSpec::Cpu).expect("trainer");
+    let handle = engine::spawn(trainer, Some(run.clone()));
+    handle.send(Command::SaveCheckpoint);
+    handle.send(Command::SetLr { lr: 1e30 });
+    let diverged_at = loop {
+        match next_event(&handle) {
+            Event::Diverged { step, loss } => {
+                assert!(!loss.is_finite());
+                break step;
+            }
+            Event::Finished { .. } => panic!("a learning rate of 1e30 should diverge"),
+            Event::Failed { message, .. } => panic!("{message}"),
+            _ => {}
+        }
+    };
+    assert!(matches!(next_event(&handle), Event::Paused { .. }));
+    handle.send(Command::Stop { save: false });
+    loop {
+        if let Event::Finished { step, .. } = next_event(&handle) {
+            assert_eq!(step, diverged_at - 1, "the diverging step was not applied");
+            break;
+        }
+    }
+    handle.join();
+    let ckpts = run.checkpoints().expect("list");
+    assert_eq!(
+        ckpts.len(),
+        1,
+        "only the good checkpoint from before: {ckpts:?}"
+    );
+}
+
+#[test]
+fn a_rejected_command_is_reported_not_applied() {
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let trainer = Trainer::new(
+        corpus,
+        small_transformer(),
+        train_config(3),
+        DeviceSpec::Cpu,
+    )
+    .expect("trainer");
+    let handle = engine::spawn(trainer, None);
+    handle.send(Command::SetLr { lr: -1.0 });
+    let mut rejected = false;
+    loop {
+        match next_event(&handle) {
+            Event::Rejected { reason, .. } => {
+                assert!(reason.contains("learning rate"));
+                rejected = true;
+            }
+            Event::Applied(a) => panic!("applied {a:?}"),
+            Event::Finished { .. } => break,
+            _ => {}
+        }
+    }
+    handle.join();
+    assert!(rejected);
+}
