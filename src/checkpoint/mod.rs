@@ -55,17 +55,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum CorpusSpec {
     Dir { path: PathBuf },
-    Synthetic(SynthSpec),
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SynthSpec {
-    pub seed: u64,
-    pub vocab: usize,
-    pub tokens: usize,
-    pub classes: usize,
-    pub zipf: f64,
-    pub heldout_fraction: f64,
+    Synthetic(SynthConfig),
 }
 
 impl CorpusSpec {
@@ -74,28 +64,14 @@ impl CorpusSpec {
             CorpusSource::Dir(p) => CorpusSpec::Dir {
                 path: fs::canonicalize(p).unwrap_or_else(|_| p.clone()),
             },
-            CorpusSource::Synthetic(c) => CorpusSpec::Synthetic(SynthSpec {
-                seed: c.seed,
-                vocab: c.vocab,
-                tokens: c.tokens,
-                classes: c.classes,
-                zipf: c.zipf,
-                heldout_fraction: c.heldout_fraction,
-            }),
+            CorpusSource::Synthetic(c) => CorpusSpec::Synthetic(c.clone()),
         }
     }
 
     pub fn to_source(&self) -> CorpusSource {
         match self {
             CorpusSpec::Dir { path } => CorpusSource::Dir(path.clone()),
-            CorpusSpec::Synthetic(s) => CorpusSource::Synthetic(SynthConfig {
-                seed: s.seed,
-                vocab: s.vocab,
-                tokens: s.tokens,
-                classes: s.classes,
-                zipf: s.zipf,
-                heldout_fraction: s.heldout_fraction,
-            }),
+            CorpusSpec::Synthetic(s) => CorpusSource::Synthetic(s.clone()),
         }
     }
 }

@@ -22,7 +22,7 @@ use super::text::SplitText;
 
 /// Settings of the synthetic corpus. `tokens` counts train tokens including `<eos>`; valid and test
 /// get `heldout_fraction` of that each.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SynthConfig {
     pub seed: u64,
     pub vocab: usize,

@@ -30,6 +30,11 @@ pub(crate) fn braille_char(bits: u8) -> char {
 
 /// Whether the `NO_COLOR` environment variable asks for colourless output (set and non-empty, see
 /// <https://no-color.org>). Pass the result to the widgets' `no_color` builders.
+/// `style`, or the plain style when colours are off (NO_COLOR, monochrome terminals).
+pub(crate) fn paint(no_color: bool, style: Style) -> Style {
+    if no_color { Style::default() } else { style }
+}
+
 pub fn no_color_from_env() -> bool {
     std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
 }

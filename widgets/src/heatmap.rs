@@ -194,11 +194,7 @@ impl<'a> HeatMap<'a> {
     }
 
     fn paint(&self, style: Style) -> Style {
-        if self.no_color {
-            Style::default()
-        } else {
-            style
-        }
+        crate::common::paint(self.no_color, style)
     }
 
     /// Mean of the finite bins under cell (`cx`, `cy`) of a `w × h` plot (`cy` = 0 at the top).

@@ -237,11 +237,7 @@ impl<'a> Scatter<'a> {
     }
 
     fn paint(&self, style: Style) -> Style {
-        if self.no_color {
-            Style::default()
-        } else {
-            style
-        }
+        crate::common::paint(self.no_color, style)
     }
 
     fn layer_style(&self, layer: usize) -> Style {

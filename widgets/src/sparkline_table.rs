@@ -170,11 +170,7 @@ impl<'a> SparklineTable<'a> {
     }
 
     fn paint(&self, style: Style) -> Style {
-        if self.no_color {
-            Style::default()
-        } else {
-            style
-        }
+        crate::common::paint(self.no_color, style)
     }
 
     /// Widths of the label, sparkline, value and delta columns in `width` cells.

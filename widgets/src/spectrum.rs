@@ -121,11 +121,7 @@ impl<'a> SpectrumPlot<'a> {
     }
 
     fn paint(&self, style: Style) -> Style {
-        if self.no_color {
-            Style::default()
-        } else {
-            style
-        }
+        crate::common::paint(self.no_color, style)
     }
 
     /// The decade exponents `(min, max)` of the y axis for the current data and settings.

@@ -1,0 +1,150 @@
+//! LibTorch (CPU) against burn-flex: the same model, weights and batch give the same loss, and the
+//! engine obeys commands at the same step. Built only with `--features tch` (see README).
+#![cfg(all(feature = "tch", feature = "flex", not(feature = "tch-doc-only")))]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use burn::prelude::*;
+use burn::store::{ModuleSnapshot, SafetensorsStore};
+use conelab::data::{
+    Corpus, CorpusSource, LoadOptions, PartialWindow, Split, StreamBatcher, SynthConfig,
+};
+use conelab::engine::{self, Command, Event, TrainConfig, Trainer};
+use conelab::model::output::mean_nll;
+use conelab::model::{DeviceSpec, LanguageModel, LstmConfig, ModelConfig, TransformerConfig};
+
+fn corpus() -> Arc<Corpus> {
+    let source = CorpusSource::Synthetic(SynthConfig {
+        vocab: 300,
+        tokens: 20_000,
+        classes: 10,
+        ..SynthConfig::default()
+    });
+    Arc::new(Corpus::load(&source, &LoadOptions::default()).expect("corpus"))
+}
+
+fn transformer() -> ModelConfig {
+    ModelConfig::Transformer(TransformerConfig {
+        d_model: 32,
+        layers: 2,
+        heads: 4,
+        d_ff: 64,
+        context: 16,
+        dropout: 0.0,
+        init_std: 0.02,
+        output_bias: true,
+    })
+}
+
+fn lstm() -> ModelConfig {
+    ModelConfig::Lstm(LstmConfig {
+        embed: 24,
+        hidden: 32,
+        layers: 2,
+        bptt: 16,
+        dropout: 0.0,
+        init_range: 0.1,
+        output_bias: true,
+    })
+}
+
+/// Loss of one batch on `spec`, with the weights of `weights` (a safetensors file).
+fn loss_on(
+    spec: DeviceSpec,
+    cfg: &ModelConfig,
+    vocab: usize,
+    weights: &std::path::Path,
+    corpus: &Corpus,
+) -> f64 {
+    let device = spec.device().expect("device");
+    let mut model = LanguageModel::new(cfg, vocab, &device);
+    model
+        .load_from(&mut SafetensorsStore::from_file(weights))
+        .expect("weights load");
+    let batch = StreamBatcher::new(
+        corpus.split(Split::Train),
+        4,
+        cfg.window(),
+        PartialWindow::Drop,
+    )
+    .expect("batcher")
+    .window(3)
+    .expect("window");
+    let x = Tensor::<2, Int>::from_data(TensorData::new(batch.inputs, [4, batch.time]), &device);
+    let y = Tensor::<1, Int>::from_data(TensorData::new(batch.targets, [4 * batch.time]), &device);
+    let (h, _) = model.hidden(x, None);
+    mean_nll(model.logits(h), y).into_scalar::<f32>() as f64
+}
+
+fn same_loss(cfg: ModelConfig) {
+    let corpus = corpus();
+    let n = corpus.vocab().len();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let weights = dir.path().join("w.safetensors");
+    let flex = DeviceSpec::Cpu.device().expect("flex");
+    flex.seed(7);
+    LanguageModel::new(&cfg, n, &flex)
+        .save_into(&mut SafetensorsStore::from_file(&weights))
+        .expect("save");
+    let a = loss_on(DeviceSpec::Cpu, &cfg, n, &weights, &corpus);
+    let b = loss_on(DeviceSpec::LibtorchCpu, &cfg, n, &weights, &corpus);
+    assert!((a - b).abs() / a.abs() <= 1e-4, "flex {a} vs libtorch {b}");
+}
+
+#[test]
+fn transformer_loss_matches_between_flex_and_libtorch() {
+    same_loss(transformer());
+}
+
+#[test]
+fn lstm_loss_matches_between_flex_and_libtorch() {
+    same_loss(lstm());
+}
+
+#[test]
+fn libtorch_trains_and_applies_commands_at_the_next_step() {
+    let cfg = TrainConfig {
+        batch: 4,
+        steps: 20,
+        eval_every: 10,
+        checkpoint_every: 0,
+        snapshot_every: 5,
+        eval_batch: 4,
+        warmup: 2,
+        ..TrainConfig::default()
+    };
+    let trainer =
+        Trainer::new(corpus(), transformer(), cfg, DeviceSpec::LibtorchCpu).expect("trainer");
+    let handle = engine::spawn(trainer, None);
+    let mut lrs = std::collections::BTreeMap::new();
+    let mut losses = Vec::new();
+    let mut applied = None;
+    loop {
+        match handle
+            .events()
+            .recv_timeout(Duration::from_secs(120))
+            .expect("event")
+        {
+            Event::Step(s) => {
+                lrs.insert(s.step, s.lr);
+                losses.push(s.loss);
+                if s.step == 3 {
+                    handle.send(Command::SetLr { lr: 0.0042 });
+                }
+            }
+            Event::Applied(a) => applied = Some(a.step),
+            Event::Finished { .. } => break,
+            Event::Failed { message, .. } => panic!("{message}"),
+            _ => {}
+        }
+    }
+    handle.join();
+    let step = applied.expect("acknowledged");
+    assert_eq!(lrs[&step], 0.0042);
+    assert_ne!(lrs[&(step - 1)], 0.0042);
+    assert!(losses.iter().all(|l| l.is_finite()));
+    assert!(losses[losses.len() - 1] < losses[0], "{losses:?}");
+}
