@@ -134,9 +134,12 @@ impl VocabBuilder {
             counts[id as usize] += 1;
             ids.push(id);
         }
-        if !first_seen.contains(&UNK) {
-            first_seen.push(UNK);
-            counts.push(0);
+        // Both special tokens always have an id, even for a text with no lines at all.
+        for special in [EOS, UNK] {
+            if !first_seen.contains(&special) {
+                first_seen.push(special);
+                counts.push(0);
+            }
         }
         if first_seen.len() > self.max_types {
             return Err(DataError::VocabTooLarge {
@@ -165,8 +168,7 @@ impl VocabBuilder {
             .enumerate()
             .map(|(i, t)| (t.clone(), i as u32))
             .collect();
-        let eos = index[EOS];
-        let unk = index[UNK];
+        let (eos, unk) = (index[EOS], index[UNK]); // both inserted above
         let stats = SplitStats {
             lines,
             tokens: ids.len(),
@@ -220,6 +222,13 @@ mod tests {
             (held.tokens, held.unk, held.oov_tokens, held.oov_types),
             (6, 4, 3, 2)
         );
+    }
+
+    #[test]
+    fn an_empty_text_still_has_both_special_tokens() {
+        let (vocab, ids, _) = VocabBuilder::default().build(&text("")).expect("builds");
+        assert!(ids.is_empty());
+        assert_eq!(vocab.tokens(), ["<eos>", "<unk>"]);
     }
 
     #[test]
