@@ -288,16 +288,18 @@ impl Engine {
 
     fn after_step(&mut self) -> Result<(), EngineError> {
         let step = self.step();
-        let cfg = self.trainer.config().clone();
+        let cfg = self.trainer.config();
+        let (eval_every, snapshot_every, checkpoint_every) =
+            (cfg.eval_every, cfg.snapshot_every, cfg.checkpoint_every);
         let due = |every: u64| every > 0 && step.is_multiple_of(every);
-        if due(cfg.eval_every) {
+        if due(eval_every) {
             self.evaluate_valid()?;
         }
-        if due(cfg.snapshot_every) {
+        if due(snapshot_every) {
             self.snapshots.put(self.trainer.snapshot()?);
             self.emit(Event::Snapshot { step });
         }
-        if due(cfg.checkpoint_every) {
+        if due(checkpoint_every) {
             self.save()?;
         }
         Ok(())
