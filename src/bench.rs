@@ -144,3 +144,151 @@ pub fn peak_rss_mib() -> f64 {
         .map(|kb| kb / 1024.0)
         .unwrap_or(f64::NAN)
 }
+
+/// `conelab bench metrics`: the embedding panel and neighbour queries on a random W of a given
+/// size, with a cone (a shared offset) and a rare group that drifts further out, like a trained
+/// tied embedding.
+#[derive(Debug, Clone)]
+pub struct MetricsBench {
+    pub n: usize,
+    pub d: usize,
+    pub repeats: usize,
+    pub queries: usize,
+    pub seed: u64,
+    /// Also time faer's thin SVD of W (f64) as the reference the issue quotes.
+    pub reference: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricsBenchRow {
+    pub what: String,
+    /// Median over the repeats, milliseconds.
+    pub ms: f64,
+    pub min_ms: f64,
+    /// Peak extra memory allocated during the operation (its result included), in units of
+    /// W's size (f32).
+    pub peak_extra_w: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricsBenchResult {
+    pub n: usize,
+    pub d: usize,
+    pub w_mib: f64,
+    pub threads: usize,
+    pub rows: Vec<MetricsBenchRow>,
+}
+
+/// A random W with a cone and a drifting rare group (row-major, f32).
+pub fn random_embeddings(n: usize, d: usize, seed: u64) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut normal = move || {
+        let u = ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        let v = ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    };
+    let direction: Vec<f64> = (0..d).map(|_| normal()).collect();
+    let len = direction.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let mut w = Vec::with_capacity(n * d);
+    for i in 0..n {
+        // The offset along the cone axis grows with rank: rare rows sit furthest out.
+        let shift = 0.5 + 1.5 * i as f64 / n as f64;
+        for &dir in &direction {
+            w.push((0.3 * normal() + shift * dir / len) as f32);
+        }
+    }
+    w
+}
+
+/// Times `repeats` runs of `f`; the last run also measures the peak of bytes allocated (after
+/// the first run, so per-thread scratch that gemm keeps for the life of a thread is not charged
+/// to every computation).
+fn time_it<T>(repeats: usize, w_mib: f64, mut f: impl FnMut() -> T) -> (Vec<f64>, Option<f64>, T) {
+    let mut times = Vec::with_capacity(repeats);
+    for _ in 1..repeats.max(2) {
+        let t = Instant::now();
+        std::hint::black_box(f());
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let t = Instant::now();
+    let (last, peak) = crate::alloc_count::peak_extra_bytes(&mut f);
+    times.push(t.elapsed().as_secs_f64() * 1e3);
+    let extra = peak.map(|bytes| bytes as f64 / (1024.0 * 1024.0) / w_mib);
+    (times, extra, last)
+}
+
+fn summarise(what: &str, mut times: Vec<f64>, peak_extra_w: Option<f64>) -> MetricsBenchRow {
+    times.sort_by(f64::total_cmp);
+    MetricsBenchRow {
+        what: what.into(),
+        ms: times[times.len() / 2],
+        min_ms: times[0],
+        peak_extra_w,
+    }
+}
+
+pub fn bench_metrics(b: &MetricsBench) -> Result<MetricsBenchResult, crate::metrics::MatrixError> {
+    use crate::data::{FrequencyGroups, GroupBounds};
+    use crate::metrics::{
+        EmbeddingPanel, Embeddings, NeighborIndex, PanelOptions, ProjectionMode, RowGroups,
+        Similarity, Threads,
+    };
+    let data = random_embeddings(b.n, b.d, b.seed);
+    let w = Embeddings::new(b.n, b.d, &data)?;
+    let w_mib = (b.n * b.d * 4) as f64 / (1024.0 * 1024.0);
+    let groups = RowGroups::from_ranks(&FrequencyGroups::new(b.n, GroupBounds::default()));
+    let mut rows = Vec::new();
+    let options = |projection| PanelOptions {
+        projection,
+        threads: Threads::All,
+    };
+    let (t, m, _) = time_it(b.repeats, w_mib, || {
+        EmbeddingPanel::compute(w, Some(&groups), &options(Some(ProjectionMode::Uncentred)))
+    });
+    rows.push(summarise(
+        "full panel: total + 3 groups, uncentred 2-D projection",
+        t,
+        m,
+    ));
+    let (t, m, _) = time_it(b.repeats, w_mib, || {
+        EmbeddingPanel::compute(w, None, &options(None))
+    });
+    rows.push(summarise("total only (I1, I2, spectrum, cone)", t, m));
+    let (t, m, _) = time_it(b.repeats, w_mib, || {
+        EmbeddingPanel::compute(w, None, &options(Some(ProjectionMode::Centred)))
+    });
+    rows.push(summarise("total + centred PCA projection", t, m));
+    let (t, m, index) = time_it(b.repeats, w_mib, || NeighborIndex::new(w, Threads::All));
+    rows.push(summarise("neighbour index (unit rows)", t, m));
+    let mut rng = ChaCha8Rng::seed_from_u64(b.seed ^ 0x5eed);
+    let ids: Vec<u32> = (0..b.queries.max(1))
+        .map(|_| (rng.next_u64() % b.n as u64) as u32)
+        .collect();
+    for (name, sim) in [
+        ("one top-10 cosine query", Similarity::Cosine),
+        ("one top-10 euclidean query", Similarity::Euclidean),
+    ] {
+        let mut times = Vec::with_capacity(ids.len());
+        for &id in &ids {
+            let t = Instant::now();
+            std::hint::black_box(index.query(id, 10, sim));
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        rows.push(summarise(name, times, None));
+    }
+    if b.reference {
+        let (t, m, _) = time_it(1, w_mib, || {
+            let w64 = faer::Mat::<f64>::from_fn(b.n, b.d, |i, j| data[i * b.d + j] as f64);
+            w64.thin_svd()
+                .map(|s| s.S().column_vector().iter().copied().sum::<f64>())
+        });
+        rows.push(summarise("reference: faer thin SVD of W (f64)", t, m));
+    }
+    Ok(MetricsBenchResult {
+        n: b.n,
+        d: b.d,
+        w_mib,
+        threads: rayon::current_num_threads(),
+        rows,
+    })
+}

@@ -4,10 +4,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
-use conelab::bench::{TrainBench, bench_train};
+use conelab::bench::{MetricsBench, TrainBench, bench_metrics, bench_train};
 use conelab::checkpoint::{CorpusSpec, RunDir, RunSpec};
 use conelab::data::{
     Corpus, CorpusReport, CorpusSource, GroupBounds, LoadOptions, SynthConfig, SyntheticCorpus,
@@ -151,6 +151,32 @@ pub struct TrainArgs {
 pub enum BenchCommand {
     /// Training throughput (tokens/s, ms/step, peak memory) on random tokens, after warm-up.
     Train(BenchTrainArgs),
+    /// The embedding-metric panel and neighbour queries on a random W of WikiText-2 size.
+    Metrics(BenchMetricsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchMetricsArgs {
+    /// Rows of W (vocabulary size).
+    #[arg(long, default_value_t = 33_278)]
+    pub n: usize,
+    /// Columns of W (embedding size).
+    #[arg(long, default_value_t = 400)]
+    pub d: usize,
+    /// Timed repeats of each panel computation (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
+    /// Neighbour queries timed.
+    #[arg(long, default_value_t = 200)]
+    pub queries: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also time faer's thin SVD of W in f64 (the usual way to get the spectrum) for comparison.
+    #[arg(long)]
+    pub reference: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -238,6 +264,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Data(DataCommand::Synth(args)) => data_synth(args),
         Command::Train(args) => train(*args),
         Command::Bench(BenchCommand::Train(args)) => bench_train_cmd(args),
+        Command::Bench(BenchCommand::Metrics(args)) => bench_metrics_cmd(args),
     }
 }
 
@@ -276,10 +303,10 @@ fn train(args: TrainArgs) -> Result<()> {
     });
     match headless::run(handle, tty, log_every) {
         Outcome::Completed { .. } | Outcome::Stopped { .. } => Ok(()),
-        Outcome::Diverged { step, loss } => anyhow::bail!(
+        Outcome::Diverged { step, loss } => bail!(
             "training diverged at step {step} (loss {loss}); the last good checkpoint is kept"
         ),
-        Outcome::Failed { message } => anyhow::bail!("training failed: {message}"),
+        Outcome::Failed { message } => bail!("training failed: {message}"),
     }
 }
 
@@ -322,7 +349,7 @@ fn new_run(args: &TrainArgs) -> Result<(Trainer, RunDir)> {
     if let Some(e) = args.epochs
         && !(e.is_finite() && e > 0.0)
     {
-        anyhow::bail!("invalid --epochs {e}: must be a positive number");
+        bail!("invalid --epochs {e}: must be a positive number");
     }
 
     let source = CorpusSource::parse(&args.corpus);
@@ -356,7 +383,7 @@ fn new_run(args: &TrainArgs) -> Result<(Trainer, RunDir)> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("checkpoints").join(&name));
     if dir.join("run.toml").exists() {
-        anyhow::bail!(
+        bail!(
             "{} already holds a run: continue it with --resume {}, or choose another --run-dir",
             dir.display(),
             dir.display()
@@ -440,6 +467,37 @@ fn bench_train_cmd(args: BenchTrainArgs) -> Result<()> {
         r.ms_per_step_std,
         r.peak_rss_mib
     ))
+}
+
+fn bench_metrics_cmd(args: BenchMetricsArgs) -> Result<()> {
+    if args.n < 2 || args.d == 0 {
+        bail!("--n must be at least 2 and --d at least 1");
+    }
+    let r = bench_metrics(&MetricsBench {
+        n: args.n,
+        d: args.d,
+        repeats: args.repeats.max(1),
+        queries: args.queries.max(1),
+        seed: args.seed,
+        reference: args.reference,
+    })?;
+    if args.json {
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
+    }
+    let mut out = format!(
+        "W: {} x {} f32 ({:.1} MiB), {} threads\n{:<56} {:>10} {:>10} {:>14}\n",
+        r.n, r.d, r.w_mib, r.threads, "operation", "median ms", "min ms", "peak extra/W"
+    );
+    for row in &r.rows {
+        let mem = row
+            .peak_extra_w
+            .map_or_else(|| "-".to_owned(), |m| format!("{m:.2}x"));
+        out.push_str(&format!(
+            "{:<56} {:>10.2} {:>10.2} {:>14}\n",
+            row.what, row.ms, row.min_ms, mem
+        ));
+    }
+    print_stdout(&out)
 }
 
 fn data_stats(args: StatsArgs) -> Result<()> {

@@ -5,11 +5,13 @@
 //! training loop on its own thread; `checkpoint` run directories; `atomic` the crash-safe writes
 //! every file that matters goes through.
 
+pub mod alloc_count;
 pub mod atomic;
 pub mod bench;
 pub mod checkpoint;
 pub mod data;
 pub mod engine;
 pub mod headless;
+pub mod metrics;
 pub mod model;
 pub mod run_config;

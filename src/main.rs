@@ -3,9 +3,16 @@
 
 mod cli;
 
+// Counting is off except inside `conelab bench` (see alloc_count).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: conelab::alloc_count::CountingAllocator<mimalloc::MiMalloc> =
+    conelab::alloc_count::CountingAllocator(mimalloc::MiMalloc);
+
+#[cfg(not(feature = "mimalloc"))]
+#[global_allocator]
+static ALLOCATOR: conelab::alloc_count::CountingAllocator<std::alloc::System> =
+    conelab::alloc_count::CountingAllocator(std::alloc::System);
 
 use std::process::ExitCode;
 

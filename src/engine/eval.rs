@@ -1,6 +1,7 @@
 //! Exact perplexity over a whole split, total and per frequency group of the target token
 //! (methods.md §2), in inference mode. Every position of the split is predicted exactly once: all
-//! windows including the last, shorter one, and the positions after the last stream.
+//! windows including the last, shorter one, and the positions after the last stream. Besides the
+//! perplexities, every model-output metric of methods.md §2 (Uniq, log Z statistics, Theorem 2).
 
 use std::time::Instant;
 
@@ -9,7 +10,8 @@ use burn::prelude::*;
 use super::EngineError;
 use super::protocol::EvalStats;
 use crate::data::{Corpus, PartialWindow, Split, StreamBatcher};
-use crate::model::output::target_log_probs;
+use crate::metrics::{OutputAccumulator, OutputBatch};
+use crate::model::output::output_tensors;
 use crate::model::{LanguageModel, RecurrentState};
 
 pub fn evaluate(
@@ -20,16 +22,19 @@ pub fn evaluate(
     streams: usize,
     window: usize,
     step: u64,
+    cosine_weight: f64,
 ) -> Result<EvalStats, EngineError> {
     let start = Instant::now();
     let model = model.valid();
     let tokens = corpus.split(split);
-    let groups = corpus.groups();
     let batcher = StreamBatcher::new(tokens, streams, window, PartialWindow::Keep)
         .map_err(|e| EngineError::Config(format!("{split} split: {e}")))?;
-    let mut nll = [0f64; 3];
-    let mut count = [0u64; 3];
+    let mut acc = OutputAccumulator::new(*corpus.groups());
     let mut state: Option<RecurrentState> = None;
+    let read_f32 = |t: Tensor<1>, what: &str| {
+        t.try_into_vec_as::<f32>()
+            .map_err(|e| EngineError::Backend(format!("reading {what}: {e:?}")))
+    };
     let mut score = |inputs: Vec<u32>,
                      targets: Vec<u32>,
                      shape: [usize; 2],
@@ -41,14 +46,23 @@ pub fn evaluate(
             device,
         );
         let (hidden, next) = model.hidden(x, state);
-        let log_probs = target_log_probs(model.logits(hidden), y)
-            .try_into_vec_as::<f32>()
-            .map_err(|e| EngineError::Backend(format!("reading log-probabilities: {e:?}")))?;
-        for (&target, &lp) in targets.iter().zip(&log_probs) {
-            let g = groups.group_of(target) as usize;
-            nll[g] -= lp as f64;
-            count[g] += 1;
-        }
+        let out = output_tensors(model.logits(hidden), y);
+        let argmax = out
+            .argmax
+            .try_into_vec_as::<i64>()
+            .map_err(|e| EngineError::Backend(format!("reading argmax: {e:?}")))?
+            .into_iter()
+            .map(|a| a as u32)
+            .collect::<Vec<_>>();
+        acc.add(OutputBatch {
+            targets: &targets,
+            target_log_probs: &read_f32(out.target_log_probs, "log-probabilities")?,
+            log_z: &read_f32(out.log_z, "log Z")?,
+            entropy: &read_f32(out.entropy, "entropies")?,
+            argmax: &argmax,
+            prob_sum: &read_f32(out.prob_sum, "probability sums")?,
+        })
+        .map_err(|e| EngineError::Backend(e.to_string()))?;
         Ok(next)
     };
     for batch in batcher.iter() {
@@ -72,23 +86,15 @@ pub fn evaluate(
         });
         score(rest.inputs, rest.targets, [1, rest.time], carried)?;
     }
-    let positions: u64 = count.iter().sum();
-    let total_nll: f64 = nll.iter().sum();
-    let ppl_of = |nll: f64, n: u64| {
-        if n == 0 {
-            f64::NAN
-        } else {
-            (nll / n as f64).exp()
-        }
-    };
-    let loss = total_nll / positions.max(1) as f64;
+    let outputs = acc.finish(window, cosine_weight);
     Ok(EvalStats {
         step,
         split: split.name().to_owned(),
-        loss,
-        ppl: loss.exp(),
-        groups: [0, 1, 2].map(|g| (ppl_of(nll[g], count[g]), count[g])),
-        positions,
+        loss: outputs.loss,
+        ppl: outputs.ppl,
+        groups: [0, 1, 2].map(|g| (outputs.groups[g].ppl, outputs.groups[g].positions)),
+        positions: outputs.positions,
         seconds: start.elapsed().as_secs_f64(),
+        outputs: Box::new(outputs),
     })
 }

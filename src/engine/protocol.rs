@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+use crate::metrics::OutputMetrics;
+
 /// A request to the running engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "kebab-case")]
@@ -65,6 +67,8 @@ pub struct EvalStats {
     pub groups: [(f64, u64); 3],
     pub positions: u64,
     pub seconds: f64,
+    /// Every model-output metric (Uniq, μ_z, σ_z, histogram, Theorem 2, …).
+    pub outputs: Box<OutputMetrics>,
 }
 
 /// The embedding matrix at one step, row-major `[n, d]`.

@@ -254,6 +254,8 @@ impl Trainer {
             self.config.eval_batch,
             self.model_config.window(),
             self.state.step,
+            // The Theorem-2 threshold's cosine weight: no cosine regulariser exists yet (#5).
+            0.0,
         )?;
         Ok(stats)
     }

@@ -25,3 +25,31 @@ pub fn target_log_probs(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1>
 pub fn mean_nll(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
     target_log_probs(logits, targets).mean().neg()
 }
+
+/// Everything the model-output metrics need from one batch of logits `[positions, N]`, computed
+/// on the device in one go (methods.md §2): the target's log-probability, log Z, the entropy of
+/// the predicted distribution, the argmax, and Σ over positions of p(·|h).
+pub struct OutputTensors {
+    pub target_log_probs: Tensor<1>,
+    pub log_z: Tensor<1>,
+    pub entropy: Tensor<1>,
+    pub argmax: Tensor<1, Int>,
+    pub prob_sum: Tensor<1>,
+}
+
+pub fn output_tensors(logits: Tensor<2>, targets: Tensor<1, Int>) -> OutputTensors {
+    let [n, v] = logits.dims();
+    let max = logits.clone().max_dim(1);
+    let log_z = (logits.clone() - max.clone()).exp().sum_dim(1).log() + max;
+    let log_p = logits.clone() - log_z.clone();
+    let p = log_p.clone().exp();
+    // H = −Σ p log p; terms with p = 0 (underflow) contribute 0, and so does 0·(finite log p).
+    let entropy = (p.clone() * log_p.clone()).sum_dim(1).neg().reshape([n]);
+    OutputTensors {
+        target_log_probs: log_p.gather(1, targets.reshape([n, 1])).reshape([n]),
+        log_z: log_z.reshape([n]),
+        entropy,
+        argmax: logits.argmax(1).reshape([n]),
+        prob_sum: p.sum_dim(0).reshape([v]),
+    }
+}

@@ -1,0 +1,558 @@
+//! Embedding metrics (methods.md §2) over W as stored — no centering, no row normalisation — for
+//! the whole vocabulary and for each frequency group.
+//!
+//! One d×d symmetric eigendecomposition per set serves three metrics: the eigenvectors E of WᵀW
+//! are the isotropy directions, √λ are the singular values, and the top two are the uncentred 2-D
+//! projection. WᵀW is accumulated in f64 (f32 rounding there shows in the small singular values);
+//! the N×d projections W·E run in f32 and their log-sum-exps in f64.
+
+use faer::diag::Diag;
+use faer::dyn_stack::{MemBuffer, MemStack};
+use faer::linalg::evd::{self, ComputeEigenvectors};
+use faer::linalg::matmul::matmul;
+use faer::linalg::matmul::triangular::{self, BlockStructure};
+use faer::{Accum, Mat, MatRef, Par};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::Threads;
+use super::fastmath::log_sum_exp_both_signs;
+use super::matrix::{Embeddings, MatrixError, RowGroups, RowSet};
+use crate::data::Group;
+
+/// Which 2-D projection the scatter shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProjectionMode {
+    /// Top-2 right singular vectors of W as stored (what the papers plot: the cone is visible as
+    /// an offset from the origin).
+    #[default]
+    Uncentred,
+    /// PCA: top-2 eigenvectors of the covariance of the rows (the cone's offset removed).
+    Centred,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PanelOptions {
+    pub projection: Option<ProjectionMode>,
+    pub threads: Threads,
+}
+
+impl Default for PanelOptions {
+    fn default() -> Self {
+        Self {
+            projection: Some(ProjectionMode::Uncentred),
+            threads: Threads::All,
+        }
+    }
+}
+
+/// The metrics of one set of rows (the whole matrix, or one group).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SetStats {
+    pub rows: usize,
+    /// min Z / max Z over the directions E ∪ −E; 1 = isotropic.
+    pub i1: f64,
+    /// Population std of Z over E ∪ −E divided by its mean; 0 = isotropic.
+    pub i2: f64,
+    pub mean_norm: f64,
+    /// Singular values, descending, divided by the largest.
+    pub sv_norm: Vec<f64>,
+    /// The largest singular value (the scale `sv_norm` was divided by).
+    pub sv_max: f64,
+    /// exp(entropy of σ²/Σσ²).
+    pub effective_rank: f64,
+    /// Mean cosine over pairs i ≠ j of rows with non-zero norm.
+    pub mean_cos: f64,
+    /// Mean cosine of each row to the direction of the set's mean row.
+    pub mean_cos_to_mean: f64,
+}
+
+/// A 2-D point per row of the whole matrix, in row order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Projection {
+    pub mode: ProjectionMode,
+    pub points: Vec<[f32; 2]>,
+    /// Fraction of Σσ² (uncentred) or of the total variance (centred) on each axis.
+    pub explained: [f64; 2],
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbeddingPanel {
+    pub n: usize,
+    pub d: usize,
+    pub total: SetStats,
+    /// Frequent, medium, rare — when the rows' training counts are known.
+    pub groups: Option<[SetStats; 3]>,
+    /// Mean cosine between a rare and a frequent row.
+    pub rare_frequent_cos: Option<f64>,
+    pub projection: Option<Projection>,
+}
+
+impl EmbeddingPanel {
+    pub fn compute(
+        w: Embeddings<'_>,
+        groups: Option<&RowGroups>,
+        options: &PanelOptions,
+    ) -> Result<Self, MatrixError> {
+        if let Some(g) = groups
+            && g.len() != w.n()
+        {
+            return Err(MatrixError::RowCount {
+                what: "the group assignment".into(),
+                got: g.len(),
+                n: w.n(),
+            });
+        }
+        let par = options.threads.par();
+        let threads = options.threads;
+        // WᵀW and the row sums are additive over rows: with groups, the total's come for free
+        // as the sum of the groups'.
+        let (total, group_analyses) = match groups {
+            None => (analyse(w, parts(w, par, threads), par, threads)?, None),
+            Some(groups) => {
+                let sets: Vec<RowSet<'_>> = Group::ALL
+                    .iter()
+                    .map(|&g| RowSet::new(w, &groups.members(g)))
+                    .collect();
+                let group_parts: Vec<Parts> = sets
+                    .iter()
+                    .map(|set| parts(set.view(), par, threads))
+                    .collect();
+                let mut total_parts = Parts::zero(w.d());
+                for p in &group_parts {
+                    total_parts.add(p);
+                }
+                // The total and the three groups hold the same number of rows: analysing them
+                // side by side, one thread each, keeps both cores busy through the
+                // eigendecompositions, which do not parallelise at d ≈ 400.
+                let analyse_groups = |par: Par, threads: Threads| {
+                    sets.iter()
+                        .zip(group_parts)
+                        .map(|(set, p)| {
+                            if set.view().n() == 0 {
+                                Ok(Analysis::empty(w.d()))
+                            } else {
+                                analyse(set.view(), p, par, threads)
+                            }
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                };
+                let (total, analyses) = match threads {
+                    Threads::All => rayon::join(
+                        || analyse(w, total_parts, Par::Seq, Threads::Sequential),
+                        || analyse_groups(Par::Seq, Threads::Sequential),
+                    ),
+                    Threads::Sequential => (
+                        analyse(w, total_parts, par, threads),
+                        analyse_groups(par, threads),
+                    ),
+                };
+                let (total, analyses) = (total?, analyses?);
+                (total, Some(analyses))
+            }
+        };
+        let projection = match options.projection {
+            None => None,
+            Some(ProjectionMode::Uncentred) => Some(total.uncentred_projection(w, par)),
+            Some(ProjectionMode::Centred) => Some(centred_projection(w, &total, par)?),
+        };
+        let mut rare_frequent_cos = None;
+        let group_stats = group_analyses.map(|analyses| {
+            let (rare, freq) = (&analyses[2], &analyses[0]);
+            let (rn, fn_) = (rare.stats.rows_nonzero, freq.stats.rows_nonzero);
+            rare_frequent_cos = Some(if rn == 0 || fn_ == 0 {
+                f64::NAN
+            } else {
+                dot(&rare.unit_sum, &freq.unit_sum) / (rn as f64 * fn_ as f64)
+            });
+            let mut it = analyses.into_iter().map(|a| a.stats.public);
+            let mut next = || it.next().expect("three groups");
+            [next(), next(), next()]
+        });
+        Ok(Self {
+            n: w.n(),
+            d: w.d(),
+            total: total.stats.public,
+            groups: group_stats,
+            rare_frequent_cos,
+            projection,
+        })
+    }
+}
+
+struct InternalStats {
+    public: SetStats,
+    rows_nonzero: usize,
+}
+
+struct Analysis {
+    stats: InternalStats,
+    /// Eigenvectors of WᵀW as columns, by descending eigenvalue.
+    eigenvectors: Mat<f64>,
+    eigenvalues: Vec<f64>,
+    gram: Mat<f64>,
+    unit_sum: Vec<f64>,
+    row_sum: Vec<f64>,
+}
+
+impl Analysis {
+    fn empty(d: usize) -> Self {
+        Analysis {
+            stats: InternalStats {
+                public: SetStats {
+                    rows: 0,
+                    i1: f64::NAN,
+                    i2: f64::NAN,
+                    mean_norm: f64::NAN,
+                    sv_norm: Vec::new(),
+                    sv_max: f64::NAN,
+                    effective_rank: f64::NAN,
+                    mean_cos: f64::NAN,
+                    mean_cos_to_mean: f64::NAN,
+                },
+                rows_nonzero: 0,
+            },
+            eigenvectors: Mat::zeros(d, d),
+            eigenvalues: vec![0.0; d],
+            gram: Mat::zeros(d, d),
+            unit_sum: vec![0.0; d],
+            row_sum: vec![0.0; d],
+        }
+    }
+
+    /// Points on the top-2 eigenvectors of WᵀW, each axis signed so that the points' sum is ≥ 0:
+    /// eigenvector signs are arbitrary, and a scatter that flips between two snapshots is noise.
+    fn uncentred_projection(&self, w: Embeddings<'_>, par: Par) -> Projection {
+        let axes = self.eigenvectors.as_ref().subcols(0, 2.min(w.d()));
+        let points = project_2d(w, axes, [0.0; 2], par);
+        let total: f64 = self.eigenvalues.iter().map(|l| l.max(0.0)).sum();
+        let share = |k: usize| {
+            self.eigenvalues.get(k).map_or(0.0, |l| l.max(0.0)) / total.max(f64::MIN_POSITIVE)
+        };
+        Projection {
+            mode: ProjectionMode::Uncentred,
+            points,
+            explained: [share(0), share(1)],
+        }
+    }
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Row sums and WᵀW of one set of rows: everything the set's metrics need besides W itself.
+struct Parts {
+    sums: RowSums,
+    gram: Mat<f64>,
+}
+
+impl Parts {
+    fn zero(d: usize) -> Self {
+        Parts {
+            sums: RowSums::zero(d),
+            gram: Mat::zeros(d, d),
+        }
+    }
+
+    fn add(&mut self, other: &Parts) {
+        self.sums.add(&other.sums);
+        self.gram += &other.gram;
+    }
+}
+
+fn parts(w: Embeddings<'_>, par: Par, threads: Threads) -> Parts {
+    Parts {
+        sums: row_sums(w, threads),
+        gram: gram_f64(w, par),
+    }
+}
+
+fn analyse(
+    w: Embeddings<'_>,
+    parts: Parts,
+    par: Par,
+    threads: Threads,
+) -> Result<Analysis, MatrixError> {
+    let (n, d) = (w.n(), w.d());
+    let Parts { sums, gram } = parts;
+    let (eigenvalues, eigenvectors) = eigen_descending(gram.as_ref(), par)?;
+
+    // Isotropy over E ∪ −E: log Z for both signs of every eigenvector.
+    let e32 = Mat::<f32>::from_fn(d, d, |i, j| eigenvectors[(i, j)] as f32);
+    let mut proj = Mat::<f32>::zeros(n, d);
+    matmul(
+        proj.as_mut(),
+        Accum::Replace,
+        w.faer(),
+        e32.as_ref(),
+        1.0,
+        par,
+    );
+    let column = |j: usize| {
+        let c = proj.as_ref().col(j);
+        let s = c
+            .try_as_col_major()
+            .expect("a fresh matrix is column-major");
+        log_sum_exp_both_signs(s.as_slice())
+    };
+    let log_z: Vec<(f64, f64)> = match threads {
+        Threads::All => (0..d).into_par_iter().map(column).collect(),
+        Threads::Sequential => (0..d).map(column).collect(),
+    };
+    drop(proj);
+    let log_z: Vec<f64> = log_z.into_iter().flat_map(|(p, m)| [p, m]).collect();
+    let (i1, i2) = isotropy_from_log_z(&log_z);
+
+    let sigma: Vec<f64> = eigenvalues.iter().map(|&l| l.max(0.0).sqrt()).collect();
+    let sv_max = sigma[0];
+    let sv_norm = if sv_max > 0.0 {
+        sigma.iter().map(|s| s / sv_max).collect()
+    } else {
+        vec![0.0; d]
+    };
+    let power: f64 = eigenvalues.iter().map(|l| l.max(0.0)).sum();
+    let effective_rank = if power > 0.0 {
+        let entropy: f64 = eigenvalues
+            .iter()
+            .map(|l| l.max(0.0) / power)
+            .filter(|&p| p > 0.0)
+            .map(|p| -p * p.ln())
+            .sum();
+        entropy.exp()
+    } else {
+        f64::NAN
+    };
+
+    let nz = sums.nonzero;
+    let unit_norm2 = dot(&sums.unit, &sums.unit);
+    let mean_cos = if nz >= 2 {
+        (unit_norm2 - nz as f64) / (nz as f64 * (nz as f64 - 1.0))
+    } else {
+        f64::NAN
+    };
+    let mean_len = dot(&sums.raw, &sums.raw).sqrt();
+    let mean_cos_to_mean = if nz >= 1 && mean_len > 0.0 {
+        dot(&sums.unit, &sums.raw) / (mean_len * nz as f64)
+    } else {
+        f64::NAN
+    };
+    Ok(Analysis {
+        stats: InternalStats {
+            public: SetStats {
+                rows: n,
+                i1,
+                i2,
+                mean_norm: sums.norm / n as f64,
+                sv_norm,
+                sv_max,
+                effective_rank,
+                mean_cos,
+                mean_cos_to_mean,
+            },
+            rows_nonzero: nz,
+        },
+        eigenvectors,
+        eigenvalues,
+        gram,
+        unit_sum: sums.unit,
+        row_sum: sums.raw,
+    })
+}
+
+/// I1 = min Z / max Z and I2 = std(Z)/mean(Z), from log Z over the direction set, in log space.
+pub fn isotropy_from_log_z(log_z: &[f64]) -> (f64, f64) {
+    let max = log_z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let min = log_z.iter().copied().fold(f64::INFINITY, f64::min);
+    let i1 = (min - max).exp();
+    let z: Vec<f64> = log_z.iter().map(|l| (l - max).exp()).collect();
+    let mean = z.iter().sum::<f64>() / z.len() as f64;
+    let var = z.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / z.len() as f64;
+    (i1, var.sqrt() / mean)
+}
+
+struct RowSums {
+    norm: f64,
+    nonzero: usize,
+    unit: Vec<f64>,
+    raw: Vec<f64>,
+}
+
+impl RowSums {
+    fn zero(d: usize) -> Self {
+        RowSums {
+            norm: 0.0,
+            nonzero: 0,
+            unit: vec![0.0; d],
+            raw: vec![0.0; d],
+        }
+    }
+
+    fn add(&mut self, b: &RowSums) {
+        self.norm += b.norm;
+        self.nonzero += b.nonzero;
+        self.unit.iter_mut().zip(&b.unit).for_each(|(x, y)| *x += y);
+        self.raw.iter_mut().zip(&b.raw).for_each(|(x, y)| *x += y);
+    }
+}
+
+fn row_sums(w: Embeddings<'_>, threads: Threads) -> RowSums {
+    let d = w.d();
+    let empty = || RowSums::zero(d);
+    let add_row = |mut acc: RowSums, row: &[f32]| {
+        let norm = row.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+        acc.norm += norm;
+        if norm > 0.0 {
+            acc.nonzero += 1;
+            let inv = 1.0 / norm;
+            for ((u, r), &x) in acc.unit.iter_mut().zip(&mut acc.raw).zip(row) {
+                *u += x as f64 * inv;
+                *r += x as f64;
+            }
+        }
+        acc
+    };
+    let merge = |mut a: RowSums, b: RowSums| {
+        a.add(&b);
+        a
+    };
+    match threads {
+        Threads::Sequential => w.data().chunks_exact(d).fold(empty(), add_row),
+        Threads::All => w
+            .data()
+            .par_chunks_exact(d)
+            .fold(empty, add_row)
+            .reduce(empty, merge),
+    }
+}
+
+/// WᵀW in f64: rows converted in blocks, so the extra memory is one block, not a copy of W.
+fn gram_f64(w: Embeddings<'_>, par: Par) -> Mat<f64> {
+    const BLOCK: usize = 2048;
+    let (n, d) = (w.n(), w.d());
+    let mut gram = Mat::<f64>::zeros(d, d);
+    let mut buf = vec![0f64; BLOCK.min(n) * d];
+    for start in (0..n).step_by(BLOCK) {
+        let rows = BLOCK.min(n - start);
+        let src = &w.data()[start * d..(start + rows) * d];
+        buf[..rows * d]
+            .iter_mut()
+            .zip(src)
+            .for_each(|(b, &x)| *b = x as f64);
+        let block = MatRef::from_row_major_slice(&buf[..rows * d], rows, d);
+        // Symmetric: only the lower triangle is computed (half the work), then mirrored.
+        triangular::matmul(
+            gram.as_mut(),
+            BlockStructure::TriangularLower,
+            Accum::Add,
+            block.transpose(),
+            BlockStructure::Rectangular,
+            block,
+            BlockStructure::Rectangular,
+            1.0,
+            par,
+        );
+    }
+    for j in 0..d {
+        for i in 0..j {
+            gram[(i, j)] = gram[(j, i)];
+        }
+    }
+    gram
+}
+
+/// Eigenvalues (descending) and unit eigenvectors (as columns, same order) of a symmetric matrix.
+fn eigen_descending(a: MatRef<'_, f64>, par: Par) -> Result<(Vec<f64>, Mat<f64>), MatrixError> {
+    let d = a.nrows();
+    let mut u = Mat::<f64>::zeros(d, d);
+    let mut s = Diag::<f64>::zeros(d);
+    let scratch =
+        evd::self_adjoint_evd_scratch::<f64>(d, ComputeEigenvectors::Yes, par, Default::default());
+    evd::self_adjoint_evd(
+        a,
+        s.as_mut(),
+        Some(u.as_mut()),
+        par,
+        MemStack::new(&mut MemBuffer::new(scratch)),
+        Default::default(),
+    )
+    .map_err(|e| MatrixError::Decomposition(format!("{e:?}")))?;
+    // faer returns ascending order.
+    let values: Vec<f64> = (0..d).rev().map(|k| s[k]).collect();
+    let vectors = Mat::from_fn(d, d, |i, j| u[(i, d - 1 - j)]);
+    Ok((values, vectors))
+}
+
+/// `(W − offset)·axes` for every row, as f32 points, each axis signed so the points sum to ≥ 0.
+fn project_2d(
+    w: Embeddings<'_>,
+    axes: MatRef<'_, f64>,
+    offset: [f64; 2],
+    par: Par,
+) -> Vec<[f32; 2]> {
+    let k = axes.ncols();
+    let a32 = Mat::<f32>::from_fn(w.d(), k, |i, j| axes[(i, j)] as f32);
+    let mut out = Mat::<f32>::zeros(w.n(), k);
+    matmul(
+        out.as_mut(),
+        Accum::Replace,
+        w.faer(),
+        a32.as_ref(),
+        1.0,
+        par,
+    );
+    let mut sign = [1f64; 2];
+    for (j, s) in sign.iter_mut().enumerate().take(k) {
+        let sum: f64 = (0..w.n()).map(|i| out[(i, j)] as f64 - offset[j]).sum();
+        if sum < 0.0 {
+            *s = -1.0;
+        }
+    }
+    (0..w.n())
+        .map(|i| {
+            let at = |j: usize| {
+                if j < k {
+                    ((out[(i, j)] as f64 - offset[j]) * sign[j]) as f32
+                } else {
+                    0.0
+                }
+            };
+            [at(0), at(1)]
+        })
+        .collect()
+}
+
+/// PCA: eigenvectors of the covariance Σ = WᵀW/N − μμᵀ, from the gram already computed.
+fn centred_projection(
+    w: Embeddings<'_>,
+    total: &Analysis,
+    par: Par,
+) -> Result<Projection, MatrixError> {
+    let (n, d) = (w.n() as f64, w.d());
+    let mean: Vec<f64> = total.row_sum.iter().map(|s| s / n).collect();
+    let cov = Mat::<f64>::from_fn(d, d, |i, j| total.gram[(i, j)] / n - mean[i] * mean[j]);
+    let (values, vectors) = eigen_descending(cov.as_ref(), par)?;
+    let axes = vectors.as_ref().subcols(0, 2.min(d));
+    let offset = [0, 1].map(|j| {
+        if j < d {
+            dot(
+                &mean,
+                axes.col(j)
+                    .try_as_col_major()
+                    .expect("column-major")
+                    .as_slice(),
+            )
+        } else {
+            0.0
+        }
+    });
+    let points = project_2d(w, axes, offset, par);
+    let var: f64 = values.iter().map(|l| l.max(0.0)).sum();
+    let share = |k: usize| values.get(k).map_or(0.0, |l| l.max(0.0)) / var.max(f64::MIN_POSITIVE);
+    Ok(Projection {
+        mode: ProjectionMode::Centred,
+        points,
+        explained: [share(0), share(1)],
+    })
+}

@@ -1,0 +1,512 @@
+//! Embedding metrics and neighbours against independent computations: closed forms, brute force,
+//! a cyclic-Jacobi eigensolver and power iteration written here (not faer), and naive f64 sums.
+
+use conelab::data::{FrequencyGroups, Group, GroupBounds};
+use conelab::metrics::embedding::isotropy_from_log_z;
+use conelab::metrics::neighbors::class_precision;
+use conelab::metrics::{
+    EmbeddingPanel, Embeddings, NeighborIndex, PanelOptions, ProjectionMode, RowGroups, Similarity,
+    Threads,
+};
+
+/// splitmix64 + Box–Muller: deterministic test data without depending on an RNG crate's API.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        let (u, v) = (self.uniform(), self.uniform());
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+}
+
+fn gaussian(n: usize, d: usize, sigma: f64, offset: &[f64], seed: u64) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    (0..n * d)
+        .map(|k| (sigma * rng.normal() + offset.get(k % d).copied().unwrap_or(0.0)) as f32)
+        .collect()
+}
+
+/// Cyclic Jacobi: eigenvalues (descending) and eigenvectors (columns) of a symmetric matrix.
+fn jacobi(a: &[Vec<f64>]) -> (Vec<f64>, Vec<Vec<f64>>) {
+    let d = a.len();
+    let mut a = a.to_vec();
+    let mut v: Vec<Vec<f64>> = (0..d)
+        .map(|i| (0..d).map(|j| if i == j { 1.0 } else { 0.0 }).collect())
+        .collect();
+    for _sweep in 0..100 {
+        let off: f64 = (0..d)
+            .flat_map(|i| (0..d).filter(move |&j| j != i).map(move |j| (i, j)))
+            .map(|(i, j)| a[i][j] * a[i][j])
+            .sum();
+        if off < 1e-30 {
+            break;
+        }
+        for p in 0..d {
+            for q in p + 1..d {
+                if a[p][q].abs() < 1e-300 {
+                    continue;
+                }
+                let theta = (a[q][q] - a[p][p]) / (2.0 * a[p][q]);
+                let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
+                let t = if theta == 0.0 { 1.0 } else { t };
+                let c = 1.0 / (t * t + 1.0).sqrt();
+                let s = t * c;
+                for k in 0..d {
+                    let (akp, akq) = (a[k][p], a[k][q]);
+                    a[k][p] = c * akp - s * akq;
+                    a[k][q] = s * akp + c * akq;
+                }
+                for k in 0..d {
+                    let (apk, aqk) = (a[p][k], a[q][k]);
+                    a[p][k] = c * apk - s * aqk;
+                    a[q][k] = s * apk + c * aqk;
+                }
+                for row in v.iter_mut() {
+                    let (vp, vq) = (row[p], row[q]);
+                    row[p] = c * vp - s * vq;
+                    row[q] = s * vp + c * vq;
+                }
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..d).collect();
+    order.sort_by(|&i, &j| a[j][j].total_cmp(&a[i][i]));
+    let values = order.iter().map(|&i| a[i][i]).collect();
+    let vectors = (0..d)
+        .map(|r| order.iter().map(|&c| v[r][c]).collect())
+        .collect();
+    (values, vectors)
+}
+
+fn gram(w: &[f32], n: usize, d: usize) -> Vec<Vec<f64>> {
+    let mut g = vec![vec![0.0; d]; d];
+    for r in 0..n {
+        let row = &w[r * d..(r + 1) * d];
+        for i in 0..d {
+            for j in 0..d {
+                g[i][j] += row[i] as f64 * row[j] as f64;
+            }
+        }
+    }
+    g
+}
+
+/// I1, I2 by definition: Jacobi eigenvectors, each sign flipped at random, both signs of each
+/// direction, Z by a plain f64 sum of exponentials.
+fn reference_isotropy(w: &[f32], n: usize, d: usize, flip_seed: u64) -> (f64, f64) {
+    let (_, vecs) = jacobi(&gram(w, n, d));
+    let mut rng = Rng(flip_seed);
+    let mut log_z = Vec::new();
+    for c in 0..d {
+        let sign = if rng.next_u64() % 2 == 0 { 1.0 } else { -1.0 };
+        for s in [sign, -sign] {
+            let dots: Vec<f64> = (0..n)
+                .map(|r| (0..d).map(|k| w[r * d + k] as f64 * vecs[k][c] * s).sum())
+                .collect();
+            let m = dots.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            log_z.push(m + dots.iter().map(|x| (x - m).exp()).sum::<f64>().ln());
+        }
+    }
+    let max = log_z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let min = log_z.iter().copied().fold(f64::INFINITY, f64::min);
+    let z: Vec<f64> = log_z.iter().map(|l| (l - max).exp()).collect();
+    let mean = z.iter().sum::<f64>() / z.len() as f64;
+    let std = (z.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / z.len() as f64).sqrt();
+    ((min - max).exp(), std / mean)
+}
+
+fn rel(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs().max(1e-300)
+}
+
+fn panel(w: &[f32], n: usize, d: usize, groups: Option<&RowGroups>) -> EmbeddingPanel {
+    let e = Embeddings::new(n, d, w).unwrap();
+    EmbeddingPanel::compute(e, groups, &PanelOptions::default()).unwrap()
+}
+
+#[test]
+fn isotropic_gaussian_rows_give_i1_near_one() {
+    let (n, d, sigma) = (20_000, 10, 0.3);
+    let w = gaussian(n, d, sigma, &[], 1);
+    let p = panel(&w, n, d, None);
+    // Z(a)/N has relative standard deviation sqrt((e^{2σ²} − e^{σ²})/N)/e^{σ²/2} for unit a.
+    let s2 = sigma * sigma;
+    let rsd = ((2.0 * s2).exp() - s2.exp()).sqrt() / (s2 / 2.0).exp() / (n as f64).sqrt();
+    assert!(
+        p.total.i1 > 1.0 - 8.0 * rsd,
+        "I1 = {} (rsd {rsd})",
+        p.total.i1
+    );
+    assert!(p.total.i2 < 4.0 * rsd, "I2 = {} (rsd {rsd})", p.total.i2);
+    // And a strongly anisotropic (coned) Gaussian is far from isotropic.
+    let coned = gaussian(n, d, sigma, &[3.0], 2);
+    let q = panel(&coned, n, d, None);
+    // Z(±e1) ≈ N·e^{±3}·e^{σ²/2}: I1 ≈ e^{−6} ≈ 0.0025.
+    assert!(q.total.i1 < 0.01, "coned I1 = {}", q.total.i1);
+    assert!(
+        q.total.mean_cos > 0.5,
+        "coned mean cos = {}",
+        q.total.mean_cos
+    );
+}
+
+#[test]
+fn matches_an_f64_reference_to_1e6_whatever_the_eigenvector_signs() {
+    for (seed, offset) in [(3u64, 0.0), (4, 0.8), (5, 2.5)] {
+        let (n, d) = (700, 12);
+        let w = gaussian(n, d, 0.7, &[offset, -offset / 2.0], seed);
+        let p = panel(&w, n, d, None);
+        for flip in [11u64, 12, 13] {
+            let (i1, i2) = reference_isotropy(&w, n, d, flip);
+            assert!(rel(p.total.i1, i1) < 1e-6, "I1 {} vs {i1}", p.total.i1);
+            assert!(rel(p.total.i2, i2) < 1e-6, "I2 {} vs {i2}", p.total.i2);
+        }
+    }
+}
+
+#[test]
+fn identical_rows_give_closed_forms() {
+    let (n, d) = (50, 6);
+    let v = [4.0f32, -8.0, 0.0, 16.0, 2.0, 1.0];
+    let len = v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    let w: Vec<f32> = (0..n).flat_map(|_| v).collect();
+    let p = panel(&w, n, d, None);
+    // Z(±v̂) = N e^{±|v|}, Z = N on the 2d−2 directions orthogonal to v.
+    // I1 = Z(−v̂)/Z(v̂) = e^{−2|v|}. The projections are f32 (methods allow it), so log Z carries
+    // an absolute error of about |w|·1e-7: the relative error of I1 is bounded by that, not 1e-6.
+    let log_err = (p.total.i1.ln() + 2.0 * len).abs();
+    assert!(
+        log_err < 4e-7 * len,
+        "I1 {} (log error {log_err:e})",
+        p.total.i1
+    );
+    assert!(p.total.i1 < 1e-15);
+    let z: Vec<f64> = [len.exp(), (-len).exp()]
+        .into_iter()
+        .chain(std::iter::repeat_n(1.0, 2 * d - 2))
+        .collect();
+    let mean = z.iter().sum::<f64>() / z.len() as f64;
+    let std = (z.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / z.len() as f64).sqrt();
+    assert!(rel(p.total.i2, std / mean) < 1e-6, "I2 {}", p.total.i2);
+    assert!((p.total.mean_cos - 1.0).abs() < 1e-9);
+    assert!((p.total.mean_cos_to_mean - 1.0).abs() < 1e-9);
+    assert!(rel(p.total.mean_norm, len) < 1e-6);
+    assert!(rel(p.total.sv_max, len * (n as f64).sqrt()) < 1e-6);
+    assert!(p.total.sv_norm[1..].iter().all(|&s| s < 1e-6));
+    assert!((p.total.effective_rank - 1.0).abs() < 1e-6);
+}
+
+#[test]
+fn orthonormal_rows_give_closed_forms() {
+    let d = 8;
+    let w: Vec<f32> = (0..d * d)
+        .map(|k| if k / d == k % d { 1.0 } else { 0.0 })
+        .collect();
+    let p = panel(&w, d, d, None);
+    let e = std::f64::consts::E;
+    let want = ((d - 1) as f64 + 1.0 / e) / ((d - 1) as f64 + e);
+    assert!(rel(p.total.i1, want) < 1e-6, "I1 {} vs {want}", p.total.i1);
+    assert!(p.total.sv_norm.iter().all(|&s| (s - 1.0).abs() < 1e-9));
+    assert!(rel(p.total.effective_rank, d as f64) < 1e-9);
+    assert!(p.total.mean_cos.abs() < 1e-12);
+    assert!((p.total.mean_norm - 1.0).abs() < 1e-12);
+}
+
+#[test]
+fn cone_statistics_match_brute_force() {
+    let (n, d) = (300, 9);
+    let w = gaussian(n, d, 1.0, &[1.5, 0.5], 7);
+    let groups = RowGroups::from_ranks(&FrequencyGroups::new(n, GroupBounds::default()));
+    let p = panel(&w, n, d, Some(&groups));
+    let row = |i: usize| -> Vec<f64> { w[i * d..(i + 1) * d].iter().map(|&x| x as f64).collect() };
+    let cos = |a: &[f64], b: &[f64]| {
+        let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        let na: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();
+        dot / (na * nb)
+    };
+    let mut sum = 0.0;
+    for i in 0..n {
+        for j in 0..n {
+            if i != j {
+                sum += cos(&row(i), &row(j));
+            }
+        }
+    }
+    let brute = sum / (n * (n - 1)) as f64;
+    assert!(
+        rel(p.total.mean_cos, brute) < 1e-9,
+        "{} vs {brute}",
+        p.total.mean_cos
+    );
+
+    let mean: Vec<f64> = (0..d)
+        .map(|k| (0..n).map(|i| row(i)[k]).sum::<f64>() / n as f64)
+        .collect();
+    let to_mean = (0..n).map(|i| cos(&row(i), &mean)).sum::<f64>() / n as f64;
+    assert!(rel(p.total.mean_cos_to_mean, to_mean) < 1e-9);
+
+    let (f, r) = (groups.members(Group::Frequent), groups.members(Group::Rare));
+    let mut rf = 0.0;
+    for &a in &r {
+        for &b in &f {
+            rf += cos(&row(a as usize), &row(b as usize));
+        }
+    }
+    let rf = rf / (r.len() * f.len()) as f64;
+    assert!(rel(p.rare_frequent_cos.unwrap(), rf) < 1e-9);
+
+    // Each group's numbers are those of its rows taken as a matrix on their own, against the
+    // reference isotropy.
+    let gs = p.groups.as_ref().unwrap();
+    for (k, g) in Group::ALL.into_iter().enumerate() {
+        let m = groups.members(g);
+        let sub: Vec<f32> = m
+            .iter()
+            .flat_map(|&i| row(i as usize))
+            .map(|x| x as f32)
+            .collect();
+        let (i1, i2) = reference_isotropy(&sub, m.len(), d, 99);
+        assert_eq!(gs[k].rows, m.len());
+        assert!(rel(gs[k].i1, i1) < 1e-6, "{g}: I1 {} vs {i1}", gs[k].i1);
+        assert!(rel(gs[k].i2, i2) < 1e-6, "{g}: I2 {} vs {i2}", gs[k].i2);
+        let norm = m
+            .iter()
+            .map(|&i| row(i as usize).iter().map(|x| x * x).sum::<f64>().sqrt())
+            .sum::<f64>()
+            / m.len() as f64;
+        assert!(rel(gs[k].mean_norm, norm) < 1e-9);
+    }
+}
+
+#[test]
+fn scattered_group_rows_give_the_same_numbers_as_contiguous_ones() {
+    // A foreign matrix whose rows are not in rank order: groups from counts gather rows.
+    let (n, d) = (200, 7);
+    let w = gaussian(n, d, 1.0, &[0.7], 8);
+    let counts: Vec<u64> = (0..n as u64).map(|i| (i * 7919) % 1000).collect();
+    let groups = RowGroups::from_counts(&counts, GroupBounds::default());
+    let p = panel(&w, n, d, Some(&groups));
+    let rare = groups.members(Group::Rare);
+    let sub: Vec<f32> = rare
+        .iter()
+        .flat_map(|&i| w[i as usize * d..(i as usize + 1) * d].to_vec())
+        .collect();
+    let alone = panel(&sub, rare.len(), d, None);
+    let got = &p.groups.as_ref().unwrap()[2];
+    assert!(rel(got.i1, alone.total.i1) < 1e-9);
+    assert!(rel(got.effective_rank, alone.total.effective_rank) < 1e-9);
+}
+
+#[test]
+fn singular_values_match_power_iteration_and_jacobi() {
+    let (n, d) = (120, 10);
+    let w = gaussian(n, d, 1.0, &[2.0, 1.0, -1.0], 9);
+    let p = panel(&w, n, d, None);
+    let g = gram(&w, n, d);
+    // Power iteration on WᵀW for the largest singular value.
+    let mut x = vec![1.0; d];
+    let mut lambda = 0.0;
+    for _ in 0..2000 {
+        let y: Vec<f64> = (0..d)
+            .map(|i| (0..d).map(|j| g[i][j] * x[j]).sum())
+            .collect();
+        let norm = y.iter().map(|v| v * v).sum::<f64>().sqrt();
+        lambda = norm;
+        x = y.into_iter().map(|v| v / norm).collect();
+    }
+    assert!(
+        rel(p.total.sv_max, lambda.sqrt()) < 1e-9,
+        "{} vs {}",
+        p.total.sv_max,
+        lambda.sqrt()
+    );
+    let (values, _) = jacobi(&g);
+    for k in 0..d {
+        let want = values[k].max(0.0).sqrt() / values[0].sqrt();
+        assert!(
+            rel(p.total.sv_norm[k], want) < 1e-6,
+            "σ{k}: {} vs {want}",
+            p.total.sv_norm[k]
+        );
+    }
+    let total: f64 = values.iter().sum();
+    let entropy: f64 = values.iter().map(|l| l / total).map(|q| -q * q.ln()).sum();
+    assert!(rel(p.total.effective_rank, entropy.exp()) < 1e-9);
+}
+
+#[test]
+fn projections_are_the_top_axes_with_a_fixed_sign() {
+    let (n, d) = (400, 6);
+    let w = gaussian(n, d, 1.0, &[3.0, 0.0, 1.0], 10);
+    let e = Embeddings::new(n, d, &w).unwrap();
+    let row = |i: usize| -> Vec<f64> { w[i * d..(i + 1) * d].iter().map(|&x| x as f64).collect() };
+    for mode in [ProjectionMode::Uncentred, ProjectionMode::Centred] {
+        let options = PanelOptions {
+            projection: Some(mode),
+            threads: Threads::Sequential,
+        };
+        let p = EmbeddingPanel::compute(e, None, &options).unwrap();
+        let proj = p.projection.unwrap();
+        assert_eq!(proj.mode, mode);
+        let mean: Vec<f64> = (0..d)
+            .map(|k| (0..n).map(|i| row(i)[k]).sum::<f64>() / n as f64)
+            .collect();
+        let m = match mode {
+            ProjectionMode::Uncentred => gram(&w, n, d),
+            ProjectionMode::Centred => {
+                let g = gram(&w, n, d);
+                (0..d)
+                    .map(|i| {
+                        (0..d)
+                            .map(|j| g[i][j] / n as f64 - mean[i] * mean[j])
+                            .collect()
+                    })
+                    .collect()
+            }
+        };
+        let (_, vecs) = jacobi(&m);
+        for axis in 0..2 {
+            let coords: Vec<f64> = (0..n)
+                .map(|i| {
+                    let r = row(i);
+                    (0..d)
+                        .map(|k| {
+                            let x = if mode == ProjectionMode::Centred {
+                                r[k] - mean[k]
+                            } else {
+                                r[k]
+                            };
+                            x * vecs[k][axis]
+                        })
+                        .sum()
+                })
+                .collect();
+            let sign = if coords.iter().sum::<f64>() < 0.0 {
+                -1.0
+            } else {
+                1.0
+            };
+            for i in 0..n {
+                let got = proj.points[i][axis] as f64;
+                assert!(
+                    (got - sign * coords[i]).abs() < 1e-4 * (1.0 + coords[i].abs()),
+                    "{mode:?} axis {axis} row {i}"
+                );
+            }
+            assert!(proj.points.iter().map(|p| p[axis] as f64).sum::<f64>() >= 0.0);
+        }
+    }
+}
+
+#[test]
+fn isotropy_from_log_z_is_shift_invariant_and_exact() {
+    let (i1, i2) = isotropy_from_log_z(&[0.0, 2f64.ln()]);
+    assert!((i1 - 0.5).abs() < 1e-15);
+    // Z = {1, 2}: std 0.5, mean 1.5.
+    assert!((i2 - 1.0 / 3.0).abs() < 1e-15);
+    let (j1, j2) = isotropy_from_log_z(&[1000.0, 1000.0 + 2f64.ln()]);
+    assert!((j1 - i1).abs() < 1e-12 && (j2 - i2).abs() < 1e-12);
+}
+
+#[test]
+fn neighbours_match_brute_force() {
+    let (n, d) = (500, 16);
+    let w = gaussian(n, d, 1.0, &[0.5], 11);
+    let e = Embeddings::new(n, d, &w).unwrap();
+    let row = |i: usize| -> Vec<f64> { w[i * d..(i + 1) * d].iter().map(|&x| x as f64).collect() };
+    for threads in [Threads::All, Threads::Sequential] {
+        let index = NeighborIndex::new(e, threads);
+        for q in [0usize, 17, 250, 499] {
+            let qr = row(q);
+            let qn = qr.iter().map(|x| x * x).sum::<f64>().sqrt();
+            let mut cos: Vec<(f64, usize)> = (0..n)
+                .filter(|&i| i != q)
+                .map(|i| {
+                    let r = row(i);
+                    let rn = r.iter().map(|x| x * x).sum::<f64>().sqrt();
+                    (
+                        r.iter().zip(&qr).map(|(a, b)| a * b).sum::<f64>() / (rn * qn),
+                        i,
+                    )
+                })
+                .collect();
+            cos.sort_by(|a, b| b.0.total_cmp(&a.0));
+            let got = index.query(q as u32, 10, Similarity::Cosine);
+            assert_eq!(got.len(), 10);
+            for (g, want) in got.iter().zip(&cos) {
+                assert_eq!(g.id as usize, want.1, "query {q}");
+                assert!((g.score as f64 - want.0).abs() < 1e-5);
+            }
+            let mut dist: Vec<(f64, usize)> = (0..n)
+                .filter(|&i| i != q)
+                .map(|i| {
+                    (
+                        row(i)
+                            .iter()
+                            .zip(&qr)
+                            .map(|(a, b)| (a - b).powi(2))
+                            .sum::<f64>()
+                            .sqrt(),
+                        i,
+                    )
+                })
+                .collect();
+            dist.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let got = index.query(q as u32, 10, Similarity::Euclidean);
+            for (g, want) in got.iter().zip(&dist) {
+                assert_eq!(g.id as usize, want.1, "euclidean query {q}");
+                assert!((g.score as f64 - want.0).abs() < 1e-4 * (1.0 + want.0));
+            }
+        }
+        // Blocked all-pairs top-k agrees with single queries.
+        let all = index.all_top_k(5);
+        for q in [3u32, 333] {
+            let single: Vec<u32> = index
+                .query(q, 5, Similarity::Cosine)
+                .iter()
+                .map(|nb| nb.id)
+                .collect();
+            assert_eq!(all[q as usize], single);
+        }
+    }
+}
+
+#[test]
+fn class_precision_is_one_for_separated_classes_and_low_for_noise() {
+    // Three tight clusters on orthogonal axes: every neighbour is in the same class.
+    let (per, d) = (30, 6);
+    let mut rng = Rng(12);
+    let mut w = Vec::new();
+    let mut classes = Vec::new();
+    for c in 0..3 {
+        for _ in 0..per {
+            for k in 0..d {
+                let base = if k == 2 * c { 5.0 } else { 0.0 };
+                w.push((base + 0.1 * rng.normal()) as f32);
+            }
+            classes.push(Some(c as u32));
+        }
+    }
+    let n = 3 * per;
+    let groups = RowGroups::from_ranks(&FrequencyGroups::new(n, GroupBounds::default()));
+    let index = NeighborIndex::new(Embeddings::new(n, d, &w).unwrap(), Threads::All);
+    let p = class_precision(&index, &classes, &groups, 5).unwrap();
+    assert_eq!(p.total, 1.0);
+    // Random classes on the same rows: about 1/3.
+    let random: Vec<Option<u32>> = (0..n).map(|_| Some((rng.next_u64() % 3) as u32)).collect();
+    let q = class_precision(&index, &random, &groups, 5).unwrap();
+    assert!(q.total < 0.6, "{}", q.total);
+    // Rows without a class are skipped; a wrong-length class list is an error.
+    assert!(class_precision(&index, &classes[1..], &groups, 5).is_err());
+}
