@@ -7,14 +7,17 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
+use conelab::analysis::{InspectRequest, evaluate_checkpoint, inspect};
 use conelab::bench::{MetricsBench, TrainBench, bench_metrics, bench_train};
+use conelab::checkpoint::matrix::{load_matrix, read_counts_file, read_vocab_file};
 use conelab::checkpoint::{CorpusSpec, RunDir, RunSpec};
 use conelab::data::{
-    Corpus, CorpusReport, CorpusSource, GroupBounds, LoadOptions, SynthConfig, SyntheticCorpus,
-    VocabBuilder, thousands, zipf_exponent,
+    Corpus, CorpusReport, CorpusSource, GroupBounds, LoadOptions, Split, SynthConfig,
+    SyntheticCorpus, VocabBuilder, thousands, zipf_exponent,
 };
 use conelab::engine::{self, Command as EngineCommand, OptimizerKind, Schedule, Trainer};
 use conelab::headless::{self, Outcome};
+use conelab::metrics::Similarity;
 use conelab::model::{DeviceSpec, ModelConfig, Preset};
 use conelab::run_config::ConfigFile;
 
@@ -41,9 +44,93 @@ pub enum Command {
     /// Corpora: statistics of a corpus, and the built-in synthetic generator.
     #[command(subcommand)]
     Data(DataCommand),
+    /// Every model-output and embedding metric of a checkpoint on a split (methods.md §2).
+    Eval(EvalArgs),
+    /// Embedding metrics and nearest neighbours of a checkpoint or a foreign matrix.
+    Inspect(InspectArgs),
     /// Benchmarks that print a table (or JSON).
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HeldOutSplit {
+    Valid,
+    Test,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// A run directory (its newest checkpoint) or a `step-NNNNNN` checkpoint folder.
+    pub run: PathBuf,
+
+    #[arg(long, value_enum, default_value = "valid")]
+    pub split: HeldOutSplit,
+
+    /// Device to evaluate on [default: the run's own].
+    #[arg(long)]
+    pub device: Option<DeviceSpec>,
+
+    /// k of the same-class precision@k (runs on a corpus with word classes); 0 skips it.
+    #[arg(short, long, default_value_t = 10)]
+    pub k: usize,
+
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Embedding metrics (I1, I2, singular spectrum, effective rank, cone statistics; per \
+frequency group when training counts are known) and exact nearest-neighbour tables.\n\nPATH is a \
+conelab run directory or step-NNNNNN folder (vocabulary, counts and groups come with it), or a \
+foreign matrix: a .safetensors file (pick the tensor with --tensor) or a .npy file (float32 or \
+float64, 2-D), one row per token.\n\nJSON keys (stable): n, d, i1, i2, mean_norm, sv_norm, sv_max, \
+effective_rank, mean_cos, mean_cos_to_mean, groups.{frequent,medium,rare}.{same keys + rows}, \
+rare_frequent_cos, neighbors.{WORD: [{token, cosine|distance, id, group, count}]}, \
+class_precision."
+)]
+pub struct InspectArgs {
+    pub path: PathBuf,
+
+    /// Tensor name inside a .safetensors file (e.g. embeddings.word_embeddings.weight).
+    #[arg(long)]
+    pub tensor: Option<String>,
+
+    /// One token per line, line i naming row i.
+    #[arg(long, value_name = "FILE")]
+    pub vocab: Option<PathBuf>,
+
+    /// Training count per row, one per line (or token<TAB>count); enables the frequency groups.
+    #[arg(long, value_name = "FILE")]
+    pub counts: Option<PathBuf>,
+
+    /// Words whose neighbours to list, comma-separated (`#ROW` names a row by number).
+    #[arg(long, value_name = "W1,W2,…", value_delimiter = ',')]
+    pub neighbors: Vec<String>,
+
+    /// Neighbours per word.
+    #[arg(short, long, default_value_t = 10)]
+    pub k: usize,
+
+    /// Neighbour similarity.
+    #[arg(long, value_enum, default_value = "cosine")]
+    pub metric: NeighborMetric,
+
+    /// Group boundaries for --counts (see `data stats --help`) [default: the run's, else 0.3,0.8].
+    #[arg(long, value_name = "MEDIUM,RARE")]
+    pub groups: Option<GroupBounds>,
+
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NeighborMetric {
+    Cosine,
+    Euclidean,
 }
 
 #[derive(Debug, Args)]
@@ -263,6 +350,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Data(DataCommand::Stats(args)) => data_stats(args),
         Command::Data(DataCommand::Synth(args)) => data_synth(args),
         Command::Train(args) => train(*args),
+        Command::Eval(args) => eval_cmd(args),
+        Command::Inspect(args) => inspect_cmd(args),
         Command::Bench(BenchCommand::Train(args)) => bench_train_cmd(args),
         Command::Bench(BenchCommand::Metrics(args)) => bench_metrics_cmd(args),
     }
@@ -467,6 +556,54 @@ fn bench_train_cmd(args: BenchTrainArgs) -> Result<()> {
         r.ms_per_step_std,
         r.peak_rss_mib
     ))
+}
+
+fn eval_cmd(args: EvalArgs) -> Result<()> {
+    let split = match args.split {
+        HeldOutSplit::Valid => Split::Valid,
+        HeldOutSplit::Test => Split::Test,
+    };
+    let report = evaluate_checkpoint(&args.run, split, args.device, args.k)?;
+    if args.json {
+        print_stdout(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&report.to_json())?
+        ))
+    } else {
+        print_stdout(&report.render())
+    }
+}
+
+fn inspect_cmd(args: InspectArgs) -> Result<()> {
+    let mut m = load_matrix(&args.path, args.tensor.as_deref())?;
+    if let Some(v) = &args.vocab {
+        m.tokens = Some(read_vocab_file(v, m.n)?);
+    }
+    if let Some(c) = &args.counts {
+        m.counts = Some(read_counts_file(c, m.n)?);
+    }
+    let bounds = match (args.groups, m.group_bounds) {
+        (Some(b), _) => b,
+        (None, Some([a, b])) => GroupBounds::new(a, b)?,
+        (None, None) => GroupBounds::default(),
+    };
+    let request = InspectRequest {
+        queries: args.neighbors.clone(),
+        k: args.k,
+        similarity: match args.metric {
+            NeighborMetric::Cosine => Similarity::Cosine,
+            NeighborMetric::Euclidean => Similarity::Euclidean,
+        },
+    };
+    let report = inspect(&m, bounds, &request)?;
+    if args.json {
+        print_stdout(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&report.to_json())?
+        ))
+    } else {
+        print_stdout(&report.render())
+    }
 }
 
 fn bench_metrics_cmd(args: BenchMetricsArgs) -> Result<()> {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::engine::analysis::EmbeddingStats;
 use crate::engine::{Command, EngineHandle, EvalStats, Event, FinishReason};
 
 /// How the run ended, for the exit status.
@@ -38,6 +39,7 @@ pub fn run(handle: EngineHandle, tty: bool, log_every: u64) -> Outcome {
         }
     };
     let mut last_valid: Option<f64> = None;
+    let mut last_i1: Option<f64> = None;
     let outcome = loop {
         let Ok(event) = handle.events().recv() else {
             break Outcome::Failed {
@@ -70,6 +72,8 @@ pub fn run(handle: EngineHandle, tty: bool, log_every: u64) -> Outcome {
                     let valid = last_valid
                         .map(|p| format!(" valid ppl {p:.2}"))
                         .unwrap_or_default();
+                    let i1 = last_i1.map(|v| format!(" I1 {v:.3}")).unwrap_or_default();
+                    let valid = format!("{valid}{i1}");
                     b.set_message(format!(
                         "loss {:.4}{valid} | {:.0} tok/s | lr {:.2e}",
                         s.loss, s.tokens_per_sec, s.lr
@@ -88,6 +92,12 @@ pub fn run(handle: EngineHandle, tty: bool, log_every: u64) -> Outcome {
                 line(eval_line(&e));
             }
             Event::Snapshot { .. } => {}
+            Event::Embedding(e) => {
+                last_i1 = Some(e.total.i1);
+                if bar.is_none() {
+                    line(embedding_line(&e));
+                }
+            }
             Event::Applied(a) => line(format!(
                 "applied step={} {:?}: {} -> {}",
                 a.step, a.command, a.before, a.after
@@ -142,7 +152,34 @@ fn drain_until_finished(handle: &EngineHandle) -> Option<u64> {
 pub fn eval_line(e: &EvalStats) -> String {
     let [f, m, r] = e.groups;
     format!(
-        "eval step={} split={} ppl={:.3} frequent={:.3} medium={:.3} rare={:.3} positions={} seconds={:.2}",
-        e.step, e.split, e.ppl, f.0, m.0, r.0, e.positions, e.seconds
+        "eval step={} split={} ppl={:.3} frequent={:.3} medium={:.3} rare={:.3} uniq={} mu_z={:.3} sigma_z={:.3} positions={} seconds={:.2}",
+        e.step,
+        e.split,
+        e.ppl,
+        f.0,
+        m.0,
+        r.0,
+        e.outputs.uniq,
+        e.outputs.mu_z,
+        e.outputs.sigma_z,
+        e.positions,
+        e.seconds
+    )
+}
+
+pub fn embedding_line(e: &EmbeddingStats) -> String {
+    let [f, m, r] = &e.groups;
+    format!(
+        "embedding step={} i1={:.4} i1_frequent={:.4} i1_medium={:.4} i1_rare={:.4} mean_cos={:.4} rare_frequent_cos={:.4} mean_norm={:.4} effective_rank={:.1} seconds={:.2}",
+        e.step,
+        e.total.i1,
+        f.i1,
+        m.i1,
+        r.i1,
+        e.total.mean_cos,
+        e.rare_frequent_cos,
+        e.total.mean_norm,
+        e.total.effective_rank,
+        e.seconds
     )
 }

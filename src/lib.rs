@@ -6,6 +6,7 @@
 //! every file that matters goes through.
 
 pub mod alloc_count;
+pub mod analysis;
 pub mod atomic;
 pub mod bench;
 pub mod checkpoint;

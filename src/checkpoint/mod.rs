@@ -13,6 +13,8 @@
 //! The newest `keep` checkpoints are kept. Every file is fsynced before the rename; the run
 //! directory is fsynced after it, so a crash leaves either the whole checkpoint or none of it.
 
+pub mod matrix;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 

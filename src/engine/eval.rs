@@ -14,16 +14,29 @@ use crate::metrics::{OutputAccumulator, OutputBatch};
 use crate::model::output::output_tensors;
 use crate::model::{LanguageModel, RecurrentState};
 
+/// How to evaluate: which split, in how many parallel streams of which window length, at which
+/// step, with which cosine-regulariser weight for the Theorem-2 threshold.
+pub struct EvalRequest {
+    pub split: Split,
+    pub streams: usize,
+    pub window: usize,
+    pub step: u64,
+    pub cosine_weight: f64,
+}
+
 pub fn evaluate(
     model: &LanguageModel,
     device: &Device,
     corpus: &Corpus,
-    split: Split,
-    streams: usize,
-    window: usize,
-    step: u64,
-    cosine_weight: f64,
+    request: &EvalRequest,
 ) -> Result<EvalStats, EngineError> {
+    let &EvalRequest {
+        split,
+        streams,
+        window,
+        step,
+        cosine_weight,
+    } = request;
     let start = Instant::now();
     let model = model.valid();
     let tokens = corpus.split(split);

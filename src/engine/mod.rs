@@ -1,6 +1,7 @@
 //! The training engine: a [`Trainer`] on its own thread, a command channel in, an event channel
 //! out (see [`protocol`]). The UI never waits on training and training never waits on the UI.
 
+pub mod analysis;
 pub mod config;
 mod eval;
 pub mod protocol;
@@ -20,7 +21,9 @@ pub use trainer::{RunState, Trainer, clip_global_norm};
 
 use crate::checkpoint::{self, CheckpointError, RunDir};
 use crate::data::{Corpus, DataError, GroupBounds, LoadOptions, Split};
-use crate::model::DeviceError;
+use crate::metrics::RowGroups;
+use crate::model::{DeviceError, DeviceSpec};
+use analysis::{AnalysisSlot, AnalysisWorker};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -41,6 +44,15 @@ pub enum EngineError {
 /// Rebuilds a run from its directory and its newest checkpoint (or the `step-NNNNNN` folder given),
 /// optionally with a new total step count.
 pub fn resume(path: &Path, steps: Option<u64>) -> Result<(Trainer, RunDir), EngineError> {
+    resume_on(path, steps, None)
+}
+
+/// [`resume`] on another device than the run's own (e.g. evaluating a GPU run on a laptop).
+pub fn resume_on(
+    path: &Path,
+    steps: Option<u64>,
+    device: Option<DeviceSpec>,
+) -> Result<(Trainer, RunDir), EngineError> {
     let run = RunDir::open(path)?;
     let spec = run.spec().clone();
     let bounds = GroupBounds::new(spec.group_bounds[0], spec.group_bounds[1])?;
@@ -67,10 +79,13 @@ pub fn resume(path: &Path, steps: Option<u64>) -> Result<(Trainer, RunDir), Engi
     if let Some(s) = steps {
         train.steps = s;
     }
-    let device = spec
-        .device
-        .parse()
-        .map_err(|e: DeviceError| EngineError::Config(e.to_string()))?;
+    let device = match device {
+        Some(d) => d,
+        None => spec
+            .device
+            .parse()
+            .map_err(|e: DeviceError| EngineError::Config(e.to_string()))?,
+    };
     let mut trainer = Trainer::new(Arc::new(corpus), spec.model.clone(), train, device)?;
     let step_dir: PathBuf = if path.join("model.safetensors").exists() {
         path.to_path_buf()
@@ -93,6 +108,7 @@ pub struct EngineHandle {
     commands: Sender<Command>,
     events: Receiver<Event>,
     snapshots: SnapshotSlot,
+    analyses: AnalysisSlot,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -116,6 +132,11 @@ impl EngineHandle {
         &self.snapshots
     }
 
+    /// The newest snapshot's embedding analysis (metrics and 2-D projection).
+    pub fn analyses(&self) -> &AnalysisSlot {
+        &self.analyses
+    }
+
     /// Waits for the engine thread to end.
     pub fn join(mut self) {
         if let Some(t) = self.thread.take() {
@@ -130,14 +151,19 @@ pub fn spawn(trainer: Trainer, run: Option<RunDir>) -> EngineHandle {
     let (event_tx, event_rx) = mpsc::channel();
     let snapshots = SnapshotSlot::default();
     let slot = snapshots.clone();
+    let analyses = AnalysisSlot::default();
+    let analysis_out = analyses.clone();
     let thread = std::thread::Builder::new()
         .name("conelab-engine".into())
         .spawn(move || {
+            let groups = RowGroups::from_ranks(trainer.corpus().groups());
+            let analysis = AnalysisWorker::start(groups, event_tx.clone(), analysis_out);
             let mut engine = Engine {
                 trainer,
                 run,
                 events: event_tx,
                 snapshots: slot,
+                analysis,
                 last_saved: None,
             };
             let step = engine.trainer.state().step;
@@ -163,6 +189,7 @@ pub fn spawn(trainer: Trainer, run: Option<RunDir>) -> EngineHandle {
         commands: command_tx,
         events: event_rx,
         snapshots,
+        analyses,
         thread: thread.ok(),
     }
 }
@@ -172,6 +199,7 @@ struct Engine {
     run: Option<RunDir>,
     events: Sender<Event>,
     snapshots: SnapshotSlot,
+    analysis: AnalysisWorker,
     /// Step of the newest checkpoint written, so the end of a run does not write it twice.
     last_saved: Option<u64>,
 }
@@ -277,6 +305,7 @@ impl Engine {
                 if save {
                     self.save()?;
                 }
+                self.analysis.finish();
                 self.emit(Event::Finished {
                     step: self.step(),
                     reason: FinishReason::Stopped,
@@ -296,8 +325,7 @@ impl Engine {
             self.evaluate_valid()?;
         }
         if due(snapshot_every) {
-            self.snapshots.put(self.trainer.snapshot()?);
-            self.emit(Event::Snapshot { step });
+            self.take_snapshot()?;
         }
         if due(checkpoint_every) {
             self.save()?;
@@ -327,15 +355,25 @@ impl Engine {
             self.evaluate_valid()?;
         }
         self.emit(Event::Eval(self.trainer.evaluate(Split::Test)?));
-        self.snapshots.put(self.trainer.snapshot()?);
-        self.emit(Event::Snapshot { step });
+        self.take_snapshot()?;
         if self.last_saved != Some(step) {
             self.save()?;
         }
+        // The last snapshot's metrics come before Finished.
+        self.analysis.finish();
         self.emit(Event::Finished {
             step,
             reason: FinishReason::Completed,
         });
+        Ok(())
+    }
+
+    /// Copies W to the host once; the UI and the metrics worker share the copy.
+    fn take_snapshot(&mut self) -> Result<(), EngineError> {
+        let snapshot = Arc::new(self.trainer.snapshot()?);
+        self.snapshots.put(snapshot.clone());
+        self.analysis.submit(snapshot);
+        self.emit(Event::Snapshot { step: self.step() });
         Ok(())
     }
 

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+use super::analysis::EmbeddingStats;
 use crate::metrics::OutputMetrics;
 
 /// A request to the running engine.
@@ -85,10 +86,10 @@ pub struct Snapshot {
 pub struct SnapshotSlot(Arc<Mutex<Option<Arc<Snapshot>>>>);
 
 impl SnapshotSlot {
-    pub fn put(&self, snapshot: Snapshot) {
+    pub fn put(&self, snapshot: Arc<Snapshot>) {
         // A poisoned lock only means a consumer panicked mid-take; the slot is still usable.
         let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        *slot = Some(Arc::new(snapshot));
+        *slot = Some(snapshot);
     }
 
     pub fn take(&self) -> Option<Arc<Snapshot>> {
@@ -118,6 +119,9 @@ pub enum Event {
     },
     Step(StepStats),
     Eval(EvalStats),
+    /// Embedding metrics of a snapshot (total and per group), computed off the training thread;
+    /// the full analysis with the 2-D projection is in the analysis slot.
+    Embedding(Box<EmbeddingStats>),
     /// A snapshot of W was put in the slot.
     Snapshot {
         step: u64,

@@ -250,12 +250,14 @@ impl Trainer {
             &self.model,
             &self.device.clone().inner(),
             &self.corpus,
-            split,
-            self.config.eval_batch,
-            self.model_config.window(),
-            self.state.step,
-            // The Theorem-2 threshold's cosine weight: no cosine regulariser exists yet (#5).
-            0.0,
+            &eval::EvalRequest {
+                split,
+                streams: self.config.eval_batch,
+                window: self.model_config.window(),
+                step: self.state.step,
+                // The Theorem-2 threshold's cosine weight: no cosine regulariser exists yet (#5).
+                cosine_weight: 0.0,
+            },
         )?;
         Ok(stats)
     }

@@ -1,0 +1,605 @@
+//! Offline analysis behind `conelab eval` (a checkpoint on a split: every model-output and
+//! embedding metric) and `conelab inspect` (any embedding matrix: embedding metrics and
+//! neighbour tables). Builds the reports; the binary prints them as tables or JSON.
+
+use std::path::Path;
+
+use serde_json::{Map, Value, json};
+
+use crate::checkpoint::matrix::{LoadedMatrix, run_classes};
+use crate::data::{Group, GroupBounds, Split, thousands};
+use crate::engine::{self, EngineError, EvalStats};
+use crate::metrics::neighbors::{ClassPrecision, class_precision};
+use crate::metrics::{
+    EmbeddingPanel, Embeddings, MatrixError, NeighborIndex, PanelOptions, RowGroups, SetStats,
+    Similarity, Threads,
+};
+use crate::model::DeviceSpec;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysisError {
+    #[error(transparent)]
+    Matrix(#[from] MatrixError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("unknown word {word:?}{}", suggestions(.close))]
+    UnknownWord { word: String, close: Vec<String> },
+    #[error("row {row} is out of range (the matrix has {n} rows)")]
+    RowOutOfRange { row: usize, n: usize },
+    #[error("-k must be at least 1")]
+    ZeroK,
+}
+
+fn suggestions(close: &[String]) -> String {
+    if close.is_empty() {
+        " (no close spelling in the vocabulary)".into()
+    } else {
+        format!("; close spellings: {}", close.join(", "))
+    }
+}
+
+/// Embedding metrics as JSON with the documented keys: `n`, `d`, `i1`, `i2`, `mean_norm`,
+/// `sv_norm`, `effective_rank`, `mean_cos` (plus `sv_max`, `mean_cos_to_mean`).
+fn set_json(s: &SetStats) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("rows".into(), json!(s.rows));
+    m.insert("i1".into(), num(s.i1));
+    m.insert("i2".into(), num(s.i2));
+    m.insert("mean_norm".into(), num(s.mean_norm));
+    m.insert(
+        "sv_norm".into(),
+        Value::Array(s.sv_norm.iter().map(|&v| num(v)).collect()),
+    );
+    m.insert("sv_max".into(), num(s.sv_max));
+    m.insert("effective_rank".into(), num(s.effective_rank));
+    m.insert("mean_cos".into(), num(s.mean_cos));
+    m.insert("mean_cos_to_mean".into(), num(s.mean_cos_to_mean));
+    m
+}
+
+/// JSON has no NaN: undefined values (an empty group) are `null`.
+fn num(v: f64) -> Value {
+    if v.is_finite() { json!(v) } else { Value::Null }
+}
+
+pub fn panel_json(panel: &EmbeddingPanel) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("n".into(), json!(panel.n));
+    m.insert("d".into(), json!(panel.d));
+    m.extend(set_json(&panel.total));
+    m.remove("rows");
+    if let Some(groups) = &panel.groups {
+        let g: Map<String, Value> = Group::ALL
+            .iter()
+            .zip(groups)
+            .map(|(g, s)| (g.name().to_owned(), Value::Object(set_json(s))))
+            .collect();
+        m.insert("groups".into(), Value::Object(g));
+        m.insert(
+            "rare_frequent_cos".into(),
+            num(panel.rare_frequent_cos.unwrap_or(f64::NAN)),
+        );
+    }
+    m
+}
+
+/// What `inspect` was asked for.
+#[derive(Debug, Clone)]
+pub struct InspectRequest {
+    pub queries: Vec<String>,
+    pub k: usize,
+    pub similarity: Similarity,
+}
+
+#[derive(Debug, Clone)]
+pub struct NeighborRow {
+    pub token: String,
+    pub id: u32,
+    pub score: f32,
+    pub group: Option<Group>,
+    pub count: Option<u64>,
+}
+
+pub struct InspectReport {
+    pub source: String,
+    pub step: Option<u64>,
+    pub panel: EmbeddingPanel,
+    pub neighbors: Vec<(String, Vec<NeighborRow>)>,
+    pub similarity: Similarity,
+    pub class_precision: Option<ClassPrecision>,
+}
+
+/// Rows named by the user: a token of the vocabulary, or `#ROW` (and a bare number when the
+/// matrix has no vocabulary).
+pub fn resolve_word(word: &str, tokens: Option<&[String]>, n: usize) -> Result<u32, AnalysisError> {
+    if let Some(tokens) = tokens
+        && let Some(i) = tokens.iter().position(|t| t == word)
+    {
+        return Ok(i as u32);
+    }
+    let numeric = word.strip_prefix('#').or(tokens.is_none().then_some(word));
+    if let Some(row) = numeric.and_then(|s| s.parse::<usize>().ok()) {
+        return if row < n {
+            Ok(row as u32)
+        } else {
+            Err(AnalysisError::RowOutOfRange { row, n })
+        };
+    }
+    Err(AnalysisError::UnknownWord {
+        word: word.to_owned(),
+        close: tokens
+            .map(|t| close_spellings(word, t, 5))
+            .unwrap_or_default(),
+    })
+}
+
+/// Up to `max` tokens within a small edit distance of `word` (nearest first).
+pub fn close_spellings(word: &str, tokens: &[String], max: usize) -> Vec<String> {
+    let limit = (word.chars().count() / 3).clamp(1, 3);
+    let lower = word.to_lowercase();
+    let mut scored: Vec<(usize, &String)> = tokens
+        .iter()
+        .filter_map(|t| {
+            let d = edit_distance(&lower, &t.to_lowercase(), limit)?;
+            Some((d, t))
+        })
+        .collect();
+    scored.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(b.1)));
+    scored
+        .into_iter()
+        .take(max)
+        .map(|(_, t)| t.clone())
+        .collect()
+}
+
+/// Levenshtein distance, or `None` when it exceeds `limit`.
+fn edit_distance(a: &str, b: &str, limit: usize) -> Option<usize> {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    if a.len().abs_diff(b.len()) > limit {
+        return None;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        if cur.iter().min().is_some_and(|&m| m > limit) {
+            return None;
+        }
+        prev = cur;
+    }
+    let d = prev[b.len()];
+    (d <= limit).then_some(d)
+}
+
+pub fn inspect(
+    m: &LoadedMatrix,
+    bounds: GroupBounds,
+    request: &InspectRequest,
+) -> Result<InspectReport, AnalysisError> {
+    if request.k == 0 {
+        return Err(AnalysisError::ZeroK);
+    }
+    let w = Embeddings::new(m.n, m.d, &m.data)?;
+    let groups = m
+        .counts
+        .as_deref()
+        .map(|c| RowGroups::from_counts(c, bounds));
+    let tokens = m.tokens.as_deref();
+    // Resolve every query before the heavy work, so a typo fails fast.
+    let ids = request
+        .queries
+        .iter()
+        .map(|q| resolve_word(q, tokens, m.n))
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = PanelOptions {
+        projection: None,
+        threads: Threads::All,
+    };
+    let panel = EmbeddingPanel::compute(w, groups.as_ref(), &options)?;
+    let needs_index = !ids.is_empty() || (m.classes.is_some() && groups.is_some());
+    let index = needs_index.then(|| NeighborIndex::new(w, Threads::All));
+    let name = |id: u32| {
+        tokens
+            .and_then(|t| t.get(id as usize).cloned())
+            .unwrap_or_else(|| format!("#{id}"))
+    };
+    let mut neighbors = Vec::new();
+    if let Some(index) = &index {
+        for (q, &id) in request.queries.iter().zip(&ids) {
+            let rows = index
+                .query(id, request.k, request.similarity)
+                .into_iter()
+                .map(|nb| NeighborRow {
+                    token: name(nb.id),
+                    id: nb.id,
+                    score: nb.score,
+                    group: groups.as_ref().map(|g| g.group_of(nb.id as usize)),
+                    count: m.counts.as_ref().map(|c| c[nb.id as usize]),
+                })
+                .collect();
+            neighbors.push((q.clone(), rows));
+        }
+    }
+    let class_precision = match (&index, &m.classes, &groups) {
+        (Some(index), Some(classes), Some(groups)) => {
+            Some(class_precision(index, classes, groups, request.k)?)
+        }
+        _ => None,
+    };
+    Ok(InspectReport {
+        source: m.source.clone(),
+        step: m.step,
+        panel,
+        neighbors,
+        similarity: request.similarity,
+        class_precision,
+    })
+}
+
+fn class_precision_json(p: &ClassPrecision) -> Value {
+    json!({
+        "k": p.k,
+        "total": num(p.total),
+        "frequent": num(p.groups[0]),
+        "medium": num(p.groups[1]),
+        "rare": num(p.groups[2]),
+    })
+}
+
+impl InspectReport {
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("source".into(), json!(self.source));
+        m.insert("step".into(), json!(self.step));
+        m.extend(panel_json(&self.panel));
+        let key = match self.similarity {
+            Similarity::Cosine => "cosine",
+            Similarity::Euclidean => "distance",
+        };
+        let neighbors: Map<String, Value> = self
+            .neighbors
+            .iter()
+            .map(|(q, rows)| {
+                let arr = rows
+                    .iter()
+                    .map(|r| {
+                        let mut o = Map::new();
+                        o.insert("token".into(), json!(r.token));
+                        o.insert(key.into(), json!(r.score));
+                        o.insert("id".into(), json!(r.id));
+                        if let Some(g) = r.group {
+                            o.insert("group".into(), json!(g.name()));
+                        }
+                        if let Some(c) = r.count {
+                            o.insert("count".into(), json!(c));
+                        }
+                        Value::Object(o)
+                    })
+                    .collect();
+                (q.clone(), Value::Array(arr))
+            })
+            .collect();
+        m.insert("neighbors".into(), Value::Object(neighbors));
+        if let Some(p) = &self.class_precision {
+            m.insert("class_precision".into(), class_precision_json(p));
+        }
+        Value::Object(m)
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "{}{}: {} x {}\n",
+            self.source,
+            self.step
+                .map(|s| format!(" (step {s})"))
+                .unwrap_or_default(),
+            thousands(self.panel.n as u64),
+            self.panel.d
+        );
+        out.push_str(&panel_table(&self.panel));
+        if let Some(p) = &self.class_precision {
+            out.push_str(&format!(
+                "same-class precision@{}: total {:.3} | frequent {:.3} | medium {:.3} | rare {:.3}\n",
+                p.k, p.total, p.groups[0], p.groups[1], p.groups[2]
+            ));
+        }
+        let header = match self.similarity {
+            Similarity::Cosine => "cosine",
+            Similarity::Euclidean => "distance",
+        };
+        for (q, rows) in &self.neighbors {
+            out.push_str(&format!(
+                "\nneighbours of {q:?}\n  {:>3}  {:<24} {:>9}  {:<8} {:>10}\n",
+                "#", "token", header, "group", "count"
+            ));
+            for (i, r) in rows.iter().enumerate() {
+                out.push_str(&format!(
+                    "  {:>3}  {:<24} {:>9.4}  {:<8} {:>10}\n",
+                    i + 1,
+                    r.token,
+                    r.score,
+                    r.group.map(|g| g.name()).unwrap_or("-"),
+                    r.count.map(thousands).unwrap_or_else(|| "-".into())
+                ));
+            }
+        }
+        out
+    }
+}
+
+fn fmt(v: f64, width: usize) -> String {
+    if !v.is_finite() {
+        return format!("{:>width$}", "-");
+    }
+    let a = v.abs();
+    if a != 0.0 && !(1e-3..1e5).contains(&a) {
+        format!("{v:>width$.3e}")
+    } else {
+        format!("{v:>width$.4}")
+    }
+}
+
+/// Embedding metrics with the groups as columns (Yu et al. Table 3 layout).
+pub fn panel_table(p: &EmbeddingPanel) -> String {
+    let sets: Vec<(&str, &SetStats)> = match &p.groups {
+        Some(g) => vec![
+            ("frequent", &g[0]),
+            ("medium", &g[1]),
+            ("rare", &g[2]),
+            ("total", &p.total),
+        ],
+        None => vec![("total", &p.total)],
+    };
+    let mut out = format!("{:<22}", "embedding");
+    for (name, _) in &sets {
+        out.push_str(&format!(" {name:>12}"));
+    }
+    out.push('\n');
+    type Column = fn(&SetStats) -> f64;
+    let rows: [(&str, Column); 9] = [
+        ("rows", |s| s.rows as f64),
+        ("I1(W)", |s| s.i1),
+        ("I2(W)", |s| s.i2),
+        ("mean norm", |s| s.mean_norm),
+        ("mean cosine", |s| s.mean_cos),
+        ("cosine to mean", |s| s.mean_cos_to_mean),
+        ("effective rank", |s| s.effective_rank),
+        ("sigma_max", |s| s.sv_max),
+        ("sigma_10 / sigma_max", |s| {
+            s.sv_norm.get(9).copied().unwrap_or(f64::NAN)
+        }),
+    ];
+    for (label, f) in rows {
+        out.push_str(&format!("{label:<22}"));
+        for (_, s) in &sets {
+            if label == "rows" {
+                out.push_str(&format!(" {:>12}", thousands(s.rows as u64)));
+            } else {
+                out.push_str(&format!(" {}", fmt(f(s), 12)));
+            }
+        }
+        out.push('\n');
+    }
+    if let Some(rf) = p.rare_frequent_cos {
+        out.push_str(&format!(
+            "mean cosine rare-frequent: {}\n",
+            fmt(rf, 0).trim()
+        ));
+    }
+    out
+}
+
+/// `conelab eval`: one checkpoint on one split.
+pub struct EvalReport {
+    pub run: String,
+    pub step: u64,
+    pub device: String,
+    pub eval: EvalStats,
+    pub panel: EmbeddingPanel,
+    pub class_precision: Option<ClassPrecision>,
+}
+
+pub fn evaluate_checkpoint(
+    path: &Path,
+    split: Split,
+    device: Option<DeviceSpec>,
+    k: usize,
+) -> Result<EvalReport, AnalysisError> {
+    let (trainer, run) = engine::resume_on(path, None, device)?;
+    let eval = trainer.evaluate(split)?;
+    let snapshot = trainer.snapshot()?;
+    let w = Embeddings::new(snapshot.n, snapshot.d, &snapshot.weights)?;
+    let groups = RowGroups::from_ranks(trainer.corpus().groups());
+    let options = PanelOptions {
+        projection: None,
+        threads: Threads::All,
+    };
+    let panel = EmbeddingPanel::compute(w, Some(&groups), &options)?;
+    let class_precision = match run_classes(&run, trainer.corpus().vocab().tokens()) {
+        Some(classes) if k > 0 => {
+            let index = NeighborIndex::new(w, Threads::All);
+            Some(class_precision(&index, &classes, &groups, k)?)
+        }
+        _ => None,
+    };
+    Ok(EvalReport {
+        run: run.path().display().to_string(),
+        step: trainer.state().step,
+        device: trainer.device_spec().to_string(),
+        eval,
+        panel,
+        class_precision,
+    })
+}
+
+impl EvalReport {
+    pub fn to_json(&self) -> Value {
+        let o = &self.eval.outputs;
+        let groups: Map<String, Value> = Group::ALL
+            .iter()
+            .zip(&o.groups)
+            .map(|(g, s)| {
+                (
+                    g.name().to_owned(),
+                    json!({
+                        "ppl": num(s.ppl),
+                        "positions": s.positions,
+                        "uniq": s.uniq,
+                        "human_uniq": s.human_uniq,
+                        "theorem2_below": s.theorem2_below,
+                        "tokens": s.tokens,
+                    }),
+                )
+            })
+            .collect();
+        let mut m = Map::new();
+        m.insert("run".into(), json!(self.run));
+        m.insert("step".into(), json!(self.step));
+        m.insert("device".into(), json!(self.device));
+        m.insert("split".into(), json!(self.eval.split));
+        m.insert(
+            "outputs".into(),
+            json!({
+                "positions": o.positions,
+                "loss": num(o.loss),
+                "ppl": num(o.ppl),
+                "uniq": o.uniq,
+                "human_uniq": o.human_uniq,
+                "block_length": o.block_length,
+                "mu_z": num(o.mu_z),
+                "sigma_z": num(o.sigma_z),
+                "unnormalised_ppl": num(o.unnormalised_ppl),
+                "entropy_log_z_corr": num(o.entropy_log_z_corr),
+                "theorem2_gamma": o.theorem2_gamma,
+                "theorem2_threshold": o.theorem2_threshold,
+                "groups": groups,
+                "histogram": o.histogram,
+            }),
+        );
+        m.insert("embedding".into(), Value::Object(panel_json(&self.panel)));
+        if let Some(p) = &self.class_precision {
+            m.insert("class_precision".into(), class_precision_json(p));
+        }
+        m.insert("seconds".into(), json!(self.eval.seconds));
+        Value::Object(m)
+    }
+
+    pub fn render(&self) -> String {
+        let o = &self.eval.outputs;
+        let mut out = format!(
+            "{} step {} on {} ({} split, {} positions, block length {}, {:.1} s)\n",
+            self.run,
+            self.step,
+            self.device,
+            self.eval.split,
+            thousands(o.positions),
+            o.block_length,
+            self.eval.seconds
+        );
+        out.push_str(&format!(
+            "{:<22} {:>12} {:>12} {:>12} {:>12}\n",
+            "outputs", "frequent", "medium", "rare", "total"
+        ));
+        let g = &o.groups;
+        out.push_str(&format!(
+            "{:<22} {} {} {} {}\n",
+            "PPL",
+            fmt(g[0].ppl, 12),
+            fmt(g[1].ppl, 12),
+            fmt(g[2].ppl, 12),
+            fmt(o.ppl, 12)
+        ));
+        let ints: [(&str, [u64; 3], u64); 4] = [
+            (
+                "positions",
+                [g[0].positions, g[1].positions, g[2].positions],
+                o.positions,
+            ),
+            (
+                "Uniq",
+                [g[0].uniq as u64, g[1].uniq as u64, g[2].uniq as u64],
+                o.uniq as u64,
+            ),
+            (
+                "Uniq (human)",
+                [
+                    g[0].human_uniq as u64,
+                    g[1].human_uniq as u64,
+                    g[2].human_uniq as u64,
+                ],
+                o.human_uniq as u64,
+            ),
+            (
+                "Thm-2 tokens below",
+                [
+                    g[0].theorem2_below as u64,
+                    g[1].theorem2_below as u64,
+                    g[2].theorem2_below as u64,
+                ],
+                g.iter().map(|x| x.theorem2_below as u64).sum(),
+            ),
+        ];
+        for (label, v, total) in ints {
+            out.push_str(&format!(
+                "{label:<22} {:>12} {:>12} {:>12} {:>12}\n",
+                thousands(v[0]),
+                thousands(v[1]),
+                thousands(v[2]),
+                thousands(total)
+            ));
+        }
+        out.push_str(&format!(
+            "log Z: mean {:.4}, std {:.4}; unnormalised PPL {}; corr(entropy, log Z) {:.4}; Theorem-2 threshold {:.6} (gamma {})\n\n",
+            o.mu_z,
+            o.sigma_z,
+            fmt(o.unnormalised_ppl, 0).trim(),
+            o.entropy_log_z_corr,
+            o.theorem2_threshold,
+            o.theorem2_gamma
+        ));
+        out.push_str(&panel_table(&self.panel));
+        if let Some(p) = &self.class_precision {
+            out.push_str(&format!(
+                "same-class precision@{}: total {:.3} | frequent {:.3} | medium {:.3} | rare {:.3}\n",
+                p.k, p.total, p.groups[0], p.groups[1], p.groups[2]
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edit_distance_is_levenshtein_with_a_limit() {
+        assert_eq!(edit_distance("kitten", "sitting", 3), Some(3));
+        assert_eq!(edit_distance("kitten", "sitting", 2), None);
+        assert_eq!(edit_distance("", "ab", 2), Some(2));
+        assert_eq!(edit_distance("same", "same", 1), Some(0));
+    }
+
+    #[test]
+    fn unknown_words_suggest_close_spellings() {
+        let tokens: Vec<String> = ["house", "horse", "mouse", "apple"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let err = resolve_word("hous", Some(&tokens), 4).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("\"hous\"") && msg.contains("house"), "{msg}");
+        assert!(!msg.contains("apple"), "{msg}");
+        assert_eq!(resolve_word("#2", Some(&tokens), 4).unwrap(), 2);
+        assert!(matches!(
+            resolve_word("#9", Some(&tokens), 4),
+            Err(AnalysisError::RowOutOfRange { .. })
+        ));
+        // Without a vocabulary, bare numbers are rows.
+        assert_eq!(resolve_word("3", None, 4).unwrap(), 3);
+    }
+}

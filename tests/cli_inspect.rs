@@ -1,0 +1,304 @@
+//! `conelab eval` and `conelab inspect` through the real binary: a small trained run, foreign
+//! `.npy` and `.safetensors` matrices, the documented JSON keys, and bad input as one-line errors.
+
+mod common;
+
+use std::path::Path;
+
+use common::{assert_one_line_error, conelab};
+use serde_json::Value;
+
+const SMALL_MODEL: &str = "[model]\npreset = \"tiny\"\nd_model = 16\nlayers = 1\nheads = 2\nd_ff = 32\ncontext = 8\n[train]\nbatch = 2\neval_batch = 2\nwarmup = 2\n";
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn json(out: &std::process::Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("valid JSON")
+}
+
+/// A .npy file (format 1.0, little-endian f32, C order).
+fn write_npy(path: &Path, rows: usize, cols: usize, data: &[f32]) {
+    let mut header =
+        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    for v in data {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(path, bytes).expect("write npy");
+}
+
+#[test]
+fn eval_and_inspect_a_trained_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = dir.path().join("corpus");
+    assert!(
+        conelab(&[
+            "data",
+            "synth",
+            "--out",
+            s(&corpus),
+            "--vocab",
+            "150",
+            "--tokens",
+            "6000",
+            "--classes",
+            "5"
+        ])
+        .status
+        .success()
+    );
+    let config = dir.path().join("small.toml");
+    std::fs::write(&config, SMALL_MODEL).expect("config");
+    let run = dir.path().join("run");
+    let out = conelab(&[
+        "train",
+        s(&corpus),
+        "--config",
+        s(&config),
+        "--run-dir",
+        s(&run),
+        "--steps",
+        "6",
+        "--eval-every",
+        "0",
+        "--snapshot-every",
+        "3",
+    ]);
+    let log = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{log}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The engine's metrics worker reports each snapshot, before the run finishes.
+    let emb: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("embedding step="))
+        .collect();
+    assert!(
+        emb.iter().any(|l| l.starts_with("embedding step=3 ")),
+        "{log}"
+    );
+    assert!(
+        emb.iter().any(|l| l.starts_with("embedding step=6 ")),
+        "{log}"
+    );
+    let finished = log.find("finished step=6").expect("finished line");
+    assert!(log.find("embedding step=6 ").expect("last embedding") < finished);
+
+    let e = json(&conelab(&["eval", s(&run), "--json", "--split", "test"]));
+    assert_eq!(e["step"], 6);
+    assert_eq!(e["split"], "test");
+    let o = &e["outputs"];
+    let groups = &o["groups"];
+    let positions: u64 = ["frequent", "medium", "rare"]
+        .iter()
+        .map(|g| groups[g]["positions"].as_u64().expect("positions"))
+        .sum();
+    assert_eq!(positions, o["positions"].as_u64().expect("positions"));
+    let uniq: u64 = ["frequent", "medium", "rare"]
+        .iter()
+        .map(|g| groups[g]["uniq"].as_u64().expect("uniq"))
+        .sum();
+    assert_eq!(
+        uniq,
+        o["uniq"].as_u64().expect("uniq"),
+        "groups partition the predicted ids"
+    );
+    // unnormalised PPL = PPL · exp(−μ_z).
+    let (ppl, mu, un) = (
+        o["ppl"].as_f64().expect("ppl"),
+        o["mu_z"].as_f64().expect("mu_z"),
+        o["unnormalised_ppl"].as_f64().expect("unnormalised"),
+    );
+    assert!((un - ppl * (-mu).exp()).abs() < 1e-6 * un.max(1.0));
+    assert!(e["embedding"]["groups"]["rare"]["i1"].as_f64().is_some());
+    assert!(
+        e["class_precision"]["total"].as_f64().is_some(),
+        "synthetic runs have classes"
+    );
+    let table = conelab(&["eval", s(&run)]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("Uniq (human)") && text.contains("I1(W)"),
+        "{text}"
+    );
+
+    // inspect on the run: JSON keys and neighbours of a word of its vocabulary.
+    let vocab = std::fs::read_to_string(run.join("vocab.tsv")).expect("vocab");
+    let word = vocab
+        .lines()
+        .nth(5)
+        .and_then(|l| l.split('\t').next())
+        .expect("word")
+        .to_owned();
+    let i = json(&conelab(&[
+        "inspect",
+        s(&run),
+        "--neighbors",
+        &word,
+        "-k",
+        "4",
+        "--json",
+    ]));
+    for key in [
+        "n",
+        "d",
+        "i1",
+        "i2",
+        "mean_norm",
+        "sv_norm",
+        "effective_rank",
+        "mean_cos",
+        "groups",
+        "neighbors",
+    ] {
+        assert!(i.get(key).is_some(), "missing key {key}");
+    }
+    assert_eq!(i["n"], 152);
+    assert_eq!(i["d"], 16);
+    assert_eq!(i["sv_norm"].as_array().expect("array").len(), 16);
+    let nbrs = i["neighbors"][&word].as_array().expect("neighbours");
+    assert_eq!(nbrs.len(), 4);
+    let cos: Vec<f64> = nbrs
+        .iter()
+        .map(|n| n["cosine"].as_f64().expect("cosine"))
+        .collect();
+    assert!(cos.windows(2).all(|p| p[0] >= p[1]), "best first: {cos:?}");
+    assert!(
+        nbrs.iter().all(|n| n["token"] != word.as_str()),
+        "query excluded"
+    );
+    // The same numbers as eval's embedding block (same checkpoint).
+    assert_eq!(i["i1"], e["embedding"]["i1"]);
+
+    // A misspelt word: one line naming close spellings.
+    let typo = format!("{word}x");
+    let out = conelab(&["inspect", s(&run), "--neighbors", &typo]);
+    assert_one_line_error(&out, &["unknown word", &word]);
+}
+
+#[test]
+fn inspect_foreign_matrices() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Rows: two near-identical pairs and an outlier.
+    let data = [1.0f32, 0.0, 0.9, 0.1, 0.0, 1.0, 0.1, 0.9, -1.0, -1.0];
+    let npy = dir.path().join("w.npy");
+    write_npy(&npy, 5, 2, &data);
+    let vocab = dir.path().join("vocab.txt");
+    std::fs::write(&vocab, "a\na2\nb\nb2\nz\n").expect("vocab");
+    let counts = dir.path().join("counts.txt");
+    std::fs::write(&counts, "50\n40\n30\n3\n1\n").expect("counts");
+    let v = json(&conelab(&[
+        "inspect",
+        s(&npy),
+        "--vocab",
+        s(&vocab),
+        "--counts",
+        s(&counts),
+        "--neighbors",
+        "a,b",
+        "-k",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(v["n"], 5);
+    assert_eq!(v["neighbors"]["a"][0]["token"], "a2");
+    assert_eq!(v["neighbors"]["b"][0]["token"], "b2");
+    assert_eq!(v["neighbors"]["b"][0]["count"], 3);
+    assert!(v["groups"]["rare"]["rows"].as_u64() == Some(1));
+    // Euclidean on request.
+    let v = json(&conelab(&[
+        "inspect",
+        s(&npy),
+        "--vocab",
+        s(&vocab),
+        "--neighbors",
+        "z",
+        "-k",
+        "1",
+        "--metric",
+        "euclidean",
+        "--json",
+    ]));
+    assert!(v["neighbors"]["z"][0]["distance"].as_f64().is_some());
+    assert!(v.get("groups").is_none(), "no counts, no groups");
+
+    // safetensors with several tensors: --tensor picks one; without it, a one-line error.
+    let st = dir.path().join("model.safetensors");
+    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let other: Vec<u8> = [0f32; 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let views = vec![
+        (
+            "embeddings.word_embeddings.weight",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![5, 2], &bytes)
+                .expect("view"),
+        ),
+        (
+            "other.weight",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2, 2], &other)
+                .expect("view"),
+        ),
+    ];
+    std::fs::write(&st, safetensors::serialize(views, None).expect("serialize")).expect("write");
+    let v = json(&conelab(&[
+        "inspect",
+        s(&st),
+        "--tensor",
+        "embeddings.word_embeddings.weight",
+        "--json",
+    ]));
+    assert_eq!(v["n"], 5);
+    assert_one_line_error(&conelab(&["inspect", s(&st)]), &["--tensor"]);
+    assert_one_line_error(
+        &conelab(&["inspect", s(&st), "--tensor", "nope"]),
+        &["nope"],
+    );
+
+    // Bad input: wrong vocabulary length, garbage file, unknown type, missing path, NaN row.
+    std::fs::write(dir.path().join("short.txt"), "a\nb\n").expect("write");
+    assert_one_line_error(
+        &conelab(&[
+            "inspect",
+            s(&npy),
+            "--vocab",
+            s(&dir.path().join("short.txt")),
+        ]),
+        &["2 lines", "5 rows"],
+    );
+    std::fs::write(dir.path().join("junk.npy"), b"not numpy at all").expect("write");
+    assert_one_line_error(
+        &conelab(&["inspect", s(&dir.path().join("junk.npy"))]),
+        &["junk.npy"],
+    );
+    std::fs::write(dir.path().join("w.txt"), b"1 2 3").expect("write");
+    assert_one_line_error(
+        &conelab(&["inspect", s(&dir.path().join("w.txt"))]),
+        &["w.txt"],
+    );
+    assert_one_line_error(
+        &conelab(&["inspect", s(&dir.path().join("missing"))]),
+        &["missing"],
+    );
+    let mut bad = data;
+    bad[7] = f32::NAN;
+    write_npy(&dir.path().join("nan.npy"), 5, 2, &bad);
+    assert_one_line_error(
+        &conelab(&["inspect", s(&dir.path().join("nan.npy"))]),
+        &["row 3"],
+    );
+    assert_one_line_error(&conelab(&["eval", s(dir.path())]), &["run.toml"]);
+}
