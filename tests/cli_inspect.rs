@@ -5,14 +5,8 @@ mod common;
 
 use std::path::Path;
 
-use common::{assert_one_line_error, conelab};
+use common::{Fixture, assert_one_line_error, conelab, s};
 use serde_json::Value;
-
-const SMALL_MODEL: &str = "[model]\npreset = \"tiny\"\nd_model = 16\nlayers = 1\nheads = 2\nd_ff = 32\ncontext = 8\n[train]\nbatch = 2\neval_batch = 2\nwarmup = 2\n";
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
 
 fn json(out: &std::process::Output) -> Value {
     assert!(
@@ -23,10 +17,9 @@ fn json(out: &std::process::Output) -> Value {
     serde_json::from_slice(&out.stdout).expect("valid JSON")
 }
 
-/// A .npy file (format 1.0, little-endian f32, C order).
-fn write_npy(path: &Path, rows: usize, cols: usize, data: &[f32]) {
-    let mut header =
-        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
+/// The bytes of a .npy file (format 1.0) with the given dtype, shape and raw data.
+fn npy_bytes(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     while (10 + header.len() + 1) % 64 != 0 {
         header.push(' ');
     }
@@ -34,49 +27,24 @@ fn write_npy(path: &Path, rows: usize, cols: usize, data: &[f32]) {
     let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
     bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
     bytes.extend_from_slice(header.as_bytes());
-    for v in data {
-        bytes.extend_from_slice(&v.to_le_bytes());
-    }
-    std::fs::write(path, bytes).expect("write npy");
+    bytes.extend_from_slice(data);
+    bytes
+}
+
+/// A little-endian f32, C-order .npy file.
+fn write_npy(path: &Path, rows: usize, cols: usize, data: &[f32]) {
+    let raw: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(path, npy_bytes("<f4", &format!("({rows}, {cols})"), &raw)).expect("write npy");
 }
 
 #[test]
 fn eval_and_inspect_a_trained_run() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let corpus = dir.path().join("corpus");
-    assert!(
-        conelab(&[
-            "data",
-            "synth",
-            "--out",
-            s(&corpus),
-            "--vocab",
-            "150",
-            "--tokens",
-            "6000",
-            "--classes",
-            "5"
-        ])
-        .status
-        .success()
+    let fx = Fixture::new();
+    let run = fx.path("run");
+    let out = fx.train(
+        "run",
+        &["--steps", "6", "--eval-every", "0", "--snapshot-every", "3"],
     );
-    let config = dir.path().join("small.toml");
-    std::fs::write(&config, SMALL_MODEL).expect("config");
-    let run = dir.path().join("run");
-    let out = conelab(&[
-        "train",
-        s(&corpus),
-        "--config",
-        s(&config),
-        "--run-dir",
-        s(&run),
-        "--steps",
-        "6",
-        "--eval-every",
-        "0",
-        "--snapshot-every",
-        "3",
-    ]);
     let log = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
@@ -301,4 +269,58 @@ fn inspect_foreign_matrices() {
         &["row 3"],
     );
     assert_one_line_error(&conelab(&["eval", s(dir.path())]), &["run.toml"]);
+    assert_one_line_error(
+        &conelab(&["eval", s(&dir.path().join("missing"))]),
+        &["missing"],
+    );
+
+    // Impossible settings and malformed side files.
+    assert_one_line_error(&conelab(&["inspect", s(&npy), "-k", "0"]), &["-k"]);
+    assert_one_line_error(
+        &conelab(&["inspect", s(&npy), "--groups", "0.9,0.2"]),
+        &["0.9,0.2"],
+    );
+    std::fs::write(dir.path().join("badcounts.txt"), "1\ntwo\n3\n4\n5\n").expect("write");
+    assert_one_line_error(
+        &conelab(&[
+            "inspect",
+            s(&npy),
+            "--counts",
+            s(&dir.path().join("badcounts.txt")),
+        ]),
+        &["line 2", "two"],
+    );
+    assert_one_line_error(
+        &conelab(&[
+            "inspect",
+            s(&npy),
+            "--counts",
+            s(&dir.path().join("short.txt")),
+        ]),
+        &["short.txt"],
+    );
+    assert_one_line_error(
+        &conelab(&["inspect", s(&npy), "--neighbors", "#9"]),
+        &["row 9"],
+    );
+    assert_one_line_error(&conelab(&["bench", "metrics", "--n", "1"]), &["--n"]);
+    // A .npy that is not 2-D, and one of integers.
+    std::fs::write(
+        dir.path().join("flat.npy"),
+        npy_bytes("<f4", "(4,)", &[0u8; 16]),
+    )
+    .expect("write");
+    assert_one_line_error(
+        &conelab(&["inspect", s(&dir.path().join("flat.npy"))]),
+        &["shape"],
+    );
+    std::fs::write(
+        dir.path().join("ints.npy"),
+        npy_bytes("<i4", "(2, 2)", &[0u8; 16]),
+    )
+    .expect("write");
+    assert_one_line_error(
+        &conelab(&["inspect", s(&dir.path().join("ints.npy"))]),
+        &["not supported"],
+    );
 }

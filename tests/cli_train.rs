@@ -3,60 +3,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::{assert_one_line_error, conelab};
-
-const SMALL_MODEL: &str = "[model]\npreset = \"tiny\"\nd_model = 16\nlayers = 1\nheads = 2\nd_ff = 32\ncontext = 8\n[train]\nbatch = 2\neval_batch = 2\nwarmup = 2\n";
-
-struct Fixture {
-    dir: tempfile::TempDir,
-}
-
-impl Fixture {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let corpus = dir.path().join("corpus");
-        let out = conelab(&[
-            "data",
-            "synth",
-            "--out",
-            s(&corpus),
-            "--vocab",
-            "150",
-            "--tokens",
-            "6000",
-            "--classes",
-            "5",
-        ]);
-        assert!(out.status.success());
-        std::fs::write(dir.path().join("small.toml"), SMALL_MODEL).expect("config");
-        Self { dir }
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-    fn train(&self, run: &str, extra: &[&str]) -> std::process::Output {
-        let corpus = self.path("corpus");
-        let config = self.path("small.toml");
-        let run_dir = self.path(run);
-        let mut args = vec![
-            "train",
-            s(&corpus),
-            "--config",
-            s(&config),
-            "--run-dir",
-            s(&run_dir),
-        ];
-        args.extend_from_slice(extra);
-        conelab(&args)
-    }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
+use common::{Fixture, assert_one_line_error, conelab, s};
 
 #[test]
 fn a_small_run_in_a_pipe_logs_plain_lines_and_resumes() {

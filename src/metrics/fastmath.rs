@@ -88,9 +88,9 @@ pub(crate) fn log_sum_exp_both_signs(x: &[f32]) -> (f64, f64) {
     log_sum_exp_both_signs_generic(x)
 }
 
-/// `Σ a_i b_i` of two f32 slices with f32 lanes (vectorises), for the neighbour scan.
-#[inline]
-pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+/// `Σ widen(a_i)·b_i` with 16 f32 lanes (vectorises); `widen` turns a stored element into f32.
+#[inline(always)]
+pub(crate) fn dot_widened<T: Copy>(a: &[T], b: &[f32], widen: impl Fn(T) -> f32) -> f32 {
     const LANES: usize = 16;
     let mut acc = [0f32; LANES];
     let ca = a.chunks_exact(LANES);
@@ -98,14 +98,26 @@ pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for l in 0..LANES {
-            acc[l] += x[l] * y[l];
+            acc[l] += widen(x[l]) * y[l];
         }
     }
     let mut s: f32 = acc.iter().sum();
-    for (x, y) in ra.iter().zip(rb) {
-        s += x * y;
+    for (&x, y) in ra.iter().zip(rb) {
+        s += widen(x) * y;
     }
     s
+}
+
+/// `Σ a_i b_i` of two f32 slices, for the neighbour scan.
+#[inline]
+pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    dot_widened(a, b, |x| x)
+}
+
+/// `Σ a_i b_i` with `a` in bfloat16 (widened by a shift, which vectorises without F16C).
+#[inline]
+pub(crate) fn dot_bf16(a: &[u16], b: &[f32]) -> f32 {
+    dot_widened(a, b, |x| f32::from_bits((x as u32) << 16))
 }
 
 #[cfg(test)]

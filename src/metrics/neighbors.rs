@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::Threads;
-use super::fastmath::dot_f32;
+use super::fastmath::{dot_bf16, dot_f32};
 use super::matrix::{Embeddings, MatrixError, RowGroups};
 use crate::data::Group;
 
@@ -218,25 +218,6 @@ fn to_bf16(x: f32) -> u16 {
     let b = x.to_bits();
     let round = 0x7FFF + ((b >> 16) & 1);
     (b.wrapping_add(round) >> 16) as u16
-}
-
-/// `Σ a_i b_i` with `a` in bfloat16 (widened by a shift, which vectorises without F16C).
-fn dot_bf16(a: &[u16], b: &[f32]) -> f32 {
-    const LANES: usize = 16;
-    let mut acc = [0f32; LANES];
-    let ca = a.chunks_exact(LANES);
-    let cb = b.chunks_exact(LANES);
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for l in 0..LANES {
-            acc[l] += f32::from_bits((x[l] as u32) << 16) * y[l];
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for (x, y) in ra.iter().zip(rb) {
-        s += f32::from_bits((*x as u32) << 16) * y;
-    }
-    s
 }
 
 fn top_k_by(

@@ -65,3 +65,57 @@ pub fn corpus_dir(train: &[u8], valid: &[u8], test: &[u8]) -> tempfile::TempDir 
     }
     dir
 }
+
+/// A one-layer, 16-wide Transformer: trains in well under a second per step.
+pub const SMALL_MODEL: &str = "[model]\npreset = \"tiny\"\nd_model = 16\nlayers = 1\nheads = 2\nd_ff = 32\ncontext = 8\n[train]\nbatch = 2\neval_batch = 2\nwarmup = 2\n";
+
+/// A temporary folder with a small synthetic corpus (`corpus/`, 150 types, 6,000 tokens, 5
+/// classes) and `small.toml`.
+pub struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let corpus = dir.path().join("corpus");
+        let out = conelab(&[
+            "data",
+            "synth",
+            "--out",
+            s(&corpus),
+            "--vocab",
+            "150",
+            "--tokens",
+            "6000",
+            "--classes",
+            "5",
+        ]);
+        assert!(out.status.success());
+        std::fs::write(dir.path().join("small.toml"), SMALL_MODEL).expect("config");
+        Self { dir }
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    /// `conelab train corpus --config small.toml --run-dir RUN EXTRA…`.
+    pub fn train(&self, run: &str, extra: &[&str]) -> std::process::Output {
+        let corpus = self.path("corpus");
+        let config = self.path("small.toml");
+        let run_dir = self.path(run);
+        let mut args = vec![
+            "train",
+            s(&corpus),
+            "--config",
+            s(&config),
+            "--run-dir",
+            s(&run_dir),
+        ];
+        args.extend_from_slice(extra);
+        conelab(&args)
+    }
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
