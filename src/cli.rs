@@ -19,6 +19,7 @@ use conelab::engine::{self, Command as EngineCommand, OptimizerKind, Schedule, T
 use conelab::headless::{self, Outcome};
 use conelab::metrics::Similarity;
 use conelab::model::{DeviceSpec, ModelConfig, Preset};
+use conelab::objective::{GateParts, LossKind, Objectives};
 use conelab::run_config::ConfigFile;
 
 #[derive(Debug, Parser)]
@@ -232,6 +233,37 @@ pub struct TrainArgs {
     /// In plain-log mode, print a step line every N steps [default: every 1% of the run].
     #[arg(long)]
     pub log_every: Option<u64>,
+
+    /// The data term: mle (full softmax), nce (k unigram noise samples, log Z fixed at 0) or nce-r
+    /// (NCE + α/γ·(log Z)² on a sampled fraction γ of positions) [default: mle].
+    #[arg(long, value_enum, help_heading = "Objectives")]
+    pub objective: Option<LossKind>,
+
+    /// Switch a regulariser on, repeatable: cos=γ (CosReg, paper 1.0), lap=λ (Laplacian, paper
+    /// 0.01 PTB / 0.001 WT2), agg=α[:g1|:g2][:static][:memory=K] (adaptive gradient gating; α in
+    /// occurrences per update, paper 0.03 at 32,768 tokens per update), sc=exp:λ or sc=poly:λ
+    /// [:gamma=γ][:c2=c][:orth=λ][:spec=λ] (spectrum control), dev=α ((log Z)²), ul=α
+    /// (unlikelihood); NAME=off switches one off.
+    #[arg(long = "reg", value_name = "NAME=WEIGHT", help_heading = "Objectives")]
+    pub regs: Vec<String>,
+
+    /// Freeze the rows of a frequency group (frequent, medium, rare) bit-identically, optionally
+    /// until a step: rare@2000. Repeatable.
+    #[arg(long, value_name = "GROUP[@STEP]", help_heading = "Objectives")]
+    pub freeze: Vec<String>,
+
+    /// Gradient-part freezing (Yu et al. §3.3): drop part b (push from non-rare-target
+    /// positions), c (push from other rare-target positions) or bc of the rare rows' gradient.
+    #[arg(long, value_name = "b|c|bc", help_heading = "Objectives")]
+    pub gate_freeze: Option<String>,
+
+    /// NCE: noise samples k per batch [default: 100].
+    #[arg(long, value_name = "K", help_heading = "Objectives")]
+    pub nce_noise: Option<usize>,
+
+    /// NCE-R: weight α and sampled fraction γ of its (log Z)² term [default: 1.0,0.1].
+    #[arg(long, value_name = "ALPHA,GAMMA", help_heading = "Objectives")]
+    pub nce_r: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -407,6 +439,35 @@ fn handle_sender(handle: &engine::EngineHandle) -> Box<dyn Fn(EngineCommand) + S
     })
 }
 
+/// The objective flags on top of the config file's `[objectives]`; errors name the flag.
+fn apply_objective_args(o: &mut Objectives, args: &TrainArgs) -> Result<()> {
+    let usage = |m: String| anyhow::anyhow!(m);
+    if let Some(kind) = args.objective {
+        o.loss = kind;
+    }
+    for r in &args.regs {
+        o.apply_reg_arg(r).map_err(usage)?;
+    }
+    for f in &args.freeze {
+        o.apply_freeze_arg(f).map_err(usage)?;
+    }
+    if let Some(g) = &args.gate_freeze {
+        o.gate_freeze = GateParts::parse(g.trim()).ok_or_else(|| {
+            usage(format!("--gate-freeze {g}: expected b, c or bc"))
+        })?;
+    }
+    if let Some(k) = args.nce_noise {
+        o.nce.noise = k;
+    }
+    if let Some(spec) = &args.nce_r {
+        let bad = || usage(format!("--nce-r {spec}: expected ALPHA,GAMMA, e.g. 1.0,0.1"));
+        let (a, g) = spec.split_once(',').ok_or_else(bad)?;
+        o.nce.alpha = a.trim().parse().map_err(|_| bad())?;
+        o.nce.fraction = g.trim().parse().map_err(|_| bad())?;
+    }
+    Ok(())
+}
+
 /// `*slot = v` when a flag was given.
 fn set<T>(slot: &mut T, v: Option<T>) {
     if let Some(v) = v {
@@ -435,6 +496,7 @@ fn new_run(args: &TrainArgs) -> Result<(Trainer, RunDir)> {
     set(&mut train.snapshot_every, args.snapshot_every);
     set(&mut train.seed, args.seed);
     set(&mut train.steps, args.steps);
+    apply_objective_args(&mut train.objectives, args)?;
     if let Some(e) = args.epochs
         && !(e.is_finite() && e > 0.0)
     {
@@ -484,7 +546,8 @@ fn new_run(args: &TrainArgs) -> Result<(Trainer, RunDir)> {
         device: args.device.to_string(),
         group_bounds: [args.groups.medium_start(), args.groups.rare_start()],
         corpus: CorpusSpec::from_source(&source),
-        model,
+        // The trainer may have adjusted the model (an output bias for self-normalisation).
+        model: trainer.model_config().clone(),
         train: trainer.config().clone(),
     };
     let run = RunDir::create(&dir, spec, trainer.corpus().vocab())?;

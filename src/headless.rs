@@ -54,6 +54,7 @@ pub fn run(handle: EngineHandle, tty: bool, log_every: u64) -> Outcome {
                 parameters,
                 device,
                 run_dir,
+                objective,
             } => {
                 if let Some(b) = &bar {
                     b.set_length(total_steps);
@@ -63,7 +64,7 @@ pub fn run(handle: EngineHandle, tty: bool, log_every: u64) -> Outcome {
                     .map(|d| d.display().to_string())
                     .unwrap_or_else(|| "none".into());
                 line(format!(
-                    "start step={step} total={total_steps} windows/epoch={windows_per_epoch} params={parameters} device={device} run_dir={dir}"
+                    "start step={step} total={total_steps} windows/epoch={windows_per_epoch} params={parameters} device={device} run_dir={dir} objective=\"{objective}\""
                 ));
             }
             Event::Step(s) => {
@@ -79,8 +80,18 @@ pub fn run(handle: EngineHandle, tty: bool, log_every: u64) -> Outcome {
                         s.loss, s.tokens_per_sec, s.lr
                     ));
                 } else if log_every > 0 && s.step.is_multiple_of(log_every) {
+                    // Only what is on: a penalty when a regulariser runs, the rare set under gates.
+                    let penalty = if s.penalty != 0.0 {
+                        format!(" penalty={:.4}", s.penalty)
+                    } else {
+                        String::new()
+                    };
+                    let rare = s
+                        .rare_tokens
+                        .map(|r| format!(" rare_tokens={r}"))
+                        .unwrap_or_default();
                     line(format!(
-                        "step={} epoch={:.3} loss={:.4} lr={:.3e} grad_norm={:.3} tok/s={:.0} ms/step={:.1}",
+                        "step={} epoch={:.3} loss={:.4}{penalty}{rare} lr={:.3e} grad_norm={:.3} tok/s={:.0} ms/step={:.1}",
                         s.step, s.epoch, s.loss, s.lr, s.grad_norm, s.tokens_per_sec, s.step_ms
                     ));
                 }

@@ -15,4 +15,5 @@ pub mod engine;
 pub mod headless;
 pub mod metrics;
 pub mod model;
+pub mod objective;
 pub mod run_config;

@@ -8,6 +8,10 @@
 //! [train]
 //! batch = 8            # any field of TrainConfig
 //! lr = 3e-4
+//! [objectives]         # the loss and regularisers at the start (objective::Objectives)
+//! loss = "mle"
+//! cos = { enabled = true, weight = 1.0 }
+//! freeze = { rare = true, until = 2000 }
 //! ```
 
 use std::path::Path;
@@ -61,10 +65,16 @@ impl ConfigFile {
             }
         };
         let mut model = table("model")?;
-        let train = table("train")?;
+        let mut train = table("train")?;
+        if let Some(objectives) = root.remove("objectives") {
+            if !objectives.is_table() {
+                return Err(invalid("`objectives` must be a table ([objectives])".into()));
+            }
+            train.insert("objectives".into(), objectives);
+        }
         if let Some(extra) = root.keys().next() {
             return Err(invalid(format!(
-                "unknown key `{extra}` (expected the tables [model] and [train])"
+                "unknown key `{extra}` (expected the tables [model], [train] and [objectives])"
             )));
         }
         let preset = match model.remove("preset") {
@@ -139,6 +149,15 @@ mod tests {
         let train = f.train().expect("train");
         assert_eq!((train.batch, train.lr), (3, 0.5));
         assert_eq!(train.steps, TrainConfig::default().steps);
+        let f = ConfigFile::parse(
+            "[objectives]\nloss = \"nce\"\nfreeze = { rare = true }\n[objectives.cos]\nenabled = true\nweight = 2.0\n",
+            "t.toml",
+        )
+        .expect("parses");
+        let o = f.train().expect("train").objectives;
+        assert_eq!(o.loss, crate::objective::LossKind::Nce);
+        assert!(o.freeze.rare && o.cos.enabled);
+        assert_eq!(o.cos.weight, 2.0);
     }
 
     #[test]
@@ -149,6 +168,9 @@ mod tests {
         let f = ConfigFile::parse("[train]\nbatch = \"big\"\n", "t.toml").expect("parses");
         assert!(f.train().is_err());
         assert!(ConfigFile::parse("steps = 3\n", "t.toml").is_err());
+        let f = ConfigFile::parse("[objectives]\ncos = { enabled = true, weght = 1 }\n", "t.toml")
+            .expect("parses");
+        assert!(f.train().unwrap_err().to_string().contains("weght"));
         assert!(ConfigFile::parse("[model\n", "t.toml").is_err());
         assert!(ConfigFile::parse("[model]\npreset = \"huge\"\n", "t.toml").is_err());
     }

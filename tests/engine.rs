@@ -109,15 +109,7 @@ fn exact_resume(model: ModelConfig) {
     let mut got: Vec<f64> = (0..k)
         .map(|_| first.train_step().expect("step").loss)
         .collect();
-    checkpoint::save(
-        &run,
-        first.model(),
-        first.optimizer(),
-        first.state(),
-        first.carried_state(),
-        2,
-    )
-    .expect("checkpoint");
+    checkpoint::save(&run, &first, 2).expect("checkpoint");
     drop(first);
     let (mut resumed, _) = engine::resume(dir.path(), None).expect("resume");
     assert_eq!(resumed.state().step, k);

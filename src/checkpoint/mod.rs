@@ -7,6 +7,7 @@
 //!   step-000500/             one checkpoint, written as a temp dir then renamed (atomic)
 //!     model.safetensors      every parameter, by module path (W is `…embedding.weight`)
 //!     optimizer.bpk          optimizer state (burnpack), keyed by the model's parameter ids
+//!     spectral-optimizer.bpk the optimizer state of U, σ, V (only while spectrum control is on)
 //!     state.json             counters, lr state, applied commands
 //!     recurrent.safetensors  the LSTM state carried into the next window (LSTM runs only)
 //! ```
@@ -25,8 +26,8 @@ use burn::store::{ModuleSnapshot, SafetensorsStore};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{CorpusSource, SynthConfig, Vocab};
-use crate::engine::{RunState, TrainConfig};
-use crate::model::{LanguageModel, ModelConfig, RecurrentState};
+use crate::engine::{RunState, TrainConfig, Trainer};
+use crate::model::{LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -197,19 +198,15 @@ fn is_step_dir(p: &Path) -> bool {
 pub struct Loaded {
     pub model: LanguageModel,
     pub optimizer: ModuleOptimizer,
+    pub spectral_optimizer: Option<ModuleOptimizer>,
     pub state: RunState,
     pub carried: Option<RecurrentState>,
 }
 
-/// Writes `step-NNNNNN` into the run directory atomically and prunes old checkpoints.
-pub fn save(
-    run: &RunDir,
-    model: &LanguageModel,
-    optimizer: &ModuleOptimizer,
-    state: &RunState,
-    carried: Option<&RecurrentState>,
-    keep: usize,
-) -> Result<PathBuf, CheckpointError> {
+/// Writes the trainer's `step-NNNNNN` into the run directory atomically and prunes old
+/// checkpoints, keeping the newest `keep`.
+pub fn save(run: &RunDir, trainer: &Trainer, keep: usize) -> Result<PathBuf, CheckpointError> {
+    let state = trainer.state();
     let name = format!("step-{:06}", state.step);
     let final_dir = run.path.join(&name);
     let tmp = run.path.join(format!(".{name}.tmp-{}", std::process::id()));
@@ -217,7 +214,7 @@ pub fn save(
         fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
     }
     fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    let result = write_checkpoint_files(&tmp, model, optimizer, state, carried);
+    let result = write_checkpoint_files(&tmp, trainer);
     if let Err(e) = result {
         let _ = fs::remove_dir_all(&tmp);
         return Err(e);
@@ -237,13 +234,19 @@ pub fn save(
     Ok(final_dir)
 }
 
-fn write_checkpoint_files(
-    dir: &Path,
-    model: &LanguageModel,
-    optimizer: &ModuleOptimizer,
-    state: &RunState,
-    carried: Option<&RecurrentState>,
-) -> Result<(), CheckpointError> {
+fn write_checkpoint_files(dir: &Path, trainer: &Trainer) -> Result<(), CheckpointError> {
+    let state = trainer.state();
+    let optimizer = trainer.optimizer();
+    let carried = trainer.carried_state();
+    // Under spectrum control `embedding.weight` is stale: store W = U·diag(σ)·Vᵀ there, so that
+    // every reader of the checkpoint (eval, inspect, foreign tools) sees the model's W.
+    let model = match trainer.model().spectral() {
+        Some(_) => {
+            let w = trainer.model().embedding();
+            trainer.model().clone().replace_embedding_weight(w)
+        }
+        None => trainer.model().clone(),
+    };
     let corrupt = |path: &Path, reason: String| CheckpointError::Corrupt {
         path: path.to_path_buf(),
         reason,
@@ -257,6 +260,12 @@ fn write_checkpoint_files(
     optimizer
         .save(&optim_path)
         .map_err(|e| corrupt(&optim_path, format!("{e:?}")))?;
+    if let Some(spectral) = trainer.spectral_optimizer() {
+        let path = dir.join("spectral-optimizer.bpk");
+        spectral
+            .save(&path)
+            .map_err(|e| corrupt(&path, format!("{e:?}")))?;
+    }
     let state_path = dir.join("state.json");
     let json = serde_json::to_vec_pretty(state).map_err(|e| corrupt(&state_path, e.to_string()))?;
     fs::write(&state_path, json).map_err(io(&state_path))?;
@@ -296,6 +305,10 @@ pub fn load(
         return Err(corrupt(&model_path, "missing".into()));
     }
     let mut model = LanguageModel::new(model_config, vocab_size, device);
+    if state.spectrum_c1.is_some() {
+        let d = model_config.embed_dim();
+        model = model.set_spectral(Some(SpectralEmbedding::placeholder(vocab_size, d, device)));
+    }
     let mut store = SafetensorsStore::from_file(&model_path);
     model
         .load_from(&mut store)
@@ -312,6 +325,17 @@ pub fn load(
         .load(&optim_path)
         .map_err(|e| corrupt(&optim_path, format!("{e:?}")))?;
 
+    let spectral_path = step_dir.join("spectral-optimizer.bpk");
+    let spectral_optimizer = if spectral_path.is_file() {
+        Some(
+            crate::engine::build_optimizer(train)
+                .load(&spectral_path)
+                .map_err(|e| corrupt(&spectral_path, format!("{e:?}")))?,
+        )
+    } else {
+        None
+    };
+
     let rec_path = step_dir.join("recurrent.safetensors");
     let carried = if rec_path.is_file() {
         let bytes = fs::read(&rec_path).map_err(io(&rec_path))?;
@@ -322,6 +346,7 @@ pub fn load(
     Ok(Loaded {
         model,
         optimizer,
+        spectral_optimizer,
         state,
         carried,
     })

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::objective::Objectives;
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
@@ -53,6 +55,8 @@ pub struct TrainConfig {
     /// Emit a snapshot of W every this many steps (0 = never).
     pub snapshot_every: u64,
     pub seed: u64,
+    /// The loss and regularisers at the start of the run (TOML table `[objectives]`).
+    pub objectives: Objectives,
 }
 
 impl Default for TrainConfig {
@@ -78,6 +82,7 @@ impl Default for TrainConfig {
             keep_checkpoints: 3,
             snapshot_every: 50,
             seed: 1,
+            objectives: Objectives::default(),
         }
     }
 }

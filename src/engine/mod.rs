@@ -99,7 +99,13 @@ pub fn resume_on(
         trainer.config(),
         trainer.device(),
     )?;
-    trainer.restore(loaded.model, loaded.optimizer, loaded.state, loaded.carried);
+    trainer.restore(
+        loaded.model,
+        loaded.optimizer,
+        loaded.spectral_optimizer,
+        loaded.state,
+        loaded.carried,
+    );
     Ok((trainer, run))
 }
 
@@ -229,6 +235,7 @@ impl Engine {
             parameters: self.trainer.parameters(),
             device: self.trainer.device_spec().to_string(),
             run_dir: self.run.as_ref().map(|r| r.path().to_path_buf()),
+            objective: self.trainer.objectives().label(),
         });
         let mut paused = false;
         loop {
@@ -296,7 +303,7 @@ impl Engine {
                 self.emit(Event::Resumed { step: self.step() });
                 Flow::Resume
             }
-            Command::SetLr { .. } => Flow::Continue,
+            Command::SetLr { .. } | Command::Objective { .. } => Flow::Continue,
             Command::SaveCheckpoint => {
                 self.save()?;
                 Flow::Continue
@@ -381,14 +388,7 @@ impl Engine {
         let Some(run) = &self.run else {
             return Ok(());
         };
-        let path = checkpoint::save(
-            run,
-            self.trainer.model(),
-            self.trainer.optimizer(),
-            self.trainer.state(),
-            self.trainer.carried_state(),
-            self.trainer.config().keep_checkpoints,
-        )?;
+        let path = checkpoint::save(run, &self.trainer, self.trainer.config().keep_checkpoints)?;
         self.last_saved = Some(self.step());
         self.emit(Event::Checkpoint {
             step: self.step(),

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::analysis::EmbeddingStats;
 use crate::metrics::OutputMetrics;
+use crate::objective::ObjectiveChange;
 
 /// A request to the running engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,6 +29,10 @@ pub enum Command {
     /// Replace the learning rate (the schedule is switched off from this step on).
     SetLr {
         lr: f64,
+    },
+    /// Switch a regulariser on or off, re-weight it, change the loss, freeze or unfreeze a group.
+    Objective {
+        change: ObjectiveChange,
     },
 }
 
@@ -48,12 +53,17 @@ pub struct StepStats {
     pub step: u64,
     /// Fractional epoch: windows read so far / windows per epoch.
     pub epoch: f64,
+    /// The data term: token NLL for MLE (AGG included: the plain NLL), the NCE loss for NCE.
     pub loss: f64,
+    /// Sum of the weighted regularisers and penalties (0 when none is on).
+    pub penalty: f64,
     pub lr: f64,
     /// Global L2 norm of the gradient before clipping.
     pub grad_norm: f64,
     pub tokens_per_sec: f64,
     pub step_ms: f64,
+    /// Size of the gated rare set (AGG's live rare group, or the Rare group under gate-freeze).
+    pub rare_tokens: Option<usize>,
 }
 
 /// Perplexity of the whole split, total and per group of the **target** token.
@@ -116,6 +126,8 @@ pub enum Event {
         parameters: usize,
         device: String,
         run_dir: Option<PathBuf>,
+        /// The objectives in force, as a label (`MLE`, `CosReg γ=1 + freeze rare`, …).
+        objective: String,
     },
     Step(StepStats),
     Eval(EvalStats),

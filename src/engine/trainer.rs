@@ -9,15 +9,25 @@ use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig};
 use burn::prelude::*;
+use burn::tensor::activation::log_softmax;
 use serde::{Deserialize, Serialize};
 
 use super::config::{OptimizerKind, Schedule, TrainConfig};
 use super::protocol::{AppliedCommand, Command, EvalStats, Snapshot, StepStats};
 use super::{EngineError, eval};
-use crate::data::{Corpus, PartialWindow, Split, StreamBatcher};
+use crate::data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
 use crate::model::lstm::detach_state;
-use crate::model::output::mean_nll;
-use crate::model::{DeviceSpec, LanguageModel, ModelConfig, RecurrentState};
+use crate::model::output::tied_logits;
+use crate::model::{DeviceSpec, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding};
+use crate::objective::agg::{Gates, TokenCounter, agg_gates, gate_matrix, part_freeze_gates};
+use crate::objective::freeze::{frozen_ranges, restore_rows, zero_rows};
+use crate::objective::self_norm::{
+    UnigramSampler, dev_penalty, nce_loss, sample_positions, sampled_log_z_penalty,
+};
+use crate::objective::spectrum::{prior_targets, spectrum_penalty};
+use crate::objective::{
+    GateParts, LossKind, ObjectiveChange, Objectives, Term, cosreg, laplacian, mle, unlikelihood,
+};
 
 /// Counters and settings that change during a run; saved with every checkpoint so a resumed run
 /// continues exactly.
@@ -32,6 +42,13 @@ pub struct RunState {
     pub best_valid_ppl: Option<f64>,
     /// Every command applied so far, with its step.
     pub commands: Vec<AppliedCommand>,
+    /// The objectives in force (the config's at the start, then as changed by commands).
+    #[serde(default)]
+    pub objectives: Objectives,
+    /// c1 of the spectrum prior (σ_1 when control was switched on); `Some` exactly while the
+    /// embedding is factorised as U·diag(σ)·Vᵀ.
+    #[serde(default)]
+    pub spectrum_c1: Option<f64>,
 }
 
 impl Default for RunState {
@@ -42,6 +59,8 @@ impl Default for RunState {
             lr_override: None,
             best_valid_ppl: None,
             commands: Vec::new(),
+            objectives: Objectives::default(),
+            spectrum_c1: None,
         }
     }
 }
@@ -57,7 +76,19 @@ pub struct Trainer {
     state: RunState,
     carried: Option<RecurrentState>,
     windows_per_epoch: u64,
+    /// AdamW/SGD state of U, σ, V while spectrum control is on: its own optimizer, so switching
+    /// control off and on again starts from fresh moments.
+    spectral_optim: Option<ModuleOptimizer>,
+    /// AGG's token counter, with the step it is up to date with.
+    counter: Option<(TokenCounter, u64)>,
+    /// AGG's gates frozen after epoch 1 (static-groups ablation).
+    static_gates: Option<Gates>,
+    sampler: Option<UnigramSampler>,
 }
+
+/// Salts of the step seed for the objectives' own random draws.
+const NCE_NOISE_SALT: u64 = 0x4E43_455F_4E4F_4953;
+const NCE_POSITIONS_SALT: u64 = 0x4E43_455F_504F_5353;
 
 impl Trainer {
     /// A fresh run: the model is initialised from `config.seed`.
@@ -91,11 +122,26 @@ impl Trainer {
             )
             .map_err(|e| EngineError::Config(format!("{split} split: {e}")))?;
         }
+        let objectives = config.objectives.clone();
+        objectives
+            .validate(group_sizes(&corpus))
+            .map_err(EngineError::Config)?;
+        let mut model_config = model_config;
+        let self_normalising = objectives.loss != LossKind::Mle || objectives.dev.enabled;
+        if self_normalising {
+            // The papers' self-normalising models have an output bias, initialised to −log N.
+            model_config.set_output_bias(true);
+        }
         let device = device_spec.training_device()?;
         device.seed(config.seed);
-        let model = LanguageModel::new(&model_config, corpus.vocab().len(), &device);
+        let vocab = corpus.vocab().len();
+        let mut model = LanguageModel::new(&model_config, vocab, &device);
+        if self_normalising {
+            model = model.replace_output_bias(Tensor::full([vocab], -(vocab as f64).ln(), &device));
+        }
         let optim = build_optimizer(&config);
-        Ok(Self {
+        let spectrum_on = objectives.spectrum.enabled;
+        let mut trainer = Self {
             corpus,
             model_config,
             config,
@@ -103,10 +149,21 @@ impl Trainer {
             device,
             model,
             optim,
-            state: RunState::default(),
+            state: RunState {
+                objectives,
+                ..RunState::default()
+            },
             carried: None,
             windows_per_epoch,
-        })
+            spectral_optim: None,
+            counter: None,
+            static_gates: None,
+            sampler: None,
+        };
+        if spectrum_on {
+            trainer.switch_spectrum(true).map_err(EngineError::Config)?;
+        }
+        Ok(trainer)
     }
 
     /// Replaces model, optimizer state and counters with those of a checkpoint.
@@ -114,13 +171,21 @@ impl Trainer {
         &mut self,
         model: LanguageModel,
         optim: ModuleOptimizer,
+        spectral_optim: Option<ModuleOptimizer>,
         state: RunState,
         carried: Option<RecurrentState>,
     ) {
         self.model = model;
         self.optim = optim;
+        self.spectral_optim = match (&state.spectrum_c1, spectral_optim) {
+            (Some(_), Some(o)) => Some(o),
+            (Some(_), None) => Some(build_optimizer(&self.config)),
+            (None, _) => None,
+        };
         self.state = state;
         self.carried = carried;
+        self.counter = None;
+        self.static_gates = None;
     }
 
     pub fn corpus(&self) -> &Arc<Corpus> {
@@ -156,6 +221,16 @@ impl Trainer {
         &self.optim
     }
 
+    /// The optimizer of the spectrum-control factors, while control is on.
+    pub fn spectral_optimizer(&self) -> Option<&ModuleOptimizer> {
+        self.spectral_optim.as_ref()
+    }
+
+    /// The objectives in force for the next step.
+    pub fn objectives(&self) -> &Objectives {
+        &self.state.objectives
+    }
+
     pub fn state(&self) -> &RunState {
         &self.state
     }
@@ -186,62 +261,325 @@ impl Trainer {
             * self.state.lr_scale
     }
 
-    /// One optimizer step on the next training window. A NaN or infinite loss is reported as
-    /// [`EngineError::Diverged`] and the step is not applied.
+    /// One optimizer step on the next training window, with the objectives in force. A NaN or
+    /// infinite loss is reported as [`EngineError::Diverged`] and the step is not applied.
     pub fn train_step(&mut self) -> Result<StepStats, EngineError> {
         let start = Instant::now();
         let next = self.state.step + 1;
         // Dropout masks depend only on (seed, step): a resumed run draws the same ones.
         self.device.seed(step_seed(self.config.seed, next));
         let k = (self.state.step % self.windows_per_epoch) as usize;
-        let window = self.model_config.window();
-        let batch = StreamBatcher::new(
-            self.corpus.split(Split::Train),
-            self.config.batch,
-            window,
-            PartialWindow::Drop,
-        )
-        .ok()
-        .and_then(|b| b.window(k))
-        .ok_or_else(|| EngineError::Config(format!("no training window {k}")))?;
+        let batch = self
+            .window(k)
+            .ok_or_else(|| EngineError::Config(format!("no training window {k}")))?;
         if k == 0 {
             // A new epoch starts the streams from the beginning: no state to carry.
             self.carried = None;
         }
+        let objectives = self.state.objectives.clone();
+        let vocab = self.corpus.vocab().len();
+        let positions = batch.batch * batch.time;
+        let frozen = frozen_ranges(self.corpus.groups(), objectives.freeze.at_step(next));
+        let gates = self.step_gates(next, &batch.targets, &objectives)?;
+        let rare_tokens = gates.as_ref().map(|g| g.rare_count);
+
         let inputs = Tensor::<2, Int>::from_data(
-            TensorData::new(batch.inputs, [batch.batch, batch.time]),
+            TensorData::new(batch.inputs.clone(), [batch.batch, batch.time]),
             &self.device,
         );
         let targets = Tensor::<1, Int>::from_data(
-            TensorData::new(batch.targets, [batch.batch * batch.time]),
+            TensorData::new(batch.targets.clone(), [positions]),
             &self.device,
         );
-        let (hidden, state) = self.model.hidden(inputs, self.carried.take());
-        let loss = mean_nll(self.model.logits(hidden), targets);
-        let loss_value = loss.clone().into_scalar::<f32>() as f64;
-        if !loss_value.is_finite() {
+        let w = self.model.embedding();
+        let spectral = self.model.spectral().is_some();
+        let (hidden, state) =
+            self.model
+                .hidden_with(inputs, self.carried.take(), spectral.then(|| w.clone()));
+        let bias = self.model.output_bias();
+
+        // The data term: its value (reported) and a graph whose gradient is the step's.
+        let mut penalties: Vec<Tensor<1>> = Vec::new();
+        let (data_loss, mut objective) = match objectives.loss {
+            LossKind::Mle => self.full_softmax_terms(
+                &objectives,
+                &batch,
+                hidden.clone(),
+                w.clone(),
+                bias.clone(),
+                targets.clone(),
+                gates.as_ref(),
+                &mut penalties,
+            )?,
+            LossKind::Nce | LossKind::NceR => {
+                let sampler = self
+                    .sampler
+                    .get_or_insert_with(|| UnigramSampler::new(self.corpus.vocab().counts()));
+                let noise_k = objectives.nce.noise;
+                let noise = sampler.sample(noise_k, step_seed(self.config.seed ^ NCE_NOISE_SALT, next));
+                let ln_k = (noise_k as f32).ln();
+                let log_kq: Vec<f32> = sampler.log_q().iter().map(|&l| l + ln_k).collect();
+                let loss = nce_loss(
+                    hidden.clone(),
+                    w.clone(),
+                    bias.clone(),
+                    targets.clone(),
+                    Tensor::from_data(TensorData::new(noise, [noise_k]), &self.device),
+                    Tensor::from_data(TensorData::new(log_kq, [vocab]), &self.device),
+                );
+                let mut graph = loss.clone();
+                if objectives.loss == LossKind::NceR && objectives.nce.alpha > 0.0 {
+                    let sampled = sample_positions(
+                        positions,
+                        objectives.nce.fraction,
+                        step_seed(self.config.seed ^ NCE_POSITIONS_SALT, next),
+                    );
+                    let m = sampled.len();
+                    let pen = sampled_log_z_penalty(
+                        hidden.clone(),
+                        w.clone(),
+                        bias.clone(),
+                        Tensor::from_data(TensorData::new(sampled, [m]), &self.device),
+                        objectives.nce.fraction,
+                    )
+                    .mul_scalar(objectives.nce.alpha);
+                    penalties.push(pen.clone().detach());
+                    graph = graph + pen;
+                }
+                (loss.detach(), graph)
+            }
+        };
+
+        // Regularisers on W (and the detached hidden states).
+        let mut add = |objective: Tensor<1>, term: Tensor<1>| {
+            penalties.push(term.clone().detach());
+            objective + term
+        };
+        if objectives.cos.enabled && objectives.cos.weight > 0.0 {
+            objective = add(
+                objective,
+                cosreg::cos_penalty(w.clone()).mul_scalar(objectives.cos.weight),
+            );
+        }
+        if objectives.lap.enabled && objectives.lap.weight > 0.0 {
+            let a = w.clone().select(0, targets.clone());
+            objective = add(
+                objective,
+                laplacian::laplacian_penalty(hidden.clone(), a, vocab)
+                    .mul_scalar(objectives.lap.weight),
+            );
+        }
+        if let (Some(s), Some(c1)) = (self.model.spectral(), self.state.spectrum_c1) {
+            let d = s.sigma.dims()[0];
+            let targets = prior_targets(&objectives.spectrum, c1, d);
+            let pen = spectrum_penalty(s, &objectives.spectrum, &targets)
+                .map_err(EngineError::Backend)?;
+            objective = add(objective, pen);
+        }
+
+        // One read of the reported numbers: data loss and the sum of the penalties.
+        let penalty_sum = penalties
+            .into_iter()
+            .reduce(|a, b| a + b)
+            .unwrap_or_else(|| Tensor::zeros([1], &self.device));
+        let values = Tensor::cat(vec![data_loss, penalty_sum], 0)
+            .try_into_vec_as::<f64>()
+            .map_err(|e| EngineError::Backend(format!("reading the loss: {e:?}")))?;
+        let (loss_value, penalty_value) = (values[0], values[1]);
+        if !(loss_value.is_finite() && penalty_value.is_finite()) {
             return Err(EngineError::Diverged {
                 step: next,
-                loss: loss_value,
+                loss: loss_value + penalty_value,
             });
         }
-        let grads = GradientsParams::from_grads(loss.backward(), &self.model);
-        let (grads, grad_norm) = clip_global_norm(&self.model, grads, self.config.clip_norm);
+
+        let mut grads = GradientsParams::from_grads(objective.backward(), &self.model);
+        let w_id = self.model.embedding_param_id();
+        if !frozen.is_empty()
+            && let Some(g) = grads.remove::<2>(w_id)
+        {
+            grads.register(w_id, zero_rows(g, &frozen));
+        }
+        let (mut grads, grad_norm) = clip_global_norm(&self.model, grads, self.config.clip_norm);
         let lr = self.current_lr();
+        let w_before = (!frozen.is_empty()).then(|| self.model.embedding().detach());
+        let spectral_grads = self.model.spectral().map(|s| {
+            let mut g = GradientsParams::new();
+            if let Some(t) = grads.remove::<2>(s.u.id) {
+                g.register(s.u.id, t);
+            }
+            if let Some(t) = grads.remove::<1>(s.sigma.id) {
+                g.register(s.sigma.id, t);
+            }
+            if let Some(t) = grads.remove::<2>(s.v.id) {
+                g.register(s.v.id, t);
+            }
+            g
+        });
         self.model = self.optim.step(lr, self.model.clone(), grads);
+        if let Some(g) = spectral_grads {
+            let (model, factors) = self.model.clone().take_spectral();
+            let optim = self
+                .spectral_optim
+                .get_or_insert_with(|| build_optimizer(&self.config));
+            let factors = factors.map(|f| optim.step(lr, f, g));
+            self.model = model.set_spectral_raw(factors);
+        }
+        if let Some(old) = w_before {
+            let new = restore_rows(self.model.embedding().detach(), old, &frozen);
+            self.model = self.model.clone().replace_embedding_weight(new);
+        }
         self.carried = state.map(detach_state);
         self.state.step = next;
         let seconds = start.elapsed().as_secs_f64();
-        let tokens = (batch.batch * batch.time) as f64;
         Ok(StepStats {
             step: next,
             epoch: next as f64 / self.windows_per_epoch as f64,
             loss: loss_value,
+            penalty: penalty_value,
             lr,
             grad_norm,
-            tokens_per_sec: tokens / seconds,
+            tokens_per_sec: positions as f64 / seconds,
             step_ms: seconds * 1e3,
+            rare_tokens,
         })
+    }
+
+    /// Training window `k` of the epoch.
+    fn window(&self, k: usize) -> Option<Batch> {
+        StreamBatcher::new(
+            self.corpus.split(Split::Train),
+            self.config.batch,
+            self.model_config.window(),
+            PartialWindow::Drop,
+        )
+        .ok()
+        .and_then(|b| b.window(k))
+    }
+
+    /// The full-softmax terms (NLL, DEV, unlikelihood) evaluated on a detached copy of the logits,
+    /// their gradient G = ∂L/∂z handed back explicitly (`objective/mle.rs`): the hidden states get
+    /// G·W, W gets (gates ⊙ G)ᵀ·h — exactly MLE's gradient without gates, AGG's with them.
+    /// Returns the NLL and the graph to differentiate.
+    #[allow(clippy::too_many_arguments)]
+    fn full_softmax_terms(
+        &self,
+        objectives: &Objectives,
+        batch: &Batch,
+        hidden: Tensor<2>,
+        w: Tensor<2>,
+        bias: Option<Tensor<1>>,
+        targets: Tensor<1, Int>,
+        gates: Option<&Gates>,
+        penalties: &mut Vec<Tensor<1>>,
+    ) -> Result<(Tensor<1>, Tensor<1>), EngineError> {
+        let h_fixed = hidden.clone().detach();
+        let w_fixed = w.clone().detach();
+        let logits = tied_logits(
+            h_fixed.clone(),
+            w_fixed.clone(),
+            bias.clone().map(Tensor::detach),
+        )
+        // A fresh leaf: the gradient of the head terms stops here.
+        .detach()
+        .require_grad();
+        let log_probs = log_softmax(logits.clone(), 1);
+        let nll = mle::nll_from_log_probs(log_probs.clone(), targets.clone());
+        let mut head = nll.clone();
+        if objectives.dev.enabled && objectives.dev.weight > 0.0 {
+            let log_z = mle::log_z_from(logits.clone(), log_probs.clone());
+            let pen = dev_penalty(log_z).mul_scalar(objectives.dev.weight);
+            penalties.push(pen.clone().detach());
+            head = head + pen;
+        }
+        if objectives.ul.enabled && objectives.ul.weight > 0.0 {
+            let (idx, mask) =
+                unlikelihood::candidates(&batch.inputs, &batch.targets, batch.batch, batch.time);
+            let shape = [batch.batch * batch.time, batch.time];
+            let pen = unlikelihood::unlikelihood(
+                log_probs,
+                Tensor::from_data(TensorData::new(idx, shape), &self.device),
+                Tensor::from_data(TensorData::new(mask, shape), &self.device),
+            )
+            .mul_scalar(objectives.ul.weight);
+            penalties.push(pen.clone().detach());
+            head = head + pen;
+        }
+        let head_grads = head.backward();
+        let g = logits
+            .grad(&head_grads)
+            .ok_or_else(|| EngineError::Backend("the logits have no gradient".into()))?;
+        let to_hidden = g.clone().matmul(w_fixed);
+        let g_w = match gates {
+            Some(gates) => g.clone() * gate_matrix(gates, &batch.targets, targets, &self.device),
+            None => g.clone(),
+        };
+        let to_w = mle::output_gradient(g_w, h_fixed);
+        let mut graph = (hidden * to_hidden).sum() + (w * to_w).sum();
+        if let Some(b) = bias {
+            let [n] = b.dims();
+            graph = graph + (b * g.sum_dim(0).reshape([n])).sum();
+        }
+        Ok((nll.detach(), graph))
+    }
+
+    /// The gates of this step: gradient-part freezing's static ones, or AGG's from the counter
+    /// (which first takes in this batch's targets); `None` when nothing is gated.
+    fn step_gates(
+        &mut self,
+        next: u64,
+        targets: &[u32],
+        objectives: &Objectives,
+    ) -> Result<Option<Gates>, EngineError> {
+        if objectives.gate_freeze != GateParts::None {
+            return Ok(Some(part_freeze_gates(
+                self.corpus.groups(),
+                objectives.gate_freeze,
+            )));
+        }
+        if !objectives.agg.enabled {
+            self.counter = None;
+            self.static_gates = None;
+            return Ok(None);
+        }
+        let memory = objectives.agg.memory.unwrap_or(self.windows_per_epoch) as usize;
+        let alpha = objectives.agg.alpha;
+        if objectives.agg.static_groups && next > self.windows_per_epoch {
+            if self.static_gates.is_none() {
+                // The groups as they stood at the end of epoch 1, replayed from the data order.
+                let counter = self.replay_counter(self.windows_per_epoch, memory)?;
+                self.static_gates = Some(agg_gates(&counter, alpha, objectives.agg.gates));
+            }
+            return Ok(self.static_gates.clone());
+        }
+        self.static_gates = None;
+        let in_sync = matches!(&self.counter, Some((c, s)) if c.memory() == memory && *s == next - 1);
+        if !in_sync {
+            // Switched on mid-run, resumed, or the memory changed: the counter is a function of
+            // the (deterministic) data order, so rebuild it from the windows it remembers.
+            self.counter = Some((self.replay_counter(next - 1, memory)?, next - 1));
+        }
+        let Some((counter, at)) = self.counter.as_mut() else {
+            return Ok(None);
+        };
+        counter.push(targets);
+        *at = next;
+        Ok(Some(agg_gates(counter, alpha, objectives.agg.gates)))
+    }
+
+    /// The token counter after optimizer step `step`, from the windows of steps
+    /// step − min(step, memory) + 1 ..= step.
+    fn replay_counter(&self, step: u64, memory: usize) -> Result<TokenCounter, EngineError> {
+        let mut counter = TokenCounter::new(self.corpus.vocab().len(), memory);
+        let first = step.saturating_sub(memory as u64) + 1;
+        for s in first..=step {
+            let k = ((s - 1) % self.windows_per_epoch) as usize;
+            let batch = self
+                .window(k)
+                .ok_or_else(|| EngineError::Config(format!("no training window {k}")))?;
+            counter.push(&batch.targets);
+        }
+        Ok(counter)
     }
 
     /// Exact perplexity over a whole split, total and per group.
@@ -255,8 +593,8 @@ impl Trainer {
                 streams: self.config.eval_batch,
                 window: self.model_config.window(),
                 step: self.state.step,
-                // The Theorem-2 threshold's cosine weight: no cosine regulariser exists yet (#5).
-                cosine_weight: 0.0,
+                // The Theorem-2 threshold uses the cosine regulariser's weight when it is on.
+                cosine_weight: self.state.objectives.cos.active(),
             },
         )?;
         Ok(stats)
@@ -314,9 +652,75 @@ impl Trainer {
             Command::Resume => record("paused".into(), "running".into()),
             Command::Stop { save } => record("running".into(), format!("stopped (save={save})")),
             Command::SaveCheckpoint => record(String::new(), "checkpoint".into()),
+            Command::Objective { change } => {
+                let before = self.state.objectives.label();
+                self.change_objectives(change)?;
+                record(before, self.state.objectives.label())
+            }
         };
         self.state.commands.push(applied.clone());
         Ok(applied)
+    }
+}
+
+/// Sizes of the frequency groups (frequent, medium, rare).
+fn group_sizes(corpus: &Corpus) -> [usize; 3] {
+    Group::ALL.map(|g| corpus.groups().size(g))
+}
+
+impl Trainer {
+    /// Applies an objective change between two steps, with its side effects (spectrum control
+    /// factorises or collapses W).
+    fn change_objectives(&mut self, change: &ObjectiveChange) -> Result<(), String> {
+        let sizes = group_sizes(&self.corpus);
+        let mut next = self.state.objectives.clone();
+        next.apply(change, sizes)?;
+        let was_on = self.state.spectrum_c1.is_some();
+        let spectrum_on = next.spectrum.enabled;
+        self.state.objectives = next;
+        if spectrum_on != was_on {
+            self.switch_spectrum(spectrum_on)?;
+        }
+        if matches!(
+            change,
+            ObjectiveChange::Enable {
+                term: Term::Agg,
+                ..
+            }
+        ) {
+            self.counter = None;
+            self.static_gates = None;
+        }
+        Ok(())
+    }
+
+    /// Spectrum control on: W = U·diag(σ)·Vᵀ from the SVD of the current W (the model's outputs do
+    /// not change), c1 = σ_1. Off: W = U·diag(σ)·Vᵀ written back into the plain embedding.
+    fn switch_spectrum(&mut self, on: bool) -> Result<(), String> {
+        if on {
+            let snapshot = self.snapshot().map_err(|e| e.to_string())?;
+            let factors = SpectralEmbedding::from_matrix(
+                &snapshot.weights,
+                snapshot.n,
+                snapshot.d,
+                &self.device,
+            )
+            .map_err(|e| e.to_string())?;
+            let sigma = factors
+                .sigma
+                .val()
+                .try_into_vec_as::<f64>()
+                .map_err(|e| format!("reading σ: {e:?}"))?;
+            let c1 = sigma.first().copied().unwrap_or(0.0);
+            self.model = self.model.clone().set_spectral(Some(factors));
+            self.state.spectrum_c1 = Some(c1);
+        } else {
+            self.model = self.model.clone().set_spectral(None);
+            self.state.spectrum_c1 = None;
+        }
+        // Fresh moments for fresh factors.
+        self.spectral_optim = None;
+        Ok(())
     }
 }
 

@@ -134,6 +134,13 @@ impl ModelConfig {
         }
     }
 
+    pub fn set_output_bias(&mut self, on: bool) {
+        match self {
+            ModelConfig::Transformer(t) => t.output_bias = on,
+            ModelConfig::Lstm(l) => l.output_bias = on,
+        }
+    }
+
     /// Checks the shape parameters; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
         let positive = |name: &str, v: usize| {

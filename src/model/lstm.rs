@@ -10,6 +10,7 @@ use burn::nn::{
 use burn::prelude::*;
 
 use super::config::LstmConfig;
+use super::spectral::SpectralEmbedding;
 
 #[derive(Module, Debug)]
 pub struct LstmLm {
@@ -18,6 +19,8 @@ pub struct LstmLm {
     pub projection: Option<Linear>,
     pub output_bias: Option<Param<Tensor<1>>>,
     pub dropout: Dropout,
+    /// W = U·diag(σ)·Vᵀ while spectrum control is on; `embedding.weight` is then unused.
+    pub spectral: Option<SpectralEmbedding>,
 }
 
 /// The recurrent state of every layer, `[batch, hidden]` each.
@@ -51,6 +54,7 @@ impl LstmLm {
                 .output_bias
                 .then(|| Param::from_tensor(Tensor::zeros([vocab], device))),
             dropout: DropoutConfig::new(cfg.dropout).init(),
+            spectral: None,
         }
     }
 
@@ -59,9 +63,11 @@ impl LstmLm {
         &self,
         inputs: Tensor<2, Int>,
         state: Option<RecurrentState>,
+        w: Option<Tensor<2>>,
     ) -> (Tensor<2>, RecurrentState) {
         let [b, t] = inputs.dims();
-        let mut x = self.dropout.forward(self.embedding.forward(inputs));
+        let embedded = super::lookup(&self.embedding, self.spectral.as_ref(), inputs, w);
+        let mut x = self.dropout.forward(embedded);
         let mut states = state.map(|s| s.into_iter().map(Some).collect::<Vec<_>>());
         let mut next = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.iter().enumerate() {

@@ -6,14 +6,17 @@ pub mod config;
 mod device;
 pub mod lstm;
 pub mod output;
+pub mod spectral;
 pub mod transformer;
 
 use burn::module::{ModuleMapper, Param, ParamId};
+use burn::nn::Embedding;
 use burn::prelude::*;
 
 pub use config::{LstmConfig, ModelConfig, Preset, TransformerConfig};
 pub use device::{DeviceError, DeviceSpec};
 pub use lstm::{LstmLm, RecurrentState};
+pub use spectral::{SPECTRAL_PARAM_IDS, SpectralEmbedding, SvdError};
 pub use transformer::TransformerLm;
 
 #[derive(Module, Debug)]
@@ -43,21 +46,107 @@ impl LanguageModel {
         inputs: Tensor<2, Int>,
         state: Option<RecurrentState>,
     ) -> (Tensor<2>, Option<RecurrentState>) {
+        self.hidden_with(inputs, state, None)
+    }
+
+    /// [`hidden`](Self::hidden) with W already computed (`w` = [`embedding`](Self::embedding)),
+    /// so that a step under spectrum control composes U·diag(σ)·Vᵀ once.
+    pub fn hidden_with(
+        &self,
+        inputs: Tensor<2, Int>,
+        state: Option<RecurrentState>,
+        w: Option<Tensor<2>>,
+    ) -> (Tensor<2>, Option<RecurrentState>) {
         match self {
-            LanguageModel::Transformer(m) => (m.hidden(inputs), None),
+            LanguageModel::Transformer(m) => (m.hidden(inputs, w), None),
             LanguageModel::Lstm(m) => {
-                let (h, s) = m.hidden(inputs, state);
+                let (h, s) = m.hidden(inputs, state, w);
                 (h, Some(s))
             }
         }
     }
 
-    /// The tied embedding matrix W, `[N, d]`.
+    /// The tied embedding matrix W, `[N, d]` (composed from U, σ, V under spectrum control).
     pub fn embedding(&self) -> Tensor<2> {
-        match self {
-            LanguageModel::Transformer(m) => m.embedding.weight.val(),
-            LanguageModel::Lstm(m) => m.embedding.weight.val(),
+        if let Some(s) = self.spectral() {
+            return s.weight();
         }
+        self.embedding_module().weight.val()
+    }
+
+    fn embedding_module(&self) -> &Embedding {
+        match self {
+            LanguageModel::Transformer(m) => &m.embedding,
+            LanguageModel::Lstm(m) => &m.embedding,
+        }
+    }
+
+    /// The spectrum-control factors, when on.
+    pub fn spectral(&self) -> Option<&SpectralEmbedding> {
+        match self {
+            LanguageModel::Transformer(m) => m.spectral.as_ref(),
+            LanguageModel::Lstm(m) => m.spectral.as_ref(),
+        }
+    }
+
+    /// Installs (Some) or removes (None) the spectrum-control factors. Removing them writes
+    /// W = U·diag(σ)·Vᵀ back into the plain embedding, so the model computes the same function.
+    pub fn set_spectral(mut self, spectral: Option<SpectralEmbedding>) -> Self {
+        let collapsed = match (&spectral, self.spectral()) {
+            (None, Some(old)) => Some(old.weight().detach()),
+            _ => None,
+        };
+        let slot = match &mut self {
+            LanguageModel::Transformer(m) => &mut m.spectral,
+            LanguageModel::Lstm(m) => &mut m.spectral,
+        };
+        *slot = spectral;
+        match collapsed {
+            Some(w) => self.replace_embedding_weight(w),
+            None => self,
+        }
+    }
+
+    /// Removes the spectral factors without touching W's own parameter (for stepping them with
+    /// their own optimizer); put them back with [`set_spectral_raw`](Self::set_spectral_raw).
+    pub fn take_spectral(mut self) -> (Self, Option<SpectralEmbedding>) {
+        let slot = match &mut self {
+            LanguageModel::Transformer(m) => &mut m.spectral,
+            LanguageModel::Lstm(m) => &mut m.spectral,
+        };
+        let taken = slot.take();
+        (self, taken)
+    }
+
+    pub fn set_spectral_raw(mut self, spectral: Option<SpectralEmbedding>) -> Self {
+        match &mut self {
+            LanguageModel::Transformer(m) => m.spectral = spectral,
+            LanguageModel::Lstm(m) => m.spectral = spectral,
+        }
+        self
+    }
+
+    /// Replaces the output bias's value (same id); no-op for a model without one.
+    pub fn replace_output_bias(mut self, b: Tensor<1>) -> Self {
+        let slot = match &mut self {
+            LanguageModel::Transformer(m) => &mut m.output_bias,
+            LanguageModel::Lstm(m) => &mut m.output_bias,
+        };
+        if let Some(param) = slot.take() {
+            *slot = Some(param.map(|_| b.detach().require_grad()));
+        }
+        self
+    }
+
+    /// Replaces the value of W's own parameter (same id, still trainable).
+    pub fn replace_embedding_weight(mut self, w: Tensor<2>) -> Self {
+        let embedding = match &mut self {
+            LanguageModel::Transformer(m) => &mut m.embedding,
+            LanguageModel::Lstm(m) => &mut m.embedding,
+        };
+        let param = embedding.weight.clone();
+        embedding.weight = param.map(|_| w.detach().require_grad());
+        self
     }
 
     /// Id of the parameter holding W (to read or edit its gradient and rows).
@@ -80,6 +169,24 @@ impl LanguageModel {
     pub fn logits(&self, hidden: Tensor<2>) -> Tensor<2> {
         output::tied_logits(hidden, self.embedding(), self.output_bias())
     }
+}
+
+/// The input lookup of the tied matrix: rows of `w` (given, or composed from the spectral
+/// factors) or the plain embedding.
+fn lookup(
+    embedding: &Embedding,
+    spectral: Option<&SpectralEmbedding>,
+    inputs: Tensor<2, Int>,
+    w: Option<Tensor<2>>,
+) -> Tensor<3> {
+    let w = match (w, spectral) {
+        (Some(w), _) => w,
+        (None, Some(s)) => s.weight(),
+        (None, None) => return embedding.forward(inputs),
+    };
+    let [b, t] = inputs.dims();
+    let d = w.dims()[1];
+    w.select(0, inputs.reshape([b * t])).reshape([b, t, d])
 }
 
 /// Renumbers parameters 1, 2, 3, … in visit order.

@@ -10,6 +10,7 @@ use burn::prelude::*;
 use burn::tensor::activation::softmax;
 
 use super::config::TransformerConfig;
+use super::spectral::SpectralEmbedding;
 
 #[derive(Module, Debug)]
 pub struct TransformerLm {
@@ -19,6 +20,8 @@ pub struct TransformerLm {
     pub ln_f: LayerNorm,
     pub output_bias: Option<Param<Tensor<1>>>,
     pub dropout: Dropout,
+    /// W = U·diag(σ)·Vᵀ while spectrum control is on; `embedding.weight` is then unused.
+    pub spectral: Option<SpectralEmbedding>,
 }
 
 #[derive(Module, Debug)]
@@ -89,14 +92,17 @@ impl TransformerLm {
                 .output_bias
                 .then(|| Param::from_tensor(Tensor::zeros([vocab], device))),
             dropout: DropoutConfig::new(cfg.dropout).init(),
+            spectral: None,
         }
     }
 
-    /// Hidden states before the output layer, `[batch·time, d]`.
-    pub fn hidden(&self, inputs: Tensor<2, Int>) -> Tensor<2> {
+    /// Hidden states before the output layer, `[batch·time, d]`. `w` is the tied matrix when the
+    /// caller has it already (spectrum control computes it once per step).
+    pub fn hidden(&self, inputs: Tensor<2, Int>, w: Option<Tensor<2>>) -> Tensor<2> {
         let [b, t] = inputs.dims();
         let pos = self.positions.val().narrow(0, 0, t).unsqueeze::<3>();
-        let mut x = self.dropout.forward(self.embedding.forward(inputs) + pos);
+        let embedded = super::lookup(&self.embedding, self.spectral.as_ref(), inputs, w);
+        let mut x = self.dropout.forward(embedded + pos);
         let mask = Tensor::<2, Bool>::tril_mask([t, t], 0, &x.device()).unsqueeze::<4>();
         for block in &self.blocks {
             x = block.forward(x, mask.clone());

@@ -1,0 +1,194 @@
+//! Adaptive gradient gating (Yu et al. 2022, §4) and gradient-part freezing (§3.3).
+//!
+//! A counter remembers the target tokens of the last K optimizer updates (the current batch
+//! included). a_v = count_v / min(updates, K) is token v's mean occurrences per update; v is rare
+//! iff a_v < α. Only the output-side gradient of W is gated, per position p and column v:
+//!
+//! - positions whose target is not rare: g1_v = a_v for rare v, 1 otherwise;
+//! - positions whose target is rare: g2_v = min(a_v / mean_{r rare} a_r, 1) for rare v, 1 otherwise;
+//! - the target's own column always has gate 1.
+//!
+//! With ∂L/∂z_pv = (p_pv − 1[v = y_p])/P this gives the rows of Yu et al.'s Eq. 23: (p−1)·h at
+//! own-target positions, g1·p·h at non-rare-target positions, g2·p·h at rare-target positions.
+//! Gradient-part freezing is the same machinery with the corpus's static Rare group and gates 0:
+//! g1 = 0 drops part (b), g2 = 0 drops part (c).
+//!
+//! α is in occurrences per update, so it scales with the tokens per update: the paper's α = 0.03
+//! at 32,768 tokens per update is α ≈ 0.03·(B·T)/32,768 for B·T tokens per update if the same
+//! tokens are to count as rare (e.g. 5.1e-4 at conelab's default 16×35 = 560).
+
+use std::collections::VecDeque;
+
+use burn::prelude::*;
+
+use super::{GateParts, GateSet};
+use crate::data::{FrequencyGroups, Group};
+
+/// Target-token occurrences over the last K updates.
+#[derive(Debug, Clone)]
+pub struct TokenCounter {
+    memory: usize,
+    history: VecDeque<Vec<u32>>,
+    counts: Vec<u32>,
+    updates: u64,
+}
+
+impl TokenCounter {
+    pub fn new(vocab: usize, memory: usize) -> Self {
+        Self {
+            memory: memory.max(1),
+            history: VecDeque::new(),
+            counts: vec![0; vocab],
+            updates: 0,
+        }
+    }
+
+    /// Records one update's target tokens, forgetting the update K ago.
+    pub fn push(&mut self, tokens: &[u32]) {
+        if self.history.len() == self.memory
+            && let Some(old) = self.history.pop_front()
+        {
+            for &t in &old {
+                self.counts[t as usize] -= 1;
+            }
+        }
+        for &t in tokens {
+            self.counts[t as usize] += 1;
+        }
+        self.history.push_back(tokens.to_vec());
+        self.updates += 1;
+    }
+
+    pub fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    pub fn memory(&self) -> usize {
+        self.memory
+    }
+
+    /// a_v: mean occurrences per update over the remembered updates.
+    pub fn mean_occurrences(&self) -> Vec<f64> {
+        let span = self.history.len().max(1) as f64;
+        self.counts.iter().map(|&c| c as f64 / span).collect()
+    }
+}
+
+/// Per-token gates and the rare set they were made from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gates {
+    pub g1: Vec<f32>,
+    pub g2: Vec<f32>,
+    pub rare: Vec<bool>,
+    pub rare_count: usize,
+}
+
+/// AGG's gates from the counter (methods.md §3).
+pub fn agg_gates(counter: &TokenCounter, alpha: f64, set: GateSet) -> Gates {
+    let a = counter.mean_occurrences();
+    let rare: Vec<bool> = a.iter().map(|&x| x < alpha).collect();
+    let rare_count = rare.iter().filter(|&&r| r).count();
+    let mean_rare = if rare_count == 0 {
+        0.0
+    } else {
+        a.iter().zip(&rare).filter(|(_, r)| **r).map(|(x, _)| x).sum::<f64>() / rare_count as f64
+    };
+    let g1 = a
+        .iter()
+        .zip(&rare)
+        .map(|(&x, &r)| if r && set != GateSet::G2 { x as f32 } else { 1.0 })
+        .collect();
+    let g2 = a
+        .iter()
+        .zip(&rare)
+        .map(|(&x, &r)| {
+            if !r || set == GateSet::G1 {
+                1.0
+            } else if mean_rare > 0.0 {
+                (x / mean_rare).min(1.0) as f32
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Gates {
+        g1,
+        g2,
+        rare,
+        rare_count,
+    }
+}
+
+/// Gradient-part freezing: the corpus's Rare group, gates 0 for the dropped parts.
+pub fn part_freeze_gates(groups: &FrequencyGroups, parts: GateParts) -> Gates {
+    let n = groups.len();
+    let rare: Vec<bool> = (0..n).map(|v| groups.group_of(v as u32) == Group::Rare).collect();
+    let gate = |drop: bool| -> Vec<f32> {
+        rare.iter()
+            .map(|&r| if r && drop { 0.0 } else { 1.0 })
+            .collect()
+    };
+    Gates {
+        g1: gate(parts.drops_b()),
+        g2: gate(parts.drops_c()),
+        rare_count: groups.size(Group::Rare),
+        rare,
+    }
+}
+
+/// The gate of every (position, column), `[P, N]`: g2 on rows whose target is rare, g1 on the
+/// others, 1 in the target's own column.
+pub fn gate_matrix(
+    gates: &Gates,
+    targets_host: &[u32],
+    targets: Tensor<1, Int>,
+    device: &Device,
+) -> Tensor<2> {
+    let n = gates.g1.len();
+    let p = targets_host.len();
+    let g1 = Tensor::<1>::from_data(TensorData::new(gates.g1.clone(), [n]), device);
+    let g2 = Tensor::<1>::from_data(TensorData::new(gates.g2.clone(), [n]), device);
+    let rare_target: Vec<f32> = targets_host
+        .iter()
+        .map(|&t| if gates.rare[t as usize] { 1.0 } else { 0.0 })
+        .collect();
+    let r = Tensor::<2>::from_data(TensorData::new(rare_target, [p, 1]), device);
+    let g1 = g1.unsqueeze::<2>();
+    let gate = g1.clone() + r * (g2.unsqueeze::<2>() - g1);
+    let own = targets.one_hot::<2>(n).equal_elem(1);
+    gate.mask_fill(own, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_counter_forgets_after_k_updates() {
+        let mut c = TokenCounter::new(4, 2);
+        c.push(&[0, 0, 1]);
+        c.push(&[1, 2]);
+        assert_eq!(c.mean_occurrences(), vec![1.0, 1.0, 0.5, 0.0]);
+        c.push(&[3]);
+        // The first update is gone: counts 0:0 1:1 2:1 3:1 over 2 updates.
+        assert_eq!(c.mean_occurrences(), vec![0.0, 0.5, 0.5, 0.5]);
+        assert_eq!(c.updates(), 3);
+    }
+
+    #[test]
+    fn gates_follow_the_definitions() {
+        let mut c = TokenCounter::new(4, 10);
+        c.push(&[0, 0, 0, 0, 1, 2]);
+        c.push(&[0, 0, 0, 0, 1, 1]);
+        // a = [4, 1.5, 0.5, 0]; α = 1 → rare {2, 3}, mean rare a = 0.25.
+        let g = agg_gates(&c, 1.0, GateSet::Both);
+        assert_eq!(g.rare, vec![false, false, true, true]);
+        assert_eq!(g.g1, vec![1.0, 1.0, 0.5, 0.0]);
+        assert_eq!(g.g2, vec![1.0, 1.0, 1.0, 0.0]); // min(0.5/0.25, 1), 0/0.25
+        let g = agg_gates(&c, 2.0, GateSet::Both);
+        // rare {1, 2, 3}, mean = 2/3: g2 = [1, min(1.5/(2/3),1)=1, 0.75, 0].
+        assert_eq!(g.g2, vec![1.0, 1.0, 0.75, 0.0]);
+        assert_eq!(agg_gates(&c, 2.0, GateSet::G1).g2, vec![1.0; 4]);
+        assert_eq!(agg_gates(&c, 2.0, GateSet::G2).g1, vec![1.0; 4]);
+    }
+}

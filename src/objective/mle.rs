@@ -1,0 +1,38 @@
+//! MLE: the mean token negative log-likelihood with tied weights,
+//! L = −(1/P) Σ_p log softmax(h_p·Wᵀ + b)[y_p] over the P = B·T positions of the batch.
+//!
+//! The composed step (`engine/trainer.rs`) evaluates every full-softmax term on a detached copy of
+//! the logits and hands their gradient G = ∂L/∂z back explicitly: the hidden states get G·W,
+//! W gets (gate ⊙ G)ᵀ·h. Without gates that is exactly the MLE gradient; with AGG's gates it
+//! is the paper's split of the two paths, at the cost of one extra elementwise product instead
+//! of a second logits matmul.
+
+use burn::prelude::*;
+use burn::tensor::activation::log_softmax;
+
+/// Mean token NLL from log-probabilities `[P, N]`.
+pub fn nll_from_log_probs(log_probs: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
+    let [p, _] = log_probs.dims();
+    log_probs
+        .gather(1, targets.reshape([p, 1]))
+        .mean()
+        .neg()
+}
+
+/// Mean token NLL from logits `[P, N]`.
+pub fn nll(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
+    nll_from_log_probs(log_softmax(logits, 1), targets)
+}
+
+/// log Z_p = log Σ_v exp z_pv, `[P]`, from logits and their log-probabilities (log Z = z − log p
+/// for any column; the first is as good as any).
+pub fn log_z_from(logits: Tensor<2>, log_probs: Tensor<2>) -> Tensor<1> {
+    let [p, _] = logits.dims();
+    (logits.narrow(1, 0, 1) - log_probs.narrow(1, 0, 1)).reshape([p])
+}
+
+/// The output-side gradient of W from the logits' gradient `g` `[P, N]` and the (detached)
+/// hidden states `[P, d]`: gᵀ·h, `[N, d]`.
+pub fn output_gradient(g: Tensor<2>, hidden: Tensor<2>) -> Tensor<2> {
+    g.transpose().matmul(hidden)
+}

@@ -1,0 +1,96 @@
+//! Spectrum control (Wang et al. 2020, §4): W = U·diag(σ)·Vᵀ (see `model/spectral.rs`) trained
+//! with
+//!
+//! + λ_orth·(‖UᵀU − I‖²_F + ‖VᵀV − I‖²_F) + λ_spec·(‖UᵀU − I‖²_2 + ‖VᵀV − I‖²_2)
+//! + λ_prior·Σ_k (σ_(k) − target_k)²,
+//!
+//! target_k = c1·exp(−c2·k^γ) (exponential) or c1·k^(−γ) (polynomial), σ_(k) the k-th largest.
+//! **Choice** (methods.md): c1 = σ_1 at the moment control is switched on; c2 and γ configurable.
+//! The spectral norm of the symmetric E = MᵀM − I is |xᵀEx| at its top eigenvector x, found by
+//! power iteration on the detached E; the gradient flows through E only (x is a constant: at an
+//! eigenvector the derivative of the Rayleigh quotient with respect to x vanishes).
+
+use burn::prelude::*;
+
+use super::{Prior, SpectrumConfig};
+use crate::model::SpectralEmbedding;
+
+/// target_k for k = 1..=d.
+pub fn prior_targets(config: &SpectrumConfig, c1: f64, d: usize) -> Vec<f32> {
+    (1..=d)
+        .map(|k| {
+            let k = k as f64;
+            let t = match config.prior {
+                Prior::Exponential => c1 * (-config.c2 * k.powf(config.gamma)).exp(),
+                Prior::Polynomial => c1 * k.powf(-config.gamma),
+            };
+            t as f32
+        })
+        .collect()
+}
+
+/// ‖MᵀM − I‖²_F.
+pub fn orthogonality_frobenius(m: Tensor<2>) -> Tensor<1> {
+    let [_, k] = m.dims();
+    let device = m.device();
+    let e = m.clone().transpose().matmul(m) - Tensor::eye(k, &device);
+    e.square().sum()
+}
+
+/// ‖MᵀM − I‖²_2 (largest |eigenvalue| of the symmetric MᵀM − I, squared).
+pub fn orthogonality_spectral(m: Tensor<2>, iterations: usize) -> Tensor<1> {
+    let [_, k] = m.dims();
+    let device = m.device();
+    let e = m.clone().transpose().matmul(m) - Tensor::eye(k, &device);
+    let fixed = e.clone().detach();
+    // Start off every eigenvector's null space: a fixed, non-symmetric pattern.
+    let start: Vec<f32> = (0..k).map(|i| 1.0 + (i as f32 * 0.618_034).fract()).collect();
+    let mut x = Tensor::<2>::from_data(TensorData::new(start, [k, 1]), &device);
+    for _ in 0..iterations {
+        let y = fixed.clone().matmul(x);
+        let norm = y.clone().square().sum().sqrt().clamp_min(1e-30).unsqueeze::<2>();
+        x = y / norm;
+    }
+    let rayleigh = x.clone().transpose().matmul(e).matmul(x).reshape([1]);
+    rayleigh.square()
+}
+
+/// Σ_k (σ_(k) − target_k)², σ sorted descending (the order is a constant of the step).
+pub fn prior_penalty(sigma: Tensor<1>, targets: &[f32]) -> Result<Tensor<1>, String> {
+    let [d] = sigma.dims();
+    let device = sigma.device();
+    let values = sigma
+        .clone()
+        .detach()
+        .try_into_vec_as::<f32>()
+        .map_err(|e| format!("reading σ: {e:?}"))?;
+    let mut order: Vec<i64> = (0..d as i64).collect();
+    order.sort_by(|&a, &b| values[b as usize].total_cmp(&values[a as usize]));
+    let sorted = sigma.select(0, Tensor::from_data(TensorData::new(order, [d]), &device));
+    let target = Tensor::<1>::from_data(TensorData::new(targets[..d].to_vec(), [d]), &device);
+    Ok((sorted - target).square().sum())
+}
+
+/// The whole weighted penalty of a spectral embedding.
+pub fn spectrum_penalty(
+    spectral: &SpectralEmbedding,
+    config: &SpectrumConfig,
+    targets: &[f32],
+) -> Result<Tensor<1>, String> {
+    const POWER_ITERATIONS: usize = 20;
+    let u = spectral.u.val();
+    let v = spectral.v.val();
+    let mut total = prior_penalty(spectral.sigma.val(), targets)?.mul_scalar(config.lambda_prior);
+    if config.lambda_orth > 0.0 {
+        total = total
+            + (orthogonality_frobenius(u.clone()) + orthogonality_frobenius(v.clone()))
+                .mul_scalar(config.lambda_orth);
+    }
+    if config.lambda_spec > 0.0 {
+        total = total
+            + (orthogonality_spectral(u, POWER_ITERATIONS)
+                + orthogonality_spectral(v, POWER_ITERATIONS))
+            .mul_scalar(config.lambda_spec);
+    }
+    Ok(total)
+}
