@@ -16,7 +16,7 @@ pub use config::{OptimizerKind, Schedule, TrainConfig};
 pub use protocol::{
     AppliedCommand, Command, EvalStats, Event, FinishReason, Snapshot, SnapshotSlot, StepStats,
 };
-pub(crate) use trainer::build_optimizer;
+pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 pub use trainer::{RunState, Trainer, clip_global_norm};
 
 use crate::checkpoint::{self, CheckpointError, RunDir};

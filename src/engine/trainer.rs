@@ -9,7 +9,6 @@ use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig};
 use burn::prelude::*;
-use burn::tensor::activation::log_softmax;
 use serde::{Deserialize, Serialize};
 
 use super::config::{OptimizerKind, Schedule, TrainConfig};
@@ -17,16 +16,16 @@ use super::protocol::{AppliedCommand, Command, EvalStats, Snapshot, StepStats};
 use super::{EngineError, eval};
 use crate::data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
 use crate::model::lstm::detach_state;
-use crate::model::output::tied_logits;
 use crate::model::{DeviceSpec, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding};
 use crate::objective::agg::{Gates, TokenCounter, agg_gates, gate_matrix, part_freeze_gates};
 use crate::objective::freeze::{frozen_ranges, restore_rows, zero_rows};
+use crate::objective::head::{HeadTerms, full_softmax_head};
 use crate::objective::self_norm::{
-    UnigramSampler, dev_penalty, nce_loss, sample_positions, sampled_log_z_penalty,
+    UnigramSampler, nce_loss, sample_positions, sampled_log_z_penalty,
 };
 use crate::objective::spectrum::{prior_targets, spectrum_penalty};
 use crate::objective::{
-    GateParts, LossKind, ObjectiveChange, Objectives, Term, cosreg, laplacian, mle, unlikelihood,
+    GateParts, LossKind, ObjectiveChange, Objectives, Term, cosreg, laplacian, unlikelihood,
 };
 
 /// Counters and settings that change during a run; saved with every checkpoint so a resumed run
@@ -179,7 +178,7 @@ impl Trainer {
         self.optim = optim;
         self.spectral_optim = match (&state.spectrum_c1, spectral_optim) {
             (Some(_), Some(o)) => Some(o),
-            (Some(_), None) => Some(build_optimizer(&self.config)),
+            (Some(_), None) => Some(spectral_optimizer(&self.config)),
             (None, _) => None,
         };
         self.state = state;
@@ -421,7 +420,7 @@ impl Trainer {
             let (model, factors) = self.model.clone().take_spectral();
             let optim = self
                 .spectral_optim
-                .get_or_insert_with(|| build_optimizer(&self.config));
+                .get_or_insert_with(|| spectral_optimizer(&self.config));
             let factors = factors.map(|f| optim.step(lr, f, g));
             self.model = model.set_spectral_raw(factors);
         }
@@ -457,10 +456,8 @@ impl Trainer {
         .and_then(|b| b.window(k))
     }
 
-    /// The full-softmax terms (NLL, DEV, unlikelihood) evaluated on a detached copy of the logits,
-    /// their gradient G = ∂L/∂z handed back explicitly (`objective/mle.rs`): the hidden states get
-    /// G·W, W gets (gates ⊙ G)ᵀ·h — exactly MLE's gradient without gates, AGG's with them.
-    /// Returns the NLL and the graph to differentiate.
+    /// The full-softmax terms (NLL, DEV, unlikelihood) with the step's gates
+    /// (`objective/head.rs`). Returns the NLL and the graph to differentiate.
     #[allow(clippy::too_many_arguments)]
     fn full_softmax_terms(
         &self,
@@ -473,54 +470,25 @@ impl Trainer {
         gates: Option<&Gates>,
         penalties: &mut Vec<Tensor<1>>,
     ) -> Result<(Tensor<1>, Tensor<1>), EngineError> {
-        let h_fixed = hidden.clone().detach();
-        let w_fixed = w.clone().detach();
-        let logits = tied_logits(
-            h_fixed.clone(),
-            w_fixed.clone(),
-            bias.clone().map(Tensor::detach),
-        )
-        // A fresh leaf: the gradient of the head terms stops here.
-        .detach()
-        .require_grad();
-        let log_probs = log_softmax(logits.clone(), 1);
-        let nll = mle::nll_from_log_probs(log_probs.clone(), targets.clone());
-        let mut head = nll.clone();
-        if objectives.dev.enabled && objectives.dev.weight > 0.0 {
-            let log_z = mle::log_z_from(logits.clone(), log_probs.clone());
-            let pen = dev_penalty(log_z).mul_scalar(objectives.dev.weight);
-            penalties.push(pen.clone().detach());
-            head = head + pen;
-        }
-        if objectives.ul.enabled && objectives.ul.weight > 0.0 {
+        let unlikelihood = (objectives.ul.enabled && objectives.ul.weight > 0.0).then(|| {
             let (idx, mask) =
                 unlikelihood::candidates(&batch.inputs, &batch.targets, batch.batch, batch.time);
             let shape = [batch.batch * batch.time, batch.time];
-            let pen = unlikelihood::unlikelihood(
-                log_probs,
+            (
+                objectives.ul.weight,
                 Tensor::from_data(TensorData::new(idx, shape), &self.device),
                 Tensor::from_data(TensorData::new(mask, shape), &self.device),
             )
-            .mul_scalar(objectives.ul.weight);
-            penalties.push(pen.clone().detach());
-            head = head + pen;
-        }
-        let head_grads = head.backward();
-        let g = logits
-            .grad(&head_grads)
-            .ok_or_else(|| EngineError::Backend("the logits have no gradient".into()))?;
-        let to_hidden = g.clone().matmul(w_fixed);
-        let g_w = match gates {
-            Some(gates) => g.clone() * gate_matrix(gates, &batch.targets, targets, &self.device),
-            None => g.clone(),
+        });
+        let terms = HeadTerms {
+            dev: objectives.dev.active(),
+            unlikelihood,
+            gates: gates.map(|g| gate_matrix(g, &batch.targets, targets.clone(), &self.device)),
         };
-        let to_w = mle::output_gradient(g_w, h_fixed);
-        let mut graph = (hidden * to_hidden).sum() + (w * to_w).sum();
-        if let Some(b) = bias {
-            let [n] = b.dims();
-            graph = graph + (b * g.sum_dim(0).reshape([n])).sum();
-        }
-        Ok((nll.detach(), graph))
+        let out = full_softmax_head(hidden, w, bias, targets, terms)
+            .map_err(|e| EngineError::Backend(e.to_string()))?;
+        penalties.extend(out.penalties);
+        Ok((out.nll, out.graph))
     }
 
     /// The gates of this step: gradient-part freezing's static ones, or AGG's from the counter
@@ -722,6 +690,15 @@ impl Trainer {
         self.spectral_optim = None;
         Ok(())
     }
+}
+
+/// The optimizer of U, σ, V: the run's, without weight decay (decay would shrink U and V away from
+/// the orthonormality their penalties hold them to).
+pub(crate) fn spectral_optimizer(config: &TrainConfig) -> ModuleOptimizer {
+    build_optimizer(&TrainConfig {
+        weight_decay: 0.0,
+        ..config.clone()
+    })
 }
 
 pub(crate) fn build_optimizer(config: &TrainConfig) -> ModuleOptimizer {

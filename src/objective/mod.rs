@@ -11,6 +11,7 @@
 pub mod agg;
 pub mod cosreg;
 pub mod freeze;
+pub mod head;
 pub mod laplacian;
 pub mod mle;
 pub mod self_norm;
@@ -294,8 +295,11 @@ impl Default for SpectrumConfig {
             enabled: false,
             prior: Prior::Exponential,
             lambda_prior: 1.0,
-            lambda_orth: 0.1,
-            lambda_spec: 0.1,
+            // Under AdamW the factors drift fast: with 0.1 each, ‖UᵀU − I‖_F reached 0.53 after
+            // 40 steps of the test model (0.05 with 10, 28 with none); 1.0 is the middle of the
+            // paper's grid {0.01, 0.1, 1, 10}.
+            lambda_orth: 1.0,
+            lambda_spec: 1.0,
             c2: 0.01,
             gamma: 1.0,
         }

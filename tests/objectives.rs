@@ -1,0 +1,456 @@
+//! The objectives' numerics against independent computations: closed forms evaluated in f64 on
+//! the host, central finite differences of those closed forms, the paper's gradient formula for
+//! AGG (Yu et al. 2022, appendix Eq. 23), plain autodiff MLE, and an exact eigendecomposition.
+
+use burn::prelude::*;
+use conelab::model::{DeviceSpec, SpectralEmbedding};
+use conelab::objective::agg::{Gates, TokenCounter, agg_gates, gate_matrix};
+use conelab::objective::head::{HeadTerms, full_softmax_head};
+use conelab::objective::self_norm::{UnigramSampler, nce_loss};
+use conelab::objective::spectrum::{
+    orthogonality_frobenius, orthogonality_spectral, prior_penalty,
+};
+use conelab::objective::{GateSet, cosreg, laplacian, mle, unlikelihood};
+
+fn device() -> Device {
+    DeviceSpec::Cpu.training_device().expect("cpu autodiff device")
+}
+
+/// Deterministic values in [−1, 1).
+fn values(n: usize, seed: u64) -> Vec<f64> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn leaf(data: &[f64], shape: [usize; 2], dev: &Device) -> Tensor<2> {
+    let f: Vec<f32> = data.iter().map(|&x| x as f32).collect();
+    Tensor::<2>::from_data(TensorData::new(f, shape), dev).require_grad()
+}
+
+fn host(t: Tensor<2>) -> Vec<f64> {
+    t.try_into_vec_as::<f32>()
+        .expect("f32 data")
+        .into_iter()
+        .map(f64::from)
+        .collect()
+}
+
+fn scalar(t: Tensor<1>) -> f64 {
+    t.into_scalar::<f32>() as f64
+}
+
+fn ids(v: &[u32], dev: &Device) -> Tensor<1, Int> {
+    Tensor::<1, Int>::from_data(TensorData::new(v.to_vec(), [v.len()]), dev)
+}
+
+/// Central differences of `f` at `x`, in f64.
+fn finite_differences(x: &[f64], f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
+    let eps = 1e-6;
+    (0..x.len())
+        .map(|i| {
+            let mut a = x.to_vec();
+            let mut b = x.to_vec();
+            a[i] += eps;
+            b[i] -= eps;
+            (f(&a) - f(&b)) / (2.0 * eps)
+        })
+        .collect()
+}
+
+fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "{what}[{i}]: got {g}, want {w}"
+        );
+    }
+}
+
+fn softmax_rows(h: &[f64], w: &[f64], p: usize, n: usize, d: usize) -> Vec<Vec<f64>> {
+    (0..p)
+        .map(|i| {
+            let z: Vec<f64> = (0..n)
+                .map(|v| (0..d).map(|k| h[i * d + k] * w[v * d + k]).sum())
+                .collect();
+            let m = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = z.iter().map(|x| (x - m).exp()).collect();
+            let s: f64 = e.iter().sum();
+            e.iter().map(|x| x / s).collect()
+        })
+        .collect()
+}
+
+fn cos_closed_form(w: &[f64], n: usize, d: usize) -> f64 {
+    let mut sum = vec![0.0; d];
+    for i in 0..n {
+        let row = &w[i * d..(i + 1) * d];
+        let norm = row.iter().map(|x| x * x).sum::<f64>().sqrt();
+        for k in 0..d {
+            sum[k] += row[k] / norm;
+        }
+    }
+    (sum.iter().map(|x| x * x).sum::<f64>() - n as f64) / (n * n) as f64
+}
+
+#[test]
+fn cosreg_matches_its_closed_form_and_finite_differences() {
+    let dev = device();
+    let (n, d) = (7, 4);
+    // A shared direction plus noise: a cone, so the penalty is clearly positive.
+    let w0: Vec<f64> = values(n * d, 1)
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x * 0.5 + if i % d == 0 { 1.0 } else { 0.0 })
+        .collect();
+    let w = leaf(&w0, [n, d], &dev);
+    let pen = cosreg::cos_penalty(w.clone());
+    let value = scalar(pen.clone());
+    let want = cos_closed_form(&w0, n, d);
+    assert!(want > 0.1, "the test matrix is a cone ({want})");
+    assert!((value - want).abs() < 1e-5, "value {value} vs closed form {want}");
+    let grads = pen.backward();
+    let g = host(w.grad(&grads).expect("W has a gradient"));
+    let fd = finite_differences(&w0, |x| cos_closed_form(x, n, d));
+    assert_close(&g, &fd, 1e-4, "∂CosReg/∂W");
+}
+
+fn laplacian_closed_form(h: &[f64], w: &[f64], y: &[u32], n: usize, d: usize) -> f64 {
+    let p = y.len();
+    let unit = |i: usize| {
+        let r = &h[i * d..(i + 1) * d];
+        let norm = r.iter().map(|x| x * x).sum::<f64>().sqrt();
+        r.iter().map(|x| x / norm).collect::<Vec<f64>>()
+    };
+    let mut total = 0.0;
+    for a in 0..p {
+        for b in 0..p {
+            let (ua, ub) = (unit(a), unit(b));
+            let s: f64 = ua.iter().zip(&ub).map(|(x, y)| x * y).sum();
+            let (ra, rb) = (y[a] as usize, y[b] as usize);
+            let dist: f64 = (0..d)
+                .map(|k| (w[ra * d + k] - w[rb * d + k]).powi(2))
+                .sum();
+            total += s * dist;
+        }
+    }
+    total / (n * n) as f64
+}
+
+#[test]
+fn laplacian_matches_the_double_sum_and_leaves_the_hidden_states_alone() {
+    let dev = device();
+    let (n, d) = (6, 3);
+    let y = [0u32, 2, 2, 5, 1];
+    let p = y.len();
+    let h0 = values(p * d, 2);
+    let w0 = values(n * d, 3);
+    let h = leaf(&h0, [p, d], &dev);
+    let w = leaf(&w0, [n, d], &dev);
+    let a = w.clone().select(0, ids(&y, &dev));
+    let pen = laplacian::laplacian_penalty(h.clone(), a, n);
+    let want = laplacian_closed_form(&h0, &w0, &y, n, d);
+    let value = scalar(pen.clone());
+    assert!((value - want).abs() < 1e-5 * (1.0 + want.abs()), "{value} vs {want}");
+    let grads = pen.backward();
+    let g = host(w.grad(&grads).expect("W has a gradient"));
+    let fd = finite_differences(&w0, |x| laplacian_closed_form(&h0, x, &y, n, d));
+    assert_close(&g, &fd, 1e-4, "∂LapReg/∂W");
+    let hg = h.grad(&grads).map(host);
+    assert!(
+        hg.is_none_or(|g| g.iter().all(|&x| x == 0.0)),
+        "the graph weights are detached: no gradient reaches h"
+    );
+}
+
+/// A hand-built AGG batch: the counter makes tokens 3, 4, 5 rare with different a_v.
+fn agg_fixture() -> (Gates, Vec<u32>) {
+    let mut counter = TokenCounter::new(6, 4);
+    counter.push(&[0, 0, 1, 1, 2, 3]);
+    counter.push(&[0, 1, 2, 2, 3, 4]);
+    // a = [1.5, 1.5, 1.5, 1.0, 0.5, 0.0]; α = 1.2 → rare {3, 4, 5}, mean rare a = 0.5.
+    let gates = agg_gates(&counter, 1.2, GateSet::Both);
+    assert_eq!(gates.rare, vec![false, false, false, true, true, true]);
+    // Targets: non-rare (0, 2, 1) and rare (3, 4) positions.
+    (gates, vec![0, 3, 2, 4, 1])
+}
+
+#[test]
+fn agg_gradients_follow_yu_et_al_eq_23_and_the_hidden_state_gets_plain_mle() {
+    let dev = device();
+    let (n, d) = (6, 3);
+    let (gates, y) = agg_fixture();
+    let p = y.len();
+    let h0 = values(p * d, 4);
+    let w0 = values(n * d, 5);
+    let h = leaf(&h0, [p, d], &dev);
+    let w = leaf(&w0, [n, d], &dev);
+    let out = full_softmax_head(
+        h.clone(),
+        w.clone(),
+        None,
+        ids(&y, &dev),
+        HeadTerms {
+            gates: Some(gate_matrix(&gates, &y, ids(&y, &dev), &dev)),
+            ..HeadTerms::default()
+        },
+    )
+    .expect("head");
+    let grads = out.graph.backward();
+    let gw = host(w.grad(&grads).expect("W gradient"));
+    let gh = host(h.grad(&grads).expect("h gradient"));
+
+    // Eq. 23, row by row: (p − 1)·h at own-target positions, g1·p·h at positions whose target is
+    // not rare, g2·p·h at rare-target positions; averaged over positions.
+    let probs = softmax_rows(&h0, &w0, p, n, d);
+    let mut want = vec![0.0; n * d];
+    for (i, &t) in y.iter().enumerate() {
+        for v in 0..n {
+            let coef = if v == t as usize {
+                probs[i][v] - 1.0
+            } else if gates.rare[t as usize] {
+                gates.g2[v] as f64 * probs[i][v]
+            } else {
+                gates.g1[v] as f64 * probs[i][v]
+            };
+            for k in 0..d {
+                want[v * d + k] += coef * h0[i * d + k] / p as f64;
+            }
+        }
+    }
+    assert_close(&gw, &want, 1e-5, "∂L/∂W under AGG");
+    // Gates must matter here: rare row 5 (a = 0) gets no push at non-rare-target positions.
+    let ungated_row5: f64 = (0..p)
+        .filter(|&i| !gates.rare[y[i] as usize])
+        .map(|i| probs[i][5] * h0[i * d])
+        .sum();
+    assert!(ungated_row5.abs() > 1e-4, "the fixture exercises g1");
+
+    // The hidden state: exactly the gradient of plain MLE through autodiff.
+    let h2 = leaf(&h0, [p, d], &dev);
+    let w2 = leaf(&w0, [n, d], &dev);
+    let plain = mle::nll(h2.clone().matmul(w2.clone().transpose()), ids(&y, &dev));
+    let nll_value = scalar(plain.clone());
+    let grads2 = plain.backward();
+    let gh_plain = host(h2.grad(&grads2).expect("h gradient"));
+    assert_close(&gh, &gh_plain, 1e-6, "∂L/∂h under AGG vs MLE");
+    assert!((scalar(out.nll) - nll_value).abs() < 1e-6, "the reported loss is the plain NLL");
+    // Without gates the head is MLE on W too.
+    let h3 = leaf(&h0, [p, d], &dev);
+    let w3 = leaf(&w0, [n, d], &dev);
+    let out3 = full_softmax_head(h3, w3.clone(), None, ids(&y, &dev), HeadTerms::default())
+        .expect("head");
+    let gw3 = host(w3.grad(&out3.graph.backward()).expect("W gradient"));
+    let gw_plain = host(w2.grad(&grads2).expect("W gradient"));
+    assert_close(&gw3, &gw_plain, 1e-6, "∂L/∂W without gates vs MLE");
+}
+
+#[test]
+fn dev_adds_its_closed_form_gradient_and_is_mle_at_zero() {
+    let dev = device();
+    let (n, d, p) = (5, 3, 4);
+    let y = [1u32, 0, 4, 2];
+    let h0: Vec<f64> = values(p * d, 6).iter().map(|x| x * 3.0).collect();
+    let w0 = values(n * d, 7);
+    let run = |alpha: f64| {
+        let h = leaf(&h0, [p, d], &dev);
+        let w = leaf(&w0, [n, d], &dev);
+        let out = full_softmax_head(
+            h,
+            w.clone(),
+            None,
+            ids(&y, &dev),
+            HeadTerms {
+                dev: alpha,
+                ..HeadTerms::default()
+            },
+        )
+        .expect("head");
+        host(w.grad(&out.graph.backward()).expect("W gradient"))
+    };
+    let (alpha, base, with_dev) = (0.7, run(0.0), run(0.7));
+    // ∂/∂z_pv of α·mean_p (log Z_p)² = 2α·log Z_p·p_pv / P.
+    let probs = softmax_rows(&h0, &w0, p, n, d);
+    let mut want = base.clone();
+    for i in 0..p {
+        let z: Vec<f64> = (0..n)
+            .map(|v| (0..d).map(|k| h0[i * d + k] * w0[v * d + k]).sum())
+            .collect();
+        let log_z = z.iter().map(|x| x.exp()).sum::<f64>().ln();
+        for v in 0..n {
+            for k in 0..d {
+                want[v * d + k] += 2.0 * alpha * log_z * probs[i][v] * h0[i * d + k] / p as f64;
+            }
+        }
+    }
+    assert_close(&with_dev, &want, 1e-5, "∂(NLL + DEV)/∂W");
+}
+
+#[test]
+fn unlikelihood_matches_its_definition() {
+    let dev = device();
+    let (n, d) = (6, 2);
+    let inputs = [1u32, 2, 1, 3];
+    let targets = [2u32, 1, 3, 2];
+    let (b, t) = (1, 4);
+    let h0 = values(4 * d, 8);
+    let w0 = values(n * d, 9);
+    let (idx, mask) = unlikelihood::candidates(&inputs, &targets, b, t);
+    let logits = Tensor::<2>::from_data(
+        TensorData::new(
+            softmax_rows(&h0, &w0, 4, n, d)
+                .iter()
+                .flat_map(|r| r.iter().map(|p| p.ln() as f32))
+                .collect::<Vec<f32>>(),
+            [4, n],
+        ),
+        &dev,
+    );
+    let value = scalar(unlikelihood::unlikelihood(
+        logits,
+        Tensor::from_data(TensorData::new(idx, [4, t]), &dev),
+        Tensor::from_data(TensorData::new(mask, [4, t]), &dev),
+    ));
+    // By hand: C_0 = {1}, C_1 = {2} (1 is the target), C_2 = {1, 2}, C_3 = {1, 3} (2 is the target).
+    let probs = softmax_rows(&h0, &w0, 4, n, d);
+    let sets: [&[usize]; 4] = [&[1], &[2], &[1, 2], &[1, 3]];
+    let want: f64 = sets
+        .iter()
+        .enumerate()
+        .map(|(i, c)| c.iter().map(|&v| -(1.0 - probs[i][v]).ln()).sum::<f64>())
+        .sum::<f64>()
+        / 4.0;
+    assert!((value - want).abs() < 1e-5, "{value} vs {want}");
+}
+
+#[test]
+fn nce_matches_its_closed_form() {
+    let dev = device();
+    let (n, d, p, k) = (5, 2, 3, 4);
+    let h0 = values(p * d, 10);
+    let w0 = values(n * d, 11);
+    let y = [0u32, 3, 4];
+    let noise = [1u32, 1, 2, 4];
+    let counts = [50u64, 20, 15, 10, 5];
+    let sampler = UnigramSampler::new(&counts);
+    let log_kq: Vec<f32> = sampler.log_q().iter().map(|l| l + (k as f32).ln()).collect();
+    let value = scalar(nce_loss(
+        leaf(&h0, [p, d], &dev),
+        leaf(&w0, [n, d], &dev),
+        None,
+        ids(&y, &dev),
+        ids(&noise, &dev),
+        Tensor::from_data(TensorData::new(log_kq, [n]), &dev),
+    ));
+    let score = |i: usize, v: usize| -> f64 { (0..d).map(|j| h0[i * d + j] * w0[v * d + j]).sum() };
+    let m = |i: usize, v: usize| score(i, v) - (k as f64 * counts[v] as f64 / 100.0).ln();
+    let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let want: f64 = (0..p)
+        .map(|i| {
+            -sigmoid(m(i, y[i] as usize)).ln()
+                - noise
+                    .iter()
+                    .map(|&c| (1.0 - sigmoid(m(i, c as usize))).ln())
+                    .sum::<f64>()
+        })
+        .sum::<f64>()
+        / p as f64;
+    assert!((value - want).abs() < 1e-5, "{value} vs {want}");
+}
+
+#[test]
+fn nce_training_moves_a_toy_model_toward_the_true_distribution_and_self_normalises() {
+    // A context-free model: one hidden state h = 1, scores s_v = w_v. Targets come from p_true,
+    // noise from the unigram q (uniform here); plain SGD on the NCE loss.
+    let dev = device();
+    let p_true: [f64; 5] = [0.4, 0.3, 0.15, 0.1, 0.05];
+    let n = p_true.len();
+    let (positions, k) = (64usize, 20usize);
+    let sampler = UnigramSampler::new(&[1, 1, 1, 1, 1]);
+    let truth = UnigramSampler::new(&[40, 30, 15, 10, 5]);
+    let log_kq: Vec<f32> = sampler.log_q().iter().map(|l| l + (k as f32).ln()).collect();
+    let kl = |w: &[f64]| {
+        let z: f64 = w.iter().map(|x| x.exp()).sum();
+        p_true
+            .iter()
+            .zip(w)
+            .map(|(p, x)| p * (p.ln() - (x - z.ln())))
+            .sum::<f64>()
+    };
+    let mut w = vec![0.0f64; n];
+    let start = kl(&w);
+    for step in 0..400u64 {
+        let y = truth.sample(positions, 1000 + step);
+        let noise = sampler.sample(k, 5000 + step);
+        let wt = leaf(&w, [n, 1], &dev);
+        let loss = nce_loss(
+            Tensor::<2>::ones([positions, 1], &dev),
+            wt.clone(),
+            None,
+            ids(&y, &dev),
+            ids(&noise, &dev),
+            Tensor::from_data(TensorData::new(log_kq.clone(), [n]), &dev),
+        );
+        let g = host(wt.grad(&loss.backward()).expect("gradient"));
+        for v in 0..n {
+            w[v] -= 0.2 * g[v];
+        }
+    }
+    let end = kl(&w);
+    let z: f64 = w.iter().map(|x| x.exp()).sum();
+    assert!(end < start / 10.0, "KL(p_true‖model) {start:.4} → {end:.4}");
+    assert!((z - 1.0).abs() < 0.15, "NCE self-normalises: Σ exp(s) = {z:.3}");
+}
+
+#[test]
+fn spectrum_penalties_match_exact_linear_algebra() {
+    let dev = device();
+    let (n, k) = (9, 4);
+    let m0 = values(n * k, 12);
+    let m = leaf(&m0, [n, k], &dev);
+    // E = MᵀM − I on the host.
+    let mut e = vec![0.0f64; k * k];
+    for a in 0..k {
+        for b in 0..k {
+            e[a * k + b] = (0..n).map(|i| m0[i * k + a] * m0[i * k + b]).sum::<f64>()
+                - if a == b { 1.0 } else { 0.0 };
+        }
+    }
+    let fro: f64 = e.iter().map(|x| x * x).sum();
+    let value = scalar(orthogonality_frobenius(m.clone()));
+    assert!((value - fro).abs() < 1e-4 * (1.0 + fro), "{value} vs {fro}");
+    let em = faer::Mat::<f64>::from_fn(k, k, |a, b| e[a * k + b]);
+    let eig = em
+        .self_adjoint_eigenvalues(faer::Side::Lower)
+        .expect("eigenvalues");
+    let top = eig.iter().map(|x| x.abs()).fold(0.0, f64::max);
+    let spec = scalar(orthogonality_spectral(m, 100));
+    assert!(
+        (spec - top * top).abs() < 1e-3 * (1.0 + top * top),
+        "‖E‖₂² {spec} vs exact {}",
+        top * top
+    );
+    // Prior: Σ (σ_(k) − t_k)² with σ sorted descending, whatever order it is stored in.
+    let sigma = Tensor::<1>::from_data(TensorData::new(vec![0.5f32, 2.0, 1.0], [3]), &dev);
+    let value = scalar(prior_penalty(sigma, &[1.5, 1.0, 0.25]).expect("prior"));
+    let want = 0.5f64.powi(2) + 0.0 + 0.25f64.powi(2);
+    assert!((value - want).abs() < 1e-6, "{value} vs {want}");
+}
+
+#[test]
+fn the_spectral_factorisation_reproduces_w() {
+    let dev = device();
+    let (n, d) = (12, 5);
+    let w0 = values(n * d, 13);
+    let f: Vec<f32> = w0.iter().map(|&x| x as f32).collect();
+    let s = SpectralEmbedding::from_matrix(&f, n, d, &dev).expect("svd");
+    let back = host(s.weight());
+    assert_close(&back, &w0, 1e-5, "U·diag(σ)·Vᵀ");
+    let sigma = s.sigma.val().try_into_vec_as::<f32>().expect("σ");
+    assert!(sigma.windows(2).all(|p| p[0] >= p[1]), "descending: {sigma:?}");
+}

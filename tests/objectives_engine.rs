@@ -1,0 +1,293 @@
+//! The objectives inside the training loop: group freezing keeps rows bit-identical under AdamW
+//! with weight decay, spectrum control switches on and off without a loss jump, DEV at α = 0 is
+//! MLE, AGG reports its live rare set, and a toggle sent mid-run takes effect at exactly the next
+//! step (flex here; tests/tch.rs repeats it on LibTorch CPU).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use burn::prelude::*;
+use conelab::data::{Corpus, CorpusSource, Group, LoadOptions, Split, SynthConfig};
+use conelab::engine::{self, Command, Event, Schedule, TrainConfig, Trainer};
+use conelab::model::{DeviceSpec, ModelConfig, TransformerConfig};
+use conelab::objective::{ObjectiveChange, Objectives, Term};
+
+static ONE_TRAINER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_trainer() -> std::sync::MutexGuard<'static, ()> {
+    ONE_TRAINER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn corpus() -> Arc<Corpus> {
+    let source = CorpusSource::Synthetic(SynthConfig {
+        vocab: 300,
+        tokens: 30_000,
+        classes: 10,
+        ..SynthConfig::default()
+    });
+    Arc::new(Corpus::load(&source, &LoadOptions::default()).expect("synthetic corpus"))
+}
+
+fn model(output_bias: bool) -> ModelConfig {
+    ModelConfig::Transformer(TransformerConfig {
+        d_model: 32,
+        layers: 1,
+        heads: 2,
+        d_ff: 64,
+        context: 16,
+        dropout: 0.0,
+        init_std: 0.02,
+        output_bias,
+    })
+}
+
+fn config(steps: u64, objectives: Objectives) -> TrainConfig {
+    TrainConfig {
+        batch: 4,
+        steps,
+        lr: 3e-3,
+        warmup: 0,
+        schedule: Schedule::Constant,
+        weight_decay: 0.1,
+        eval_every: 0,
+        checkpoint_every: 0,
+        snapshot_every: 0,
+        eval_batch: 4,
+        objectives,
+        ..TrainConfig::default()
+    }
+}
+
+fn trainer(steps: u64, objectives: Objectives, output_bias: bool) -> Trainer {
+    Trainer::new(corpus(), model(output_bias), config(steps, objectives), DeviceSpec::Cpu)
+        .expect("trainer")
+}
+
+fn w_rows(t: &Trainer) -> Vec<f32> {
+    t.model()
+        .embedding()
+        .try_into_vec_as::<f32>()
+        .expect("W")
+}
+
+fn change(t: &mut Trainer, change: ObjectiveChange) {
+    t.apply(&Command::Objective { change }).expect("applied");
+}
+
+#[test]
+fn frozen_rows_stay_bit_identical_under_adamw_and_train_again_when_unfrozen() {
+    let _turn = one_trainer();
+    let mut o = Objectives::default();
+    o.apply_freeze_arg("rare").expect("freeze");
+    let mut t = trainer(40, o, true);
+    let rare = t.corpus().groups().range(Group::Rare);
+    let d = t.model_config().embed_dim();
+    let rows = |w: &[f32]| w[rare.start * d..rare.end * d].to_vec();
+    let before = w_rows(&t);
+    for _ in 0..10 {
+        t.train_step().expect("step");
+    }
+    let after = w_rows(&t);
+    assert_eq!(
+        rows(&after).iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        rows(&before).iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        "frozen rare rows moved"
+    );
+    assert_ne!(after[..rare.start * d], before[..rare.start * d], "the other rows train");
+    change(
+        &mut t,
+        ObjectiveChange::Freeze {
+            group: Group::Rare,
+            frozen: false,
+        },
+    );
+    t.train_step().expect("step");
+    let moved = rows(&w_rows(&t))
+        .iter()
+        .zip(rows(&after))
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert!(moved > rows(&after).len() / 2, "unfrozen rows train again ({moved} moved)");
+}
+
+fn valid_loss(t: &Trainer) -> f64 {
+    t.evaluate(Split::Valid).expect("eval").loss
+}
+
+/// ‖UᵀU − I‖_F of the spectral factor U.
+fn u_orthogonality_error(t: &Trainer) -> f32 {
+    let u = t.model().spectral().expect("factors").u.val();
+    let [_, k] = u.dims();
+    let gram = u.clone().transpose().matmul(u);
+    (gram - Tensor::eye(k, &u_device(t)))
+        .square()
+        .sum()
+        .sqrt()
+        .into_scalar::<f32>()
+}
+
+fn u_device(t: &Trainer) -> Device {
+    t.device().clone()
+}
+
+#[test]
+fn spectrum_control_switches_on_and_off_without_a_loss_jump() {
+    let _turn = one_trainer();
+    let mut t = trainer(60, Objectives::default(), true);
+    for _ in 0..5 {
+        t.train_step().expect("step");
+    }
+    let before = valid_loss(&t);
+    change(
+        &mut t,
+        ObjectiveChange::Enable {
+            term: Term::Spectrum,
+            on: true,
+        },
+    );
+    assert!(t.model().spectral().is_some());
+    assert!(u_orthogonality_error(&t) < 1e-4, "U starts orthonormal (an SVD)");
+    let on = valid_loss(&t);
+    assert!(
+        ((on - before) / before).abs() <= 1e-5,
+        "switching on changed the loss: {before} → {on}"
+    );
+    for _ in 0..10 {
+        let s = t.train_step().expect("step");
+        assert!(s.penalty > 0.0, "the spectrum penalty is on");
+    }
+    let trained = valid_loss(&t);
+    change(
+        &mut t,
+        ObjectiveChange::Enable {
+            term: Term::Spectrum,
+            on: false,
+        },
+    );
+    assert!(t.model().spectral().is_none());
+    let off = valid_loss(&t);
+    assert!(
+        ((off - trained) / trained).abs() <= 1e-5,
+        "switching off changed the loss: {trained} → {off}"
+    );
+    t.train_step().expect("training goes on with the collapsed W");
+}
+
+#[test]
+fn the_orthogonality_penalties_keep_u_near_orthonormal() {
+    let _turn = one_trainer();
+    let run = |orth: &str| {
+        let mut o = Objectives::default();
+        o.apply_reg_arg(&format!("sc=exp:1:{orth}")).expect("sc");
+        let mut t = trainer(40, o, true);
+        for _ in 0..40 {
+            t.train_step().expect("step");
+        }
+        u_orthogonality_error(&t)
+    };
+    let free = run("orth=0:spec=0");
+    let held = run("orth=10:spec=10");
+    assert!(
+        held < free / 2.0 && held < 0.1,
+        "‖UᵀU − I‖_F after 40 steps: {held} with the penalties, {free} without"
+    );
+}
+
+#[test]
+fn dev_at_zero_weight_trains_exactly_like_mle() {
+    let _turn = one_trainer();
+    let mut plain = trainer(10, Objectives::default(), true);
+    let a: Vec<f64> = (0..4).map(|_| plain.train_step().expect("step").loss).collect();
+    drop(plain);
+    let mut o = Objectives::default();
+    o.apply_reg_arg("dev=0").expect("dev");
+    // DEV initialises the bias to −log N: softmax is shift-invariant, so the NLL is the same.
+    let mut dev = trainer(10, o, true);
+    let b: Vec<f64> = (0..4).map(|_| dev.train_step().expect("step").loss).collect();
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() < 1e-5, "MLE {a:?} vs DEV α=0 {b:?}");
+    }
+}
+
+#[test]
+fn agg_reports_its_live_rare_set_and_static_groups_stop_changing() {
+    let _turn = one_trainer();
+    let mut o = Objectives::default();
+    // 64 tokens per update: α = 0.2 occurrences per update marks the tail rare.
+    o.apply_reg_arg("agg=0.2:static:memory=20").expect("agg");
+    let mut t = trainer(400, o, true);
+    let per_epoch = t.windows_per_epoch();
+    let mut sizes = Vec::new();
+    for _ in 0..per_epoch + 5 {
+        let s = t.train_step().expect("step");
+        sizes.push(s.rare_tokens.expect("AGG reports the rare set"));
+    }
+    let vocab = t.corpus().vocab().len();
+    assert!(sizes.iter().all(|&r| r > 0 && r < vocab), "{sizes:?}");
+    let tail = &sizes[per_epoch as usize..];
+    assert!(tail.windows(2).all(|w| w[0] == w[1]), "static after epoch 1: {tail:?}");
+}
+
+#[test]
+fn a_toggle_sent_mid_run_takes_effect_at_exactly_the_next_step() {
+    let _turn = one_trainer();
+    let t = trainer(30, Objectives::default(), true);
+    let handle = engine::spawn(t, None);
+    let mut penalties = std::collections::BTreeMap::new();
+    let mut applied = None;
+    loop {
+        match handle
+            .events()
+            .recv_timeout(Duration::from_secs(120))
+            .expect("an engine event")
+        {
+            Event::Step(s) => {
+                penalties.insert(s.step, s.penalty);
+                if s.step == 3 {
+                    handle.send(Command::Objective {
+                        change: ObjectiveChange::Enable {
+                            term: Term::Cos,
+                            on: true,
+                        },
+                    });
+                }
+            }
+            Event::Applied(a) => applied = Some(a),
+            Event::Finished { .. } => break,
+            Event::Failed { message, .. } => panic!("engine failed: {message}"),
+            _ => {}
+        }
+    }
+    handle.join();
+    let a = applied.expect("acknowledged");
+    assert_eq!(a.before, "MLE");
+    assert_eq!(a.after, "CosReg γ=1");
+    assert!(a.step >= 4);
+    assert_eq!(penalties[&(a.step - 1)], 0.0, "the step before ran without it");
+    assert!(
+        penalties.range(a.step..).all(|(_, &p)| p > 0.0),
+        "every step from {} on has the penalty: {penalties:?}",
+        a.step
+    );
+}
+
+#[test]
+fn impossible_objectives_are_refused_with_a_reason() {
+    let mut o = Objectives::default();
+    o.apply_reg_arg("agg=0.03").expect("agg");
+    o.loss = conelab::objective::LossKind::Nce;
+    let err = Trainer::new(corpus(), model(true), config(5, o), DeviceSpec::Cpu)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("gating"), "{err}");
+    let mut t = trainer(5, Objectives::default(), true);
+    let refused = t.apply(&Command::Objective {
+        change: ObjectiveChange::Weight {
+            term: Term::Lap,
+            weight: -1.0,
+        },
+    });
+    assert!(refused.is_err());
+    assert_eq!(t.objectives(), &Objectives::default());
+}
