@@ -397,6 +397,8 @@ pub fn panel_table(p: &EmbeddingPanel) -> String {
 pub struct EvalReport {
     pub run: String,
     pub step: u64,
+    /// The objectives in force at the checkpoint, as a label (`MLE`, `CosReg γ=1`, …).
+    pub objective: String,
     pub device: String,
     pub eval: EvalStats,
     pub panel: EmbeddingPanel,
@@ -429,11 +431,51 @@ pub fn evaluate_checkpoint(
     Ok(EvalReport {
         run: run.path().display().to_string(),
         step: trainer.state().step,
+        objective: trainer.objectives().label(),
         device: trainer.device_spec().to_string(),
         eval,
         panel,
         class_precision,
     })
+}
+
+/// Several evaluations side by side, one row per run (Yu et al. Table 1/3 layout): PPL and I1
+/// per group, total Uniq, mean pairwise cosine. Markdown.
+pub fn comparison_markdown(reports: &[EvalReport]) -> String {
+    let mut out = String::from(
+        "| run | objective | step | PPL freq | PPL med | PPL rare | PPL total | Uniq | I1 freq | I1 med | I1 rare | I1 total | mean cos |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in reports {
+        let o = &r.eval.outputs;
+        let name = std::path::Path::new(&r.run)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| r.run.clone());
+        let i1 = |g: usize| {
+            r.panel
+                .groups
+                .as_ref()
+                .map(|gs| format!("{:.3}", gs[g].i1))
+                .unwrap_or_else(|| "–".into())
+        };
+        out.push_str(&format!(
+            "| {name} | {} | {} | {:.1} | {:.1} | {:.1} | {:.2} | {} | {} | {} | {} | {:.3} | {:.3} |\n",
+            r.objective,
+            r.step,
+            o.groups[0].ppl,
+            o.groups[1].ppl,
+            o.groups[2].ppl,
+            r.eval.ppl,
+            o.uniq,
+            i1(0),
+            i1(1),
+            i1(2),
+            r.panel.total.i1,
+            r.panel.total.mean_cos,
+        ));
+    }
+    out
 }
 
 impl EvalReport {
@@ -460,6 +502,7 @@ impl EvalReport {
         m.insert("run".into(), json!(self.run));
         m.insert("step".into(), json!(self.step));
         m.insert("device".into(), json!(self.device));
+        m.insert("objective".into(), json!(self.objective));
         m.insert("split".into(), json!(self.eval.split));
         m.insert(
             "outputs".into(),

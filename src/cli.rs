@@ -62,8 +62,10 @@ pub enum HeldOutSplit {
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
-    /// A run directory (its newest checkpoint) or a `step-NNNNNN` checkpoint folder.
-    pub run: PathBuf,
+    /// Run directories (their newest checkpoint) or `step-NNNNNN` checkpoint folders; several
+    /// are compared side by side.
+    #[arg(required = true, num_args = 1..)]
+    pub runs: Vec<PathBuf>,
 
     #[arg(long, value_enum, default_value = "valid")]
     pub split: HeldOutSplit,
@@ -76,9 +78,14 @@ pub struct EvalArgs {
     #[arg(short, long, default_value_t = 10)]
     pub k: usize,
 
-    /// Print JSON instead of tables.
-    #[arg(long)]
+    /// Print JSON instead of tables (an array for several runs).
+    #[arg(long, conflicts_with = "markdown")]
     pub json: bool,
+
+    /// One Markdown table, a row per run: PPL and I1 per group, Uniq, mean cosine (the default
+    /// for several runs).
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 #[derive(Debug, Args)]
@@ -626,14 +633,21 @@ fn eval_cmd(args: EvalArgs) -> Result<()> {
         HeldOutSplit::Valid => Split::Valid,
         HeldOutSplit::Test => Split::Test,
     };
-    let report = evaluate_checkpoint(&args.run, split, args.device, args.k)?;
+    let reports = args
+        .runs
+        .iter()
+        .map(|run| evaluate_checkpoint(run, split, args.device, args.k))
+        .collect::<Result<Vec<_>, _>>()?;
     if args.json {
-        print_stdout(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(&report.to_json())?
-        ))
+        let json = match reports.as_slice() {
+            [one] => one.to_json(),
+            many => serde_json::Value::Array(many.iter().map(|r| r.to_json()).collect()),
+        };
+        print_stdout(&format!("{}\n", serde_json::to_string_pretty(&json)?))
+    } else if args.markdown || reports.len() > 1 {
+        print_stdout(&conelab::analysis::comparison_markdown(&reports))
     } else {
-        print_stdout(&report.render())
+        print_stdout(&reports[0].render())
     }
 }
 

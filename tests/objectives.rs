@@ -454,3 +454,164 @@ fn the_spectral_factorisation_reproduces_w() {
     let sigma = s.sigma.val().try_into_vec_as::<f32>().expect("σ");
     assert!(sigma.windows(2).all(|p| p[0] >= p[1]), "descending: {sigma:?}");
 }
+
+#[test]
+fn gradient_part_freezing_drops_exactly_the_chosen_parts_of_the_rare_rows() {
+    use conelab::data::{FrequencyGroups, GroupBounds};
+    use conelab::objective::GateParts;
+    use conelab::objective::agg::part_freeze_gates;
+    let dev = device();
+    let (n, d) = (6, 3);
+    // Rare group = ids 4 and 5 (ranks ≥ 0.8·6).
+    let groups = FrequencyGroups::new(n, GroupBounds::new(0.3, 0.8).expect("bounds"));
+    let y = [0u32, 4, 2, 5, 1, 4];
+    let p = y.len();
+    let h0 = values(p * d, 14);
+    let w0 = values(n * d, 15);
+    let probs = softmax_rows(&h0, &w0, p, n, d);
+    for parts in [GateParts::B, GateParts::C, GateParts::Bc] {
+        let gates = part_freeze_gates(&groups, parts);
+        let h = leaf(&h0, [p, d], &dev);
+        let w = leaf(&w0, [n, d], &dev);
+        let out = full_softmax_head(
+            h,
+            w.clone(),
+            None,
+            ids(&y, &dev),
+            HeadTerms {
+                gates: Some(gate_matrix(&gates, &y, ids(&y, &dev), &dev)),
+                ..HeadTerms::default()
+            },
+        )
+        .expect("head");
+        let gw = host(w.grad(&out.graph.backward()).expect("W gradient"));
+        // Yu et al. §3.3: a rare row's gradient is (a) pull at own-target positions, (b) push at
+        // non-rare-target positions, (c) push at other rare-target positions.
+        let mut want = vec![0.0; n * d];
+        for (i, &t) in y.iter().enumerate() {
+            for v in 0..n {
+                let rare_v = v >= 4;
+                let coef = if v == t as usize {
+                    probs[i][v] - 1.0
+                } else if rare_v && t < 4 && parts.drops_b() {
+                    0.0
+                } else if rare_v && t >= 4 && parts.drops_c() {
+                    0.0
+                } else {
+                    probs[i][v]
+                };
+                for k in 0..d {
+                    want[v * d + k] += coef * h0[i * d + k] / p as f64;
+                }
+            }
+        }
+        assert_close(&gw, &want, 1e-5, &format!("∂L/∂W with gate-freeze {}", parts.name()));
+    }
+}
+
+#[test]
+fn nce_and_unlikelihood_gradients_match_finite_differences() {
+    let dev = device();
+    let (n, d, p) = (5, 2, 3);
+    let h0 = values(p * d, 16);
+    let w0 = values(n * d, 17);
+    let y = [0u32, 3, 4];
+    let noise = [1u32, 2, 2];
+    let counts = [50u64, 20, 15, 10, 5];
+    let k = noise.len();
+    let sampler = UnigramSampler::new(&counts);
+    let log_kq: Vec<f32> = sampler.log_q().iter().map(|l| l + (k as f32).ln()).collect();
+    let w = leaf(&w0, [n, d], &dev);
+    let loss = nce_loss(
+        leaf(&h0, [p, d], &dev),
+        w.clone(),
+        None,
+        ids(&y, &dev),
+        ids(&noise, &dev),
+        Tensor::from_data(TensorData::new(log_kq, [n]), &dev),
+    );
+    let g = host(w.grad(&loss.backward()).expect("W gradient"));
+    let nce = |w: &[f64]| {
+        let m = |i: usize, v: usize| {
+            (0..d).map(|j| h0[i * d + j] * w[v * d + j]).sum::<f64>()
+                - (k as f64 * counts[v] as f64 / 100.0).ln()
+        };
+        let softplus = |x: f64| (1.0 + x.exp()).ln();
+        (0..p)
+            .map(|i| {
+                softplus(-m(i, y[i] as usize))
+                    + noise.iter().map(|&c| softplus(m(i, c as usize))).sum::<f64>()
+            })
+            .sum::<f64>()
+            / p as f64
+    };
+    assert_close(&g, &finite_differences(&w0, nce), 1e-4, "∂NCE/∂W");
+
+    // Unlikelihood through the head: its gradient reaches W as G's share of (gates=1)ᵀ·h.
+    let inputs = [1u32, 2, 1];
+    let targets = [2u32, 1, 3];
+    let (idx, mask) = unlikelihood::candidates(&inputs, &targets, 1, 3);
+    let w = leaf(&w0, [n, d], &dev);
+    let out = full_softmax_head(
+        leaf(&h0, [p, d], &dev),
+        w.clone(),
+        None,
+        ids(&targets, &dev),
+        HeadTerms {
+            unlikelihood: Some((
+                0.5,
+                Tensor::from_data(TensorData::new(idx.clone(), [p, 3]), &dev),
+                Tensor::from_data(TensorData::new(mask.clone(), [p, 3]), &dev),
+            )),
+            ..HeadTerms::default()
+        },
+    )
+    .expect("head");
+    let g = host(w.grad(&out.graph.backward()).expect("W gradient"));
+    let total = |w: &[f64]| {
+        let probs = softmax_rows(&h0, w, p, n, d);
+        (0..p)
+            .map(|i| {
+                let ul: f64 = (0..3)
+                    .filter(|&c| mask[i * 3 + c] == 1.0)
+                    .map(|c| -(1.0 - probs[i][idx[i * 3 + c] as usize]).ln())
+                    .sum();
+                -probs[i][targets[i] as usize].ln() + 0.5 * ul
+            })
+            .sum::<f64>()
+            / p as f64
+    };
+    assert_close(&g, &finite_differences(&w0, total), 1e-4, "∂(NLL + UL)/∂W");
+}
+
+#[test]
+fn spectrum_penalty_gradients_match_finite_differences() {
+    let dev = device();
+    let (n, k) = (6, 3);
+    let m0 = values(n * k, 18);
+    let m = leaf(&m0, [n, k], &dev);
+    let g = host(m.grad(&orthogonality_frobenius(m.clone()).backward()).expect("gradient"));
+    let fro = |x: &[f64]| {
+        let mut total = 0.0;
+        for a in 0..k {
+            for b in 0..k {
+                let e = (0..n).map(|i| x[i * k + a] * x[i * k + b]).sum::<f64>()
+                    - if a == b { 1.0 } else { 0.0 };
+                total += e * e;
+            }
+        }
+        total
+    };
+    assert_close(&g, &finite_differences(&m0, fro), 1e-3, "∂‖MᵀM − I‖²_F/∂M");
+    let m = leaf(&m0, [n, k], &dev);
+    let g = host(m.grad(&orthogonality_spectral(m.clone(), 200).backward()).expect("gradient"));
+    let spectral = |x: &[f64]| {
+        let e = faer::Mat::<f64>::from_fn(k, k, |a, b| {
+            (0..n).map(|i| x[i * k + a] * x[i * k + b]).sum::<f64>() - if a == b { 1.0 } else { 0.0 }
+        });
+        let eig = e.self_adjoint_eigenvalues(faer::Side::Lower).expect("eigenvalues");
+        let top = eig.iter().map(|v| v.abs()).fold(0.0, f64::max);
+        top * top
+    };
+    assert_close(&g, &finite_differences(&m0, spectral), 2e-3, "∂‖MᵀM − I‖²_2/∂M");
+}
