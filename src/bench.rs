@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::data::{Corpus, LoadOptions, SplitText};
 use crate::engine::{EngineError, TrainConfig, Trainer};
 use crate::model::{DeviceSpec, ModelConfig};
+use crate::objective::Objectives;
 
 #[derive(Debug, Clone)]
 pub struct TrainBench {
@@ -291,4 +292,196 @@ pub fn bench_metrics(b: &MetricsBench) -> Result<MetricsBenchResult, crate::metr
         threads: rayon::current_num_threads(),
         rows,
     })
+}
+
+/// `conelab bench objectives`: the step time of every objective relative to MLE, measured in one
+/// trainer whose objectives are switched round-robin (so drift and background load hit them all
+/// alike), on a random corpus of a given vocabulary.
+#[derive(Debug, Clone)]
+pub struct ObjectivesBench {
+    pub model_name: String,
+    pub model: ModelConfig,
+    pub device: DeviceSpec,
+    pub batch: usize,
+    pub vocab: usize,
+    /// Rounds over all objectives; each round times `steps` steps of each after one untimed step.
+    pub rounds: usize,
+    pub steps: usize,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ObjectiveBenchRow {
+    pub objective: String,
+    /// Median ms per step over all timed steps.
+    pub ms_per_step: f64,
+    /// Median over rounds of (this objective's median / MLE's median in the same round).
+    pub ratio_to_mle: f64,
+    /// The target for the ratio, if it sets one.
+    pub goal: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ObjectivesBenchResult {
+    pub model: String,
+    pub device: String,
+    pub batch: usize,
+    pub window: usize,
+    pub vocab: usize,
+    pub rounds: usize,
+    pub steps: usize,
+    pub rows: Vec<ObjectiveBenchRow>,
+}
+
+/// The objectives compared, with their goals (ratio to MLE).
+fn bench_objective_set(tokens_per_update: usize, vocab: usize) -> Vec<(Objectives, Option<f64>)> {
+    use crate::objective::{GateParts, LossKind};
+    let with = |f: &dyn Fn(&mut Objectives)| {
+        let mut o = Objectives::default();
+        f(&mut o);
+        o
+    };
+    // α = half the mean occurrences per update: a real rare set on a uniform corpus.
+    let alpha = 0.5 * tokens_per_update as f64 / vocab as f64;
+    vec![
+        (Objectives::default(), Some(1.0)),
+        (with(&|o| o.cos.enabled = true), Some(1.03)),
+        (
+            with(&|o| {
+                o.lap.enabled = true;
+                o.lap.weight = 0.001;
+            }),
+            Some(1.10),
+        ),
+        (
+            with(&|o| {
+                o.agg.enabled = true;
+                o.agg.alpha = alpha;
+            }),
+            Some(1.25),
+        ),
+        (with(&|o| o.gate_freeze = GateParts::Bc), None),
+        (with(&|o| o.freeze.rare = true), None),
+        (with(&|o| o.spectrum.enabled = true), Some(1.10)),
+        (with(&|o| o.dev.enabled = true), Some(1.03)),
+        (with(&|o| o.ul.enabled = true), None),
+        (
+            with(&|o| {
+                o.agg.enabled = true;
+                o.agg.alpha = alpha;
+                o.ul.enabled = true;
+            }),
+            None,
+        ),
+        (with(&|o| o.loss = LossKind::Nce), Some(0.5)),
+        (with(&|o| o.loss = LossKind::NceR), None),
+    ]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        0.5 * (v[m - 1] + v[m])
+    }
+}
+
+pub fn bench_objectives(b: &ObjectivesBench) -> Result<ObjectivesBenchResult, EngineError> {
+    let window = b.model.window();
+    let set = bench_objective_set(b.batch * window, b.vocab);
+    let total_steps = (b.rounds * set.len() * (b.steps + 1) + 2) as u64;
+    let needed = total_steps as usize * b.batch * window;
+    let corpus = Arc::new(random_corpus(b.vocab, needed.min(20_000_000), b.seed)?);
+    let config = TrainConfig {
+        batch: b.batch,
+        steps: total_steps,
+        seed: b.seed,
+        eval_every: 0,
+        checkpoint_every: 0,
+        snapshot_every: 0,
+        ..TrainConfig::default()
+    };
+    let mut trainer = Trainer::new(corpus, b.model.clone(), config, b.device)?;
+    // One warm-up step of plain MLE (allocator pools, kernels).
+    trainer.train_step()?;
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); set.len()];
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); set.len()];
+    for _ in 0..b.rounds {
+        let mut round = Vec::with_capacity(set.len());
+        for (i, (objectives, _)) in set.iter().enumerate() {
+            trainer
+                .set_objectives(objectives.clone())
+                .map_err(EngineError::Config)?;
+            trainer.train_step()?;
+            let mut t = Vec::with_capacity(b.steps);
+            for _ in 0..b.steps {
+                let start = Instant::now();
+                trainer.train_step()?;
+                t.push(start.elapsed().as_secs_f64() * 1e3);
+            }
+            round.push(median(t.clone()));
+            times[i].extend(t);
+        }
+        for (i, m) in round.iter().enumerate() {
+            ratios[i].push(m / round[0]);
+        }
+    }
+    let rows = set
+        .iter()
+        .enumerate()
+        .map(|(i, (o, goal))| ObjectiveBenchRow {
+            objective: o.label(),
+            ms_per_step: median(times[i].clone()),
+            ratio_to_mle: median(ratios[i].clone()),
+            goal: *goal,
+        })
+        .collect();
+    Ok(ObjectivesBenchResult {
+        model: b.model_name.clone(),
+        device: b.device.to_string(),
+        batch: b.batch,
+        window,
+        vocab: trainer.corpus().vocab().len(),
+        rounds: b.rounds,
+        steps: b.steps,
+        rows,
+    })
+}
+
+impl ObjectivesBenchResult {
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "{} on {}, B={} T={} N={}, {} rounds × {} timed steps per objective\n{:<34} {:>9} {:>9} {:>7}\n",
+            self.model,
+            self.device,
+            self.batch,
+            self.window,
+            self.vocab,
+            self.rounds,
+            self.steps,
+            "objective",
+            "ms/step",
+            "× MLE",
+            "goal"
+        );
+        for r in &self.rows {
+            let goal = match r.goal {
+                Some(g) if r.objective != "MLE" => {
+                    let ok = if r.ratio_to_mle <= g { "ok" } else { "MISS" };
+                    format!("≤{g:.2} {ok}")
+                }
+                _ => String::new(),
+            };
+            out.push_str(&format!(
+                "{:<34} {:>9.1} {:>9.3} {:>7}\n",
+                r.objective, r.ms_per_step, r.ratio_to_mle, goal
+            ));
+        }
+        out
+    }
 }

@@ -8,7 +8,9 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
 use conelab::analysis::{InspectRequest, evaluate_checkpoint, inspect};
-use conelab::bench::{MetricsBench, TrainBench, bench_metrics, bench_train};
+use conelab::bench::{
+    MetricsBench, ObjectivesBench, TrainBench, bench_metrics, bench_objectives, bench_train,
+};
 use conelab::checkpoint::matrix::{load_matrix, read_counts_file, read_vocab_file};
 use conelab::checkpoint::{CorpusSpec, RunDir, RunSpec};
 use conelab::data::{
@@ -279,6 +281,35 @@ pub enum BenchCommand {
     Train(BenchTrainArgs),
     /// The embedding-metric panel and neighbour queries on a random W of WikiText-2 size.
     Metrics(BenchMetricsArgs),
+    /// Step time of every objective relative to MLE, switched round-robin in one trainer.
+    Objectives(BenchObjectivesArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchObjectivesArgs {
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub model: Preset,
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceSpec,
+    /// Vocabulary sizes N, one table each (10,000 = PTB, 33,278 = WikiText-2).
+    #[arg(long, value_delimiter = ',', default_value = "10000,33278")]
+    pub vocab: Vec<usize>,
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Window length T [default: the preset's].
+    #[arg(long)]
+    pub bptt: Option<usize>,
+    /// Rounds over all objectives (the ratio is the median over rounds).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Timed steps per objective per round (after one untimed step).
+    #[arg(long, default_value_t = 3)]
+    pub steps: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -392,6 +423,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Eval(args) => eval_cmd(args),
         Command::Inspect(args) => inspect_cmd(args),
         Command::Bench(BenchCommand::Train(args)) => bench_train_cmd(args),
+        Command::Bench(BenchCommand::Objectives(args)) => bench_objectives_cmd(args),
         Command::Bench(BenchCommand::Metrics(args)) => bench_metrics_cmd(args),
     }
 }
@@ -584,6 +616,34 @@ fn utc_stamp() -> String {
         rem % 3600 / 60,
         rem % 60
     )
+}
+
+fn bench_objectives_cmd(args: BenchObjectivesArgs) -> Result<()> {
+    if args.rounds == 0 || args.steps == 0 || args.vocab.is_empty() {
+        bail!("--rounds, --steps and --vocab must be at least 1");
+    }
+    let mut results = Vec::new();
+    for &vocab in &args.vocab {
+        let bench = ObjectivesBench {
+            model_name: args.model.name().to_owned(),
+            model: with_window(args.model.config(), args.bptt),
+            device: args.device,
+            batch: args.batch,
+            vocab,
+            rounds: args.rounds,
+            steps: args.steps,
+            seed: args.seed,
+        };
+        let r = bench_objectives(&bench)?;
+        if !args.json {
+            print_stdout(&format!("{}\n", r.render()))?;
+        }
+        results.push(r);
+    }
+    if args.json {
+        print_stdout(&format!("{}\n", serde_json::to_string_pretty(&results)?))?;
+    }
+    Ok(())
 }
 
 fn bench_train_cmd(args: BenchTrainArgs) -> Result<()> {

@@ -148,3 +148,67 @@ fn libtorch_trains_and_applies_commands_at_the_next_step() {
     assert!(losses.iter().all(|l| l.is_finite()));
     assert!(losses[losses.len() - 1] < losses[0], "{losses:?}");
 }
+
+#[test]
+fn libtorch_runs_the_objectives_and_applies_toggles_at_the_next_step() {
+    use conelab::objective::{ObjectiveChange, Objectives, Term};
+    let mut objectives = Objectives::default();
+    // AGG from the start exercises the explicit-gradient head on LibTorch.
+    objectives.apply_reg_arg("agg=0.2").expect("agg");
+    let cfg = TrainConfig {
+        batch: 4,
+        steps: 16,
+        eval_every: 0,
+        checkpoint_every: 0,
+        snapshot_every: 0,
+        eval_batch: 4,
+        warmup: 2,
+        objectives,
+        ..TrainConfig::default()
+    };
+    let trainer =
+        Trainer::new(corpus(), transformer(), cfg, DeviceSpec::LibtorchCpu).expect("trainer");
+    let handle = engine::spawn(trainer, None);
+    let mut steps = std::collections::BTreeMap::new();
+    let mut applied = Vec::new();
+    loop {
+        match handle
+            .events()
+            .recv_timeout(Duration::from_secs(120))
+            .expect("event")
+        {
+            Event::Step(s) => {
+                steps.insert(s.step, (s.loss, s.penalty, s.rare_tokens));
+                if s.step == 3 {
+                    handle.send(Command::Objective {
+                        change: ObjectiveChange::Enable {
+                            term: Term::Cos,
+                            on: true,
+                        },
+                    });
+                }
+                if s.step == 8 {
+                    handle.send(Command::Objective {
+                        change: ObjectiveChange::Enable {
+                            term: Term::Spectrum,
+                            on: true,
+                        },
+                    });
+                }
+            }
+            Event::Applied(a) => applied.push((a.step, a.after)),
+            Event::Finished { .. } => break,
+            Event::Failed { message, .. } => panic!("{message}"),
+            _ => {}
+        }
+    }
+    handle.join();
+    assert_eq!(applied.len(), 2, "{applied:?}");
+    let (cos_step, ref label) = applied[0];
+    assert!(label.contains("CosReg"), "{label}");
+    assert_eq!(steps[&(cos_step - 1)].1, 0.0, "no penalty before the toggle");
+    // CosReg is negative below the isotropic mean (its minimum is −1/N): "on" means non-zero.
+    assert!(steps.range(cos_step..).all(|(_, s)| s.1 != 0.0), "{steps:?}");
+    assert!(applied[1].1.contains("SC"), "{:?}", applied[1]);
+    assert!(steps.values().all(|s| s.0.is_finite() && s.2.is_some()), "{steps:?}");
+}

@@ -637,6 +637,20 @@ fn group_sizes(corpus: &Corpus) -> [usize; 3] {
 }
 
 impl Trainer {
+    /// Replaces the objectives wholesale between two steps (benchmarks, tests), with the same
+    /// side effects and checks as a change by command.
+    pub fn set_objectives(&mut self, objectives: Objectives) -> Result<(), String> {
+        objectives.validate(group_sizes(&self.corpus))?;
+        let spectrum_on = objectives.spectrum.enabled;
+        self.state.objectives = objectives;
+        if spectrum_on != self.state.spectrum_c1.is_some() {
+            self.switch_spectrum(spectrum_on)?;
+        }
+        self.counter = None;
+        self.static_gates = None;
+        Ok(())
+    }
+
     /// Applies an objective change between two steps, with its side effects (spectrum control
     /// factorises or collapses W).
     fn change_objectives(&mut self, change: &ObjectiveChange) -> Result<(), String> {

@@ -673,7 +673,9 @@ fn num(x: f64) -> String {
     if x != 0.0 && (x.abs() < 1e-3 || x.abs() >= 1e5) {
         format!("{x:e}")
     } else {
-        format!("{x}")
+        // Four decimals at most: 0.03, 1.7067, 10.
+        let s = format!("{x:.4}");
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
     }
 }
 
