@@ -491,15 +491,18 @@ fn apply_objective_args(o: &mut Objectives, args: &TrainArgs) -> Result<()> {
         o.apply_freeze_arg(f).map_err(usage)?;
     }
     if let Some(g) = &args.gate_freeze {
-        o.gate_freeze = GateParts::parse(g.trim()).ok_or_else(|| {
-            usage(format!("--gate-freeze {g}: expected b, c or bc"))
-        })?;
+        o.gate_freeze = GateParts::parse(g.trim())
+            .ok_or_else(|| usage(format!("--gate-freeze {g}: expected b, c or bc")))?;
     }
     if let Some(k) = args.nce_noise {
         o.nce.noise = k;
     }
     if let Some(spec) = &args.nce_r {
-        let bad = || usage(format!("--nce-r {spec}: expected ALPHA,GAMMA, e.g. 1.0,0.1"));
+        let bad = || {
+            usage(format!(
+                "--nce-r {spec}: expected ALPHA,GAMMA, e.g. 1.0,0.1"
+            ))
+        };
         let (a, g) = spec.split_once(',').ok_or_else(bad)?;
         o.nce.alpha = a.trim().parse().map_err(|_| bad())?;
         o.nce.fraction = g.trim().parse().map_err(|_| bad())?;

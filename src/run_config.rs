@@ -68,7 +68,9 @@ impl ConfigFile {
         let mut train = table("train")?;
         if let Some(objectives) = root.remove("objectives") {
             if !objectives.is_table() {
-                return Err(invalid("`objectives` must be a table ([objectives])".into()));
+                return Err(invalid(
+                    "`objectives` must be a table ([objectives])".into(),
+                ));
             }
             train.insert("objectives".into(), objectives);
         }
@@ -168,8 +170,11 @@ mod tests {
         let f = ConfigFile::parse("[train]\nbatch = \"big\"\n", "t.toml").expect("parses");
         assert!(f.train().is_err());
         assert!(ConfigFile::parse("steps = 3\n", "t.toml").is_err());
-        let f = ConfigFile::parse("[objectives]\ncos = { enabled = true, weght = 1 }\n", "t.toml")
-            .expect("parses");
+        let f = ConfigFile::parse(
+            "[objectives]\ncos = { enabled = true, weght = 1 }\n",
+            "t.toml",
+        )
+        .expect("parses");
         assert!(f.train().unwrap_err().to_string().contains("weght"));
         assert!(ConfigFile::parse("[model\n", "t.toml").is_err());
         assert!(ConfigFile::parse("[model]\npreset = \"huge\"\n", "t.toml").is_err());

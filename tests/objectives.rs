@@ -13,15 +13,21 @@ use conelab::objective::spectrum::{
 use conelab::objective::{GateSet, cosreg, laplacian, mle, unlikelihood};
 
 fn device() -> Device {
-    DeviceSpec::Cpu.training_device().expect("cpu autodiff device")
+    DeviceSpec::Cpu
+        .training_device()
+        .expect("cpu autodiff device")
 }
 
 /// Deterministic values in [−1, 1).
 fn values(n: usize, seed: u64) -> Vec<f64> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((x >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
         })
         .collect()
@@ -113,7 +119,10 @@ fn cosreg_matches_its_closed_form_and_finite_differences() {
     let value = scalar(pen.clone());
     let want = cos_closed_form(&w0, n, d);
     assert!(want > 0.1, "the test matrix is a cone ({want})");
-    assert!((value - want).abs() < 1e-5, "value {value} vs closed form {want}");
+    assert!(
+        (value - want).abs() < 1e-5,
+        "value {value} vs closed form {want}"
+    );
     let grads = pen.backward();
     let g = host(w.grad(&grads).expect("W has a gradient"));
     let fd = finite_differences(&w0, |x| cos_closed_form(x, n, d));
@@ -156,7 +165,10 @@ fn laplacian_matches_the_double_sum_and_leaves_the_hidden_states_alone() {
     let pen = laplacian::laplacian_penalty(h.clone(), a, n);
     let want = laplacian_closed_form(&h0, &w0, &y, n, d);
     let value = scalar(pen.clone());
-    assert!((value - want).abs() < 1e-5 * (1.0 + want.abs()), "{value} vs {want}");
+    assert!(
+        (value - want).abs() < 1e-5 * (1.0 + want.abs()),
+        "{value} vs {want}"
+    );
     let grads = pen.backward();
     let g = host(w.grad(&grads).expect("W has a gradient"));
     let fd = finite_differences(&w0, |x| laplacian_closed_form(&h0, x, &y, n, d));
@@ -239,12 +251,15 @@ fn agg_gradients_follow_yu_et_al_eq_23_and_the_hidden_state_gets_plain_mle() {
     let grads2 = plain.backward();
     let gh_plain = host(h2.grad(&grads2).expect("h gradient"));
     assert_close(&gh, &gh_plain, 1e-6, "∂L/∂h under AGG vs MLE");
-    assert!((scalar(out.nll) - nll_value).abs() < 1e-6, "the reported loss is the plain NLL");
+    assert!(
+        (scalar(out.nll) - nll_value).abs() < 1e-6,
+        "the reported loss is the plain NLL"
+    );
     // Without gates the head is MLE on W too.
     let h3 = leaf(&h0, [p, d], &dev);
     let w3 = leaf(&w0, [n, d], &dev);
-    let out3 = full_softmax_head(h3, w3.clone(), None, ids(&y, &dev), HeadTerms::default())
-        .expect("head");
+    let out3 =
+        full_softmax_head(h3, w3.clone(), None, ids(&y, &dev), HeadTerms::default()).expect("head");
     let gw3 = host(w3.grad(&out3.graph.backward()).expect("W gradient"));
     let gw_plain = host(w2.grad(&grads2).expect("W gradient"));
     assert_close(&gw3, &gw_plain, 1e-6, "∂L/∂W without gates vs MLE");
@@ -338,7 +353,11 @@ fn nce_matches_its_closed_form() {
     let noise = [1u32, 1, 2, 4];
     let counts = [50u64, 20, 15, 10, 5];
     let sampler = UnigramSampler::new(&counts);
-    let log_kq: Vec<f32> = sampler.log_q().iter().map(|l| l + (k as f32).ln()).collect();
+    let log_kq: Vec<f32> = sampler
+        .log_q()
+        .iter()
+        .map(|l| l + (k as f32).ln())
+        .collect();
     let value = scalar(nce_loss(
         leaf(&h0, [p, d], &dev),
         leaf(&w0, [n, d], &dev),
@@ -373,7 +392,11 @@ fn nce_training_moves_a_toy_model_toward_the_true_distribution_and_self_normalis
     let (positions, k) = (64usize, 20usize);
     let sampler = UnigramSampler::new(&[1, 1, 1, 1, 1]);
     let truth = UnigramSampler::new(&[40, 30, 15, 10, 5]);
-    let log_kq: Vec<f32> = sampler.log_q().iter().map(|l| l + (k as f32).ln()).collect();
+    let log_kq: Vec<f32> = sampler
+        .log_q()
+        .iter()
+        .map(|l| l + (k as f32).ln())
+        .collect();
     let kl = |w: &[f64]| {
         let z: f64 = w.iter().map(|x| x.exp()).sum();
         p_true
@@ -404,7 +427,10 @@ fn nce_training_moves_a_toy_model_toward_the_true_distribution_and_self_normalis
     let end = kl(&w);
     let z: f64 = w.iter().map(|x| x.exp()).sum();
     assert!(end < start / 10.0, "KL(p_true‖model) {start:.4} → {end:.4}");
-    assert!((z - 1.0).abs() < 0.15, "NCE self-normalises: Σ exp(s) = {z:.3}");
+    assert!(
+        (z - 1.0).abs() < 0.15,
+        "NCE self-normalises: Σ exp(s) = {z:.3}"
+    );
 }
 
 #[test]
@@ -452,7 +478,10 @@ fn the_spectral_factorisation_reproduces_w() {
     let back = host(s.weight());
     assert_close(&back, &w0, 1e-5, "U·diag(σ)·Vᵀ");
     let sigma = s.sigma.val().try_into_vec_as::<f32>().expect("σ");
-    assert!(sigma.windows(2).all(|p| p[0] >= p[1]), "descending: {sigma:?}");
+    assert!(
+        sigma.windows(2).all(|p| p[0] >= p[1]),
+        "descending: {sigma:?}"
+    );
 }
 
 #[test]
@@ -491,11 +520,12 @@ fn gradient_part_freezing_drops_exactly_the_chosen_parts_of_the_rare_rows() {
         for (i, &t) in y.iter().enumerate() {
             for v in 0..n {
                 let rare_v = v >= 4;
+                let part_b = rare_v && t < 4;
+                let part_c = rare_v && t >= 4;
+                let dropped = (part_b && parts.drops_b()) || (part_c && parts.drops_c());
                 let coef = if v == t as usize {
                     probs[i][v] - 1.0
-                } else if rare_v && t < 4 && parts.drops_b() {
-                    0.0
-                } else if rare_v && t >= 4 && parts.drops_c() {
+                } else if dropped {
                     0.0
                 } else {
                     probs[i][v]
@@ -505,7 +535,12 @@ fn gradient_part_freezing_drops_exactly_the_chosen_parts_of_the_rare_rows() {
                 }
             }
         }
-        assert_close(&gw, &want, 1e-5, &format!("∂L/∂W with gate-freeze {}", parts.name()));
+        assert_close(
+            &gw,
+            &want,
+            1e-5,
+            &format!("∂L/∂W with gate-freeze {}", parts.name()),
+        );
     }
 }
 
@@ -520,7 +555,11 @@ fn nce_and_unlikelihood_gradients_match_finite_differences() {
     let counts = [50u64, 20, 15, 10, 5];
     let k = noise.len();
     let sampler = UnigramSampler::new(&counts);
-    let log_kq: Vec<f32> = sampler.log_q().iter().map(|l| l + (k as f32).ln()).collect();
+    let log_kq: Vec<f32> = sampler
+        .log_q()
+        .iter()
+        .map(|l| l + (k as f32).ln())
+        .collect();
     let w = leaf(&w0, [n, d], &dev);
     let loss = nce_loss(
         leaf(&h0, [p, d], &dev),
@@ -540,7 +579,10 @@ fn nce_and_unlikelihood_gradients_match_finite_differences() {
         (0..p)
             .map(|i| {
                 softplus(-m(i, y[i] as usize))
-                    + noise.iter().map(|&c| softplus(m(i, c as usize))).sum::<f64>()
+                    + noise
+                        .iter()
+                        .map(|&c| softplus(m(i, c as usize)))
+                        .sum::<f64>()
             })
             .sum::<f64>()
             / p as f64
@@ -590,7 +632,10 @@ fn spectrum_penalty_gradients_match_finite_differences() {
     let (n, k) = (6, 3);
     let m0 = values(n * k, 18);
     let m = leaf(&m0, [n, k], &dev);
-    let g = host(m.grad(&orthogonality_frobenius(m.clone()).backward()).expect("gradient"));
+    let g = host(
+        m.grad(&orthogonality_frobenius(m.clone()).backward())
+            .expect("gradient"),
+    );
     let fro = |x: &[f64]| {
         let mut total = 0.0;
         for a in 0..k {
@@ -604,14 +649,25 @@ fn spectrum_penalty_gradients_match_finite_differences() {
     };
     assert_close(&g, &finite_differences(&m0, fro), 1e-3, "∂‖MᵀM − I‖²_F/∂M");
     let m = leaf(&m0, [n, k], &dev);
-    let g = host(m.grad(&orthogonality_spectral(m.clone(), 200).backward()).expect("gradient"));
+    let g = host(
+        m.grad(&orthogonality_spectral(m.clone(), 200).backward())
+            .expect("gradient"),
+    );
     let spectral = |x: &[f64]| {
         let e = faer::Mat::<f64>::from_fn(k, k, |a, b| {
-            (0..n).map(|i| x[i * k + a] * x[i * k + b]).sum::<f64>() - if a == b { 1.0 } else { 0.0 }
+            (0..n).map(|i| x[i * k + a] * x[i * k + b]).sum::<f64>()
+                - if a == b { 1.0 } else { 0.0 }
         });
-        let eig = e.self_adjoint_eigenvalues(faer::Side::Lower).expect("eigenvalues");
+        let eig = e
+            .self_adjoint_eigenvalues(faer::Side::Lower)
+            .expect("eigenvalues");
         let top = eig.iter().map(|v| v.abs()).fold(0.0, f64::max);
         top * top
     };
-    assert_close(&g, &finite_differences(&m0, spectral), 2e-3, "∂‖MᵀM − I‖²_2/∂M");
+    assert_close(
+        &g,
+        &finite_differences(&m0, spectral),
+        2e-3,
+        "∂‖MᵀM − I‖²_2/∂M",
+    );
 }

@@ -59,15 +59,17 @@ fn config(steps: u64, objectives: Objectives) -> TrainConfig {
 }
 
 fn trainer(steps: u64, objectives: Objectives, output_bias: bool) -> Trainer {
-    Trainer::new(corpus(), model(output_bias), config(steps, objectives), DeviceSpec::Cpu)
-        .expect("trainer")
+    Trainer::new(
+        corpus(),
+        model(output_bias),
+        config(steps, objectives),
+        DeviceSpec::Cpu,
+    )
+    .expect("trainer")
 }
 
 fn w_rows(t: &Trainer) -> Vec<f32> {
-    t.model()
-        .embedding()
-        .try_into_vec_as::<f32>()
-        .expect("W")
+    t.model().embedding().try_into_vec_as::<f32>().expect("W")
 }
 
 fn change(t: &mut Trainer, change: ObjectiveChange) {
@@ -90,10 +92,17 @@ fn frozen_rows_stay_bit_identical_under_adamw_and_train_again_when_unfrozen() {
     let after = w_rows(&t);
     assert_eq!(
         rows(&after).iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-        rows(&before).iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        rows(&before)
+            .iter()
+            .map(|x| x.to_bits())
+            .collect::<Vec<_>>(),
         "frozen rare rows moved"
     );
-    assert_ne!(after[..rare.start * d], before[..rare.start * d], "the other rows train");
+    assert_ne!(
+        after[..rare.start * d],
+        before[..rare.start * d],
+        "the other rows train"
+    );
     change(
         &mut t,
         ObjectiveChange::Freeze {
@@ -107,7 +116,10 @@ fn frozen_rows_stay_bit_identical_under_adamw_and_train_again_when_unfrozen() {
         .zip(rows(&after))
         .filter(|(a, b)| a.to_bits() != b.to_bits())
         .count();
-    assert!(moved > rows(&after).len() / 2, "unfrozen rows train again ({moved} moved)");
+    assert!(
+        moved > rows(&after).len() / 2,
+        "unfrozen rows train again ({moved} moved)"
+    );
 }
 
 fn valid_loss(t: &Trainer) -> f64 {
@@ -146,7 +158,10 @@ fn spectrum_control_switches_on_and_off_without_a_loss_jump() {
         },
     );
     assert!(t.model().spectral().is_some());
-    assert!(u_orthogonality_error(&t) < 1e-4, "U starts orthonormal (an SVD)");
+    assert!(
+        u_orthogonality_error(&t) < 1e-4,
+        "U starts orthonormal (an SVD)"
+    );
     let on = valid_loss(&t);
     assert!(
         ((on - before) / before).abs() <= 1e-5,
@@ -170,7 +185,8 @@ fn spectrum_control_switches_on_and_off_without_a_loss_jump() {
         ((off - trained) / trained).abs() <= 1e-5,
         "switching off changed the loss: {trained} → {off}"
     );
-    t.train_step().expect("training goes on with the collapsed W");
+    t.train_step()
+        .expect("training goes on with the collapsed W");
 }
 
 #[test]
@@ -197,13 +213,17 @@ fn the_orthogonality_penalties_keep_u_near_orthonormal() {
 fn dev_at_zero_weight_trains_exactly_like_mle() {
     let _turn = one_trainer();
     let mut plain = trainer(10, Objectives::default(), true);
-    let a: Vec<f64> = (0..4).map(|_| plain.train_step().expect("step").loss).collect();
+    let a: Vec<f64> = (0..4)
+        .map(|_| plain.train_step().expect("step").loss)
+        .collect();
     drop(plain);
     let mut o = Objectives::default();
     o.apply_reg_arg("dev=0").expect("dev");
     // DEV initialises the bias to −log N: softmax is shift-invariant, so the NLL is the same.
     let mut dev = trainer(10, o, true);
-    let b: Vec<f64> = (0..4).map(|_| dev.train_step().expect("step").loss).collect();
+    let b: Vec<f64> = (0..4)
+        .map(|_| dev.train_step().expect("step").loss)
+        .collect();
     for (x, y) in a.iter().zip(&b) {
         assert!((x - y).abs() < 1e-5, "MLE {a:?} vs DEV α=0 {b:?}");
     }
@@ -225,7 +245,10 @@ fn agg_reports_its_live_rare_set_and_static_groups_stop_changing() {
     let vocab = t.corpus().vocab().len();
     assert!(sizes.iter().all(|&r| r > 0 && r < vocab), "{sizes:?}");
     let tail = &sizes[per_epoch as usize..];
-    assert!(tail.windows(2).all(|w| w[0] == w[1]), "static after epoch 1: {tail:?}");
+    assert!(
+        tail.windows(2).all(|w| w[0] == w[1]),
+        "static after epoch 1: {tail:?}"
+    );
 }
 
 #[test]
@@ -263,7 +286,11 @@ fn a_toggle_sent_mid_run_takes_effect_at_exactly_the_next_step() {
     assert_eq!(a.before, "MLE");
     assert_eq!(a.after, "CosReg γ=1");
     assert!(a.step >= 4);
-    assert_eq!(penalties[&(a.step - 1)], 0.0, "the step before ran without it");
+    assert_eq!(
+        penalties[&(a.step - 1)],
+        0.0,
+        "the step before ran without it"
+    );
     assert!(
         penalties.range(a.step..).all(|(_, &p)| p != 0.0),
         "every step from {} on has the penalty: {penalties:?}",

@@ -206,9 +206,19 @@ fn libtorch_runs_the_objectives_and_applies_toggles_at_the_next_step() {
     assert_eq!(applied.len(), 2, "{applied:?}");
     let (cos_step, ref label) = applied[0];
     assert!(label.contains("CosReg"), "{label}");
-    assert_eq!(steps[&(cos_step - 1)].1, 0.0, "no penalty before the toggle");
+    assert_eq!(
+        steps[&(cos_step - 1)].1,
+        0.0,
+        "no penalty before the toggle"
+    );
     // CosReg is negative below the isotropic mean (its minimum is −1/N): "on" means non-zero.
-    assert!(steps.range(cos_step..).all(|(_, s)| s.1 != 0.0), "{steps:?}");
+    assert!(
+        steps.range(cos_step..).all(|(_, s)| s.1 != 0.0),
+        "{steps:?}"
+    );
     assert!(applied[1].1.contains("SC"), "{:?}", applied[1]);
-    assert!(steps.values().all(|s| s.0.is_finite() && s.2.is_some()), "{steps:?}");
+    assert!(
+        steps.values().all(|s| s.0.is_finite() && s.2.is_some()),
+        "{steps:?}"
+    );
 }

@@ -16,8 +16,8 @@ pub use config::{OptimizerKind, Schedule, TrainConfig};
 pub use protocol::{
     AppliedCommand, Command, EvalStats, Event, FinishReason, Snapshot, SnapshotSlot, StepStats,
 };
-pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 pub use trainer::{RunState, Trainer, clip_global_norm};
+pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 
 use crate::checkpoint::{self, CheckpointError, RunDir};
 use crate::data::{Corpus, DataError, GroupBounds, LoadOptions, Split};

@@ -315,7 +315,8 @@ impl Trainer {
                     .sampler
                     .get_or_insert_with(|| UnigramSampler::new(self.corpus.vocab().counts()));
                 let noise_k = objectives.nce.noise;
-                let noise = sampler.sample(noise_k, step_seed(self.config.seed ^ NCE_NOISE_SALT, next));
+                let noise =
+                    sampler.sample(noise_k, step_seed(self.config.seed ^ NCE_NOISE_SALT, next));
                 let ln_k = (noise_k as f32).ln();
                 let log_kq: Vec<f32> = sampler.log_q().iter().map(|&l| l + ln_k).collect();
                 let loss = nce_loss(
@@ -521,7 +522,8 @@ impl Trainer {
             return Ok(self.static_gates.clone());
         }
         self.static_gates = None;
-        let in_sync = matches!(&self.counter, Some((c, s)) if c.memory() == memory && *s == next - 1);
+        let in_sync =
+            matches!(&self.counter, Some((c, s)) if c.memory() == memory && *s == next - 1);
         if !in_sync {
             // Switched on mid-run, resumed, or the memory changed: the counter is a function of
             // the (deterministic) data order, so rebuild it from the windows it remembers.

@@ -91,12 +91,23 @@ pub fn agg_gates(counter: &TokenCounter, alpha: f64, set: GateSet) -> Gates {
     let mean_rare = if rare_count == 0 {
         0.0
     } else {
-        a.iter().zip(&rare).filter(|(_, r)| **r).map(|(x, _)| x).sum::<f64>() / rare_count as f64
+        a.iter()
+            .zip(&rare)
+            .filter(|(_, r)| **r)
+            .map(|(x, _)| x)
+            .sum::<f64>()
+            / rare_count as f64
     };
     let g1 = a
         .iter()
         .zip(&rare)
-        .map(|(&x, &r)| if r && set != GateSet::G2 { x as f32 } else { 1.0 })
+        .map(|(&x, &r)| {
+            if r && set != GateSet::G2 {
+                x as f32
+            } else {
+                1.0
+            }
+        })
         .collect();
     let g2 = a
         .iter()
@@ -122,7 +133,9 @@ pub fn agg_gates(counter: &TokenCounter, alpha: f64, set: GateSet) -> Gates {
 /// Gradient-part freezing: the corpus's Rare group, gates 0 for the dropped parts.
 pub fn part_freeze_gates(groups: &FrequencyGroups, parts: GateParts) -> Gates {
     let n = groups.len();
-    let rare: Vec<bool> = (0..n).map(|v| groups.group_of(v as u32) == Group::Rare).collect();
+    let rare: Vec<bool> = (0..n)
+        .map(|v| groups.group_of(v as u32) == Group::Rare)
+        .collect();
     let gate = |drop: bool| -> Vec<f32> {
         rare.iter()
             .map(|&r| if r && drop { 0.0 } else { 1.0 })

@@ -13,10 +13,7 @@ use burn::tensor::activation::log_softmax;
 /// Mean token NLL from log-probabilities `[P, N]`.
 pub fn nll_from_log_probs(log_probs: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
     let [p, _] = log_probs.dims();
-    log_probs
-        .gather(1, targets.reshape([p, 1]))
-        .mean()
-        .neg()
+    log_probs.gather(1, targets.reshape([p, 1])).mean().neg()
 }
 
 /// Mean token NLL from logits `[P, N]`.

@@ -104,13 +104,16 @@ impl Term {
     }
 
     fn parse(name: &str) -> Option<Term> {
-        Term::ALL.into_iter().find(|t| t.name() == name).or(match name {
-            "spectrum" => Some(Term::Spectrum),
-            "cosreg" => Some(Term::Cos),
-            "laplacian" => Some(Term::Lap),
-            "unlikelihood" => Some(Term::Ul),
-            _ => None,
-        })
+        Term::ALL
+            .into_iter()
+            .find(|t| t.name() == name)
+            .or(match name {
+                "spectrum" => Some(Term::Spectrum),
+                "cosreg" => Some(Term::Cos),
+                "laplacian" => Some(Term::Lap),
+                "unlikelihood" => Some(Term::Ul),
+                _ => None,
+            })
     }
 }
 
@@ -406,10 +409,7 @@ impl Objectives {
             Term::Cos => (&mut self.cos.enabled, &mut self.cos.weight),
             Term::Lap => (&mut self.lap.enabled, &mut self.lap.weight),
             Term::Agg => (&mut self.agg.enabled, &mut self.agg.alpha),
-            Term::Spectrum => (
-                &mut self.spectrum.enabled,
-                &mut self.spectrum.lambda_prior,
-            ),
+            Term::Spectrum => (&mut self.spectrum.enabled, &mut self.spectrum.lambda_prior),
             Term::Dev => (&mut self.dev.enabled, &mut self.dev.weight),
             Term::Ul => (&mut self.ul.enabled, &mut self.ul.weight),
         }
@@ -417,7 +417,11 @@ impl Objectives {
 
     /// Applies a change if the result is valid; `group_sizes` are the frequency groups' sizes
     /// (frequent, medium, rare) so that freezing an empty group is refused.
-    pub fn apply(&mut self, change: &ObjectiveChange, group_sizes: [usize; 3]) -> Result<(), String> {
+    pub fn apply(
+        &mut self,
+        change: &ObjectiveChange,
+        group_sizes: [usize; 3],
+    ) -> Result<(), String> {
         let mut next = self.clone();
         match *change {
             ObjectiveChange::Enable { term, on } => *next.term_mut(term).0 = on,
@@ -525,10 +529,7 @@ impl Objectives {
             ));
         }
         if !(self.spectrum.gamma.is_finite() && self.spectrum.gamma > 0.0) {
-            return Err(format!(
-                "spectrum γ = {} must be > 0",
-                self.spectrum.gamma
-            ));
+            return Err(format!("spectrum γ = {} must be > 0", self.spectrum.gamma));
         }
         if !(self.spectrum.c2.is_finite() && self.spectrum.c2 > 0.0) {
             return Err(format!("spectrum c2 = {} must be > 0", self.spectrum.c2));
@@ -576,7 +577,9 @@ impl Objectives {
             .split_once('=')
             .ok_or_else(|| format!("--reg {arg}: expected NAME=WEIGHT, e.g. cos=1.0"))?;
         let term = Term::parse(name.trim()).ok_or_else(|| {
-            format!("--reg {arg}: unknown regulariser `{name}` (expected cos, lap, agg, sc, dev or ul)")
+            format!(
+                "--reg {arg}: unknown regulariser `{name}` (expected cos, lap, agg, sc, dev or ul)"
+            )
         })?;
         let mut fields = value.split(':');
         let first = fields.next().unwrap_or_default().trim();
@@ -644,9 +647,11 @@ impl Objectives {
         let (group, until) = match arg.split_once('@') {
             Some((g, u)) => (
                 g,
-                Some(u.trim().parse::<u64>().map_err(|_| {
-                    format!("--freeze {arg}: `{u}` is not a step number")
-                })?),
+                Some(
+                    u.trim()
+                        .parse::<u64>()
+                        .map_err(|_| format!("--freeze {arg}: `{u}` is not a step number"))?,
+                ),
             ),
             None => (arg, None),
         };
@@ -695,7 +700,8 @@ mod tests {
         assert_eq!(o.spectrum.lambda_prior, 2.0);
         assert_eq!(o.dev.weight, 0.5);
         let mut o = Objectives::default();
-        o.apply_reg_arg("agg=0.05:g1:static:memory=100").expect("agg");
+        o.apply_reg_arg("agg=0.05:g1:static:memory=100")
+            .expect("agg");
         assert_eq!(o.agg.alpha, 0.05);
         assert_eq!(o.agg.gates, GateSet::G1);
         assert!(o.agg.static_groups);
@@ -774,7 +780,8 @@ mod tests {
         let text = toml::to_string(&o).expect("serialises");
         let back: Objectives = toml::from_str(&text).expect("parses");
         assert_eq!(back, o);
-        let partial: Objectives = toml::from_str("[cos]\nenabled = true\nweight = 2.0\n").expect("partial");
+        let partial: Objectives =
+            toml::from_str("[cos]\nenabled = true\nweight = 2.0\n").expect("partial");
         assert_eq!(partial.cos.weight, 2.0);
         assert!(!partial.agg.enabled);
     }

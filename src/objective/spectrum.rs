@@ -44,11 +44,19 @@ pub fn orthogonality_spectral(m: Tensor<2>, iterations: usize) -> Tensor<1> {
     let e = m.clone().transpose().matmul(m) - Tensor::eye(k, &device);
     let fixed = e.clone().detach();
     // Start off every eigenvector's null space: a fixed, non-symmetric pattern.
-    let start: Vec<f32> = (0..k).map(|i| 1.0 + (i as f32 * 0.618_034).fract()).collect();
+    let start: Vec<f32> = (0..k)
+        .map(|i| 1.0 + (i as f32 * 0.618_034).fract())
+        .collect();
     let mut x = Tensor::<2>::from_data(TensorData::new(start, [k, 1]), &device);
     for _ in 0..iterations {
         let y = fixed.clone().matmul(x);
-        let norm = y.clone().square().sum().sqrt().clamp_min(1e-30).unsqueeze::<2>();
+        let norm = y
+            .clone()
+            .square()
+            .sum()
+            .sqrt()
+            .clamp_min(1e-30)
+            .unsqueeze::<2>();
         x = y / norm;
     }
     let rayleigh = x.clone().transpose().matmul(e).matmul(x).reshape([1]);

@@ -1,12 +1,17 @@
-//! Token-level unlikelihood (Welleck et al. 2020, §5.1; with AGG in Yu et al. Table 4):
-//! + α_UL·(1/P)·Σ_t Σ_{c∈C_t} −log(1 − p(c|h_t)), with C_t the distinct tokens of the context
-//! before position t in its window (the inputs x_0..x_t) other than the target y_t.
+//! Token-level unlikelihood (Welleck et al. 2020, §5.1; with AGG in Yu et al. Table 4): the
+//! penalty α_UL·(1/P)·Σ_t Σ_{c∈C_t} −log(1 − p(c|h_t)), with C_t the distinct tokens of the
+//! context before position t in its window (the inputs x_0..x_t) other than the target y_t.
 
 use burn::prelude::*;
 
 /// Candidate columns per position, padded to the window length: `(indices [P, T], mask [P, T])`
 /// in row-major order, from the window's inputs and targets `[B·T]`.
-pub fn candidates(inputs: &[u32], targets: &[u32], batch: usize, time: usize) -> (Vec<i64>, Vec<f32>) {
+pub fn candidates(
+    inputs: &[u32],
+    targets: &[u32],
+    batch: usize,
+    time: usize,
+) -> (Vec<i64>, Vec<f32>) {
     let p = batch * time;
     let mut idx = vec![0i64; p * time];
     let mut mask = vec![0f32; p * time];
@@ -51,7 +56,10 @@ mod tests {
         // One stream of 4: inputs 5 6 5 7, targets 6 5 7 6.
         let (idx, mask) = candidates(&[5, 6, 5, 7], &[6, 5, 7, 6], 1, 4);
         let row = |t: usize| -> Vec<i64> {
-            (0..4).filter(|&k| mask[t * 4 + k] == 1.0).map(|k| idx[t * 4 + k]).collect()
+            (0..4)
+                .filter(|&k| mask[t * 4 + k] == 1.0)
+                .map(|k| idx[t * 4 + k])
+                .collect()
         };
         assert_eq!(row(0), vec![5]);
         assert_eq!(row(1), vec![6]); // {5, 6} minus target 5
