@@ -4,7 +4,7 @@
 
 use burn::prelude::*;
 use conelab::model::{DeviceSpec, SpectralEmbedding};
-use conelab::objective::agg::{Gates, TokenCounter, agg_gates, gate_matrix};
+use conelab::objective::agg::{Gates, TokenCounter, agg_gates, row_gates};
 use conelab::objective::head::{HeadTerms, full_softmax_head};
 use conelab::objective::self_norm::{UnigramSampler, nce_loss};
 use conelab::objective::spectrum::{
@@ -188,8 +188,10 @@ fn agg_fixture() -> (Gates, Vec<u32>) {
     // a = [1.5, 1.5, 1.5, 1.0, 0.5, 0.0]; α = 1.2 → rare {3, 4, 5}, mean rare a = 0.5.
     let gates = agg_gates(&counter, 1.2, GateSet::Both);
     assert_eq!(gates.rare, vec![false, false, false, true, true, true]);
-    // Targets: non-rare (0, 2, 1) and rare (3, 4) positions.
-    (gates, vec![0, 3, 2, 4, 1])
+    // Targets: non-rare (0, 2, 1) and rare (3, 4, 5) positions; token 5's own g2 is 0, so its
+    // own column's gate must be forced back to 1.
+    assert_eq!(gates.g2[5], 0.0);
+    (gates, vec![0, 3, 2, 4, 1, 5])
 }
 
 #[test]
@@ -208,7 +210,7 @@ fn agg_gradients_follow_yu_et_al_eq_23_and_the_hidden_state_gets_plain_mle() {
         None,
         ids(&y, &dev),
         HeadTerms {
-            gates: Some(gate_matrix(&gates, &y, ids(&y, &dev), &dev)),
+            gates: Some(row_gates(&gates, &y, &dev)),
             ..HeadTerms::default()
         },
     )
@@ -508,7 +510,7 @@ fn gradient_part_freezing_drops_exactly_the_chosen_parts_of_the_rare_rows() {
             None,
             ids(&y, &dev),
             HeadTerms {
-                gates: Some(gate_matrix(&gates, &y, ids(&y, &dev), &dev)),
+                gates: Some(row_gates(&gates, &y, &dev)),
                 ..HeadTerms::default()
             },
         )

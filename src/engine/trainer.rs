@@ -17,7 +17,7 @@ use super::{EngineError, eval};
 use crate::data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
 use crate::model::lstm::detach_state;
 use crate::model::{DeviceSpec, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding};
-use crate::objective::agg::{Gates, TokenCounter, agg_gates, gate_matrix, part_freeze_gates};
+use crate::objective::agg::{Gates, TokenCounter, agg_gates, part_freeze_gates, row_gates};
 use crate::objective::freeze::{frozen_ranges, restore_rows, zero_rows};
 use crate::objective::head::{HeadTerms, full_softmax_head};
 use crate::objective::self_norm::{
@@ -484,7 +484,7 @@ impl Trainer {
         let terms = HeadTerms {
             dev: objectives.dev.active(),
             unlikelihood,
-            gates: gates.map(|g| gate_matrix(g, &batch.targets, targets.clone(), &self.device)),
+            gates: gates.map(|g| row_gates(g, &batch.targets, &self.device)),
         };
         let out = full_softmax_head(hidden, w, bias, targets, terms)
             .map_err(|e| EngineError::Backend(e.to_string()))?;

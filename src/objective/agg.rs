@@ -21,6 +21,7 @@ use std::collections::VecDeque;
 
 use burn::prelude::*;
 
+use super::head::RowGates;
 use super::{GateParts, GateSet};
 use crate::data::{FrequencyGroups, Group};
 
@@ -149,27 +150,20 @@ pub fn part_freeze_gates(groups: &FrequencyGroups, parts: GateParts) -> Gates {
     }
 }
 
-/// The gate of every (position, column), `[P, N]`: g2 on rows whose target is rare, g1 on the
-/// others, 1 in the target's own column.
-pub fn gate_matrix(
-    gates: &Gates,
-    targets_host: &[u32],
-    targets: Tensor<1, Int>,
-    device: &Device,
-) -> Tensor<2> {
+/// The gates in the factored form the head applies (`objective/head.rs`): g1, g2 and which
+/// positions have a rare target.
+pub fn row_gates(gates: &Gates, targets_host: &[u32], device: &Device) -> RowGates {
     let n = gates.g1.len();
     let p = targets_host.len();
-    let g1 = Tensor::<1>::from_data(TensorData::new(gates.g1.clone(), [n]), device);
-    let g2 = Tensor::<1>::from_data(TensorData::new(gates.g2.clone(), [n]), device);
     let rare_target: Vec<f32> = targets_host
         .iter()
         .map(|&t| if gates.rare[t as usize] { 1.0 } else { 0.0 })
         .collect();
-    let r = Tensor::<2>::from_data(TensorData::new(rare_target, [p, 1]), device);
-    let g1 = g1.unsqueeze::<2>();
-    let gate = g1.clone() + r * (g2.unsqueeze::<2>() - g1);
-    let own = targets.one_hot::<2>(n).equal_elem(1);
-    gate.mask_fill(own, 1.0)
+    RowGates {
+        g1: Tensor::<1>::from_data(TensorData::new(gates.g1.clone(), [n]), device),
+        g2: Tensor::<1>::from_data(TensorData::new(gates.g2.clone(), [n]), device),
+        rare_target: Tensor::<1>::from_data(TensorData::new(rare_target, [p]), device),
+    }
 }
 
 #[cfg(test)]

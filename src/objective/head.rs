@@ -12,7 +12,7 @@
 //! (z, G·W, Gᵀ·h) instead of AGG's two logits products, and one elementwise product for the gates.
 
 use burn::prelude::*;
-use burn::tensor::activation::log_softmax;
+use burn::tensor::IndexingUpdateOp;
 
 use super::{mle, self_norm, unlikelihood};
 use crate::model::output::tied_logits;
@@ -24,8 +24,20 @@ pub struct HeadTerms {
     pub dev: f64,
     /// Unlikelihood's α with its candidates `(indices [P, T], mask [P, T])`.
     pub unlikelihood: Option<(f64, Tensor<2, Int>, Tensor<2>)>,
-    /// The gate of every (position, column) for W's output gradient, `[P, N]`.
-    pub gates: Option<Tensor<2>>,
+    /// AGG's or gradient-part freezing's gates for W's output gradient.
+    pub gates: Option<RowGates>,
+}
+
+/// Gates in factored form: position p's row is `g1 + rare_target_p·(g2 − g1)`, and the target's
+/// own column is always 1. Cheaper than a `[P, N]` gate matrix: the own-column fix is a sparse
+/// correction of P rows instead of a one-hot mask over P×N.
+pub struct RowGates {
+    /// g1 `[N]`: used at positions whose target is not rare.
+    pub g1: Tensor<1>,
+    /// g2 `[N]`: used at positions whose target is rare.
+    pub g2: Tensor<1>,
+    /// 1 where the position's target is rare, else 0, `[P]`.
+    pub rare_target: Tensor<1>,
 }
 
 pub struct HeadOutput {
@@ -35,6 +47,28 @@ pub struct HeadOutput {
     pub penalties: Vec<Tensor<1>>,
     /// The graph to differentiate.
     pub graph: Tensor<1>,
+}
+
+/// (gate ⊙ G)ᵀ·h with the gate of row p = g1 + r_p·(g2 − g1) and 1 in the target's column: the
+/// dense product with the row gates, plus (1 − gate_{p,y_p})·G_{p,y_p}·h_p added to row y_p.
+fn gated_output_gradient(
+    g: Tensor<2>,
+    hidden: Tensor<2>,
+    targets: Tensor<1, Int>,
+    gates: RowGates,
+) -> Tensor<2> {
+    let [p, n] = g.dims();
+    let r = gates.rare_target.reshape([p, 1]);
+    let g1 = gates.g1.reshape([1, n]);
+    let diff = gates.g2.reshape([1, n]) - g1.clone();
+    let row_gates = g1.clone() + r.clone() * diff.clone();
+    let dense = mle::output_gradient(g.clone() * row_gates, hidden.clone());
+    // The target column's gate should have been 1.
+    let y = targets.clone().reshape([p, 1]);
+    let own_gate = g1.reshape([n]).select(0, targets.clone()).reshape([p, 1])
+        + r * diff.reshape([n]).select(0, targets.clone()).reshape([p, 1]);
+    let own = g.gather(1, y) * (own_gate.neg() + 1.0);
+    dense.select_assign(0, targets, own * hidden, IndexingUpdateOp::Add)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,12 +92,16 @@ pub fn full_softmax_head(
     // A fresh leaf: the gradient of the head terms stops here.
     .detach()
     .require_grad();
-    let log_probs = log_softmax(logits.clone(), 1);
-    let nll = mle::nll_from_log_probs(log_probs.clone(), targets);
+    let [p, _] = logits.dims();
+    // log Z once: the log-probabilities and DEV's (log Z)² share it.
+    let max = logits.clone().detach().max_dim(1);
+    let log_z = (logits.clone() - max.clone()).exp().sum_dim(1).log() + max;
+    let log_probs = logits.clone() - log_z.clone();
+    let nll = mle::nll_from_log_probs(log_probs.clone(), targets.clone());
     let mut head = nll.clone();
     let mut penalties = Vec::new();
     if terms.dev > 0.0 {
-        let log_z = mle::log_z_from(logits.clone(), log_probs.clone());
+        let log_z = log_z.reshape([p]);
         let pen = self_norm::dev_penalty(log_z).mul_scalar(terms.dev);
         penalties.push(pen.clone().detach());
         head = head + pen;
@@ -76,11 +114,10 @@ pub fn full_softmax_head(
     let head_grads = head.backward();
     let g = logits.grad(&head_grads).ok_or(NoGradient)?;
     let to_hidden = g.clone().matmul(w_fixed);
-    let g_w = match terms.gates {
-        Some(gates) => g.clone() * gates,
-        None => g.clone(),
+    let to_w = match terms.gates {
+        None => mle::output_gradient(g.clone(), h_fixed),
+        Some(gates) => gated_output_gradient(g.clone(), h_fixed, targets, gates),
     };
-    let to_w = mle::output_gradient(g_w, h_fixed);
     let mut graph = (hidden * to_hidden).sum() + (w * to_w).sum();
     if let Some(b) = bias {
         let [n] = b.dims();

@@ -21,13 +21,6 @@ pub fn nll(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
     nll_from_log_probs(log_softmax(logits, 1), targets)
 }
 
-/// log Z_p = log Σ_v exp z_pv, `[P]`, from logits and their log-probabilities (log Z = z − log p
-/// for any column; the first is as good as any).
-pub fn log_z_from(logits: Tensor<2>, log_probs: Tensor<2>) -> Tensor<1> {
-    let [p, _] = logits.dims();
-    (logits.narrow(1, 0, 1) - log_probs.narrow(1, 0, 1)).reshape([p])
-}
-
 /// The output-side gradient of W from the logits' gradient `g` `[P, N]` and the (detached)
 /// hidden states `[P, d]`: gᵀ·h, `[N, d]`.
 pub fn output_gradient(g: Tensor<2>, hidden: Tensor<2>) -> Tensor<2> {
