@@ -281,7 +281,7 @@ pub enum BenchCommand {
     Train(BenchTrainArgs),
     /// The embedding-metric panel and neighbour queries on a random W of WikiText-2 size.
     Metrics(BenchMetricsArgs),
-    /// Step time of every objective relative to MLE, switched round-robin in one trainer.
+    /// Step time of every objective relative to MLE: one trainer each, stepped round-robin.
     Objectives(BenchObjectivesArgs),
 }
 
@@ -299,11 +299,11 @@ pub struct BenchObjectivesArgs {
     /// Window length T [default: the preset's].
     #[arg(long)]
     pub bptt: Option<usize>,
-    /// Rounds over all objectives (the ratio is the median over rounds).
-    #[arg(long, default_value_t = 3)]
+    /// Rounds over all objectives (the ratio is the median over rounds of the per-round ratio).
+    #[arg(long, default_value_t = 10)]
     pub rounds: usize,
-    /// Timed steps per objective per round (after one untimed step).
-    #[arg(long, default_value_t = 3)]
+    /// Timed steps per objective per round.
+    #[arg(long, default_value_t = 1)]
     pub steps: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
