@@ -178,6 +178,23 @@ fn impossible_settings_are_one_line_errors() {
         (&["--device", "gpu"], &["gpu"]),
         (&["--groups", "0.9,0.1"], &["--groups"]),
         (&["--batch", "100000"], &["batch"]),
+        (&["--objective", "nce", "--reg", "agg=0.03"], &["gating"]),
+        (&["--reg", "cos=-1"], &["cos", "≥ 0"]),
+        (&["--reg", "agg=0"], &["α"]),
+        (&["--reg", "lap"], &["NAME=WEIGHT"]),
+        (&["--reg", "spectral=1"], &["unknown regulariser"]),
+        (&["--freeze", "rares"], &["unknown group"]),
+        (
+            &["--freeze", "rare", "--reg", "sc=exp:1"],
+            &["spectrum control"],
+        ),
+        (&["--gate-freeze", "d"], &["--gate-freeze"]),
+        (
+            &["--reg", "agg=0.03", "--gate-freeze", "bc"],
+            &["gate-freeze"],
+        ),
+        (&["--objective", "nce-r", "--nce-r", "1,0"], &["fraction"]),
+        (&["--objective", "nce", "--nce-noise", "0"], &["noise"]),
     ] {
         let out = f.train("bad", args);
         assert_one_line_error(&out, needles);

@@ -623,9 +623,9 @@ impl Trainer {
             Command::Stop { save } => record("running".into(), format!("stopped (save={save})")),
             Command::SaveCheckpoint => record(String::new(), "checkpoint".into()),
             Command::Objective { change } => {
-                let before = self.state.objectives.label();
+                let before = self.objectives_record();
                 self.change_objectives(change)?;
-                record(before, self.state.objectives.label())
+                record(before, self.objectives_record())
             }
         };
         self.state.commands.push(applied.clone());
@@ -639,6 +639,21 @@ fn group_sizes(corpus: &Corpus) -> [usize; 3] {
 }
 
 impl Trainer {
+    /// The objectives as recorded with a change: the label, and under spectrum control the prior's
+    /// constants (c1 is chosen when control is switched on, so it is recorded with it).
+    fn objectives_record(&self) -> String {
+        let o = &self.state.objectives;
+        match self.state.spectrum_c1 {
+            Some(c1) => format!(
+                "{} (c1={c1:.6}, c2={}, γ={})",
+                o.label(),
+                o.spectrum.c2,
+                o.spectrum.gamma
+            ),
+            None => o.label(),
+        }
+    }
+
     /// Replaces the objectives wholesale between two steps (benchmarks, tests), with the same
     /// side effects and checks as a change by command.
     pub fn set_objectives(&mut self, objectives: Objectives) -> Result<(), String> {
