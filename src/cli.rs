@@ -234,10 +234,15 @@ pub struct TrainArgs {
     #[arg(long, value_name = "MEDIUM,RARE", default_value = "0.3,0.8")]
     pub groups: GroupBounds,
 
-    /// Run without the TUI (the only mode until the TUI lands): a progress bar on a terminal,
-    /// plain log lines otherwise.
+    /// Run without the TUI: a progress bar on a terminal, plain log lines otherwise (the default
+    /// when stdout is not a terminal).
     #[arg(long)]
     pub headless: bool,
+
+    /// Draw the embedding scatter with ASCII density glyphs instead of braille (fonts without
+    /// braille). NO_COLOR in the environment turns colour off.
+    #[arg(long)]
+    pub ascii: bool,
 
     /// In plain-log mode, print a step line every N steps [default: every 1% of the run].
     #[arg(long)]
@@ -451,6 +456,8 @@ fn train(args: TrainArgs) -> Result<()> {
     let log_every = args
         .log_every
         .unwrap_or_else(|| (trainer.config().steps / 100).max(1));
+    let objectives = trainer.objectives().clone();
+    let groups = *trainer.corpus().groups();
     let handle = engine::spawn(trainer, Some(run));
     // Ctrl-C or SIGTERM: stop after the current step and save; a second one exits at once.
     let commands = std::sync::Mutex::new(Some(handle_sender(&handle)));
@@ -461,7 +468,16 @@ fn train(args: TrainArgs) -> Result<()> {
             None => std::process::exit(130),
         }
     });
-    match headless::run(handle, tty, log_every) {
+    let outcome = if tty && !args.headless {
+        let view = conelab::tui::app::ViewOptions {
+            no_color: conelab_widgets::no_color_from_env(),
+            ascii: args.ascii,
+        };
+        conelab::tui::run_live(handle, objectives, groups, view)?
+    } else {
+        headless::run(handle, tty, log_every)
+    };
+    match outcome {
         Outcome::Completed { .. } | Outcome::Stopped { .. } => Ok(()),
         Outcome::Diverged { step, loss } => bail!(
             "training diverged at step {step} (loss {loss}); the last good checkpoint is kept"

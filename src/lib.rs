@@ -17,3 +17,4 @@ pub mod metrics;
 pub mod model;
 pub mod objective;
 pub mod run_config;
+pub mod tui;

@@ -1,0 +1,206 @@
+//! Keys → actions. A pure function of the key and the little state that changes a key's meaning
+//! (a dialog or the help overlay open, which pane has focus), so it is tested without a terminal.
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use super::app::{Action, App, Pane};
+
+/// Every key, for the help overlay: (keys, what they do).
+pub const HELP: &[(&str, &str)] = &[
+    ("?", "this help (any key closes it)"),
+    ("q", "quit: asks before stopping a running training"),
+    ("Ctrl-C", "stop and save now, then quit"),
+    ("Tab / Shift-Tab", "next / previous pane"),
+    ("1 … 6", "focus a pane"),
+    ("z", "zoom the focused pane (Esc: back)"),
+    ("p", "pause / resume training"),
+    ("s", "save a checkpoint now"),
+    ("l", "log scale on the loss curve"),
+    ("m", "smooth the loss curve (EMA)"),
+    ("↑ ↓ / k j", "Controls: select"),
+    (
+        "Space / Enter",
+        "Controls: switch on/off, freeze/unfreeze, cycle gate-freeze",
+    ),
+    ("+ / -", "Controls: weight or learning rate ×2 / ÷2"),
+    (
+        "In the quit dialog",
+        "s stop and save · x stop without saving · c or Esc cancel",
+    ),
+];
+
+pub fn action_for(app: &App, key: KeyEvent) -> Action {
+    if key.kind == KeyEventKind::Release {
+        return Action::None;
+    }
+    let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+    if ctrl && matches!(key.code, KeyCode::Char('c')) {
+        return Action::Interrupt;
+    }
+    if app.confirm_quit {
+        return match key.code {
+            KeyCode::Char('s') | KeyCode::Char('S') | KeyCode::Enter => Action::StopAndSave,
+            KeyCode::Char('x') | KeyCode::Char('X') => Action::StopWithoutSaving,
+            KeyCode::Char('c') | KeyCode::Char('C') | KeyCode::Esc | KeyCode::Char('q') => {
+                Action::Cancel
+            }
+            _ => Action::None,
+        };
+    }
+    if app.help {
+        // Any key closes the help.
+        return Action::ToggleHelp;
+    }
+    let controls = app.focus == Pane::Controls;
+    match key.code {
+        KeyCode::Char('q') => Action::Quit,
+        KeyCode::Char('?') => Action::ToggleHelp,
+        KeyCode::Tab => Action::FocusNext,
+        KeyCode::BackTab => Action::FocusPrev,
+        KeyCode::Char(c @ '1'..='6') => {
+            let i = (c as u8 - b'1') as usize;
+            Action::Focus(Pane::ALL[i])
+        }
+        KeyCode::Char('z') => Action::ToggleZoom,
+        KeyCode::Esc => Action::Cancel,
+        KeyCode::Char('p') => Action::TogglePause,
+        KeyCode::Char('s') => Action::SaveCheckpoint,
+        KeyCode::Char('l') => Action::ToggleLogY,
+        KeyCode::Char('m') => Action::ToggleSmoothing,
+        KeyCode::Up | KeyCode::Char('k') if controls => Action::ControlsUp,
+        KeyCode::Down | KeyCode::Char('j') if controls => Action::ControlsDown,
+        KeyCode::Char(' ') | KeyCode::Enter if controls => Action::ControlsToggle,
+        KeyCode::Char('+') | KeyCode::Char('=') if controls => Action::ControlsScale(2.0),
+        KeyCode::Char('-') if controls => Action::ControlsScale(0.5),
+        _ => Action::None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Command;
+    use crate::objective::{ObjectiveChange, Objectives, Term};
+    use crate::tui::app::{Effect, RunStatus, ViewOptions};
+
+    fn key(code: KeyCode) -> KeyEvent {
+        KeyEvent::new(code, KeyModifiers::NONE)
+    }
+
+    fn running() -> App {
+        let mut app = App::new(Objectives::default(), ViewOptions::default());
+        app.status = RunStatus::Running;
+        app
+    }
+
+    fn press(app: &mut App, code: KeyCode) -> Effect {
+        let action = action_for(app, key(code));
+        app.apply(action)
+    }
+
+    #[test]
+    fn quitting_a_running_training_asks_first() {
+        let mut app = running();
+        assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::None);
+        assert!(app.confirm_quit);
+        assert_eq!(press(&mut app, KeyCode::Esc), Effect::None);
+        assert!(!app.confirm_quit, "cancel closes the dialog");
+        press(&mut app, KeyCode::Char('q'));
+        assert_eq!(
+            press(&mut app, KeyCode::Char('s')),
+            Effect::Send(Command::Stop { save: true })
+        );
+        assert!(!app.should_exit(), "waits for the engine to finish");
+        app.status = RunStatus::Finished(crate::engine::FinishReason::Stopped);
+        assert!(app.should_exit());
+        let mut app = running();
+        press(&mut app, KeyCode::Char('q'));
+        assert_eq!(
+            press(&mut app, KeyCode::Char('x')),
+            Effect::Send(Command::Stop { save: false })
+        );
+    }
+
+    #[test]
+    fn a_finished_run_quits_at_once_and_ctrl_c_stops_and_saves() {
+        let mut app = running();
+        app.status = RunStatus::Finished(crate::engine::FinishReason::Completed);
+        assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Exit);
+        let mut app = running();
+        let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+        let action = action_for(&app, ctrl_c);
+        assert_eq!(
+            app.apply(action),
+            Effect::Send(Command::Stop { save: true })
+        );
+        assert!(app.exit_when_finished);
+    }
+
+    #[test]
+    fn controls_turn_objectives_into_commands() {
+        let mut app = running();
+        press(&mut app, KeyCode::Char('5'));
+        assert_eq!(app.focus, Pane::Controls);
+        // The first control is CosReg: space switches it on.
+        assert_eq!(
+            press(&mut app, KeyCode::Char(' ')),
+            Effect::Send(Command::Objective {
+                change: ObjectiveChange::Enable {
+                    term: Term::Cos,
+                    on: true
+                }
+            })
+        );
+        assert_eq!(
+            press(&mut app, KeyCode::Char('+')),
+            Effect::Send(Command::Objective {
+                change: ObjectiveChange::Weight {
+                    term: Term::Cos,
+                    weight: 2.0
+                }
+            })
+        );
+        // Down to the rare group's freeze (controls 7–9 are the groups).
+        for _ in 0..8 {
+            press(&mut app, KeyCode::Down);
+        }
+        assert_eq!(
+            press(&mut app, KeyCode::Enter),
+            Effect::Send(Command::Objective {
+                change: ObjectiveChange::Freeze {
+                    group: crate::data::Group::Rare,
+                    frozen: true
+                }
+            })
+        );
+        // Up wraps around to the last control.
+        app.controls_cursor = 0;
+        press(&mut app, KeyCode::Up);
+        assert_eq!(app.controls_cursor, crate::tui::app::Control::count() - 1);
+    }
+
+    #[test]
+    fn keys_outside_their_pane_do_nothing_and_help_swallows_the_next_key() {
+        let mut app = running();
+        assert_eq!(action_for(&app, key(KeyCode::Char(' '))), Action::None);
+        assert_eq!(press(&mut app, KeyCode::Char('?')), Effect::None);
+        assert!(app.help);
+        assert_eq!(press(&mut app, KeyCode::Char('p')), Effect::None);
+        assert!(!app.help, "any key closes the help, and does nothing else");
+        assert_eq!(
+            press(&mut app, KeyCode::Char('p')),
+            Effect::Send(Command::Pause)
+        );
+        app.status = RunStatus::Paused;
+        assert_eq!(
+            press(&mut app, KeyCode::Char('p')),
+            Effect::Send(Command::Resume)
+        );
+        app.status = RunStatus::Finished(crate::engine::FinishReason::Completed);
+        assert_eq!(
+            press(&mut app, KeyCode::Char('s')),
+            Effect::None,
+            "no engine to save"
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! The live workbench: a client of the engine (gitui/bottom style). State ← engine events
+//! (`app.rs`); key → action → command (`keys.rs`); render = pure function of the state (`ui.rs`).
+//!
+//! The loop never waits on training: it polls the keyboard with a short timeout and drains the
+//! event channel without blocking; it redraws only when something changed. Training never waits
+//! on drawing: events go through an unbounded channel, snapshots through latest-wins slots.
+
+pub mod app;
+pub mod keys;
+pub mod ui;
+
+use std::io;
+use std::time::Duration;
+
+use ratatui::crossterm::event::{self, Event as TermEvent, KeyEventKind};
+
+use crate::data::FrequencyGroups;
+use crate::engine::{EngineHandle, FinishReason};
+use crate::headless::Outcome;
+use crate::objective::Objectives;
+use app::{App, Effect, RunStatus, ViewOptions};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TuiError {
+    #[error("cannot use the terminal: {0}")]
+    Terminal(#[from] io::Error),
+}
+
+/// How often the loop looks at the keyboard and the engine when nothing happens.
+const TICK: Duration = Duration::from_millis(50);
+
+/// Restores the terminal however the loop ends (return, error, unwinding panic).
+struct TerminalGuard;
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        ratatui::restore();
+    }
+}
+
+/// Runs the workbench until the user leaves. `objectives` are the run's at the start (the app
+/// mirrors every acknowledged change); `groups` colour the scatter.
+pub fn run_live(
+    handle: EngineHandle,
+    objectives: Objectives,
+    groups: FrequencyGroups,
+    view: ViewOptions,
+) -> Result<Outcome, TuiError> {
+    // try_init installs a panic hook that restores the terminal before the panic message.
+    let mut terminal = ratatui::try_init()?;
+    let _guard = TerminalGuard;
+    let mut app = App::new(objectives, view);
+    let mut dirty = true;
+    loop {
+        while let Ok(e) = handle.events().try_recv() {
+            app.on_event(e);
+            dirty = true;
+        }
+        if let Some(a) = handle.analyses().take() {
+            app.on_analysis(a);
+            dirty = true;
+        }
+        if app.should_exit() {
+            break;
+        }
+        if dirty {
+            terminal.draw(|frame| ui::render(frame, &app, Some(&groups)))?;
+            dirty = false;
+        }
+        if event::poll(TICK)? {
+            match event::read()? {
+                TermEvent::Key(key) if key.kind != KeyEventKind::Release => {
+                    let action = keys::action_for(&app, key);
+                    dirty = true;
+                    match app.apply(action) {
+                        Effect::None => {}
+                        Effect::Send(c) => handle.send(c),
+                        Effect::Exit => break,
+                    }
+                }
+                TermEvent::Resize(..) => dirty = true,
+                _ => {}
+            }
+        }
+    }
+    drop(terminal);
+    if app.status.is_live() {
+        // Leaving while the engine still waits (e.g. paused after a divergence): end it.
+        handle.send(crate::engine::Command::Stop { save: false });
+    }
+    handle.join();
+    Ok(match app.status {
+        RunStatus::Finished(FinishReason::Completed) => Outcome::Completed { step: app.step() },
+        RunStatus::Diverged { step, loss } => Outcome::Diverged { step, loss },
+        RunStatus::Failed(message) => Outcome::Failed { message },
+        _ => Outcome::Stopped { step: app.step() },
+    })
+}

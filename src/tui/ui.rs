@@ -1,0 +1,887 @@
+//! Rendering: a pure function of [`App`] into a frame. No state changes, no I/O, so every pane is
+//! snapshot-tested on a `TestBackend`.
+
+use conelab_widgets::{
+    Layer, Scatter, ScatterMode, ScatterPoint, Series, SparkRow, SparklineTable, SpectrumPlot,
+    format_compact,
+};
+use ratatui::Frame;
+use ratatui::layout::{Alignment, Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{
+    Axis, Block, Cell, Chart, Clear, Dataset, GraphType, Paragraph, Row, Table, Wrap,
+};
+
+use super::app::{App, Control, EmbeddingMetric, LogKind, Pane, RunStatus};
+use super::keys::HELP;
+use crate::data::{FrequencyGroups, Group};
+use crate::objective::Term;
+
+/// Below this the layout would be garbage: say so instead.
+pub const MIN_WIDTH: u16 = 60;
+pub const MIN_HEIGHT: u16 = 16;
+
+const GROUP_NAMES: [&str; 4] = ["Freq", "Med", "Rare", "Total"];
+
+struct Palette {
+    no_color: bool,
+}
+
+impl Palette {
+    fn fg(&self, c: Color) -> Style {
+        if self.no_color {
+            Style::default()
+        } else {
+            Style::default().fg(c)
+        }
+    }
+
+    fn group(&self, g: usize) -> Style {
+        self.fg([Color::Cyan, Color::Yellow, Color::Magenta, Color::White][g.min(3)])
+    }
+
+    fn focus(&self, focused: bool) -> Style {
+        match (focused, self.no_color) {
+            (true, false) => Style::default().fg(Color::LightGreen),
+            (true, true) => Style::default().add_modifier(Modifier::BOLD),
+            _ => Style::default(),
+        }
+    }
+}
+
+/// Draws the whole screen.
+pub fn render(frame: &mut Frame, app: &App, groups: Option<&FrequencyGroups>) {
+    let area = frame.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let msg = format!(
+            "terminal too small: {}×{} (conelab needs at least {MIN_WIDTH}×{MIN_HEIGHT})",
+            area.width, area.height
+        );
+        frame.render_widget(Paragraph::new(msg).wrap(Wrap { trim: true }), area);
+        return;
+    }
+    let pal = Palette {
+        no_color: app.view.no_color,
+    };
+    let [header, body, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(0),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    frame.render_widget(header_line(app, &pal), header);
+    frame.render_widget(
+        Paragraph::new(
+            "? help · q quit · p pause · s save · Tab/1-6 pane · z zoom · l log-y · m smooth",
+        )
+        .style(pal.fg(Color::DarkGray)),
+        footer,
+    );
+    if app.zoom {
+        render_pane(frame, app, groups, app.focus, body, &pal);
+    } else {
+        let [top, middle, bottom] = Layout::vertical([
+            Constraint::Percentage(36),
+            Constraint::Length(8),
+            Constraint::Min(6),
+        ])
+        .areas(body);
+        let [progress, controls] =
+            Layout::horizontal([Constraint::Min(30), Constraint::Length(34)]).areas(top);
+        let [scatter, spectrum, events] = Layout::horizontal([
+            Constraint::Percentage(40),
+            Constraint::Percentage(25),
+            Constraint::Percentage(35),
+        ])
+        .areas(bottom);
+        render_pane(frame, app, groups, Pane::Progress, progress, &pal);
+        render_pane(frame, app, groups, Pane::Controls, controls, &pal);
+        render_pane(frame, app, groups, Pane::Groups, middle, &pal);
+        render_pane(frame, app, groups, Pane::Scatter, scatter, &pal);
+        render_pane(frame, app, groups, Pane::Spectrum, spectrum, &pal);
+        render_pane(frame, app, groups, Pane::Events, events, &pal);
+    }
+    if app.help {
+        help_overlay(frame, area);
+    }
+    if app.confirm_quit {
+        quit_dialog(frame, area, &pal);
+    }
+}
+
+fn header_line(app: &App, pal: &Palette) -> Paragraph<'static> {
+    let (status, color) = match &app.status {
+        RunStatus::Starting => ("starting".to_string(), Color::Gray),
+        RunStatus::Running => ("running".to_string(), Color::Green),
+        RunStatus::Paused => ("paused".to_string(), Color::Yellow),
+        RunStatus::Stopping => ("stopping…".to_string(), Color::Yellow),
+        RunStatus::Finished(r) => (format!("finished ({r:?}) — q to leave"), Color::Cyan),
+        RunStatus::Diverged { step, .. } => {
+            (format!("diverged at step {step} — paused"), Color::Red)
+        }
+        RunStatus::Failed(m) => (format!("failed: {m}"), Color::Red),
+    };
+    let step = app.step();
+    let total = app.info.total_steps.max(1);
+    let epoch = app.last_step.map(|s| s.epoch).unwrap_or(0.0);
+    let eta = app
+        .eta_seconds()
+        .filter(|_| app.status.is_live())
+        .map(|s| format!(" · ETA {}", human_duration(s)))
+        .unwrap_or_default();
+    Paragraph::new(Line::from(vec![
+        Span::styled(
+            " conelab ",
+            pal.fg(Color::LightGreen).add_modifier(Modifier::BOLD),
+        ),
+        Span::raw(format!("{} · {} · ", app.info.name, app.info.device)),
+        Span::styled(status, pal.fg(color)),
+        Span::raw(format!(
+            " · step {step}/{total} ({:.0} %) · epoch {epoch:.2}{eta}",
+            100.0 * step as f64 / total as f64
+        )),
+    ]))
+}
+
+fn block(title: &str, focused: bool, pal: &Palette) -> Block<'static> {
+    Block::bordered()
+        .title(title.to_string())
+        .border_style(pal.focus(focused))
+}
+
+fn render_pane(
+    frame: &mut Frame,
+    app: &App,
+    groups: Option<&FrequencyGroups>,
+    pane: Pane,
+    area: Rect,
+    pal: &Palette,
+) {
+    let focused = app.focus == pane;
+    let b = block(pane.title(), focused, pal);
+    let inner = b.inner(area);
+    frame.render_widget(b, area);
+    match pane {
+        Pane::Progress => progress(frame, app, inner, pal),
+        Pane::Groups => groups_pane(frame, app, inner, pal),
+        Pane::Scatter => scatter(frame, app, groups, inner, pal),
+        Pane::Spectrum => spectrum(frame, app, inner, pal),
+        Pane::Controls => controls(frame, app, inner, pal),
+        Pane::Events => events(frame, app, inner, pal),
+    }
+}
+
+fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
+    let [text, chart] = Layout::vertical([Constraint::Length(2), Constraint::Min(0)]).areas(area);
+    let s = app.last_step;
+    let valid = app
+        .last_eval
+        .as_ref()
+        .map(|e| format!("valid ppl {:.2}", e.ppl))
+        .unwrap_or_else(|| "valid ppl –".into());
+    let line1 = match s {
+        Some(s) => format!(
+            "loss {:.4}{}  {valid}  {} tok/s  {:.0} ms/step",
+            s.loss,
+            if s.penalty != 0.0 {
+                format!(" ({:+.4})", s.penalty)
+            } else {
+                String::new()
+            },
+            format_compact(s.tokens_per_sec),
+            s.step_ms
+        ),
+        None => "waiting for the first step…".into(),
+    };
+    let line2 = match s {
+        Some(s) => format!(
+            "lr {:.2e}  grad norm {:.3}  params {}{}",
+            s.lr,
+            s.grad_norm,
+            format_compact(app.info.parameters as f64),
+            s.rare_tokens
+                .map(|r| format!("  rare set {r}"))
+                .unwrap_or_default()
+        ),
+        None => String::new(),
+    };
+    frame.render_widget(
+        Paragraph::new(vec![Line::raw(line1), Line::raw(line2)]),
+        text,
+    );
+    if chart.height < 3 || app.loss.is_empty() {
+        return;
+    }
+    let transform = |v: f64| if app.log_y { v.max(1e-12).ln() } else { v };
+    let train: Vec<(f64, f64)> = smooth(&app.loss, app.smoothing)
+        .into_iter()
+        .map(|(x, y)| (x, transform(y)))
+        .collect();
+    let valid: Vec<(f64, f64)> = app
+        .valid_loss
+        .iter()
+        .map(|&(x, y)| (x, transform(y)))
+        .collect();
+    let (mut lo, mut hi) = train
+        .iter()
+        .chain(&valid)
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+            (a.min(p.1), b.max(p.1))
+        });
+    if !(lo.is_finite() && hi.is_finite()) {
+        return;
+    }
+    if hi - lo < 1e-9 {
+        hi += 0.5;
+        lo -= 0.5;
+    }
+    let x_max = (app.info.total_steps.max(1)) as f64;
+    let marks: Vec<(f64, f64)> = app
+        .interventions
+        .iter()
+        .flat_map(|&s| (0..8).map(move |k| (s as f64, lo + (hi - lo) * k as f64 / 7.0)))
+        .collect();
+    let mut datasets = vec![
+        Dataset::default()
+            .name("train")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(pal.fg(Color::Cyan))
+            .data(&train),
+    ];
+    if !valid.is_empty() {
+        datasets.push(
+            Dataset::default()
+                .name("valid")
+                .marker(Marker::Dot)
+                .graph_type(GraphType::Scatter)
+                .style(pal.fg(Color::Yellow))
+                .data(&valid),
+        );
+    }
+    if !marks.is_empty() {
+        datasets.push(
+            Dataset::default()
+                .name("change")
+                .marker(Marker::Dot)
+                .graph_type(GraphType::Scatter)
+                .style(pal.fg(Color::Magenta))
+                .data(&marks),
+        );
+    }
+    let y_title = if app.log_y { "ln loss" } else { "loss" };
+    let chart_widget = Chart::new(datasets)
+        .x_axis(
+            Axis::default()
+                .bounds([0.0, x_max])
+                .labels(["0".to_string(), format_compact(x_max)]),
+        )
+        .y_axis(
+            Axis::default()
+                .title(y_title)
+                .bounds([lo, hi])
+                .labels([format!("{lo:.2}"), format!("{hi:.2}")]),
+        );
+    frame.render_widget(chart_widget, chart);
+}
+
+/// Exponential moving average (α = 0.1) when on.
+fn smooth(points: &[(f64, f64)], on: bool) -> Vec<(f64, f64)> {
+    if !on {
+        return points.to_vec();
+    }
+    let mut ema: Option<f64> = None;
+    points
+        .iter()
+        .map(|&(x, y)| {
+            let v = match ema {
+                Some(e) => 0.9 * e + 0.1 * y,
+                None => y,
+            };
+            ema = Some(v);
+            (x, v)
+        })
+        .collect()
+}
+
+fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
+    let [table_area, sparks] =
+        Layout::horizontal([Constraint::Length(52), Constraint::Min(0)]).areas(area);
+    let eval = app.last_eval.as_ref();
+    let emb = app.embedding.last();
+    let cell = |v: Option<f64>, digits: usize| match v {
+        Some(v) if v.is_finite() => format!("{v:.digits$}"),
+        _ => "–".into(),
+    };
+    let emb_row = |name: &'static str, metric: EmbeddingMetric, digits: usize| {
+        let values: Vec<String> = (0..4)
+            .map(|g| {
+                cell(
+                    emb.map(|e| {
+                        let s = if g < 3 { &e.groups[g] } else { &e.total };
+                        match metric {
+                            EmbeddingMetric::I1 => s.i1,
+                            EmbeddingMetric::I2 => s.i2,
+                            EmbeddingMetric::MeanCos => s.mean_cos,
+                            EmbeddingMetric::MeanNorm => s.mean_norm,
+                        }
+                    }),
+                    digits,
+                )
+            })
+            .collect();
+        (name, values)
+    };
+    let ppl: Vec<String> = (0..4)
+        .map(|g| cell(eval.map(|e| if g < 3 { e.groups[g].0 } else { e.ppl }), 1))
+        .collect();
+    let uniq: Vec<String> = (0..4)
+        .map(|g| {
+            eval.map(|e| {
+                if g < 3 {
+                    e.outputs.groups[g].uniq.to_string()
+                } else {
+                    e.outputs.uniq.to_string()
+                }
+            })
+            .unwrap_or_else(|| "–".into())
+        })
+        .collect();
+    let rows = [
+        ("PPL", ppl),
+        ("Uniq", uniq),
+        emb_row("I1", EmbeddingMetric::I1, 3),
+        emb_row("I2", EmbeddingMetric::I2, 3),
+        emb_row("mean cos", EmbeddingMetric::MeanCos, 3),
+        emb_row("mean norm", EmbeddingMetric::MeanNorm, 3),
+    ];
+    let header = Row::new(
+        std::iter::once(Cell::from("")).chain(
+            GROUP_NAMES
+                .iter()
+                .enumerate()
+                .map(|(g, n)| Cell::from(*n).style(pal.group(g).add_modifier(Modifier::BOLD))),
+        ),
+    );
+    let table = Table::new(
+        rows.into_iter().map(|(name, values)| {
+            Row::new(std::iter::once(Cell::from(name)).chain(values.into_iter().map(Cell::from)))
+        }),
+        [
+            Constraint::Length(10),
+            Constraint::Length(10),
+            Constraint::Length(10),
+            Constraint::Length(10),
+            Constraint::Length(10),
+        ],
+    )
+    .header(header);
+    frame.render_widget(table, table_area);
+    if sparks.width < 20 || app.embedding.is_empty() {
+        return;
+    }
+    // Histories of the isotropy per group and the total mean cosine, with the change since the
+    // last intervention.
+    let since = app.since_intervention();
+    let i1: Vec<Vec<f64>> = (0..4)
+        .map(|g| app.embedding_metric(EmbeddingMetric::I1, g))
+        .collect();
+    let cos = app.embedding_metric(EmbeddingMetric::MeanCos, 3);
+    let delta = |h: &[f64]| -> String {
+        match (since, h.last()) {
+            (Some(i), Some(last)) if i < h.len() => format!("{:+.3}", last - h[i]),
+            _ => String::new(),
+        }
+    };
+    let mut rows: Vec<SparkRow> = (0..4)
+        .map(|g| {
+            SparkRow::new(
+                format!("I1 {}", GROUP_NAMES[g]),
+                &i1[g],
+                format!("{:.3}", i1[g].last().copied().unwrap_or(f64::NAN)),
+            )
+            .delta(delta(&i1[g]))
+            .spark_style(pal.group(g))
+        })
+        .collect();
+    rows.push(
+        SparkRow::new(
+            "cos Total",
+            &cos,
+            format!("{:.3}", cos.last().copied().unwrap_or(f64::NAN)),
+        )
+        .delta(delta(&cos)),
+    );
+    frame.render_widget(
+        SparklineTable::new(rows)
+            .header("", "history", "now", "Δ change")
+            .no_color(pal.no_color),
+        sparks,
+    );
+}
+
+fn scatter(
+    frame: &mut Frame,
+    app: &App,
+    groups: Option<&FrequencyGroups>,
+    area: Rect,
+    pal: &Palette,
+) {
+    let Some(analysis) = &app.analysis else {
+        frame.render_widget(Paragraph::new("no snapshot yet"), area);
+        return;
+    };
+    let Some(projection) = &analysis.panel.projection else {
+        frame.render_widget(Paragraph::new("no projection"), area);
+        return;
+    };
+    let group_of = |i: usize| -> u8 {
+        match groups.map(|g| g.group_of(i as u32)) {
+            Some(Group::Frequent) => 0,
+            Some(Group::Medium) => 1,
+            Some(Group::Rare) => 2,
+            None => 0,
+        }
+    };
+    let points: Vec<ScatterPoint> = projection
+        .points
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (f64::from(p[0]), f64::from(p[1]), group_of(i)))
+        .collect();
+    let [title, plot] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
+    frame.render_widget(
+        Paragraph::new(format!(
+            "step {} · {:?} · axes {:.0}%/{:.0}%",
+            analysis.snapshot.step,
+            projection.mode,
+            100.0 * projection.explained[0],
+            100.0 * projection.explained[1]
+        ))
+        .style(pal.fg(Color::DarkGray)),
+        title,
+    );
+    let layers = [
+        Layer::new("freq", pal.group(0)).glyph('f').priority(0),
+        Layer::new("med", pal.group(1)).glyph('m').priority(1),
+        // Rare on top: it is the group that drifts.
+        Layer::new("rare", pal.group(2)).glyph('r').priority(2),
+    ];
+    frame.render_widget(
+        Scatter::new(&points)
+            .layers(layers)
+            .mode(if app.view.ascii {
+                ScatterMode::Ascii
+            } else {
+                ScatterMode::Braille
+            })
+            .legend(true)
+            .no_color(pal.no_color),
+        plot,
+    );
+}
+
+fn spectrum(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
+    let Some(analysis) = &app.analysis else {
+        frame.render_widget(Paragraph::new("no snapshot yet"), area);
+        return;
+    };
+    let now = &analysis.panel.total.sv_norm;
+    let mut series = vec![Series::new("now", now).style(pal.fg(Color::Green))];
+    if let Some(first) = &app.first_spectrum {
+        series.push(Series::new("start", first).style(pal.fg(Color::DarkGray)));
+    }
+    frame.render_widget(
+        SpectrumPlot::new(series)
+            .legend(true)
+            .no_color(pal.no_color),
+        area,
+    );
+}
+
+fn controls(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
+    let o = &app.objectives;
+    let check = |on: bool| if on { "[x]" } else { "[ ]" };
+    let lines: Vec<Line> = Control::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let text = match c {
+                Control::Term(t) => {
+                    let (on, w) = o.term(*t);
+                    let name = match t {
+                        Term::Cos => "CosReg γ",
+                        Term::Lap => "LapReg λ",
+                        Term::Agg => "AGG α",
+                        Term::Spectrum => "Spectrum λ",
+                        Term::Dev => "DEV α",
+                        Term::Ul => "Unlikelihood α",
+                    };
+                    format!("{} {name:<15}{:>9}", check(on), format_compact(w))
+                }
+                Control::Freeze(g) => {
+                    format!("{} freeze {g}", check(o.freeze.is_frozen(*g)))
+                }
+                Control::GateFreeze => format!("    gate-freeze: {}", o.gate_freeze.name()),
+                Control::Pause => match app.status {
+                    RunStatus::Paused => "    resume".into(),
+                    _ => "    pause".into(),
+                },
+                Control::Checkpoint => "    checkpoint now".into(),
+                Control::LearningRate => format!(
+                    "    lr {:>19}",
+                    app.lr
+                        .map(|l| format!("{l:.3e}"))
+                        .unwrap_or_else(|| "–".into())
+                ),
+            };
+            let selected = app.focus == Pane::Controls && i == app.controls_cursor;
+            let style = if selected {
+                Style::default().add_modifier(Modifier::REVERSED)
+            } else {
+                Style::default()
+            };
+            Line::styled(text, style)
+        })
+        .collect();
+    // Keep the cursor visible in a short pane.
+    let height = area.height as usize;
+    let offset = app.controls_cursor.saturating_sub(height.saturating_sub(1));
+    frame.render_widget(Paragraph::new(lines).scroll((offset as u16, 0)), area);
+    let _ = pal;
+}
+
+fn events(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
+    let height = area.height as usize;
+    let lines: Vec<Line> = app
+        .log
+        .iter()
+        .rev()
+        .take(height)
+        .rev()
+        .map(|l| {
+            let color = match l.kind {
+                LogKind::Info => Color::Gray,
+                LogKind::Intervention => Color::Magenta,
+                LogKind::Eval => Color::Cyan,
+                LogKind::Checkpoint => Color::Green,
+                LogKind::Warning => Color::Yellow,
+                LogKind::Error => Color::Red,
+            };
+            Line::from(vec![
+                Span::styled(format!("{:>6} ", l.step), pal.fg(Color::DarkGray)),
+                Span::styled(l.text.clone(), pal.fg(color)),
+            ])
+        })
+        .collect();
+    frame.render_widget(Paragraph::new(lines), area);
+}
+
+fn centered(area: Rect, width: u16, height: u16) -> Rect {
+    let w = width.min(area.width);
+    let h = height.min(area.height);
+    Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    )
+}
+
+fn help_overlay(frame: &mut Frame, area: Rect) {
+    let rect = centered(area, 76, HELP.len() as u16 + 2);
+    let lines: Vec<Line> = HELP
+        .iter()
+        .map(|(k, what)| {
+            Line::from(vec![
+                Span::styled(format!("{k:<20}"), Modifier::BOLD),
+                Span::raw(*what),
+            ])
+        })
+        .collect();
+    frame.render_widget(Clear, rect);
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title("keys")),
+        rect,
+    );
+}
+
+fn quit_dialog(frame: &mut Frame, area: Rect, pal: &Palette) {
+    let rect = centered(area, 46, 5);
+    frame.render_widget(Clear, rect);
+    frame.render_widget(
+        Paragraph::new(vec![
+            Line::raw("Training is still running."),
+            Line::raw("s stop and save · x stop · c cancel"),
+        ])
+        .alignment(Alignment::Center)
+        .block(
+            Block::bordered()
+                .title("quit?")
+                .border_style(pal.fg(Color::Yellow)),
+        ),
+        rect,
+    );
+}
+
+/// `1h 02m`, `3m 20s`, `45s`.
+fn human_duration(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every pane rendered from a fixed state at two sizes (120×40, the default layout, and
+    //! 80×24, the smallest comfortable one), zoomed, with the overlays, and too small.
+
+    use std::sync::Arc;
+
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+
+    use super::*;
+    use crate::data::GroupBounds;
+    use crate::engine::analysis::{EmbeddingAnalysis, EmbeddingStats};
+    use crate::engine::{
+        AppliedCommand, Command, EvalStats, Event, FinishReason, Snapshot, StepStats,
+    };
+    use crate::metrics::{
+        EmbeddingPanel, Embeddings, OutputAccumulator, OutputBatch, PanelOptions, RowGroups,
+        Threads,
+    };
+    use crate::objective::{ObjectiveChange, Objectives, Term};
+    use crate::tui::app::{Action, ViewOptions};
+
+    const N: usize = 60;
+    const D: usize = 8;
+
+    fn groups() -> FrequencyGroups {
+        FrequencyGroups::new(N, GroupBounds::new(0.3, 0.8).expect("bounds"))
+    }
+
+    fn step(step: u64, loss: f64) -> Event {
+        Event::Step(StepStats {
+            step,
+            epoch: step as f64 / 100.0,
+            loss,
+            penalty: if step > 40 { 0.0123 } else { 0.0 },
+            lr: 1e-3,
+            grad_norm: 0.8,
+            tokens_per_sec: 2_345.0,
+            step_ms: 436.0,
+            rare_tokens: None,
+        })
+    }
+
+    fn eval(step: u64) -> Event {
+        let g = groups();
+        let mut acc = OutputAccumulator::new(g);
+        let targets: Vec<u32> = (0..N as u32).collect();
+        let lp: Vec<f32> = (0..N).map(|i| -1.0 - i as f32 * 0.05).collect();
+        let log_z: Vec<f32> = (0..N).map(|i| 0.1 * i as f32).collect();
+        let entropy: Vec<f32> = (0..N).map(|i| 2.0 + 0.01 * i as f32).collect();
+        let argmax: Vec<u32> = (0..N as u32).map(|i| i % 7).collect();
+        let prob_sum = vec![1.0f32; N];
+        acc.add(OutputBatch {
+            targets: &targets,
+            target_log_probs: &lp,
+            log_z: &log_z,
+            entropy: &entropy,
+            argmax: &argmax,
+            prob_sum: &prob_sum,
+        })
+        .expect("batch");
+        let outputs = acc.finish(N, 0.0);
+        Event::Eval(EvalStats {
+            step,
+            split: "valid".into(),
+            loss: outputs.loss,
+            ppl: outputs.ppl,
+            groups: [
+                (outputs.groups[0].ppl, outputs.groups[0].positions),
+                (outputs.groups[1].ppl, outputs.groups[1].positions),
+                (outputs.groups[2].ppl, outputs.groups[2].positions),
+            ],
+            positions: N as u64,
+            seconds: 1.0,
+            outputs: Box::new(outputs),
+        })
+    }
+
+    /// A W with a cone whose rare rows sit further out, at two "times".
+    fn analysis(step: u64, spread: f32) -> Arc<EmbeddingAnalysis> {
+        let weights: Vec<f32> = (0..N * D)
+            .map(|k| {
+                let (i, j) = (k / D, k % D);
+                let wave = ((i * 7 + j * 3) % 11) as f32 / 11.0 - 0.5;
+                let cone = if j == 0 {
+                    0.5 + spread * i as f32 / N as f32
+                } else {
+                    0.0
+                };
+                wave + cone
+            })
+            .collect();
+        let w = Embeddings::new(N, D, &weights).expect("finite");
+        let panel = EmbeddingPanel::compute(
+            w,
+            Some(&RowGroups::from_ranks(&groups())),
+            &PanelOptions {
+                threads: Threads::Sequential,
+                ..PanelOptions::default()
+            },
+        )
+        .expect("panel");
+        Arc::new(EmbeddingAnalysis {
+            snapshot: Arc::new(Snapshot {
+                step,
+                n: N,
+                d: D,
+                weights,
+            }),
+            panel,
+        })
+    }
+
+    fn stats(a: &EmbeddingAnalysis) -> Event {
+        let groups = a.panel.groups.clone().expect("groups");
+        Event::Embedding(Box::new(EmbeddingStats {
+            step: a.snapshot.step,
+            total: a.panel.total.clone(),
+            groups,
+            rare_frequent_cos: a.panel.rare_frequent_cos.unwrap_or(f64::NAN),
+            seconds: 0.01,
+        }))
+    }
+
+    /// A run 80 steps in: losses, two evaluations, three snapshots, CosReg switched on at 41.
+    fn app() -> App {
+        let mut app = App::new(
+            Objectives::default(),
+            ViewOptions {
+                no_color: true,
+                ascii: false,
+            },
+        );
+        app.on_event(Event::Started {
+            step: 0,
+            total_steps: 200,
+            windows_per_epoch: 100,
+            parameters: 1_045_248,
+            device: "cpu".into(),
+            run_dir: Some("checkpoints/tiny-synthetic-test".into()),
+            objective: "MLE".into(),
+        });
+        for s in 1..=80u64 {
+            app.on_event(step(s, 8.0 - 3.0 * (s as f64 / 80.0).sqrt()));
+            if s == 40 {
+                app.on_event(eval(40));
+                app.on_event(Event::Applied(AppliedCommand {
+                    step: 41,
+                    command: Command::Objective {
+                        change: ObjectiveChange::Enable {
+                            term: Term::Cos,
+                            on: true,
+                        },
+                    },
+                    before: "MLE".into(),
+                    after: "CosReg γ=1".into(),
+                }));
+            }
+            if s % 30 == 0 || s == 1 {
+                let a = analysis(s, 1.0 + s as f32 / 20.0);
+                app.on_event(stats(&a));
+                app.on_analysis(a);
+            }
+        }
+        app.on_event(eval(80));
+        app.on_event(Event::Checkpoint {
+            step: 80,
+            path: "checkpoints/tiny-synthetic-test/step-000080".into(),
+        });
+        app
+    }
+
+    fn draw(app: &App, width: u16, height: u16) -> String {
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("backend");
+        terminal
+            .draw(|frame| render(frame, app, Some(&groups())))
+            .expect("draw");
+        terminal.backend().to_string()
+    }
+
+    #[test]
+    fn snapshot_default_layout_120x40() {
+        insta::assert_snapshot!(draw(&app(), 120, 40));
+    }
+
+    #[test]
+    fn snapshot_default_layout_80x24() {
+        insta::assert_snapshot!(draw(&app(), 80, 24));
+    }
+
+    #[test]
+    fn snapshot_every_pane_zoomed_at_two_sizes() {
+        let mut a = app();
+        a.zoom = true;
+        for pane in Pane::ALL {
+            a.focus = pane;
+            for (w, h) in [(120, 40), (80, 24)] {
+                let name = format!(
+                    "zoom_{}_{w}x{h}",
+                    pane.title()
+                        .split_whitespace()
+                        .last()
+                        .unwrap_or("pane")
+                        .to_lowercase()
+                );
+                insta::assert_snapshot!(name, draw(&a, w, h));
+            }
+        }
+    }
+
+    #[test]
+    fn snapshot_help_and_quit_dialog() {
+        let mut a = app();
+        a.apply(Action::ToggleHelp);
+        insta::assert_snapshot!("help_overlay", draw(&a, 100, 30));
+        let mut a = app();
+        a.apply(Action::Quit);
+        assert!(a.confirm_quit);
+        insta::assert_snapshot!("quit_dialog", draw(&a, 80, 24));
+    }
+
+    #[test]
+    fn a_tiny_terminal_gets_a_message_not_garbage() {
+        let text = draw(&app(), 40, 10);
+        assert!(text.contains("terminal too small"), "{text}");
+        assert!(text.contains("40×10"), "{text}");
+    }
+
+    #[test]
+    fn finished_runs_say_so_and_the_curve_marks_the_intervention() {
+        let mut a = app();
+        a.on_event(Event::Finished {
+            step: 80,
+            reason: FinishReason::Completed,
+        });
+        let text = draw(&a, 120, 40);
+        assert!(text.contains("finished (Completed)"), "{text}");
+        assert!(
+            text.contains("MLE → CosReg γ=1"),
+            "the event log shows the change: {text}"
+        );
+        assert!(
+            a.objectives.cos.enabled,
+            "the app mirrors the acknowledged change"
+        );
+        assert_eq!(a.interventions, vec![41]);
+    }
+}

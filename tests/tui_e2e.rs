@@ -1,0 +1,180 @@
+//! The TUI end to end, through a real terminal: tmux runs `conelab train` on a small synthetic
+//! corpus; the test types keys like a user — focus the controls, switch CosReg on, freeze the
+//! rare group, save a checkpoint, quit with "stop and save" — waits for each acknowledgement on
+//! the screen, and then checks the saved run state records those changes with their steps.
+//! Skipped (with a message) where tmux is not installed.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Fixture, s};
+
+struct Tmux {
+    socket: String,
+    session: String,
+}
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .expect("tmux runs")
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            let out = self.run(&["send-keys", "-t", &self.session, k]);
+            assert!(out.status.success(), "send-keys {k}");
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(
+            &self
+                .run(&["capture-pane", "-p", "-t", &self.session])
+                .stdout,
+        )
+        .into_owned()
+    }
+
+    /// Polls the screen until it contains `needle`.
+    fn wait_for(&self, needle: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if screen.contains(needle) {
+                return screen;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "waited 90 s for {needle:?}; the screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+fn tmux_available() -> bool {
+    Command::new("tmux")
+        .arg("-V")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
+    if !tmux_available() {
+        println!("SKIPPED: tmux not found: the TUI end-to-end test needs it");
+        return;
+    }
+    let f = Fixture::new();
+    let run = f.path("run");
+    let exit_file = f.path("exit-status");
+    let command = format!(
+        "{} train {} --config {} --run-dir {} --steps 100000000 --eval-every 0 --snapshot-every 20 --checkpoint-every 0; echo $? > {}; sleep 600",
+        env!("CARGO_BIN_EXE_conelab"),
+        s(&f.path("corpus")),
+        s(&f.path("small.toml")),
+        s(&run),
+        s(&exit_file),
+    );
+    let tmux = Tmux {
+        socket: format!("conelab-e2e-{}", std::process::id()),
+        session: "e2e".into(),
+    };
+    let out = tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "e2e",
+        "-x",
+        "120",
+        "-y",
+        "40",
+        &command,
+    ]);
+    assert!(out.status.success(), "tmux new-session: {out:?}");
+    tmux.wait_for("running");
+    // Controls pane, first line (CosReg): switch on. The box is ticked only once the engine has
+    // acknowledged the change (the app mirrors acknowledged changes, not requests).
+    tmux.keys(&["5", "Space"]);
+    tmux.wait_for("[x] CosReg");
+    // Down to "freeze rare" (the ninth control) and freeze it.
+    tmux.keys(&["Down"; 8]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("[x] freeze rare");
+    tmux.keys(&["s"]);
+    tmux.wait_for("checkpoint ");
+    tmux.keys(&["q"]);
+    tmux.wait_for("quit?");
+    tmux.keys(&["s"]);
+    let start = Instant::now();
+    while !exit_file.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "conelab did not exit; the screen:\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = std::fs::read_to_string(&exit_file).expect("exit status");
+    assert_eq!(status.trim(), "0", "exit status");
+
+    let state = newest_state(&run);
+    let objectives = &state["objectives"];
+    assert_eq!(objectives["cos"]["enabled"], true);
+    assert_eq!(objectives["freeze"]["rare"], true);
+    let commands = state["commands"].as_array().expect("commands");
+    let afters: Vec<&str> = commands
+        .iter()
+        .map(|c| c["after"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        afters,
+        [
+            "CosReg γ=1",
+            "CosReg γ=1 + freeze rare",
+            "checkpoint",
+            "stopped (save=true)"
+        ]
+    );
+    let steps: Vec<u64> = commands
+        .iter()
+        .map(|c| c["step"].as_u64().expect("step"))
+        .collect();
+    assert!(
+        steps.windows(2).all(|w| w[0] <= w[1]),
+        "in order: {steps:?}"
+    );
+    assert!(steps[0] >= 1);
+}
+
+/// state.json of the newest checkpoint of a run directory.
+fn newest_state(run: &Path) -> serde_json::Value {
+    let mut steps: Vec<_> = std::fs::read_dir(run)
+        .expect("run dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("step-"))
+        })
+        .collect();
+    steps.sort();
+    let newest = steps.last().expect("a checkpoint");
+    serde_json::from_slice(&std::fs::read(newest.join("state.json")).expect("state.json"))
+        .expect("json")
+}
