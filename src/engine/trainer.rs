@@ -372,8 +372,7 @@ impl Trainer {
         if let (Some(s), Some(c1)) = (self.model.spectral(), self.state.spectrum_c1) {
             let d = s.sigma.dims()[0];
             let targets = prior_targets(&objectives.spectrum, c1, d);
-            let pen = spectrum_penalty(s, &objectives.spectrum, &targets)
-                .map_err(EngineError::Backend)?;
+            let pen = spectrum_penalty(s, &objectives.spectrum, &targets);
             objective = add(objective, pen);
         }
 

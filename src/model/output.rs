@@ -13,6 +13,13 @@ pub fn tied_logits(hidden: Tensor<2>, w: Tensor<2>, bias: Option<Tensor<1>>) -> 
     }
 }
 
+/// log Z = log Σ_v exp z_v per row, `[P, 1]`, shifted by the (detached) row maximum so that
+/// exp cannot overflow; the shift does not change the value or the gradient.
+pub fn log_partition(logits: Tensor<2>) -> Tensor<2> {
+    let max = logits.clone().detach().max_dim(1);
+    (logits - max.clone()).exp().sum_dim(1).log() + max
+}
+
 /// Log-probability of each target, `[positions]`: `log softmax(logits)[y]`.
 pub fn target_log_probs(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
     let [n, _] = logits.dims();
@@ -39,8 +46,7 @@ pub struct OutputTensors {
 
 pub fn output_tensors(logits: Tensor<2>, targets: Tensor<1, Int>) -> OutputTensors {
     let [n, v] = logits.dims();
-    let max = logits.clone().max_dim(1);
-    let log_z = (logits.clone() - max.clone()).exp().sum_dim(1).log() + max;
+    let log_z = log_partition(logits.clone());
     let log_p = logits.clone() - log_z.clone();
     let p = log_p.clone().exp();
     // H = −Σ p log p; terms with p = 0 (underflow) contribute 0, and so does 0·(finite log p).

@@ -15,7 +15,7 @@ use burn::prelude::*;
 use burn::tensor::IndexingUpdateOp;
 
 use super::{mle, self_norm, unlikelihood};
-use crate::model::output::tied_logits;
+use crate::model::output::{log_partition, tied_logits};
 
 /// Which logit terms are on, and the gates.
 #[derive(Default)]
@@ -94,8 +94,7 @@ pub fn full_softmax_head(
     .require_grad();
     let [p, _] = logits.dims();
     // log Z once: the log-probabilities and DEV's (log Z)² share it.
-    let max = logits.clone().detach().max_dim(1);
-    let log_z = (logits.clone() - max.clone()).exp().sum_dim(1).log() + max;
+    let log_z = log_partition(logits.clone());
     let log_probs = logits.clone() - log_z.clone();
     let nll = mle::nll_from_log_probs(log_probs.clone(), targets.clone());
     let mut head = nll.clone();

@@ -8,17 +8,11 @@
 //! of a second logits matmul.
 
 use burn::prelude::*;
-use burn::tensor::activation::log_softmax;
 
 /// Mean token NLL from log-probabilities `[P, N]`.
 pub fn nll_from_log_probs(log_probs: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
     let [p, _] = log_probs.dims();
     log_probs.gather(1, targets.reshape([p, 1])).mean().neg()
-}
-
-/// Mean token NLL from logits `[P, N]`.
-pub fn nll(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
-    nll_from_log_probs(log_softmax(logits, 1), targets)
 }
 
 /// The output-side gradient of W from the logits' gradient `g` `[P, N]` and the (detached)

@@ -15,6 +15,8 @@
 
 use burn::prelude::*;
 use burn::tensor::activation::softplus;
+
+use crate::model::output::{log_partition, tied_logits};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
@@ -116,10 +118,11 @@ pub fn sampled_log_z_penalty(
     fraction: f64,
 ) -> Tensor<1> {
     let [p, _] = hidden.dims();
-    let logits = crate::model::output::tied_logits(hidden.select(0, sampled), w, bias);
-    let max = logits.clone().max_dim(1).detach();
-    let log_z = (logits - max.clone()).exp().sum_dim(1).log() + max;
-    log_z.square().sum().div_scalar(fraction * p as f64)
+    let logits = tied_logits(hidden.select(0, sampled), w, bias);
+    log_partition(logits)
+        .square()
+        .sum()
+        .div_scalar(fraction * p as f64)
 }
 
 #[cfg(test)]

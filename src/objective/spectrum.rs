@@ -63,20 +63,15 @@ pub fn orthogonality_spectral(m: Tensor<2>, iterations: usize) -> Tensor<1> {
     rayleigh.square()
 }
 
-/// Σ_k (σ_(k) − target_k)², σ sorted descending (the order is a constant of the step).
-pub fn prior_penalty(sigma: Tensor<1>, targets: &[f32]) -> Result<Tensor<1>, String> {
+/// Σ_k (σ_(k) − target_k)², σ sorted descending. The order is a constant of the step, found on
+/// the device (no host round trip on the training path).
+pub fn prior_penalty(sigma: Tensor<1>, targets: &[f32]) -> Tensor<1> {
     let [d] = sigma.dims();
     let device = sigma.device();
-    let values = sigma
-        .clone()
-        .detach()
-        .try_into_vec_as::<f32>()
-        .map_err(|e| format!("reading σ: {e:?}"))?;
-    let mut order: Vec<i64> = (0..d as i64).collect();
-    order.sort_by(|&a, &b| values[b as usize].total_cmp(&values[a as usize]));
-    let sorted = sigma.select(0, Tensor::from_data(TensorData::new(order, [d]), &device));
+    let (_, order) = sigma.clone().detach().sort_descending_with_indices(0);
+    let sorted = sigma.select(0, order);
     let target = Tensor::<1>::from_data(TensorData::new(targets[..d].to_vec(), [d]), &device);
-    Ok((sorted - target).square().sum())
+    (sorted - target).square().sum()
 }
 
 /// The whole weighted penalty of a spectral embedding.
@@ -84,11 +79,11 @@ pub fn spectrum_penalty(
     spectral: &SpectralEmbedding,
     config: &SpectrumConfig,
     targets: &[f32],
-) -> Result<Tensor<1>, String> {
+) -> Tensor<1> {
     const POWER_ITERATIONS: usize = 20;
     let u = spectral.u.val();
     let v = spectral.v.val();
-    let mut total = prior_penalty(spectral.sigma.val(), targets)?.mul_scalar(config.lambda_prior);
+    let mut total = prior_penalty(spectral.sigma.val(), targets).mul_scalar(config.lambda_prior);
     if config.lambda_orth > 0.0 {
         total = total
             + (orthogonality_frobenius(u.clone()) + orthogonality_frobenius(v.clone()))
@@ -100,5 +95,5 @@ pub fn spectrum_penalty(
                 + orthogonality_spectral(v, POWER_ITERATIONS))
             .mul_scalar(config.lambda_spec);
     }
-    Ok(total)
+    total
 }

@@ -168,7 +168,7 @@ fn render_pane(
         Pane::Groups => groups_pane(frame, app, inner, pal),
         Pane::Scatter => scatter(frame, app, groups, inner, pal),
         Pane::Spectrum => spectrum(frame, app, inner, pal),
-        Pane::Controls => controls(frame, app, inner, pal),
+        Pane::Controls => controls(frame, app, inner),
         Pane::Events => events(frame, app, inner, pal),
     }
 }
@@ -501,7 +501,7 @@ fn spectrum(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
     );
 }
 
-fn controls(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
+fn controls(frame: &mut Frame, app: &App, area: Rect) {
     let o = &app.objectives;
     let check = |on: bool| if on { "[x]" } else { "[ ]" };
     let lines: Vec<Line> = Control::ALL
@@ -550,7 +550,6 @@ fn controls(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
     let height = area.height as usize;
     let offset = app.controls_cursor.saturating_sub(height.saturating_sub(1));
     frame.render_widget(Paragraph::new(lines).scroll((offset as u16, 0)), area);
-    let _ = pal;
 }
 
 fn events(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
