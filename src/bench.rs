@@ -496,3 +496,242 @@ impl ObjectivesBenchResult {
         out
     }
 }
+
+/// `conelab bench store`.
+#[derive(Debug, Clone)]
+pub struct StoreBench {
+    /// Rows appended in the append benchmark.
+    pub rows: usize,
+    /// Steps of the simulated long run.
+    pub steps: u64,
+    /// Points of the decimated history.
+    pub points: usize,
+    pub repeats: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreBenchRow {
+    pub what: String,
+    pub ms: f64,
+    pub min_ms: f64,
+    pub goal_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreBenchResult {
+    pub rows: Vec<StoreBenchRow>,
+    pub long_run_rows: usize,
+    pub long_run_segments: usize,
+    pub long_run_mib: f64,
+}
+
+/// The train metrics a step records (as the recorder names them).
+const STEP_METRICS: [&str; 7] = [
+    "loss",
+    "penalty",
+    "lr",
+    "grad_norm",
+    "tokens_per_sec",
+    "step_ms",
+    "rare_tokens",
+];
+
+/// Writes what a run of `steps` steps records: every step's train metrics, and every 100 steps
+/// a validation (29 rows), an embedding analysis (34 rows) and a 128-value spectrum.
+fn simulate_run(
+    dir: &std::path::Path,
+    steps: u64,
+) -> Result<(usize, usize), crate::store::StoreError> {
+    use crate::store::{GROUPS, RunRecord, StoreWriter, split};
+    let record = RunRecord::new("bench", String::new(), "synthetic".into(), "cpu".into());
+    let mut w = StoreWriter::open(dir, &record)?;
+    let mut rows = 0;
+    let t0 = 1.7e9;
+    for step in 1..=steps {
+        let (epoch, t) = (step as f64 / 1000.0, t0 + step as f64 * 0.1);
+        for (i, m) in STEP_METRICS.iter().enumerate() {
+            let v = 5.0 / (1.0 + step as f64).ln() + i as f64;
+            w.push_metric_at(step, epoch, t, split::TRAIN, "total", m, v);
+        }
+        rows += STEP_METRICS.len();
+        if step % 100 == 0 {
+            for g in GROUPS {
+                for m in [
+                    "ppl",
+                    "uniq",
+                    "human_uniq",
+                    "positions",
+                    "tokens",
+                    "theorem2_below",
+                ] {
+                    w.push_metric_at(step, epoch, t, split::VALID, g, m, 100.0);
+                    rows += 1;
+                }
+                for m in [
+                    "i1",
+                    "i2",
+                    "mean_cos",
+                    "mean_cos_to_mean",
+                    "mean_norm",
+                    "effective_rank",
+                    "sv_max",
+                    "rows",
+                ] {
+                    w.push_metric_at(step, epoch, t, split::EMBEDDING, g, m, 0.5);
+                    rows += 1;
+                }
+            }
+            for k in 0..128 {
+                let name = crate::store::writer::spectrum_metric(k);
+                w.push_metric_at(
+                    step,
+                    epoch,
+                    t,
+                    split::SPECTRUM,
+                    "total",
+                    &name,
+                    1.0 / (k + 1) as f64,
+                );
+                rows += 1;
+            }
+        }
+        w.maybe_flush()?;
+    }
+    w.flush()?;
+    let segments = std::fs::read_dir(w.dir())
+        .map(|d| {
+            d.filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".parquet"))
+            })
+            .count()
+        })
+        .unwrap_or(0);
+    Ok((rows, segments))
+}
+
+pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, crate::store::StoreError> {
+    use crate::store::{self, query};
+    let root = std::env::temp_dir().join(format!("conelab-bench-store-{}", std::process::id()));
+    let result = (|| {
+        let mut rows = Vec::new();
+        let mut time =
+            |what: String,
+             goal: Option<f64>,
+             f: &mut dyn FnMut(usize) -> Result<(), store::StoreError>| {
+                let mut ms = Vec::new();
+                for r in 0..b.repeats {
+                    let t = Instant::now();
+                    f(r)?;
+                    ms.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                let min_ms = ms.iter().copied().fold(f64::INFINITY, f64::min);
+                rows.push(StoreBenchRow {
+                    what,
+                    ms: median(ms),
+                    min_ms,
+                    goal_ms: goal,
+                });
+                Ok::<(), store::StoreError>(())
+            };
+        // 1. Append: buffer the rows and write them as segments (flush every 100k rows).
+        time(
+            format!("append {} rows (buffer + Parquet segments, fsync)", b.rows),
+            Some(1000.0),
+            &mut |r| {
+                let dir = root.join(format!("append-{r}"));
+                let record =
+                    store::RunRecord::new("bench", String::new(), "synthetic".into(), "cpu".into());
+                let mut w = store::StoreWriter::open(&dir, &record)?;
+                let names = STEP_METRICS;
+                for i in 0..b.rows {
+                    let step = (i / names.len()) as u64 + 1;
+                    w.push_metric(
+                        step,
+                        store::split::TRAIN,
+                        "total",
+                        names[i % names.len()],
+                        i as f64,
+                    );
+                    w.maybe_flush()?;
+                }
+                w.flush()
+            },
+        )?;
+        // 2. A long run, as it is live (many segments) and after its end (compacted).
+        let long = root.join("long");
+        let (long_rows, segments) = simulate_run(&long, b.steps)?;
+        let mut last = Vec::new();
+        time(
+            format!(
+                "load a {}-step run ({segments} segments) + last value of every metric",
+                b.steps
+            ),
+            None,
+            &mut |_| {
+                let s = store::load(&long)?;
+                last = query::last_values_vec(s.metrics_lazy())?;
+                Ok(())
+            },
+        )?;
+        store::compact(&long)?;
+        time(
+            format!(
+                "load a {}-step run (compacted) + last value of every metric",
+                b.steps
+            ),
+            Some(50.0),
+            &mut |_| {
+                let s = store::load(&long)?;
+                last = query::last_values_vec(s.metrics_lazy())?;
+                Ok(())
+            },
+        )?;
+        if last.is_empty() {
+            return Err(store::StoreError::Invalid(
+                "the long run has no metrics".into(),
+            ));
+        }
+        let loaded = store::load(&long)?;
+        let mut points = 0;
+        time(
+            format!(
+                "history of train/loss decimated to {} points (loaded store)",
+                b.points
+            ),
+            Some(10.0),
+            &mut |_| {
+                let h = query::history(
+                    loaded.metrics_lazy(),
+                    store::split::TRAIN,
+                    "total",
+                    "loss",
+                    b.points,
+                )?;
+                points = h.len();
+                Ok(())
+            },
+        )?;
+        if points == 0 || points > b.points {
+            return Err(store::StoreError::Invalid(format!(
+                "history has {points} points"
+            )));
+        }
+        let mib = std::fs::read_dir(long.join(store::STORE_DIR))
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.metadata().ok())
+                    .map(|m| m.len())
+                    .sum::<u64>()
+            })
+            .unwrap_or(0) as f64
+            / (1024.0 * 1024.0);
+        Ok(StoreBenchResult {
+            rows,
+            long_run_rows: long_rows,
+            long_run_segments: segments,
+            long_run_mib: mib,
+        })
+    })();
+    let _ = std::fs::remove_dir_all(&root);
+    result
+}

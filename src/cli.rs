@@ -1,6 +1,6 @@
 //! The command line: clap definitions and the dispatch to library code.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -9,7 +9,8 @@ use clap::{Args, Parser, Subcommand};
 
 use conelab::analysis::{InspectRequest, evaluate_checkpoint, inspect};
 use conelab::bench::{
-    MetricsBench, ObjectivesBench, TrainBench, bench_metrics, bench_objectives, bench_train,
+    MetricsBench, ObjectivesBench, StoreBench, TrainBench, bench_metrics, bench_objectives,
+    bench_store, bench_train,
 };
 use conelab::checkpoint::matrix::{load_matrix, read_counts_file, read_vocab_file};
 use conelab::checkpoint::{CorpusSpec, RunDir, RunSpec};
@@ -23,6 +24,8 @@ use conelab::metrics::Similarity;
 use conelab::model::{DeviceSpec, ModelConfig, Preset};
 use conelab::objective::{GateParts, LossKind, Objectives};
 use conelab::run_config::ConfigFile;
+use conelab::store::export::{self, StepChoice};
+use conelab::store::{self, RunRecord, StoreWriter};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -51,9 +54,87 @@ pub enum Command {
     Eval(EvalArgs),
     /// Embedding metrics and nearest neighbours of a checkpoint or a foreign matrix.
     Inspect(InspectArgs),
+    /// Tables from runs' metrics stores for papers and other tools: CSV, Parquet, JSON,
+    /// Markdown, LaTeX.
+    Export(ExportArgs),
+    /// Maintenance of a run's metrics store.
+    #[command(subcommand)]
+    Store(StoreCommand),
     /// Benchmarks that print a table (or JSON).
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportTableArg {
+    /// The long table: run_id, step, epoch, wall_time, split, group, metric, value.
+    Metrics,
+    /// One row per run: Freq / Med / Rare / Total × PPL, Uniq, I(W) (Yu et al. Table 3).
+    Groups,
+    /// Chosen metrics (--metric) by step, one column each.
+    Curves,
+    /// Interventions, checkpoints, warnings, each with its step.
+    Events,
+    /// Top-k neighbours of --words at a checkpoint, runs side by side (Yu et al. Table 13).
+    Neighbors,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormatArg {
+    Csv,
+    Parquet,
+    Json,
+    #[value(alias = "markdown")]
+    Md,
+    #[value(alias = "tex")]
+    Latex,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Run directories; several are compared in one table.
+    #[arg(required = true, num_args = 1..)]
+    pub runs: Vec<PathBuf>,
+    #[arg(long, value_enum, default_value = "groups")]
+    pub table: ExportTableArg,
+    /// Output format [default: from the --out extension, else md].
+    #[arg(long, value_enum)]
+    pub format: Option<ExportFormatArg>,
+    /// `last`, `best` (lowest total PPL on --split) or a step number [default: last; all steps
+    /// for --table metrics].
+    #[arg(long, value_parser = parse_step_choice)]
+    pub step: Option<StepChoice>,
+    /// Held-out split of the groups table and of `best` (valid or test); a filter on the split
+    /// column for --table metrics (train, valid, test, embedding, spectrum).
+    #[arg(long)]
+    pub split: Option<String>,
+    /// Curves to export, SPLIT/METRIC or SPLIT/GROUP/METRIC (e.g. valid/ppl,embedding/rare/i1)
+    /// [default: train/loss, valid/ppl, embedding/i1].
+    #[arg(long = "metric", value_delimiter = ',')]
+    pub metrics: Vec<String>,
+    /// Words whose neighbours --table neighbors lists.
+    #[arg(long, value_delimiter = ',')]
+    pub words: Vec<String>,
+    /// Neighbours per word.
+    #[arg(short = 'k', long, default_value_t = 10)]
+    pub k: usize,
+    /// Write here (atomically) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+fn parse_step_choice(s: &str) -> Result<StepChoice, String> {
+    s.parse()
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Rewrite a finished run's store as one segment per table (training does this itself when
+    /// it ends).
+    Compact {
+        #[arg(required = true, num_args = 1..)]
+        runs: Vec<PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -248,6 +329,11 @@ pub struct TrainArgs {
     #[arg(long)]
     pub log_every: Option<u64>,
 
+    /// How often the metrics store writes its buffer to disk, in seconds (a crash loses at most
+    /// this much); 0 writes after every event.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub store_flush_secs: f64,
+
     /// The data term: mle (full softmax), nce (k unigram noise samples, log Z fixed at 0) or nce-r
     /// (NCE + α/γ·(log Z)² on a sampled fraction γ of positions) [default: mle].
     #[arg(long, value_enum, help_heading = "Objectives")]
@@ -288,6 +374,60 @@ pub enum BenchCommand {
     Metrics(BenchMetricsArgs),
     /// Step time of every objective relative to MLE: one trainer each, stepped round-robin.
     Objectives(BenchObjectivesArgs),
+    /// The metrics store: appending rows, loading a long run, a decimated history.
+    Store(BenchStoreArgs),
+    /// The workbench: frame time (TestBackend) and training throughput under the TUI vs headless.
+    Tui(BenchTuiArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchTuiArgs {
+    /// Rows of W in the drawn state (the vocabulary size).
+    #[arg(long, default_value_t = 10_000)]
+    pub n: usize,
+    /// Columns of W in the drawn state.
+    #[arg(long, default_value_t = 128)]
+    pub d: usize,
+    /// Frames drawn per layout.
+    #[arg(long, default_value_t = 200)]
+    pub frames: usize,
+    /// Model of the throughput comparison.
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub model: Preset,
+    /// Vocabulary of the throughput comparison.
+    #[arg(long, default_value_t = 10_000)]
+    pub vocab: usize,
+    /// Steps per run of the throughput comparison.
+    #[arg(long, default_value_t = 30)]
+    pub steps: u64,
+    /// Headless/TUI pairs of runs (the median ratio is reported).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Only the frame times.
+    #[arg(long)]
+    pub frames_only: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchStoreArgs {
+    /// Rows appended in the append benchmark.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub rows: usize,
+    /// Training steps of the simulated long run.
+    #[arg(long, default_value_t = 100_000)]
+    pub steps: u64,
+    /// Points of the decimated history.
+    #[arg(long, default_value_t = 1_000)]
+    pub points: usize,
+    /// Timed repeats (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -430,6 +570,10 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench(BenchCommand::Train(args)) => bench_train_cmd(args),
         Command::Bench(BenchCommand::Objectives(args)) => bench_objectives_cmd(args),
         Command::Bench(BenchCommand::Metrics(args)) => bench_metrics_cmd(args),
+        Command::Bench(BenchCommand::Store(args)) => bench_store_cmd(args),
+        Command::Bench(BenchCommand::Tui(args)) => bench_tui_cmd(args),
+        Command::Export(args) => export_cmd(args),
+        Command::Store(StoreCommand::Compact { runs }) => store_compact_cmd(runs),
     }
 }
 
@@ -445,6 +589,12 @@ fn with_window(mut model: ModelConfig, window: Option<usize>) -> ModelConfig {
 }
 
 fn train(args: TrainArgs) -> Result<()> {
+    if !(args.store_flush_secs.is_finite() && args.store_flush_secs >= 0.0) {
+        bail!(
+            "--store-flush-secs must be a number of seconds ≥ 0, got {}",
+            args.store_flush_secs
+        );
+    }
     let (trainer, run) = match &args.resume {
         Some(dir) => {
             let (trainer, run) = engine::resume(dir, args.steps)?;
@@ -458,7 +608,12 @@ fn train(args: TrainArgs) -> Result<()> {
         .unwrap_or_else(|| (trainer.config().steps / 100).max(1));
     let objectives = trainer.objectives().clone();
     let groups = *trainer.corpus().groups();
-    let handle = engine::spawn(trainer, Some(run));
+    let writer = open_store(&run)?.with_policy(store::FlushPolicy {
+        rows: store::FlushPolicy::default().rows,
+        interval: std::time::Duration::from_secs_f64(args.store_flush_secs),
+    });
+    let handle = store::recorder::record(engine::spawn(trainer, Some(run)), writer)
+        .context("starting the metrics store's thread")?;
     // Ctrl-C or SIGTERM: stop after the current step and save; a second one exits at once.
     let commands = std::sync::Mutex::new(Some(handle_sender(&handle)));
     let _ = ctrlc::set_handler(move || {
@@ -484,6 +639,167 @@ fn train(args: TrainArgs) -> Result<()> {
         ),
         Outcome::Failed { message } => bail!("training failed: {message}"),
     }
+}
+
+/// The run's metrics store (created on a new run, continued on a resumed one).
+fn open_store(run: &RunDir) -> Result<StoreWriter> {
+    let spec = run.spec();
+    let config = std::fs::read_to_string(run.path().join("run.toml")).unwrap_or_default();
+    let run_id = run
+        .path()
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| spec.name.clone());
+    let corpus = match &spec.corpus {
+        CorpusSpec::Dir { path } => path.display().to_string(),
+        CorpusSpec::Synthetic(_) => "synthetic".into(),
+    };
+    let record = RunRecord::new(&run_id, config, corpus, spec.device.clone());
+    Ok(StoreWriter::open(run.path(), &record)?)
+}
+
+fn export_cmd(args: ExportArgs) -> Result<()> {
+    let format = match (args.format, &args.out) {
+        (Some(f), _) => f,
+        (None, Some(out)) => match out.extension().and_then(|e| e.to_str()) {
+            Some("csv") => ExportFormatArg::Csv,
+            Some("parquet") => ExportFormatArg::Parquet,
+            Some("json") => ExportFormatArg::Json,
+            Some("tex") => ExportFormatArg::Latex,
+            _ => ExportFormatArg::Md,
+        },
+        (None, None) => ExportFormatArg::Md,
+    };
+    let format = match format {
+        ExportFormatArg::Csv => export::Format::Csv,
+        ExportFormatArg::Parquet => export::Format::Parquet,
+        ExportFormatArg::Json => export::Format::Json,
+        ExportFormatArg::Md => export::Format::Markdown,
+        ExportFormatArg::Latex => export::Format::Latex,
+    };
+    if format.is_binary() && args.out.is_none() && std::io::stdout().is_terminal() {
+        bail!("Parquet is binary: give --out FILE or redirect stdout");
+    }
+    let request = export::ExportRequest {
+        runs: args.runs,
+        table: match args.table {
+            ExportTableArg::Metrics => export::Table::Metrics,
+            ExportTableArg::Groups => export::Table::Groups,
+            ExportTableArg::Curves => export::Table::Curves,
+            ExportTableArg::Events => export::Table::Events,
+            ExportTableArg::Neighbors => export::Table::Neighbors,
+        },
+        format,
+        step: args.step,
+        split: args.split,
+        metrics: args.metrics,
+        words: args.words,
+        k: args.k,
+    };
+    let table = export::build(&request)?;
+    for w in &table.warnings {
+        eprintln!("conelab: warning: {w}");
+    }
+    let bytes = export::render(&table, format)?;
+    match &args.out {
+        Some(path) => conelab::atomic::write_file(path, &bytes)
+            .with_context(|| format!("writing {}", path.display())),
+        None => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(&bytes).and_then(|()| out.flush()) {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                other => other.context("writing to stdout"),
+            }
+        }
+    }
+}
+
+fn store_compact_cmd(runs: Vec<PathBuf>) -> Result<()> {
+    for run in runs {
+        let replaced = store::compact(&run)?;
+        print_stdout(&format!(
+            "{}: {replaced} segment files compacted\n",
+            run.display()
+        ))?;
+    }
+    Ok(())
+}
+
+fn bench_tui_cmd(args: BenchTuiArgs) -> Result<()> {
+    if args.n < 2 || args.d == 0 || args.frames == 0 || args.steps < 4 || args.vocab < 3 {
+        bail!("--n ≥ 2, --d ≥ 1, --frames ≥ 1, --steps ≥ 4 and --vocab ≥ 3 are needed");
+    }
+    let frames = conelab::tui::bench::bench_frames(args.n, args.d, args.frames)?;
+    let throughput = if args.frames_only {
+        None
+    } else {
+        let model = args.model.config();
+        Some(conelab::tui::bench::bench_throughput(
+            args.model.name(),
+            &model,
+            args.vocab,
+            args.steps,
+            args.rounds,
+        )?)
+    };
+    if args.json {
+        let v = serde_json::json!({ "frames": frames, "throughput": throughput });
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&v)?));
+    }
+    let mut out = format!(
+        "frame time, W {}×{}, 2,000 steps of history (TestBackend, full redraw)\n{:<34} {:>9} {:>10} {:>8} {:>8}\n",
+        args.n, args.d, "layout", "size", "median ms", "p95 ms", "max ms"
+    );
+    for r in &frames {
+        out.push_str(&format!(
+            "{:<34} {:>9} {:>10.2} {:>8.2} {:>8.2}\n",
+            r.what,
+            format!("{}×{}", r.width, r.height),
+            r.median_ms,
+            r.p95_ms,
+            r.max_ms
+        ));
+    }
+    if let Some(t) = throughput {
+        out.push_str(&format!(
+            "\ntraining throughput, {} N={} ({} steps × {} rounds, alternated)\nheadless {:.0} tok/s, under the TUI {:.0} tok/s: ratio {:.3} (median of per-round ratios; {} frames drawn)\n",
+            t.model, t.vocab, t.steps_per_round, t.rounds, t.headless_tokens_per_sec, t.tui_tokens_per_sec, t.ratio, t.frames_drawn
+        ));
+    }
+    print_stdout(&out)
+}
+
+fn bench_store_cmd(args: BenchStoreArgs) -> Result<()> {
+    if args.rows == 0 || args.steps == 0 || args.points == 0 {
+        bail!("--rows, --steps and --points must be at least 1");
+    }
+    let r = bench_store(&StoreBench {
+        rows: args.rows,
+        steps: args.steps,
+        points: args.points,
+        repeats: args.repeats.max(1),
+    })?;
+    if args.json {
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
+    }
+    let mut out = format!(
+        "{:<64} {:>10} {:>10} {:>8}\n",
+        "operation", "median ms", "min ms", "goal ms"
+    );
+    for row in &r.rows {
+        let goal = row
+            .goal_ms
+            .map_or_else(|| "-".to_owned(), |g| format!("{g:.0}"));
+        out.push_str(&format!(
+            "{:<64} {:>10.2} {:>10.2} {:>8}\n",
+            row.what, row.ms, row.min_ms, goal
+        ));
+    }
+    out.push_str(&format!(
+        "long run: {} rows in {} segments before compaction, {:.1} MiB compacted\n",
+        r.long_run_rows, r.long_run_segments, r.long_run_mib
+    ));
+    print_stdout(&out)
 }
 
 /// A command sender usable from the signal handler.

@@ -17,4 +17,5 @@ pub mod metrics;
 pub mod model;
 pub mod objective;
 pub mod run_config;
+pub mod store;
 pub mod tui;

@@ -116,9 +116,28 @@ pub struct EngineHandle {
     snapshots: SnapshotSlot,
     analyses: AnalysisSlot,
     thread: Option<JoinHandle<()>>,
+    /// Threads that sit between the engine and the consumer (the metrics store's recorder).
+    taps: Vec<JoinHandle<()>>,
 }
 
 impl EngineHandle {
+    /// Puts `tap` between the engine and the consumer: it gets the engine's events and a sender
+    /// for the ones the consumer should see, and runs on a thread of its own named `name` (so
+    /// neither training nor drawing waits on it). `join` waits for it too. Fails only when the OS
+    /// refuses a thread; the caller should then stop the process.
+    pub fn tap_events<F>(mut self, name: &str, tap: F) -> std::io::Result<Self>
+    where
+        F: FnOnce(Receiver<Event>, Sender<Event>) + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel();
+        let upstream = std::mem::replace(&mut self.events, rx);
+        let t = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || tap(upstream, tx))?;
+        self.taps.push(t);
+        Ok(self)
+    }
+
     /// Sends a command; it is applied before the next optimizer step.
     pub fn send(&self, command: Command) {
         // The engine thread may already have finished; then there is nobody to obey.
@@ -146,6 +165,9 @@ impl EngineHandle {
     /// Waits for the engine thread to end.
     pub fn join(mut self) {
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        for t in self.taps.drain(..) {
             let _ = t.join();
         }
     }
@@ -197,6 +219,7 @@ pub fn spawn(trainer: Trainer, run: Option<RunDir>) -> EngineHandle {
         snapshots,
         analyses,
         thread: thread.ok(),
+        taps: Vec::new(),
     }
 }
 

@@ -6,6 +6,7 @@
 //! on drawing: events go through an unbounded channel, snapshots through latest-wins slots.
 
 pub mod app;
+pub mod bench;
 pub mod keys;
 pub mod ui;
 
@@ -27,7 +28,7 @@ pub enum TuiError {
 }
 
 /// How often the loop looks at the keyboard and the engine when nothing happens.
-const TICK: Duration = Duration::from_millis(50);
+pub(crate) const TICK: Duration = Duration::from_millis(50);
 
 /// Restores the terminal however the loop ends (return, error, unwinding panic).
 struct TerminalGuard;

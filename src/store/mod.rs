@@ -1,0 +1,216 @@
+//! The metrics store: every number and event of a run, kept with polars as Parquet segments.
+//!
+//! ```text
+//! checkpoints/<run>/store/
+//!   run.json                    the runs record: id, config (run.toml), corpus, device, version,
+//!                               git revision, start time
+//!   metrics-000001.parquet      long format: run_id, step, epoch, wall_time, split, group,
+//!   metrics-000002.parquet      metric, value — one segment per flush
+//!   events-000001.parquet       run_id, step, wall_time, kind, detail, before, after
+//!   metrics-000009-base.parquet a compaction: everything of its kind up to it, superseding every
+//!                               lower-numbered segment (deleted after it is on disk)
+//! ```
+//! Segments are written by [`writer::StoreWriter`] (temp file, fsync, rename), so a `kill -9`
+//! leaves whole segments only and loses at most the unflushed buffer. Readers take segments in
+//! name order and skip an unreadable one with a warning. Duplicate (step, split, group, metric)
+//! rows — possible only when a resumed run re-emits a step it had recorded — keep the newest.
+//!
+//! The writer is fed by the engine's event consumer ([`recorder`]), never by the training step.
+
+pub mod export;
+pub mod query;
+pub mod recorder;
+mod segment;
+pub mod writer;
+
+use std::path::{Path, PathBuf};
+
+use polars::prelude::*;
+use serde::{Deserialize, Serialize};
+
+pub use query::{History, LastValue};
+pub use writer::{FlushPolicy, StoreWriter};
+
+/// The store's folder inside a run directory.
+pub const STORE_DIR: &str = "store";
+/// The runs record inside the store folder.
+pub const RUN_RECORD: &str = "run.json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: no metrics store (no {STORE_DIR}/{RUN_RECORD}); is it a conelab run directory?", .0.display())]
+    NoStore(PathBuf),
+    #[error("{}: corrupt or unreadable: {reason}", path.display())]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("metrics store: {0}")]
+    Polars(#[from] PolarsError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub(crate) fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Column names of the metrics table.
+pub mod col {
+    pub const RUN_ID: &str = "run_id";
+    pub const STEP: &str = "step";
+    pub const EPOCH: &str = "epoch";
+    pub const WALL_TIME: &str = "wall_time";
+    pub const SPLIT: &str = "split";
+    pub const GROUP: &str = "group";
+    pub const METRIC: &str = "metric";
+    pub const VALUE: &str = "value";
+    pub const KIND: &str = "kind";
+    pub const DETAIL: &str = "detail";
+    pub const BEFORE: &str = "before";
+    pub const AFTER: &str = "after";
+}
+
+/// The `split` of rows that are not held-out evaluations.
+pub mod split {
+    pub const TRAIN: &str = "train";
+    pub const VALID: &str = "valid";
+    pub const TEST: &str = "test";
+    pub const EMBEDDING: &str = "embedding";
+    /// Normalised singular values of W, metric `sv0000`, `sv0001`, … (group `total`).
+    pub const SPECTRUM: &str = "spectrum";
+}
+
+/// The `group` of a row: the whole vocabulary or one frequency group.
+pub const GROUPS: [&str; 4] = ["total", "frequent", "medium", "rare"];
+
+/// What the store knows about its run (`run.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    /// The run's `run.toml`: corpus, groups, device, model and training configuration.
+    pub config_toml: String,
+    pub corpus: String,
+    pub device: String,
+    pub conelab_version: String,
+    /// `git describe` of the source the binary was built from ("unknown" outside a checkout).
+    pub git_revision: String,
+    /// Seconds since the Unix epoch.
+    pub started_unix: f64,
+}
+
+impl RunRecord {
+    pub fn new(run_id: &str, config_toml: String, corpus: String, device: String) -> Self {
+        Self {
+            run_id: run_id.to_string(),
+            config_toml,
+            corpus,
+            device,
+            conelab_version: env!("CARGO_PKG_VERSION").to_string(),
+            git_revision: option_env!("CONELAB_GIT_REVISION")
+                .unwrap_or("unknown")
+                .to_string(),
+            started_unix: unix_now(),
+        }
+    }
+}
+
+pub(crate) fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// A run's store as read from disk: the metrics and events tables (deduplicated, in arrival
+/// order), the runs record, and what was skipped.
+#[derive(Debug, Clone)]
+pub struct LoadedStore {
+    pub dir: PathBuf,
+    pub run: RunRecord,
+    pub metrics: DataFrame,
+    pub events: DataFrame,
+    /// One line per unreadable segment that was skipped.
+    pub warnings: Vec<String>,
+}
+
+impl LoadedStore {
+    pub fn metrics_lazy(&self) -> LazyFrame {
+        self.metrics.clone().lazy()
+    }
+
+    pub fn events_lazy(&self) -> LazyFrame {
+        self.events.clone().lazy()
+    }
+}
+
+/// The store folder of a run directory (or the store folder itself).
+pub fn store_dir(run_dir: &Path) -> PathBuf {
+    if run_dir.file_name().is_some_and(|n| n == STORE_DIR) && run_dir.join(RUN_RECORD).exists() {
+        run_dir.to_path_buf()
+    } else {
+        run_dir.join(STORE_DIR)
+    }
+}
+
+/// Reads a run's store. A segment that cannot be read is skipped and named in `warnings`.
+pub fn load(run_dir: &Path) -> Result<LoadedStore, StoreError> {
+    let dir = store_dir(run_dir);
+    let run = read_run_record(&dir)?;
+    let mut warnings = Vec::new();
+    let metrics = segment::read_all(&dir, segment::Kind::Metrics, &mut warnings)?;
+    let metrics = segment::dedupe_metrics(metrics)?;
+    let events = segment::read_all(&dir, segment::Kind::Events, &mut warnings)?;
+    Ok(LoadedStore {
+        dir,
+        run,
+        metrics,
+        events,
+        warnings,
+    })
+}
+
+pub fn read_run_record(dir: &Path) -> Result<RunRecord, StoreError> {
+    let path = dir.join(RUN_RECORD);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StoreError::NoStore(
+                dir.parent().unwrap_or(dir).to_path_buf(),
+            ));
+        }
+        Err(e) => return Err(io_error(&path)(e)),
+    };
+    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+        path,
+        reason: e.to_string(),
+    })
+}
+
+/// Rewrites a run's store as one segment per table (deduplicated); returns how many segment
+/// files it replaced. Safe to interrupt: the compacted segment supersedes the old ones the moment
+/// it is renamed into place.
+pub fn compact(run_dir: &Path) -> Result<usize, StoreError> {
+    let dir = store_dir(run_dir);
+    read_run_record(&dir)?;
+    // A live writer's next segment could be numbered below the compaction and be superseded.
+    if let Some(pid) = writer::live_writer(&dir) {
+        return Err(StoreError::Invalid(format!(
+            "{}: a training process (pid {pid}) is writing this store; it compacts it itself when it ends",
+            run_dir.display()
+        )));
+    }
+    segment::compact(&dir, None)
+}
+
+/// Empty metrics table with the store's schema.
+pub fn empty_metrics() -> DataFrame {
+    writer::MetricBuffer::default()
+        .to_frame()
+        .unwrap_or_else(|_| DataFrame::empty())
+}

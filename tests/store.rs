@@ -1,0 +1,335 @@
+//! The metrics store on disk: segments survive a crash, a broken segment is skipped, a resumed
+//! run leaves no duplicates, compaction keeps every row, and the queries return what was written.
+
+use std::path::Path;
+
+use conelab::engine::Event;
+use conelab::store::{self, FlushPolicy, RunRecord, StoreWriter, query, split};
+use polars::prelude::*;
+
+fn record(id: &str) -> RunRecord {
+    let mut r = RunRecord::new(id, "[train]\n".into(), "synthetic".into(), "cpu".into());
+    r.started_unix = 0.0;
+    r.git_revision = "test".into();
+    r
+}
+
+/// A writer that never flushes on its own: the tests decide where segments end.
+fn writer(dir: &Path) -> StoreWriter {
+    StoreWriter::open(dir, &record("run"))
+        .expect("open store")
+        .with_policy(FlushPolicy {
+            rows: usize::MAX,
+            interval: std::time::Duration::from_secs(3600),
+        })
+}
+
+fn loss(step: u64) -> f64 {
+    10.0 / step as f64
+}
+
+fn push_losses(w: &mut StoreWriter, steps: std::ops::RangeInclusive<u64>, f: impl Fn(u64) -> f64) {
+    for s in steps {
+        w.push_metric_at(
+            s,
+            s as f64 / 10.0,
+            1e9 + s as f64,
+            split::TRAIN,
+            "total",
+            "loss",
+            f(s),
+        );
+    }
+}
+
+/// (step, value) of train/loss in store order.
+fn losses(run: &Path) -> Vec<(u64, f64)> {
+    let s = store::load(run).expect("load");
+    let h = query::history(s.metrics_lazy(), split::TRAIN, "total", "loss", 0).expect("history");
+    h.steps.into_iter().zip(h.values).collect()
+}
+
+fn segment_files(run: &Path, prefix: &str) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(run.join(store::STORE_DIR))
+        .expect("store dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix) && n.ends_with(".parquet"))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_crash_loses_only_the_unflushed_buffer() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    let mut w = writer(run);
+    push_losses(&mut w, 1..=10, loss);
+    w.flush().expect("flush");
+    push_losses(&mut w, 11..=20, loss);
+    w.push_event_at(15, 1e9, "regulariser on", "cos on", "MLE", "CosReg γ=1");
+    w.flush().expect("flush");
+    push_losses(&mut w, 21..=25, loss);
+    // A crash: no flush, no destructor; and a half-written temp file of the next segment.
+    std::mem::forget(w);
+    std::fs::write(
+        run.join(store::STORE_DIR)
+            .join(".metrics-000003.parquet.tmp-4242"),
+        b"PAR1 half a segment",
+    )
+    .expect("temp file");
+
+    let got = losses(run);
+    let want: Vec<(u64, f64)> = (1..=20).map(|s| (s, loss(s))).collect();
+    assert_eq!(got, want);
+    let s = store::load(run).expect("load");
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert_eq!(s.events.height(), 1);
+    assert_eq!(s.run, record("run"));
+}
+
+#[test]
+fn a_truncated_segment_is_skipped_with_a_warning() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    let mut w = writer(run);
+    for part in [1..=10, 11..=20, 21..=30] {
+        push_losses(&mut w, part, loss);
+        w.flush().expect("flush");
+    }
+    drop(w);
+    let segs = segment_files(run, "metrics-");
+    assert_eq!(segs.len(), 3);
+    let bytes = std::fs::read(&segs[1]).expect("read");
+    std::fs::write(&segs[1], &bytes[..bytes.len() / 2]).expect("truncate");
+
+    let s = store::load(run).expect("a broken segment does not stop the load");
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    assert!(
+        s.warnings[0].contains("metrics-000002"),
+        "{}",
+        s.warnings[0]
+    );
+    let steps: Vec<u64> = losses(run).into_iter().map(|(s, _)| s).collect();
+    let want: Vec<u64> = (1..=10).chain(21..=30).collect();
+    assert_eq!(steps, want);
+}
+
+#[test]
+fn a_resumed_run_drops_the_lost_timeline_and_has_no_duplicates() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    // First life: checkpoint at step 10, rows flushed up to 15, then killed.
+    let mut w = writer(run);
+    push_losses(&mut w, 1..=15, loss);
+    w.push_event_at(12, 1e9, "weight", "cos weight 2", "a", "b");
+    w.flush().expect("flush");
+    std::mem::forget(w);
+    // Second life: resumed from the checkpoint at 10; steps 11.. are recomputed.
+    let mut w = writer(run);
+    let started = Event::Started {
+        step: 10,
+        total_steps: 20,
+        windows_per_epoch: 5,
+        parameters: 1,
+        device: "cpu".into(),
+        run_dir: None,
+        objective: "MLE".into(),
+    };
+    assert!(!w.record(&started).expect("record"));
+    push_losses(&mut w, 11..=20, |s| 100.0 + s as f64);
+    w.flush().expect("flush");
+    drop(w);
+
+    let got = losses(run);
+    let want: Vec<(u64, f64)> = (1..=10)
+        .map(|s| (s, loss(s)))
+        .chain((11..=20).map(|s| (s, 100.0 + s as f64)))
+        .collect();
+    assert_eq!(got, want);
+    let s = store::load(run).expect("load");
+    let keys = ["step", "split", "group", "metric"].map(String::from);
+    let unique = s
+        .metrics
+        .unique_stable(Some(&keys), UniqueKeepStrategy::First, None)
+        .expect("unique");
+    assert_eq!(unique.height(), s.metrics.height());
+    // The event of the lost timeline (step 12) is gone; the restart is recorded.
+    let kinds: Vec<String> = s
+        .events
+        .column("kind")
+        .expect("kind")
+        .str()
+        .expect("str")
+        .iter()
+        .map(|k| k.unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(kinds, vec!["start".to_string()]);
+}
+
+#[test]
+fn the_newest_row_of_a_key_wins() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    let mut w = writer(run);
+    push_losses(&mut w, 1..=5, |_| 1.0);
+    w.flush().expect("flush");
+    push_losses(&mut w, 5..=5, |_| 2.0);
+    w.flush().expect("flush");
+    drop(w);
+    assert_eq!(
+        losses(run),
+        vec![(1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0), (5, 2.0)]
+    );
+}
+
+#[test]
+fn new_metric_names_need_no_schema_change() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    let mut w = writer(run);
+    push_losses(&mut w, 1..=3, loss);
+    w.flush().expect("flush");
+    w.push_metric_at(4, 0.4, 1e9, "probe", "rare", "a_metric_added_later", 0.25);
+    w.flush().expect("flush");
+    drop(w);
+    let s = store::load(run).expect("load");
+    let last = query::last_values_vec(s.metrics_lazy()).expect("last");
+    let find = |metric: &str| last.iter().find(|v| v.metric == metric).cloned();
+    let new = find("a_metric_added_later").expect("new metric");
+    assert_eq!(
+        (new.split.as_str(), new.group.as_str(), new.step, new.value),
+        ("probe", "rare", 4, 0.25)
+    );
+    let old = find("loss").expect("loss");
+    assert_eq!((old.step, old.value), (3, loss(3)));
+}
+
+#[test]
+fn compaction_keeps_every_row_and_supersedes_what_it_replaced() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    let mut w = writer(run);
+    for k in 0..5u64 {
+        push_losses(&mut w, k * 10 + 1..=k * 10 + 10, loss);
+        w.push_event_at(k * 10 + 1, 1e9, "checkpoint", "x", "", "");
+        w.flush().expect("flush");
+    }
+    drop(w);
+    let first_segment = std::fs::read(&segment_files(run, "metrics-")[0]).expect("read");
+    let before = store::load(run).expect("load");
+    let replaced = store::compact(run).expect("compact");
+    assert_eq!(replaced, 10, "5 metrics + 5 events segments");
+    assert_eq!(segment_files(run, "metrics-").len(), 1);
+    assert_eq!(segment_files(run, "events-").len(), 1);
+    let after = store::load(run).expect("load");
+    assert!(after.metrics.equals(&before.metrics));
+    assert!(after.events.equals(&before.events));
+    // A crash between the base's rename and the deletions leaves an old segment behind: the base
+    // supersedes it, so its rows are not counted twice.
+    std::fs::write(
+        run.join(store::STORE_DIR).join("metrics-000001.parquet"),
+        first_segment,
+    )
+    .expect("restore an old segment");
+    let again = store::load(run).expect("load");
+    assert!(again.metrics.equals(&before.metrics));
+    // A writer opened afterwards numbers its segments after the base.
+    let mut w = writer(run);
+    push_losses(&mut w, 51..=52, loss);
+    w.flush().expect("flush");
+    drop(w);
+    assert_eq!(losses(run).len(), 52);
+}
+
+#[test]
+fn compaction_refuses_while_a_live_process_writes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    let mut w = writer(run);
+    push_losses(&mut w, 1..=3, loss);
+    w.flush().expect("flush");
+    drop(w);
+    let Ok(mut child) = std::process::Command::new("sleep").arg("30").spawn() else {
+        eprintln!("SKIPPED: no `sleep` to stand in for a live writer");
+        return;
+    };
+    let lock = run.join(store::STORE_DIR).join(store::writer::WRITER_LOCK);
+    std::fs::write(&lock, child.id().to_string()).expect("lock");
+    let err = store::compact(run).expect_err("a live writer");
+    assert!(err.to_string().contains("is writing"), "{err}");
+    let opened = StoreWriter::open(run, &record("run"));
+    assert!(opened.is_err(), "two writers on one store");
+    let _ = child.kill();
+    let _ = child.wait();
+    // The lock of a dead process is stale.
+    store::compact(run).expect("compact after the writer died");
+    assert_eq!(losses(run).len(), 3);
+}
+
+#[test]
+fn queries_return_what_was_written() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    let mut w = writer(run);
+    push_losses(&mut w, 1..=1000, |s| s as f64);
+    for step in [100, 200, 300] {
+        w.push_metric_at(
+            step,
+            0.0,
+            1e9,
+            split::VALID,
+            "rare",
+            "ppl",
+            step as f64 * 2.0,
+        );
+        w.push_event_at(step, 1e9, "checkpoint", "c", "", "");
+    }
+    w.flush().expect("flush");
+    drop(w);
+    let s = store::load(run).expect("load");
+    let last = query::last_values_vec(s.metrics_lazy()).expect("last");
+    assert_eq!(last.len(), 2);
+    let rare = last.iter().find(|v| v.split == "valid").expect("valid");
+    assert_eq!((rare.step, rare.value), (300, 600.0));
+    // 1000 points into 100 buckets of 10: bucket b holds steps 10b+1..=10b+10, mean 10b+5.5.
+    let h = query::history(s.metrics_lazy(), split::TRAIN, "total", "loss", 100).expect("history");
+    assert_eq!(h.len(), 100);
+    for (b, (step, v)) in h.steps.iter().zip(&h.values).enumerate() {
+        assert_eq!(*step, 10 * b as u64 + 10);
+        assert!(
+            (v - (10.0 * b as f64 + 5.5)).abs() < 1e-9,
+            "bucket {b}: {v}"
+        );
+    }
+    let ev = query::events_between(s.events_lazy(), 150, 300)
+        .collect()
+        .expect("events");
+    let steps: Vec<u64> = ev
+        .column("step")
+        .expect("step")
+        .u64()
+        .expect("u64")
+        .into_no_null_iter()
+        .collect();
+    assert_eq!(steps, vec![200, 300]);
+    assert_eq!(
+        query::value_at_or_before(s.metrics_lazy(), split::VALID, "rare", "ppl", 250).expect("q"),
+        Some((200, 400.0))
+    );
+}
+
+#[test]
+fn a_folder_without_a_store_is_a_clear_error() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let err = store::load(tmp.path()).expect_err("no store");
+    assert!(err.to_string().contains("no metrics store"), "{err}");
+    std::fs::create_dir_all(tmp.path().join("store")).expect("mkdir");
+    std::fs::write(tmp.path().join("store/run.json"), "{ not json").expect("write");
+    let err = store::load(tmp.path()).expect_err("corrupt record");
+    assert!(err.to_string().contains("corrupt"), "{err}");
+}

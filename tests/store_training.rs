@@ -1,0 +1,298 @@
+//! The engine's numbers and events reach the store: compared with what the same run printed, and
+//! through a `kill -9` and a resume.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Fixture, conelab, s};
+use conelab::store::{self, query, split};
+use polars::prelude::*;
+
+/// `key=value` of a log line.
+fn field(line: &str, key: &str) -> Option<f64> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+}
+
+fn kinds_and_steps(events: &DataFrame) -> Vec<(String, u64)> {
+    let kinds = events.column("kind").expect("kind").str().expect("str");
+    let steps = events.column("step").expect("step").u64().expect("u64");
+    kinds
+        .iter()
+        .zip(steps.into_no_null_iter())
+        .map(|(k, s)| (k.unwrap_or_default().to_string(), s))
+        .collect()
+}
+
+#[test]
+fn a_run_records_every_step_evaluation_embedding_and_event() {
+    let f = Fixture::new();
+    let out = f.train(
+        "run",
+        &[
+            "--steps",
+            "6",
+            "--eval-every",
+            "3",
+            "--snapshot-every",
+            "3",
+            "--checkpoint-every",
+            "3",
+            "--log-every",
+            "1",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = store::load(&f.path("run")).expect("the run has a store");
+    assert!(st.warnings.is_empty(), "{:?}", st.warnings);
+    let lf = || st.metrics_lazy();
+
+    // Every step's loss, as printed (4 decimals) by the same run.
+    let h = query::history(lf(), split::TRAIN, "total", "loss", 0).expect("history");
+    assert_eq!(h.steps, (1..=6).collect::<Vec<u64>>());
+    for line in stdout.lines().filter(|l| l.starts_with("step=")) {
+        let step = field(line, "step").expect("step") as usize;
+        let printed = field(line, "loss").expect("loss");
+        assert!(
+            (h.values[step - 1] - printed).abs() <= 5e-5,
+            "step {step}: store {} printed {printed}",
+            h.values[step - 1]
+        );
+    }
+    // Each evaluation and embedding analysis, as printed.
+    for line in stdout.lines() {
+        if line.starts_with("eval ") {
+            let step = field(line, "step").expect("step") as u64;
+            let sp = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("split="))
+                .expect("split");
+            for (group, key) in [("total", "ppl"), ("frequent", "frequent"), ("rare", "rare")] {
+                let stored = query::value_at(lf(), sp, group, "ppl", step)
+                    .expect("query")
+                    .expect("stored");
+                let printed = field(line, key).expect("printed");
+                assert!(
+                    (stored - printed).abs() <= 5e-4 * printed.max(1.0)
+                        || (stored.is_nan() && printed.is_nan()),
+                    "{sp} {group} step {step}: {stored} vs {printed}"
+                );
+            }
+            let uniq = query::value_at(lf(), sp, "total", "uniq", step)
+                .expect("q")
+                .expect("uniq");
+            assert_eq!(uniq, field(line, "uniq").expect("uniq"));
+        }
+        if line.starts_with("embedding ") {
+            let step = field(line, "step").expect("step") as u64;
+            for (group, key) in [
+                ("total", "i1"),
+                ("rare", "i1_rare"),
+                ("frequent", "i1_frequent"),
+            ] {
+                let stored = query::value_at(lf(), split::EMBEDDING, group, "i1", step)
+                    .expect("q")
+                    .expect("i1");
+                assert!(
+                    (stored - field(line, key).expect("i1")).abs() <= 5e-5,
+                    "{group} step {step}"
+                );
+            }
+            let spectrum =
+                query::value_at(lf(), split::SPECTRUM, "total", "sv0000", step).expect("q");
+            assert_eq!(spectrum, Some(1.0), "normalised spectrum starts at 1");
+        }
+    }
+    assert!(stdout.contains("split=test"), "{stdout}");
+    let test_ppl = query::last_values_vec(lf())
+        .expect("last")
+        .into_iter()
+        .any(|v| v.split == "test" && v.metric == "ppl");
+    assert!(test_ppl, "the final test evaluation is stored");
+    // Events, in order, with their steps.
+    let events = kinds_and_steps(&st.events);
+    assert_eq!(
+        events,
+        vec![
+            ("start".into(), 0),
+            ("checkpoint".into(), 3),
+            ("checkpoint".into(), 6),
+            ("finish".into(), 6)
+        ]
+    );
+    // The run record; the end of the run compacted the store.
+    assert_eq!(st.run.run_id, "run");
+    assert!(
+        st.run.config_toml.contains("[train]") || st.run.config_toml.contains("steps"),
+        "{}",
+        st.run.config_toml
+    );
+    let files: Vec<String> = std::fs::read_dir(f.path("run").join("store"))
+        .expect("store")
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().to_string()))
+        .filter(|n| n.ends_with(".parquet"))
+        .collect();
+    assert_eq!(
+        files.len(),
+        2,
+        "one metrics and one events segment after the end: {files:?}"
+    );
+    assert!(
+        !f.path("run/store/writer.lock").exists(),
+        "the lock is released"
+    );
+
+    // The same run through `conelab export`.
+    let csv = conelab(&[
+        "export",
+        s(&f.path("run")),
+        "--table",
+        "curves",
+        "--format",
+        "csv",
+    ]);
+    assert!(
+        csv.status.success(),
+        "{}",
+        String::from_utf8_lossy(&csv.stderr)
+    );
+    let text = String::from_utf8_lossy(&csv.stdout);
+    assert_eq!(
+        text.lines().next(),
+        Some("run_id,step,train/loss,valid/ppl,embedding/i1")
+    );
+    assert_eq!(text.lines().count(), 1 + 6);
+}
+
+#[test]
+fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates() {
+    let f = Fixture::new();
+    let run = f.path("run");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_conelab"))
+        .args([
+            "train",
+            s(&f.path("corpus")),
+            "--config",
+            s(&f.path("small.toml")),
+            "--run-dir",
+            s(&run),
+            "--steps",
+            "100000",
+            "--eval-every",
+            "7",
+            "--checkpoint-every",
+            "10",
+            "--log-every",
+            "1",
+            "--store-flush-secs",
+            "0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    // Wait for a few dozen segments (one per event at --store-flush-secs 0), then kill -9.
+    let start = Instant::now();
+    loop {
+        let segments = std::fs::read_dir(run.join("store"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("metrics-"))
+                    .count()
+            })
+            .unwrap_or(0);
+        if segments >= 40 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "training too slow: {segments} segments"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+
+    let st = store::load(&run).expect("the store loads after kill -9");
+    let h = query::history(st.metrics_lazy(), split::TRAIN, "total", "loss", 0).expect("history");
+    let reached = *h.steps.last().expect("steps were stored");
+    assert_eq!(
+        h.steps,
+        (1..=reached).collect::<Vec<u64>>(),
+        "whole steps, none missing inside"
+    );
+    assert!(
+        run.join("store/writer.lock").exists(),
+        "a killed writer leaves its lock"
+    );
+
+    // Resume from the newest checkpoint (≤ reached) and run 15 steps past the crash.
+    let total = reached + 15;
+    let out = conelab(&[
+        "train",
+        "--resume",
+        s(&run),
+        "--steps",
+        &total.to_string(),
+        "--log-every",
+        "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = store::load(&run).expect("load");
+    let h = query::history(st.metrics_lazy(), split::TRAIN, "total", "loss", 0).expect("history");
+    let starts: Vec<u64> = kinds_and_steps(&st.events)
+        .into_iter()
+        .filter(|(k, _)| k == "start")
+        .map(|(_, s)| s)
+        .collect();
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    let resumed_at = starts[1];
+    assert!(
+        resumed_at.is_multiple_of(10) && resumed_at > 0,
+        "resumed at a checkpoint: {starts:?}"
+    );
+    // Steps the store had before the crash, up to the checkpoint, and every step after it. The
+    // checkpoint may be a step or two ahead of the store (the kill took the recorder's buffer).
+    let want: Vec<u64> = (1..=reached.min(resumed_at))
+        .chain(resumed_at + 1..=total)
+        .collect();
+    assert_eq!(h.steps, want);
+    let keys = ["step", "split", "group", "metric"].map(String::from);
+    let unique = st
+        .metrics
+        .unique_stable(Some(&keys), UniqueKeepStrategy::First, None)
+        .expect("unique");
+    assert_eq!(
+        unique.height(),
+        st.metrics.height(),
+        "no duplicate (step, split, group, metric)"
+    );
+    // The resumed losses are the ones the resumed process printed.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for line in stdout.lines().filter(|l| l.starts_with("step=")) {
+        let step = field(line, "step").expect("step") as u64;
+        let i = h
+            .steps
+            .iter()
+            .position(|&s| s == step)
+            .expect("printed step is stored");
+        assert!(
+            (h.values[i] - field(line, "loss").expect("loss")).abs() <= 5e-5,
+            "step {step}"
+        );
+    }
+    assert_eq!(starts[0], 0);
+}
