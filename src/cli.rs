@@ -608,6 +608,10 @@ fn train(args: TrainArgs) -> Result<()> {
         .unwrap_or_else(|| (trainer.config().steps / 100).max(1));
     let objectives = trainer.objectives().clone();
     let groups = *trainer.corpus().groups();
+    let vocab = std::sync::Arc::new(conelab::tui::neighbors::Vocabulary {
+        tokens: trainer.corpus().vocab().tokens().to_vec(),
+        counts: trainer.corpus().vocab().counts().to_vec(),
+    });
     let writer = open_store(&run)?.with_policy(store::FlushPolicy {
         rows: store::FlushPolicy::default().rows,
         interval: std::time::Duration::from_secs_f64(args.store_flush_secs),
@@ -628,7 +632,7 @@ fn train(args: TrainArgs) -> Result<()> {
             no_color: conelab_widgets::no_color_from_env(),
             ascii: args.ascii,
         };
-        conelab::tui::run_live(handle, objectives, groups, view)?
+        conelab::tui::run_live(handle, objectives, groups, vocab, view)?
     } else {
         headless::run(handle, tty, log_every)
     };

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::neighbors::{NeighborsState, Vocabulary};
 use crate::data::Group;
 use crate::engine::analysis::{EmbeddingAnalysis, EmbeddingStats};
 use crate::engine::{Command, EvalStats, Event, FinishReason, StepStats};
@@ -24,16 +25,21 @@ pub enum Pane {
     Spectrum,
     Controls,
     Events,
+    Neighbors,
+    /// μ_z, σ_z and the entropy–log Z histogram of the newest evaluation.
+    SelfNorm,
 }
 
 impl Pane {
-    pub const ALL: [Pane; 6] = [
+    pub const ALL: [Pane; 8] = [
         Pane::Progress,
         Pane::Groups,
         Pane::Scatter,
         Pane::Spectrum,
         Pane::Controls,
         Pane::Events,
+        Pane::Neighbors,
+        Pane::SelfNorm,
     ];
 
     pub fn title(self) -> &'static str {
@@ -44,6 +50,8 @@ impl Pane {
             Pane::Spectrum => "4 Spectrum",
             Pane::Controls => "5 Controls",
             Pane::Events => "6 Events",
+            Pane::Neighbors => "7 Neighbours",
+            Pane::SelfNorm => "8 Self-norm",
         }
     }
 }
@@ -122,6 +130,17 @@ pub enum Action {
     ControlsToggle,
     /// `+`/`-`: weight ×2 or ÷2 (learning rate likewise).
     ControlsScale(f64),
+    /// `/`: focus the neighbour pane and type a word.
+    SearchStart,
+    SearchInput(char),
+    SearchBackspace,
+    /// ↑/↓ among the matches.
+    SearchMove(i32),
+    /// Enter: look up the highlighted match.
+    SearchAccept,
+    SearchCancel,
+    /// `w`: watch (pin) the selected word, or stop watching it.
+    TogglePin,
 }
 
 /// What an action needs from the outside world.
@@ -214,6 +233,9 @@ pub struct App {
     pub smoothing: bool,
     pub controls_cursor: usize,
     pub view: ViewOptions,
+    /// The run's vocabulary (for the neighbour search), when known.
+    pub vocab: Option<Arc<Vocabulary>>,
+    pub neighbors: NeighborsState,
 }
 
 impl App {
@@ -242,7 +264,14 @@ impl App {
             smoothing: false,
             controls_cursor: 0,
             view,
+            vocab: None,
+            neighbors: NeighborsState::default(),
         }
+    }
+
+    pub fn with_vocabulary(mut self, vocab: Arc<Vocabulary>) -> Self {
+        self.vocab = Some(vocab);
+        self
     }
 
     pub fn step(&self) -> u64 {
@@ -374,6 +403,7 @@ impl App {
         if self.first_spectrum.is_none() {
             self.first_spectrum = Some(analysis.panel.total.sv_norm.clone());
         }
+        self.neighbors.refresh(Some(&analysis));
         self.analysis = Some(analysis);
     }
 
@@ -463,6 +493,39 @@ impl App {
             }
             Action::ControlsToggle => self.toggle_control(),
             Action::ControlsScale(factor) => self.scale_control(factor),
+            Action::SearchStart => {
+                self.focus = Pane::Neighbors;
+                self.neighbors.start_search();
+                Effect::None
+            }
+            Action::SearchInput(c) => {
+                if let Some(v) = &self.vocab {
+                    self.neighbors.input(c, v);
+                }
+                Effect::None
+            }
+            Action::SearchBackspace => {
+                if let Some(v) = &self.vocab {
+                    self.neighbors.backspace(v);
+                }
+                Effect::None
+            }
+            Action::SearchMove(d) => {
+                self.neighbors.move_cursor(d);
+                Effect::None
+            }
+            Action::SearchAccept => {
+                self.neighbors.accept(self.analysis.as_deref());
+                Effect::None
+            }
+            Action::SearchCancel => {
+                self.neighbors.cancel();
+                Effect::None
+            }
+            Action::TogglePin => {
+                self.neighbors.toggle_pin(self.analysis.as_deref());
+                Effect::None
+            }
         }
     }
 

@@ -11,7 +11,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("q", "quit: asks before stopping a running training"),
     ("Ctrl-C", "stop and save now, then quit"),
     ("Tab / Shift-Tab", "next / previous pane"),
-    ("1 … 6", "focus a pane"),
+    ("1 … 8", "focus a pane"),
     ("z", "zoom the focused pane (Esc: back)"),
     ("p", "pause / resume training"),
     ("s", "save a checkpoint now"),
@@ -23,6 +23,14 @@ pub const HELP: &[(&str, &str)] = &[
         "Controls: switch on/off, freeze/unfreeze, cycle gate-freeze",
     ),
     ("+ / -", "Controls: weight or learning rate ×2 / ÷2"),
+    (
+        "/",
+        "Neighbours: search a word (type, ↑↓, Enter; Esc closes)",
+    ),
+    (
+        "w",
+        "Neighbours: watch (pin) the selected word, or unpin it",
+    ),
     (
         "In the quit dialog",
         "s stop and save · x stop without saving · c or Esc cancel",
@@ -51,13 +59,26 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
         // Any key closes the help.
         return Action::ToggleHelp;
     }
+    if app.neighbors.editing {
+        // The search box has the keyboard: letters are letters, not commands.
+        return match key.code {
+            KeyCode::Char(c) => Action::SearchInput(c),
+            KeyCode::Backspace => Action::SearchBackspace,
+            KeyCode::Up => Action::SearchMove(-1),
+            KeyCode::Down => Action::SearchMove(1),
+            KeyCode::Enter => Action::SearchAccept,
+            KeyCode::Esc => Action::SearchCancel,
+            _ => Action::None,
+        };
+    }
     let controls = app.focus == Pane::Controls;
+    let neighbors = app.focus == Pane::Neighbors;
     match key.code {
         KeyCode::Char('q') => Action::Quit,
         KeyCode::Char('?') => Action::ToggleHelp,
         KeyCode::Tab => Action::FocusNext,
         KeyCode::BackTab => Action::FocusPrev,
-        KeyCode::Char(c @ '1'..='6') => {
+        KeyCode::Char(c @ '1'..='8') => {
             let i = (c as u8 - b'1') as usize;
             Action::Focus(Pane::ALL[i])
         }
@@ -72,6 +93,9 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
         KeyCode::Char(' ') | KeyCode::Enter if controls => Action::ControlsToggle,
         KeyCode::Char('+') | KeyCode::Char('=') if controls => Action::ControlsScale(2.0),
         KeyCode::Char('-') if controls => Action::ControlsScale(0.5),
+        KeyCode::Char('/') => Action::SearchStart,
+        KeyCode::Enter if neighbors => Action::SearchStart,
+        KeyCode::Char('w') if neighbors => Action::TogglePin,
         _ => Action::None,
     }
 }
@@ -177,6 +201,48 @@ mod tests {
         app.controls_cursor = 0;
         press(&mut app, KeyCode::Up);
         assert_eq!(app.controls_cursor, crate::tui::app::Control::count() - 1);
+    }
+
+    #[test]
+    fn the_search_box_takes_letters_and_enter_selects_a_match() {
+        use crate::tui::neighbors::Vocabulary;
+        let vocab = Vocabulary {
+            tokens: ["the", "of", "quantum", "quasar"]
+                .map(String::from)
+                .to_vec(),
+            counts: vec![9, 8, 2, 1],
+        };
+        let mut app = running().with_vocabulary(std::sync::Arc::new(vocab));
+        press(&mut app, KeyCode::Char('/'));
+        assert_eq!(app.focus, Pane::Neighbors);
+        assert!(app.neighbors.editing);
+        // 'q' and 'p' are quit and pause elsewhere; here they are letters.
+        for c in ['q', 'u', 'a'] {
+            assert_eq!(press(&mut app, KeyCode::Char(c)), Effect::None);
+        }
+        assert!(!app.confirm_quit);
+        assert_eq!(app.neighbors.query, "qua");
+        assert_eq!(app.neighbors.matches, vec![2, 3]);
+        press(&mut app, KeyCode::Down);
+        press(&mut app, KeyCode::Enter);
+        assert!(!app.neighbors.editing);
+        assert_eq!(app.neighbors.selected, Some(3), "the second match");
+        press(&mut app, KeyCode::Char('w'));
+        assert_eq!(app.neighbors.pinned, vec![3]);
+        press(&mut app, KeyCode::Char('/'));
+        assert_eq!(app.neighbors.query, "", "a new search starts empty");
+        press(&mut app, KeyCode::Char('o'));
+        press(&mut app, KeyCode::Char('x'));
+        press(&mut app, KeyCode::Backspace);
+        assert_eq!(app.neighbors.query, "o");
+        assert_eq!(app.neighbors.matches, vec![1]);
+        assert_eq!(press(&mut app, KeyCode::Esc), Effect::None);
+        assert!(!app.neighbors.editing);
+        assert_eq!(
+            press(&mut app, KeyCode::Char('p')),
+            Effect::Send(Command::Pause),
+            "keys are commands again"
+        );
     }
 
     #[test]

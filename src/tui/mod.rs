@@ -8,9 +8,11 @@
 pub mod app;
 pub mod bench;
 pub mod keys;
+pub mod neighbors;
 pub mod ui;
 
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ratatui::crossterm::event::{self, Event as TermEvent, KeyEventKind};
@@ -40,17 +42,19 @@ impl Drop for TerminalGuard {
 }
 
 /// Runs the workbench until the user leaves. `objectives` are the run's at the start (the app
-/// mirrors every acknowledged change); `groups` colour the scatter.
+/// mirrors every acknowledged change); `groups` colour the scatter; `vocab` feeds the neighbour
+/// search.
 pub fn run_live(
     handle: EngineHandle,
     objectives: Objectives,
     groups: FrequencyGroups,
+    vocab: Arc<neighbors::Vocabulary>,
     view: ViewOptions,
 ) -> Result<Outcome, TuiError> {
     // try_init installs a panic hook that restores the terminal before the panic message.
     let mut terminal = ratatui::try_init()?;
     let _guard = TerminalGuard;
-    let mut app = App::new(objectives, view);
+    let mut app = App::new(objectives, view).with_vocabulary(vocab);
     let mut dirty = true;
     loop {
         while let Ok(e) = handle.events().try_recv() {

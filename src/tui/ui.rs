@@ -2,8 +2,8 @@
 //! snapshot-tested on a `TestBackend`.
 
 use conelab_widgets::{
-    Layer, Scatter, ScatterMode, ScatterPoint, Series, SparkRow, SparklineTable, SpectrumPlot,
-    format_compact,
+    HeatMap, HeatMapScale, Layer, Scatter, ScatterMode, ScatterPoint, Series, SparkRow,
+    SparklineTable, SpectrumPlot, format_compact,
 };
 use ratatui::Frame;
 use ratatui::layout::{Alignment, Constraint, Layout, Rect};
@@ -74,7 +74,7 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&FrequencyGroups>) {
     frame.render_widget(header_line(app, &pal), header);
     frame.render_widget(
         Paragraph::new(
-            "? help · q quit · p pause · s save · Tab/1-6 pane · z zoom · l log-y · m smooth",
+            "? help · q quit · p pause · s save · Tab/1-8 pane · z zoom · / search · l log-y · m smooth",
         )
         .style(pal.fg(Color::DarkGray)),
         footer,
@@ -90,18 +90,38 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&FrequencyGroups>) {
         .areas(body);
         let [progress, controls] =
             Layout::horizontal([Constraint::Min(30), Constraint::Length(34)]).areas(top);
-        let [scatter, spectrum, events] = Layout::horizontal([
-            Constraint::Percentage(40),
-            Constraint::Percentage(25),
-            Constraint::Percentage(35),
+        let [scatter, neighbors, right] = Layout::horizontal([
+            Constraint::Percentage(36),
+            Constraint::Percentage(30),
+            Constraint::Percentage(34),
         ])
         .areas(bottom);
         render_pane(frame, app, groups, Pane::Progress, progress, &pal);
         render_pane(frame, app, groups, Pane::Controls, controls, &pal);
         render_pane(frame, app, groups, Pane::Groups, middle, &pal);
         render_pane(frame, app, groups, Pane::Scatter, scatter, &pal);
-        render_pane(frame, app, groups, Pane::Spectrum, spectrum, &pal);
-        render_pane(frame, app, groups, Pane::Events, events, &pal);
+        render_pane(frame, app, groups, Pane::Neighbors, neighbors, &pal);
+        // Spectrum and self-normalisation share a slot: the one with the focus shows.
+        let spectral = if app.focus == Pane::SelfNorm {
+            Pane::SelfNorm
+        } else {
+            Pane::Spectrum
+        };
+        if right.height >= 14 {
+            let [top_right, bottom_right] =
+                Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)])
+                    .areas(right);
+            render_pane(frame, app, groups, spectral, top_right, &pal);
+            render_pane(frame, app, groups, Pane::Events, bottom_right, &pal);
+        } else {
+            // Too short for two panes: the events, unless a spectral pane has the focus.
+            let pane = if matches!(app.focus, Pane::Spectrum | Pane::SelfNorm) {
+                spectral
+            } else {
+                Pane::Events
+            };
+            render_pane(frame, app, groups, pane, right, &pal);
+        }
     }
     if app.help {
         help_overlay(frame, area);
@@ -170,7 +190,164 @@ fn render_pane(
         Pane::Spectrum => spectrum(frame, app, inner, pal),
         Pane::Controls => controls(frame, app, inner),
         Pane::Events => events(frame, app, inner, pal),
+        Pane::Neighbors => neighbors_pane(frame, app, groups, inner, pal),
+        Pane::SelfNorm => self_norm(frame, app, inner, pal),
     }
+}
+
+fn group_index(groups: Option<&FrequencyGroups>, id: u32) -> Option<usize> {
+    groups.map(|g| match g.group_of(id) {
+        Group::Frequent => 0,
+        Group::Medium => 1,
+        Group::Rare => 2,
+    })
+}
+
+/// Search box, the selected word's top-k neighbours, the pinned words' nearest few.
+fn neighbors_pane(
+    frame: &mut Frame,
+    app: &App,
+    groups: Option<&FrequencyGroups>,
+    area: Rect,
+    pal: &Palette,
+) {
+    let Some(vocab) = &app.vocab else {
+        frame.render_widget(Paragraph::new("no vocabulary"), area);
+        return;
+    };
+    let nb = &app.neighbors;
+    let group_name = |id: u32| match group_index(groups, id) {
+        Some(0) => "freq",
+        Some(1) => "med",
+        Some(2) => "rare",
+        _ => "",
+    };
+    let word_style = |id: u32| pal.group(group_index(groups, id).unwrap_or(3));
+    let mut lines: Vec<Line> = Vec::new();
+    let search = if nb.editing {
+        Line::from(vec![
+            Span::raw("/ "),
+            Span::styled(
+                format!("{}▏", nb.query),
+                Style::default().add_modifier(Modifier::BOLD),
+            ),
+        ])
+    } else {
+        Line::styled("/ search a word · w watch/unwatch", pal.fg(Color::DarkGray))
+    };
+    lines.push(search);
+    if nb.editing {
+        if nb.matches.is_empty() && !nb.query.is_empty() {
+            lines.push(Line::styled("  no match", pal.fg(Color::DarkGray)));
+        }
+        for (i, &id) in nb.matches.iter().enumerate() {
+            let marker = if i == nb.cursor { "▸ " } else { "  " };
+            let style = if i == nb.cursor {
+                word_style(id).add_modifier(Modifier::REVERSED)
+            } else {
+                word_style(id)
+            };
+            lines.push(Line::from(vec![
+                Span::raw(marker),
+                Span::styled(vocab.token(id).to_string(), style),
+                Span::styled(
+                    format!("  {} ×{}", group_name(id), vocab.count(id)),
+                    pal.fg(Color::DarkGray),
+                ),
+            ]));
+        }
+    }
+    if nb.results.is_empty() {
+        if !nb.editing {
+            let hint = if app.analysis.is_none() {
+                "neighbours appear with the first snapshot"
+            } else {
+                "type / and a word"
+            };
+            lines.push(Line::styled(hint, pal.fg(Color::DarkGray)));
+        }
+    } else {
+        for (ri, (id, list)) in nb.results.iter().enumerate() {
+            let pinned = nb.pinned.contains(id);
+            let head = format!(
+                "{}{} · {} ×{} · step {}",
+                if pinned { "★ " } else { "" },
+                vocab.token(*id),
+                group_name(*id),
+                vocab.count(*id),
+                nb.step.unwrap_or(0)
+            );
+            lines.push(Line::styled(
+                head,
+                word_style(*id).add_modifier(Modifier::BOLD),
+            ));
+            // The selected word gets its full list; pinned ones one line each.
+            if ri == 0 && nb.selected == Some(*id) {
+                for (rank, n) in list.iter().enumerate() {
+                    lines.push(Line::from(vec![
+                        Span::raw(format!("{:>3} ", rank + 1)),
+                        Span::styled(format!("{:<14}", vocab.token(n.id)), word_style(n.id)),
+                        Span::raw(format!("{:>6.3} ", n.score)),
+                        Span::styled(
+                            format!("{:<4} ×{}", group_name(n.id), vocab.count(n.id)),
+                            pal.fg(Color::DarkGray),
+                        ),
+                    ]));
+                }
+            } else {
+                let mut spans = vec![Span::raw("   ")];
+                for n in list.iter().take(5) {
+                    spans.push(Span::styled(
+                        vocab.token(n.id).to_string(),
+                        word_style(n.id),
+                    ));
+                    spans.push(Span::raw(format!(" {:.2}  ", n.score)));
+                }
+                lines.push(Line::from(spans));
+            }
+        }
+    }
+    frame.render_widget(Paragraph::new(lines), area);
+}
+
+/// The newest evaluation's self-normalisation: μ_z, σ_z, and where (entropy, log Z) fall.
+fn self_norm(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
+    let Some(e) = &app.last_eval else {
+        frame.render_widget(
+            Paragraph::new("appears with the first validation evaluation"),
+            area,
+        );
+        return;
+    };
+    let o = &e.outputs;
+    let [text, plot] = Layout::vertical([Constraint::Length(2), Constraint::Min(0)]).areas(area);
+    frame.render_widget(
+        Paragraph::new(vec![
+            Line::raw(format!(
+                "step {} · μ_z {:.3} · σ_z {:.3} · corr(H, log Z) {:.3}",
+                e.step, o.mu_z, o.sigma_z, o.entropy_log_z_corr
+            )),
+            Line::styled(
+                format!(
+                    "PPL {:.2} · unnormalised PPL {:.2}",
+                    o.ppl, o.unnormalised_ppl
+                ),
+                pal.fg(Color::DarkGray),
+            ),
+        ]),
+        text,
+    );
+    let h = &o.histogram;
+    frame.render_widget(
+        HeatMap::from_counts(&h.counts, h.log_z_bins, h.entropy_bins)
+            .scale(HeatMapScale::Log)
+            .x_range(h.entropy_range[0], h.entropy_range[1])
+            .y_range(h.log_z_range[0], h.log_z_range[1])
+            .x_title("entropy H")
+            .y_title("log Z")
+            .no_color(pal.no_color),
+        plot,
+    );
 }
 
 fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
@@ -472,6 +649,12 @@ fn scatter(
     frame.render_widget(
         Scatter::new(&points)
             .layers(layers)
+            .highlight(
+                app.neighbors
+                    .selected
+                    .map(|i| i as usize)
+                    .filter(|&i| i < points.len()),
+            )
             .mode(if app.view.ascii {
                 ScatterMode::Ascii
             } else {
@@ -657,6 +840,7 @@ mod tests {
     };
     use crate::objective::{ObjectiveChange, Objectives, Term};
     use crate::tui::app::{Action, ViewOptions};
+    use crate::tui::neighbors::Vocabulary;
 
     const N: usize = 60;
     const D: usize = 8;
@@ -805,6 +989,23 @@ mod tests {
             step: 80,
             path: "checkpoints/tiny-synthetic-test/step-000080".into(),
         });
+        // The neighbour search: "w1" watched, "w5" looked up.
+        let vocab = Vocabulary {
+            tokens: (0..N).map(|i| format!("w{i}")).collect(),
+            counts: (0..N).map(|i| (1_000 / (i + 1)) as u64).collect(),
+        };
+        let mut app = app.with_vocabulary(Arc::new(vocab));
+        for (word, pin) in [("w1", true), ("w5", false)] {
+            app.apply(Action::SearchStart);
+            for c in word.chars() {
+                app.apply(Action::SearchInput(c));
+            }
+            app.apply(Action::SearchAccept);
+            if pin {
+                app.apply(Action::TogglePin);
+            }
+        }
+        app.focus = Pane::Progress;
         app
     }
 
@@ -855,6 +1056,42 @@ mod tests {
         a.apply(Action::Quit);
         assert!(a.confirm_quit);
         insta::assert_snapshot!("quit_dialog", draw(&a, 80, 24));
+    }
+
+    #[test]
+    fn the_neighbour_pane_lists_the_selected_words_neighbours_by_cosine() {
+        let a = app();
+        assert_eq!(a.neighbors.selected, Some(5));
+        assert_eq!(a.neighbors.pinned, vec![1]);
+        // Independent check: the cosine of w5 with every other row of the snapshot, in f64.
+        let snap = &a.analysis.as_ref().expect("analysis").snapshot;
+        let row = |i: usize| &snap.weights[i * D..(i + 1) * D];
+        let cos = |i: usize, j: usize| {
+            let dot: f64 = row(i)
+                .iter()
+                .zip(row(j))
+                .map(|(x, y)| *x as f64 * *y as f64)
+                .sum();
+            let n = |r: &[f32]| r.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+            dot / (n(row(i)) * n(row(j)))
+        };
+        let mut want: Vec<(f64, usize)> =
+            (0..N).filter(|&j| j != 5).map(|j| (cos(5, j), j)).collect();
+        want.sort_by(|x, y| y.0.total_cmp(&x.0));
+        let (_, got) = &a.neighbors.results[0];
+        assert_eq!(got.len(), crate::tui::neighbors::K);
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g.score as f64 - w.0).abs() < 1e-5,
+                "{} vs {}",
+                g.score,
+                w.0
+            );
+        }
+        let text = draw(&a, 120, 40);
+        let best = format!("w{}", want[0].1);
+        assert!(text.contains(&best), "the nearest word is shown: {text}");
+        assert!(text.contains("★ w1"), "the pinned word is shown: {text}");
     }
 
     #[test]
