@@ -197,6 +197,7 @@ pub fn inspect(
         .collect::<Result<Vec<_>, _>>()?;
     let options = PanelOptions {
         projection: None,
+        also_centred: false,
         threads: Threads::All,
     };
     let panel = EmbeddingPanel::compute(w, groups.as_ref(), &options)?;
@@ -418,6 +419,7 @@ pub fn evaluate_checkpoint(
     let groups = RowGroups::from_ranks(trainer.corpus().groups());
     let options = PanelOptions {
         projection: None,
+        also_centred: false,
         threads: Threads::All,
     };
     let panel = EmbeddingPanel::compute(w, Some(&groups), &options)?;

@@ -241,6 +241,7 @@ pub fn bench_metrics(b: &MetricsBench) -> Result<MetricsBenchResult, crate::metr
     let mut rows = Vec::new();
     let options = |projection| PanelOptions {
         projection,
+        also_centred: false,
         threads: Threads::All,
     };
     let (t, m, _) = time_it(b.repeats, w_mib, || {

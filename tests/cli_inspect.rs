@@ -51,13 +51,16 @@ fn eval_and_inspect_a_trained_run() {
         "{log}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The engine's metrics worker reports each snapshot, before the run finishes.
+    // The engine's metrics worker reports snapshots before the run finishes. Snapshots are
+    // latest-wins (a busy worker skips to the newest), so step 3 may be skipped on a loaded
+    // machine; the final one never is, and nothing but snapshot steps is reported.
     let emb: Vec<&str> = log
         .lines()
         .filter(|l| l.starts_with("embedding step="))
         .collect();
     assert!(
-        emb.iter().any(|l| l.starts_with("embedding step=3 ")),
+        emb.iter()
+            .all(|l| l.starts_with("embedding step=3 ") || l.starts_with("embedding step=6 ")),
         "{log}"
     );
     assert!(

@@ -360,6 +360,7 @@ fn projections_are_the_top_axes_with_a_fixed_sign() {
     for mode in [ProjectionMode::Uncentred, ProjectionMode::Centred] {
         let options = PanelOptions {
             projection: Some(mode),
+            also_centred: false,
             threads: Threads::Sequential,
         };
         let p = EmbeddingPanel::compute(e, None, &options).unwrap();

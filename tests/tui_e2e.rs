@@ -160,6 +160,56 @@ fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
         "in order: {steps:?}"
     );
     assert!(steps[0] >= 1);
+
+    // The metrics store holds the same interventions, at the steps the engine acknowledged, and
+    // the training rows on both sides of each change.
+    let st = conelab::store::load(&run).expect("the run's store");
+    let kinds = st
+        .events
+        .column("kind")
+        .expect("kind")
+        .str()
+        .expect("str")
+        .clone();
+    let ev_steps = st
+        .events
+        .column("step")
+        .expect("step")
+        .u64()
+        .expect("u64")
+        .clone();
+    let events: Vec<(String, u64)> = kinds
+        .iter()
+        .zip(ev_steps.iter())
+        .map(|(k, s)| (k.unwrap_or_default().to_string(), s.unwrap_or_default()))
+        .collect();
+    let find = |kind: &str| {
+        events
+            .iter()
+            .find(|(k, _)| k == kind)
+            .map(|(_, s)| *s)
+            .unwrap_or_else(|| panic!("no {kind} event in {events:?}"))
+    };
+    assert_eq!(find("regulariser on"), steps[0]);
+    assert_eq!(find("freeze"), steps[1]);
+    assert_eq!(find("stop"), steps[3]);
+    assert_eq!(events.first().map(|e| e.0.as_str()), Some("start"));
+    assert_eq!(events.last().map(|e| e.0.as_str()), Some("finish"));
+    // In the order they happened; an acknowledgement names the first step it affects (the stop
+    // names the step after the last one run), so only the interventions are strictly ordered.
+    assert!(
+        steps[0] < steps[1] && steps[1] <= steps[3] && find("finish") + 1 >= steps[3],
+        "{events:?}"
+    );
+    let loss = conelab::store::query::history(st.metrics_lazy(), "train", "total", "loss", 0)
+        .expect("history");
+    for change in [steps[0], steps[1]] {
+        assert!(
+            loss.steps.contains(&(change - 1)) && loss.steps.contains(&change),
+            "train rows at steps {} and {change}",
+            change - 1
+        );
+    }
 }
 
 /// state.json of the newest checkpoint of a run directory.

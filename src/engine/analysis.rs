@@ -73,6 +73,7 @@ impl AnalysisWorker {
                             // One thread: the cores belong to training.
                             let options = PanelOptions {
                                 projection: Some(ProjectionMode::Uncentred),
+                                also_centred: true,
                                 threads: Threads::Sequential,
                             };
                             EmbeddingPanel::compute(w, Some(&groups), &options)

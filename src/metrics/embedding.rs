@@ -35,6 +35,9 @@ pub enum ProjectionMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PanelOptions {
     pub projection: Option<ProjectionMode>,
+    /// Also the centred projection (PCA), in `EmbeddingPanel::centred` (the live workbench's
+    /// uncentred/centred toggle); costs one more d×d eigendecomposition.
+    pub also_centred: bool,
     pub threads: Threads,
 }
 
@@ -42,6 +45,7 @@ impl Default for PanelOptions {
     fn default() -> Self {
         Self {
             projection: Some(ProjectionMode::Uncentred),
+            also_centred: false,
             threads: Threads::All,
         }
     }
@@ -87,6 +91,8 @@ pub struct EmbeddingPanel {
     /// Mean cosine between a rare and a frequent row.
     pub rare_frequent_cos: Option<f64>,
     pub projection: Option<Projection>,
+    /// The centred projection, when asked for with `also_centred` (and not already `projection`).
+    pub centred: Option<Projection>,
 }
 
 impl EmbeddingPanel {
@@ -157,6 +163,12 @@ impl EmbeddingPanel {
             Some(ProjectionMode::Uncentred) => Some(total.uncentred_projection(w, par)),
             Some(ProjectionMode::Centred) => Some(centred_projection(w, &total, par)?),
         };
+        let centred = if options.also_centred && options.projection != Some(ProjectionMode::Centred)
+        {
+            Some(centred_projection(w, &total, par)?)
+        } else {
+            None
+        };
         let mut rare_frequent_cos = None;
         let group_stats = group_analyses.map(|analyses| {
             let (rare, freq) = (&analyses[2], &analyses[0]);
@@ -177,6 +189,7 @@ impl EmbeddingPanel {
             groups: group_stats,
             rare_frequent_cos,
             projection,
+            centred,
         })
     }
 }

@@ -141,7 +141,22 @@ pub enum Action {
     SearchCancel,
     /// `w`: watch (pin) the selected word, or stop watching it.
     TogglePin,
+    /// `c` in the embedding pane: uncentred (the cone visible) / centred (PCA) projection.
+    ToggleCentred,
+    /// `[` / `]` in the embedding pane: an older / newer snapshot (newer than the newest: live).
+    Scrub(i32),
 }
+
+/// The 2-D projections of one snapshot, kept for the time scrub.
+#[derive(Debug, Clone)]
+pub struct ScatterFrame {
+    pub step: u64,
+    pub uncentred: Option<crate::metrics::embedding::Projection>,
+    pub centred: Option<crate::metrics::embedding::Projection>,
+}
+
+/// Snapshots kept for the scrub; older halves are thinned when it fills.
+const SCATTER_FRAMES: usize = 120;
 
 /// What an action needs from the outside world.
 #[derive(Debug, Clone, PartialEq)]
@@ -236,6 +251,11 @@ pub struct App {
     /// The run's vocabulary (for the neighbour search), when known.
     pub vocab: Option<Arc<Vocabulary>>,
     pub neighbors: NeighborsState,
+    /// Every analysed snapshot's projections (thinned), for the time scrub.
+    pub scatter_frames: Vec<ScatterFrame>,
+    /// Index into `scatter_frames` while scrubbing; `None` follows the newest snapshot.
+    pub scrub: Option<usize>,
+    pub centred: bool,
 }
 
 impl App {
@@ -266,6 +286,9 @@ impl App {
             view,
             vocab: None,
             neighbors: NeighborsState::default(),
+            scatter_frames: Vec::new(),
+            scrub: None,
+            centred: false,
         }
     }
 
@@ -404,7 +427,36 @@ impl App {
             self.first_spectrum = Some(analysis.panel.total.sv_norm.clone());
         }
         self.neighbors.refresh(Some(&analysis));
+        if self.scatter_frames.len() >= SCATTER_FRAMES {
+            // Keep the whole run's story: thin the older half, as the loss curve does.
+            let half = self.scatter_frames.len() / 2;
+            let mut kept: Vec<ScatterFrame> = self.scatter_frames[..half]
+                .iter()
+                .step_by(2)
+                .cloned()
+                .collect();
+            let removed = half - kept.len();
+            kept.extend_from_slice(&self.scatter_frames[half..]);
+            self.scatter_frames = kept;
+            // A scrub position in the thinned half moves with its frame (approximately).
+            self.scrub = self
+                .scrub
+                .map(|i| if i < half { i / 2 } else { i - removed });
+        }
+        self.scatter_frames.push(ScatterFrame {
+            step: analysis.snapshot.step,
+            uncentred: analysis.panel.projection.clone(),
+            centred: analysis.panel.centred.clone(),
+        });
         self.analysis = Some(analysis);
+    }
+
+    /// The snapshot the embedding pane shows: the scrubbed one, or the newest.
+    pub fn scatter_frame(&self) -> Option<&ScatterFrame> {
+        match self.scrub {
+            Some(i) => self.scatter_frames.get(i),
+            None => self.scatter_frames.last(),
+        }
     }
 
     /// Applies an action; returns what the caller must do.
@@ -524,6 +576,23 @@ impl App {
             }
             Action::TogglePin => {
                 self.neighbors.toggle_pin(self.analysis.as_deref());
+                Effect::None
+            }
+            Action::ToggleCentred => {
+                self.centred = !self.centred;
+                Effect::None
+            }
+            Action::Scrub(delta) => {
+                let n = self.scatter_frames.len();
+                if n > 0 {
+                    let at = self.scrub.unwrap_or(n - 1) as i64 + delta as i64;
+                    // Past the newest snapshot: follow the live one again.
+                    self.scrub = if at >= n as i64 - 1 && delta > 0 {
+                        None
+                    } else {
+                        Some(at.clamp(0, n as i64 - 1) as usize)
+                    };
+                }
                 Effect::None
             }
         }

@@ -1,7 +1,10 @@
 //! Keys → actions. A pure function of the key and the little state that changes a key's meaning
 //! (a dialog or the help overlay open, which pane has focus), so it is tested without a terminal.
 
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::event::{
+    KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+};
+use ratatui::layout::{Position, Rect};
 
 use super::app::{Action, App, Pane};
 
@@ -32,10 +35,44 @@ pub const HELP: &[(&str, &str)] = &[
         "Neighbours: watch (pin) the selected word, or unpin it",
     ),
     (
+        "c",
+        "Embedding: uncentred (the cone) / centred (PCA) projection",
+    ),
+    (
+        "[ ] / ← →",
+        "Embedding: older / newer snapshot (past the newest: live)",
+    ),
+    (
         "In the quit dialog",
         "s stop and save · x stop without saving · c or Esc cancel",
     ),
 ];
+
+/// Mouse → action: a click focuses the pane under the pointer; the wheel moves through the
+/// controls, the snapshots of the embedding pane, or the search matches. `panes` is the layout
+/// of the screen (`ui::pane_areas`).
+pub fn mouse_action(app: &App, mouse: MouseEvent, panes: &[(Pane, Rect)]) -> Action {
+    if app.confirm_quit || app.help {
+        return Action::None;
+    }
+    let at = Position::new(mouse.column, mouse.row);
+    let Some(&(pane, _)) = panes.iter().find(|(_, r)| r.contains(at)) else {
+        return Action::None;
+    };
+    let step = match mouse.kind {
+        MouseEventKind::Down(MouseButton::Left) => return Action::Focus(pane),
+        MouseEventKind::ScrollUp => -1,
+        MouseEventKind::ScrollDown => 1,
+        _ => return Action::None,
+    };
+    match pane {
+        Pane::Controls if step < 0 => Action::ControlsUp,
+        Pane::Controls => Action::ControlsDown,
+        Pane::Scatter => Action::Scrub(step),
+        Pane::Neighbors if app.neighbors.editing => Action::SearchMove(step),
+        _ => Action::None,
+    }
+}
 
 pub fn action_for(app: &App, key: KeyEvent) -> Action {
     if key.kind == KeyEventKind::Release {
@@ -73,6 +110,7 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
     }
     let controls = app.focus == Pane::Controls;
     let neighbors = app.focus == Pane::Neighbors;
+    let scatter = app.focus == Pane::Scatter;
     match key.code {
         KeyCode::Char('q') => Action::Quit,
         KeyCode::Char('?') => Action::ToggleHelp,
@@ -96,6 +134,9 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
         KeyCode::Char('/') => Action::SearchStart,
         KeyCode::Enter if neighbors => Action::SearchStart,
         KeyCode::Char('w') if neighbors => Action::TogglePin,
+        KeyCode::Char('c') if scatter => Action::ToggleCentred,
+        KeyCode::Char('[') | KeyCode::Left if scatter => Action::Scrub(-1),
+        KeyCode::Char(']') | KeyCode::Right if scatter => Action::Scrub(1),
         _ => Action::None,
     }
 }
@@ -243,6 +284,62 @@ mod tests {
             Effect::Send(Command::Pause),
             "keys are commands again"
         );
+    }
+
+    #[test]
+    fn a_click_focuses_the_pane_under_it_and_the_wheel_scrolls_it() {
+        let app = running();
+        let panes = crate::tui::ui::pane_areas(Rect::new(0, 0, 120, 40), &app);
+        let centre = |pane: Pane| {
+            let r = panes
+                .iter()
+                .find(|(p, _)| *p == pane)
+                .map(|(_, r)| *r)
+                .expect("shown");
+            (r.x + r.width / 2, r.y + r.height / 2)
+        };
+        let mouse = |kind, (column, row): (u16, u16)| MouseEvent {
+            kind,
+            column,
+            row,
+            modifiers: KeyModifiers::NONE,
+        };
+        let click = MouseEventKind::Down(MouseButton::Left);
+        for pane in [
+            Pane::Controls,
+            Pane::Scatter,
+            Pane::Neighbors,
+            Pane::Events,
+            Pane::Groups,
+        ] {
+            assert_eq!(
+                mouse_action(&app, mouse(click, centre(pane)), &panes),
+                Action::Focus(pane)
+            );
+        }
+        assert_eq!(
+            mouse_action(
+                &app,
+                mouse(MouseEventKind::ScrollDown, centre(Pane::Controls)),
+                &panes
+            ),
+            Action::ControlsDown
+        );
+        assert_eq!(
+            mouse_action(
+                &app,
+                mouse(MouseEventKind::ScrollUp, centre(Pane::Scatter)),
+                &panes
+            ),
+            Action::Scrub(-1)
+        );
+        // The header line is no pane.
+        assert_eq!(
+            mouse_action(&app, mouse(click, (5, 0)), &panes),
+            Action::None
+        );
+        // A too-small screen has no panes to click.
+        assert!(crate::tui::ui::pane_areas(Rect::new(0, 0, 40, 10), &app).is_empty());
     }
 
     #[test]

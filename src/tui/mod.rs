@@ -15,7 +15,10 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratatui::crossterm::event::{self, Event as TermEvent, KeyEventKind};
+use ratatui::crossterm::event::{
+    self, DisableMouseCapture, EnableMouseCapture, Event as TermEvent, KeyEventKind,
+};
+use ratatui::layout::Rect;
 
 use crate::data::FrequencyGroups;
 use crate::engine::{EngineHandle, FinishReason};
@@ -37,6 +40,7 @@ struct TerminalGuard;
 
 impl Drop for TerminalGuard {
     fn drop(&mut self) {
+        let _ = ratatui::crossterm::execute!(std::io::stdout(), DisableMouseCapture);
         ratatui::restore();
     }
 }
@@ -54,6 +58,8 @@ pub fn run_live(
     // try_init installs a panic hook that restores the terminal before the panic message.
     let mut terminal = ratatui::try_init()?;
     let _guard = TerminalGuard;
+    // The mouse is optional: a terminal that refuses it keeps the keyboard.
+    let _ = ratatui::crossterm::execute!(std::io::stdout(), EnableMouseCapture);
     let mut app = App::new(objectives, view).with_vocabulary(vocab);
     let mut dirty = true;
     loop {
@@ -81,6 +87,17 @@ pub fn run_live(
                         Effect::None => {}
                         Effect::Send(c) => handle.send(c),
                         Effect::Exit => break,
+                    }
+                }
+                TermEvent::Mouse(mouse) => {
+                    let size = terminal.size()?;
+                    let panes = ui::pane_areas(Rect::new(0, 0, size.width, size.height), &app);
+                    let action = keys::mouse_action(&app, mouse, &panes);
+                    if action != app::Action::None {
+                        dirty = true;
+                        if let Effect::Send(c) = app.apply(action) {
+                            handle.send(c);
+                        }
                     }
                 }
                 TermEvent::Resize(..) => dirty = true,

@@ -51,6 +51,65 @@ impl Palette {
     }
 }
 
+/// Where each visible pane goes on a screen of `area` (empty when the screen is too small): the
+/// layout the renderer draws and the mouse hit-tests.
+pub fn pane_areas(area: Rect, app: &App) -> Vec<(Pane, Rect)> {
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        return Vec::new();
+    }
+    let [_, body, _] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(0),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    if app.zoom {
+        return vec![(app.focus, body)];
+    }
+    let [top, middle, bottom] = Layout::vertical([
+        Constraint::Percentage(36),
+        Constraint::Length(8),
+        Constraint::Min(6),
+    ])
+    .areas(body);
+    let [progress, controls] =
+        Layout::horizontal([Constraint::Min(30), Constraint::Length(34)]).areas(top);
+    let [scatter, neighbors, right] = Layout::horizontal([
+        Constraint::Percentage(36),
+        Constraint::Percentage(30),
+        Constraint::Percentage(34),
+    ])
+    .areas(bottom);
+    let mut out = vec![
+        (Pane::Progress, progress),
+        (Pane::Controls, controls),
+        (Pane::Groups, middle),
+        (Pane::Scatter, scatter),
+        (Pane::Neighbors, neighbors),
+    ];
+    // Spectrum and self-normalisation share a slot: the one with the focus shows.
+    let spectral = if app.focus == Pane::SelfNorm {
+        Pane::SelfNorm
+    } else {
+        Pane::Spectrum
+    };
+    if right.height >= 14 {
+        let [top_right, bottom_right] =
+            Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(right);
+        out.push((spectral, top_right));
+        out.push((Pane::Events, bottom_right));
+    } else {
+        // Too short for two panes: the events, unless a spectral pane has the focus.
+        let pane = if matches!(app.focus, Pane::Spectrum | Pane::SelfNorm) {
+            spectral
+        } else {
+            Pane::Events
+        };
+        out.push((pane, right));
+    }
+    out
+}
+
 /// Draws the whole screen.
 pub fn render(frame: &mut Frame, app: &App, groups: Option<&FrequencyGroups>) {
     let area = frame.area();
@@ -65,7 +124,7 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&FrequencyGroups>) {
     let pal = Palette {
         no_color: app.view.no_color,
     };
-    let [header, body, footer] = Layout::vertical([
+    let [header, _, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(0),
         Constraint::Length(1),
@@ -79,49 +138,8 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&FrequencyGroups>) {
         .style(pal.fg(Color::DarkGray)),
         footer,
     );
-    if app.zoom {
-        render_pane(frame, app, groups, app.focus, body, &pal);
-    } else {
-        let [top, middle, bottom] = Layout::vertical([
-            Constraint::Percentage(36),
-            Constraint::Length(8),
-            Constraint::Min(6),
-        ])
-        .areas(body);
-        let [progress, controls] =
-            Layout::horizontal([Constraint::Min(30), Constraint::Length(34)]).areas(top);
-        let [scatter, neighbors, right] = Layout::horizontal([
-            Constraint::Percentage(36),
-            Constraint::Percentage(30),
-            Constraint::Percentage(34),
-        ])
-        .areas(bottom);
-        render_pane(frame, app, groups, Pane::Progress, progress, &pal);
-        render_pane(frame, app, groups, Pane::Controls, controls, &pal);
-        render_pane(frame, app, groups, Pane::Groups, middle, &pal);
-        render_pane(frame, app, groups, Pane::Scatter, scatter, &pal);
-        render_pane(frame, app, groups, Pane::Neighbors, neighbors, &pal);
-        // Spectrum and self-normalisation share a slot: the one with the focus shows.
-        let spectral = if app.focus == Pane::SelfNorm {
-            Pane::SelfNorm
-        } else {
-            Pane::Spectrum
-        };
-        if right.height >= 14 {
-            let [top_right, bottom_right] =
-                Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)])
-                    .areas(right);
-            render_pane(frame, app, groups, spectral, top_right, &pal);
-            render_pane(frame, app, groups, Pane::Events, bottom_right, &pal);
-        } else {
-            // Too short for two panes: the events, unless a spectral pane has the focus.
-            let pane = if matches!(app.focus, Pane::Spectrum | Pane::SelfNorm) {
-                spectral
-            } else {
-                Pane::Events
-            };
-            render_pane(frame, app, groups, pane, right, &pal);
-        }
+    for (pane, rect) in pane_areas(area, app) {
+        render_pane(frame, app, groups, pane, rect, &pal);
     }
     if app.help {
         help_overlay(frame, area);
@@ -606,11 +624,16 @@ fn scatter(
     area: Rect,
     pal: &Palette,
 ) {
-    let Some(analysis) = &app.analysis else {
+    let Some(shown) = app.scatter_frame() else {
         frame.render_widget(Paragraph::new("no snapshot yet"), area);
         return;
     };
-    let Some(projection) = &analysis.panel.projection else {
+    let projection = if app.centred {
+        shown.centred.as_ref().or(shown.uncentred.as_ref())
+    } else {
+        shown.uncentred.as_ref()
+    };
+    let Some(projection) = projection else {
         frame.render_widget(Paragraph::new("no projection"), area);
         return;
     };
@@ -631,11 +654,16 @@ fn scatter(
     let [title, plot] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
     frame.render_widget(
         Paragraph::new(format!(
-            "step {} · {:?} · axes {:.0}%/{:.0}%",
-            analysis.snapshot.step,
+            "step {} · {:?} · axes {:.0}%/{:.0}%{}",
+            shown.step,
             projection.mode,
             100.0 * projection.explained[0],
-            100.0 * projection.explained[1]
+            100.0 * projection.explained[1],
+            match app.scrub {
+                Some(i) => format!(" · {}/{}", i + 1, app.scatter_frames.len()),
+                None if app.scatter_frames.len() > 1 => " · live".to_string(),
+                None => String::new(),
+            }
         ))
         .style(pal.fg(Color::DarkGray)),
         title,
@@ -918,6 +946,7 @@ mod tests {
             Some(&RowGroups::from_ranks(&groups())),
             &PanelOptions {
                 threads: Threads::Sequential,
+                also_centred: true,
                 ..PanelOptions::default()
             },
         )
@@ -1092,6 +1121,42 @@ mod tests {
         let best = format!("w{}", want[0].1);
         assert!(text.contains(&best), "the nearest word is shown: {text}");
         assert!(text.contains("★ w1"), "the pinned word is shown: {text}");
+    }
+
+    #[test]
+    fn the_scrub_walks_back_through_snapshots_and_centring_switches_the_projection() {
+        let mut a = app();
+        a.focus = Pane::Scatter;
+        assert_eq!(a.scatter_frames.len(), 3, "snapshots at steps 1, 30 and 60");
+        let live = draw(&a, 120, 40);
+        assert!(
+            live.contains("step 60 · Uncentred") && live.contains("· live"),
+            "{live}"
+        );
+        a.apply(Action::Scrub(-1));
+        let text = draw(&a, 120, 40);
+        assert!(
+            text.contains("step 30 · Uncentred · axes") && text.contains(" · 2/3"),
+            "{text}"
+        );
+        assert_eq!(a.scrub, Some(1));
+        for _ in 0..10 {
+            a.apply(Action::Scrub(-1));
+        }
+        assert_eq!(a.scrub, Some(0), "stops at the first snapshot");
+        for _ in 0..10 {
+            a.apply(Action::Scrub(1));
+        }
+        assert_eq!(a.scrub, None, "past the newest: live again");
+        a.apply(Action::ToggleCentred);
+        let text = draw(&a, 120, 40);
+        assert!(text.contains("step 60 · Centred"), "{text}");
+        // The centred axes are the covariance's: their explained shares add up to at most 1.
+        let c = a
+            .scatter_frame()
+            .and_then(|f| f.centred.clone())
+            .expect("centred");
+        assert!(c.explained[0] + c.explained[1] <= 1.0 + 1e-9 && c.explained[0] >= c.explained[1]);
     }
 
     #[test]
