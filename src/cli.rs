@@ -180,7 +180,9 @@ foreign matrix: a .safetensors file (pick the tensor with --tensor) or a .npy fi
 float64, 2-D), one row per token.\n\nJSON keys (stable): n, d, i1, i2, mean_norm, sv_norm, sv_max, \
 effective_rank, mean_cos, mean_cos_to_mean, groups.{frequent,medium,rare}.{same keys + rows}, \
 rare_frequent_cos, neighbors.{WORD: [{token, cosine|distance, id, group, count}]}, \
-class_precision."
+class_precision.\n\nOn a terminal (and without --json or --no-tui) it opens the browser: the \
+workbench's embedding scatter, neighbour search, spectrum and group metrics; --compare OTHER puts \
+a second matrix beside it."
 )]
 pub struct InspectArgs {
     pub path: PathBuf,
@@ -216,6 +218,15 @@ pub struct InspectArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
+
+    /// A second checkpoint or matrix to show beside PATH (same loading rules; --tensor, --vocab
+    /// and --counts apply to PATH only).
+    #[arg(long, value_name = "OTHER")]
+    pub compare: Option<PathBuf>,
+
+    /// Print the tables even on a terminal (no browser).
+    #[arg(long)]
+    pub no_tui: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -1058,11 +1069,30 @@ fn inspect_cmd(args: InspectArgs) -> Result<()> {
     if let Some(c) = &args.counts {
         m.counts = Some(read_counts_file(c, m.n)?);
     }
-    let bounds = match (args.groups, m.group_bounds) {
-        (Some(b), _) => b,
-        (None, Some([a, b])) => GroupBounds::new(a, b)?,
-        (None, None) => GroupBounds::default(),
+    let bounds_of = |m: &conelab::checkpoint::matrix::LoadedMatrix| -> Result<GroupBounds> {
+        Ok(match (args.groups, m.group_bounds) {
+            (Some(b), _) => b,
+            (None, Some([a, b])) => GroupBounds::new(a, b)?,
+            (None, None) => GroupBounds::default(),
+        })
     };
+    let bounds = bounds_of(&m)?;
+    let other = match &args.compare {
+        Some(p) => Some(load_matrix(p, None)?),
+        None => None,
+    };
+    if !args.json && !args.no_tui && std::io::stdout().is_terminal() {
+        let view = conelab::tui::app::ViewOptions {
+            no_color: conelab_widgets::no_color_from_env(),
+            ascii: false,
+        };
+        let mut sides = vec![conelab::tui::browser::Side::new(&m, bounds, view)?];
+        if let Some(o) = &other {
+            sides.push(conelab::tui::browser::Side::new(o, bounds_of(o)?, view)?);
+        }
+        conelab::tui::run_browser(conelab::tui::browser::Browser::new(sides))?;
+        return Ok(());
+    }
     let request = InspectRequest {
         queries: args.neighbors.clone(),
         k: args.k,
@@ -1072,13 +1102,23 @@ fn inspect_cmd(args: InspectArgs) -> Result<()> {
         },
     };
     let report = inspect(&m, bounds, &request)?;
+    let other = match &other {
+        Some(o) => Some(inspect(o, bounds_of(o)?, &request)?),
+        None => None,
+    };
     if args.json {
-        print_stdout(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(&report.to_json())?
-        ))
+        let value = match &other {
+            Some(o) => serde_json::json!([report.to_json(), o.to_json()]),
+            None => report.to_json(),
+        };
+        print_stdout(&format!("{}\n", serde_json::to_string_pretty(&value)?))
     } else {
-        print_stdout(&report.render())
+        let mut text = report.render();
+        if let Some(o) = &other {
+            text.push('\n');
+            text.push_str(&o.render());
+        }
+        print_stdout(&text)
     }
 }
 

@@ -156,6 +156,18 @@ fn eval_and_inspect_a_trained_run() {
     // The same numbers as eval's embedding block (same checkpoint).
     assert_eq!(i["i1"], e["embedding"]["i1"]);
 
+    // --compare: both reports (the same checkpoint twice gives the same numbers twice).
+    let both = json(&conelab(&["inspect", s(&run), "--compare", s(&run), "--json"]));
+    let both = both.as_array().expect("an array of two reports");
+    assert_eq!(both.len(), 2);
+    assert_eq!(both[0]["i1"], i["i1"]);
+    assert_eq!(both[1]["i1"], i["i1"]);
+    let missing = fx.path("nope");
+    assert_one_line_error(
+        &conelab(&["inspect", s(&run), "--compare", s(&missing)]),
+        &["nope"],
+    );
+
     // A misspelt word: one line naming close spellings.
     let typo = format!("{word}x");
     let out = conelab(&["inspect", s(&run), "--neighbors", &typo]);

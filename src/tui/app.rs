@@ -233,6 +233,8 @@ pub struct App {
     pub analysis: Option<Arc<EmbeddingAnalysis>>,
     /// The normalised spectrum of the first analysis, to compare against.
     pub first_spectrum: Option<Vec<f64>>,
+    /// Another spectrum to draw against the current one (the browser's `--compare`), labelled.
+    pub spectrum_reference: Option<(String, Vec<f64>)>,
     pub objectives: Objectives,
     pub lr: Option<f64>,
     /// Steps at which an intervention (objective change, lr, freeze) took effect.
@@ -271,6 +273,7 @@ impl App {
             embedding: Vec::new(),
             analysis: None,
             first_spectrum: None,
+            spectrum_reference: None,
             objectives,
             lr: None,
             interventions: Vec::new(),

@@ -216,6 +216,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 /// Frame times of the default layout and of every zoomed pane.
 pub fn bench_frames(n: usize, d: usize, frames: usize) -> Result<Vec<FrameRow>, BenchError> {
     let (mut app, groups) = demo_app(n, d, 2_000)?;
+    let row_groups = RowGroups::from_ranks(&groups);
     let mut rows = Vec::new();
     let mut cases: Vec<(String, u16, u16, Option<Pane>)> = vec![
         ("default layout".into(), 200, 60, None),
@@ -236,7 +237,7 @@ pub fn bench_frames(n: usize, d: usize, frames: usize) -> Result<Vec<FrameRow>, 
         for _ in 0..frames.max(1) {
             terminal.clear()?;
             let t = Instant::now();
-            terminal.draw(|f| ui::render(f, &app, Some(&groups)))?;
+            terminal.draw(|f| ui::render(f, &app, Some(&row_groups)))?;
             ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
         ms.sort_by(f64::total_cmp);
@@ -272,7 +273,7 @@ fn timed_run(
         ..TrainConfig::default()
     };
     let trainer = Trainer::new(corpus, model.clone(), config, DeviceSpec::Cpu)?;
-    let groups = *trainer.corpus().groups();
+    let rows = RowGroups::from_ranks(trainer.corpus().groups());
     let tokens_per_step = (16 * model.window()) as f64;
     let handle = engine::spawn(trainer, None);
     let mut app = App::new(Objectives::default(), ViewOptions::default());
@@ -325,7 +326,7 @@ fn timed_run(
             }
             if dirty {
                 terminal
-                    .draw(|f| ui::render(f, &app, Some(&groups)))
+                    .draw(|f| ui::render(f, &app, Some(&rows)))
                     .map_err(|e| EngineError::Config(format!("draw: {e}")))?;
                 *frames += 1;
             }

@@ -7,6 +7,7 @@
 
 pub mod app;
 pub mod bench;
+pub mod browser;
 pub mod keys;
 pub mod neighbors;
 pub mod ui;
@@ -23,6 +24,7 @@ use ratatui::layout::Rect;
 use crate::data::FrequencyGroups;
 use crate::engine::{EngineHandle, FinishReason};
 use crate::headless::Outcome;
+use crate::metrics::RowGroups;
 use crate::objective::Objectives;
 use app::{App, Effect, RunStatus, ViewOptions};
 
@@ -45,6 +47,30 @@ impl Drop for TerminalGuard {
     }
 }
 
+/// The offline browser until the user leaves.
+pub fn run_browser(mut browser: browser::Browser) -> Result<(), TuiError> {
+    let mut terminal = ratatui::try_init()?;
+    let _guard = TerminalGuard;
+    let mut dirty = true;
+    while !browser.exit {
+        if dirty {
+            terminal.draw(|frame| ui::render_browser(frame, &browser))?;
+            dirty = false;
+        }
+        if event::poll(TICK)? {
+            match event::read()? {
+                TermEvent::Key(key) => {
+                    browser.on_key(key);
+                    dirty = true;
+                }
+                TermEvent::Resize(..) => dirty = true,
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs the workbench until the user leaves. `objectives` are the run's at the start (the app
 /// mirrors every acknowledged change); `groups` colour the scatter; `vocab` feeds the neighbour
 /// search.
@@ -61,6 +87,7 @@ pub fn run_live(
     // The mouse is optional: a terminal that refuses it keeps the keyboard.
     let _ = ratatui::crossterm::execute!(std::io::stdout(), EnableMouseCapture);
     let mut app = App::new(objectives, view).with_vocabulary(vocab);
+    let rows = RowGroups::from_ranks(&groups);
     let mut dirty = true;
     loop {
         while let Ok(e) = handle.events().try_recv() {
@@ -75,7 +102,7 @@ pub fn run_live(
             break;
         }
         if dirty {
-            terminal.draw(|frame| ui::render(frame, &app, Some(&groups)))?;
+            terminal.draw(|frame| ui::render(frame, &app, Some(&rows)))?;
             dirty = false;
         }
         if event::poll(TICK)? {

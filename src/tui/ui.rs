@@ -16,7 +16,8 @@ use ratatui::widgets::{
 
 use super::app::{App, Control, EmbeddingMetric, LogKind, Pane, RunStatus};
 use super::keys::HELP;
-use crate::data::{FrequencyGroups, Group};
+use crate::data::Group;
+use crate::metrics::RowGroups;
 use crate::objective::Term;
 
 /// Below this the layout would be garbage: say so instead.
@@ -110,8 +111,75 @@ pub fn pane_areas(area: Rect, app: &App) -> Vec<(Pane, Rect)> {
     out
 }
 
+/// The offline browser (`conelab inspect` on a terminal): for each matrix a row of Embedding,
+/// Neighbours and Spectrum under a Groups table (one matrix), or the focused pane of each side by
+/// side when zoomed.
+pub fn render_browser(frame: &mut Frame, browser: &super::browser::Browser) {
+    let area = frame.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let msg = format!(
+            "terminal too small: {}×{} (conelab needs at least {MIN_WIDTH}×{MIN_HEIGHT})",
+            area.width, area.height
+        );
+        frame.render_widget(Paragraph::new(msg).wrap(Wrap { trim: true }), area);
+        return;
+    }
+    let no_color = browser.sides.first().is_some_and(|s| s.app.view.no_color);
+    let pal = Palette { no_color };
+    let [header, body, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(0),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    let names: Vec<String> = browser.sides.iter().map(|s| s.describe()).collect();
+    frame.render_widget(
+        Paragraph::new(Line::from(vec![
+            Span::styled(
+                " conelab inspect ",
+                pal.fg(Color::LightGreen).add_modifier(Modifier::BOLD),
+            ),
+            Span::raw(names.join("  vs  ")),
+        ])),
+        header,
+    );
+    frame.render_widget(
+        Paragraph::new(
+            "q quit · Tab/2,3,4,7 pane · z zoom · / search (both) · w watch · c centred",
+        )
+        .style(pal.fg(Color::DarkGray)),
+        footer,
+    );
+    let n = browser.sides.len().max(1) as u32;
+    let side_areas = Layout::vertical(vec![Constraint::Ratio(1, n); n as usize]).split(body);
+    for (side, &area) in browser.sides.iter().zip(side_areas.iter()) {
+        let rows = side.rows.as_ref();
+        if browser.zoom {
+            render_pane(frame, &side.app, rows, browser.focus, area, &pal);
+            continue;
+        }
+        let row = if browser.sides.len() == 1 {
+            let [groups, rest] =
+                Layout::vertical([Constraint::Length(8), Constraint::Min(0)]).areas(area);
+            render_pane(frame, &side.app, rows, Pane::Groups, groups, &pal);
+            rest
+        } else {
+            area
+        };
+        let [scatter, neighbors, spectrum] = Layout::horizontal([
+            Constraint::Percentage(40),
+            Constraint::Percentage(30),
+            Constraint::Percentage(30),
+        ])
+        .areas(row);
+        render_pane(frame, &side.app, rows, Pane::Scatter, scatter, &pal);
+        render_pane(frame, &side.app, rows, Pane::Neighbors, neighbors, &pal);
+        render_pane(frame, &side.app, rows, Pane::Spectrum, spectrum, &pal);
+    }
+}
+
 /// Draws the whole screen.
-pub fn render(frame: &mut Frame, app: &App, groups: Option<&FrequencyGroups>) {
+pub fn render(frame: &mut Frame, app: &App, groups: Option<&RowGroups>) {
     let area = frame.area();
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         let msg = format!(
@@ -192,7 +260,7 @@ fn block(title: &str, focused: bool, pal: &Palette) -> Block<'static> {
 fn render_pane(
     frame: &mut Frame,
     app: &App,
-    groups: Option<&FrequencyGroups>,
+    groups: Option<&RowGroups>,
     pane: Pane,
     area: Rect,
     pal: &Palette,
@@ -213,19 +281,21 @@ fn render_pane(
     }
 }
 
-fn group_index(groups: Option<&FrequencyGroups>, id: u32) -> Option<usize> {
-    groups.map(|g| match g.group_of(id) {
-        Group::Frequent => 0,
-        Group::Medium => 1,
-        Group::Rare => 2,
-    })
+fn group_index(groups: Option<&RowGroups>, id: u32) -> Option<usize> {
+    groups
+        .filter(|g| (id as usize) < g.len())
+        .map(|g| match g.group_of(id as usize) {
+            Group::Frequent => 0,
+            Group::Medium => 1,
+            Group::Rare => 2,
+        })
 }
 
 /// Search box, the selected word's top-k neighbours, the pinned words' nearest few.
 fn neighbors_pane(
     frame: &mut Frame,
     app: &App,
-    groups: Option<&FrequencyGroups>,
+    groups: Option<&RowGroups>,
     area: Rect,
     pal: &Palette,
 ) {
@@ -617,13 +687,7 @@ fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
     );
 }
 
-fn scatter(
-    frame: &mut Frame,
-    app: &App,
-    groups: Option<&FrequencyGroups>,
-    area: Rect,
-    pal: &Palette,
-) {
+fn scatter(frame: &mut Frame, app: &App, groups: Option<&RowGroups>, area: Rect, pal: &Palette) {
     let Some(shown) = app.scatter_frame() else {
         frame.render_widget(Paragraph::new("no snapshot yet"), area);
         return;
@@ -637,14 +701,7 @@ fn scatter(
         frame.render_widget(Paragraph::new("no projection"), area);
         return;
     };
-    let group_of = |i: usize| -> u8 {
-        match groups.map(|g| g.group_of(i as u32)) {
-            Some(Group::Frequent) => 0,
-            Some(Group::Medium) => 1,
-            Some(Group::Rare) => 2,
-            None => 0,
-        }
-    };
+    let group_of = |i: usize| -> u8 { group_index(groups, i as u32).unwrap_or(0) as u8 };
     let points: Vec<ScatterPoint> = projection
         .points
         .iter()
@@ -701,6 +758,9 @@ fn spectrum(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
     };
     let now = &analysis.panel.total.sv_norm;
     let mut series = vec![Series::new("now", now).style(pal.fg(Color::Green))];
+    if let Some((label, values)) = &app.spectrum_reference {
+        series.push(Series::new(label.as_str(), values).style(pal.fg(Color::Yellow)));
+    }
     if let Some(first) = &app.first_spectrum {
         series.push(Series::new("start", first).style(pal.fg(Color::DarkGray)));
     }
@@ -857,7 +917,7 @@ mod tests {
     use ratatui::backend::TestBackend;
 
     use super::*;
-    use crate::data::GroupBounds;
+    use crate::data::{FrequencyGroups, GroupBounds};
     use crate::engine::analysis::{EmbeddingAnalysis, EmbeddingStats};
     use crate::engine::{
         AppliedCommand, Command, EvalStats, Event, FinishReason, Snapshot, StepStats,
@@ -1040,8 +1100,9 @@ mod tests {
 
     fn draw(app: &App, width: u16, height: u16) -> String {
         let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("backend");
+        let rows = RowGroups::from_ranks(&groups());
         terminal
-            .draw(|frame| render(frame, app, Some(&groups())))
+            .draw(|frame| render(frame, app, Some(&rows)))
             .expect("draw");
         terminal.backend().to_string()
     }

@@ -1,0 +1,362 @@
+//! `conelab inspect PATH` on a terminal: the workbench's embedding panes (scatter, neighbour
+//! search, spectrum, group metrics) for a saved checkpoint or a foreign matrix, and with
+//! `--compare OTHER` two of them side by side — the same word looked up in both, each spectrum
+//! drawn against the other's.
+
+use std::sync::Arc;
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use super::app::{Action, App, Pane, ViewOptions};
+use super::neighbors::Vocabulary;
+use crate::checkpoint::matrix::LoadedMatrix;
+use crate::data::GroupBounds;
+use crate::engine::analysis::{EmbeddingAnalysis, EmbeddingStats};
+use crate::engine::{Event, FinishReason, Snapshot};
+use crate::metrics::{
+    EmbeddingPanel, Embeddings, MatrixError, PanelOptions, ProjectionMode, RowGroups, Threads,
+};
+use crate::objective::Objectives;
+
+/// The panes the browser has, in focus order.
+pub const PANES: [Pane; 4] = [Pane::Scatter, Pane::Neighbors, Pane::Spectrum, Pane::Groups];
+
+/// One matrix and its view.
+#[derive(Debug, Clone)]
+pub struct Side {
+    pub app: App,
+    pub rows: Option<RowGroups>,
+    /// What was loaded: a file, or a run and step.
+    pub source: String,
+}
+
+impl Side {
+    /// Analyses `m` (metrics, both projections, groups from its counts) for the browser.
+    pub fn new(
+        m: &LoadedMatrix,
+        bounds: GroupBounds,
+        view: ViewOptions,
+    ) -> Result<Self, MatrixError> {
+        let w = Embeddings::new(m.n, m.d, &m.data)?;
+        let rows = m
+            .counts
+            .as_deref()
+            .map(|c| RowGroups::from_counts(c, bounds));
+        let panel = EmbeddingPanel::compute(
+            w,
+            rows.as_ref(),
+            &PanelOptions {
+                projection: Some(ProjectionMode::Uncentred),
+                also_centred: true,
+                threads: Threads::All,
+            },
+        )?;
+        let step = m.step.unwrap_or(0);
+        let vocab = Vocabulary {
+            tokens: m
+                .tokens
+                .clone()
+                .unwrap_or_else(|| (0..m.n).map(|i| format!("#{i}")).collect()),
+            counts: m.counts.clone().unwrap_or_else(|| vec![0; m.n]),
+        };
+        let mut app = App::new(Objectives::default(), view).with_vocabulary(Arc::new(vocab));
+        if let Some(groups) = panel.groups.clone() {
+            app.on_event(Event::Embedding(Box::new(EmbeddingStats {
+                step,
+                total: panel.total.clone(),
+                groups,
+                rare_frequent_cos: panel.rare_frequent_cos.unwrap_or(f64::NAN),
+                seconds: 0.0,
+            })));
+        }
+        app.on_analysis(Arc::new(EmbeddingAnalysis {
+            snapshot: Arc::new(Snapshot {
+                step,
+                n: m.n,
+                d: m.d,
+                weights: m.data.clone(),
+            }),
+            panel,
+        }));
+        // One snapshot: there is no "start" to compare the spectrum with (unless --compare).
+        app.first_spectrum = None;
+        app.status = super::app::RunStatus::Finished(FinishReason::Completed);
+        app.focus = Pane::Scatter;
+        Ok(Self {
+            app,
+            rows,
+            source: m.source.clone(),
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        let (n, d, step) = self
+            .app
+            .analysis
+            .as_ref()
+            .map(|a| (a.snapshot.n, a.snapshot.d, a.snapshot.step))
+            .unwrap_or_default();
+        let step = if step > 0 {
+            format!(", step {step}")
+        } else {
+            String::new()
+        };
+        format!("{} ({n}×{d}{step})", self.source)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Browser {
+    pub sides: Vec<Side>,
+    pub focus: Pane,
+    pub zoom: bool,
+    pub exit: bool,
+}
+
+impl Browser {
+    /// One matrix, or two side by side (each spectrum drawn against the other's).
+    pub fn new(mut sides: Vec<Side>) -> Self {
+        if sides.len() == 2 {
+            let spectra: Vec<Option<Vec<f64>>> = sides
+                .iter()
+                .map(|s| {
+                    s.app
+                        .analysis
+                        .as_ref()
+                        .map(|a| a.panel.total.sv_norm.clone())
+                })
+                .collect();
+            for (i, side) in sides.iter_mut().enumerate() {
+                side.app.spectrum_reference = spectra[1 - i].clone().map(|v| ("other".into(), v));
+            }
+        }
+        Self {
+            sides,
+            focus: Pane::Scatter,
+            zoom: false,
+            exit: false,
+        }
+    }
+
+    fn editing(&self) -> bool {
+        self.sides.first().is_some_and(|s| s.app.neighbors.editing)
+    }
+
+    /// Applies an action to every side; a word looked up or pinned on the first side is looked
+    /// up or pinned on the others by its spelling.
+    fn apply_all(&mut self, action: Action) {
+        let Some((first, rest)) = self.sides.split_first_mut() else {
+            return;
+        };
+        first.app.apply(action.clone());
+        let word = |s: &Side| {
+            s.app
+                .neighbors
+                .selected
+                .and_then(|id| s.app.vocab.as_ref().map(|v| v.token(id).to_string()))
+        };
+        match action {
+            Action::SearchAccept | Action::TogglePin => {
+                let Some(w) = word(first) else {
+                    return;
+                };
+                for side in rest {
+                    let id = side
+                        .app
+                        .vocab
+                        .as_ref()
+                        .and_then(|v| v.tokens.iter().position(|t| *t == w));
+                    if let Some(id) = id {
+                        let analysis = side.app.analysis.clone();
+                        let nb = &mut side.app.neighbors;
+                        nb.selected = Some(id as u32);
+                        if action == Action::TogglePin {
+                            nb.toggle_pin(analysis.as_deref());
+                        } else {
+                            nb.refresh(analysis.as_deref());
+                        }
+                    }
+                }
+            }
+            Action::ToggleCentred => {
+                for side in rest {
+                    side.app.apply(Action::ToggleCentred);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub fn on_key(&mut self, key: KeyEvent) {
+        if key.kind == KeyEventKind::Release {
+            return;
+        }
+        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+            self.exit = true;
+            return;
+        }
+        if self.editing() {
+            let action = match key.code {
+                KeyCode::Char(c) => Action::SearchInput(c),
+                KeyCode::Backspace => Action::SearchBackspace,
+                KeyCode::Up => Action::SearchMove(-1),
+                KeyCode::Down => Action::SearchMove(1),
+                KeyCode::Enter => Action::SearchAccept,
+                KeyCode::Esc => Action::SearchCancel,
+                _ => return,
+            };
+            self.apply_all(action);
+            return;
+        }
+        let i = PANES.iter().position(|p| *p == self.focus).unwrap_or(0);
+        match key.code {
+            KeyCode::Char('q') => self.exit = true,
+            KeyCode::Esc if self.zoom => self.zoom = false,
+            KeyCode::Esc => self.exit = true,
+            KeyCode::Tab => self.focus = PANES[(i + 1) % PANES.len()],
+            KeyCode::BackTab => self.focus = PANES[(i + PANES.len() - 1) % PANES.len()],
+            // The live workbench's numbers: 2 Groups, 3 Embedding, 4 Spectrum, 7 Neighbours.
+            KeyCode::Char(c @ '1'..='8') => {
+                let pane = Pane::ALL[(c as u8 - b'1') as usize];
+                if PANES.contains(&pane) {
+                    self.focus = pane;
+                }
+            }
+            KeyCode::Char('z') => self.zoom = !self.zoom,
+            KeyCode::Char('/') => {
+                self.focus = Pane::Neighbors;
+                self.apply_all(Action::SearchStart);
+            }
+            KeyCode::Char('w') => self.apply_all(Action::TogglePin),
+            KeyCode::Char('c') => self.apply_all(Action::ToggleCentred),
+            _ => {}
+        }
+        for side in &mut self.sides {
+            side.app.focus = self.focus;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+
+    use super::*;
+
+    const N: usize = 40;
+    const D: usize = 6;
+
+    /// A matrix whose rows drift further from a common direction with their rank.
+    fn matrix(source: &str, drift: f32) -> LoadedMatrix {
+        let data = (0..N * D)
+            .map(|k| {
+                let (i, j) = (k / D, k % D);
+                let wave = ((i * 5 + j * 3) % 7) as f32 / 7.0 - 0.5;
+                wave + if j == 0 {
+                    drift * i as f32 / N as f32
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        LoadedMatrix {
+            source: source.into(),
+            n: N,
+            d: D,
+            data,
+            tokens: Some((0..N).map(|i| format!("w{i}")).collect()),
+            counts: Some((0..N as u64).map(|i| 1_000 / (i + 1)).collect()),
+            classes: None,
+            step: Some(500),
+            group_bounds: None,
+        }
+    }
+
+    fn browser() -> Browser {
+        let view = ViewOptions {
+            no_color: true,
+            ascii: false,
+        };
+        let sides = vec![
+            Side::new(&matrix("runs/mle", 0.5), GroupBounds::default(), view).expect("side"),
+            Side::new(&matrix("runs/cosreg", 3.0), GroupBounds::default(), view).expect("side"),
+        ];
+        Browser::new(sides)
+    }
+
+    fn key(b: &mut Browser, code: KeyCode) {
+        b.on_key(KeyEvent::new(code, KeyModifiers::NONE));
+    }
+
+    fn draw(b: &Browser) -> String {
+        let mut t = Terminal::new(TestBackend::new(120, 40)).expect("backend");
+        t.draw(|f| super::super::ui::render_browser(f, b))
+            .expect("draw");
+        t.backend().to_string()
+    }
+
+    #[test]
+    fn a_word_is_looked_up_and_watched_in_both_matrices() {
+        let mut b = browser();
+        key(&mut b, KeyCode::Char('/'));
+        for c in ['w', '1', '2'] {
+            key(&mut b, KeyCode::Char(c));
+        }
+        key(&mut b, KeyCode::Enter);
+        for side in &b.sides {
+            assert_eq!(side.app.neighbors.selected, Some(12));
+            assert_eq!(side.app.neighbors.results.len(), 1);
+        }
+        // Different matrices, different neighbours (the second one drifts more).
+        assert_ne!(
+            b.sides[0].app.neighbors.results[0].1,
+            b.sides[1].app.neighbors.results[0].1
+        );
+        key(&mut b, KeyCode::Char('w'));
+        assert!(b.sides.iter().all(|s| s.app.neighbors.pinned == vec![12]));
+        key(&mut b, KeyCode::Char('c'));
+        assert!(b.sides.iter().all(|s| s.app.centred));
+        let text = draw(&b);
+        assert!(
+            text.contains("runs/mle (40×6, step 500)  vs  runs/cosreg"),
+            "{text}"
+        );
+        assert!(text.contains("Centred"), "{text}");
+        assert!(
+            text.contains("other"),
+            "each spectrum is drawn against the other: {text}"
+        );
+        insta::assert_snapshot!("browser_compare_120x40", text);
+        key(&mut b, KeyCode::Char('q'));
+        assert!(b.exit);
+    }
+
+    #[test]
+    fn one_matrix_shows_its_group_table_and_zoom_shows_one_pane() {
+        let view = ViewOptions {
+            no_color: true,
+            ascii: false,
+        };
+        let mut b = Browser::new(vec![
+            Side::new(&matrix("w.npy", 1.0), GroupBounds::default(), view).expect("side"),
+        ]);
+        let text = draw(&b);
+        assert!(
+            text.contains("2 Groups") && text.contains("mean cos"),
+            "{text}"
+        );
+        assert!(!text.contains("other"), "{text}");
+        key(&mut b, KeyCode::Char('4'));
+        key(&mut b, KeyCode::Char('z'));
+        let zoomed = draw(&b);
+        assert!(
+            zoomed.contains("4 Spectrum") && !zoomed.contains("3 Embedding"),
+            "{zoomed}"
+        );
+        key(&mut b, KeyCode::Esc);
+        assert!(!b.zoom && !b.exit, "Esc leaves the zoom first");
+        key(&mut b, KeyCode::Esc);
+        assert!(b.exit);
+    }
+}
