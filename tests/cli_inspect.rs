@@ -157,7 +157,13 @@ fn eval_and_inspect_a_trained_run() {
     assert_eq!(i["i1"], e["embedding"]["i1"]);
 
     // --compare: both reports (the same checkpoint twice gives the same numbers twice).
-    let both = json(&conelab(&["inspect", s(&run), "--compare", s(&run), "--json"]));
+    let both = json(&conelab(&[
+        "inspect",
+        s(&run),
+        "--compare",
+        s(&run),
+        "--json",
+    ]));
     let both = both.as_array().expect("an array of two reports");
     assert_eq!(both.len(), 2);
     assert_eq!(both[0]["i1"], i["i1"]);

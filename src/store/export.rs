@@ -196,7 +196,8 @@ fn metrics_table(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported
             lf = concat(parts, UnionArgs::default())?;
         }
     }
-    let mut out = plain(lf.collect()?);
+    let columns: Vec<Expr> = super::METRIC_COLUMNS.iter().map(|c| col(*c)).collect();
+    let mut out = plain(lf.select(columns).collect()?);
     out.warnings = warnings_of(stores);
     Ok(out)
 }

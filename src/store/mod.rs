@@ -70,6 +70,10 @@ pub mod col {
     pub const GROUP: &str = "group";
     pub const METRIC: &str = "metric";
     pub const VALUE: &str = "value";
+    /// 64-bit FNV-1a of "split\0group\0metric" ([`super::series_key`]): the series a row belongs
+    /// to as one integer, so deduplication and "last value of every metric" group on a u64 instead
+    /// of three strings. Not exported.
+    pub const KEY: &str = "key";
     pub const KIND: &str = "kind";
     pub const DETAIL: &str = "detail";
     pub const BEFORE: &str = "before";
@@ -85,6 +89,36 @@ pub mod split {
     /// Normalised singular values of W, metric `sv0000`, `sv0001`, … (group `total`).
     pub const SPECTRUM: &str = "spectrum";
 }
+
+/// The series a metric row belongs to, as a stable 64-bit FNV-1a hash of split, group and metric
+/// (stable across processes and versions: it is stored), its bits as an i64 (a polars literal
+/// of a u64 above i64::MAX would need 128-bit integers).
+pub fn series_key(split: &str, group: &str, metric: &str) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (i, part) in [split, group, metric].iter().enumerate() {
+        if i > 0 {
+            // A zero byte between the parts (xor with 0 leaves h as it is).
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        for b in part.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h as i64
+}
+
+/// The columns of the metrics table as exported (without the internal `key`).
+pub const METRIC_COLUMNS: [&str; 8] = [
+    col::RUN_ID,
+    col::STEP,
+    col::EPOCH,
+    col::WALL_TIME,
+    col::SPLIT,
+    col::GROUP,
+    col::METRIC,
+    col::VALUE,
+];
 
 /// The `group` of a row: the whole vocabulary or one frequency group.
 pub const GROUPS: [&str; 4] = ["total", "frequent", "medium", "rare"];
@@ -164,7 +198,12 @@ pub fn load(run_dir: &Path) -> Result<LoadedStore, StoreError> {
     let run = read_run_record(&dir)?;
     let mut warnings = Vec::new();
     let metrics = segment::read_all(&dir, segment::Kind::Metrics, &mut warnings)?;
-    let metrics = segment::dedupe_metrics(metrics)?;
+    // A compaction is deduplicated already (the common case: every finished run).
+    let metrics = if segment::single_base(&dir, segment::Kind::Metrics)? && warnings.is_empty() {
+        metrics
+    } else {
+        segment::dedupe_metrics(metrics)?
+    };
     let events = segment::read_all(&dir, segment::Kind::Events, &mut warnings)?;
     Ok(LoadedStore {
         dir,
@@ -213,4 +252,27 @@ pub fn empty_metrics() -> DataFrame {
     writer::MetricBuffer::default()
         .to_frame()
         .unwrap_or_else(|_| DataFrame::empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// FNV-1a over a byte string, written from the definition.
+    fn fnv1a(bytes: &[u8]) -> u64 {
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    }
+
+    #[test]
+    fn series_keys_are_fnv1a_of_the_parts_joined_by_zero_bytes() {
+        // The published test vector of 64-bit FNV-1a.
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(
+            series_key("valid", "rare", "ppl"),
+            fnv1a(b"valid\0rare\0ppl") as i64
+        );
+        assert_ne!(series_key("ab", "c", "d"), series_key("a", "bc", "d"));
+    }
 }

@@ -19,8 +19,21 @@ pub struct LastValue {
 /// of a group is its newest step.
 pub fn last_values(metrics: LazyFrame) -> LazyFrame {
     metrics
-        .group_by_stable([col(c::SPLIT), col(c::GROUP), col(c::METRIC)])
-        .agg([col(c::STEP).last(), col(c::VALUE).last()])
+        .group_by_stable([col(c::KEY)])
+        .agg([
+            col(c::SPLIT).first(),
+            col(c::GROUP).first(),
+            col(c::METRIC).first(),
+            col(c::STEP).last(),
+            col(c::VALUE).last(),
+        ])
+        .select([
+            col(c::SPLIT),
+            col(c::GROUP),
+            col(c::METRIC),
+            col(c::STEP),
+            col(c::VALUE),
+        ])
 }
 
 pub fn last_values_vec(metrics: LazyFrame) -> Result<Vec<LastValue>, StoreError> {
@@ -47,12 +60,7 @@ pub fn last_values_vec(metrics: LazyFrame) -> Result<Vec<LastValue>, StoreError>
 /// Rows of one (split, group, metric), in arrival order.
 pub fn series(metrics: LazyFrame, split: &str, group: &str, metric: &str) -> LazyFrame {
     metrics
-        .filter(
-            col(c::SPLIT)
-                .eq(lit(split))
-                .and(col(c::GROUP).eq(lit(group)))
-                .and(col(c::METRIC).eq(lit(metric))),
-        )
+        .filter(col(c::KEY).eq(lit(super::series_key(split, group, metric))))
         .select([col(c::STEP), col(c::VALUE)])
 }
 

@@ -143,13 +143,23 @@ pub fn read_all(
             Err(e) => warnings.push(format!("{e}; segment skipped")),
         }
     }
-    out.rechunk_mut();
+    // Many small segments (a live run flushing often) make many chunks; a few are cheaper
+    // left as they are than copied.
+    if out.columns().first().is_some_and(|c| c.n_chunks() > 32) {
+        out.rechunk_mut();
+    }
     Ok(out)
+}
+
+/// The live metrics segments are one compaction: already deduplicated.
+pub fn single_base(dir: &Path, kind: Kind) -> Result<bool, StoreError> {
+    let live = live(&list(dir)?, kind);
+    Ok(live.len() == 1 && live[0].base)
 }
 
 /// Keeps the newest row of each (step, split, group, metric); rows stay in arrival order.
 pub fn dedupe_metrics(df: DataFrame) -> Result<DataFrame, StoreError> {
-    let keys = [col::STEP, col::SPLIT, col::GROUP, col::METRIC].map(String::from);
+    let keys = [col::STEP, col::KEY].map(String::from);
     Ok(df.unique_stable(Some(&keys), UniqueKeepStrategy::Last, None)?)
 }
 

@@ -67,6 +67,7 @@ pub struct MetricBuffer {
     split: Vec<u32>,
     group: Vec<u32>,
     metric: Vec<u32>,
+    key: Vec<i64>,
     value: Vec<f64>,
 }
 
@@ -108,6 +109,7 @@ impl MetricBuffer {
         self.split.push(s);
         self.group.push(g);
         self.metric.push(m);
+        self.key.push(super::series_key(split, group, metric));
         self.value.push(value);
     }
 
@@ -124,6 +126,7 @@ impl MetricBuffer {
                 self.names.column(col::SPLIT, &self.split),
                 self.names.column(col::GROUP, &self.group),
                 self.names.column(col::METRIC, &self.metric),
+                Column::new(col::KEY.into(), self.key.as_slice()),
                 Column::new(col::VALUE.into(), self.value.as_slice()),
             ],
         )
@@ -136,6 +139,7 @@ impl MetricBuffer {
         self.split.clear();
         self.group.clear();
         self.metric.clear();
+        self.key.clear();
         self.value.clear();
     }
 }
