@@ -336,13 +336,23 @@ pub struct TrainArgs {
     #[arg(long)]
     pub ascii: bool,
 
+    /// Another run (its newest checkpoint) or embedding matrix whose normalised spectrum the
+    /// workbench's Spectrum pane draws beside this run's.
+    #[arg(long, value_name = "OTHER")]
+    pub compare: Option<PathBuf>,
+
     /// In plain-log mode, print a step line every N steps [default: every 1% of the run].
     #[arg(long)]
     pub log_every: Option<u64>,
 
     /// How often the metrics store writes its buffer to disk, in seconds (a crash loses at most
     /// this much); 0 writes after every event.
-    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 5.0,
+        allow_negative_numbers = true
+    )]
     pub store_flush_secs: f64,
 
     /// The data term: mle (full softmax), nce (k unigram noise samples, log Z fixed at 0) or nce-r
@@ -600,6 +610,11 @@ fn with_window(mut model: ModelConfig, window: Option<usize>) -> ModelConfig {
 }
 
 fn train(args: TrainArgs) -> Result<()> {
+    // Read before anything is created, so a bad path costs nothing.
+    let reference = match &args.compare {
+        Some(other) => Some(reference_spectrum(other)?),
+        None => None,
+    };
     if !(args.store_flush_secs.is_finite() && args.store_flush_secs >= 0.0) {
         bail!(
             "--store-flush-secs must be a number of seconds ≥ 0, got {}",
@@ -643,7 +658,7 @@ fn train(args: TrainArgs) -> Result<()> {
             no_color: conelab_widgets::no_color_from_env(),
             ascii: args.ascii,
         };
-        conelab::tui::run_live(handle, objectives, groups, vocab, view)?
+        conelab::tui::run_live(handle, objectives, groups, vocab, reference, view)?
     } else {
         headless::run(handle, tty, log_every)
     };
@@ -654,6 +669,27 @@ fn train(args: TrainArgs) -> Result<()> {
         ),
         Outcome::Failed { message } => bail!("training failed: {message}"),
     }
+}
+
+/// The normalised singular values of another run's newest checkpoint (or a matrix), labelled by
+/// its folder or file name.
+fn reference_spectrum(path: &std::path::Path) -> Result<(String, Vec<f64>)> {
+    let m = load_matrix(path, None)?;
+    let w = conelab::metrics::Embeddings::new(m.n, m.d, &m.data)?;
+    let panel = conelab::metrics::EmbeddingPanel::compute(
+        w,
+        None,
+        &conelab::metrics::PanelOptions {
+            projection: None,
+            also_centred: false,
+            threads: conelab::metrics::Threads::All,
+        },
+    )?;
+    let label = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "other".into());
+    Ok((label, panel.total.sv_norm))
 }
 
 /// The run's metrics store (created on a new run, continued on a resumed one).

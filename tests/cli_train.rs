@@ -195,6 +195,8 @@ fn impossible_settings_are_one_line_errors() {
         ),
         (&["--objective", "nce-r", "--nce-r", "1,0"], &["fraction"]),
         (&["--objective", "nce", "--nce-noise", "0"], &["noise"]),
+        (&["--store-flush-secs", "-1"], &["--store-flush-secs"]),
+        (&["--compare", "/no/such/run"], &["/no/such/run"]),
     ] {
         let out = f.train("bad", args);
         assert_one_line_error(&out, needles);

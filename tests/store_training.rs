@@ -170,6 +170,72 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
         Some("run_id,step,train/loss,valid/ppl,embedding/i1")
     );
     assert_eq!(text.lines().count(), 1 + 6);
+
+    // Neighbours at the checkpoint, as `conelab inspect` computes them from the same files.
+    let vocab = std::fs::read_to_string(f.path("run/vocab.tsv")).expect("vocab");
+    let word = vocab
+        .lines()
+        .nth(5)
+        .and_then(|l| l.split('\t').next())
+        .expect("a word")
+        .to_string();
+    let csv = conelab(&[
+        "export",
+        s(&f.path("run")),
+        "--table",
+        "neighbors",
+        "--words",
+        &word,
+        "-k",
+        "3",
+        "--format",
+        "csv",
+    ]);
+    assert!(
+        csv.status.success(),
+        "{}",
+        String::from_utf8_lossy(&csv.stderr)
+    );
+    let text = String::from_utf8_lossy(&csv.stdout).to_string();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    let inspect = conelab(&[
+        "inspect",
+        s(&f.path("run")),
+        "--neighbors",
+        &word,
+        "-k",
+        "3",
+        "--json",
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&inspect.stdout).expect("inspect json");
+    let want = json["neighbors"][&word].as_array().expect("neighbours");
+    for (row, w) in rows.iter().zip(want) {
+        // run_id, run, word, rank, neighbor, cosine, group
+        assert_eq!(row[4], w["token"].as_str().expect("token"));
+        let cos: f64 = row[5].parse().expect("cosine");
+        assert!(
+            (cos - w["cosine"].as_f64().expect("cosine")).abs() < 1e-6,
+            "{row:?} vs {w}"
+        );
+    }
+    let md = conelab(&[
+        "export",
+        s(&f.path("run")),
+        "--table",
+        "neighbors",
+        "--words",
+        &word,
+        "-k",
+        "3",
+    ]);
+    let md = String::from_utf8_lossy(&md.stdout).to_string();
+    assert!(md.starts_with("| word | rank | MLE |"), "{md}");
+    assert_eq!(md.lines().count(), 2 + 3, "{md}");
 }
 
 #[test]

@@ -222,3 +222,75 @@ fn libtorch_runs_the_objectives_and_applies_toggles_at_the_next_step() {
         "{steps:?}"
     );
 }
+
+/// The workbench drives a LibTorch run as it drives a flex one: through a real terminal (tmux),
+/// switch CosReg on, wait for the acknowledgement, stop and save; the store has the change.
+#[test]
+fn the_workbench_drives_a_libtorch_run() {
+    if !common::tmux_available() {
+        println!("SKIPPED: tmux not found: the TUI end-to-end test needs it");
+        return;
+    }
+    let f = common::Fixture::new();
+    let run = f.path("run");
+    let exit_file = f.path("exit-status");
+    let command = format!(
+        "{} train {} --config {} --run-dir {} --device libtorch-cpu --steps 100000000 --eval-every 0 --snapshot-every 20 --checkpoint-every 0; echo $? > {}; sleep 600",
+        env!("CARGO_BIN_EXE_conelab"),
+        common::s(&f.path("corpus")),
+        common::s(&f.path("small.toml")),
+        common::s(&run),
+        common::s(&exit_file),
+    );
+    let tmux = common::Tmux {
+        socket: format!("conelab-tch-e2e-{}", std::process::id()),
+        session: "e2e".into(),
+    };
+    let out = tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "e2e",
+        "-x",
+        "120",
+        "-y",
+        "40",
+        &command,
+    ]);
+    assert!(out.status.success(), "tmux new-session: {out:?}");
+    let screen = tmux.wait_for("running");
+    assert!(screen.contains("libtorch-cpu"), "{screen}");
+    tmux.keys(&["5", "Space"]);
+    tmux.wait_for("[x] CosReg");
+    tmux.keys(&["q"]);
+    tmux.wait_for("quit?");
+    tmux.keys(&["s"]);
+    let start = std::time::Instant::now();
+    while !exit_file.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "conelab did not exit; the screen:\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = std::fs::read_to_string(&exit_file).expect("exit status");
+    assert_eq!(status.trim(), "0", "exit status");
+    let st = conelab::store::load(&run).expect("store");
+    assert_eq!(st.run.device, "libtorch-cpu");
+    let kinds: Vec<String> = st
+        .events
+        .column("kind")
+        .expect("kind")
+        .str()
+        .expect("str")
+        .iter()
+        .map(|k| k.unwrap_or_default().to_string())
+        .collect();
+    assert!(kinds.contains(&"regulariser on".to_string()), "{kinds:?}");
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("finish"),
+        "{kinds:?}"
+    );
+}

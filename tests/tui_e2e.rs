@@ -7,72 +7,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Fixture, s};
-
-struct Tmux {
-    socket: String,
-    session: String,
-}
-
-impl Tmux {
-    fn run(&self, args: &[&str]) -> std::process::Output {
-        Command::new("tmux")
-            .args(["-L", &self.socket])
-            .args(args)
-            .output()
-            .expect("tmux runs")
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        for k in keys {
-            let out = self.run(&["send-keys", "-t", &self.session, k]);
-            assert!(out.status.success(), "send-keys {k}");
-            std::thread::sleep(Duration::from_millis(150));
-        }
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(
-            &self
-                .run(&["capture-pane", "-p", "-t", &self.session])
-                .stdout,
-        )
-        .into_owned()
-    }
-
-    /// Polls the screen until it contains `needle`.
-    fn wait_for(&self, needle: &str) -> String {
-        let start = Instant::now();
-        loop {
-            let screen = self.screen();
-            if screen.contains(needle) {
-                return screen;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(90),
-                "waited 90 s for {needle:?}; the screen:\n{screen}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.run(&["kill-server"]);
-    }
-}
-
-fn tmux_available() -> bool {
-    Command::new("tmux")
-        .arg("-V")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
+use common::{Fixture, Tmux, s, tmux_available};
 
 #[test]
 fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {

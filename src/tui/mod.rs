@@ -73,12 +73,13 @@ pub fn run_browser(mut browser: browser::Browser) -> Result<(), TuiError> {
 
 /// Runs the workbench until the user leaves. `objectives` are the run's at the start (the app
 /// mirrors every acknowledged change); `groups` colour the scatter; `vocab` feeds the neighbour
-/// search.
+/// search; `reference` is another run's spectrum for the Spectrum pane.
 pub fn run_live(
     handle: EngineHandle,
     objectives: Objectives,
     groups: FrequencyGroups,
     vocab: Arc<neighbors::Vocabulary>,
+    reference: Option<(String, Vec<f64>)>,
     view: ViewOptions,
 ) -> Result<Outcome, TuiError> {
     // try_init installs a panic hook that restores the terminal before the panic message.
@@ -87,6 +88,7 @@ pub fn run_live(
     // The mouse is optional: a terminal that refuses it keeps the keyboard.
     let _ = ratatui::crossterm::execute!(std::io::stdout(), EnableMouseCapture);
     let mut app = App::new(objectives, view).with_vocabulary(vocab);
+    app.spectrum_reference = reference;
     let rows = RowGroups::from_ranks(&groups);
     let mut dirty = true;
     loop {

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 /// `../shared/datasets/NAME`, or `$CONELAB_DATASETS/NAME`. `None` (with the reason printed) when the
 /// folder is absent, so the calling test can skip.
@@ -118,4 +119,67 @@ impl Fixture {
 
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
+}
+
+/// A tmux server of the test's own (its own socket), to drive the TUI through a real terminal.
+pub struct Tmux {
+    pub socket: String,
+    pub session: String,
+}
+
+impl Tmux {
+    pub fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .expect("tmux runs")
+    }
+
+    pub fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            let out = self.run(&["send-keys", "-t", &self.session, k]);
+            assert!(out.status.success(), "send-keys {k}");
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+
+    pub fn screen(&self) -> String {
+        String::from_utf8_lossy(
+            &self
+                .run(&["capture-pane", "-p", "-t", &self.session])
+                .stdout,
+        )
+        .into_owned()
+    }
+
+    /// Polls the screen until it contains `needle`.
+    pub fn wait_for(&self, needle: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if screen.contains(needle) {
+                return screen;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "waited 90 s for {needle:?}; the screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+pub fn tmux_available() -> bool {
+    Command::new("tmux")
+        .arg("-V")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
