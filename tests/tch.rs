@@ -265,17 +265,7 @@ fn the_workbench_drives_a_libtorch_run() {
     tmux.keys(&["q"]);
     tmux.wait_for("quit?");
     tmux.keys(&["s"]);
-    let start = std::time::Instant::now();
-    while !exit_file.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "conelab did not exit; the screen:\n{}",
-            tmux.screen()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let status = std::fs::read_to_string(&exit_file).expect("exit status");
-    assert_eq!(status.trim(), "0", "exit status");
+    assert_eq!(tmux.wait_for_exit(&exit_file), "0", "exit status");
     let st = conelab::store::load(&run).expect("store");
     assert_eq!(st.run.device, "libtorch-cpu");
     let kinds: Vec<String> = st

@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use common::{Fixture, Tmux, s, tmux_available};
 
@@ -58,17 +57,7 @@ fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
     tmux.keys(&["q"]);
     tmux.wait_for("quit?");
     tmux.keys(&["s"]);
-    let start = Instant::now();
-    while !exit_file.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "conelab did not exit; the screen:\n{}",
-            tmux.screen()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let status = std::fs::read_to_string(&exit_file).expect("exit status");
-    assert_eq!(status.trim(), "0", "exit status");
+    assert_eq!(tmux.wait_for_exit(&exit_file), "0", "exit status");
 
     let state = newest_state(&run);
     let objectives = &state["objectives"];

@@ -25,6 +25,19 @@ pub struct EmbeddingStats {
     pub seconds: f64,
 }
 
+impl EmbeddingStats {
+    /// The metrics of a panel computed with groups; `None` without them.
+    pub fn from_panel(step: u64, panel: &EmbeddingPanel, seconds: f64) -> Option<Self> {
+        Some(Self {
+            step,
+            total: panel.total.clone(),
+            groups: panel.groups.clone()?,
+            rare_frequent_cos: panel.rare_frequent_cos.unwrap_or(f64::NAN),
+            seconds,
+        })
+    }
+}
+
 /// A snapshot with its full analysis (including the 2-D projection), for the UI.
 #[derive(Debug, Clone)]
 pub struct EmbeddingAnalysis {
@@ -80,18 +93,23 @@ impl AnalysisWorker {
                         });
                     let event = match result {
                         Ok(panel) => {
-                            let stats = EmbeddingStats {
-                                step: snapshot.step,
-                                total: panel.total.clone(),
-                                groups: panel.groups.clone().expect("groups were given"),
-                                rare_frequent_cos: panel.rare_frequent_cos.unwrap_or(f64::NAN),
-                                seconds: start.elapsed().as_secs_f64(),
-                            };
+                            // Groups were given, so the stats exist.
+                            let stats = EmbeddingStats::from_panel(
+                                snapshot.step,
+                                &panel,
+                                start.elapsed().as_secs_f64(),
+                            );
                             out.put(EmbeddingAnalysis {
                                 snapshot: snapshot.clone(),
                                 panel,
                             });
-                            Event::Embedding(Box::new(stats))
+                            match stats {
+                                Some(s) => Event::Embedding(Box::new(s)),
+                                None => Event::Warning {
+                                    step: snapshot.step,
+                                    message: "embedding metrics without groups".into(),
+                                },
+                            }
                         }
                         Err(e) => Event::Warning {
                             step: snapshot.step,

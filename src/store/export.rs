@@ -799,24 +799,43 @@ fn markdown(table: &Exported) -> Result<String, StoreError> {
         .map(|&ci| if is_numeric(table, ci) { "---:" } else { "---" })
         .collect();
     s.push_str(&format!("|{}|\n", rule.join("|")));
-    for (ri, row) in cells.iter().enumerate() {
-        let line: Vec<String> = cols
-            .iter()
-            .map(|&ci| {
-                let text = row[ci]
-                    .as_deref()
-                    .map(md_escape)
-                    .unwrap_or_else(|| "–".into());
-                if bold_at(table, ri, ci) {
-                    format!("**{text}**")
-                } else {
-                    text
-                }
-            })
-            .collect();
+    for line in body_rows(table, &cells, &cols, md_escape, "–", |t| {
+        format!("**{t}**")
+    }) {
         s.push_str(&format!("| {} |\n", line.join(" | ")));
     }
     Ok(s)
+}
+
+/// The shown cells of every row, escaped, a missing value spelled `missing`, the best values
+/// wrapped by `bold`.
+fn body_rows(
+    table: &Exported,
+    cells: &[Vec<Option<String>>],
+    cols: &[usize],
+    escape: fn(&str) -> String,
+    missing: &str,
+    bold: impl Fn(&str) -> String,
+) -> Vec<Vec<String>> {
+    cells
+        .iter()
+        .enumerate()
+        .map(|(ri, row)| {
+            cols.iter()
+                .map(|&ci| {
+                    let text = row[ci]
+                        .as_deref()
+                        .map(escape)
+                        .unwrap_or_else(|| missing.to_string());
+                    if bold_at(table, ri, ci) {
+                        bold(&text)
+                    } else {
+                        text
+                    }
+                })
+                .collect()
+        })
+        .collect()
 }
 
 fn bold_at(table: &Exported, ri: usize, ci: usize) -> bool {
@@ -892,21 +911,9 @@ fn latex(table: &Exported) -> Result<String, StoreError> {
     }
     let head: Vec<String> = cols.iter().map(|&ci| latex_escape(&headers[ci])).collect();
     s.push_str(&format!("{} \\\\\n\\midrule\n", head.join(" & ")));
-    for (ri, row) in cells.iter().enumerate() {
-        let line: Vec<String> = cols
-            .iter()
-            .map(|&ci| {
-                let text = row[ci]
-                    .as_deref()
-                    .map(latex_escape)
-                    .unwrap_or_else(|| "--".into());
-                if bold_at(table, ri, ci) {
-                    format!("\\textbf{{{text}}}")
-                } else {
-                    text
-                }
-            })
-            .collect();
+    for line in body_rows(table, &cells, &cols, latex_escape, "--", |t| {
+        format!("\\textbf{{{t}}}")
+    }) {
         s.push_str(&format!("{} \\\\\n", line.join(" & ")));
     }
     s.push_str("\\bottomrule\n\\end{tabular}\n");

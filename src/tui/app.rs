@@ -227,8 +227,6 @@ pub struct App {
     /// (step, validation loss).
     pub valid_loss: Vec<(f64, f64)>,
     pub last_eval: Option<EvalStats>,
-    /// Per-group PPL and Uniq history from evaluations: [frequent, medium, rare, total].
-    pub ppl_history: [Vec<f64>; 4],
     pub embedding: Vec<EmbeddingStats>,
     pub analysis: Option<Arc<EmbeddingAnalysis>>,
     /// The normalised spectrum of the first analysis, to compare against.
@@ -269,7 +267,6 @@ impl App {
             loss: Vec::new(),
             valid_loss: Vec::new(),
             last_eval: None,
-            ppl_history: Default::default(),
             embedding: Vec::new(),
             analysis: None,
             first_spectrum: None,
@@ -346,10 +343,6 @@ impl App {
             Event::Eval(e) => {
                 if e.split == "valid" {
                     push_capped(&mut self.valid_loss, (e.step as f64, e.loss));
-                    for (i, (ppl, _)) in e.groups.iter().enumerate() {
-                        self.ppl_history[i].push(*ppl);
-                    }
-                    self.ppl_history[3].push(e.ppl);
                 }
                 self.log(
                     e.step,

@@ -186,16 +186,10 @@ pub fn demo_app(n: usize, d: usize, steps: u64) -> Result<(App, FrequencyGroups)
         if s % every == 0 {
             app.on_event(eval(s, &groups));
             let a = analysis(s, n, d, &groups)?;
-            let Some(g) = a.panel.groups.clone() else {
+            let Some(stats) = EmbeddingStats::from_panel(s, &a.panel, 0.1) else {
                 continue;
             };
-            app.on_event(Event::Embedding(Box::new(EmbeddingStats {
-                step: s,
-                total: a.panel.total.clone(),
-                groups: g,
-                rare_frequent_cos: a.panel.rare_frequent_cos.unwrap_or(f64::NAN),
-                seconds: 0.1,
-            })));
+            app.on_event(Event::Embedding(Box::new(stats)));
             app.on_analysis(a);
         }
     }

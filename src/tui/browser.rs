@@ -60,14 +60,8 @@ impl Side {
             counts: m.counts.clone().unwrap_or_else(|| vec![0; m.n]),
         };
         let mut app = App::new(Objectives::default(), view).with_vocabulary(Arc::new(vocab));
-        if let Some(groups) = panel.groups.clone() {
-            app.on_event(Event::Embedding(Box::new(EmbeddingStats {
-                step,
-                total: panel.total.clone(),
-                groups,
-                rare_frequent_cos: panel.rare_frequent_cos.unwrap_or(f64::NAN),
-                seconds: 0.0,
-            })));
+        if let Some(stats) = EmbeddingStats::from_panel(step, &panel, 0.0) {
+            app.on_event(Event::Embedding(Box::new(stats)));
         }
         app.on_analysis(Arc::new(EmbeddingAnalysis {
             snapshot: Arc::new(Snapshot {
@@ -196,16 +190,10 @@ impl Browser {
             return;
         }
         if self.editing() {
-            let action = match key.code {
-                KeyCode::Char(c) => Action::SearchInput(c),
-                KeyCode::Backspace => Action::SearchBackspace,
-                KeyCode::Up => Action::SearchMove(-1),
-                KeyCode::Down => Action::SearchMove(1),
-                KeyCode::Enter => Action::SearchAccept,
-                KeyCode::Esc => Action::SearchCancel,
-                _ => return,
-            };
-            self.apply_all(action);
+            let action = super::keys::search_action(key.code);
+            if action != Action::None {
+                self.apply_all(action);
+            }
             return;
         }
         let i = PANES.iter().position(|p| *p == self.focus).unwrap_or(0);

@@ -74,6 +74,19 @@ pub fn mouse_action(app: &App, mouse: MouseEvent, panes: &[(Pane, Rect)]) -> Act
     }
 }
 
+/// A key while the word search box is open (the workbench and the browser).
+pub fn search_action(code: KeyCode) -> Action {
+    match code {
+        KeyCode::Char(c) => Action::SearchInput(c),
+        KeyCode::Backspace => Action::SearchBackspace,
+        KeyCode::Up => Action::SearchMove(-1),
+        KeyCode::Down => Action::SearchMove(1),
+        KeyCode::Enter => Action::SearchAccept,
+        KeyCode::Esc => Action::SearchCancel,
+        _ => Action::None,
+    }
+}
+
 pub fn action_for(app: &App, key: KeyEvent) -> Action {
     if key.kind == KeyEventKind::Release {
         return Action::None;
@@ -98,15 +111,7 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
     }
     if app.neighbors.editing {
         // The search box has the keyboard: letters are letters, not commands.
-        return match key.code {
-            KeyCode::Char(c) => Action::SearchInput(c),
-            KeyCode::Backspace => Action::SearchBackspace,
-            KeyCode::Up => Action::SearchMove(-1),
-            KeyCode::Down => Action::SearchMove(1),
-            KeyCode::Enter => Action::SearchAccept,
-            KeyCode::Esc => Action::SearchCancel,
-            _ => Action::None,
-        };
+        return search_action(key.code);
     }
     let controls = app.focus == Pane::Controls;
     let neighbors = app.focus == Pane::Neighbors;

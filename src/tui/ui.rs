@@ -111,17 +111,25 @@ pub fn pane_areas(area: Rect, app: &App) -> Vec<(Pane, Rect)> {
     out
 }
 
+/// Below the minimum size: a message instead of a layout. Returns whether it drew it.
+fn too_small(frame: &mut Frame, area: Rect) -> bool {
+    if area.width >= MIN_WIDTH && area.height >= MIN_HEIGHT {
+        return false;
+    }
+    let msg = format!(
+        "terminal too small: {}×{} (conelab needs at least {MIN_WIDTH}×{MIN_HEIGHT})",
+        area.width, area.height
+    );
+    frame.render_widget(Paragraph::new(msg).wrap(Wrap { trim: true }), area);
+    true
+}
+
 /// The offline browser (`conelab inspect` on a terminal): for each matrix a row of Embedding,
 /// Neighbours and Spectrum under a Groups table (one matrix), or the focused pane of each side by
 /// side when zoomed.
 pub fn render_browser(frame: &mut Frame, browser: &super::browser::Browser) {
     let area = frame.area();
-    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
-        let msg = format!(
-            "terminal too small: {}×{} (conelab needs at least {MIN_WIDTH}×{MIN_HEIGHT})",
-            area.width, area.height
-        );
-        frame.render_widget(Paragraph::new(msg).wrap(Wrap { trim: true }), area);
+    if too_small(frame, area) {
         return;
     }
     let no_color = browser.sides.first().is_some_and(|s| s.app.view.no_color);
@@ -181,12 +189,7 @@ pub fn render_browser(frame: &mut Frame, browser: &super::browser::Browser) {
 /// Draws the whole screen.
 pub fn render(frame: &mut Frame, app: &App, groups: Option<&RowGroups>) {
     let area = frame.area();
-    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
-        let msg = format!(
-            "terminal too small: {}×{} (conelab needs at least {MIN_WIDTH}×{MIN_HEIGHT})",
-            area.width, area.height
-        );
-        frame.render_widget(Paragraph::new(msg).wrap(Wrap { trim: true }), area);
+    if too_small(frame, area) {
         return;
     }
     let pal = Palette {
@@ -1023,14 +1026,8 @@ mod tests {
     }
 
     fn stats(a: &EmbeddingAnalysis) -> Event {
-        let groups = a.panel.groups.clone().expect("groups");
-        Event::Embedding(Box::new(EmbeddingStats {
-            step: a.snapshot.step,
-            total: a.panel.total.clone(),
-            groups,
-            rare_frequent_cos: a.panel.rare_frequent_cos.unwrap_or(f64::NAN),
-            seconds: 0.01,
-        }))
+        let stats = EmbeddingStats::from_panel(a.snapshot.step, &a.panel, 0.01).expect("groups");
+        Event::Embedding(Box::new(stats))
     }
 
     /// A run 80 steps in: losses, two evaluations, three snapshots, CosReg switched on at 41.

@@ -153,6 +153,23 @@ impl Tmux {
         .into_owned()
     }
 
+    /// Waits (90 s at most) for the shell to write conelab's exit status into `file`; returns it.
+    pub fn wait_for_exit(&self, file: &Path) -> String {
+        let start = Instant::now();
+        while !file.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "conelab did not exit; the screen:\n{}",
+                self.screen()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        std::fs::read_to_string(file)
+            .expect("exit status")
+            .trim()
+            .to_string()
+    }
+
     /// Polls the screen until it contains `needle`.
     pub fn wait_for(&self, needle: &str) -> String {
         let start = Instant::now();
