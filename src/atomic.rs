@@ -4,34 +4,65 @@
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Atomically replaces `path` with `bytes`.
 pub fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    write_file_as("atomic", path, bytes)
+}
+
+/// [`write_file`] whose fault-injection points are `KIND.write` and `KIND.rename` (besides
+/// `atomic.write` and `atomic.rename`): `segment`, `export`, … (see `crate::fault`).
+pub fn write_file_as(kind: &str, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = parent(path);
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
+    let tmp = dir.join(temp_name(&name.to_string_lossy()));
     let result = (|| {
         let mut f = File::create(&tmp)?;
+        let injected = crate::fault::check("atomic.write")
+            .and_then(|()| crate::fault::check(&format!("{kind}.write")));
+        if let Err(e) = injected {
+            // A disk that fills up mid-write: half the bytes, then the error.
+            let _ = f.write_all(&bytes[..bytes.len() / 2]);
+            return Err(e);
+        }
         f.write_all(bytes)?;
         f.sync_all()?;
         drop(f);
+        crate::fault::check("atomic.rename")?;
+        crate::fault::check(&format!("{kind}.rename"))?;
         fs::rename(&tmp, path)?;
         // The rename itself is durable only once the directory entry is on disk.
-        File::open(dir)?.sync_all()
+        sync_dir(dir)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// A name for a temporary file beside `name`, unique in this process.
+pub fn temp_name(name: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    format!(
+        ".{name}.tmp-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// fsyncs a directory, so that renames and creations in it are durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
 }
 
 #[cfg(test)]
@@ -57,5 +88,29 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let missing = dir.path().join("no-such-dir").join("a.txt");
         assert!(write_file(&missing, b"x").is_err());
+    }
+
+    #[test]
+    fn a_disk_full_mid_write_or_a_failed_rename_keeps_the_old_content_and_no_temp_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("a.txt");
+        write_file(&p, b"old content").expect("write");
+        for plan in [
+            "atomic.write:1:ENOSPC",
+            "export.write:1:EIO",
+            "atomic.rename:1:EIO",
+        ] {
+            let e = crate::fault::with_plan(plan, || {
+                write_file_as("export", &p, b"new content that does not fit")
+            })
+            .expect_err(plan);
+            assert!(e.raw_os_error().is_some(), "{plan}: {e}");
+            assert_eq!(fs::read(&p).expect("read"), b"old content", "{plan}");
+            let names: Vec<_> = fs::read_dir(dir.path())
+                .expect("list")
+                .map(|e| e.expect("entry").file_name())
+                .collect();
+            assert_eq!(names, vec![std::ffi::OsString::from("a.txt")], "{plan}");
+        }
     }
 }

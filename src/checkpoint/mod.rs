@@ -11,13 +11,21 @@
 //!     state.json             counters, lr state, applied commands
 //!     recurrent.safetensors  the LSTM state carried into the next window (LSTM runs only)
 //! ```
-//! The newest `keep` checkpoints are kept. Every file is fsynced before the rename; the run
-//! directory is fsynced after it, so a crash leaves either the whole checkpoint or none of it.
+//! A checkpoint is written into a staging folder (`.step-NNNNNN.staged-…`), every file and the
+//! folder fsynced, then renamed into place and the run directory fsynced, so a crash leaves
+//! either the whole checkpoint or none of it. Re-saving a step renames the old folder aside
+//! first and deletes it only once the new one is in place. Leftovers of a killed process are
+//! cleaned (or, for a folder set aside, put back) when a run starts ([`RunDir::recover`]).
+//! Folders are ordered by the step they name, whatever its width. The newest `keep` are kept.
+//!
+//! Under a metrics store the rename waits for the store: a checkpoint counts only once the store
+//! is durable up to its step ([`Checkpointer::deferred`], `store::recorder`).
 
 pub mod matrix;
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use burn::nn::LstmState;
 use burn::optim::ModuleOptimizer;
@@ -25,9 +33,12 @@ use burn::prelude::*;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use serde::{Deserialize, Serialize};
 
-use crate::data::{CorpusSource, SynthConfig, Vocab};
-use crate::engine::{RunState, TrainConfig, Trainer};
-use crate::model::{LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding};
+use crate::atomic::sync_dir;
+use crate::data::{Corpus, CorpusSource, DataError, GroupBounds, LoadOptions, SynthConfig, Vocab};
+use crate::engine::{CheckpointSink, EngineError, RunState, SavedCheckpoint, TrainConfig, Trainer};
+use crate::model::{
+    DeviceError, DeviceSpec, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -44,6 +55,10 @@ pub enum CheckpointError {
     Corrupt { path: PathBuf, reason: String },
     #[error("{}: {reason}", path.display())]
     Mismatch { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Data(#[from] DataError),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
@@ -169,15 +184,9 @@ impl RunDir {
             .collect())
     }
 
-    /// Checkpoint folders, oldest first.
+    /// Checkpoint folders, oldest first (by the step they name, whatever its width).
     pub fn checkpoints(&self) -> Result<Vec<PathBuf>, CheckpointError> {
-        let mut steps: Vec<PathBuf> = fs::read_dir(&self.path)
-            .map_err(io(&self.path))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| is_step_dir(p) && p.is_dir())
-            .collect();
-        steps.sort();
-        Ok(steps)
+        checkpoints_in(&self.path)
     }
 
     pub fn latest_checkpoint(&self) -> Result<PathBuf, CheckpointError> {
@@ -185,13 +194,91 @@ impl RunDir {
             .pop()
             .ok_or_else(|| CheckpointError::NoCheckpoint(self.path.clone()))
     }
+
+    /// Rewrites `run.toml` (a resumed run whose settings changed), atomically.
+    pub fn update_spec(&mut self, spec: RunSpec) -> Result<(), CheckpointError> {
+        let run_toml = self.path.join("run.toml");
+        let toml = toml::to_string_pretty(&spec).map_err(|e| CheckpointError::Corrupt {
+            path: run_toml.clone(),
+            reason: e.to_string(),
+        })?;
+        crate::atomic::write_file(&run_toml, toml.as_bytes()).map_err(io(&run_toml))?;
+        self.spec = spec;
+        Ok(())
+    }
+
+    /// Cleans what a killed process left: staging and temporary folders are deleted; a
+    /// checkpoint set aside for a re-save whose replacement never arrived is put back. Call it
+    /// only while holding the run (no other process writes here). Returns what it did, a line each.
+    pub fn recover(&self) -> Result<Vec<String>, CheckpointError> {
+        let mut done = Vec::new();
+        let entries: Vec<PathBuf> = fs::read_dir(&self.path)
+            .map_err(io(&self.path))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        for p in &entries {
+            let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let Some(rest) = name.strip_prefix(".step-") else {
+                continue;
+            };
+            let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+            let kind = &rest[digits.len()..];
+            if digits.is_empty() {
+                continue;
+            }
+            if kind.starts_with(".old-") {
+                let home = self.path.join(format!("step-{digits}"));
+                if home.exists() {
+                    fs::remove_dir_all(p).map_err(io(p))?;
+                    done.push(format!("removed {name} (left by an interrupted re-save)"));
+                } else {
+                    fs::rename(p, &home).map_err(io(&home))?;
+                    done.push(format!(
+                        "restored step-{digits} (an interrupted re-save had set it aside)"
+                    ));
+                }
+            } else if kind.starts_with(".staged-") || kind.starts_with(".tmp-") {
+                fs::remove_dir_all(p).map_err(io(p))?;
+                done.push(format!("removed {name} (an unfinished checkpoint)"));
+            }
+        }
+        if !done.is_empty() {
+            sync_dir(&self.path).map_err(io(&self.path))?;
+        }
+        Ok(done)
+    }
 }
 
-fn is_step_dir(p: &Path) -> bool {
+/// The checkpoint folders of a run directory, oldest first by the step they name.
+pub fn checkpoints_in(dir: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
+    let mut steps: Vec<(u64, PathBuf)> = fs::read_dir(dir)
+        .map_err(io(dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .filter_map(|p| step_of(&p).map(|s| (s, p)))
+        .collect();
+    steps.sort();
+    Ok(steps.into_iter().map(|(_, p)| p).collect())
+}
+
+/// The step a `step-N` folder names (any number of digits).
+pub fn step_of(p: &Path) -> Option<u64> {
     p.file_name()
         .and_then(|n| n.to_str())
         .and_then(|n| n.strip_prefix("step-"))
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|n| n.parse().ok())
+}
+
+fn is_step_dir(p: &Path) -> bool {
+    step_of(p).is_some()
+}
+
+/// The folder name of the checkpoint at `step`.
+pub fn step_dir_name(step: u64) -> String {
+    format!("step-{step:06}")
 }
 
 /// What a checkpoint holds besides the model.
@@ -206,32 +293,113 @@ pub struct Loaded {
 /// Writes the trainer's `step-NNNNNN` into the run directory atomically and prunes old
 /// checkpoints, keeping the newest `keep`.
 pub fn save(run: &RunDir, trainer: &Trainer, keep: usize) -> Result<PathBuf, CheckpointError> {
-    let state = trainer.state();
-    let name = format!("step-{:06}", state.step);
-    let final_dir = run.path.join(&name);
-    let tmp = run.path.join(format!(".{name}.tmp-{}", std::process::id()));
-    if tmp.exists() {
-        fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-    }
-    fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    let result = write_checkpoint_files(&tmp, trainer);
+    let staging = write_staged(run.path(), trainer)?;
+    commit(run.path(), trainer.state().step, &staging, keep)
+}
+
+/// Writes a checkpoint of the trainer into a staging folder of the run directory, every file and
+/// the folder fsynced. Nothing else in the run directory changes.
+pub fn write_staged(run_dir: &Path, trainer: &Trainer) -> Result<PathBuf, CheckpointError> {
+    let name = step_dir_name(trainer.state().step);
+    let staging = run_dir.join(format!(".{name}.staged-{}", unique_suffix()));
+    fs::create_dir_all(&staging).map_err(io(&staging))?;
+    let result = write_checkpoint_files(&staging, trainer)
+        .and_then(|()| sync_dir(&staging).map_err(io(&staging)));
     if let Err(e) = result {
-        let _ = fs::remove_dir_all(&tmp);
+        let _ = fs::remove_dir_all(&staging);
         return Err(e);
     }
-    if final_dir.exists() {
-        // Saving twice at one step: the newer files win.
-        fs::remove_dir_all(&final_dir).map_err(io(&final_dir))?;
+    Ok(staging)
+}
+
+/// Puts a staged checkpoint in place as `step-NNNNNN`: an existing folder of that step is renamed
+/// aside, the new one renamed in, the run directory fsynced, then the old one deleted; then the
+/// oldest checkpoints beyond the newest `keep` are deleted. Returns the checkpoint's path.
+pub fn commit(
+    run_dir: &Path,
+    step: u64,
+    staging: &Path,
+    keep: usize,
+) -> Result<PathBuf, CheckpointError> {
+    let name = step_dir_name(step);
+    let final_dir = run_dir.join(&name);
+    crate::fault::check("checkpoint.commit").map_err(io(&final_dir))?;
+    let aside = if final_dir.exists() {
+        let aside = run_dir.join(format!(".{name}.old-{}", unique_suffix()));
+        fs::rename(&final_dir, &aside).map_err(io(&final_dir))?;
+        Some(aside)
+    } else {
+        None
+    };
+    if let Err(e) = fs::rename(staging, &final_dir) {
+        // Put the old one back; the staged one stays for a later attempt or the cleanup.
+        if let Some(a) = &aside {
+            let _ = fs::rename(a, &final_dir);
+        }
+        return Err(io(&final_dir)(e));
     }
-    fs::rename(&tmp, &final_dir).map_err(io(&final_dir))?;
-    fs::File::open(&run.path)
-        .and_then(|d| d.sync_all())
-        .map_err(io(&run.path))?;
-    let all = run.checkpoints()?;
-    for old in all.iter().take(all.len().saturating_sub(keep.max(1))) {
-        fs::remove_dir_all(old).map_err(io(old))?;
+    sync_dir(run_dir).map_err(io(run_dir))?;
+    if let Some(a) = aside {
+        fs::remove_dir_all(&a).map_err(io(&a))?;
     }
+    prune(run_dir, keep, step)?;
     Ok(final_dir)
+}
+
+/// Deletes the oldest checkpoints beyond the newest `keep` (never the one at `protect`).
+fn prune(run_dir: &Path, keep: usize, protect: u64) -> Result<(), CheckpointError> {
+    let all = checkpoints_in(run_dir)?;
+    for old in all.iter().take(all.len().saturating_sub(keep.max(1))) {
+        if step_of(old) != Some(protect) {
+            fs::remove_dir_all(old).map_err(io(old))?;
+        }
+    }
+    Ok(())
+}
+
+fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The engine's checkpoint writer for a run directory. Immediate: each checkpoint is put in place
+/// as soon as it is written. Deferred: it is left staged, and the metrics store's recorder puts it
+/// in place once the store is durable up to its step.
+pub struct Checkpointer {
+    run: RunDir,
+    defer: bool,
+}
+
+impl Checkpointer {
+    pub fn immediate(run: RunDir) -> Self {
+        Self { run, defer: false }
+    }
+
+    pub fn deferred(run: RunDir) -> Self {
+        Self { run, defer: true }
+    }
+}
+
+impl CheckpointSink for Checkpointer {
+    fn run_dir(&self) -> Option<PathBuf> {
+        Some(self.run.path().to_path_buf())
+    }
+
+    fn save(&mut self, trainer: &Trainer) -> Result<SavedCheckpoint, String> {
+        let keep = trainer.config().keep_checkpoints;
+        let staging = write_staged(self.run.path(), trainer).map_err(|e| e.to_string())?;
+        if self.defer {
+            return Ok(SavedCheckpoint::Staged { staging, keep });
+        }
+        commit(self.run.path(), trainer.state().step, &staging, keep)
+            .map(SavedCheckpoint::Committed)
+            .map_err(|e| e.to_string())
+    }
 }
 
 fn write_checkpoint_files(dir: &Path, trainer: &Trainer) -> Result<(), CheckpointError> {
@@ -257,6 +425,8 @@ fn write_checkpoint_files(dir: &Path, trainer: &Trainer) -> Result<(), Checkpoin
         .save_into(&mut store)
         .map_err(|e| corrupt(&model_path, e.to_string()))?;
     let optim_path = dir.join("optimizer.bpk");
+    // A disk that fills up between two files of a checkpoint.
+    crate::fault::check("checkpoint.write").map_err(io(&optim_path))?;
     optimizer
         .save(&optim_path)
         .map_err(|e| corrupt(&optim_path, format!("{e:?}")))?;
@@ -350,6 +520,95 @@ pub fn load(
         state,
         carried,
     })
+}
+
+/// Rebuilds a run from its directory and its newest checkpoint (or the `step-NNNNNN` folder given),
+/// optionally with a new total step count. A run directory without a checkpoint starts from step 0
+/// with its `run.toml`.
+pub fn resume(path: &Path, steps: Option<u64>) -> Result<(Trainer, RunDir), CheckpointError> {
+    resume_on(path, steps, None)
+}
+
+/// [`resume`] on another device than the run's own (e.g. evaluating a GPU run on a laptop).
+pub fn resume_on(
+    path: &Path,
+    steps: Option<u64>,
+    device: Option<DeviceSpec>,
+) -> Result<(Trainer, RunDir), CheckpointError> {
+    let run = RunDir::open(path)?;
+    let step_dir: PathBuf = if path.join("model.safetensors").exists() {
+        path.to_path_buf()
+    } else {
+        run.latest_checkpoint()?
+    };
+    let trainer = restore_trainer(&run, Some(&step_dir), steps, device)?;
+    Ok((trainer, run))
+}
+
+/// The run's corpus, checked against the vocabulary it was trained with.
+pub fn load_corpus(run: &RunDir) -> Result<Corpus, CheckpointError> {
+    let spec = run.spec();
+    let bounds = GroupBounds::new(spec.group_bounds[0], spec.group_bounds[1])?;
+    let corpus = Corpus::load(
+        &spec.corpus.to_source(),
+        &LoadOptions {
+            groups: bounds,
+            ..LoadOptions::default()
+        },
+    )?;
+    let saved = run.vocab_tokens()?;
+    if saved.as_slice() != corpus.vocab().tokens() {
+        return Err(CheckpointError::Mismatch {
+            path: run.path().join("vocab.tsv"),
+            reason: format!(
+                "the run's vocabulary ({} tokens) differs from the corpus's ({} tokens): was the corpus changed?",
+                saved.len(),
+                corpus.vocab().len()
+            ),
+        });
+    }
+    Ok(corpus)
+}
+
+/// A trainer for `run` with the state of `step_dir` (`None`: a fresh start from `run.toml`).
+pub fn restore_trainer(
+    run: &RunDir,
+    step_dir: Option<&Path>,
+    steps: Option<u64>,
+    device: Option<DeviceSpec>,
+) -> Result<Trainer, CheckpointError> {
+    let spec = run.spec().clone();
+    let corpus = load_corpus(run)?;
+    let mut train = spec.train.clone();
+    if let Some(s) = steps {
+        train.steps = s;
+    }
+    let device = match device {
+        Some(d) => d,
+        None => spec
+            .device
+            .parse()
+            .map_err(|e: DeviceError| EngineError::Config(e.to_string()))?,
+    };
+    let mut trainer = Trainer::new(Arc::new(corpus), spec.model.clone(), train, device)?;
+    let Some(step_dir) = step_dir else {
+        return Ok(trainer);
+    };
+    let loaded = load(
+        step_dir,
+        &spec.model,
+        trainer.corpus().vocab().len(),
+        trainer.config(),
+        trainer.device(),
+    )?;
+    trainer.restore(
+        loaded.model,
+        loaded.optimizer,
+        loaded.spectral_optimizer,
+        loaded.state,
+        loaded.carried,
+    );
+    Ok(trainer)
 }
 
 fn describe(cfg: &ModelConfig, vocab: usize) -> String {
