@@ -128,9 +128,11 @@ fn a_resumed_run_drops_the_lost_timeline_and_has_no_duplicates() {
     push_losses(&mut w, 1..=15, loss);
     w.push_event_at(12, 1e9, "weight", "cos weight 2", "a", "b");
     w.flush().expect("flush");
-    std::mem::forget(w);
+    // Killed: the buffer is gone, the kernel releases the writer's lock (a drop does both).
+    drop(w);
     // Second life: resumed from the checkpoint at 10; steps 11.. are recomputed.
     let mut w = writer(run);
+    w.start_at(10).expect("cut back to the checkpoint");
     let started = Event::Started {
         step: 10,
         total_steps: 20,
@@ -139,6 +141,7 @@ fn a_resumed_run_drops_the_lost_timeline_and_has_no_duplicates() {
         device: "cpu".into(),
         run_dir: None,
         objective: "MLE".into(),
+        objectives: Box::default(),
     };
     assert!(!w.record(&started).expect("record"));
     push_losses(&mut w, 11..=20, |s| 100.0 + s as f64);
@@ -222,8 +225,9 @@ fn compaction_keeps_every_row_and_supersedes_what_it_replaced() {
     drop(w);
     let first_segment = std::fs::read(&segment_files(run, "metrics-")[0]).expect("read");
     let before = store::load(run).expect("load");
-    let replaced = store::compact(run).expect("compact");
-    assert_eq!(replaced, 10, "5 metrics + 5 events segments");
+    let done = store::compact(run).expect("compact");
+    assert_eq!(done.replaced, 10, "5 metrics + 5 events segments");
+    assert!(done.set_aside.is_empty());
     assert_eq!(segment_files(run, "metrics-").len(), 1);
     assert_eq!(segment_files(run, "events-").len(), 1);
     let after = store::load(run).expect("load");
@@ -247,28 +251,141 @@ fn compaction_keeps_every_row_and_supersedes_what_it_replaced() {
 }
 
 #[test]
-fn compaction_refuses_while_a_live_process_writes() {
+fn compaction_refuses_while_a_process_holds_the_writer_lock_and_a_killed_holder_frees_it() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let run = tmp.path();
     let mut w = writer(run);
     push_losses(&mut w, 1..=3, loss);
     w.flush().expect("flush");
-    drop(w);
-    let Ok(mut child) = std::process::Command::new("sleep").arg("30").spawn() else {
-        eprintln!("SKIPPED: no `sleep` to stand in for a live writer");
-        return;
-    };
-    let lock = run.join(store::STORE_DIR).join(store::writer::WRITER_LOCK);
-    std::fs::write(&lock, child.id().to_string()).expect("lock");
+    // A live writer (this process's own) holds the OS lock: no compaction, no second writer.
     let err = store::compact(run).expect_err("a live writer");
     assert!(err.to_string().contains("is writing"), "{err}");
-    let opened = StoreWriter::open(run, &record("run"));
-    assert!(opened.is_err(), "two writers on one store");
-    let _ = child.kill();
-    let _ = child.wait();
-    // The lock of a dead process is stale.
-    store::compact(run).expect("compact after the writer died");
+    assert!(
+        StoreWriter::open(run, &record("run")).is_err(),
+        "two writers on one store"
+    );
+    drop(w);
+    // Another process holds it, and is killed with -9: the kernel releases it (a pid file would
+    // have stayed "held" until a recycled pid made it lie).
+    let lock = run.join(store::STORE_DIR).join(store::writer::WRITER_LOCK);
+    // -o: the lock stays with flock itself, not with the command it runs.
+    let mut holder = std::process::Command::new("flock")
+        .arg("-o")
+        .arg(&lock)
+        .args(["sleep", "60"])
+        .spawn()
+        .expect("flock(1) from util-linux");
+    let start = std::time::Instant::now();
+    while store::writer::live_writer(&run.join(store::STORE_DIR))
+        .expect("probe")
+        .is_none()
+    {
+        assert!(start.elapsed().as_secs() < 30, "flock never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(store::compact(run).is_err(), "held by another process");
+    holder.kill().expect("kill -9");
+    let _ = holder.wait();
+    let start = std::time::Instant::now();
+    loop {
+        match store::compact(run) {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(start.elapsed().as_secs() < 30, "the lock stayed held: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    }
     assert_eq!(losses(run).len(), 3);
+}
+
+#[test]
+fn a_flush_is_all_or_nothing_and_never_replaces_a_segment() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    let mut w = writer(run);
+    push_losses(&mut w, 1..=10, loss);
+    w.push_event_at(3, 1e9, "checkpoint", "x", "", "");
+    w.flush().expect("first flush");
+    push_losses(&mut w, 11..=20, loss);
+    w.push_event_at(15, 1e9, "weight", "cos weight 2", "a", "b");
+    let buffered = w.buffered_rows();
+    // Disk full as the events segment is put in place (the metrics one already is): the flush
+    // takes the metrics segment back and keeps every row buffered.
+    let err =
+        conelab::fault::with_plan("segment.rename:2:ENOSPC", || w.flush()).expect_err("injected");
+    assert!(err.to_string().contains("No space left"), "{err}");
+    assert_eq!(w.buffered_rows(), buffered, "nothing dropped");
+    assert_eq!(segment_files(run, "metrics-").len(), 1, "taken back");
+    assert_eq!(segment_files(run, "events-").len(), 1);
+    // Half a segment written (disk full while writing): the same.
+    conelab::fault::with_plan("segment.write:1:ENOSPC", || w.flush()).expect_err("injected");
+    assert_eq!(w.buffered_rows(), buffered);
+    // A file already has the next name (a stranger, or a segment an old writer left): it is never
+    // replaced; the flush fails once and the next one takes a new number.
+    let squatter = run.join(store::STORE_DIR).join("events-000002.parquet");
+    std::fs::write(&squatter, b"not mine").expect("write");
+    w.flush().expect_err("the name is taken");
+    assert_eq!(std::fs::read(&squatter).expect("read"), b"not mine");
+    w.flush().expect("a new number");
+    drop(w);
+    let s = store::load(run).expect("load");
+    assert_eq!(
+        losses(run),
+        (1..=20).map(|s| (s, loss(s))).collect::<Vec<_>>()
+    );
+    assert_eq!(s.events.height(), 2, "every event once");
+    assert_eq!(
+        s.warnings.len(),
+        1,
+        "the squatter is skipped: {:?}",
+        s.warnings
+    );
+}
+
+#[test]
+fn compaction_sets_a_corrupt_segment_aside_and_an_io_error_leaves_everything_in_place() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    let mut w = writer(run);
+    for part in [1..=10, 11..=20] {
+        push_losses(&mut w, part, loss);
+        w.flush().expect("flush");
+    }
+    drop(w);
+    let dir = run.join(store::STORE_DIR);
+    std::fs::write(dir.join("metrics-009999.parquet"), b"garbage, not parquet").expect("write");
+    let listing = || {
+        let mut v: Vec<String> = std::fs::read_dir(&dir)
+            .expect("list")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    // An I/O error on a segment (EIO): compaction stops with every file where it was.
+    let before = listing();
+    let err = conelab::fault::with_plan("segment.read:2:EIO", || store::compact(run))
+        .expect_err("injected EIO");
+    assert!(err.to_string().contains("Input/output error"), "{err}");
+    assert_eq!(listing(), before);
+    // Disk full while writing the compacted segment: the same.
+    conelab::fault::with_plan("segment.write:1:ENOSPC", || store::compact(run))
+        .expect_err("injected ENOSPC");
+    assert_eq!(listing(), before);
+    // The corrupt segment is moved to store/corrupt/, never deleted, and said.
+    let done = store::compact(run).expect("compact");
+    assert_eq!(done.set_aside.len(), 1, "{done:?}");
+    assert!(done.set_aside[0].1.contains("metrics-009999"), "{done:?}");
+    assert_eq!(
+        std::fs::read(dir.join("corrupt/metrics-009999.parquet")).expect("kept"),
+        b"garbage, not parquet"
+    );
+    assert_eq!(
+        losses(run),
+        (1..=20).map(|s| (s, loss(s))).collect::<Vec<_>>()
+    );
 }
 
 #[test]

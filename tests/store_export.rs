@@ -367,20 +367,62 @@ fn curves_put_chosen_metrics_side_by_side_by_step() {
         "valid/rare/ppl".into(),
         "embedding/i1".into(),
     ];
-    insta::assert_snapshot!("curves_csv", text(&req));
+    let csv = text(&req);
+    insta::assert_snapshot!("curves_csv", csv);
+    // Independent of the snapshot: MLE's train loss at step 100 is 7 − 100/100 = 6 and its rare
+    // PPL there 2000; CosReg's rare PPL at step 200 is 1400.
+    let row = |run: &str, step: &str| {
+        csv.lines()
+            .find(|l| l.starts_with(&format!("{run},")) && l.split(',').nth(1) == Some(step))
+            .unwrap_or_else(|| panic!("no {run} row at {step}:\n{csv}"))
+            .to_string()
+    };
+    let mle100: Vec<String> = row("mle", "100").split(',').map(String::from).collect();
+    assert!(
+        mle100.contains(&"6".to_string()) || mle100.contains(&"6.0".to_string()),
+        "{mle100:?}"
+    );
+    assert!(
+        mle100.iter().any(|c| c.parse::<f64>() == Ok(2000.0)),
+        "{mle100:?}"
+    );
+    assert!(
+        row("cos", "200")
+            .split(',')
+            .any(|c| c.parse::<f64>() == Ok(1400.0))
+    );
 }
 
 #[test]
 fn events_and_metrics_export_as_csv_json_and_parquet() {
     let r = runs();
-    insta::assert_snapshot!(
-        "events_csv",
-        text(&request(vec![r.cos.clone()], Table::Events, Format::Csv))
+    let events = text(&request(vec![r.cos.clone()], Table::Events, Format::Csv));
+    insta::assert_snapshot!("events_csv", events);
+    // Independent: the switch-on at step 50 with its before and after, and the two checkpoints.
+    assert!(
+        events.lines().any(|l| l.contains(",50,")
+            && l.contains("regulariser on")
+            && l.contains("CosReg γ=1")),
+        "{events}"
+    );
+    assert_eq!(
+        events.lines().filter(|l| l.contains("checkpoint")).count(),
+        2
     );
     let mut req = request(vec![r.mle.clone()], Table::Metrics, Format::Csv);
     req.step = Some(StepChoice::At(100));
     req.split = Some("valid".into());
-    insta::assert_snapshot!("metrics_step100_valid_csv", text(&req));
+    let metrics = text(&req);
+    insta::assert_snapshot!("metrics_step100_valid_csv", metrics);
+    // Independent: MLE's rare PPL at step 100 was written as 2000, its total Uniq as 900.
+    assert!(
+        metrics.lines().any(|l| l.contains(",rare,ppl,2000")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.lines().any(|l| l.contains(",total,uniq,900")),
+        "{metrics}"
+    );
 
     // JSON parses back to the same values.
     let req = request(

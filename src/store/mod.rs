@@ -9,18 +9,25 @@
 //!   events-000001.parquet       run_id, step, wall_time, kind, detail, before, after
 //!   metrics-000009-base.parquet a compaction: everything of its kind up to it, superseding every
 //!                               lower-numbered segment (deleted after it is on disk)
+//!   projections/step-…parquet   the 2-D projections of each analysed snapshot (the time scrub)
+//!   corrupt/                    segments compaction proved corrupt, set aside (never deleted)
+//!   writer.lock                 the OS lock of the one process that writes the store
 //! ```
-//! Segments are written by [`writer::StoreWriter`] (temp file, fsync, rename), so a `kill -9`
-//! leaves whole segments only and loses at most the unflushed buffer. Readers take segments in
-//! name order and skip an unreadable one with a warning. Duplicate (step, split, group, metric)
-//! rows — possible only when a resumed run re-emits a step it had recorded — keep the newest.
+//! Segments are written by [`writer::StoreWriter`] (temp file, fsync, link into place without
+//! replacing anything), so a `kill -9` leaves whole segments only and loses at most the unflushed
+//! buffer; a flush is all or nothing per sequence number. Readers take segments in name order
+//! and skip a corrupt one with a warning; an I/O error is an error. Duplicate (step, split,
+//! group, metric) rows — possible only when a resumed run re-emits a step it had recorded — keep
+//! the newest.
 //!
 //! The writer is fed by the engine's event consumer ([`recorder`]), never by the training step.
 
+pub mod buffer;
 pub mod export;
+pub mod projection;
 pub mod query;
 pub mod recorder;
-mod segment;
+pub mod segment;
 pub mod writer;
 
 use std::path::{Path, PathBuf};
@@ -28,7 +35,9 @@ use std::path::{Path, PathBuf};
 use polars::prelude::*;
 use serde::{Deserialize, Serialize};
 
+pub use buffer::{empty_events, empty_metrics};
 pub use query::{History, LastValue};
+pub use segment::Compaction;
 pub use writer::{FlushPolicy, StoreWriter};
 
 /// The store's folder inside a run directory.
@@ -88,6 +97,9 @@ pub mod split {
     pub const EMBEDDING: &str = "embedding";
     /// Normalised singular values of W, metric `sv0000`, `sv0001`, … (group `total`).
     pub const SPECTRUM: &str = "spectrum";
+    /// Facts about the run recorded when it starts: `total_steps`, `windows_per_epoch`,
+    /// `parameters`.
+    pub const RUN: &str = "run";
 }
 
 /// The series a metric row belongs to, as a stable 64-bit FNV-1a hash of split, group and metric
@@ -192,7 +204,8 @@ pub fn store_dir(run_dir: &Path) -> PathBuf {
     }
 }
 
-/// Reads a run's store. A segment that cannot be read is skipped and named in `warnings`.
+/// Reads a run's store. A corrupt segment is skipped and named in `warnings`; a segment that
+/// cannot be read (EIO, EACCES) fails the load.
 pub fn load(run_dir: &Path) -> Result<LoadedStore, StoreError> {
     let dir = store_dir(run_dir);
     let run = read_run_record(&dir)?;
@@ -231,27 +244,21 @@ pub fn read_run_record(dir: &Path) -> Result<RunRecord, StoreError> {
     })
 }
 
-/// Rewrites a run's store as one segment per table (deduplicated); returns how many segment
-/// files it replaced. Safe to interrupt: the compacted segment supersedes the old ones the moment
-/// it is renamed into place.
-pub fn compact(run_dir: &Path) -> Result<usize, StoreError> {
+/// Rewrites a run's store as one segment per table (deduplicated). Safe to interrupt: the
+/// compacted segment supersedes the old ones the moment it is in place. Segments proven corrupt
+/// are moved to `store/corrupt/` (and listed); an I/O error aborts with everything in place.
+pub fn compact(run_dir: &Path) -> Result<Compaction, StoreError> {
     let dir = store_dir(run_dir);
     read_run_record(&dir)?;
-    // A live writer's next segment could be numbered below the compaction and be superseded.
-    if let Some(pid) = writer::live_writer(&dir) {
-        return Err(StoreError::Invalid(format!(
-            "{}: a training process (pid {pid}) is writing this store; it compacts it itself when it ends",
-            run_dir.display()
-        )));
-    }
-    segment::compact(&dir, None)
-}
-
-/// Empty metrics table with the store's schema.
-pub fn empty_metrics() -> DataFrame {
-    writer::MetricBuffer::default()
-        .to_frame()
-        .unwrap_or_else(|_| DataFrame::empty())
+    // A live writer's next segment could be numbered below the compaction and be superseded:
+    // compaction holds the writer lock while it works.
+    let _lock = writer::lock_store(&dir).map_err(|e| match e {
+        StoreError::Invalid(m) => StoreError::Invalid(format!(
+            "{m}; a training process compacts its store itself when it ends"
+        )),
+        other => other,
+    })?;
+    segment::compact(&dir, segment::Keep::All)
 }
 
 #[cfg(test)]

@@ -146,7 +146,7 @@ pub fn cross_run(stores: &[LoadedStore]) -> Result<LazyFrame, StoreError> {
 /// Several runs' events as one table.
 pub fn cross_run_events(stores: &[LoadedStore]) -> Result<LazyFrame, StoreError> {
     if stores.is_empty() {
-        return Ok(super::writer::EventBuffer::default().to_frame()?.lazy());
+        return Ok(super::empty_events().lazy());
     }
     let frames: Vec<LazyFrame> = stores.iter().map(|s| s.events_lazy()).collect();
     Ok(concat(frames, UnionArgs::default())?)

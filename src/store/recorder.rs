@@ -1,90 +1,293 @@
-//! The engine's events into the store, on a thread of their own between the engine and its
-//! consumer (the TUI or the headless reporter). Training never waits on a flush; neither does
-//! drawing. The final event is passed on only after the store is flushed and compacted, so a
-//! consumer that exits on it leaves a complete store behind.
+//! The engine's events into the store, on a thread of their own between the engine and whoever
+//! consumes the events next (a run's hub, or a test). Training never waits on a flush; neither
+//! does drawing.
+//!
+//! Checkpoints: the engine leaves each one staged ([`Event::CheckpointStaged`]); the recorder
+//! flushes the store — every row up to that step is in its buffer, events arrive in order — and
+//! only then puts the checkpoint in place and passes on [`Event::Checkpoint`]. So a checkpoint
+//! never gets ahead of the store: a `kill -9` just after it loses no row it covers. When the store
+//! cannot be written, the checkpoint stays staged and is put in place at the next flush that
+//! succeeds.
+//!
+//! The final event is passed on only after the store is flushed and compacted, so a consumer that
+//! exits on it leaves a complete store behind. If the engine's channel closes without a final
+//! event, the recorder makes one ([`Event::Failed`]); if the recorder itself panics, it reports
+//! through the run's [`Fault`] (the engine then stops) and passes events on without recording.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::StoreWriter;
-use crate::engine::{EngineHandle, Event};
+use crate::engine::{Event, Fault, panic_message};
 
 /// How often an idle recorder looks at its flush timer.
-const TICK: Duration = Duration::from_millis(500);
+const TICK: Duration = Duration::from_millis(200);
 
-/// Records every event of `handle` into `writer`; the returned handle gives the same events.
-pub fn record(handle: EngineHandle, writer: StoreWriter) -> std::io::Result<EngineHandle> {
-    handle.tap_events("conelab-store", move |events, out| run(writer, events, out))
+/// A checkpoint waiting for the store.
+#[derive(Debug, Clone)]
+struct Staged {
+    step: u64,
+    staging: PathBuf,
+    keep: usize,
 }
 
-fn run(mut writer: StoreWriter, events: Receiver<Event>, out: Sender<Event>) {
-    let mut step = 0;
-    // A store problem is reported once per kind of failure, not once per event.
-    let mut failed = false;
-    let warn = |out: &Sender<Event>, step: u64, failed: &mut bool, e: super::StoreError| {
-        if !*failed {
-            let _ = out.send(Event::Warning {
-                step,
-                message: format!("metrics store: {e} (training goes on; rows stay buffered)"),
-            });
-        }
-        *failed = true;
-    };
-    loop {
-        match events.recv_timeout(TICK) {
-            Ok(event) => {
-                step = event_step(&event).unwrap_or(step);
-                let last = match writer.record(&event) {
-                    Ok(last) => last,
-                    Err(e) => {
-                        warn(&out, step, &mut failed, e);
-                        matches!(event, Event::Finished { .. } | Event::Failed { .. })
+struct Recorder<F: FnMut(Event) -> bool> {
+    writer: StoreWriter,
+    run_dir: PathBuf,
+    forward: F,
+    fault: Fault,
+    staged: Vec<Staged>,
+    step: u64,
+    /// A store problem is reported once per kind of failure, not once per event.
+    failing: bool,
+    /// The recorder panicked: events pass through unrecorded.
+    broken: bool,
+}
+
+/// Starts the recorder: every event of `events` goes into `writer` and then to `forward` (which
+/// returns false once nobody takes events any more). `run_dir` is where staged checkpoints are put
+/// in place.
+pub fn spawn<F>(
+    events: Receiver<Event>,
+    writer: StoreWriter,
+    run_dir: PathBuf,
+    fault: Fault,
+    forward: F,
+) -> std::io::Result<JoinHandle<()>>
+where
+    F: FnMut(Event) -> bool + Send + 'static,
+{
+    std::thread::Builder::new()
+        .name("conelab-store".into())
+        .spawn(move || {
+            Recorder {
+                writer,
+                run_dir,
+                forward,
+                fault,
+                staged: Vec::new(),
+                step: 0,
+                failing: false,
+                broken: false,
+            }
+            .run(events)
+        })
+}
+
+impl<F: FnMut(Event) -> bool> Recorder<F> {
+    fn run(mut self, events: Receiver<Event>) {
+        loop {
+            match events.recv_timeout(TICK) {
+                Ok(event) => {
+                    self.step = event.step().max(self.step);
+                    if event.is_final() {
+                        self.finish(event, &events);
+                        return;
                     }
-                };
-                if last {
-                    if let Err(e) = writer.compact() {
-                        failed = false;
-                        warn(&out, step, &mut failed, e);
+                    if self.broken {
+                        self.pass_through(event);
+                    } else {
+                        self.guarded(|r| r.on_event(event));
                     }
-                    let _ = out.send(event);
-                    // Nothing follows the final event but stragglers of the analysis thread.
-                    for e in events.iter() {
-                        let _ = writer.record(&e);
-                        let _ = out.send(e);
-                    }
-                    let _ = writer.flush();
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    // The engine ended without a final event (it cannot, short of a bug): say so.
+                    let step = self.step;
+                    self.finish(
+                        Event::Failed {
+                            step,
+                            message: "the engine thread ended without a final event".into(),
+                        },
+                        &events,
+                    );
                     return;
                 }
-                let _ = out.send(event);
             }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                let _ = writer.flush();
+            self.guarded(|r| {
+                if r.writer.flush_due() {
+                    r.flush_and_commit();
+                }
+            });
+        }
+    }
+
+    /// Runs `f`; a panic inside breaks the recorder (reported once through the fault).
+    fn guarded(&mut self, f: impl FnOnce(&mut Self)) {
+        if self.broken {
+            return;
+        }
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
+        if let Err(panic) = result {
+            self.broken = true;
+            let message = format!(
+                "the metrics store's recorder panicked at step {}: {}",
+                self.step,
+                panic_message(panic.as_ref())
+            );
+            self.fault.set(message.clone());
+            // Keep what was recorded until then, if the writer still can.
+            let flushed =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.writer.flush()));
+            let message = match flushed {
+                Ok(Ok(())) => format!("{message} (the store is kept up to there)"),
+                _ => format!("{message} (its last rows could not be written)"),
+            };
+            let step = self.step;
+            (self.forward)(Event::Warning { step, message });
+        }
+    }
+
+    /// A broken recorder passes events on unrecorded. A checkpoint it cannot vouch for (the
+    /// store is not durable up to its step) is not put in place.
+    fn pass_through(&mut self, event: Event) {
+        match event {
+            Event::Projection(_) => {}
+            Event::CheckpointStaged { step, staging, .. } => {
+                let _ = std::fs::remove_dir_all(&staging);
+                (self.forward)(Event::Warning {
+                    step,
+                    message: format!(
+                        "the checkpoint at step {step} was not put in place: the metrics store stopped recording before it"
+                    ),
+                });
+            }
+            other => {
+                (self.forward)(other);
+            }
+        }
+    }
+
+    fn warn(&mut self, what: String) {
+        if !self.failing {
+            let step = self.step;
+            (self.forward)(Event::Warning {
+                step,
+                message: format!("metrics store: {what}"),
+            });
+        }
+        self.failing = true;
+    }
+
+    fn on_event(&mut self, event: Event) {
+        if let Event::CheckpointStaged {
+            step,
+            staging,
+            keep,
+        } = event
+        {
+            self.staged.push(Staged {
+                step,
+                staging,
+                keep,
+            });
+            self.flush_and_commit();
+            return;
+        }
+        if let Err(e) = self.writer.record(&event) {
+            self.warn(format!("{e} (training goes on; rows stay buffered)"));
+        }
+        // The projections stay in the store; viewers ask for them. When nobody takes events
+        // any more, recording goes on (the run notices that on its own).
+        if !matches!(event, Event::Projection(_)) {
+            let _ = (self.forward)(event);
+        }
+    }
+
+    /// Flushes; on success puts the staged checkpoints in place (the newest; older staged ones
+    /// are superseded and deleted).
+    fn flush_and_commit(&mut self) {
+        match self.writer.flush() {
+            Ok(()) => self.failing = false,
+            Err(e) => {
+                let staged = match self.staged.last() {
+                    Some(s) => format!(
+                        "; the checkpoint at step {} waits, staged, until the store is written",
+                        s.step
+                    ),
+                    None => String::new(),
+                };
+                self.warn(format!(
+                    "{e} (training goes on; rows stay buffered{staged})"
+                ));
                 return;
             }
         }
-        match writer.maybe_flush() {
-            Ok(()) => failed = false,
-            Err(e) => warn(&out, step, &mut failed, e),
+        let Some(newest) = self.staged.pop() else {
+            return;
+        };
+        for older in self.staged.drain(..) {
+            let _ = std::fs::remove_dir_all(&older.staging);
+        }
+        match crate::checkpoint::commit(&self.run_dir, newest.step, &newest.staging, newest.keep) {
+            Ok(path) => {
+                let event = Event::Checkpoint {
+                    step: newest.step,
+                    path,
+                };
+                if let Err(e) = self.writer.record(&event) {
+                    self.warn(format!("{e}"));
+                }
+                (self.forward)(event);
+            }
+            Err(e) => {
+                let step = newest.step;
+                let _ = std::fs::remove_dir_all(&newest.staging);
+                (self.forward)(Event::Warning {
+                    step,
+                    message: format!(
+                        "checkpoint at step {step} could not be put in place: {e}; the newest checkpoint is the one before"
+                    ),
+                });
+            }
         }
     }
-}
 
-fn event_step(event: &Event) -> Option<u64> {
-    Some(match event {
-        Event::Started { step, .. }
-        | Event::Snapshot { step }
-        | Event::Rejected { step, .. }
-        | Event::Checkpoint { step, .. }
-        | Event::Paused { step }
-        | Event::Resumed { step }
-        | Event::Diverged { step, .. }
-        | Event::Warning { step, .. }
-        | Event::Finished { step, .. }
-        | Event::Failed { step, .. } => *step,
-        Event::Step(s) => s.step,
-        Event::Eval(e) => e.step,
-        Event::Embedding(e) => e.step,
-        Event::Applied(a) => a.step,
-    })
+    /// The run's last event: commit what is staged, flush, compact, pass it on, then record the
+    /// stragglers (the metrics thread's last analysis may come after it) and flush again.
+    fn finish(&mut self, last: Event, events: &Receiver<Event>) {
+        if self.broken {
+            (self.forward)(last);
+            for e in events.iter() {
+                self.pass_through(e);
+            }
+            return;
+        }
+        self.guarded(|r| {
+            if let Err(e) = r.writer.record(&last) {
+                r.warn(format!("{e}"));
+            }
+            r.flush_and_commit();
+            if !r.failing
+                && let Err(e) = r.writer.compact()
+            {
+                r.warn(format!(
+                    "compaction failed: {e} (the segments are kept as they are)"
+                ));
+            }
+        });
+        // Stragglers first, so that a consumer leaving on the final event has them recorded.
+        let mut stragglers = Vec::new();
+        while let Ok(e) = events.recv_timeout(Duration::from_millis(50)) {
+            stragglers.push(e);
+        }
+        for e in stragglers {
+            self.guarded(|r| {
+                if let Err(err) = r.writer.record(&e) {
+                    r.warn(format!("{err}"));
+                }
+                if !matches!(e, Event::Projection(_)) {
+                    (r.forward)(e);
+                }
+            });
+        }
+        self.guarded(|r| {
+            if let Err(e) = r.writer.flush() {
+                r.warn(format!("{e}"));
+            }
+        });
+        (self.forward)(last);
+    }
 }

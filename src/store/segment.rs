@@ -1,12 +1,17 @@
-//! Segment files: naming, atomic writes, tolerant reads, compaction.
+//! Segment files: naming, crash-safe writes that never replace an existing segment, reads that
+//! tell a corrupt segment from an I/O error, compaction.
 
-use std::io::Cursor;
+use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
 
 use polars::prelude::*;
 use polars_io::prelude::*;
 
+use super::buffer::{empty_events, empty_metrics};
 use super::{StoreError, col, io_error};
+
+/// Where compaction puts segments it proved corrupt (never deleted).
+pub const CORRUPT_DIR: &str = "corrupt";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -91,7 +96,66 @@ pub fn next_seq(dir: &Path) -> Result<u64, StoreError> {
     Ok(list(dir)?.iter().map(|s| s.seq).max().map_or(1, |m| m + 1))
 }
 
-/// Writes a segment atomically (temp file, fsync, rename, fsync of the folder).
+/// Encodes a frame as a Parquet segment.
+pub fn encode(df: &mut DataFrame) -> Result<Vec<u8>, StoreError> {
+    let mut bytes = Vec::new();
+    ParquetWriter::new(Cursor::new(&mut bytes))
+        .with_compression(ParquetCompression::Zstd(None))
+        .finish(df)?;
+    Ok(bytes)
+}
+
+/// The path of a segment.
+pub fn path_of(dir: &Path, kind: Kind, seq: u64, base: bool) -> PathBuf {
+    dir.join(file_name(kind, seq, base))
+}
+
+/// Writes a temporary file beside its final name and fsyncs it (fault point `segment.write`:
+/// half the bytes, then the error).
+pub fn write_temp(dir: &Path, final_name: &str, bytes: &[u8]) -> Result<PathBuf, StoreError> {
+    let tmp = dir.join(crate::atomic::temp_name(final_name));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        if let Err(e) = crate::fault::check("segment.write") {
+            let _ = f.write_all(&bytes[..bytes.len() / 2]);
+            return Err(e);
+        }
+        f.write_all(bytes)?;
+        f.sync_all()
+    })();
+    match result {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(io_error(&tmp)(e))
+        }
+    }
+}
+
+/// Moves a fsynced temporary file to `path` without ever replacing an existing file (a hard
+/// link fails when the name is taken), then fsyncs the folder (fault point `segment.rename`).
+pub fn place(tmp: &Path, path: &Path) -> Result<(), StoreError> {
+    let result = crate::fault::check("segment.rename").and_then(|()| {
+        match std::fs::hard_link(tmp, path) {
+            // A filesystem without hard links: the writer holds the store's lock, so a check
+            // before the rename is enough there.
+            Err(e)
+                if (e.kind() == std::io::ErrorKind::Unsupported
+                    || e.raw_os_error() == Some(libc::EPERM))
+                    && !path.exists() =>
+            {
+                std::fs::rename(tmp, path)
+            }
+            other => other,
+        }
+    });
+    let _ = std::fs::remove_file(tmp);
+    result.map_err(io_error(path))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    crate::atomic::sync_dir(dir).map_err(io_error(dir))
+}
+
+/// Writes a segment crash-safely; refuses to replace an existing one.
 pub fn write(
     dir: &Path,
     kind: Kind,
@@ -99,48 +163,73 @@ pub fn write(
     base: bool,
     df: &mut DataFrame,
 ) -> Result<PathBuf, StoreError> {
-    let path = dir.join(file_name(kind, seq, base));
-    let mut bytes = Vec::new();
-    ParquetWriter::new(Cursor::new(&mut bytes))
-        .with_compression(ParquetCompression::Zstd(None))
-        .finish(df)?;
-    crate::atomic::write_file(&path, &bytes).map_err(io_error(&path))?;
+    let name = file_name(kind, seq, base);
+    let path = dir.join(&name);
+    let bytes = encode(df)?;
+    let tmp = write_temp(dir, &name, &bytes)?;
+    place(&tmp, &path)?;
     Ok(path)
 }
 
-fn read(path: &Path) -> Result<DataFrame, StoreError> {
-    let bytes = std::fs::read(path).map_err(io_error(path))?;
-    ParquetReader::new(Cursor::new(bytes))
-        .finish()
-        .map_err(|e| StoreError::Corrupt {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })
+/// Why a segment could not be read.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The bytes are there and are not a conelab segment of this kind: it may be set aside.
+    Corrupt(String),
+    /// The file could not be read (EIO, EACCES, …): nothing may be concluded about it.
+    Io(StoreError),
 }
 
-/// The live segments of one kind, concatenated in order. Unreadable segments (a truncated copy,
-/// a foreign file) are skipped and reported in `warnings`; a segment with other columns too.
+fn read(path: &Path, kind: Kind) -> Result<DataFrame, ReadError> {
+    let bytes = crate::fault::check("segment.read")
+        .and_then(|()| std::fs::read(path))
+        .map_err(|e| ReadError::Io(io_error(path)(e)))?;
+    let df = ParquetReader::new(Cursor::new(bytes))
+        .finish()
+        .map_err(|e| ReadError::Corrupt(format!("{}: not a Parquet file: {e}", path.display())))?;
+    if df.schema() != schema(kind).schema() {
+        return Err(ReadError::Corrupt(format!(
+            "{}: not a conelab {} segment (other columns)",
+            path.display(),
+            kind.prefix()
+        )));
+    }
+    Ok(df)
+}
+
+fn schema(kind: Kind) -> DataFrame {
+    match kind {
+        Kind::Metrics => empty_metrics(),
+        Kind::Events => empty_events(),
+    }
+}
+
+/// The live segments of one kind, concatenated in order. A corrupt segment (a truncated copy, a
+/// foreign file) is skipped and named in `warnings`; a segment that cannot be read at all (EIO,
+/// EACCES) is an error: a reader must not present a store with a hole as whole.
 pub fn read_all(
     dir: &Path,
     kind: Kind,
     warnings: &mut Vec<String>,
 ) -> Result<DataFrame, StoreError> {
-    let schema = match kind {
-        Kind::Metrics => super::empty_metrics(),
-        Kind::Events => super::writer::EventBuffer::default().to_frame()?,
-    };
-    let mut out = schema.clone();
+    let (df, corrupt) = read_live(dir, kind)?;
+    for (_, why) in corrupt {
+        warnings.push(format!("{why}; segment skipped"));
+    }
+    Ok(df)
+}
+
+/// The live segments of one kind, and the ones proven corrupt (path, why).
+fn read_live(dir: &Path, kind: Kind) -> Result<(DataFrame, Vec<(PathBuf, String)>), StoreError> {
+    let mut out = schema(kind);
+    let mut corrupt = Vec::new();
     for seg in live(&list(dir)?, kind) {
-        match read(&seg.path) {
-            Ok(df) if df.schema() == schema.schema() => {
+        match read(&seg.path, kind) {
+            Ok(df) => {
                 out.vstack_mut(&df)?;
             }
-            Ok(_) => warnings.push(format!(
-                "{}: skipped: not a conelab {} segment (other columns)",
-                seg.path.display(),
-                kind.prefix()
-            )),
-            Err(e) => warnings.push(format!("{e}; segment skipped")),
+            Err(ReadError::Corrupt(why)) => corrupt.push((seg.path.clone(), why)),
+            Err(ReadError::Io(e)) => return Err(e),
         }
     }
     // Many small segments (a live run flushing often) make many chunks; a few are cheaper
@@ -148,7 +237,7 @@ pub fn read_all(
     if out.columns().first().is_some_and(|c| c.n_chunks() > 32) {
         out.rechunk_mut();
     }
-    Ok(out)
+    Ok((out, corrupt))
 }
 
 /// The live metrics segments are one compaction: already deduplicated.
@@ -163,36 +252,85 @@ pub fn dedupe_metrics(df: DataFrame) -> Result<DataFrame, StoreError> {
     Ok(df.unique_stable(Some(&keys), UniqueKeepStrategy::Last, None)?)
 }
 
-/// Rewrites the live segments of both tables as one base segment each, keeping only rows with
-/// `step ≤ keep_until` when given; then deletes what the bases supersede. Returns how many files
-/// were replaced. A crash before a base's rename leaves the old segments live; after it, the base
-/// supersedes them whether or not they were deleted yet.
-pub fn compact(dir: &Path, keep_until: Option<u64>) -> Result<usize, StoreError> {
+/// What a compaction did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Compaction {
+    /// Segment files replaced by the new bases (deleted).
+    pub replaced: usize,
+    /// Segments proven corrupt, moved to `store/corrupt/` (path there, why).
+    pub set_aside: Vec<(PathBuf, String)>,
+}
+
+/// Which rows a compaction keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    All,
+    /// Rows with `step ≤` this (a resumed run drops the lost timeline).
+    UpTo(u64),
+    /// No rows (a run started again from step 0 in its folder).
+    Nothing,
+}
+
+/// Rewrites the live segments of both tables as one base segment each, keeping the rows `keep`
+/// says; then deletes the readable segments the bases supersede and moves the corrupt ones to
+/// `store/corrupt/`. An I/O error on any segment aborts it with everything in place. A crash
+/// before a base's rename leaves the old segments live; after it, the base supersedes them
+/// whether or not they were deleted yet.
+pub fn compact(dir: &Path, keep: Keep) -> Result<Compaction, StoreError> {
     let all = list(dir)?;
     let seq = all.iter().map(|s| s.seq).max().map_or(1, |m| m + 1);
-    let mut replaced = 0;
+    let mut done = Compaction::default();
+    // Read everything first: an I/O error must leave the store exactly as it was.
+    let mut tables = Vec::new();
     for kind in [Kind::Metrics, Kind::Events] {
         let old = live(&all, kind);
-        if old.is_empty() || (old.len() == 1 && old[0].base && keep_until.is_none()) {
+        if old.is_empty() || (old.len() == 1 && old[0].base && keep == Keep::All) {
             continue;
         }
-        let mut warnings = Vec::new();
-        let mut df = read_all(dir, kind, &mut warnings)?;
+        let (mut df, corrupt) = read_live(dir, kind)?;
         if kind == Kind::Metrics {
             df = dedupe_metrics(df)?;
         }
-        if let Some(step) = keep_until {
-            let mask = df.column(col::STEP)?.u64()?.lt_eq(step);
-            df = df.filter(&mask)?;
+        match keep {
+            Keep::All => {}
+            Keep::UpTo(step) => {
+                let mask = df.column(col::STEP)?.u64()?.lt_eq(step);
+                df = df.filter(&mask)?;
+            }
+            Keep::Nothing => df = schema(kind),
         }
-        write(dir, kind, seq, true, &mut df)?;
-        // Everything of this kind below the new base is now dead, unreadable ones included.
-        for s in all.iter().filter(|s| s.kind == kind) {
-            std::fs::remove_file(&s.path).map_err(io_error(&s.path))?;
-            replaced += 1;
-        }
+        tables.push((kind, df, corrupt));
     }
-    Ok(replaced)
+    for (kind, mut df, corrupt) in tables {
+        write(dir, kind, seq, true, &mut df)?;
+        if !corrupt.is_empty() {
+            let aside = dir.join(CORRUPT_DIR);
+            std::fs::create_dir_all(&aside).map_err(io_error(&aside))?;
+            for (path, why) in corrupt {
+                let name = path.file_name().map(|n| n.to_owned()).unwrap_or_default();
+                let mut to = aside.join(&name);
+                let mut n = 1;
+                while to.exists() {
+                    to = aside.join(format!("{}.{n}", name.to_string_lossy()));
+                    n += 1;
+                }
+                std::fs::rename(&path, &to).map_err(io_error(&path))?;
+                crate::atomic::sync_dir(&aside).map_err(io_error(&aside))?;
+                done.set_aside.push((to, why));
+            }
+        }
+        // Everything of this kind below the new base is now dead (its rows are in the base).
+        for s in all.iter().filter(|s| s.kind == kind) {
+            match std::fs::remove_file(&s.path) {
+                Ok(()) => done.replaced += 1,
+                // Set aside above.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error(&s.path)(e)),
+            }
+        }
+        crate::atomic::sync_dir(dir).map_err(io_error(dir))?;
+    }
+    Ok(done)
 }
 
 #[cfg(test)]

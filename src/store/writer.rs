@@ -3,13 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use polars::prelude::*;
-use rustc_hash::FxHashMap;
-
-use super::segment::{self, Kind};
-use super::{RUN_RECORD, RunRecord, STORE_DIR, StoreError, col, io_error, split, unix_now};
-use crate::engine::analysis::EmbeddingStats;
-use crate::engine::{Command, EvalStats, Event, StepStats};
+use super::buffer::{EventBuffer, MetricBuffer};
+use super::segment::{self, Compaction, Keep, Kind};
+use super::{RUN_RECORD, RunRecord, STORE_DIR, StoreError, io_error, split, unix_now};
+use crate::engine::{Command, EmbeddingStats, EvalStats, Event, StepStats};
+use crate::lockfile::{LockError, LockFile};
 use crate::metrics::embedding::SetStats;
 use crate::objective::ObjectiveChange;
 
@@ -29,179 +27,39 @@ impl Default for FlushPolicy {
     }
 }
 
-/// Strings that repeat in every row (split, group, metric names) are kept once.
-#[derive(Debug, Default, Clone)]
-struct Interner {
-    names: Vec<String>,
-    index: FxHashMap<String, u32>,
-}
-
-impl Interner {
-    fn id(&mut self, name: &str) -> u32 {
-        if let Some(&i) = self.index.get(name) {
-            return i;
-        }
-        let i = self.names.len() as u32;
-        self.names.push(name.to_string());
-        self.index.insert(name.to_string(), i);
-        i
-    }
-
-    fn column(&self, name: &str, ids: &[u32]) -> Column {
-        let values: Vec<&str> = ids
-            .iter()
-            .map(|&i| self.names[i as usize].as_str())
-            .collect();
-        Column::new(name.into(), values)
-    }
-}
-
-/// Metric rows not yet on disk, by column.
-#[derive(Debug, Default, Clone)]
-pub struct MetricBuffer {
-    run_id: String,
-    names: Interner,
-    step: Vec<u64>,
-    epoch: Vec<f64>,
-    wall_time: Vec<f64>,
-    split: Vec<u32>,
-    group: Vec<u32>,
-    metric: Vec<u32>,
-    key: Vec<i64>,
-    value: Vec<f64>,
-}
-
-impl MetricBuffer {
-    fn new(run_id: &str) -> Self {
-        Self {
-            run_id: run_id.to_string(),
-            ..Self::default()
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.step.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.step.is_empty()
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn push(
-        &mut self,
-        step: u64,
-        epoch: f64,
-        wall_time: f64,
-        split: &str,
-        group: &str,
-        metric: &str,
-        value: f64,
-    ) {
-        let (s, g, m) = (
-            self.names.id(split),
-            self.names.id(group),
-            self.names.id(metric),
-        );
-        self.step.push(step);
-        self.epoch.push(epoch);
-        self.wall_time.push(wall_time);
-        self.split.push(s);
-        self.group.push(g);
-        self.metric.push(m);
-        self.key.push(super::series_key(split, group, metric));
-        self.value.push(value);
-    }
-
-    pub fn to_frame(&self) -> PolarsResult<DataFrame> {
-        let n = self.len();
-        let run_id: Vec<&str> = vec![self.run_id.as_str(); n];
-        DataFrame::new(
-            n,
-            vec![
-                Column::new(col::RUN_ID.into(), run_id),
-                Column::new(col::STEP.into(), self.step.as_slice()),
-                Column::new(col::EPOCH.into(), self.epoch.as_slice()),
-                Column::new(col::WALL_TIME.into(), self.wall_time.as_slice()),
-                self.names.column(col::SPLIT, &self.split),
-                self.names.column(col::GROUP, &self.group),
-                self.names.column(col::METRIC, &self.metric),
-                Column::new(col::KEY.into(), self.key.as_slice()),
-                Column::new(col::VALUE.into(), self.value.as_slice()),
-            ],
-        )
-    }
-
-    fn clear(&mut self) {
-        self.step.clear();
-        self.epoch.clear();
-        self.wall_time.clear();
-        self.split.clear();
-        self.group.clear();
-        self.metric.clear();
-        self.key.clear();
-        self.value.clear();
-    }
-}
-
-/// Event rows not yet on disk.
-#[derive(Debug, Default, Clone)]
-pub struct EventBuffer {
-    run_id: String,
-    step: Vec<u64>,
-    wall_time: Vec<f64>,
-    kind: Vec<String>,
-    detail: Vec<String>,
-    before: Vec<String>,
-    after: Vec<String>,
-}
-
-impl EventBuffer {
-    pub fn len(&self) -> usize {
-        self.step.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.step.is_empty()
-    }
-
-    pub fn to_frame(&self) -> PolarsResult<DataFrame> {
-        let n = self.len();
-        let run_id: Vec<&str> = vec![self.run_id.as_str(); n];
-        DataFrame::new(
-            n,
-            vec![
-                Column::new(col::RUN_ID.into(), run_id),
-                Column::new(col::STEP.into(), self.step.as_slice()),
-                Column::new(col::WALL_TIME.into(), self.wall_time.as_slice()),
-                Column::new(col::KIND.into(), self.kind.as_slice()),
-                Column::new(col::DETAIL.into(), self.detail.as_slice()),
-                Column::new(col::BEFORE.into(), self.before.as_slice()),
-                Column::new(col::AFTER.into(), self.after.as_slice()),
-            ],
-        )
-    }
-
-    fn clear(&mut self) {
-        self.step.clear();
-        self.wall_time.clear();
-        self.kind.clear();
-        self.detail.clear();
-        self.before.clear();
-        self.after.clear();
-    }
-}
-
-/// Marks a store as being written by a live process (holds its pid); removed when the writer
-/// is dropped. A lock left by a killed process names a dead pid and is taken over.
+/// The store's writer lock: an OS lock held by the one process that writes the store (see
+/// `crate::lockfile`), released by the kernel however that process ends.
 pub const WRITER_LOCK: &str = "writer.lock";
 
-/// The pid of a live process that holds the store's writer lock, if any (not this process).
-pub fn live_writer(store_dir: &Path) -> Option<u32> {
-    let text = std::fs::read_to_string(store_dir.join(WRITER_LOCK)).ok()?;
-    let pid: u32 = text.trim().parse().ok()?;
-    let alive = Path::new("/proc").join(pid.to_string()).exists();
-    (alive && pid != std::process::id()).then_some(pid)
+/// Who holds the store's writer lock (`pid N on HOST`), if anyone.
+pub fn live_writer(store_dir: &Path) -> Result<Option<String>, StoreError> {
+    let path = store_dir.join(WRITER_LOCK);
+    LockFile::holder(&path).map_err(|e| lock_error(&path, e))
+}
+
+fn lock_error(path: &Path, e: LockError) -> StoreError {
+    match e {
+        LockError::Io { path, source } => StoreError::Io { path, source },
+        LockError::Held { holder } => StoreError::Invalid(format!(
+            "{}: another conelab process ({holder}) is writing this store",
+            path.parent()
+                .and_then(Path::parent)
+                .unwrap_or(path)
+                .display()
+        )),
+    }
+}
+
+/// Takes the store's writer lock (for a writer, or a compaction by hand).
+pub fn lock_store(store_dir: &Path) -> Result<LockFile, StoreError> {
+    std::fs::create_dir_all(store_dir).map_err(io_error(store_dir))?;
+    let path = store_dir.join(WRITER_LOCK);
+    LockFile::acquire(
+        &path,
+        &crate::lockfile::holder_text(),
+        Duration::from_millis(500),
+    )
+    .map_err(|e| lock_error(&path, e))
 }
 
 /// Appends to one run's store.
@@ -214,23 +72,16 @@ pub struct StoreWriter {
     last_flush: Instant,
     /// The newest training epoch seen, stamped on evaluation and embedding rows.
     epoch: f64,
+    _lock: LockFile,
 }
 
 impl StoreWriter {
     /// Opens the store of `run_dir`, creating it with `record` if it has none (an existing
-    /// store keeps its record: a resumed run continues it).
+    /// store keeps its record: a resumed run continues it). Holds the store's writer lock until
+    /// dropped.
     pub fn open(run_dir: &Path, record: &RunRecord) -> Result<Self, StoreError> {
         let dir = run_dir.join(STORE_DIR);
-        std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
-        if let Some(pid) = live_writer(&dir) {
-            return Err(StoreError::Invalid(format!(
-                "{}: another conelab process (pid {pid}) is writing this run's store",
-                run_dir.display()
-            )));
-        }
-        let lock = dir.join(WRITER_LOCK);
-        crate::atomic::write_file(&lock, std::process::id().to_string().as_bytes())
-            .map_err(io_error(&lock))?;
+        let lock = lock_store(&dir)?;
         let record_path = dir.join(RUN_RECORD);
         let run_id = if record_path.exists() {
             super::read_run_record(&dir)?.run_id
@@ -245,14 +96,12 @@ impl StoreWriter {
         Ok(Self {
             dir,
             metrics: MetricBuffer::new(&run_id),
-            events: EventBuffer {
-                run_id,
-                ..EventBuffer::default()
-            },
+            events: EventBuffer::new(&run_id),
             next_seq,
             policy: FlushPolicy::default(),
             last_flush: Instant::now(),
             epoch: 0.0,
+            _lock: lock,
         })
     }
 
@@ -306,13 +155,8 @@ impl StoreWriter {
         before: &str,
         after: &str,
     ) {
-        let e = &mut self.events;
-        e.step.push(step);
-        e.wall_time.push(wall_time);
-        e.kind.push(kind.to_string());
-        e.detail.push(detail.to_string());
-        e.before.push(before.to_string());
-        e.after.push(after.to_string());
+        self.events
+            .push(step, wall_time, kind, detail, before, after);
     }
 
     /// Whether the policy says the buffer should go to disk now.
@@ -329,58 +173,136 @@ impl StoreWriter {
         Ok(())
     }
 
-    /// Writes the buffered rows as new segments (nothing when empty). On error the rows stay in
-    /// the buffer for the next attempt.
+    /// Writes the buffered rows as new segments (nothing when empty), all or nothing: both
+    /// segments of a sequence number are written and fsynced as temporary files first, then put
+    /// in place without ever replacing a file; if the second cannot be placed the first is taken
+    /// back. The buffers are cleared only once both are durable; on error every row stays
+    /// buffered for the next attempt.
     pub fn flush(&mut self) -> Result<(), StoreError> {
         self.last_flush = Instant::now();
         if self.metrics.is_empty() && self.events.is_empty() {
             return Ok(());
         }
+        let seq = self.next_seq;
+        let mut frames = Vec::new();
         if !self.metrics.is_empty() {
-            let mut df = self.metrics.to_frame()?;
-            segment::write(&self.dir, Kind::Metrics, self.next_seq, false, &mut df)?;
-            self.metrics.clear();
+            frames.push((Kind::Metrics, self.metrics.to_frame()?));
         }
         if !self.events.is_empty() {
-            let mut df = self.events.to_frame()?;
-            segment::write(&self.dir, Kind::Events, self.next_seq, false, &mut df)?;
-            self.events.clear();
+            frames.push((Kind::Events, self.events.to_frame()?));
         }
-        self.next_seq += 1;
+        let mut temps: Vec<(PathBuf, PathBuf)> = Vec::new();
+        for (kind, mut df) in frames {
+            let path = segment::path_of(&self.dir, kind, seq, false);
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            let written = segment::encode(&mut df).and_then(|bytes| {
+                segment::write_temp(&self.dir, &name.unwrap_or_default(), &bytes)
+            });
+            match written {
+                Ok(tmp) => temps.push((tmp, path)),
+                Err(e) => {
+                    for (tmp, _) in &temps {
+                        let _ = std::fs::remove_file(tmp);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut placed: Vec<PathBuf> = Vec::new();
+        let mut pending = temps.into_iter();
+        while let Some((tmp, path)) = pending.next() {
+            if let Err(e) = segment::place(&tmp, &path) {
+                for (tmp, _) in pending {
+                    let _ = std::fs::remove_file(tmp);
+                }
+                let mut taken_back = true;
+                for p in &placed {
+                    taken_back &= std::fs::remove_file(p).is_ok();
+                }
+                let _ = crate::atomic::sync_dir(&self.dir);
+                if !taken_back || is_already_exists(&e) {
+                    // A file of this number stays on disk: never use the number again. (A
+                    // metrics segment left behind only repeats rows the next flush writes again;
+                    // the loader keeps one of each.)
+                    self.next_seq = segment::next_seq(&self.dir).unwrap_or(seq + 1).max(seq + 1);
+                }
+                return Err(e);
+            }
+            placed.push(path);
+        }
+        self.metrics.clear();
+        self.events.clear();
+        self.next_seq = seq + 1;
         Ok(())
     }
 
     /// Flushes, then rewrites the store as one segment per table.
-    pub fn compact(&mut self) -> Result<usize, StoreError> {
+    pub fn compact(&mut self) -> Result<Compaction, StoreError> {
         self.flush()?;
-        let replaced = segment::compact(&self.dir, None)?;
+        let done = segment::compact(&self.dir, Keep::All)?;
         self.next_seq = segment::next_seq(&self.dir)?;
-        Ok(replaced)
+        Ok(done)
     }
 
-    /// A run resumed from its checkpoint at `step`: rows recorded after that step belong to a
-    /// timeline that no longer exists and are dropped (the resumed run records them anew).
-    pub fn truncate_after(&mut self, step: u64) -> Result<usize, StoreError> {
+    /// A run (re)starting at `step`: rows recorded after it belong to a timeline that no longer
+    /// exists and are dropped (the run records them anew); at step 0 nothing of an earlier
+    /// attempt is kept.
+    pub fn start_at(&mut self, step: u64) -> Result<Compaction, StoreError> {
         self.flush()?;
-        let replaced = segment::compact(&self.dir, Some(step))?;
+        if segment::list(&self.dir)?.is_empty() {
+            return Ok(Compaction::default());
+        }
+        let keep = if step == 0 {
+            Keep::Nothing
+        } else {
+            Keep::UpTo(step)
+        };
+        let done = segment::compact(&self.dir, keep)?;
         self.next_seq = segment::next_seq(&self.dir)?;
-        Ok(replaced)
+        Ok(done)
+    }
+
+    /// Keeps the 2-D projections of an analysed snapshot (the time scrub), atomically.
+    pub fn write_projection(
+        &self,
+        frame: &crate::engine::ProjectionFrame,
+    ) -> Result<(), StoreError> {
+        super::projection::write(&self.dir, frame)
     }
 
     /// Turns an engine event into rows. Returns true for the run's final event.
     pub fn record(&mut self, event: &Event) -> Result<bool, StoreError> {
+        if let Event::Step(s) = event
+            && crate::fault::check("store.panic").is_err()
+        {
+            panic!("injected recorder panic at step {}", s.step);
+        }
         match event {
             Event::Started {
                 step,
+                total_steps,
+                windows_per_epoch,
+                parameters,
                 device,
                 objective,
                 ..
             } => {
-                if *step > 0 {
-                    self.truncate_after(*step)?;
-                }
                 self.push_event(*step, "start", objective, "", device);
+                for (metric, value) in [
+                    ("total_steps", *total_steps as f64),
+                    ("windows_per_epoch", *windows_per_epoch as f64),
+                    ("parameters", *parameters as f64),
+                ] {
+                    self.push_metric(*step, split::RUN, "total", metric, value);
+                }
             }
+            Event::ConfigChanged {
+                step,
+                key,
+                before,
+                after,
+            } => self.push_event(*step, "config", key, before, after),
+            Event::Projection(frame) => self.write_projection(frame)?,
             Event::Step(s) => self.record_step(s),
             Event::Eval(e) => self.record_eval(e),
             Event::Embedding(e) => self.record_embedding(e),
@@ -394,6 +316,7 @@ impl StoreWriter {
                 step,
                 command,
                 reason,
+                ..
             } => {
                 let (_, detail) = command_kind(command);
                 self.push_event(*step, "rejected", &format!("{detail}: {reason}"), "", "");
@@ -406,19 +329,19 @@ impl StoreWriter {
             }
             Event::Warning { step, message } => self.push_event(*step, "warning", message, "", ""),
             Event::Finished { step, reason } => {
-                let reason = match reason {
-                    crate::engine::FinishReason::Completed => "completed",
-                    crate::engine::FinishReason::Stopped => "stopped",
-                };
-                self.push_event(*step, "finish", reason, "", "");
+                self.push_event(*step, "finish", reason.name(), "", "");
                 return Ok(true);
             }
             Event::Failed { step, message } => {
                 self.push_event(*step, "failed", message, "", "");
                 return Ok(true);
             }
-            // Pause/resume are recorded from their acknowledgement; snapshots are W itself.
-            Event::Paused { .. } | Event::Resumed { .. } | Event::Snapshot { .. } => {}
+            // Pause/resume are recorded from their acknowledgement; snapshots are W itself; a
+            // staged checkpoint is recorded once it is committed (as a checkpoint).
+            Event::Paused { .. }
+            | Event::Resumed { .. }
+            | Event::Snapshot { .. }
+            | Event::CheckpointStaged { .. } => {}
         }
         Ok(false)
     }
@@ -457,9 +380,31 @@ impl StoreWriter {
             ("unnormalised_ppl", o.unnormalised_ppl),
             ("entropy_log_z_corr", o.entropy_log_z_corr),
             ("theorem2_threshold", o.theorem2_threshold),
+            ("theorem2_gamma", o.theorem2_gamma),
+            ("block_length", o.block_length as f64),
         ] {
             self.metrics
                 .push(step, epoch, t, split, "total", metric, value);
+        }
+        // The entropy–log Z histogram (the Self-norm pane of a finished run): its ranges, bins,
+        // and the non-empty cells.
+        let h = &o.histogram;
+        for (metric, value) in [
+            (HIST_ENTROPY_LO, h.entropy_range[0]),
+            (HIST_ENTROPY_HI, h.entropy_range[1]),
+            (HIST_LOG_Z_LO, h.log_z_range[0]),
+            (HIST_LOG_Z_HI, h.log_z_range[1]),
+            (HIST_ENTROPY_BINS, h.entropy_bins as f64),
+            (HIST_LOG_Z_BINS, h.log_z_bins as f64),
+        ] {
+            self.metrics
+                .push(step, epoch, t, split, "total", metric, value);
+        }
+        for (i, &count) in h.counts.iter().enumerate() {
+            if count > 0 {
+                self.metrics
+                    .push(step, epoch, t, split, "total", &hist_cell(i), count as f64);
+            }
         }
         for (g, name) in o.groups.iter().zip(&super::GROUPS[1..]) {
             for (metric, value) in [
@@ -506,10 +451,19 @@ impl StoreWriter {
     }
 }
 
-impl Drop for StoreWriter {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.dir.join(WRITER_LOCK));
-    }
+/// Metric names of the entropy–log Z histogram of an evaluation.
+pub const HIST_ENTROPY_LO: &str = "hist_entropy_lo";
+pub const HIST_ENTROPY_HI: &str = "hist_entropy_hi";
+pub const HIST_LOG_Z_LO: &str = "hist_log_z_lo";
+pub const HIST_LOG_Z_HI: &str = "hist_log_z_hi";
+pub const HIST_ENTROPY_BINS: &str = "hist_entropy_bins";
+pub const HIST_LOG_Z_BINS: &str = "hist_log_z_bins";
+/// Prefix of a histogram cell's metric name (`hist/0042`: cell 42 of `counts`).
+pub const HIST_CELL: &str = "hist/";
+
+/// The metric name of histogram cell `i`.
+pub fn hist_cell(i: usize) -> String {
+    format!("{HIST_CELL}{i:04}")
 }
 
 /// The metric name of the k-th normalised singular value (0-based), sorted by name = by k.
@@ -551,8 +505,13 @@ fn command_kind(command: &Command) -> (Option<&'static str>, String) {
                 ObjectiveChange::Freeze { frozen: true, .. } => "freeze",
                 ObjectiveChange::Freeze { frozen: false, .. } => "unfreeze",
                 ObjectiveChange::GateFreeze { .. } => "gate-freeze",
+                ObjectiveChange::Set { .. } => "objectives",
             };
             (Some(kind), change.to_string())
         }
     }
+}
+
+fn is_already_exists(e: &StoreError) -> bool {
+    matches!(e, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists)
 }
