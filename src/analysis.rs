@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::checkpoint::matrix::{LoadedMatrix, run_classes};
 use crate::data::{Group, GroupBounds, Split, thousands};
-use crate::engine::{self, EngineError, EvalStats};
+use crate::engine::{EngineError, EvalStats};
 use crate::metrics::neighbors::{ClassPrecision, class_precision};
 use crate::metrics::{
     EmbeddingPanel, Embeddings, MatrixError, NeighborIndex, PanelOptions, RowGroups, SetStats,
@@ -22,6 +22,8 @@ pub enum AnalysisError {
     Matrix(#[from] MatrixError),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
     #[error("unknown word {word:?}{}", suggestions(.close))]
     UnknownWord { word: String, close: Vec<String> },
     #[error("row {row} is out of range (the matrix has {n} rows)")]
@@ -412,7 +414,7 @@ pub fn evaluate_checkpoint(
     device: Option<DeviceSpec>,
     k: usize,
 ) -> Result<EvalReport, AnalysisError> {
-    let (trainer, run) = engine::resume_on(path, None, device)?;
+    let (trainer, run) = crate::checkpoint::resume_on(path, None, device)?;
     let eval = trainer.evaluate(split)?;
     let snapshot = trainer.snapshot()?;
     let w = Embeddings::new(snapshot.n, snapshot.d, &snapshot.weights)?;

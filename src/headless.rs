@@ -1,13 +1,14 @@
-//! The headless runner: drives an engine and reports on stdout — an indicatif progress bar on a
-//! terminal, plain log lines in a pipe or file (never escape codes there).
+//! The headless reporter: a run's events on stdout — an indicatif progress bar on a terminal,
+//! plain log lines in a pipe or file (never escape codes there). A stdout that went away (a
+//! closed pipe, a dead terminal) changes nothing for the run: lines are then dropped.
 
 use std::io::Write;
+use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::engine::analysis::EmbeddingStats;
-use crate::engine::{Command, EngineHandle, EvalStats, Event, FinishReason};
+use crate::engine::{EmbeddingStats, EvalStats, Event, FinishReason};
 
 /// How the run ended, for the exit status.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,8 +19,21 @@ pub enum Outcome {
     Failed { message: String },
 }
 
-/// Reports events until the engine finishes. `log_every` is the step cadence of plain log lines.
-pub fn run(handle: EngineHandle, tty: bool, log_every: u64) -> Outcome {
+impl Outcome {
+    /// The run's exit status (README, `conelab train --help`): 0 completed or stopped, 3 diverged,
+    /// 4 failed; a stop by signal is told apart by the caller (75).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Outcome::Completed { .. } | Outcome::Stopped { .. } => 0,
+            Outcome::Diverged { .. } => 3,
+            Outcome::Failed { .. } => 4,
+        }
+    }
+}
+
+/// Reports events until the run's final event. `tty` draws a progress bar; otherwise a plain line
+/// every `log_every` steps.
+pub fn report(events: Receiver<Event>, tty: bool, log_every: u64) -> Outcome {
     let mut out = std::io::stdout();
     let bar = tty.then(|| {
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stdout());
@@ -39,11 +53,12 @@ pub fn run(handle: EngineHandle, tty: bool, log_every: u64) -> Outcome {
         }
     };
     let mut last_valid: Option<f64> = None;
+    let mut diverged: Option<(u64, f64)> = None;
     let mut last_i1: Option<f64> = None;
     let outcome = loop {
-        let Ok(event) = handle.events().recv() else {
+        let Ok(event) = events.recv() else {
             break Outcome::Failed {
-                message: "the engine thread ended without a final event".into(),
+                message: "the run's threads ended without a final event".into(),
             };
         };
         match event {
@@ -55,6 +70,7 @@ pub fn run(handle: EngineHandle, tty: bool, log_every: u64) -> Outcome {
                 device,
                 run_dir,
                 objective,
+                ..
             } => {
                 if let Some(b) = &bar {
                     b.set_length(total_steps);
@@ -102,7 +118,13 @@ pub fn run(handle: EngineHandle, tty: bool, log_every: u64) -> Outcome {
                 }
                 line(eval_line(&e));
             }
-            Event::Snapshot { .. } => {}
+            Event::Snapshot { .. } | Event::Projection(_) | Event::CheckpointStaged { .. } => {}
+            Event::ConfigChanged {
+                step,
+                key,
+                before,
+                after,
+            } => line(format!("config step={step} {key}: {before} -> {after}")),
             Event::Embedding(e) => {
                 last_i1 = Some(e.total.i1);
                 if bar.is_none() {
@@ -117,6 +139,7 @@ pub fn run(handle: EngineHandle, tty: bool, log_every: u64) -> Outcome {
                 step,
                 command,
                 reason,
+                ..
             } => line(format!("rejected step={step} {command:?}: {reason}")),
             Event::Checkpoint { step, path } => {
                 line(format!("checkpoint step={step} {}", path.display()))
@@ -125,39 +148,32 @@ pub fn run(handle: EngineHandle, tty: bool, log_every: u64) -> Outcome {
             Event::Resumed { step } => line(format!("resumed step={step}")),
             Event::Warning { step, message } => line(format!("warning step={step} {message}")),
             Event::Diverged { step, loss } => {
+                diverged = Some((step, loss));
                 line(format!(
-                    "diverged step={step} loss={loss}: the step was not applied; stopping"
+                    "diverged step={step} loss={loss}: the step was not applied (the last checkpoint is the last good one)"
                 ));
-                // Headless, nobody can resume: end the run without overwriting the last good
-                // checkpoint.
-                handle.send(Command::Stop { save: false });
-                let _ = drain_until_finished(&handle);
-                break Outcome::Diverged { step, loss };
             }
             Event::Finished { step, reason } => {
-                line(format!("finished step={step} ({reason:?})"));
+                line(format!("finished step={step} ({})", reason.name()));
                 break match reason {
                     FinishReason::Completed => Outcome::Completed { step },
                     FinishReason::Stopped => Outcome::Stopped { step },
+                    FinishReason::Diverged => {
+                        let (step, loss) = diverged.unwrap_or((step, f64::NAN));
+                        Outcome::Diverged { step, loss }
+                    }
                 };
             }
-            Event::Failed { message, .. } => break Outcome::Failed { message },
+            Event::Failed { step, message } => {
+                line(format!("failed step={step}: {message}"));
+                break Outcome::Failed { message };
+            }
         }
     };
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    handle.join();
     outcome
-}
-
-fn drain_until_finished(handle: &EngineHandle) -> Option<u64> {
-    while let Ok(e) = handle.events().recv() {
-        if let Event::Finished { step, .. } = e {
-            return Some(step);
-        }
-    }
-    None
 }
 
 pub fn eval_line(e: &EvalStats) -> String {

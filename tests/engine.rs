@@ -111,7 +111,7 @@ fn exact_resume(model: ModelConfig) {
         .collect();
     checkpoint::save(&run, &first, 2).expect("checkpoint");
     drop(first);
-    let (mut resumed, _) = engine::resume(dir.path(), None).expect("resume");
+    let (mut resumed, _) = checkpoint::resume(dir.path(), None).expect("resume");
     assert_eq!(resumed.state().step, k);
     got.extend((0..k).map(|_| resumed.train_step().expect("step").loss));
     assert_eq!(got, expected, "resumed losses differ from the straight run");
@@ -203,7 +203,7 @@ fn a_command_takes_effect_at_the_next_step_and_is_recorded_with_it() {
         DeviceSpec::Cpu,
     )
     .expect("trainer");
-    let handle = engine::spawn(trainer, None);
+    let handle = engine::spawn(trainer, engine::EngineOptions::default()).expect("engine");
     let mut lrs = std::collections::BTreeMap::new();
     let mut applied = None;
     loop {
@@ -239,7 +239,11 @@ fn pause_resume_and_stop_with_save() {
     let dir = tempfile::tempdir().expect("tempdir");
     let run = run_dir(dir.path(), &source, &small_transformer(), &cfg, &corpus);
     let trainer = Trainer::new(corpus, small_transformer(), cfg, DeviceSpec::Cpu).expect("trainer");
-    let handle = engine::spawn(trainer, Some(run.clone()));
+    let handle = engine::spawn(
+        trainer,
+        engine::EngineOptions::with_checkpoints(checkpoint::Checkpointer::immediate(run.clone())),
+    )
+    .expect("engine");
     handle.send(Command::Pause);
     let mut seen_pause = false;
     let mut steps_while_paused = 0;
@@ -288,7 +292,11 @@ fn divergence_pauses_the_engine_without_applying_the_step() {
     let dir = tempfile::tempdir().expect("tempdir");
     let run = run_dir(dir.path(), &source, &small_transformer(), &cfg, &corpus);
     let trainer = Trainer::new(corpus, small_transformer(), cfg, DeviceSpec::Cpu).expect("trainer");
-    let handle = engine::spawn(trainer, Some(run.clone()));
+    let handle = engine::spawn(
+        trainer,
+        engine::EngineOptions::with_checkpoints(checkpoint::Checkpointer::immediate(run.clone())),
+    )
+    .expect("engine");
     handle.send(Command::SaveCheckpoint);
     handle.send(Command::SetLr { lr: 1e30 });
     let diverged_at = loop {
@@ -330,7 +338,7 @@ fn a_rejected_command_is_reported_not_applied() {
         DeviceSpec::Cpu,
     )
     .expect("trainer");
-    let handle = engine::spawn(trainer, None);
+    let handle = engine::spawn(trainer, engine::EngineOptions::default()).expect("engine");
     handle.send(Command::SetLr { lr: -1.0 });
     let mut rejected = false;
     loop {

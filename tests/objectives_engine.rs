@@ -255,7 +255,7 @@ fn agg_reports_its_live_rare_set_and_static_groups_stop_changing() {
 fn a_toggle_sent_mid_run_takes_effect_at_exactly_the_next_step() {
     let _turn = one_trainer();
     let t = trainer(30, Objectives::default(), true);
-    let handle = engine::spawn(t, None);
+    let handle = engine::spawn(t, engine::EngineOptions::default()).expect("engine");
     let mut penalties = std::collections::BTreeMap::new();
     let mut applied = None;
     loop {
@@ -355,7 +355,7 @@ fn exact_resume_with(objectives: Objectives) {
         .collect();
     checkpoint::save(&run, &first, 2).expect("checkpoint");
     drop(first);
-    let (mut resumed, _) = engine::resume(dir.path(), None).expect("resume");
+    let (mut resumed, _) = checkpoint::resume(dir.path(), None).expect("resume");
     got.extend((0..k).map(|_| resumed.train_step().expect("step").loss));
     assert_eq!(got, expected, "resumed losses differ from the straight run");
 }
@@ -391,4 +391,40 @@ fn nce_r_resumes_exactly() {
     };
     o.nce.noise = 20;
     exact_resume_with(o);
+}
+
+#[test]
+fn a_command_whose_side_effect_fails_changes_nothing() {
+    let _turn = one_trainer();
+    let mut t = trainer(10, Objectives::default(), true);
+    t.train_step().expect("step");
+    let before = t.objectives().clone();
+    let w = w_rows(&t);
+    // Factorising W for spectrum control fails: the command is refused and nothing changed —
+    // not the objectives, not the model, not the record of commands.
+    let refused = conelab::fault::with_plan("spectrum.switch:1:EIO", || {
+        t.apply(&Command::Objective {
+            change: ObjectiveChange::Enable {
+                term: Term::Spectrum,
+                on: true,
+            },
+        })
+    });
+    let reason = refused.expect_err("refused");
+    assert!(reason.contains("factorise"), "{reason}");
+    assert_eq!(t.objectives(), &before);
+    assert!(!t.objectives().spectrum.enabled);
+    assert!(t.model().spectral().is_none());
+    assert!(t.state().spectrum_c1.is_none());
+    assert!(t.state().commands.is_empty());
+    assert_eq!(w_rows(&t), w);
+    // The same command without the failure applies.
+    change(
+        &mut t,
+        ObjectiveChange::Enable {
+            term: Term::Spectrum,
+            on: true,
+        },
+    );
+    assert!(t.objectives().spectrum.enabled && t.model().spectral().is_some());
 }

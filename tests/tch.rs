@@ -118,7 +118,7 @@ fn libtorch_trains_and_applies_commands_at_the_next_step() {
     };
     let trainer =
         Trainer::new(corpus(), transformer(), cfg, DeviceSpec::LibtorchCpu).expect("trainer");
-    let handle = engine::spawn(trainer, None);
+    let handle = engine::spawn(trainer, engine::EngineOptions::default()).expect("engine");
     let mut lrs = std::collections::BTreeMap::new();
     let mut losses = Vec::new();
     let mut applied = None;
@@ -168,7 +168,7 @@ fn libtorch_runs_the_objectives_and_applies_toggles_at_the_next_step() {
     };
     let trainer =
         Trainer::new(corpus(), transformer(), cfg, DeviceSpec::LibtorchCpu).expect("trainer");
-    let handle = engine::spawn(trainer, None);
+    let handle = engine::spawn(trainer, engine::EngineOptions::default()).expect("engine");
     let mut steps = std::collections::BTreeMap::new();
     let mut applied = Vec::new();
     loop {
@@ -227,8 +227,7 @@ fn libtorch_runs_the_objectives_and_applies_toggles_at_the_next_step() {
 /// switch CosReg on, wait for the acknowledgement, stop and save; the store has the change.
 #[test]
 fn the_workbench_drives_a_libtorch_run() {
-    if !common::tmux_available() {
-        println!("SKIPPED: tmux not found: the TUI end-to-end test needs it");
+    if !common::require_tmux() {
         return;
     }
     let f = common::Fixture::new();

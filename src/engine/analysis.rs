@@ -1,61 +1,53 @@
 //! The embedding metrics of each W snapshot, computed on their own thread so that training never
 //! waits for them (methods.md §2, issue: "off the training thread"). Latest wins: if the worker is
 //! still busy when a newer snapshot arrives, the older pending one is skipped.
+//!
+//! Each analysis goes out three ways: its 2-D projections as an [`Event::Projection`] (the store
+//! keeps them for the time scrub), its numbers as an [`Event::Embedding`], and the whole of it
+//! (W included) in [`LatestAnalysis`], where the run answers viewers' neighbour and projection
+//! requests from.
 
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use serde::Serialize;
-
-use super::protocol::{Event, Snapshot};
+use super::Fault;
+use super::protocol::{EmbeddingStats, Event, ProjectionFrame, Snapshot};
 use crate::metrics::{
-    EmbeddingPanel, Embeddings, PanelOptions, ProjectionMode, RowGroups, SetStats, Threads,
+    EmbeddingPanel, Embeddings, PanelOptions, ProjectionMode, RowGroups, Threads,
 };
 
-/// The numbers of one snapshot's analysis, as an event.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct EmbeddingStats {
-    pub step: u64,
-    pub total: SetStats,
-    /// Frequent, medium, rare.
-    pub groups: [SetStats; 3],
-    pub rare_frequent_cos: f64,
-    pub seconds: f64,
-}
-
-impl EmbeddingStats {
-    /// The metrics of a panel computed with groups; `None` without them.
-    pub fn from_panel(step: u64, panel: &EmbeddingPanel, seconds: f64) -> Option<Self> {
-        Some(Self {
-            step,
-            total: panel.total.clone(),
-            groups: panel.groups.clone()?,
-            rare_frequent_cos: panel.rare_frequent_cos.unwrap_or(f64::NAN),
-            seconds,
-        })
-    }
-}
-
-/// A snapshot with its full analysis (including the 2-D projection), for the UI.
+/// A snapshot with its full analysis (including the 2-D projections).
 #[derive(Debug, Clone)]
 pub struct EmbeddingAnalysis {
     pub snapshot: Arc<Snapshot>,
     pub panel: EmbeddingPanel,
 }
 
-/// Latest-wins hand-over of analyses to the UI.
-#[derive(Debug, Clone, Default)]
-pub struct AnalysisSlot(Arc<Mutex<Option<Arc<EmbeddingAnalysis>>>>);
+impl EmbeddingAnalysis {
+    /// The projections of this analysis as a frame of the time scrub.
+    pub fn frame(&self) -> ProjectionFrame {
+        ProjectionFrame {
+            step: self.snapshot.step,
+            uncentred: self.panel.projection.clone(),
+            centred: self.panel.centred.clone(),
+        }
+    }
+}
 
-impl AnalysisSlot {
-    fn put(&self, a: EmbeddingAnalysis) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(a));
+/// The newest analysis, for whoever needs W or the projections of the newest snapshot (the run's
+/// answers to viewers). Reading does not take it away.
+#[derive(Debug, Clone, Default)]
+pub struct LatestAnalysis(Arc<Mutex<Option<Arc<EmbeddingAnalysis>>>>);
+
+impl LatestAnalysis {
+    pub fn put(&self, a: Arc<EmbeddingAnalysis>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(a);
     }
 
-    pub fn take(&self) -> Option<Arc<EmbeddingAnalysis>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    pub fn get(&self) -> Option<Arc<EmbeddingAnalysis>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -72,57 +64,87 @@ pub(crate) struct AnalysisWorker {
     thread: Option<JoinHandle<()>>,
 }
 
+/// Analyses one snapshot (one thread: the cores belong to training).
+pub fn analyse(snapshot: Arc<Snapshot>, groups: &RowGroups) -> Result<EmbeddingAnalysis, String> {
+    let w =
+        Embeddings::new(snapshot.n, snapshot.d, &snapshot.weights).map_err(|e| e.to_string())?;
+    let options = PanelOptions {
+        projection: Some(ProjectionMode::Uncentred),
+        also_centred: true,
+        threads: Threads::Sequential,
+    };
+    let panel = EmbeddingPanel::compute(w, Some(groups), &options).map_err(|e| e.to_string())?;
+    Ok(EmbeddingAnalysis { snapshot, panel })
+}
+
 impl AnalysisWorker {
-    pub(crate) fn start(groups: RowGroups, events: Sender<Event>, out: AnalysisSlot) -> Self {
+    /// Starts the worker. A panic inside an analysis ends the worker and is reported through
+    /// `fault` (the engine then stops the run); so is a thread the OS refuses.
+    pub(crate) fn start(
+        groups: RowGroups,
+        events: Sender<Event>,
+        latest: LatestAnalysis,
+        fault: Fault,
+    ) -> Result<Self, std::io::Error> {
         let shared: Shared = Arc::default();
         let inbox = shared.clone();
         let thread = std::thread::Builder::new()
             .name("conelab-metrics".into())
             .spawn(move || {
                 while let Some(snapshot) = next(&inbox) {
+                    let step = snapshot.step;
                     let start = Instant::now();
-                    let result = Embeddings::new(snapshot.n, snapshot.d, &snapshot.weights)
-                        .and_then(|w| {
-                            // One thread: the cores belong to training.
-                            let options = PanelOptions {
-                                projection: Some(ProjectionMode::Uncentred),
-                                also_centred: true,
-                                threads: Threads::Sequential,
-                            };
-                            EmbeddingPanel::compute(w, Some(&groups), &options)
-                        });
-                    let event = match result {
-                        Ok(panel) => {
-                            // Groups were given, so the stats exist.
-                            let stats = EmbeddingStats::from_panel(
-                                snapshot.step,
-                                &panel,
-                                start.elapsed().as_secs_f64(),
-                            );
-                            out.put(EmbeddingAnalysis {
-                                snapshot: snapshot.clone(),
-                                panel,
-                            });
-                            match stats {
-                                Some(s) => Event::Embedding(Box::new(s)),
-                                None => Event::Warning {
-                                    step: snapshot.step,
-                                    message: "embedding metrics without groups".into(),
-                                },
-                            }
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        if crate::fault::check("metrics.panic").is_err() {
+                            panic!("injected metrics panic");
                         }
-                        Err(e) => Event::Warning {
-                            step: snapshot.step,
-                            message: format!("embedding metrics skipped: {e}"),
+                        analyse(snapshot, &groups)
+                    }));
+                    let analysis = match result {
+                        Ok(Ok(a)) => a,
+                        Ok(Err(e)) => {
+                            let warning = Event::Warning {
+                                step,
+                                message: format!("embedding metrics skipped: {e}"),
+                            };
+                            if events.send(warning).is_err() {
+                                break;
+                            }
+                            continue;
+                        }
+                        Err(panic) => {
+                            fault.set(format!(
+                                "the metrics thread panicked at step {step}: {}",
+                                super::panic_message(panic.as_ref())
+                            ));
+                            break;
+                        }
+                    };
+                    let analysis = Arc::new(analysis);
+                    let stats = EmbeddingStats::from_panel(
+                        step,
+                        &analysis.panel,
+                        start.elapsed().as_secs_f64(),
+                    );
+                    latest.put(analysis.clone());
+                    let projection = Event::Projection(Arc::new(analysis.frame()));
+                    // Groups were given, so the stats exist.
+                    let event = match stats {
+                        Some(s) => Event::Embedding(Box::new(s)),
+                        None => Event::Warning {
+                            step,
+                            message: "embedding metrics without groups".into(),
                         },
                     };
-                    if events.send(event).is_err() {
+                    if events.send(projection).is_err() || events.send(event).is_err() {
                         break;
                     }
                 }
-            })
-            .ok();
-        Self { shared, thread }
+            })?;
+        Ok(Self {
+            shared,
+            thread: Some(thread),
+        })
     }
 
     /// Queues a snapshot, replacing one that has not been started yet.

@@ -1,5 +1,9 @@
 //! The training engine: a [`Trainer`] on its own thread, a command channel in, an event channel
 //! out (see [`protocol`]). The UI never waits on training and training never waits on the UI.
+//!
+//! The engine knows nothing of run directories: checkpoints go through a [`CheckpointSink`]
+//! given by its owner (`checkpoint::Checkpointer`), so `checkpoint` builds on `engine`, never the
+//! other way round.
 
 pub mod analysis;
 pub mod config;
@@ -7,23 +11,24 @@ mod eval;
 pub mod protocol;
 mod trainer;
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 pub use config::{OptimizerKind, Schedule, TrainConfig};
 pub use protocol::{
-    AppliedCommand, Command, EvalStats, Event, FinishReason, Snapshot, SnapshotSlot, StepStats,
+    AppliedCommand, Command, EmbeddingStats, EvalStats, Event, FinishReason, ProjectionFrame,
+    Snapshot, StepStats,
 };
 pub use trainer::{RunState, Trainer, clip_global_norm};
 pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 
-use crate::checkpoint::{self, CheckpointError, RunDir};
-use crate::data::{Corpus, DataError, GroupBounds, LoadOptions, Split};
+use crate::data::DataError;
 use crate::metrics::RowGroups;
-use crate::model::{DeviceError, DeviceSpec};
-use analysis::{AnalysisSlot, AnalysisWorker};
+use crate::model::DeviceError;
+use analysis::{AnalysisWorker, LatestAnalysis};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -33,111 +38,146 @@ pub enum EngineError {
     Device(#[from] DeviceError),
     #[error(transparent)]
     Data(#[from] DataError),
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
     #[error("loss is {loss} at step {step}")]
     Diverged { step: u64, loss: f64 },
     #[error("backend error: {0}")]
     Backend(String),
 }
 
-/// Rebuilds a run from its directory and its newest checkpoint (or the `step-NNNNNN` folder given),
-/// optionally with a new total step count.
-pub fn resume(path: &Path, steps: Option<u64>) -> Result<(Trainer, RunDir), EngineError> {
-    resume_on(path, steps, None)
+/// Where a checkpoint went.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SavedCheckpoint {
+    /// The checkpoint is in place (`step-NNNNNN`).
+    Committed(PathBuf),
+    /// Written and fsynced in a staging folder; its owner puts it in place once the metrics store
+    /// is durable up to its step (see [`Event::CheckpointStaged`]).
+    Staged { staging: PathBuf, keep: usize },
 }
 
-/// [`resume`] on another device than the run's own (e.g. evaluating a GPU run on a laptop).
-pub fn resume_on(
-    path: &Path,
-    steps: Option<u64>,
-    device: Option<DeviceSpec>,
-) -> Result<(Trainer, RunDir), EngineError> {
-    let run = RunDir::open(path)?;
-    let spec = run.spec().clone();
-    let bounds = GroupBounds::new(spec.group_bounds[0], spec.group_bounds[1])?;
-    let corpus = Corpus::load(
-        &spec.corpus.to_source(),
-        &LoadOptions {
-            groups: bounds,
-            ..LoadOptions::default()
-        },
-    )?;
-    let saved = run.vocab_tokens()?;
-    if saved.as_slice() != corpus.vocab().tokens() {
-        return Err(CheckpointError::Mismatch {
-            path: run.path().join("vocab.tsv"),
-            reason: format!(
-                "the run's vocabulary ({} tokens) differs from the corpus's ({} tokens): was the corpus changed?",
-                saved.len(),
-                corpus.vocab().len()
-            ),
+/// Writes checkpoints of a trainer (a run directory's `checkpoint::Checkpointer`).
+pub trait CheckpointSink: Send {
+    /// The run directory, reported in [`Event::Started`].
+    fn run_dir(&self) -> Option<PathBuf>;
+    /// Writes a checkpoint of the trainer at its current step.
+    fn save(&mut self, trainer: &Trainer) -> Result<SavedCheckpoint, String>;
+}
+
+/// The first fatal failure of one of a run's threads (the metrics thread, the store recorder, the
+/// run's server). The engine looks at it before every step and ends the run cleanly when set.
+#[derive(Debug, Clone, Default)]
+pub struct Fault(Arc<Mutex<Option<String>>>);
+
+impl Fault {
+    /// Records a failure; the first one wins.
+    pub fn set(&self, message: String) {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(message);
         }
-        .into());
     }
-    let mut train = spec.train.clone();
-    if let Some(s) = steps {
-        train.steps = s;
+
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
-    let device = match device {
-        Some(d) => d,
-        None => spec
-            .device
-            .parse()
-            .map_err(|e: DeviceError| EngineError::Config(e.to_string()))?,
-    };
-    let mut trainer = Trainer::new(Arc::new(corpus), spec.model.clone(), train, device)?;
-    let step_dir: PathBuf = if path.join("model.safetensors").exists() {
-        path.to_path_buf()
-    } else {
-        run.latest_checkpoint()?
-    };
-    let loaded = checkpoint::load(
-        &step_dir,
-        &spec.model,
-        trainer.corpus().vocab().len(),
-        trainer.config(),
-        trainer.device(),
-    )?;
-    trainer.restore(
-        loaded.model,
-        loaded.optimizer,
-        loaded.spectral_optimizer,
-        loaded.state,
-        loaded.carried,
-    );
-    Ok((trainer, run))
 }
 
-/// The UI's end of a running engine.
+/// What a divergence (NaN/inf loss) does: pause, so that a watching user can decide (lower the
+/// rate and resume, or stop), or end the run at once when nobody watches. Shared, so a run's
+/// server can switch it as viewers come and go.
+#[derive(Debug, Clone)]
+pub struct DivergencePolicy(Arc<AtomicBool>);
+
+impl Default for DivergencePolicy {
+    /// Pause: the engine's owner is watching.
+    fn default() -> Self {
+        Self(Arc::new(AtomicBool::new(true)))
+    }
+}
+
+impl DivergencePolicy {
+    pub fn end_run() -> Self {
+        Self(Arc::new(AtomicBool::new(false)))
+    }
+
+    pub fn set_pause(&self, pause: bool) {
+        self.0.store(pause, Ordering::SeqCst);
+    }
+
+    pub fn pauses(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// How an engine is wired to its owner.
+#[derive(Default)]
+pub struct EngineOptions {
+    pub checkpoints: Option<Box<dyn CheckpointSink>>,
+    pub divergence: DivergencePolicy,
+    pub fault: Fault,
+    /// Where the newest embedding analysis is published.
+    pub latest: LatestAnalysis,
+    /// Events emitted right after [`Event::Started`] (settings a resume changed).
+    pub announce: Vec<Event>,
+}
+
+impl EngineOptions {
+    pub fn with_checkpoints(sink: impl CheckpointSink + 'static) -> Self {
+        Self {
+            checkpoints: Some(Box::new(sink)),
+            ..Self::default()
+        }
+    }
+}
+
+/// A command and the sender's number for it (echoed in its acknowledgement).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    pub command: Command,
+    pub ticket: Option<u64>,
+}
+
+/// A cloneable sender of commands to the engine.
+#[derive(Debug, Clone)]
+pub struct CommandSender(Sender<Envelope>);
+
+impl CommandSender {
+    /// A sender on a channel of one's own (tests, tools that stand in for an engine).
+    pub fn from_channel(tx: Sender<Envelope>) -> Self {
+        Self(tx)
+    }
+
+    /// Sends a command; false when the engine has ended.
+    pub fn send(&self, command: Command) -> bool {
+        self.0
+            .send(Envelope {
+                command,
+                ticket: None,
+            })
+            .is_ok()
+    }
+
+    /// Sends a command whose acknowledgement carries `ticket`.
+    pub fn send_ticketed(&self, command: Command, ticket: u64) -> bool {
+        self.0
+            .send(Envelope {
+                command,
+                ticket: Some(ticket),
+            })
+            .is_ok()
+    }
+}
+
+/// The owner's end of a running engine.
 pub struct EngineHandle {
-    commands: Sender<Command>,
+    commands: CommandSender,
     events: Receiver<Event>,
-    snapshots: SnapshotSlot,
-    analyses: AnalysisSlot,
+    latest: LatestAnalysis,
     thread: Option<JoinHandle<()>>,
-    /// Threads that sit between the engine and the consumer (the metrics store's recorder).
-    taps: Vec<JoinHandle<()>>,
 }
 
 impl EngineHandle {
-    /// Puts `tap` between the engine and the consumer: it gets the engine's events and a sender
-    /// for the ones the consumer should see, and runs on a thread of its own named `name` (so
-    /// neither training nor drawing waits on it). `join` waits for it too. Fails only when the OS
-    /// refuses a thread; the caller should then stop the process.
-    pub fn tap_events<F>(mut self, name: &str, tap: F) -> std::io::Result<Self>
-    where
-        F: FnOnce(Receiver<Event>, Sender<Event>) + Send + 'static,
-    {
-        let (tx, rx) = mpsc::channel();
-        let upstream = std::mem::replace(&mut self.events, rx);
-        let t = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || tap(upstream, tx))?;
-        self.taps.push(t);
-        Ok(self)
-    }
-
     /// Sends a command; it is applied before the next optimizer step.
     pub fn send(&self, command: Command) {
         // The engine thread may already have finished; then there is nobody to obey.
@@ -145,7 +185,7 @@ impl EngineHandle {
     }
 
     /// A second sender, e.g. for a signal handler.
-    pub fn command_sender(&self) -> Sender<Command> {
+    pub fn command_sender(&self) -> CommandSender {
         self.commands.clone()
     }
 
@@ -153,13 +193,22 @@ impl EngineHandle {
         &self.events
     }
 
-    pub fn snapshots(&self) -> &SnapshotSlot {
-        &self.snapshots
+    /// The newest snapshot's analysis (W, metrics and 2-D projections).
+    pub fn latest_analysis(&self) -> &LatestAnalysis {
+        &self.latest
     }
 
-    /// The newest snapshot's embedding analysis (metrics and 2-D projection).
-    pub fn analyses(&self) -> &AnalysisSlot {
-        &self.analyses
+    /// Hands the event stream to another owner (the metrics store's recorder); the handle keeps
+    /// the command channel and the thread.
+    pub fn take_events(self) -> (EngineControl, Receiver<Event>) {
+        (
+            EngineControl {
+                commands: self.commands,
+                latest: self.latest,
+                thread: self.thread,
+            },
+            self.events,
+        )
     }
 
     /// Waits for the engine thread to end.
@@ -167,70 +216,107 @@ impl EngineHandle {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        for t in self.taps.drain(..) {
+    }
+}
+
+/// An engine whose events someone else reads.
+pub struct EngineControl {
+    pub commands: CommandSender,
+    pub latest: LatestAnalysis,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EngineControl {
+    pub fn join(mut self) {
+        if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
 }
 
-/// Starts the engine thread.
-pub fn spawn(trainer: Trainer, run: Option<RunDir>) -> EngineHandle {
+/// The text of a panic payload.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Starts the engine thread. Fails only when the OS refuses a thread.
+pub fn spawn(trainer: Trainer, options: EngineOptions) -> std::io::Result<EngineHandle> {
     let (command_tx, command_rx) = mpsc::channel();
     let (event_tx, event_rx) = mpsc::channel();
-    let snapshots = SnapshotSlot::default();
-    let slot = snapshots.clone();
-    let analyses = AnalysisSlot::default();
-    let analysis_out = analyses.clone();
+    let latest = options.latest.clone();
+    let groups = RowGroups::from_ranks(trainer.corpus().groups());
+    let analysis = AnalysisWorker::start(
+        groups,
+        event_tx.clone(),
+        options.latest.clone(),
+        options.fault.clone(),
+    )?;
     let thread = std::thread::Builder::new()
         .name("conelab-engine".into())
         .spawn(move || {
-            let groups = RowGroups::from_ranks(trainer.corpus().groups());
-            let analysis = AnalysisWorker::start(groups, event_tx.clone(), analysis_out);
             let mut engine = Engine {
                 trainer,
-                run,
+                checkpoints: options.checkpoints,
                 events: event_tx,
-                snapshots: slot,
                 analysis,
                 last_saved: None,
+                divergence: options.divergence,
+                fault: options.fault,
+                announce: options.announce,
+                diverged: false,
+                orphaned: false,
             };
-            let step = engine.trainer.state().step;
             let result =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.run(command_rx)));
+            // The step the engine had reached, not the one it started from.
+            let step = engine.step();
             match result {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => engine.emit(Event::Failed {
-                    step: engine.trainer.state().step,
-                    message: e.to_string(),
-                }),
+                Ok(Err(e)) => {
+                    engine.analysis.finish();
+                    engine.emit(Event::Failed {
+                        step,
+                        message: e.to_string(),
+                    })
+                }
                 Err(panic) => {
-                    let message = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_else(|| "the backend panicked".into());
-                    engine.emit(Event::Failed { step, message });
+                    engine.analysis.finish();
+                    engine.emit(Event::Failed {
+                        step,
+                        message: format!(
+                            "the training backend panicked: {}",
+                            panic_message(panic.as_ref())
+                        ),
+                    });
                 }
             }
-        });
-    EngineHandle {
-        commands: command_tx,
+        })?;
+    Ok(EngineHandle {
+        commands: CommandSender(command_tx),
         events: event_rx,
-        snapshots,
-        analyses,
-        thread: thread.ok(),
-        taps: Vec::new(),
-    }
+        latest,
+        thread: Some(thread),
+    })
 }
 
 struct Engine {
     trainer: Trainer,
-    run: Option<RunDir>,
+    checkpoints: Option<Box<dyn CheckpointSink>>,
     events: Sender<Event>,
-    snapshots: SnapshotSlot,
     analysis: AnalysisWorker,
     /// Step of the newest checkpoint written, so the end of a run does not write it twice.
     last_saved: Option<u64>,
+    divergence: DivergencePolicy,
+    fault: Fault,
+    announce: Vec<Event>,
+    /// Paused after a divergence and not resumed since: a stop ends the run as diverged.
+    diverged: bool,
+    /// Nobody reads the events any more (the recorder died): the run stops after saving.
+    orphaned: bool,
 }
 
 enum Flow {
@@ -241,34 +327,54 @@ enum Flow {
 }
 
 impl Engine {
-    fn emit(&self, event: Event) {
-        // A consumer that went away does not stop training.
-        let _ = self.events.send(event);
+    fn emit(&mut self, event: Event) {
+        if self.events.send(event).is_err() {
+            self.orphaned = true;
+        }
     }
 
     fn step(&self) -> u64 {
         self.trainer.state().step
     }
 
-    fn run(&mut self, commands: Receiver<Command>) -> Result<(), EngineError> {
+    fn run(&mut self, commands: Receiver<Envelope>) -> Result<(), EngineError> {
+        let objectives = self.trainer.objectives().clone();
         self.emit(Event::Started {
             step: self.step(),
             total_steps: self.trainer.config().steps,
             windows_per_epoch: self.trainer.windows_per_epoch(),
             parameters: self.trainer.parameters(),
             device: self.trainer.device_spec().to_string(),
-            run_dir: self.run.as_ref().map(|r| r.path().to_path_buf()),
-            objective: self.trainer.objectives().label(),
+            run_dir: self.checkpoints.as_ref().and_then(|c| c.run_dir()),
+            objective: objectives.label(),
+            objectives: Box::new(objectives),
         });
+        for event in std::mem::take(&mut self.announce) {
+            self.emit(event);
+        }
         let mut paused = false;
         loop {
+            if let Some(message) = self.fault.get() {
+                return self.fail_after_saving(message);
+            }
+            if self.orphaned {
+                // Nobody records or shows anything any more: keep what was trained and end.
+                let _ = self.save();
+                self.analysis.finish();
+                return Ok(());
+            }
             // Commands are applied here, between two optimizer steps.
             loop {
-                let command = if paused {
-                    match commands.recv() {
+                let envelope = if paused {
+                    match commands.recv_timeout(std::time::Duration::from_millis(200)) {
                         Ok(c) => c,
+                        // Look at faults while paused too.
+                        Err(mpsc::RecvTimeoutError::Timeout) => break,
                         // Nobody is left to resume a paused run: end it, keeping its state.
-                        Err(_) => Command::Stop { save: true },
+                        Err(mpsc::RecvTimeoutError::Disconnected) => Envelope {
+                            command: Command::Stop { save: true },
+                            ticket: None,
+                        },
                     }
                 } else {
                     match commands.try_recv() {
@@ -276,7 +382,7 @@ impl Engine {
                         Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                     }
                 };
-                match self.handle(command)? {
+                match self.handle(envelope)? {
                     Flow::Continue => {}
                     Flow::Pause => paused = true,
                     Flow::Resume => paused = false,
@@ -294,9 +400,21 @@ impl Engine {
                 Ok(stats) => self.emit(Event::Step(stats)),
                 Err(EngineError::Diverged { step, loss }) => {
                     self.emit(Event::Diverged { step, loss });
-                    self.emit(Event::Paused { step: self.step() });
-                    paused = true;
-                    continue;
+                    if self.divergence.pauses() {
+                        self.diverged = true;
+                        let at = self.step();
+                        self.emit(Event::Paused { step: at });
+                        paused = true;
+                        continue;
+                    }
+                    // Nobody watches: end now, keeping the last good checkpoint as it is.
+                    self.analysis.finish();
+                    let at = self.step();
+                    self.emit(Event::Finished {
+                        step: at,
+                        reason: FinishReason::Diverged,
+                    });
+                    return Ok(());
                 }
                 Err(e) => return Err(e),
             }
@@ -304,42 +422,73 @@ impl Engine {
         }
     }
 
-    fn handle(&mut self, command: Command) -> Result<Flow, EngineError> {
-        let applied = match self.trainer.apply(&command) {
+    /// Another thread of the run died: save what was trained, then end with its message.
+    fn fail_after_saving(&mut self, message: String) -> Result<(), EngineError> {
+        let saved = self.save();
+        self.analysis.finish();
+        let message = match saved {
+            Ok(()) => message,
+            Err(e) => format!("{message}; the checkpoint could not be written: {e}"),
+        };
+        let step = self.step();
+        self.emit(Event::Failed { step, message });
+        Ok(())
+    }
+
+    fn handle(&mut self, envelope: Envelope) -> Result<Flow, EngineError> {
+        let Envelope { command, ticket } = envelope;
+        let mut applied = match self.trainer.apply(&command) {
             Ok(a) => a,
             Err(reason) => {
+                let step = self.step() + 1;
                 self.emit(Event::Rejected {
-                    step: self.step() + 1,
+                    step,
                     command,
                     reason,
+                    ticket,
                 });
                 return Ok(Flow::Continue);
             }
         };
+        applied.ticket = ticket;
         self.emit(Event::Applied(applied));
+        let step = self.step();
         Ok(match command {
             Command::Pause => {
-                self.emit(Event::Paused { step: self.step() });
+                self.emit(Event::Paused { step });
                 Flow::Pause
             }
             Command::Resume => {
-                self.emit(Event::Resumed { step: self.step() });
+                self.diverged = false;
+                self.emit(Event::Resumed { step });
                 Flow::Resume
             }
             Command::SetLr { .. } | Command::Objective { .. } => Flow::Continue,
             Command::SaveCheckpoint => {
-                self.save()?;
+                if let Err(e) = self.save() {
+                    self.emit(Event::Warning {
+                        step,
+                        message: format!("checkpoint failed: {e}; training goes on"),
+                    });
+                }
                 Flow::Continue
             }
             Command::Stop { save } => {
-                if save {
-                    self.save()?;
+                if save && let Err(e) = self.save() {
+                    self.analysis.finish();
+                    self.emit(Event::Failed {
+                        step,
+                        message: format!("stopped, but the checkpoint could not be written: {e}"),
+                    });
+                    return Ok(Flow::Stop);
                 }
                 self.analysis.finish();
-                self.emit(Event::Finished {
-                    step: self.step(),
-                    reason: FinishReason::Stopped,
-                });
+                let reason = if self.diverged {
+                    FinishReason::Diverged
+                } else {
+                    FinishReason::Stopped
+                };
+                self.emit(Event::Finished { step, reason });
                 Flow::Stop
             }
         })
@@ -357,19 +506,27 @@ impl Engine {
         if due(snapshot_every) {
             self.take_snapshot()?;
         }
-        if due(checkpoint_every) {
-            self.save()?;
+        if due(checkpoint_every)
+            && let Err(e) = self.save()
+        {
+            self.emit(Event::Warning {
+                step,
+                message: format!(
+                    "checkpoint failed: {e}; training goes on (the newest checkpoint is the one before)"
+                ),
+            });
         }
         Ok(())
     }
 
     fn evaluate_valid(&mut self) -> Result<(), EngineError> {
-        let stats = self.trainer.evaluate(Split::Valid)?;
+        let stats = self.trainer.evaluate(crate::data::Split::Valid)?;
         let ppl = stats.ppl;
         self.emit(Event::Eval(stats));
         if let Some((before, after)) = self.trainer.observe_valid(ppl) {
+            let step = self.step();
             self.emit(Event::Warning {
-                step: self.step(),
+                step,
                 message: format!(
                     "validation PPL did not improve: plateau schedule lowers lr {before:.3e} → {after:.3e}"
                 ),
@@ -384,10 +541,13 @@ impl Engine {
         if cfg.eval_every == 0 || !step.is_multiple_of(cfg.eval_every) {
             self.evaluate_valid()?;
         }
-        self.emit(Event::Eval(self.trainer.evaluate(Split::Test)?));
+        let test = self.trainer.evaluate(crate::data::Split::Test)?;
+        self.emit(Event::Eval(test));
         self.take_snapshot()?;
         if self.last_saved != Some(step) {
-            self.save()?;
+            self.save().map_err(|e| {
+                EngineError::Checkpoint(format!("the final checkpoint could not be written: {e}"))
+            })?;
         }
         // The last snapshot's metrics come before Finished.
         self.analysis.finish();
@@ -398,25 +558,30 @@ impl Engine {
         Ok(())
     }
 
-    /// Copies W to the host once; the UI and the metrics worker share the copy.
+    /// Copies W to the host once; the metrics worker analyses the copy.
     fn take_snapshot(&mut self) -> Result<(), EngineError> {
         let snapshot = Arc::new(self.trainer.snapshot()?);
-        self.snapshots.put(snapshot.clone());
         self.analysis.submit(snapshot);
-        self.emit(Event::Snapshot { step: self.step() });
+        let step = self.step();
+        self.emit(Event::Snapshot { step });
         Ok(())
     }
 
-    fn save(&mut self) -> Result<(), EngineError> {
-        let Some(run) = &self.run else {
+    fn save(&mut self) -> Result<(), String> {
+        let Some(sink) = &mut self.checkpoints else {
             return Ok(());
         };
-        let path = checkpoint::save(run, &self.trainer, self.trainer.config().keep_checkpoints)?;
-        self.last_saved = Some(self.step());
-        self.emit(Event::Checkpoint {
-            step: self.step(),
-            path,
-        });
+        let saved = sink.save(&self.trainer)?;
+        let step = self.step();
+        self.last_saved = Some(step);
+        match saved {
+            SavedCheckpoint::Committed(path) => self.emit(Event::Checkpoint { step, path }),
+            SavedCheckpoint::Staged { staging, keep } => self.emit(Event::CheckpointStaged {
+                step,
+                staging,
+                keep,
+            }),
+        }
         Ok(())
     }
 }

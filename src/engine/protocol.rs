@@ -2,17 +2,20 @@
 //!
 //! Commands are applied between two optimizer steps, recorded with the step they first affect, and
 //! acknowledged by an [`Event::Applied`]. Events are small and go through an unbounded channel, so
-//! the training thread never waits for a slow consumer; the one large payload, a snapshot of W,
-//! goes through a latest-wins slot instead ([`SnapshotSlot`]).
+//! the training thread never waits for a slow consumer; the large payloads (a snapshot of W, its
+//! 2-D projections) are shared behind `Arc`s and never go to a viewer as events.
+//!
+//! Events are also what a run sends its viewers over the control socket (JSON lines), so every
+//! float that may be NaN reads `null` back as NaN (`crate::jsonfloat`).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::analysis::EmbeddingStats;
-use crate::metrics::OutputMetrics;
-use crate::objective::ObjectiveChange;
+use crate::metrics::embedding::{Projection, SetStats};
+use crate::metrics::{EmbeddingPanel, OutputMetrics};
+use crate::objective::{ObjectiveChange, Objectives};
 
 /// A request to the running engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,39 +47,54 @@ pub struct AppliedCommand {
     pub command: Command,
     pub before: String,
     pub after: String,
+    /// The sender's number for the command (a viewer's request), so its acknowledgement can be
+    /// matched to it; never saved with a checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<u64>,
 }
 
 /// Numbers of one optimizer step.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct StepStats {
     /// Steps completed (1-based: the first step reports 1).
     pub step: u64,
     /// Fractional epoch: windows read so far / windows per epoch.
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub epoch: f64,
     /// The data term: token NLL for MLE (AGG included: the plain NLL), the NCE loss for NCE.
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub loss: f64,
     /// Sum of the weighted regularisers and penalties (0 when none is on).
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub penalty: f64,
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub lr: f64,
     /// Global L2 norm of the gradient before clipping.
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub grad_norm: f64,
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub tokens_per_sec: f64,
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub step_ms: f64,
     /// Size of the gated rare set (AGG's live rare group, or the Rare group under gate-freeze).
     pub rare_tokens: Option<usize>,
 }
 
 /// Perplexity of the whole split, total and per group of the **target** token.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalStats {
     pub step: u64,
     pub split: String,
     /// Mean NLL over all positions.
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub loss: f64,
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub ppl: f64,
     /// Frequent, medium, rare: (PPL, positions). PPL is NaN for a group with no positions.
+    #[serde(deserialize_with = "crate::jsonfloat::group_pairs")]
     pub groups: [(f64, u64); 3],
     pub positions: u64,
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub seconds: f64,
     /// Every model-output metric (Uniq, μ_z, σ_z, histogram, Theorem 2, …).
     pub outputs: Box<OutputMetrics>,
@@ -91,32 +109,63 @@ pub struct Snapshot {
     pub weights: Vec<f32>,
 }
 
-/// Latest-wins hand-over of snapshots: the engine overwrites, a consumer takes when it is ready.
-#[derive(Debug, Clone, Default)]
-pub struct SnapshotSlot(Arc<Mutex<Option<Arc<Snapshot>>>>);
+/// The numbers of one snapshot's analysis, as an event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmbeddingStats {
+    pub step: u64,
+    pub total: SetStats,
+    /// Frequent, medium, rare.
+    pub groups: [SetStats; 3],
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    pub rare_frequent_cos: f64,
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    pub seconds: f64,
+}
 
-impl SnapshotSlot {
-    pub fn put(&self, snapshot: Arc<Snapshot>) {
-        // A poisoned lock only means a consumer panicked mid-take; the slot is still usable.
-        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        *slot = Some(snapshot);
-    }
-
-    pub fn take(&self) -> Option<Arc<Snapshot>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+impl EmbeddingStats {
+    /// The metrics of a panel computed with groups; `None` without them.
+    pub fn from_panel(step: u64, panel: &EmbeddingPanel, seconds: f64) -> Option<Self> {
+        Some(Self {
+            step,
+            total: panel.total.clone(),
+            groups: panel.groups.clone()?,
+            rare_frequent_cos: panel.rare_frequent_cos.unwrap_or(f64::NAN),
+            seconds,
+        })
     }
 }
 
+/// The 2-D projections of one analysed snapshot (the embedding scatter and its time scrub).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProjectionFrame {
+    pub step: u64,
+    pub uncentred: Option<Projection>,
+    pub centred: Option<Projection>,
+}
+
 /// Why a run ended.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FinishReason {
     Completed,
     Stopped,
+    /// The loss became NaN or infinite and nobody resumed the run (the diverging step was not
+    /// applied; the last checkpoint is the last good one).
+    Diverged,
+}
+
+impl FinishReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            FinishReason::Completed => "completed",
+            FinishReason::Stopped => "stopped",
+            FinishReason::Diverged => "diverged",
+        }
+    }
 }
 
 /// Everything the engine reports.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Event {
     Started {
@@ -128,13 +177,26 @@ pub enum Event {
         run_dir: Option<PathBuf>,
         /// The objectives in force, as a label (`MLE`, `CosReg γ=1 + freeze rare`, …).
         objective: String,
+        /// The same objectives in full (a viewer's Controls pane mirrors them).
+        objectives: Box<Objectives>,
+    },
+    /// A setting changed when the run was resumed (`--eval-every`, `--steps`, `--device`, …).
+    ConfigChanged {
+        step: u64,
+        key: String,
+        before: String,
+        after: String,
     },
     Step(StepStats),
     Eval(EvalStats),
-    /// Embedding metrics of a snapshot (total and per group), computed off the training thread;
-    /// the full analysis with the 2-D projection is in the analysis slot.
+    /// Embedding metrics of a snapshot (total and per group), computed off the training thread.
+    /// Its 2-D projections came just before, as [`Event::Projection`].
     Embedding(Box<EmbeddingStats>),
-    /// A snapshot of W was put in the slot.
+    /// The 2-D projections of an analysed snapshot: kept by the metrics store and answered to
+    /// viewers on request, never sent to them as an event.
+    #[serde(skip)]
+    Projection(Arc<ProjectionFrame>),
+    /// A snapshot of W was taken for the metrics.
     Snapshot {
         step: u64,
     },
@@ -144,10 +206,20 @@ pub enum Event {
         step: u64,
         command: Command,
         reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ticket: Option<u64>,
     },
+    /// A checkpoint is complete on disk and counts: the metrics store is durable up to its step.
     Checkpoint {
         step: u64,
         path: PathBuf,
+    },
+    /// A checkpoint was written to a staging folder; it becomes `step-NNNNNN` (and a
+    /// [`Event::Checkpoint`]) once the metrics store is durable up to its step.
+    CheckpointStaged {
+        step: u64,
+        staging: PathBuf,
+        keep: usize,
     },
     Paused {
         step: u64,
@@ -159,6 +231,7 @@ pub enum Event {
     /// step, so the model and the last checkpoint are the last good ones.
     Diverged {
         step: u64,
+        #[serde(deserialize_with = "crate::jsonfloat::f64")]
         loss: f64,
     },
     Warning {
@@ -174,4 +247,34 @@ pub enum Event {
         step: u64,
         message: String,
     },
+}
+
+impl Event {
+    /// The step an event belongs to (a projection's: its snapshot's).
+    pub fn step(&self) -> u64 {
+        match self {
+            Event::Started { step, .. }
+            | Event::ConfigChanged { step, .. }
+            | Event::Snapshot { step }
+            | Event::Rejected { step, .. }
+            | Event::Checkpoint { step, .. }
+            | Event::CheckpointStaged { step, .. }
+            | Event::Paused { step }
+            | Event::Resumed { step }
+            | Event::Diverged { step, .. }
+            | Event::Warning { step, .. }
+            | Event::Finished { step, .. }
+            | Event::Failed { step, .. } => *step,
+            Event::Step(s) => s.step,
+            Event::Eval(e) => e.step,
+            Event::Embedding(e) => e.step,
+            Event::Projection(p) => p.step,
+            Event::Applied(a) => a.step,
+        }
+    }
+
+    /// The run's last event: nothing follows it but stragglers of the metrics thread.
+    pub fn is_final(&self) -> bool {
+        matches!(self, Event::Finished { .. } | Event::Failed { .. })
+    }
 }

@@ -204,6 +204,12 @@ impl Trainer {
     }
 
     /// Changes the length of the run (e.g. from `--epochs`, once the corpus is known).
+    /// The settings that may change at a step boundary (cadences, checkpoints kept, total steps):
+    /// a resumed run given new flags.
+    pub fn config_mut(&mut self) -> &mut TrainConfig {
+        &mut self.config
+    }
+
     pub fn set_total_steps(&mut self, steps: u64) {
         self.config.steps = steps.max(1);
     }
@@ -265,6 +271,10 @@ impl Trainer {
     pub fn train_step(&mut self) -> Result<StepStats, EngineError> {
         let start = Instant::now();
         let next = self.state.step + 1;
+        // Tests of the failure paths: a backend that panics mid-run (e.g. CUDA out of memory).
+        if crate::fault::check("engine.panic").is_err() {
+            panic!("injected backend panic at step {next}");
+        }
         // Dropout masks depend only on (seed, step): a resumed run draws the same ones.
         self.device.seed(step_seed(self.config.seed, next));
         let k = (self.state.step % self.windows_per_epoch) as usize;
@@ -607,6 +617,7 @@ impl Trainer {
             command: command.clone(),
             before,
             after,
+            ticket: None,
         };
         let applied = match command {
             Command::SetLr { lr } => {
@@ -658,33 +669,35 @@ impl Trainer {
     pub fn set_objectives(&mut self, objectives: Objectives) -> Result<(), String> {
         objectives.validate(group_sizes(&self.corpus))?;
         let spectrum_on = objectives.spectrum.enabled;
-        self.state.objectives = objectives;
         if spectrum_on != self.state.spectrum_c1.is_some() {
             self.switch_spectrum(spectrum_on)?;
         }
+        self.state.objectives = objectives;
         self.counter = None;
         self.static_gates = None;
         Ok(())
     }
 
     /// Applies an objective change between two steps, with its side effects (spectrum control
-    /// factorises or collapses W).
+    /// factorises or collapses W). All or nothing: when a side effect fails, the objectives stay
+    /// as they were and the change is refused.
     fn change_objectives(&mut self, change: &ObjectiveChange) -> Result<(), String> {
         let sizes = group_sizes(&self.corpus);
         let mut next = self.state.objectives.clone();
         next.apply(change, sizes)?;
         let was_on = self.state.spectrum_c1.is_some();
         let spectrum_on = next.spectrum.enabled;
-        self.state.objectives = next;
         if spectrum_on != was_on {
+            // switch_spectrum changes nothing when it fails.
             self.switch_spectrum(spectrum_on)?;
         }
+        self.state.objectives = next;
         if matches!(
             change,
             ObjectiveChange::Enable {
                 term: Term::Agg,
                 ..
-            }
+            } | ObjectiveChange::Set { .. }
         ) {
             self.counter = None;
             self.static_gates = None;
@@ -695,6 +708,8 @@ impl Trainer {
     /// Spectrum control on: W = U·diag(σ)·Vᵀ from the SVD of the current W (the model's outputs do
     /// not change), c1 = σ_1. Off: W = U·diag(σ)·Vᵀ written back into the plain embedding.
     fn switch_spectrum(&mut self, on: bool) -> Result<(), String> {
+        crate::fault::check("spectrum.switch")
+            .map_err(|e| format!("spectrum control could not factorise W: {e}"))?;
         if on {
             let snapshot = self.snapshot().map_err(|e| e.to_string())?;
             let factors = SpectralEmbedding::from_matrix(

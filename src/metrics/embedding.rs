@@ -52,32 +52,42 @@ impl Default for PanelOptions {
 }
 
 /// The metrics of one set of rows (the whole matrix, or one group).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SetStats {
     pub rows: usize,
     /// min Z / max Z over the directions E ∪ −E; 1 = isotropic.
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub i1: f64,
     /// Population std of Z over E ∪ −E divided by its mean; 0 = isotropic.
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub i2: f64,
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub mean_norm: f64,
     /// Singular values, descending, divided by the largest.
+    #[serde(deserialize_with = "crate::jsonfloat::f64_vec")]
     pub sv_norm: Vec<f64>,
     /// The largest singular value (the scale `sv_norm` was divided by).
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub sv_max: f64,
     /// exp(entropy of σ²/Σσ²).
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub effective_rank: f64,
     /// Mean cosine over pairs i ≠ j of rows with non-zero norm.
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub mean_cos: f64,
     /// Mean cosine of each row to the direction of the set's mean row.
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub mean_cos_to_mean: f64,
 }
 
 /// A 2-D point per row of the whole matrix, in row order.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Projection {
     pub mode: ProjectionMode,
+    #[serde(deserialize_with = "crate::jsonfloat::f32_points")]
     pub points: Vec<[f32; 2]>,
     /// Fraction of Σσ² (uncentred) or of the total variance (centred) on each axis.
+    #[serde(deserialize_with = "crate::jsonfloat::f64_pair")]
     pub explained: [f64; 2],
 }
 

@@ -25,7 +25,7 @@ pub enum Similarity {
 
 /// One neighbour: its row and its score (cosine, higher is nearer; or euclidean distance, lower
 /// is nearer).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Neighbor {
     pub id: u32,
     pub score: f32,

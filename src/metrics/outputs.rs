@@ -2,7 +2,7 @@
 //! hands in batch by batch: the target's log-probability, log Z, the entropy of the predicted
 //! distribution, the argmax, and Σ_t p(·|h_t) over the vocabulary.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::data::{FrequencyGroups, Group};
 
@@ -49,9 +49,10 @@ pub struct OutputAccumulator {
 /// Bins of the (entropy, log Z) histogram.
 pub const HISTOGRAM_BINS: [usize; 2] = [40, 20];
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupOutputs {
     /// Perplexity over positions whose target is in the group (NaN when none).
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub ppl: f64,
     pub positions: u64,
     /// Distinct predicted ids that lie in the group.
@@ -64,36 +65,46 @@ pub struct GroupOutputs {
 }
 
 /// A 2-D histogram of (entropy, log Z): `counts[z_bin * entropy_bins + h_bin]`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Histogram2d {
+    #[serde(deserialize_with = "crate::jsonfloat::f64_pair")]
     pub entropy_range: [f64; 2],
+    #[serde(deserialize_with = "crate::jsonfloat::f64_pair")]
     pub log_z_range: [f64; 2],
     pub entropy_bins: usize,
     pub log_z_bins: usize,
     pub counts: Vec<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutputMetrics {
     pub positions: u64,
     /// Mean NLL (exactly normalised).
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub loss: f64,
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub ppl: f64,
     pub groups: [GroupOutputs; 3],
     pub uniq: usize,
     pub human_uniq: usize,
     /// Positions per window the predictions were made with (teacher forcing within a window).
     pub block_length: usize,
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub mu_z: f64,
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub sigma_z: f64,
     /// exp(−mean_t s_t[y_t]) = PPL·exp(−μ_z).
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub unnormalised_ppl: f64,
     /// Pearson correlation of H_t and log Z_t.
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub entropy_log_z_corr: f64,
     pub histogram: Histogram2d,
     /// Cosine weight γ the Theorem-2 threshold was computed for, and the threshold
     /// exp(−4γ(N−1)/N²).
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub theorem2_gamma: f64,
+    #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub theorem2_threshold: f64,
 }
 

@@ -368,11 +368,28 @@ impl Default for Objectives {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "change", rename_all = "kebab-case")]
 pub enum ObjectiveChange {
-    Enable { term: Term, on: bool },
-    Weight { term: Term, weight: f64 },
-    Loss { kind: LossKind },
-    Freeze { group: Group, frozen: bool },
-    GateFreeze { parts: GateParts },
+    Enable {
+        term: Term,
+        on: bool,
+    },
+    Weight {
+        term: Term,
+        weight: f64,
+    },
+    Loss {
+        kind: LossKind,
+    },
+    Freeze {
+        group: Group,
+        frozen: bool,
+    },
+    GateFreeze {
+        parts: GateParts,
+    },
+    /// Everything at once (a resumed run given new objective flags).
+    Set {
+        objectives: Box<Objectives>,
+    },
 }
 
 impl fmt::Display for ObjectiveChange {
@@ -387,6 +404,7 @@ impl fmt::Display for ObjectiveChange {
                 write!(f, "{} {group}", if *frozen { "freeze" } else { "unfreeze" })
             }
             ObjectiveChange::GateFreeze { parts } => write!(f, "gate-freeze {}", parts.name()),
+            ObjectiveChange::Set { objectives } => write!(f, "objectives {}", objectives.label()),
         }
     }
 }
@@ -423,17 +441,18 @@ impl Objectives {
         group_sizes: [usize; 3],
     ) -> Result<(), String> {
         let mut next = self.clone();
-        match *change {
-            ObjectiveChange::Enable { term, on } => *next.term_mut(term).0 = on,
-            ObjectiveChange::Weight { term, weight } => *next.term_mut(term).1 = weight,
-            ObjectiveChange::Loss { kind } => next.loss = kind,
-            ObjectiveChange::Freeze { group, frozen } => {
+        match change {
+            &ObjectiveChange::Enable { term, on } => *next.term_mut(term).0 = on,
+            &ObjectiveChange::Weight { term, weight } => *next.term_mut(term).1 = weight,
+            &ObjectiveChange::Loss { kind } => next.loss = kind,
+            &ObjectiveChange::Freeze { group, frozen } => {
                 next.freeze.set(group, frozen);
                 if !frozen && !next.freeze.any() {
                     next.freeze.until = None;
                 }
             }
-            ObjectiveChange::GateFreeze { parts } => next.gate_freeze = parts,
+            &ObjectiveChange::GateFreeze { parts } => next.gate_freeze = parts,
+            ObjectiveChange::Set { objectives } => next = (**objectives).clone(),
         }
         next.validate(group_sizes)?;
         *self = next;
