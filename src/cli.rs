@@ -13,19 +13,17 @@ use conelab::bench::{
     bench_store, bench_train,
 };
 use conelab::checkpoint::matrix::{load_matrix, read_counts_file, read_vocab_file};
-use conelab::checkpoint::{CorpusSpec, RunDir, RunSpec};
 use conelab::data::{
     Corpus, CorpusReport, CorpusSource, GroupBounds, LoadOptions, Split, SynthConfig,
     SyntheticCorpus, VocabBuilder, thousands, zipf_exponent,
 };
-use conelab::engine::{self, Command as EngineCommand, OptimizerKind, Schedule, Trainer};
-use conelab::headless::{self, Outcome};
 use conelab::metrics::Similarity;
-use conelab::model::{DeviceSpec, ModelConfig, Preset};
-use conelab::objective::{GateParts, LossKind, Objectives};
-use conelab::run_config::ConfigFile;
+use conelab::model::{DeviceSpec, Preset};
+use conelab::run::launch::with_window;
+use conelab::run::serve::{Reporting, ServeOptions};
+use conelab::run::{self, RunError, TrainOptions};
+use conelab::store;
 use conelab::store::export::{self, StepChoice};
-use conelab::store::{self, RunRecord, StoreWriter};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -45,8 +43,15 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Train a language model with tied embeddings (headless: progress on stdout).
-    Train(Box<TrainArgs>),
+    /// Train a language model with tied embeddings: on a terminal the workbench attached to the
+    /// run (which is a process of its own: it outlives the terminal); --headless reports on
+    /// stdout; --detach starts it in the background.
+    Train(Box<TrainOptions>),
+    /// Open the workbench on a run: a live one (steer it; several viewers at once) or one that is
+    /// over (read-only, its whole history).
+    Attach(AttachArgs),
+    /// List the runs under a folder with their status.
+    Runs(RunsArgs),
     /// Corpora: statistics of a corpus, and the built-in synthetic generator.
     #[command(subcommand)]
     Data(DataCommand),
@@ -236,155 +241,36 @@ pub enum NeighborMetric {
 }
 
 #[derive(Debug, Args)]
-pub struct TrainArgs {
-    /// Corpus directory (train.txt/valid.txt/test.txt, wiki.*.tokens or ptb.*.txt) or `synthetic`.
-    #[arg(default_value = "synthetic")]
-    pub corpus: String,
-
-    /// Model preset (the config file's [model] fields go on top of it).
-    #[arg(long, value_enum)]
-    pub model: Option<Preset>,
-
-    /// Device: cpu (pure-Rust burn-flex), libtorch-cpu or cuda[:N] (both need the `tch` feature).
-    #[arg(long, default_value = "cpu")]
-    pub device: DeviceSpec,
-
-    /// Optimizer steps [default: 2000, or the config file's].
-    #[arg(long, conflicts_with = "epochs")]
-    pub steps: Option<u64>,
-
-    /// Train for this many epochs (passes over the train split) instead of --steps.
-    #[arg(long, allow_negative_numbers = true)]
-    pub epochs: Option<f64>,
-
-    /// Streams per batch B [default: 16].
-    #[arg(long)]
-    pub batch: Option<usize>,
-
-    /// Window length T: the Transformer's context, the LSTM's truncated-BPTT length [default: the preset's].
-    #[arg(long)]
-    pub bptt: Option<usize>,
-
-    /// Peak learning rate [default: 1e-3].
-    #[arg(long, allow_negative_numbers = true)]
-    pub lr: Option<f64>,
-
-    /// Optimizer [default: adamw].
-    #[arg(long, value_enum)]
-    pub optimizer: Option<OptimizerKind>,
-
-    /// Learning-rate schedule after the linear warm-up [default: cosine].
-    #[arg(long, value_enum)]
-    pub schedule: Option<Schedule>,
-
-    /// Linear warm-up steps [default: 100].
-    #[arg(long)]
-    pub warmup: Option<u64>,
-
-    /// Weight decay (decoupled for AdamW) [default: 0.01].
-    #[arg(long, allow_negative_numbers = true)]
-    pub weight_decay: Option<f64>,
-
-    /// Clip gradients to this global L2 norm; 0 turns clipping off [default: 1.0].
-    #[arg(long, allow_negative_numbers = true)]
-    pub clip: Option<f64>,
-
-    /// Evaluate exact validation PPL (total and per group) every N steps; 0 = only at the end [default: 200].
-    #[arg(long)]
-    pub eval_every: Option<u64>,
-
-    /// Write a checkpoint every N steps; 0 = only at the end [default: 500].
-    #[arg(long)]
-    pub checkpoint_every: Option<u64>,
-
-    /// Keep the newest N checkpoints [default: 3].
-    #[arg(long)]
-    pub keep: Option<usize>,
-
-    /// Snapshot the embedding matrix every N steps for the metrics; 0 = never [default: 50].
-    #[arg(long)]
-    pub snapshot_every: Option<u64>,
-
-    /// Run directory [default: checkpoints/<model>-<corpus>-<UTC time>].
-    #[arg(long, value_name = "DIR")]
-    pub run_dir: Option<PathBuf>,
-
-    /// TOML file with [model] (preset = "…" plus any model field) and [train] (any training field).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-
-    /// Random seed (initialisation, dropout) [default: 1].
-    #[arg(long)]
-    pub seed: Option<u64>,
-
-    /// Continue the run in DIR (a run directory or one of its step-NNNNNN folders) exactly where its
-    /// newest checkpoint left off; --steps may extend it.
-    #[arg(long, value_name = "DIR")]
-    pub resume: Option<PathBuf>,
-
-    /// Where frequency groups start, as rank fractions (see `data stats --help`).
-    #[arg(long, value_name = "MEDIUM,RARE", default_value = "0.3,0.8")]
-    pub groups: GroupBounds,
-
-    /// Run without the TUI: a progress bar on a terminal, plain log lines otherwise (the default
-    /// when stdout is not a terminal).
-    #[arg(long)]
-    pub headless: bool,
-
-    /// Draw the embedding scatter with ASCII density glyphs instead of braille (fonts without
-    /// braille). NO_COLOR in the environment turns colour off.
+pub struct AttachArgs {
+    /// A run directory, or the name of a run under checkpoints/ [default: the live run there; a
+    /// list to pick from when there are several].
+    pub run: Option<PathBuf>,
+    /// Attach through this socket instead (a run's socket forwarded from another host with
+    /// `ssh -L LOCAL:REMOTE HOST`).
+    #[arg(long, value_name = "PATH", conflicts_with = "run")]
+    pub socket: Option<PathBuf>,
+    /// Draw the embedding scatter with ASCII density glyphs instead of braille.
     #[arg(long)]
     pub ascii: bool,
+}
 
-    /// Another run (its newest checkpoint) or embedding matrix whose normalised spectrum the
-    /// workbench's Spectrum pane draws beside this run's.
-    #[arg(long, value_name = "OTHER")]
-    pub compare: Option<PathBuf>,
-
-    /// In plain-log mode, print a step line every N steps [default: every 1% of the run].
+#[derive(Debug, Args)]
+#[command(
+    long_about = "One row per run folder under DIR: name, status (live with its pid and host, \
+completed, stopped, diverged, failed, crashed — no live process and no final record — or \
+unreadable with the reason), step / total, device, objectives in force, best validation PPL, \
+newest I1 and mean cosine, start time (UTC) and wall time.\n\nJSON (--json, stable): an array of \
+objects with the keys name, dir, path, status, host, pid, step, total_steps, device, objective, \
+best_valid_ppl, i1, mean_cos, started (RFC 3339), seconds; null where unknown; reason for an \
+unreadable folder."
+)]
+pub struct RunsArgs {
+    /// The folder holding the runs.
+    #[arg(default_value = "checkpoints")]
+    pub dir: PathBuf,
+    /// Print JSON instead of a table.
     #[arg(long)]
-    pub log_every: Option<u64>,
-
-    /// How often the metrics store writes its buffer to disk, in seconds (a crash loses at most
-    /// this much); 0 writes after every event.
-    #[arg(
-        long,
-        value_name = "SECS",
-        default_value_t = 5.0,
-        allow_negative_numbers = true
-    )]
-    pub store_flush_secs: f64,
-
-    /// The data term: mle (full softmax), nce (k unigram noise samples, log Z fixed at 0) or nce-r
-    /// (NCE + α/γ·(log Z)² on a sampled fraction γ of positions) [default: mle].
-    #[arg(long, value_enum, help_heading = "Objectives")]
-    pub objective: Option<LossKind>,
-
-    /// Switch a regulariser on, repeatable: cos=γ (CosReg, paper 1.0), lap=λ (Laplacian, paper
-    /// 0.01 PTB / 0.001 WT2), agg=α[:g1|:g2][:static][:memory=K] (adaptive gradient gating; α in
-    /// occurrences per update, paper 0.03 at 32,768 tokens per update), sc=exp:λ or sc=poly:λ
-    /// [:gamma=γ][:c2=c][:orth=λ][:spec=λ] (spectrum control), dev=α ((log Z)²), ul=α
-    /// (unlikelihood); NAME=off switches one off.
-    #[arg(long = "reg", value_name = "NAME=WEIGHT", help_heading = "Objectives")]
-    pub regs: Vec<String>,
-
-    /// Freeze the rows of a frequency group (frequent, medium, rare) bit-identically, optionally
-    /// until a step: rare@2000. Repeatable.
-    #[arg(long, value_name = "GROUP[@STEP]", help_heading = "Objectives")]
-    pub freeze: Vec<String>,
-
-    /// Gradient-part freezing (Yu et al. §3.3): drop part b (push from non-rare-target
-    /// positions), c (push from other rare-target positions) or bc of the rare rows' gradient.
-    #[arg(long, value_name = "b|c|bc", help_heading = "Objectives")]
-    pub gate_freeze: Option<String>,
-
-    /// NCE: noise samples k per batch [default: 100].
-    #[arg(long, value_name = "K", help_heading = "Objectives")]
-    pub nce_noise: Option<usize>,
-
-    /// NCE-R: weight α and sampled fraction γ of its (log Z)² term [default: 1.0,0.1].
-    #[arg(long, value_name = "ALPHA,GAMMA", help_heading = "Objectives")]
-    pub nce_r: Option<String>,
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -399,6 +285,35 @@ pub enum BenchCommand {
     Store(BenchStoreArgs),
     /// The workbench: frame time (TestBackend) and training throughput under the TUI vs headless.
     Tui(BenchTuiArgs),
+    /// What viewers cost a run (tokens/s with two `conelab attach` viewers vs none, alternated;
+    /// memory) and what attaching costs (hello to a first frame on a long history).
+    Attach(BenchAttachArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchAttachArgs {
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub model: Preset,
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Window length T [default: the preset's].
+    #[arg(long)]
+    pub bptt: Option<usize>,
+    /// Untimed steps per run (the viewers attach during them).
+    #[arg(long, default_value_t = 15)]
+    pub warmup: u64,
+    /// Timed steps per run.
+    #[arg(long, default_value_t = 40)]
+    pub steps: u64,
+    /// Pairs of runs (without viewers, with two), alternating which goes first.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Steps in the store of the attach benchmark.
+    #[arg(long, default_value_t = 100_000)]
+    pub history: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -581,94 +496,224 @@ pub struct SynthArgs {
     pub zipf: f64,
 }
 
-pub fn run(cli: Cli) -> Result<()> {
+/// Runs the command; its exit status (0 unless a run says otherwise).
+pub fn run(cli: Cli) -> Result<u8> {
+    let done = |r: Result<()>| r.map(|()| 0);
     match cli.command {
-        Command::Data(DataCommand::Stats(args)) => data_stats(args),
-        Command::Data(DataCommand::Synth(args)) => data_synth(args),
+        Command::Data(DataCommand::Stats(args)) => done(data_stats(args)),
+        Command::Data(DataCommand::Synth(args)) => done(data_synth(args)),
         Command::Train(args) => train(*args),
-        Command::Eval(args) => eval_cmd(args),
-        Command::Inspect(args) => inspect_cmd(args),
-        Command::Bench(BenchCommand::Train(args)) => bench_train_cmd(args),
-        Command::Bench(BenchCommand::Objectives(args)) => bench_objectives_cmd(args),
-        Command::Bench(BenchCommand::Metrics(args)) => bench_metrics_cmd(args),
-        Command::Bench(BenchCommand::Store(args)) => bench_store_cmd(args),
-        Command::Bench(BenchCommand::Tui(args)) => bench_tui_cmd(args),
-        Command::Export(args) => export_cmd(args),
-        Command::Store(StoreCommand::Compact { runs }) => store_compact_cmd(runs),
+        Command::Attach(args) => attach_cmd(args),
+        Command::Runs(args) => done(runs_cmd(args)),
+        Command::Eval(args) => done(eval_cmd(args)),
+        Command::Inspect(args) => done(inspect_cmd(args)),
+        Command::Bench(BenchCommand::Train(args)) => done(bench_train_cmd(args)),
+        Command::Bench(BenchCommand::Objectives(args)) => done(bench_objectives_cmd(args)),
+        Command::Bench(BenchCommand::Metrics(args)) => done(bench_metrics_cmd(args)),
+        Command::Bench(BenchCommand::Store(args)) => done(bench_store_cmd(args)),
+        Command::Bench(BenchCommand::Tui(args)) => done(bench_tui_cmd(args)),
+        Command::Bench(BenchCommand::Attach(args)) => done(bench_attach_cmd(args)),
+        Command::Export(args) => done(export_cmd(args)),
+        Command::Store(StoreCommand::Compact { runs }) => done(store_compact_cmd(runs)),
     }
 }
 
-/// Overrides the window length of a model config.
-fn with_window(mut model: ModelConfig, window: Option<usize>) -> ModelConfig {
-    if let Some(t) = window {
-        match &mut model {
-            ModelConfig::Transformer(c) => c.context = t,
-            ModelConfig::Lstm(c) => c.bptt = t,
-        }
+/// `conelab train`: in this process (--headless, or stdout not a terminal), in the background
+/// (--detach), or in the background with the workbench attached (a terminal).
+fn train(opts: TrainOptions) -> Result<u8> {
+    opts.validate().map_err(RunError::Usage)?;
+    let tty = std::io::stdout().is_terminal();
+    if opts.internal_detached {
+        return serve_here(&opts, false, true);
     }
-    model
-}
-
-fn train(args: TrainArgs) -> Result<()> {
-    // Read before anything is created, so a bad path costs nothing.
-    let reference = match &args.compare {
+    if opts.detach {
+        let ready = run::detach::spawn(run::detach::child_args())?;
+        print_stdout(&format!(
+            "conelab: the run is training in the background (pid {}) in {}\n  attach:  conelab attach {}\n  list:    conelab runs\n  output:  {}\n",
+            ready.pid,
+            ready.dir.display(),
+            ready.dir.display(),
+            ready.dir.join(run::live::OUTPUT_LOG).display()
+        ))?;
+        return Ok(0);
+    }
+    if !tty || opts.headless {
+        return serve_here(&opts, tty, false);
+    }
+    // The workbench: the run is a process of its own; this one is its first viewer.
+    let reference = match &opts.compare {
         Some(other) => Some(reference_spectrum(other)?),
         None => None,
     };
-    if !(args.store_flush_secs.is_finite() && args.store_flush_secs >= 0.0) {
+    let ready = run::detach::spawn(run::detach::child_args())?;
+    let opened = run::attach::connect(&ready.socket)?;
+    let setup = conelab::tui::ViewerSetup {
+        view: conelab::tui::app::ViewOptions {
+            no_color: conelab_widgets::no_color_from_env(),
+            ascii: opts.ascii,
+        },
+        reference,
+        read_only: None,
+    };
+    let exit = conelab::tui::run_viewer(opened.link, opened.hello, setup)?;
+    Ok(after_viewer(&ready.dir, exit))
+}
+
+/// Runs the run in this process: headless (a progress bar on a terminal, lines otherwise), or as
+/// the background run (`detached`: tells its starter when it is ready, then writes output.log).
+fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<u8> {
+    if let Some(other) = &opts.compare {
+        // Only the workbench draws it, but a bad path is still a bad path.
+        reference_spectrum(other)?;
+    }
+    let prepared = run::launch::prepare(opts)?;
+    let log_every = opts
+        .log_every
+        .unwrap_or_else(|| (prepared.trainer.config().steps / 100).max(1));
+    let reporting = if tty && !detached {
+        Reporting::Progress
+    } else {
+        Reporting::Lines { log_every }
+    };
+    let on_ready: Option<run::serve::OnReady> = if detached {
+        Some(Box::new(run::detach::announce_ready))
+    } else {
+        None
+    };
+    let exit = run::serve::serve(
+        prepared,
+        ServeOptions {
+            reporting,
+            flush: std::time::Duration::from_secs_f64(opts.store_flush_secs),
+            on_ready,
+            on_hub: None,
+        },
+    )?;
+    let code = exit.code();
+    match &exit.outcome {
+        conelab::headless::Outcome::Diverged { step, loss } => eprintln!(
+            "conelab: training diverged at step {step} (loss {loss}); the last good checkpoint is kept"
+        ),
+        conelab::headless::Outcome::Failed { message } => {
+            eprintln!("conelab: training failed: {message}")
+        }
+        _ if exit.by_signal => eprintln!(
+            "conelab: stopped by a signal after saving a checkpoint: `conelab train --resume {}` continues it",
+            exit.dir.display()
+        ),
+        _ => {}
+    }
+    Ok(code)
+}
+
+/// After a viewer of `dir`: how to come back when it detached; the run's exit status when the
+/// user watched it end.
+fn after_viewer(dir: &std::path::Path, exit: conelab::tui::ViewerExit) -> u8 {
+    use conelab::tui::ViewerExit;
+    match exit {
+        ViewerExit::Detached => {
+            // The terminal may be gone (that is one way to detach): then nobody reads this.
+            let _ = writeln!(
+                std::io::stdout(),
+                "conelab: detached from {}: training goes on. Come back with `conelab attach {}`; `conelab runs` lists runs.",
+                dir.display(),
+                dir.display()
+            );
+            0
+        }
+        ViewerExit::Left(status) if !status.is_live() => {
+            // The run writes how it ended as it exits: wait for it a little.
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_secs(10) {
+                if let Ok(Some(f)) = run::live::read_final(dir) {
+                    return u8::try_from(f.exit_code).unwrap_or(4);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            match status {
+                conelab::tui::app::RunStatus::Finished { reason } => match reason {
+                    conelab::engine::FinishReason::Diverged => 3,
+                    _ => 0,
+                },
+                _ => 4,
+            }
+        }
+        ViewerExit::Left(_) => 0,
+    }
+}
+
+fn attach_cmd(args: AttachArgs) -> Result<u8> {
+    // Reach the run first (a refusal is worth saying as such), then the terminal.
+    let opened = match &args.socket {
+        Some(socket) => run::attach::connect(socket)?,
+        None => {
+            let root = PathBuf::from("checkpoints");
+            let dir = match run::attach::resolve(args.run.as_deref(), &root)? {
+                run::attach::Resolved::One(d) => d,
+                run::attach::Resolved::Several(list) => pick(&list)?,
+            };
+            run::attach::open(&dir)?
+        }
+    };
+    if !std::io::stdout().is_terminal() {
         bail!(
-            "--store-flush-secs must be a number of seconds ≥ 0, got {}",
-            args.store_flush_secs
+            "attach needs a terminal (stdout is not one); `conelab runs --json` and `conelab export` read runs without one"
         );
     }
-    let (trainer, run) = match &args.resume {
-        Some(dir) => {
-            let (trainer, run) = engine::resume(dir, args.steps)?;
-            (trainer, run)
-        }
-        None => new_run(&args)?,
-    };
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let log_every = args
-        .log_every
-        .unwrap_or_else(|| (trainer.config().steps / 100).max(1));
-    let objectives = trainer.objectives().clone();
-    let groups = *trainer.corpus().groups();
-    let vocab = std::sync::Arc::new(conelab::tui::neighbors::Vocabulary {
-        tokens: trainer.corpus().vocab().tokens().to_vec(),
-        counts: trainer.corpus().vocab().counts().to_vec(),
-    });
-    let writer = open_store(&run)?.with_policy(store::FlushPolicy {
-        rows: store::FlushPolicy::default().rows,
-        interval: std::time::Duration::from_secs_f64(args.store_flush_secs),
-    });
-    let handle = store::recorder::record(engine::spawn(trainer, Some(run)), writer)
-        .context("starting the metrics store's thread")?;
-    // Ctrl-C or SIGTERM: stop after the current step and save; a second one exits at once.
-    let commands = std::sync::Mutex::new(Some(handle_sender(&handle)));
-    let _ = ctrlc::set_handler(move || {
-        let mut slot = commands.lock().unwrap_or_else(|e| e.into_inner());
-        match slot.take() {
-            Some(send) => send(EngineCommand::Stop { save: true }),
-            None => std::process::exit(130),
-        }
-    });
-    let outcome = if tty && !args.headless {
-        let view = conelab::tui::app::ViewOptions {
+    let dir = opened.hello.dir.clone();
+    let setup = conelab::tui::ViewerSetup {
+        view: conelab::tui::app::ViewOptions {
             no_color: conelab_widgets::no_color_from_env(),
             ascii: args.ascii,
-        };
-        conelab::tui::run_live(handle, objectives, groups, vocab, reference, view)?
-    } else {
-        headless::run(handle, tty, log_every)
+        },
+        reference: None,
+        read_only: opened.read_only.clone(),
     };
-    match outcome {
-        Outcome::Completed { .. } | Outcome::Stopped { .. } => Ok(()),
-        Outcome::Diverged { step, loss } => bail!(
-            "training diverged at step {step} (loss {loss}); the last good checkpoint is kept"
-        ),
-        Outcome::Failed { message } => bail!("training failed: {message}"),
+    let live = opened.read_only.is_none();
+    let exit = conelab::tui::run_viewer(opened.link, opened.hello, setup)?;
+    if live && exit == conelab::tui::ViewerExit::Detached {
+        after_viewer(&dir, exit);
     }
+    // A viewer exits 0 however it leaves (the run's own status is the run's).
+    Ok(0)
+}
+
+/// Several live runs: the user picks one by number.
+fn pick(list: &[PathBuf]) -> Result<PathBuf> {
+    let mut err = std::io::stderr();
+    let _ = writeln!(err, "Several runs are live:");
+    for (i, p) in list.iter().enumerate() {
+        let _ = writeln!(err, "  {}  {}", i + 1, p.display());
+    }
+    let _ = write!(err, "Attach to which? [1-{}] ", list.len());
+    let _ = err.flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("reading the choice")?;
+    let n: usize = line
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n| (1..=list.len()).contains(n))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "no run chosen ({:?}): name it: conelab attach RUN",
+                line.trim()
+            )
+        })?;
+    Ok(list[n - 1].clone())
+}
+
+fn runs_cmd(args: RunsArgs) -> Result<()> {
+    let rows = run::list::list(&args.dir)?;
+    if args.json {
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&rows)?));
+    }
+    if rows.is_empty() {
+        return print_stdout(&format!("no runs under {}\n", args.dir.display()));
+    }
+    print_stdout(&run::list::render(&rows))
 }
 
 /// The normalised singular values of another run's newest checkpoint (or a matrix), labelled by
@@ -690,23 +735,6 @@ fn reference_spectrum(path: &std::path::Path) -> Result<(String, Vec<f64>)> {
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_else(|| "other".into());
     Ok((label, panel.total.sv_norm))
-}
-
-/// The run's metrics store (created on a new run, continued on a resumed one).
-fn open_store(run: &RunDir) -> Result<StoreWriter> {
-    let spec = run.spec();
-    let config = std::fs::read_to_string(run.path().join("run.toml")).unwrap_or_default();
-    let run_id = run
-        .path()
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_else(|| spec.name.clone());
-    let corpus = match &spec.corpus {
-        CorpusSpec::Dir { path } => path.display().to_string(),
-        CorpusSpec::Synthetic(_) => "synthetic".into(),
-    };
-    let record = RunRecord::new(&run_id, config, corpus, spec.device.clone());
-    Ok(StoreWriter::open(run.path(), &record)?)
 }
 
 fn export_cmd(args: ExportArgs) -> Result<()> {
@@ -753,7 +781,7 @@ fn export_cmd(args: ExportArgs) -> Result<()> {
     }
     let bytes = export::render(&table, format)?;
     match &args.out {
-        Some(path) => conelab::atomic::write_file(path, &bytes)
+        Some(path) => conelab::atomic::write_file_as("export", path, &bytes)
             .with_context(|| format!("writing {}", path.display())),
         None => {
             let mut out = std::io::stdout().lock();
@@ -767,11 +795,18 @@ fn export_cmd(args: ExportArgs) -> Result<()> {
 
 fn store_compact_cmd(runs: Vec<PathBuf>) -> Result<()> {
     for run in runs {
-        let replaced = store::compact(&run)?;
+        let done = store::compact(&run)?;
         print_stdout(&format!(
-            "{}: {replaced} segment files compacted\n",
-            run.display()
+            "{}: {} segment files compacted\n",
+            run.display(),
+            done.replaced
         ))?;
+        for (path, why) in &done.set_aside {
+            eprintln!(
+                "conelab: warning: {why}: moved to {} (not deleted)",
+                path.display()
+            );
+        }
     }
     Ok(())
 }
@@ -820,6 +855,50 @@ fn bench_tui_cmd(args: BenchTuiArgs) -> Result<()> {
     print_stdout(&out)
 }
 
+fn bench_attach_cmd(args: BenchAttachArgs) -> Result<()> {
+    if args.steps < 2 || args.warmup < 1 || args.history < 10 || args.batch == 0 {
+        bail!("--steps ≥ 2, --warmup ≥ 1, --history ≥ 10 and --batch ≥ 1 are needed");
+    }
+    let r = conelab::tui::bench_attach::bench_attach(&conelab::tui::bench_attach::AttachBench {
+        model: args.model.name().to_owned(),
+        batch: args.batch,
+        bptt: args.bptt,
+        warmup: args.warmup,
+        steps: args.steps,
+        rounds: args.rounds.max(1),
+        history: args.history,
+        work: std::env::temp_dir(),
+    })?;
+    if args.json {
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
+    }
+    let mut out = format!(
+        "training {} ({} timed steps per run), tokens/s without viewers vs with two `conelab attach` viewers (200×60 pseudo-terminals), alternated\n{:<8} {:>12} {:>12} {:>8}\n",
+        r.model, r.steps, "round", "none", "two", "ratio"
+    );
+    for (i, round) in r.rounds.iter().enumerate() {
+        out.push_str(&format!(
+            "{:<8} {:>12.0} {:>12.0} {:>8.3}\n",
+            i + 1,
+            round.without_viewers,
+            round.with_two_viewers,
+            round.ratio
+        ));
+    }
+    out.push_str(&format!(
+        "median ratio {:.3} (goal ≥ 0.97)\nrun process RSS: {:.0} MiB without viewers, {:.0} MiB with two; a viewer of a live run {:.0} MiB; an idle viewer {:.0} MiB\nattach to a first frame, {} steps of history: finished run {:.0} ms, live run {:.0} ms (goal ≤ 1000 ms)\n",
+        r.ratio,
+        r.run_rss_mib_without_viewers,
+        r.run_rss_mib_with_two_viewers,
+        r.viewer_rss_mib,
+        r.idle_viewer_rss_mib,
+        r.history_steps,
+        r.attach_finished_ms,
+        r.attach_live_ms
+    ));
+    print_stdout(&out)
+}
+
 fn bench_store_cmd(args: BenchStoreArgs) -> Result<()> {
     if args.rows == 0 || args.steps == 0 || args.points == 0 {
         bail!("--rows, --steps and --points must be at least 1");
@@ -851,157 +930,6 @@ fn bench_store_cmd(args: BenchStoreArgs) -> Result<()> {
         r.long_run_rows, r.long_run_segments, r.long_run_mib
     ));
     print_stdout(&out)
-}
-
-/// A command sender usable from the signal handler.
-fn handle_sender(handle: &engine::EngineHandle) -> Box<dyn Fn(EngineCommand) + Send> {
-    let tx = handle.command_sender();
-    Box::new(move |c| {
-        let _ = tx.send(c);
-    })
-}
-
-/// The objective flags on top of the config file's `[objectives]`; errors name the flag.
-fn apply_objective_args(o: &mut Objectives, args: &TrainArgs) -> Result<()> {
-    let usage = |m: String| anyhow::anyhow!(m);
-    if let Some(kind) = args.objective {
-        o.loss = kind;
-    }
-    for r in &args.regs {
-        o.apply_reg_arg(r).map_err(usage)?;
-    }
-    for f in &args.freeze {
-        o.apply_freeze_arg(f).map_err(usage)?;
-    }
-    if let Some(g) = &args.gate_freeze {
-        o.gate_freeze = GateParts::parse(g.trim())
-            .ok_or_else(|| usage(format!("--gate-freeze {g}: expected b, c or bc")))?;
-    }
-    if let Some(k) = args.nce_noise {
-        o.nce.noise = k;
-    }
-    if let Some(spec) = &args.nce_r {
-        let bad = || {
-            usage(format!(
-                "--nce-r {spec}: expected ALPHA,GAMMA, e.g. 1.0,0.1"
-            ))
-        };
-        let (a, g) = spec.split_once(',').ok_or_else(bad)?;
-        o.nce.alpha = a.trim().parse().map_err(|_| bad())?;
-        o.nce.fraction = g.trim().parse().map_err(|_| bad())?;
-    }
-    Ok(())
-}
-
-/// `*slot = v` when a flag was given.
-fn set<T>(slot: &mut T, v: Option<T>) {
-    if let Some(v) = v {
-        *slot = v;
-    }
-}
-
-fn new_run(args: &TrainArgs) -> Result<(Trainer, RunDir)> {
-    let file = match &args.config {
-        Some(p) => ConfigFile::read(p)?,
-        None => ConfigFile::default(),
-    };
-    let preset = args.model.or(file.preset).unwrap_or(Preset::Tiny);
-    let model = with_window(file.model(preset)?, args.bptt);
-    let mut train = file.train()?;
-    set(&mut train.batch, args.batch);
-    set(&mut train.lr, args.lr);
-    set(&mut train.optimizer, args.optimizer);
-    set(&mut train.schedule, args.schedule);
-    set(&mut train.warmup, args.warmup);
-    set(&mut train.weight_decay, args.weight_decay);
-    set(&mut train.clip_norm, args.clip);
-    set(&mut train.eval_every, args.eval_every);
-    set(&mut train.checkpoint_every, args.checkpoint_every);
-    set(&mut train.keep_checkpoints, args.keep);
-    set(&mut train.snapshot_every, args.snapshot_every);
-    set(&mut train.seed, args.seed);
-    set(&mut train.steps, args.steps);
-    apply_objective_args(&mut train.objectives, args)?;
-    if let Some(e) = args.epochs
-        && !(e.is_finite() && e > 0.0)
-    {
-        bail!("invalid --epochs {e}: must be a positive number");
-    }
-
-    let source = CorpusSource::parse(&args.corpus);
-    let options = LoadOptions {
-        groups: args.groups,
-        ..LoadOptions::default()
-    };
-    let corpus = Corpus::load(&source, &options)?;
-    let corpus_name = match &source {
-        CorpusSource::Synthetic(_) => "synthetic".to_owned(),
-        CorpusSource::Dir(p) => p
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "corpus".into()),
-    };
-    let mut trainer = Trainer::new(
-        std::sync::Arc::new(corpus),
-        model.clone(),
-        train,
-        args.device,
-    )?;
-    if let Some(epochs) = args.epochs {
-        let steps = (epochs * trainer.windows_per_epoch() as f64)
-            .ceil()
-            .max(1.0) as u64;
-        trainer.set_total_steps(steps);
-    }
-    let name = format!("{}-{corpus_name}-{}", preset.name(), utc_stamp());
-    let dir = args
-        .run_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("checkpoints").join(&name));
-    if dir.join("run.toml").exists() {
-        bail!(
-            "{} already holds a run: continue it with --resume {}, or choose another --run-dir",
-            dir.display(),
-            dir.display()
-        );
-    }
-    let spec = RunSpec {
-        conelab_version: env!("CARGO_PKG_VERSION").to_owned(),
-        name,
-        device: args.device.to_string(),
-        group_bounds: [args.groups.medium_start(), args.groups.rare_start()],
-        corpus: CorpusSpec::from_source(&source),
-        // The trainer may have adjusted the model (an output bias for self-normalisation).
-        model: trainer.model_config().clone(),
-        train: trainer.config().clone(),
-    };
-    let run = RunDir::create(&dir, spec, trainer.corpus().vocab())?;
-    Ok((trainer, run))
-}
-
-/// `YYYYmmdd-HHMMSS` in UTC, for run names.
-fn utc_stamp() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 fn bench_objectives_cmd(args: BenchObjectivesArgs) -> Result<()> {

@@ -1,5 +1,6 @@
 //! The `conelab` binary: parse the command line, run, and turn every failure into one line on
-//! stderr with exit status 2.
+//! stderr with exit status 2 (bad input) or 4 (the OS refused something a run needs). A run's own
+//! exit status (`conelab train --help`) comes back from `cli::run`.
 
 mod cli;
 
@@ -22,6 +23,14 @@ use clap::error::ErrorKind;
 fn main() -> ExitCode {
     // Defence in depth: a bug must still end in one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
+        // A panic of a run's worker threads is caught there and reported as the run's failure.
+        let thread = std::thread::current();
+        if matches!(
+            thread.name(),
+            Some("conelab-engine" | "conelab-metrics" | "conelab-store")
+        ) {
+            return;
+        }
         let msg = info
             .payload()
             .downcast_ref::<&str>()
@@ -40,10 +49,13 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     match cli::run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
+            let code = e
+                .downcast_ref::<conelab::run::RunError>()
+                .map_or(2, |r| r.exit_code());
             eprintln!("conelab: error: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(code)
         }
     }
 }

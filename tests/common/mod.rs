@@ -5,8 +5,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+/// Under `CI=true` a test must never skip for a missing tool or data set: it fails instead.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Skips (with the reason printed) outside CI; fails in CI.
+pub fn skip_or_fail(reason: &str) {
+    if in_ci() {
+        panic!("CI=true: {reason} (CI installs what the tests need: .ci/run)");
+    }
+    println!("SKIPPED: {reason}");
+}
+
 /// `../shared/datasets/NAME`, or `$CONELAB_DATASETS/NAME`. `None` (with the reason printed) when the
-/// folder is absent, so the calling test can skip.
+/// folder is absent, so the calling test can skip — except under `CI=true`, where it fails.
 pub fn shared_dataset(name: &str) -> Option<PathBuf> {
     let root = std::env::var_os("CONELAB_DATASETS")
         .map(PathBuf::from)
@@ -15,10 +28,10 @@ pub fn shared_dataset(name: &str) -> Option<PathBuf> {
     if dir.join("train.txt").is_file() {
         Some(dir)
     } else {
-        eprintln!(
-            "SKIPPED: {} not found (set CONELAB_DATASETS to the folder holding ptb/ and wikitext-2/)",
+        skip_or_fail(&format!(
+            "{} not found (set CONELAB_DATASETS to the folder holding ptb/ and wikitext-2/)",
             dir.display()
-        );
+        ));
         None
     }
 }
@@ -199,4 +212,176 @@ pub fn tmux_available() -> bool {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
+}
+
+/// tmux is there; or the test skips (outside CI) / fails (in CI).
+pub fn require_tmux() -> bool {
+    if tmux_available() {
+        return true;
+    }
+    skip_or_fail("tmux not found: the terminal end-to-end tests need it");
+    false
+}
+
+/// `conelab train corpus --config small.toml --run-dir RUN EXTRA…` started in the background
+/// (stdin closed, stdout and stderr piped).
+pub fn spawn_train(f: &Fixture, run: &str, extra: &[&str]) -> std::process::Child {
+    spawn_train_env(f, run, extra, &[])
+}
+
+/// [`spawn_train`] with extra environment variables (a fault plan).
+pub fn spawn_train_env(
+    f: &Fixture,
+    run: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Child {
+    let corpus = f.path("corpus");
+    let config = f.path("small.toml");
+    let run_dir = f.path(run);
+    let mut args = vec![
+        "train",
+        s(&corpus),
+        "--config",
+        s(&config),
+        "--run-dir",
+        s(&run_dir),
+    ];
+    args.extend_from_slice(extra);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_conelab"));
+    c.args(&args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .env_remove("RUST_BACKTRACE");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().expect("conelab starts")
+}
+
+/// Reads the child's stdout until a line contains `needle` (90 s at most); returns all read.
+pub fn read_until(out: &mut impl std::io::Read, needle: &str) -> String {
+    let start = Instant::now();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains(needle) {
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "waited 90 s for {needle:?}: {seen}"
+        );
+        let n = out.read(&mut buf).expect("read");
+        assert!(n > 0, "the output ended before {needle:?}: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    seen
+}
+
+/// Polls until `ok` holds (90 s at most).
+pub fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "waited 90 s for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends a signal to a process.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) with a pid we started.
+    let rc = unsafe { libc::kill(pid as i32, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig})");
+}
+
+/// The process is gone (or a zombie nobody reaped: it runs nothing any more).
+pub fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Pids of live conelab processes whose command line mentions `needle` (a run folder).
+pub fn conelab_processes(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in entries.filter_map(|e| e.ok()) {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        // The program itself is conelab (not a shell or a tmux server naming it in a command).
+        let argv0 = cmd.split(|b| *b == 0).next().unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if argv0 == env!("CARGO_BIN_EXE_conelab").as_bytes()
+            && cmd.contains(needle)
+            && !process_gone(pid)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// `final.json` of a run folder, once the run has written it (90 s at most).
+pub fn wait_final(run: &Path) -> serde_json::Value {
+    let p = run.join("final.json");
+    wait_until(&format!("{}", p.display()), || p.is_file());
+    serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("json")
+}
+
+/// Every train/loss row of a run's store as (step, loss), in store order.
+pub fn store_losses(run: &Path) -> Vec<(u64, f64)> {
+    let st = conelab::store::load(run).expect("the run's store");
+    let h = conelab::store::query::history(st.metrics_lazy(), "train", "total", "loss", 0)
+        .expect("history");
+    h.steps.into_iter().zip(h.values).collect()
+}
+
+/// The kinds and steps of a run's store events, in order.
+pub fn store_events(run: &Path) -> Vec<(String, u64, String)> {
+    let st = conelab::store::load(run).expect("the run's store");
+    let kinds = st
+        .events
+        .column("kind")
+        .expect("kind")
+        .str()
+        .expect("str")
+        .clone();
+    let steps = st
+        .events
+        .column("step")
+        .expect("step")
+        .u64()
+        .expect("u64")
+        .clone();
+    let after = st
+        .events
+        .column("after")
+        .expect("after")
+        .str()
+        .expect("str")
+        .clone();
+    kinds
+        .iter()
+        .zip(steps.iter())
+        .zip(after.iter())
+        .map(|((k, s), a)| {
+            (
+                k.unwrap_or_default().to_string(),
+                s.unwrap_or_default(),
+                a.unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
 }

@@ -1,0 +1,330 @@
+//! A viewer's end of a run: one interface ([`RunLink`]), three transports. [`SocketLink`] speaks
+//! the protocol over the run's Unix socket (`conelab attach`, `conelab train` on a terminal);
+//! [`LocalLink`] connects to a hub in the same process (tests, benchmarks) with the same
+//! messages, unserialised; [`StoredLink`] plays a run that is over from its folder (store and
+//! newest checkpoint), read-only. Every pane of the workbench works the same on all three.
+
+use std::collections::VecDeque;
+use std::io::{BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError};
+use std::time::{Duration, Instant};
+
+use super::answer::{Answers, answer};
+use super::hub::{HubInput, Sink, VIEWER_QUEUE};
+use super::protocol::{
+    ClientMessage, CommandOutcome, Line, MAX_SERVER_LINE, PROTOCOL_VERSION, RunHello,
+    ServerMessage, encode, read_line_limited,
+};
+use super::view::RunView;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("the run closed the connection")]
+    Closed,
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Protocol(String),
+}
+
+/// A viewer's connection to a run.
+pub trait RunLink: Send {
+    fn send(&mut self, message: ClientMessage) -> Result<(), LinkError>;
+    /// The next message, without waiting; `Err(Closed)` once the run is gone.
+    fn try_recv(&mut self) -> Result<Option<ServerMessage>, LinkError>;
+    /// The next message, waiting at most `timeout`.
+    fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<ServerMessage>, LinkError> {
+        let start = Instant::now();
+        loop {
+            if let Some(m) = self.try_recv()? {
+                return Ok(Some(m));
+            }
+            if start.elapsed() >= timeout {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Says hello and waits (at most `timeout`) for the run's.
+pub fn handshake(
+    link: &mut dyn RunLink,
+    client: &str,
+    timeout: Duration,
+) -> Result<RunHello, LinkError> {
+    link.send(ClientMessage::Hello {
+        protocol: PROTOCOL_VERSION,
+        client: client.to_string(),
+    })?;
+    let start = Instant::now();
+    loop {
+        let left = timeout.saturating_sub(start.elapsed());
+        match link.recv_timeout(left)? {
+            Some(ServerMessage::Hello { protocol, run }) if protocol == PROTOCOL_VERSION => {
+                return Ok(run);
+            }
+            Some(ServerMessage::Hello { protocol, .. }) => {
+                return Err(LinkError::Protocol(format!(
+                    "the run speaks protocol {protocol}, this conelab {PROTOCOL_VERSION}"
+                )));
+            }
+            Some(ServerMessage::Error { message, .. }) => return Err(LinkError::Protocol(message)),
+            Some(_) => {}
+            None => {
+                return Err(LinkError::Protocol(
+                    "the run did not answer within the time allowed".into(),
+                ));
+            }
+        }
+    }
+}
+
+/// The protocol over the run's Unix socket. A reader thread parses the run's lines, so neither
+/// drawing nor the keyboard waits on the socket.
+pub struct SocketLink {
+    stream: UnixStream,
+    incoming: Receiver<Result<ServerMessage, String>>,
+}
+
+impl SocketLink {
+    pub fn connect(path: &Path) -> Result<Self, LinkError> {
+        let stream = UnixStream::connect(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                LinkError::Protocol(format!(
+                    "{}: permission denied: the run belongs to another user",
+                    path.display()
+                ))
+            } else {
+                LinkError::Protocol(format!("{}: {e}", path.display()))
+            }
+        })?;
+        stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+        let reading = stream.try_clone()?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("conelab-link".into())
+            .spawn(move || read_lines(reading, tx))?;
+        Ok(Self {
+            stream,
+            incoming: rx,
+        })
+    }
+}
+
+fn read_lines(stream: UnixStream, out: Sender<Result<ServerMessage, String>>) {
+    let mut reader = BufReader::new(stream);
+    loop {
+        let item = match read_line_limited(&mut reader, MAX_SERVER_LINE) {
+            Ok(Line::Text(t)) if t.trim().is_empty() => continue,
+            Ok(Line::Text(t)) => serde_json::from_str::<ServerMessage>(&t)
+                .map_err(|e| format!("unreadable message from the run: {e}")),
+            Ok(Line::TooLong(n)) => Err(format!("a {n}-byte message from the run was skipped")),
+            Ok(Line::Eof) | Err(_) => return,
+        };
+        if out.send(item).is_err() {
+            return;
+        }
+    }
+}
+
+impl RunLink for SocketLink {
+    fn send(&mut self, message: ClientMessage) -> Result<(), LinkError> {
+        let line = encode(&message).map_err(|e| LinkError::Protocol(e.to_string()))?;
+        self.stream
+            .write_all(line.as_bytes())
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+                    LinkError::Closed
+                }
+                _ => LinkError::Io(e),
+            })
+    }
+
+    fn try_recv(&mut self) -> Result<Option<ServerMessage>, LinkError> {
+        match self.incoming.try_recv() {
+            Ok(Ok(m)) => Ok(Some(m)),
+            Ok(Err(e)) => Ok(Some(ServerMessage::Error {
+                id: None,
+                message: e,
+            })),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => Err(LinkError::Closed),
+        }
+    }
+
+    fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<ServerMessage>, LinkError> {
+        match self.incoming.recv_timeout(timeout) {
+            Ok(Ok(m)) => Ok(Some(m)),
+            Ok(Err(e)) => Ok(Some(ServerMessage::Error {
+                id: None,
+                message: e,
+            })),
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => Err(LinkError::Closed),
+        }
+    }
+}
+
+impl Drop for SocketLink {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// A viewer in the run's own process: the hub's messages, unserialised.
+pub struct LocalLink {
+    hub: Sender<HubInput>,
+    viewer: u64,
+    answers: Arc<dyn Answers>,
+    hello: RunHello,
+    own: VecDeque<ServerMessage>,
+    tx: SyncSender<ServerMessage>,
+    incoming: Receiver<ServerMessage>,
+    subscribed: bool,
+}
+
+impl LocalLink {
+    /// `viewer` must differ from every other viewer of the hub (socket viewers count from 1; use
+    /// numbers from `u64::MAX` down).
+    pub fn new(
+        hub: Sender<HubInput>,
+        viewer: u64,
+        answers: Arc<dyn Answers>,
+        hello: RunHello,
+    ) -> Self {
+        let (tx, incoming) = mpsc::sync_channel(VIEWER_QUEUE);
+        Self {
+            hub,
+            viewer,
+            answers,
+            hello,
+            own: VecDeque::new(),
+            tx,
+            incoming,
+            subscribed: false,
+        }
+    }
+}
+
+impl RunLink for LocalLink {
+    fn send(&mut self, message: ClientMessage) -> Result<(), LinkError> {
+        let closed = |_| LinkError::Closed;
+        match message {
+            ClientMessage::Hello { .. } => self.own.push_back(ServerMessage::Hello {
+                protocol: PROTOCOL_VERSION,
+                run: self.hello.clone(),
+            }),
+            ClientMessage::Subscribe => {
+                if !self.subscribed {
+                    self.subscribed = true;
+                    self.hub
+                        .send(HubInput::Subscribe {
+                            viewer: self.viewer,
+                            sink: Sink::Messages(self.tx.clone()),
+                        })
+                        .map_err(closed)?;
+                }
+            }
+            ClientMessage::Command { id, command } => self
+                .hub
+                .send(HubInput::Command {
+                    viewer: self.viewer,
+                    id,
+                    command,
+                    reply: Sink::Messages(self.tx.clone()),
+                })
+                .map_err(closed)?,
+            ClientMessage::Bye => {
+                let _ = self.hub.send(HubInput::Unsubscribe {
+                    viewer: self.viewer,
+                });
+                self.subscribed = false;
+            }
+            request => {
+                if let Some(r) = answer(self.answers.as_ref(), &request) {
+                    self.own.push_back(r);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn try_recv(&mut self) -> Result<Option<ServerMessage>, LinkError> {
+        if let Some(m) = self.own.pop_front() {
+            return Ok(Some(m));
+        }
+        match self.incoming.try_recv() {
+            Ok(m) => Ok(Some(m)),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => Err(LinkError::Closed),
+        }
+    }
+}
+
+impl Drop for LocalLink {
+    fn drop(&mut self) {
+        if self.subscribed {
+            let _ = self.hub.send(HubInput::Unsubscribe {
+                viewer: self.viewer,
+            });
+        }
+    }
+}
+
+/// A run that is over, played from its folder: its history, its stored projections, W of its
+/// newest checkpoint for neighbours. Commands are refused: the view is read-only.
+pub struct StoredLink {
+    hello: RunHello,
+    view: RunView,
+    answers: Arc<dyn Answers>,
+    own: VecDeque<ServerMessage>,
+    why: String,
+}
+
+impl StoredLink {
+    /// `why` says why the run takes no commands (shown in the Controls pane).
+    pub fn new(hello: RunHello, view: RunView, answers: Arc<dyn Answers>, why: String) -> Self {
+        Self {
+            hello,
+            view,
+            answers,
+            own: VecDeque::new(),
+            why,
+        }
+    }
+}
+
+impl RunLink for StoredLink {
+    fn send(&mut self, message: ClientMessage) -> Result<(), LinkError> {
+        match message {
+            ClientMessage::Hello { .. } => self.own.push_back(ServerMessage::Hello {
+                protocol: PROTOCOL_VERSION,
+                run: self.hello.clone(),
+            }),
+            ClientMessage::Subscribe => self.own.push_back(ServerMessage::History {
+                view: Box::new(self.view.clone()),
+            }),
+            ClientMessage::Command { id, .. } => self.own.push_back(ServerMessage::CommandResult {
+                id,
+                result: CommandOutcome::Rejected {
+                    reason: self.why.clone(),
+                },
+            }),
+            ClientMessage::Bye => {}
+            request => {
+                if let Some(r) = answer(self.answers.as_ref(), &request) {
+                    self.own.push_back(r);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn try_recv(&mut self) -> Result<Option<ServerMessage>, LinkError> {
+        Ok(self.own.pop_front())
+    }
+}

@@ -1,0 +1,142 @@
+//! Starting a run in the background: the same `conelab train` command line, run as a process of
+//! its own session (no controlling terminal, SIGHUP ignored), stdout and stderr going to
+//! `output.log` in the run directory once it is ready.
+//!
+//! The handshake is one line on the child's stdout, written when the run can be attached to:
+//! `conelab-ready {"dir": …, "socket": …, "pid": …}`. Until then the child's stdout and stderr
+//! are pipes to the starter, so a bad option or a missing corpus is reported by the starter as
+//! the child said it, with the child's exit status.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+use super::RunError;
+use super::live::OUTPUT_LOG;
+use super::serve::Ready;
+
+/// The first word of the ready line.
+pub const READY_PREFIX: &str = "conelab-ready ";
+/// The hidden flag that makes `conelab train` the background run.
+pub const CHILD_FLAG: &str = "--internal-detached";
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ReadyLine {
+    dir: PathBuf,
+    socket: PathBuf,
+    pid: u32,
+}
+
+/// Starts `conelab ARGS… --internal-detached` in the background and waits until it is ready (or
+/// has failed). `args` are the `train` command line without the program name and `--detach`.
+pub fn spawn(args: Vec<OsString>) -> Result<Ready, RunError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| RunError::Internal(format!("finding the conelab binary: {e}")))?;
+    let mut command = Command::new(exe);
+    command
+        .args(&args)
+        .arg(CHILD_FLAG)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe calls between fork and exec: setsid and signal.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| RunError::Internal(format!("starting the background run: {e}")))?;
+    let stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    // Drained on the side, so a chatty child never blocks on a full pipe.
+    let err_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(e) = stderr.as_mut() {
+            let _ = e.read_to_string(&mut text);
+        }
+        text
+    });
+    if let Some(out) = stdout {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else {
+                break;
+            };
+            if let Some(json) = line.strip_prefix(READY_PREFIX) {
+                let r: ReadyLine = serde_json::from_str(json).map_err(|e| {
+                    RunError::Internal(format!("the background run's ready line: {e}"))
+                })?;
+                return Ok(Ready {
+                    dir: r.dir,
+                    socket: r.socket,
+                    pid: r.pid,
+                });
+            }
+        }
+    }
+    // No ready line: the child ended before the run started.
+    let status = child
+        .wait()
+        .map_err(|e| RunError::Internal(format!("waiting for the background run: {e}")))?;
+    let text = err_reader.join().unwrap_or_default();
+    let message = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("the background run ended before it started")
+        .to_string();
+    let message = message
+        .strip_prefix("conelab: error: ")
+        .unwrap_or(&message)
+        .to_string();
+    Err(RunError::Child {
+        code: status.code().map(|c| c.clamp(1, 255) as u8).unwrap_or(4),
+        message,
+    })
+}
+
+/// In the background run, once it is ready: tells the starter where it is, then sends stdout and
+/// stderr to `output.log` in the run directory (appended).
+pub fn announce_ready(ready: &Ready) -> std::io::Result<()> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(ready.dir.join(OUTPUT_LOG))?;
+    let line = serde_json::to_string(&ReadyLine {
+        dir: ready.dir.clone(),
+        socket: ready.socket.clone(),
+        pid: ready.pid,
+    })
+    .map_err(std::io::Error::other)?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{READY_PREFIX}{line}")?;
+        out.flush()?;
+    }
+    let _ = std::io::stderr().flush();
+    // SAFETY: dup2 onto the standard descriptors of this process, from a file we own.
+    unsafe {
+        if libc::dup2(log.as_raw_fd(), 1) < 0 || libc::dup2(log.as_raw_fd(), 2) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The `train` arguments for the background run: this process's own, without `--detach`.
+pub fn child_args() -> Vec<OsString> {
+    std::env::args_os()
+        .skip(1)
+        .filter(|a| a != "--detach")
+        .collect()
+}

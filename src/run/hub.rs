@@ -1,0 +1,466 @@
+//! The run's hub: one thread that folds every event into the run's [`RunView`] and fans it out
+//! to the viewers attached (through the socket or in-process) and to the run's own reporter.
+//!
+//! It never blocks on a viewer: each has a bounded queue; when one is full the viewer is marked
+//! behind, its messages are dropped and counted, and as soon as there is room it gets a
+//! [`ServerMessage::Gap`] and a fresh history — the view already holds every event it missed. A
+//! viewer whose connection breaks is removed.
+//!
+//! It also routes commands: a viewer's command goes to the engine with a ticket; the engine's
+//! acknowledgement (every viewer sees it as an event) is answered to the asker as a
+//! [`ServerMessage::CommandResult`]. The number of viewers decides what a divergence does (pause
+//! while someone watches, end the run otherwise), and a run paused after a divergence is ended
+//! when its last viewer leaves.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, TrySendError};
+use std::thread::JoinHandle;
+
+use super::protocol::{CommandOutcome, ServerMessage, encode};
+use super::view::{RunStatus, RunView};
+use crate::engine::{Command, CommandSender, DivergencePolicy, Event, Fault};
+
+/// Messages queued per viewer before it counts as behind.
+pub const VIEWER_QUEUE: usize = 4_096;
+
+/// Where a viewer's messages go.
+pub enum Sink {
+    /// A socket connection's writer: JSON lines, encoded once for all viewers.
+    Lines(SyncSender<Arc<str>>),
+    /// An in-process viewer: the messages themselves.
+    Messages(SyncSender<ServerMessage>),
+}
+
+/// What the hub is told.
+pub enum HubInput {
+    Event(Event),
+    Subscribe {
+        viewer: u64,
+        sink: Sink,
+    },
+    Unsubscribe {
+        viewer: u64,
+    },
+    /// A command from a viewer (subscribed or not); its result goes to `reply`.
+    Command {
+        viewer: u64,
+        id: u64,
+        command: Command,
+        reply: Sink,
+    },
+}
+
+struct Viewer {
+    sink: Sink,
+    /// Messages dropped since it fell behind; `Some` while behind.
+    behind: Option<u64>,
+}
+
+enum Delivery {
+    Sent,
+    Full,
+    Gone,
+}
+
+impl Viewer {
+    fn try_send(&self, message: &ServerMessage, line: &mut Option<Arc<str>>) -> Delivery {
+        self.sink.try_send(message, line)
+    }
+}
+
+impl Sink {
+    /// Queues a message without waiting; `line` caches its JSON encoding across sinks.
+    fn try_send(&self, message: &ServerMessage, line: &mut Option<Arc<str>>) -> Delivery {
+        let result = match self {
+            Sink::Lines(tx) => {
+                if line.is_none() {
+                    match encode(message) {
+                        Ok(l) => *line = Some(Arc::from(l)),
+                        // Not encodable (a bug): nothing to send.
+                        Err(_) => return Delivery::Sent,
+                    }
+                }
+                match line {
+                    Some(l) => tx.try_send(l.clone()).map_err(|e| match e {
+                        TrySendError::Full(_) => Delivery::Full,
+                        TrySendError::Disconnected(_) => Delivery::Gone,
+                    }),
+                    None => Ok(()),
+                }
+            }
+            Sink::Messages(tx) => tx.try_send(message.clone()).map_err(|e| match e {
+                TrySendError::Full(_) => Delivery::Full,
+                TrySendError::Disconnected(_) => Delivery::Gone,
+            }),
+        };
+        match result {
+            Ok(()) => Delivery::Sent,
+            Err(d) => d,
+        }
+    }
+}
+
+/// A reply to one asker; dropped when its queue is full (a viewer that does not read).
+fn send_reply(sink: &Sink, message: &ServerMessage) {
+    let _ = sink.try_send(message, &mut None);
+}
+
+/// The hub's shared counters, readable from other threads.
+#[derive(Debug, Clone, Default)]
+pub struct HubStats {
+    viewers: Arc<AtomicUsize>,
+}
+
+impl HubStats {
+    pub fn viewers(&self) -> usize {
+        self.viewers.load(Ordering::SeqCst)
+    }
+}
+
+pub struct Hub {
+    view: RunView,
+    viewers: HashMap<u64, Viewer>,
+    /// ticket → (request id, where its result goes)
+    pending: HashMap<u64, (u64, Sink)>,
+    next_ticket: u64,
+    engine: CommandSender,
+    divergence: DivergencePolicy,
+    /// The run's own reporter (the headless lines, the run's exit): every event, unbounded.
+    reporter: Sender<Event>,
+    stats: HubStats,
+    finished: bool,
+}
+
+impl Hub {
+    pub fn new(
+        view: RunView,
+        engine: CommandSender,
+        divergence: DivergencePolicy,
+        reporter: Sender<Event>,
+    ) -> Self {
+        divergence.set_pause(false);
+        Self {
+            view,
+            viewers: HashMap::new(),
+            pending: HashMap::new(),
+            next_ticket: 1,
+            engine,
+            divergence,
+            reporter,
+            stats: HubStats::default(),
+            finished: false,
+        }
+    }
+
+    pub fn stats(&self) -> HubStats {
+        self.stats.clone()
+    }
+
+    /// Runs the hub on its own thread until the run's final event. A panic inside is reported
+    /// through `fault` (the engine then stops the run) and the hub goes on as a plain relay to
+    /// the reporter, so the run still ends cleanly.
+    pub fn spawn(
+        self,
+        inputs: Receiver<HubInput>,
+        fault: Fault,
+    ) -> std::io::Result<JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name("conelab-hub".into())
+            .spawn(move || {
+                let mut hub = self;
+                let reporter = hub.reporter.clone();
+                let mut broken = false;
+                for input in inputs {
+                    let last = matches!(&input, HubInput::Event(e) if e.is_final());
+                    if broken {
+                        if let HubInput::Event(e) = input {
+                            let _ = reporter.send(e);
+                        }
+                    } else {
+                        let event = match &input {
+                            HubInput::Event(e) => Some(e.clone()),
+                            _ => None,
+                        };
+                        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            hub.handle(input)
+                        }));
+                        if let Err(panic) = result {
+                            broken = true;
+                            let message = format!(
+                                "the run's hub panicked: {}",
+                                crate::engine::panic_message(panic.as_ref())
+                            );
+                            eprintln!("conelab: {message}");
+                            fault.set(message);
+                            // The event it was handling still reaches the reporter.
+                            if let Some(e) = event {
+                                let _ = reporter.send(e);
+                            }
+                        }
+                    }
+                    if last {
+                        // The final event is out: the viewers' queues close with the hub (their
+                        // writers deliver what is queued first).
+                        break;
+                    }
+                }
+            })
+    }
+
+    pub fn view(&self) -> &RunView {
+        &self.view
+    }
+
+    pub fn handle(&mut self, input: HubInput) {
+        match input {
+            HubInput::Event(event) => self.on_event(event),
+            HubInput::Subscribe { viewer, sink } => {
+                let v = Viewer { sink, behind: None };
+                let history = ServerMessage::History {
+                    view: Box::new(self.view.clone()),
+                };
+                match v.try_send(&history, &mut None) {
+                    Delivery::Sent => {
+                        self.viewers.insert(viewer, v);
+                    }
+                    Delivery::Full => {
+                        self.viewers.insert(
+                            viewer,
+                            Viewer {
+                                behind: Some(0),
+                                ..v
+                            },
+                        );
+                    }
+                    Delivery::Gone => {}
+                }
+                self.viewers_changed();
+            }
+            HubInput::Unsubscribe { viewer } => {
+                self.viewers.remove(&viewer);
+                self.viewers_changed();
+            }
+            HubInput::Command {
+                viewer: _,
+                id,
+                command,
+                reply,
+            } => {
+                let ended = ServerMessage::CommandResult {
+                    id,
+                    result: CommandOutcome::Rejected {
+                        reason: "the run has ended".into(),
+                    },
+                };
+                if self.finished {
+                    send_reply(&reply, &ended);
+                    return;
+                }
+                let ticket = self.next_ticket;
+                self.next_ticket += 1;
+                if self.engine.send_ticketed(command, ticket) {
+                    self.pending.insert(ticket, (id, reply));
+                } else {
+                    send_reply(&reply, &ended);
+                }
+            }
+        }
+    }
+
+    fn viewers_changed(&mut self) {
+        let n = self.viewers.len();
+        self.stats.viewers.store(n, Ordering::SeqCst);
+        self.divergence.set_pause(n > 0);
+        if n == 0 && matches!(self.view.status, RunStatus::Diverged { .. }) && !self.finished {
+            // Paused after a divergence and nobody left to decide: end the run (as diverged).
+            let _ = self.engine.send(Command::Stop { save: false });
+        }
+    }
+
+    fn on_event(&mut self, event: Event) {
+        self.view.on_event(&event);
+        // The acknowledgement of a viewer's command, to that viewer.
+        let (ticket, outcome) = match &event {
+            Event::Applied(a) => (
+                a.ticket,
+                Some(CommandOutcome::Applied { applied: a.clone() }),
+            ),
+            Event::Rejected { ticket, reason, .. } => (
+                *ticket,
+                Some(CommandOutcome::Rejected {
+                    reason: reason.clone(),
+                }),
+            ),
+            _ => (None, None),
+        };
+        if let (Some(t), Some(result)) = (ticket, outcome)
+            && let Some((id, sink)) = self.pending.remove(&t)
+        {
+            send_reply(&sink, &ServerMessage::CommandResult { id, result });
+        }
+        let last = event.is_final();
+        let _ = self.reporter.send(event.clone());
+        self.broadcast(ServerMessage::Event { event });
+        if last {
+            self.finished = true;
+            for (_, (id, sink)) in std::mem::take(&mut self.pending) {
+                send_reply(
+                    &sink,
+                    &ServerMessage::CommandResult {
+                        id,
+                        result: CommandOutcome::Rejected {
+                            reason: "the run has ended".into(),
+                        },
+                    },
+                );
+            }
+        }
+    }
+
+    fn broadcast(&mut self, message: ServerMessage) {
+        let mut line = None;
+        let mut history_line = None;
+        let mut gone = Vec::new();
+        for (id, v) in self.viewers.iter_mut() {
+            if let Some(dropped) = v.behind {
+                // Room again? Then the gap marker and the whole view, which already holds this
+                // event; otherwise one more dropped.
+                let gap = ServerMessage::Gap { dropped };
+                match v.try_send(&gap, &mut None) {
+                    Delivery::Sent => {
+                        let history = ServerMessage::History {
+                            view: Box::new(self.view.clone()),
+                        };
+                        match v.try_send(&history, &mut history_line) {
+                            Delivery::Sent => v.behind = None,
+                            Delivery::Full => v.behind = Some(dropped + 1),
+                            Delivery::Gone => gone.push(*id),
+                        }
+                    }
+                    Delivery::Full => v.behind = Some(dropped + 1),
+                    Delivery::Gone => gone.push(*id),
+                }
+                continue;
+            }
+            match v.try_send(&message, &mut line) {
+                Delivery::Sent => {}
+                Delivery::Full => v.behind = Some(1),
+                Delivery::Gone => gone.push(*id),
+            }
+        }
+        if !gone.is_empty() {
+            for id in gone {
+                self.viewers.remove(&id);
+            }
+            self.viewers_changed();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::StepStats;
+    use crate::objective::Objectives;
+    use std::sync::mpsc;
+
+    fn step(n: u64) -> Event {
+        Event::Step(StepStats {
+            step: n,
+            epoch: 0.0,
+            loss: 1.0 / n as f64,
+            penalty: 0.0,
+            lr: 1e-3,
+            grad_norm: 1.0,
+            tokens_per_sec: 1.0,
+            step_ms: 1.0,
+            rare_tokens: None,
+        })
+    }
+
+    fn hub() -> (Hub, mpsc::Receiver<Event>) {
+        let (engine_tx, _engine_rx) = mpsc::channel();
+        // The engine's receiver is dropped: commands cannot be delivered in these tests.
+        let engine = CommandSender::from_channel(engine_tx);
+        let (reporter, reports) = mpsc::channel();
+        (
+            Hub::new(
+                RunView::new(Objectives::default()),
+                engine,
+                DivergencePolicy::default(),
+                reporter,
+            ),
+            reports,
+        )
+    }
+
+    #[test]
+    fn a_slow_viewer_gets_a_gap_and_the_whole_history_and_a_fast_one_misses_nothing() {
+        let (mut hub, reports) = hub();
+        let (slow_tx, slow_rx) = mpsc::sync_channel(3);
+        let (fast_tx, fast_rx) = mpsc::sync_channel(1_000);
+        hub.handle(HubInput::Subscribe {
+            viewer: 1,
+            sink: Sink::Messages(slow_tx),
+        });
+        hub.handle(HubInput::Subscribe {
+            viewer: 2,
+            sink: Sink::Messages(fast_tx),
+        });
+        assert_eq!(hub.stats().viewers(), 2);
+        for n in 1..=10 {
+            hub.handle(HubInput::Event(step(n)));
+        }
+        // The fast one: its history, then all ten steps in order.
+        let fast: Vec<ServerMessage> = fast_rx.try_iter().collect();
+        assert_eq!(fast.len(), 11);
+        let steps: Vec<u64> = fast
+            .iter()
+            .filter_map(|m| match m {
+                ServerMessage::Event {
+                    event: Event::Step(s),
+                } => Some(s.step),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(steps, (1..=10).collect::<Vec<_>>());
+        // The slow one filled its queue (history + 2 steps), then fell behind.
+        let first: Vec<ServerMessage> = slow_rx.try_iter().collect();
+        assert_eq!(first.len(), 3);
+        // Room again: the next event brings a gap marker and a history holding step 11.
+        hub.handle(HubInput::Event(step(11)));
+        let next: Vec<ServerMessage> = slow_rx.try_iter().collect();
+        match (&next[0], &next[1]) {
+            (ServerMessage::Gap { dropped }, ServerMessage::History { view }) => {
+                assert_eq!(*dropped, 8, "steps 3–10 were not delivered one by one");
+                assert_eq!(view.step(), 11);
+                assert_eq!(view.loss.len(), 11, "the history has every step");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The reporter got everything.
+        assert_eq!(reports.try_iter().count(), 11);
+    }
+
+    #[test]
+    fn a_viewer_that_went_away_is_removed_and_divergence_then_ends_the_run() {
+        let (mut hub, _reports) = hub();
+        let policy = hub.divergence.clone();
+        assert!(
+            !policy.pauses(),
+            "nobody watches: a divergence ends the run"
+        );
+        let (tx, rx) = mpsc::sync_channel(10);
+        hub.handle(HubInput::Subscribe {
+            viewer: 1,
+            sink: Sink::Messages(tx),
+        });
+        assert!(policy.pauses(), "a viewer watches: pause");
+        drop(rx);
+        hub.handle(HubInput::Event(step(1)));
+        assert_eq!(hub.stats().viewers(), 0);
+        assert!(!policy.pauses());
+    }
+}

@@ -1,0 +1,305 @@
+//! Getting a run ready: a new one from its options, or an existing one resumed with the changes
+//! its flags ask for. Every option is checked before anything is created; the run's folder is
+//! held (its lock) from here on, and what a killed process left in it is cleaned.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::options::TrainOptions;
+use super::{RunError, live};
+use crate::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
+use crate::data::{Corpus, CorpusSource, LoadOptions};
+use crate::engine::{Command, Event, Trainer};
+use crate::lockfile::LockFile;
+use crate::model::{ModelConfig, Preset};
+use crate::objective::{GateParts, ObjectiveChange, Objectives};
+use crate::run_config::ConfigFile;
+
+/// A run ready to serve.
+pub struct Prepared {
+    pub trainer: Trainer,
+    pub run: RunDir,
+    /// The run's lock: held until the run process ends.
+    pub lock: LockFile,
+    /// Commands applied before the first step (a resume's new objectives or lr).
+    pub commands: Vec<Command>,
+    /// Settings changed at a resume, announced after the start.
+    pub announcements: Vec<Event>,
+    /// What recovering the folder did (leftovers of a killed process), a line each.
+    pub recovered: Vec<String>,
+}
+
+/// The objective flags on top of `o`; errors name the flag.
+pub fn apply_objective_flags(o: &mut Objectives, opts: &TrainOptions) -> Result<(), String> {
+    if let Some(kind) = opts.objective {
+        o.loss = kind;
+    }
+    for r in &opts.regs {
+        o.apply_reg_arg(r)?;
+    }
+    for f in &opts.freeze {
+        o.apply_freeze_arg(f)?;
+    }
+    if let Some(g) = &opts.gate_freeze {
+        o.gate_freeze = GateParts::parse(g.trim())
+            .ok_or_else(|| format!("--gate-freeze {g}: expected b, c or bc"))?;
+    }
+    if let Some(k) = opts.nce_noise {
+        o.nce.noise = k;
+    }
+    if let Some(spec) = &opts.nce_r {
+        let bad = || format!("--nce-r {spec}: expected ALPHA,GAMMA, e.g. 1.0,0.1");
+        let (a, g) = spec.split_once(',').ok_or_else(bad)?;
+        o.nce.alpha = a.trim().parse().map_err(|_| bad())?;
+        o.nce.fraction = g.trim().parse().map_err(|_| bad())?;
+    }
+    Ok(())
+}
+
+/// Overrides the window length of a model config.
+pub fn with_window(mut model: ModelConfig, window: Option<usize>) -> ModelConfig {
+    if let Some(t) = window {
+        match &mut model {
+            ModelConfig::Transformer(c) => c.context = t,
+            ModelConfig::Lstm(c) => c.bptt = t,
+        }
+    }
+    model
+}
+
+fn set<T>(slot: &mut T, v: Option<T>) {
+    if let Some(v) = v {
+        *slot = v;
+    }
+}
+
+/// A new run, or (`--resume`) an existing one.
+pub fn prepare(opts: &TrainOptions) -> Result<Prepared, RunError> {
+    opts.validate().map_err(RunError::Usage)?;
+    match &opts.resume {
+        Some(dir) => resume(dir, opts),
+        None => new_run(opts),
+    }
+}
+
+fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
+    let file = match &opts.config {
+        Some(p) => ConfigFile::read(p).map_err(|e| RunError::Usage(e.to_string()))?,
+        None => ConfigFile::default(),
+    };
+    let preset = opts.model.or(file.preset).unwrap_or(Preset::Tiny);
+    let model = with_window(
+        file.model(preset)
+            .map_err(|e| RunError::Usage(e.to_string()))?,
+        opts.bptt,
+    );
+    let mut train = file.train().map_err(|e| RunError::Usage(e.to_string()))?;
+    set(&mut train.batch, opts.batch);
+    set(&mut train.lr, opts.lr);
+    set(&mut train.optimizer, opts.optimizer);
+    set(&mut train.schedule, opts.schedule);
+    set(&mut train.warmup, opts.warmup);
+    set(&mut train.weight_decay, opts.weight_decay);
+    set(&mut train.clip_norm, opts.clip);
+    set(&mut train.eval_every, opts.eval_every);
+    set(&mut train.checkpoint_every, opts.checkpoint_every);
+    set(&mut train.keep_checkpoints, opts.keep);
+    set(&mut train.snapshot_every, opts.snapshot_every);
+    set(&mut train.seed, opts.seed);
+    set(&mut train.steps, opts.steps);
+    apply_objective_flags(&mut train.objectives, opts).map_err(RunError::Usage)?;
+
+    let corpus_arg = opts.corpus.as_deref().unwrap_or("synthetic");
+    let source = CorpusSource::parse(corpus_arg);
+    let corpus = Corpus::load(
+        &source,
+        &LoadOptions {
+            groups: opts.groups,
+            ..LoadOptions::default()
+        },
+    )
+    .map_err(|e| RunError::Usage(e.to_string()))?;
+    let corpus_name = match &source {
+        CorpusSource::Synthetic(_) => "synthetic".to_owned(),
+        CorpusSource::Dir(p) => p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "corpus".into()),
+    };
+    let device = opts.device.unwrap_or(crate::model::DeviceSpec::Cpu);
+    let mut trainer = Trainer::new(Arc::new(corpus), model, train, device)
+        .map_err(|e| RunError::Usage(e.to_string()))?;
+    if let Some(epochs) = opts.epochs {
+        let steps = (epochs * trainer.windows_per_epoch() as f64)
+            .ceil()
+            .max(1.0) as u64;
+        trainer.set_total_steps(steps);
+    }
+    let name = format!("{}-{corpus_name}-{}", preset.name(), utc_stamp());
+    let dir = opts
+        .run_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("checkpoints").join(&name));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| RunError::Usage(format!("{}: {e}", dir.display())))?;
+    let lock = live::hold(&dir)?;
+    if dir.join("run.toml").exists() {
+        // A folder whose run never reached a checkpoint may be started again; one with a
+        // checkpoint holds training that a new run would overwrite.
+        let has_checkpoint = checkpoint::checkpoints_in(&dir)
+            .map(|c| !c.is_empty())
+            .unwrap_or(true);
+        if has_checkpoint {
+            return Err(RunError::Usage(format!(
+                "{} already holds a run: continue it with --resume {}, or choose another --run-dir",
+                dir.display(),
+                dir.display()
+            )));
+        }
+    }
+    let spec = RunSpec {
+        conelab_version: env!("CARGO_PKG_VERSION").to_owned(),
+        name,
+        device: device.to_string(),
+        group_bounds: [opts.groups.medium_start(), opts.groups.rare_start()],
+        corpus: CorpusSpec::from_source(&source),
+        // The trainer may have adjusted the model (an output bias for self-normalisation).
+        model: trainer.model_config().clone(),
+        train: trainer.config().clone(),
+    };
+    let run = RunDir::create(&dir, spec, trainer.corpus().vocab())?;
+    let recovered = run.recover()?;
+    Ok(Prepared {
+        trainer,
+        run,
+        lock,
+        commands: Vec::new(),
+        announcements: Vec::new(),
+        recovered,
+    })
+}
+
+fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
+    let mut run = RunDir::open(path)?;
+    let lock = live::hold(run.path())?;
+    // Before choosing the checkpoint: a re-save interrupted by a kill may have set one aside.
+    let recovered = run.recover()?;
+    let step_dir = if path.join("model.safetensors").exists() {
+        Some(path.to_path_buf())
+    } else {
+        run.checkpoints()?.pop()
+    };
+    let mut trainer = checkpoint::restore_trainer(&run, step_dir.as_deref(), None, opts.device)?;
+    let at = trainer.state().step;
+    let mut commands = Vec::new();
+    let mut announcements = Vec::new();
+    let mut config_change = |key: &str, before: String, after: String| {
+        if before != after {
+            announcements.push(Event::ConfigChanged {
+                step: at,
+                key: key.into(),
+                before,
+                after,
+            });
+        }
+    };
+    let spec_device = run.spec().device.clone();
+    if let Some(d) = opts.device {
+        config_change("device", spec_device, d.to_string());
+    }
+    let cfg = trainer.config().clone();
+    let mut next = cfg.clone();
+    set(&mut next.eval_every, opts.eval_every);
+    set(&mut next.checkpoint_every, opts.checkpoint_every);
+    set(&mut next.snapshot_every, opts.snapshot_every);
+    set(&mut next.keep_checkpoints, opts.keep);
+    set(&mut next.steps, opts.steps);
+    if let Some(epochs) = opts.epochs {
+        next.steps = (epochs * trainer.windows_per_epoch() as f64)
+            .ceil()
+            .max(1.0) as u64;
+    }
+    if next.steps < at {
+        return Err(RunError::Usage(format!(
+            "--steps {} is behind the run, which is at step {at}",
+            next.steps
+        )));
+    }
+    for (key, before, after) in [
+        ("eval_every", cfg.eval_every, next.eval_every),
+        (
+            "checkpoint_every",
+            cfg.checkpoint_every,
+            next.checkpoint_every,
+        ),
+        ("snapshot_every", cfg.snapshot_every, next.snapshot_every),
+        (
+            "keep",
+            cfg.keep_checkpoints as u64,
+            next.keep_checkpoints as u64,
+        ),
+        ("steps", cfg.steps, next.steps),
+    ] {
+        config_change(key, before.to_string(), after.to_string());
+    }
+    *trainer.config_mut() = next.clone();
+    if opts.objective_flags_given() {
+        let mut objectives = trainer.objectives().clone();
+        apply_objective_flags(&mut objectives, opts).map_err(RunError::Usage)?;
+        if &objectives != trainer.objectives() {
+            commands.push(Command::Objective {
+                change: ObjectiveChange::Set {
+                    objectives: Box::new(objectives),
+                },
+            });
+        }
+    }
+    if let Some(lr) = opts.lr {
+        commands.push(Command::SetLr { lr });
+    }
+    if !announcements.is_empty() {
+        let mut spec = run.spec().clone();
+        spec.train.eval_every = next.eval_every;
+        spec.train.checkpoint_every = next.checkpoint_every;
+        spec.train.snapshot_every = next.snapshot_every;
+        spec.train.keep_checkpoints = next.keep_checkpoints;
+        spec.train.steps = next.steps;
+        if let Some(d) = opts.device {
+            spec.device = d.to_string();
+        }
+        run.update_spec(spec)?;
+    }
+    Ok(Prepared {
+        trainer,
+        run,
+        lock,
+        commands,
+        announcements,
+        recovered,
+    })
+}
+
+/// `YYYYmmdd-HHMMSS` in UTC, for run names.
+pub fn utc_stamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}

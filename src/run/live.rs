@@ -1,0 +1,173 @@
+//! Whether a run is alive, and how it ended.
+//!
+//! A run holds an OS lock on `run.lock` in its folder for as long as its process lives (the
+//! kernel releases it however the process ends, `kill -9` included). While it lives, `live.json`
+//! says where it is: pid, host, control socket. When it ends it writes `final.json`: status,
+//! step, exit code. A folder whose lock is free and which has no final record belongs to a run
+//! that died without saying so: crashed. The host matters on a shared filesystem: a pid means
+//! nothing on another machine, and a socket can only be reached on the host that serves it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::lockfile::{LockError, LockFile, holder_text, host_name};
+
+pub const RUN_LOCK: &str = "run.lock";
+pub const LIVE_FILE: &str = "live.json";
+pub const FINAL_FILE: &str = "final.json";
+/// A detached run's stdout and stderr.
+pub const OUTPUT_LOG: &str = "output.log";
+
+/// Where a live run is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveRecord {
+    pub pid: u32,
+    pub host: String,
+    pub socket: PathBuf,
+    pub protocol: u32,
+    pub started_unix: f64,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinalRecord {
+    /// completed, stopped, diverged or failed.
+    pub status: String,
+    pub step: u64,
+    pub total_steps: u64,
+    pub exit_code: i32,
+    /// Why, for a failure or a divergence.
+    #[serde(default)]
+    pub message: String,
+    /// Stopped by SIGINT/SIGTERM (exit 75: resumable).
+    #[serde(default)]
+    pub by_signal: bool,
+    pub finished_unix: f64,
+    pub host: String,
+}
+
+/// What a run folder says about its process.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Liveness {
+    /// The lock is held. `record` is `None` for a moment while the run starts.
+    Live {
+        holder: String,
+        record: Option<LiveRecord>,
+    },
+    Ended(FinalRecord),
+    /// No live process, no final record.
+    Crashed,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("{} is in use by a running conelab process ({holder}): attach to it with `conelab attach {}`", dir.display(), dir.display())]
+    Busy { dir: PathBuf, holder: String },
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: unreadable: {reason}", path.display())]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LiveError + '_ {
+    move |source| LiveError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Takes the run's lock (the folder must exist). Refused while another process holds it.
+pub fn hold(run_dir: &Path) -> Result<LockFile, LiveError> {
+    let path = run_dir.join(RUN_LOCK);
+    LockFile::acquire(&path, &holder_text(), Duration::from_millis(500)).map_err(|e| match e {
+        LockError::Held { holder } => LiveError::Busy {
+            dir: run_dir.to_path_buf(),
+            holder,
+        },
+        LockError::Io { path, source } => LiveError::Io { path, source },
+    })
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, LiveError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(path)(e)),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| LiveError::Corrupt {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), LiveError> {
+    let json = serde_json::to_string_pretty(value).map_err(|e| LiveError::Corrupt {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    crate::atomic::write_file(path, json.as_bytes()).map_err(io(path))
+}
+
+pub fn read_live(run_dir: &Path) -> Result<Option<LiveRecord>, LiveError> {
+    read_json(&run_dir.join(LIVE_FILE))
+}
+
+pub fn read_final(run_dir: &Path) -> Result<Option<FinalRecord>, LiveError> {
+    read_json(&run_dir.join(FINAL_FILE))
+}
+
+/// Announces the run (the caller holds its lock) and forgets how an earlier process of it ended.
+pub fn announce(run_dir: &Path, socket: &Path) -> Result<LiveRecord, LiveError> {
+    let final_path = run_dir.join(FINAL_FILE);
+    match std::fs::remove_file(&final_path) {
+        Ok(()) => crate::atomic::sync_dir(run_dir).map_err(io(run_dir))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&final_path)(e)),
+    }
+    let record = LiveRecord {
+        pid: std::process::id(),
+        host: host_name(),
+        socket: socket.to_path_buf(),
+        protocol: super::protocol::PROTOCOL_VERSION,
+        started_unix: crate::store::unix_now(),
+    };
+    write_json(&run_dir.join(LIVE_FILE), &record)?;
+    Ok(record)
+}
+
+/// Records how the run ended and removes its live record.
+pub fn conclude(run_dir: &Path, record: &FinalRecord) -> Result<(), LiveError> {
+    write_json(&run_dir.join(FINAL_FILE), record)?;
+    // A stale live record is harmless (the lock decides), so a failure here is not one.
+    let _ = std::fs::remove_file(run_dir.join(LIVE_FILE));
+    crate::atomic::sync_dir(run_dir).map_err(io(run_dir))
+}
+
+/// What the folder says about its run's process.
+pub fn liveness(run_dir: &Path) -> Result<Liveness, LiveError> {
+    let lock = run_dir.join(RUN_LOCK);
+    let holder = LockFile::holder(&lock).map_err(|e| match e {
+        LockError::Io { path, source } => LiveError::Io { path, source },
+        LockError::Held { holder } => LiveError::Busy {
+            dir: run_dir.to_path_buf(),
+            holder,
+        },
+    })?;
+    if let Some(holder) = holder {
+        return Ok(Liveness::Live {
+            holder,
+            record: read_live(run_dir)?,
+        });
+    }
+    Ok(match read_final(run_dir)? {
+        Some(f) => Liveness::Ended(f),
+        None => Liveness::Crashed,
+    })
+}

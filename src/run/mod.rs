@@ -1,0 +1,64 @@
+//! A run's lifecycle: a run is a process of its own — the engine, the metrics store and a control
+//! server — that never depends on a terminal; viewers come and go (zellij's client/server split).
+//!
+//! - [`launch`]: a new run or a resumed one, every option checked before anything is created.
+//! - [`serve`]: the run process itself, until the run ends; its exit status.
+//! - [`detach`]: starting the run process in the background (its own session, `output.log`).
+//! - [`hub`], [`server`], [`protocol`]: one typed message enum each way between the run and its
+//!   viewers, over a Unix socket in the run directory.
+//! - [`client`]: a viewer's end, one interface with a socket, an in-process and a stored
+//!   transport; [`view`]: what a viewer knows of a run; [`answer`]: requests only a run answers.
+//! - [`live`]: whether a run is alive (an OS lock) and how it ended; [`list`]: `conelab runs`;
+//!   [`attach`]: which run `conelab attach` means and how to reach it.
+
+pub mod answer;
+pub mod attach;
+pub mod client;
+pub mod detach;
+pub mod hub;
+pub mod launch;
+pub mod list;
+pub mod live;
+pub mod options;
+pub mod protocol;
+pub mod serve;
+pub mod server;
+pub mod view;
+
+pub use options::TrainOptions;
+
+use crate::checkpoint::CheckpointError;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad input: an option, a corpus, a folder (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Live(#[from] live::LiveError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("metrics store: {0}")]
+    Polars(#[from] polars::prelude::PolarsError),
+    /// The OS refused something the run needs (a thread, a socket).
+    #[error("{0}")]
+    Internal(String),
+    /// The background run could not start; `message` is what it said (one line), `code` its exit
+    /// status.
+    #[error("{message}")]
+    Child { code: u8, message: String },
+}
+
+impl RunError {
+    /// The exit status for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Child { code, .. } => *code,
+            RunError::Internal(_) => 4,
+            _ => 2,
+        }
+    }
+}

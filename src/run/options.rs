@@ -1,0 +1,258 @@
+//! The options of `conelab train`: the clap definitions (parsed in `cli.rs`) and their checks,
+//! made before anything is created on disk.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::data::GroupBounds;
+use crate::engine::{OptimizerKind, Schedule};
+use crate::model::{DeviceSpec, Preset};
+use crate::objective::LossKind;
+
+/// The exit statuses of a run, for `--help` and the README.
+pub const EXIT_CODES_HELP: &str = "Exit status: 0 completed, or stopped from a viewer; 2 bad input; 3 diverged (NaN/inf loss, nobody resumed it); 4 failed (an internal or device error); 75 stopped by SIGINT/SIGTERM after saving a checkpoint (resumable: a scheduler may requeue it); 130 a second signal before the checkpoint was saved. A viewer exits 0 when it detaches. The run ignores SIGHUP: a closed terminal or a dropped SSH connection never stops it.";
+
+/// The longest flush interval accepted (an hour): more would make a crash lose an hour of rows.
+pub const MAX_FLUSH_SECS: f64 = 3_600.0;
+
+#[derive(Debug, Clone, Args)]
+#[command(after_long_help = EXIT_CODES_HELP)]
+pub struct TrainOptions {
+    /// Corpus directory (train.txt/valid.txt/test.txt, wiki.*.tokens or ptb.*.txt) or `synthetic`
+    /// [default: synthetic].
+    pub corpus: Option<String>,
+
+    /// Model preset (the config file's [model] fields go on top of it).
+    #[arg(long, value_enum)]
+    pub model: Option<Preset>,
+
+    /// Device: cpu (pure-Rust burn-flex), libtorch-cpu or cuda[:N] (both need the `tch` feature)
+    /// [default: cpu; on --resume the run's own].
+    #[arg(long)]
+    pub device: Option<DeviceSpec>,
+
+    /// Optimizer steps [default: 2000, or the config file's].
+    #[arg(long, conflicts_with = "epochs")]
+    pub steps: Option<u64>,
+
+    /// Train for this many epochs (passes over the train split) instead of --steps.
+    #[arg(long, allow_negative_numbers = true)]
+    pub epochs: Option<f64>,
+
+    /// Streams per batch B [default: 16].
+    #[arg(long)]
+    pub batch: Option<usize>,
+
+    /// Window length T: the Transformer's context, the LSTM's truncated-BPTT length [default: the preset's].
+    #[arg(long)]
+    pub bptt: Option<usize>,
+
+    /// Peak learning rate [default: 1e-3].
+    #[arg(long, allow_negative_numbers = true)]
+    pub lr: Option<f64>,
+
+    /// Optimizer [default: adamw].
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerKind>,
+
+    /// Learning-rate schedule after the linear warm-up [default: cosine].
+    #[arg(long, value_enum)]
+    pub schedule: Option<Schedule>,
+
+    /// Linear warm-up steps [default: 100].
+    #[arg(long)]
+    pub warmup: Option<u64>,
+
+    /// Weight decay (decoupled for AdamW) [default: 0.01].
+    #[arg(long, allow_negative_numbers = true)]
+    pub weight_decay: Option<f64>,
+
+    /// Clip gradients to this global L2 norm; 0 turns clipping off [default: 1.0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub clip: Option<f64>,
+
+    /// Evaluate exact validation PPL (total and per group) every N steps; 0 = only at the end [default: 200].
+    #[arg(long)]
+    pub eval_every: Option<u64>,
+
+    /// Write a checkpoint every N steps; 0 = only at the end [default: 500].
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+
+    /// Keep the newest N checkpoints [default: 3].
+    #[arg(long)]
+    pub keep: Option<usize>,
+
+    /// Snapshot the embedding matrix every N steps for the metrics; 0 = never [default: 50].
+    #[arg(long)]
+    pub snapshot_every: Option<u64>,
+
+    /// Run directory [default: checkpoints/<model>-<corpus>-<UTC time>].
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+
+    /// TOML file with [model] (preset = "…" plus any model field) and [train] (any training field).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Random seed (initialisation, dropout) [default: 1].
+    #[arg(long)]
+    pub seed: Option<u64>,
+
+    /// Continue the run in DIR (a run directory or one of its step-NNNNNN folders) exactly where its
+    /// newest checkpoint left off. What can change at a step boundary may be given again and is
+    /// recorded at the resume step: the objective flags, --lr, --eval-every, --checkpoint-every,
+    /// --snapshot-every, --keep, --steps/--epochs, --device. The model, corpus and data settings
+    /// cannot change (refused, naming the flag).
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+
+    /// Where frequency groups start, as rank fractions (see `data stats --help`).
+    #[arg(long, value_name = "MEDIUM,RARE", default_value = "0.3,0.8")]
+    pub groups: GroupBounds,
+
+    /// Run without the workbench, in this terminal: a progress bar on a terminal, plain log lines
+    /// otherwise (the default when stdout is not a terminal). The control server runs too:
+    /// `conelab attach` works on a headless run.
+    #[arg(long, visible_alias = "no-tui")]
+    pub headless: bool,
+
+    /// Start the run in the background (its own session; stdout and stderr go to output.log in
+    /// the run directory), print where it is and how to attach, and return at once.
+    #[arg(long, conflicts_with = "headless")]
+    pub detach: bool,
+
+    /// Internal: this process is the background run started by --detach or by the workbench.
+    #[arg(long, hide = true)]
+    pub internal_detached: bool,
+
+    /// Draw the embedding scatter with ASCII density glyphs instead of braille (fonts without
+    /// braille). NO_COLOR in the environment turns colour off.
+    #[arg(long)]
+    pub ascii: bool,
+
+    /// Another run (its newest checkpoint) or embedding matrix whose normalised spectrum the
+    /// workbench's Spectrum pane draws beside this run's.
+    #[arg(long, value_name = "OTHER")]
+    pub compare: Option<PathBuf>,
+
+    /// In plain-log mode, print a step line every N steps [default: every 1% of the run].
+    #[arg(long)]
+    pub log_every: Option<u64>,
+
+    /// How often the metrics store writes its buffer to disk, in seconds (a crash loses at most
+    /// this much; checkpoints always wait for it); 0 writes after every event; at most 3600.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 5.0,
+        allow_negative_numbers = true
+    )]
+    pub store_flush_secs: f64,
+
+    /// The data term: mle (full softmax), nce (k unigram noise samples, log Z fixed at 0) or nce-r
+    /// (NCE + α/γ·(log Z)² on a sampled fraction γ of positions) [default: mle].
+    #[arg(long, value_enum, help_heading = "Objectives")]
+    pub objective: Option<LossKind>,
+
+    /// Switch a regulariser on, repeatable: cos=γ (CosReg, paper 1.0), lap=λ (Laplacian, paper
+    /// 0.01 PTB / 0.001 WT2), agg=α[:g1|:g2][:static][:memory=K] (adaptive gradient gating; α in
+    /// occurrences per update, paper 0.03 at 32,768 tokens per update), sc=exp:λ or sc=poly:λ
+    /// [:gamma=γ][:c2=c][:orth=λ][:spec=λ] (spectrum control), dev=α ((log Z)²), ul=α
+    /// (unlikelihood); NAME=off switches one off.
+    #[arg(long = "reg", value_name = "NAME=WEIGHT", help_heading = "Objectives")]
+    pub regs: Vec<String>,
+
+    /// Freeze the rows of a frequency group (frequent, medium, rare) bit-identically, optionally
+    /// until a step: rare@2000. Repeatable.
+    #[arg(long, value_name = "GROUP[@STEP]", help_heading = "Objectives")]
+    pub freeze: Vec<String>,
+
+    /// Gradient-part freezing (Yu et al. §3.3): drop part b (push from non-rare-target
+    /// positions), c (push from other rare-target positions) or bc of the rare rows' gradient.
+    #[arg(long, value_name = "b|c|bc", help_heading = "Objectives")]
+    pub gate_freeze: Option<String>,
+
+    /// NCE: noise samples k per batch [default: 100].
+    #[arg(long, value_name = "K", help_heading = "Objectives")]
+    pub nce_noise: Option<usize>,
+
+    /// NCE-R: weight α and sampled fraction γ of its (log Z)² term [default: 1.0,0.1].
+    #[arg(long, value_name = "ALPHA,GAMMA", help_heading = "Objectives")]
+    pub nce_r: Option<String>,
+}
+
+impl TrainOptions {
+    /// Checks every number before anything is created: one line naming the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        let f = self.store_flush_secs;
+        if !(f.is_finite() && (0.0..=MAX_FLUSH_SECS).contains(&f)) {
+            return Err(format!(
+                "--store-flush-secs must be a number of seconds from 0 to {MAX_FLUSH_SECS}, got {f}"
+            ));
+        }
+        if let Some(e) = self.epochs
+            && !(e.is_finite() && e > 0.0 && e <= 1e6)
+        {
+            return Err(format!(
+                "invalid --epochs {e}: must be a positive number (at most 1e6)"
+            ));
+        }
+        if self.steps == Some(0) {
+            return Err("--steps must be at least 1".into());
+        }
+        if self.log_every == Some(0) {
+            return Err("--log-every must be at least 1".into());
+        }
+        if self.keep == Some(0) {
+            return Err("--keep must be at least 1".into());
+        }
+        if let Some(lr) = self.lr
+            && !(lr.is_finite() && lr > 0.0)
+        {
+            return Err(format!("--lr {lr}: must be a positive number"));
+        }
+        if self.resume.is_some() {
+            self.refuse_on_resume()?;
+        }
+        Ok(())
+    }
+
+    /// What a resumed run cannot change: the model, its data and its optimizer's shape.
+    fn refuse_on_resume(&self) -> Result<(), String> {
+        let given: [(&str, bool); 12] = [
+            ("CORPUS", self.corpus.is_some()),
+            ("--model", self.model.is_some()),
+            ("--config", self.config.is_some()),
+            ("--batch", self.batch.is_some()),
+            ("--bptt", self.bptt.is_some()),
+            ("--optimizer", self.optimizer.is_some()),
+            ("--schedule", self.schedule.is_some()),
+            ("--warmup", self.warmup.is_some()),
+            ("--weight-decay", self.weight_decay.is_some()),
+            ("--clip", self.clip.is_some()),
+            ("--seed", self.seed.is_some()),
+            ("--run-dir", self.run_dir.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+            return Err(format!(
+                "{flag} cannot change when a run is resumed (the model, its data and its optimizer stay as they were); start a new run to change it"
+            ));
+        }
+        if self.groups != GroupBounds::default() {
+            return Err("--groups cannot change when a run is resumed".into());
+        }
+        Ok(())
+    }
+
+    /// The objective flags given (a resumed run applies them at its resume step).
+    pub fn objective_flags_given(&self) -> bool {
+        self.objective.is_some()
+            || !self.regs.is_empty()
+            || !self.freeze.is_empty()
+            || self.gate_freeze.is_some()
+            || self.nce_noise.is_some()
+            || self.nce_r.is_some()
+    }
+}

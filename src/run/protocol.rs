@@ -1,0 +1,269 @@
+//! The control protocol between a run and its viewers: one message enum each way, serde types
+//! shared by both sides, JSON lines (one message per line) over the run's Unix socket.
+//!
+//! A session: the client sends [`ClientMessage::Hello`] with the protocol version; the run
+//! answers [`ServerMessage::Hello`] (or an error, and closes, on another version). The client may
+//! then [`ClientMessage::Subscribe`]: the run sends the history ([`ServerMessage::History`]) and
+//! from then on every engine event; a viewer that falls behind gets [`ServerMessage::Gap`] and a
+//! fresh history. Commands are the engine's own ([`Command`]); the reply to one is its
+//! acknowledgement ([`ServerMessage::CommandResult`]), and every viewer sees the applied change
+//! as an event. Requests that only the run can answer cheaply — the newest 2-D projection, the
+//! neighbours of words in the newest snapshot, the vocabulary — are answered to the asker only.
+//!
+//! A client line longer than [`MAX_CLIENT_LINE`], malformed JSON, an unknown message or a wrong
+//! version gets an [`ServerMessage::Error`]; the run goes on. Floats that may be NaN travel as
+//! `null` (see `crate::jsonfloat`).
+
+use std::io::{self, BufRead};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::view::{RunStatus, RunView};
+use crate::engine::{AppliedCommand, Command, Event, ProjectionFrame};
+use crate::metrics::Neighbor;
+
+/// The protocol's version; a client of another version is refused.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The longest line a client may send (commands and requests are small).
+pub const MAX_CLIENT_LINE: usize = 1 << 20;
+/// The longest line a client accepts from a run (a history or a projection of a big vocabulary).
+pub const MAX_SERVER_LINE: usize = 1 << 30;
+
+/// Client → run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ClientMessage {
+    Hello {
+        protocol: u32,
+        /// Who is asking, for the run's log (`conelab attach`, a script).
+        #[serde(default)]
+        client: String,
+    },
+    /// The history, then every event.
+    Subscribe,
+    Command {
+        id: u64,
+        command: Command,
+    },
+    /// The 2-D projections of the snapshot at `step` (`None`: the newest).
+    Projection {
+        id: u64,
+        #[serde(default)]
+        step: Option<u64>,
+    },
+    /// The `k` nearest neighbours (cosine) of each word id in the newest snapshot.
+    Neighbors {
+        id: u64,
+        words: Vec<u32>,
+        k: usize,
+    },
+    /// The run's vocabulary (tokens and training counts, in id order).
+    Vocabulary {
+        id: u64,
+    },
+    /// The client leaves (closing the socket does the same).
+    Bye,
+}
+
+/// What a run says about itself in its hello.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunHello {
+    pub run_id: String,
+    pub dir: PathBuf,
+    pub pid: u32,
+    pub host: String,
+    pub vocab_size: usize,
+    /// Where the medium and the rare group start (rank fractions).
+    pub group_bounds: [f64; 2],
+    pub status: RunStatus,
+    /// The run takes commands (false for a run that is over: its view is read-only).
+    pub live: bool,
+}
+
+/// One word's neighbours.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WordNeighbors {
+    pub word: u32,
+    pub neighbors: Vec<Neighbor>,
+}
+
+/// The outcome of a command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum CommandOutcome {
+    Applied { applied: AppliedCommand },
+    Rejected { reason: String },
+}
+
+/// Run → client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum ServerMessage {
+    Hello {
+        protocol: u32,
+        run: RunHello,
+    },
+    History {
+        view: Box<RunView>,
+    },
+    Event {
+        event: Event,
+    },
+    /// `dropped` messages were not delivered (the viewer fell behind); a history follows.
+    Gap {
+        dropped: u64,
+    },
+    CommandResult {
+        id: u64,
+        result: CommandOutcome,
+    },
+    Projection {
+        id: u64,
+        frame: Option<ProjectionFrame>,
+    },
+    Neighbors {
+        id: u64,
+        /// The snapshot the neighbours come from.
+        step: Option<u64>,
+        results: Vec<WordNeighbors>,
+    },
+    Vocabulary {
+        id: u64,
+        tokens: Vec<String>,
+        counts: Vec<u64>,
+    },
+    Error {
+        #[serde(default)]
+        id: Option<u64>,
+        message: String,
+    },
+}
+
+/// One line read with a bound.
+#[derive(Debug, PartialEq)]
+pub enum Line {
+    Text(String),
+    /// Longer than the bound; the reader consumed the whole line (or up to the end of input).
+    TooLong(usize),
+    Eof,
+}
+
+/// Reads one `\n`-terminated line of at most `max` bytes (the newline excluded) without ever
+/// holding more than `max` bytes: a longer line is consumed and reported, not buffered.
+pub fn read_line_limited(reader: &mut impl BufRead, max: usize) -> io::Result<Line> {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut total = 0usize;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(if total == 0 {
+                Line::Eof
+            } else if total > max {
+                Line::TooLong(total)
+            } else {
+                Line::Text(String::from_utf8_lossy(&buf).into_owned())
+            });
+        }
+        let (chunk, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..i], Some(i + 1)),
+            None => (available, None),
+        };
+        total += chunk.len();
+        if total <= max {
+            buf.extend_from_slice(chunk);
+        } else {
+            buf = Vec::new();
+        }
+        let used = done.unwrap_or(available.len());
+        reader.consume(used);
+        if done.is_some() {
+            return Ok(if total > max {
+                Line::TooLong(total)
+            } else {
+                Line::Text(String::from_utf8_lossy(&buf).into_owned())
+            });
+        }
+    }
+}
+
+/// A message as one JSON line (with its newline).
+pub fn encode<T: Serialize>(message: &T) -> Result<String, serde_json::Error> {
+    let mut s = serde_json::to_string(message)?;
+    s.push('\n');
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    #[test]
+    fn lines_are_read_up_to_the_bound_and_longer_ones_are_skipped_whole() {
+        let input = format!("short\n{}\nnext\nlast", "x".repeat(100));
+        let mut r = std::io::BufReader::with_capacity(16, Cursor::new(input));
+        assert_eq!(
+            read_line_limited(&mut r, 10).expect("1"),
+            Line::Text("short".into())
+        );
+        assert_eq!(
+            read_line_limited(&mut r, 10).expect("2"),
+            Line::TooLong(100)
+        );
+        assert_eq!(
+            read_line_limited(&mut r, 10).expect("3"),
+            Line::Text("next".into())
+        );
+        assert_eq!(
+            read_line_limited(&mut r, 10).expect("4"),
+            Line::Text("last".into())
+        );
+        assert_eq!(read_line_limited(&mut r, 10).expect("5"), Line::Eof);
+    }
+
+    #[test]
+    fn messages_round_trip_and_strangers_are_errors() {
+        let m = ClientMessage::Command {
+            id: 7,
+            command: Command::SetLr { lr: 0.5 },
+        };
+        let line = encode(&m).expect("encode");
+        assert!(line.ends_with('\n'));
+        let back: ClientMessage = serde_json::from_str(line.trim()).expect("decode");
+        assert_eq!(back, m);
+        let hello: ClientMessage =
+            serde_json::from_str(r#"{"type":"hello","protocol":1}"#).expect("hello");
+        assert_eq!(
+            hello,
+            ClientMessage::Hello {
+                protocol: 1,
+                client: String::new()
+            }
+        );
+        assert!(serde_json::from_str::<ClientMessage>(r#"{"type":"launch-missiles"}"#).is_err());
+        assert!(serde_json::from_str::<ClientMessage>("{not json").is_err());
+    }
+
+    #[test]
+    fn an_event_with_nan_travels_as_null_and_comes_back_nan() {
+        let m = ServerMessage::Event {
+            event: Event::Diverged {
+                step: 9,
+                loss: f64::NAN,
+            },
+        };
+        let line = encode(&m).expect("encode");
+        assert!(line.contains("null"), "{line}");
+        match serde_json::from_str::<ServerMessage>(line.trim()).expect("decode") {
+            ServerMessage::Event {
+                event: Event::Diverged { step: 9, loss },
+            } => assert!(loss.is_nan()),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! The run process: the engine, the metrics store's recorder, the hub and the control server,
+//! and nothing that depends on a terminal. Its main thread reports the run (a progress bar or
+//! plain lines) and waits for the final event; then it winds the threads down, records how the
+//! run ended (`final.json`) and returns the exit status.
+//!
+//! Signals: SIGHUP is ignored — a closed terminal or a dropped SSH connection never stops a run
+//! (and `nohup` keeps working). SIGINT or SIGTERM stop the run after the current step with a
+//! checkpoint (exit 75, resumable); a second one exits at once (130).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use super::answer::LiveAnswers;
+use super::hub::{Hub, HubInput, HubStats};
+use super::launch::Prepared;
+use super::protocol::RunHello;
+use super::server::{self, Server};
+use super::view::{RunInfo, RunStatus, RunView, Vocabulary};
+use super::{RunError, live};
+use crate::checkpoint::{Checkpointer, CorpusSpec};
+use crate::engine::analysis::LatestAnalysis;
+use crate::engine::{self, Command, CommandSender, DivergencePolicy, EngineOptions, Fault};
+use crate::headless::{self, Outcome};
+use crate::store::{self, FlushPolicy, RunRecord, StoreWriter};
+
+/// How the run reports on its stdout.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Reporting {
+    /// An indicatif progress bar (a terminal).
+    Progress,
+    /// Plain lines, a step line every `log_every` steps (a pipe, a file, `output.log`).
+    Lines { log_every: u64 },
+}
+
+/// Where a started run is, for whoever started it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ready {
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    pub pid: u32,
+}
+
+/// Told where the run is once it can be attached to.
+pub type OnReady = Box<dyn FnOnce(&Ready) -> std::io::Result<()>>;
+
+pub struct ServeOptions {
+    pub reporting: Reporting,
+    pub flush: Duration,
+    /// Called once the run can be attached to (socket bound, live record written).
+    pub on_ready: Option<OnReady>,
+    /// Called with the hub's counters once the hub runs (benchmarks).
+    pub on_hub: Option<Box<dyn FnOnce(HubStats)>>,
+}
+
+/// How the run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunExit {
+    pub outcome: Outcome,
+    pub by_signal: bool,
+    pub dir: PathBuf,
+}
+
+impl RunExit {
+    /// 0 completed or stopped from a viewer; 3 diverged; 4 failed; 75 stopped by a signal after
+    /// saving.
+    pub fn code(&self) -> u8 {
+        match self.outcome {
+            Outcome::Stopped { .. } if self.by_signal => 75,
+            ref o => o.exit_code(),
+        }
+    }
+}
+
+/// SIGINT/SIGTERM → stop after the step with a checkpoint; a second → exit 130. SIGHUP ignored.
+struct Signals {
+    stop: Arc<OnceLock<CommandSender>>,
+    by_signal: Arc<AtomicBool>,
+}
+
+impl Signals {
+    fn install() -> Result<Self, RunError> {
+        // SAFETY: setting SIGHUP's disposition to "ignore" has no preconditions.
+        unsafe {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        }
+        let stop: Arc<OnceLock<CommandSender>> = Arc::default();
+        let by_signal = Arc::new(AtomicBool::new(false));
+        let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])
+            .map_err(|e| RunError::Internal(format!("installing signal handlers: {e}")))?;
+        let (s, b) = (stop.clone(), by_signal.clone());
+        std::thread::Builder::new()
+            .name("conelab-signals".into())
+            .spawn(move || {
+                for _ in signals.forever() {
+                    if b.swap(true, Ordering::SeqCst) {
+                        eprintln!(
+                            "conelab: second signal: exiting now, without waiting for the checkpoint"
+                        );
+                        std::process::exit(130);
+                    }
+                    match s.get() {
+                        Some(sender) => {
+                            eprintln!(
+                                "conelab: signal received: stopping after this step with a checkpoint (again to exit at once)"
+                            );
+                            sender.send(Command::Stop { save: true });
+                        }
+                        None => {
+                            eprintln!("conelab: signal received before training started: exiting");
+                            std::process::exit(130);
+                        }
+                    }
+                }
+            })
+            .map_err(|e| RunError::Internal(format!("starting the signal thread: {e}")))?;
+        Ok(Self { stop, by_signal })
+    }
+}
+
+fn store_record(dir: &Path, spec: &crate::checkpoint::RunSpec) -> RunRecord {
+    let config = std::fs::read_to_string(dir.join("run.toml")).unwrap_or_default();
+    let run_id = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| spec.name.clone());
+    let corpus = match &spec.corpus {
+        CorpusSpec::Dir { path } => path.display().to_string(),
+        CorpusSpec::Synthetic(_) => "synthetic".into(),
+    };
+    RunRecord::new(&run_id, config, corpus, spec.device.clone())
+}
+
+/// Runs a prepared run to its end in this process.
+pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunError> {
+    let signals = Signals::install()?;
+    let Prepared {
+        trainer,
+        run,
+        lock,
+        commands,
+        announcements,
+        recovered,
+    } = prepared;
+    let dir = run.path().to_path_buf();
+    // Said once the run's output goes where it stays (output.log for a background run).
+    let mut notes: Vec<String> = recovered
+        .iter()
+        .map(|line| format!("conelab: {}: {line}", dir.display()))
+        .collect();
+    let start_step = trainer.state().step;
+    let internal = |what: &str| {
+        let what = what.to_string();
+        move |e: std::io::Error| RunError::Internal(format!("{what}: {e}"))
+    };
+
+    // The store: opened (and its writer lock taken), cut back to the step the run starts from.
+    let mut writer =
+        StoreWriter::open(&dir, &store_record(&dir, run.spec()))?.with_policy(FlushPolicy {
+            rows: FlushPolicy::default().rows,
+            interval: options.flush,
+        });
+    let cut = writer.start_at(start_step)?;
+    for (path, why) in &cut.set_aside {
+        notes.push(format!(
+            "conelab: warning: {why}; moved to {} (nothing deleted)",
+            path.display()
+        ));
+    }
+    let info = RunInfo {
+        name: dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        device: trainer.device_spec().to_string(),
+        total_steps: trainer.config().steps,
+        windows_per_epoch: trainer.windows_per_epoch(),
+        parameters: trainer.parameters(),
+        run_dir: Some(dir.clone()),
+    };
+    let view = if start_step > 0 {
+        RunView::from_store(
+            &dir,
+            info,
+            trainer.objectives().clone(),
+            RunStatus::Starting,
+        )?
+    } else {
+        let mut v = RunView::new(trainer.objectives().clone());
+        v.info = info;
+        v
+    };
+    let vocab = Arc::new(Vocabulary {
+        tokens: trainer.corpus().vocab().tokens().to_vec(),
+        counts: trainer.corpus().vocab().counts().to_vec(),
+    });
+    let hello_base = RunHello {
+        run_id: dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        dir: std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone()),
+        pid: std::process::id(),
+        host: crate::lockfile::host_name(),
+        vocab_size: vocab.tokens.len(),
+        group_bounds: run.spec().group_bounds,
+        status: RunStatus::Running,
+        live: true,
+    };
+
+    // The socket, before any thread that creates files starts (see server::bind).
+    let socket = server::socket_path(&dir).map_err(internal("choosing the control socket"))?;
+    let listener = server::bind(&socket)
+        .map_err(|e| RunError::Internal(format!("{}: {e}", socket.display())))?;
+    live::announce(&dir, &socket)?;
+
+    // The engine: checkpoints wait for the store; a divergence pauses only while someone watches.
+    let fault = Fault::default();
+    let divergence = DivergencePolicy::end_run();
+    let latest = LatestAnalysis::default();
+    let handle = engine::spawn(
+        trainer,
+        EngineOptions {
+            checkpoints: Some(Box::new(Checkpointer::deferred(run.clone()))),
+            divergence: divergence.clone(),
+            fault: fault.clone(),
+            latest: latest.clone(),
+            announce: announcements,
+        },
+    )
+    .map_err(internal("starting the engine"))?;
+    for c in commands {
+        handle.send(c);
+    }
+    let (control, events) = handle.take_events();
+    let _ = signals.stop.set(control.commands.clone());
+
+    let (hub_tx, hub_rx) = mpsc::channel();
+    let (report_tx, report_rx) = mpsc::channel();
+    let hub = Hub::new(view, control.commands.clone(), divergence, report_tx);
+    if let Some(f) = options.on_hub {
+        f(hub.stats());
+    }
+    let hub_thread = hub
+        .spawn(hub_rx, fault.clone())
+        .map_err(internal("starting the hub"))?;
+    let forward = hub_tx.clone();
+    let recorder = store::recorder::spawn(events, writer, dir.clone(), fault.clone(), move |e| {
+        forward.send(HubInput::Event(e)).is_ok()
+    })
+    .map_err(internal("starting the metrics store's thread"))?;
+    let answers = Arc::new(LiveAnswers::new(latest, store::store_dir(&dir), vocab));
+    let server = Server::start(listener, socket.clone(), hub_tx, answers, hello_base)
+        .map_err(internal("starting the control server"))?;
+
+    if let Some(ready) = options.on_ready {
+        let r = Ready {
+            dir: dir.clone(),
+            socket: socket.clone(),
+            pid: std::process::id(),
+        };
+        if let Err(e) = ready(&r) {
+            eprintln!("conelab: warning: telling the starter where the run is: {e}");
+        }
+    }
+    for n in notes {
+        eprintln!("{n}");
+    }
+
+    let outcome = match options.reporting {
+        Reporting::Progress => headless::report(report_rx, true, 1),
+        Reporting::Lines { log_every } => headless::report(report_rx, false, log_every),
+    };
+
+    // Wind down: the engine has ended (its final event came through); the recorder has flushed
+    // and compacted before passing it on; the hub returns after broadcasting it. Should the
+    // events have stopped without a final one, the engine is told to stop (after saving) first.
+    if let Outcome::Failed { message } = &outcome {
+        fault.set(message.clone());
+        control.commands.send(Command::Stop { save: true });
+    }
+    control.join();
+    let _ = recorder.join();
+    let _ = hub_thread.join();
+    // The viewers' writers deliver the final event; then the socket goes.
+    std::thread::sleep(Duration::from_millis(200));
+    server.close();
+
+    let by_signal = signals.by_signal.load(Ordering::SeqCst);
+    let exit = RunExit {
+        outcome,
+        by_signal,
+        dir: dir.clone(),
+    };
+    let (status, step, message) = match &exit.outcome {
+        Outcome::Completed { step } => ("completed", *step, String::new()),
+        Outcome::Stopped { step } => ("stopped", *step, String::new()),
+        Outcome::Diverged { step, loss } => {
+            ("diverged", *step, format!("loss {loss} at step {step}"))
+        }
+        Outcome::Failed { message } => ("failed", 0, message.clone()),
+    };
+    let step = if status == "failed" {
+        crate::checkpoint::RunDir::open(&dir)
+            .ok()
+            .and_then(|r| r.checkpoints().ok())
+            .and_then(|c| c.last().and_then(|p| crate::checkpoint::step_of(p)))
+            .unwrap_or(0)
+    } else {
+        step
+    };
+    let total_steps = crate::checkpoint::RunDir::open(&dir)
+        .map(|r| r.spec().train.steps)
+        .unwrap_or(0);
+    let record = live::FinalRecord {
+        status: status.into(),
+        step,
+        total_steps,
+        exit_code: i32::from(exit.code()),
+        message,
+        by_signal,
+        finished_unix: crate::store::unix_now(),
+        host: crate::lockfile::host_name(),
+    };
+    if let Err(e) = live::conclude(&dir, &record) {
+        eprintln!("conelab: warning: recording how the run ended: {e}");
+    }
+    drop(lock);
+    Ok(exit)
+}

@@ -1,0 +1,392 @@
+//! The run's control server: a Unix socket in the run directory (mode 0600, and a peer of another
+//! user is refused even where file modes are bypassed), one thread per connection reading
+//! [`ClientMessage`]s and one writing that viewer's queue. Nothing a client does can stall or
+//! crash the run: lines are read with a bound, malformed or unknown messages get an error reply
+//! and a log line, a client that does not read is disconnected when a write times out, and the
+//! hub never waits for any of them.
+
+use std::io::{BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::answer::{Answers, answer};
+use super::hub::{HubInput, Sink, VIEWER_QUEUE};
+use super::protocol::{
+    ClientMessage, Line, MAX_CLIENT_LINE, PROTOCOL_VERSION, RunHello, ServerMessage, encode,
+    read_line_limited,
+};
+
+/// The socket's name in the run directory.
+pub const SOCKET_NAME: &str = "control.sock";
+/// Longest socket path bound in place (the kernel's limit is 107 bytes plus the NUL).
+pub const MAX_SOCKET_PATH: usize = 100;
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 64;
+/// A client must say hello within this time.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+/// A viewer that does not take what is written to it for this long is disconnected.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn log(line: &str) {
+    eprintln!("conelab: control: {line}");
+}
+
+/// 64-bit FNV-1a, for the name of a socket that cannot live in its run directory.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Where the socket of the run in `run_dir` lives: `control.sock` in the run directory when its
+/// path is short enough, else `$XDG_RUNTIME_DIR/conelab/<hash>.sock` (or a 0700 per-user folder
+/// in the temp dir). The run directory records the choice (`live.json`).
+pub fn socket_path(run_dir: &Path) -> std::io::Result<PathBuf> {
+    let abs = std::fs::canonicalize(run_dir)?;
+    let direct = abs.join(SOCKET_NAME);
+    if direct.as_os_str().len() <= MAX_SOCKET_PATH {
+        return Ok(direct);
+    }
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let base = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(d) if d.is_dir() => d.join("conelab"),
+        _ => std::env::temp_dir().join(format!("conelab-{uid}")),
+    };
+    std::fs::create_dir_all(&base)?;
+    let meta = std::fs::metadata(&base)?;
+    if meta.uid() != uid {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{} belongs to another user", base.display()),
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let name = format!("{:016x}.sock", fnv1a(abs.as_os_str().as_encoded_bytes()));
+    let path = base.join(name);
+    if path.as_os_str().len() > MAX_SOCKET_PATH + 7 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}: too long for a Unix socket", path.display()),
+        ));
+    }
+    Ok(path)
+}
+
+/// Binds the socket with mode 0600. A socket file already there is stale (the caller holds the
+/// run's lock, so no process serves it) unless something answers on it.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    format!("{}: another process serves this socket", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{}: exists and is not a socket", path.display()),
+            ));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    // The socket is created with the process's umask: no window in which another user could
+    // connect. umask is process-wide; the run binds before it starts any thread that creates
+    // files.
+    // SAFETY: umask only swaps the process's file-creation mask.
+    let old = unsafe { libc::umask(0o177) };
+    let listener = UnixListener::bind(path);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old) };
+    let listener = listener?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// The uid of the process at the other end of a Unix socket.
+pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED fills a ucred of the size we pass; both live on this stack frame.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// The running server.
+pub struct Server {
+    path: PathBuf,
+    _accept: JoinHandle<()>,
+}
+
+impl Server {
+    /// Serves `listener` on a thread of its own.
+    pub fn start(
+        listener: UnixListener,
+        path: PathBuf,
+        hub: Sender<HubInput>,
+        answers: Arc<dyn Answers>,
+        hello: RunHello,
+    ) -> std::io::Result<Self> {
+        let accept = std::thread::Builder::new()
+            .name("conelab-control".into())
+            .spawn(move || accept_loop(listener, hub, answers, hello))?;
+        Ok(Self {
+            path,
+            _accept: accept,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Removes the socket file (the accept thread ends with the process).
+    pub fn close(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn accept_loop(
+    listener: UnixListener,
+    hub: Sender<HubInput>,
+    answers: Arc<dyn Answers>,
+    hello: RunHello,
+) {
+    let next_id = Arc::new(AtomicU64::new(1));
+    let open = Arc::new(AtomicUsize::new(0));
+    // SAFETY: geteuid cannot fail.
+    let own_uid = unsafe { libc::geteuid() };
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else {
+            continue;
+        };
+        match peer_uid(&stream) {
+            Ok(uid) if uid == own_uid => {}
+            Ok(uid) => {
+                log(&format!(
+                    "refused a client of uid {uid} (the run belongs to uid {own_uid})"
+                ));
+                refuse(
+                    &mut stream,
+                    "permission denied: the run belongs to another user",
+                );
+                continue;
+            }
+            Err(e) => {
+                log(&format!(
+                    "refused a client whose credentials are unknown: {e}"
+                ));
+                continue;
+            }
+        }
+        if open.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+            log("refused a client: too many connections");
+            refuse(&mut stream, "too many connections");
+            continue;
+        }
+        let id = next_id.fetch_add(1, Ordering::SeqCst);
+        let (hub, answers, hello, open) =
+            (hub.clone(), answers.clone(), hello.clone(), open.clone());
+        open.fetch_add(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new()
+            .name(format!("conelab-viewer-{id}"))
+            .spawn(move || {
+                serve_connection(id, stream, &hub, answers.as_ref(), &hello);
+                open.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            log("refused a client: no thread for it");
+        }
+    }
+}
+
+fn refuse(stream: &mut UnixStream, message: &str) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    if let Ok(line) = encode(&ServerMessage::Error {
+        id: None,
+        message: message.into(),
+    }) {
+        let _ = stream.write_all(line.as_bytes());
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+fn serve_connection(
+    viewer: u64,
+    stream: UnixStream,
+    hub: &Sender<HubInput>,
+    answers: &dyn Answers,
+    hello: &RunHello,
+) {
+    let Ok(mut out) = stream.try_clone() else {
+        return;
+    };
+    let _ = out.set_write_timeout(Some(WRITE_TIMEOUT));
+    let (tx, rx) = mpsc::sync_channel::<Arc<str>>(VIEWER_QUEUE);
+    let writer = std::thread::Builder::new()
+        .name(format!("conelab-viewer-{viewer}-out"))
+        .spawn(move || {
+            for line in rx {
+                if out.write_all(line.as_bytes()).is_err() {
+                    // Gone, or not reading: disconnect (the reader sees the end).
+                    let _ = out.shutdown(std::net::Shutdown::Both);
+                    break;
+                }
+            }
+        });
+    let Ok(writer) = writer else {
+        return;
+    };
+    let reply = |message: ServerMessage| {
+        if let Ok(line) = encode(&message)
+            && tx.try_send(Arc::from(line)).is_err()
+        {
+            log(&format!(
+                "viewer {viewer}: reply dropped (it does not read)"
+            ));
+        }
+    };
+    let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
+    let mut reader = BufReader::new(&stream);
+    let mut greeted = false;
+    let mut subscribed = false;
+    loop {
+        let line = match read_line_limited(&mut reader, MAX_CLIENT_LINE) {
+            Ok(Line::Text(t)) => t,
+            Ok(Line::Eof) => break,
+            Ok(Line::TooLong(n)) => {
+                log(&format!(
+                    "viewer {viewer}: a {n}-byte message (limit {MAX_CLIENT_LINE}): disconnected"
+                ));
+                reply(ServerMessage::Error {
+                    id: None,
+                    message: format!(
+                        "message of {n} bytes is longer than the limit of {MAX_CLIENT_LINE}: disconnecting"
+                    ),
+                });
+                break;
+            }
+            Err(e) => {
+                if !greeted {
+                    log(&format!("viewer {viewer}: no hello ({e}): disconnected"));
+                }
+                break;
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let message: ClientMessage = match serde_json::from_str(&line) {
+            Ok(m) => m,
+            Err(e) => {
+                log(&format!(
+                    "viewer {viewer}: malformed or unknown message: {e}"
+                ));
+                reply(ServerMessage::Error {
+                    id: None,
+                    message: format!("malformed or unknown message: {e}"),
+                });
+                continue;
+            }
+        };
+        if !greeted {
+            match message {
+                ClientMessage::Hello { protocol, client } if protocol == PROTOCOL_VERSION => {
+                    greeted = true;
+                    let _ = stream.set_read_timeout(None);
+                    if !client.is_empty() {
+                        log(&format!("viewer {viewer}: {client} attached"));
+                    }
+                    reply(ServerMessage::Hello {
+                        protocol: PROTOCOL_VERSION,
+                        run: hello.clone(),
+                    });
+                    continue;
+                }
+                ClientMessage::Hello { protocol, .. } => {
+                    log(&format!("viewer {viewer}: protocol {protocol} refused"));
+                    reply(ServerMessage::Error {
+                        id: None,
+                        message: format!(
+                            "protocol version {protocol} is not supported (this run speaks {PROTOCOL_VERSION}): use the conelab that started the run"
+                        ),
+                    });
+                    break;
+                }
+                _ => {
+                    reply(ServerMessage::Error {
+                        id: None,
+                        message: "say hello first".into(),
+                    });
+                    break;
+                }
+            }
+        }
+        match message {
+            ClientMessage::Hello { .. } => reply(ServerMessage::Error {
+                id: None,
+                message: "hello twice".into(),
+            }),
+            ClientMessage::Subscribe => {
+                if !subscribed {
+                    subscribed = true;
+                    let _ = hub.send(HubInput::Subscribe {
+                        viewer,
+                        sink: Sink::Lines(tx.clone()),
+                    });
+                }
+            }
+            ClientMessage::Command { id, command } => {
+                let _ = hub.send(HubInput::Command {
+                    viewer,
+                    id,
+                    command,
+                    reply: Sink::Lines(tx.clone()),
+                });
+            }
+            ClientMessage::Bye => break,
+            request => {
+                if let Some(r) = answer(answers, &request) {
+                    reply(r);
+                }
+            }
+        }
+    }
+    if subscribed {
+        let _ = hub.send(HubInput::Unsubscribe { viewer });
+    }
+    // The writer delivers what is queued (a last error reply) and ends once the hub has let go
+    // of its end too; then the connection closes.
+    drop(tx);
+    let _ = writer.join();
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}

@@ -1,0 +1,753 @@
+//! What a viewer knows of a run: its history, folded from engine events — the run's hub keeps
+//! one and sends it to every viewer that attaches, the viewer keeps folding the live events into
+//! its copy — or rebuilt from the run's metrics store for a run that is over
+//! ([`RunView::from_store`]). Nothing here draws.
+//!
+//! Curves, embedding history and the log are bounded (older halves thinned), so a view of a
+//! 100,000-step run is as small as one of a 2,000-step run.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Command, EmbeddingStats, EvalStats, Event, FinishReason, StepStats};
+use crate::metrics::OutputMetrics;
+use crate::metrics::embedding::SetStats;
+use crate::metrics::outputs::{GroupOutputs, Histogram2d};
+use crate::objective::Objectives;
+use crate::store::{self, StoreError, col, series_key, split};
+
+/// Events kept in the log.
+pub const LOG_LINES: usize = 500;
+/// Points kept per curve; older halves are thinned (every other point) when it fills.
+pub const CURVE_POINTS: usize = 4_000;
+/// Analysed snapshots kept in the embedding history (thinned the same way).
+pub const EMBEDDING_POINTS: usize = 2_000;
+
+/// Where the run stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+pub enum RunStatus {
+    Starting,
+    Running,
+    Paused,
+    /// A stop was requested; waiting for the engine to finish.
+    Stopping,
+    Finished {
+        reason: FinishReason,
+    },
+    /// Paused after a divergence, waiting for a decision.
+    Diverged {
+        step: u64,
+        #[serde(deserialize_with = "crate::jsonfloat::f64")]
+        loss: f64,
+    },
+    Failed {
+        message: String,
+    },
+    /// No live process and no final record: the process died (kill -9, power loss).
+    Crashed,
+}
+
+impl RunStatus {
+    /// The engine is still there (training, paused, or paused after a divergence).
+    pub fn is_live(&self) -> bool {
+        matches!(
+            self,
+            RunStatus::Starting
+                | RunStatus::Running
+                | RunStatus::Paused
+                | RunStatus::Stopping
+                | RunStatus::Diverged { .. }
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogKind {
+    Info,
+    Intervention,
+    Eval,
+    Checkpoint,
+    Warning,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogLine {
+    pub step: u64,
+    pub kind: LogKind,
+    pub text: String,
+}
+
+/// Static facts about the run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub name: String,
+    pub device: String,
+    pub total_steps: u64,
+    pub windows_per_epoch: u64,
+    pub parameters: usize,
+    pub run_dir: Option<PathBuf>,
+}
+
+/// The run's vocabulary in id order (= frequency rank) with training counts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Vocabulary {
+    pub tokens: Vec<String>,
+    pub counts: Vec<u64>,
+}
+
+impl Vocabulary {
+    pub fn token(&self, id: u32) -> &str {
+        self.tokens
+            .get(id as usize)
+            .map(String::as_str)
+            .unwrap_or("?")
+    }
+
+    pub fn count(&self, id: u32) -> u64 {
+        self.counts.get(id as usize).copied().unwrap_or(0)
+    }
+
+    /// `vocab.tsv` of a run directory.
+    pub fn read_tsv(path: &Path) -> std::io::Result<Self> {
+        let text = std::fs::read_to_string(path)?;
+        let mut v = Self::default();
+        for line in text.lines() {
+            let mut parts = line.split('\t');
+            v.tokens.push(parts.next().unwrap_or("").to_string());
+            v.counts.push(
+                parts
+                    .next()
+                    .and_then(|c| c.trim().parse().ok())
+                    .unwrap_or(0),
+            );
+        }
+        Ok(v)
+    }
+}
+
+/// The headline numbers of one analysed snapshot, per group (frequent, medium, rare) and total:
+/// the Groups pane's history sparklines.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EmbeddingPoint {
+    pub step: u64,
+    #[serde(deserialize_with = "quad")]
+    pub i1: [f64; 4],
+    #[serde(deserialize_with = "quad")]
+    pub i2: [f64; 4],
+    #[serde(deserialize_with = "quad")]
+    pub mean_cos: [f64; 4],
+    #[serde(deserialize_with = "quad")]
+    pub mean_norm: [f64; 4],
+}
+
+fn quad<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[f64; 4], D::Error> {
+    let v = <[Option<f64>; 4]>::deserialize(d)?;
+    Ok(v.map(|x| x.unwrap_or(f64::NAN)))
+}
+
+impl EmbeddingPoint {
+    pub fn of(e: &EmbeddingStats) -> Self {
+        let sets = [&e.groups[0], &e.groups[1], &e.groups[2], &e.total];
+        Self {
+            step: e.step,
+            i1: sets.map(|s| s.i1),
+            i2: sets.map(|s| s.i2),
+            mean_cos: sets.map(|s| s.mean_cos),
+            mean_norm: sets.map(|s| s.mean_norm),
+        }
+    }
+}
+
+/// A run's history as a viewer shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunView {
+    pub info: RunInfo,
+    pub status: RunStatus,
+    pub last_step: Option<StepStats>,
+    /// (step, training loss).
+    #[serde(deserialize_with = "crate::jsonfloat::xy_vec")]
+    pub loss: Vec<(f64, f64)>,
+    /// (step, validation loss).
+    #[serde(deserialize_with = "crate::jsonfloat::xy_vec")]
+    pub valid_loss: Vec<(f64, f64)>,
+    pub last_eval: Option<EvalStats>,
+    /// Every analysed snapshot's headline numbers (thinned), oldest first.
+    pub embedding: Vec<EmbeddingPoint>,
+    /// The newest analysed snapshot's numbers in full.
+    pub last_embedding: Option<EmbeddingStats>,
+    /// The normalised spectrum of the first analysis, to compare against.
+    pub first_spectrum: Option<Vec<f64>>,
+    pub objectives: Objectives,
+    pub lr: Option<f64>,
+    /// Steps at which an intervention (objective change, lr) took effect.
+    pub interventions: Vec<u64>,
+    pub log: VecDeque<LogLine>,
+    /// Steps whose 2-D projections can be asked for (the time scrub).
+    pub projection_steps: Vec<u64>,
+}
+
+impl RunView {
+    pub fn new(objectives: Objectives) -> Self {
+        Self {
+            info: RunInfo::default(),
+            status: RunStatus::Starting,
+            last_step: None,
+            loss: Vec::new(),
+            valid_loss: Vec::new(),
+            last_eval: None,
+            embedding: Vec::new(),
+            last_embedding: None,
+            first_spectrum: None,
+            objectives,
+            lr: None,
+            interventions: Vec::new(),
+            log: VecDeque::new(),
+            projection_steps: Vec::new(),
+        }
+    }
+
+    pub fn step(&self) -> u64 {
+        self.last_step.map(|s| s.step).unwrap_or(0)
+    }
+
+    pub fn log(&mut self, step: u64, kind: LogKind, text: String) {
+        if self.log.len() == LOG_LINES {
+            self.log.pop_front();
+        }
+        self.log.push_back(LogLine { step, kind, text });
+    }
+
+    /// Folds one engine event into the view.
+    pub fn on_event(&mut self, event: &Event) {
+        match event {
+            Event::Started {
+                step,
+                total_steps,
+                windows_per_epoch,
+                parameters,
+                device,
+                run_dir,
+                objective,
+                objectives,
+            } => {
+                self.info = RunInfo {
+                    name: run_dir
+                        .as_ref()
+                        .and_then(|d| d.file_name())
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_else(|| "run".into()),
+                    device: device.clone(),
+                    total_steps: *total_steps,
+                    windows_per_epoch: *windows_per_epoch,
+                    parameters: *parameters,
+                    run_dir: run_dir.clone(),
+                };
+                self.objectives = (**objectives).clone();
+                self.status = RunStatus::Running;
+                self.log(*step, LogKind::Info, format!("started: {objective}"));
+            }
+            Event::ConfigChanged {
+                step,
+                key,
+                before,
+                after,
+            } => {
+                if key == "steps"
+                    && let Ok(t) = after.parse()
+                {
+                    self.info.total_steps = t;
+                }
+                if key == "device" {
+                    self.info.device = after.clone();
+                }
+                self.log(
+                    *step,
+                    LogKind::Intervention,
+                    format!("{key}: {before} → {after}"),
+                );
+            }
+            Event::Step(s) => {
+                push_capped(&mut self.loss, (s.step as f64, s.loss), CURVE_POINTS);
+                self.lr = Some(s.lr);
+                self.last_step = Some(*s);
+            }
+            Event::Eval(e) => {
+                if e.split == "valid" {
+                    push_capped(&mut self.valid_loss, (e.step as f64, e.loss), CURVE_POINTS);
+                }
+                self.log(e.step, LogKind::Eval, eval_text(e));
+                if e.split == "valid" {
+                    self.last_eval = Some(e.clone());
+                }
+            }
+            Event::Embedding(e) => {
+                if self.first_spectrum.is_none() {
+                    self.first_spectrum = Some(e.total.sv_norm.clone());
+                }
+                push_capped(&mut self.embedding, EmbeddingPoint::of(e), EMBEDDING_POINTS);
+                push_capped(&mut self.projection_steps, e.step, usize::MAX);
+                self.last_embedding = Some((**e).clone());
+            }
+            Event::Projection(_) | Event::Snapshot { .. } | Event::CheckpointStaged { .. } => {}
+            Event::Applied(a) => {
+                match &a.command {
+                    Command::Objective { change } => {
+                        // Mirror the engine's state: the same change applies the same way here.
+                        let _ = self.objectives.apply(change, [usize::MAX; 3]);
+                        self.interventions.push(a.step);
+                    }
+                    Command::SetLr { .. } => self.interventions.push(a.step),
+                    Command::Stop { .. } => self.status = RunStatus::Stopping,
+                    Command::Pause | Command::Resume | Command::SaveCheckpoint => {}
+                }
+                let text = match &a.command {
+                    Command::Pause | Command::Resume | Command::SaveCheckpoint => None,
+                    _ => Some(format!("{} → {}", a.before, a.after)),
+                };
+                if let Some(text) = text {
+                    self.log(a.step, LogKind::Intervention, text);
+                }
+            }
+            Event::Rejected {
+                step,
+                command,
+                reason,
+                ..
+            } => self.log(
+                *step,
+                LogKind::Warning,
+                format!("refused {}: {reason}", describe(command)),
+            ),
+            Event::Checkpoint { step, path } => self.log(
+                *step,
+                LogKind::Checkpoint,
+                format!("checkpoint {}", path.display()),
+            ),
+            Event::Paused { step } => {
+                if !matches!(self.status, RunStatus::Diverged { .. }) {
+                    self.status = RunStatus::Paused;
+                }
+                self.log(*step, LogKind::Info, "paused".into());
+            }
+            Event::Resumed { step } => {
+                self.status = RunStatus::Running;
+                self.log(*step, LogKind::Info, "resumed".into());
+            }
+            Event::Diverged { step, loss } => {
+                self.status = RunStatus::Diverged {
+                    step: *step,
+                    loss: *loss,
+                };
+                self.log(
+                    *step,
+                    LogKind::Error,
+                    format!("loss {loss} at step {step}: the step was not applied"),
+                );
+            }
+            Event::Warning { step, message } => self.log(*step, LogKind::Warning, message.clone()),
+            Event::Finished { step, reason } => {
+                self.log(
+                    *step,
+                    LogKind::Info,
+                    format!("finished ({})", reason.name()),
+                );
+                self.status = RunStatus::Finished { reason: *reason };
+            }
+            Event::Failed { step, message } => {
+                self.log(*step, LogKind::Error, format!("failed: {message}"));
+                self.status = RunStatus::Failed {
+                    message: message.clone(),
+                };
+            }
+        }
+    }
+
+    /// Index into `embedding` of the last snapshot taken before the last intervention took
+    /// effect: "the change since the intervention" is measured from there.
+    pub fn since_intervention(&self) -> Option<usize> {
+        let last = *self.interventions.last()?;
+        self.embedding.iter().rposition(|e| e.step < last)
+    }
+
+    /// The history of a run from its metrics store. `objectives` are those in force at the end
+    /// (the newest checkpoint's), `info` the facts from `run.toml`, `status` what the run folder
+    /// says; the rest comes from the store.
+    pub fn from_store(
+        run_dir: &Path,
+        info: RunInfo,
+        objectives: Objectives,
+        status: RunStatus,
+    ) -> Result<Self, StoreError> {
+        let st = store::load(run_dir)?;
+        let mut view = Self::new(objectives);
+        view.info = info;
+        view.status = status;
+        let rows = Rows::of(&st.metrics)?;
+        // Facts the store keeps about the run itself.
+        if let Some(&(_, v)) = rows.get(split::RUN, "total", "parameters").last() {
+            view.info.parameters = v as usize;
+        }
+        if let Some(&(_, v)) = rows.get(split::RUN, "total", "windows_per_epoch").last() {
+            view.info.windows_per_epoch = v as u64;
+        }
+        // Training curve and the newest step.
+        let loss = rows.get(split::TRAIN, "total", "loss");
+        let h = store::query::decimate(
+            &loss.iter().map(|p| p.0).collect::<Vec<_>>(),
+            &loss.iter().map(|p| p.1).collect::<Vec<_>>(),
+            CURVE_POINTS / 2,
+        );
+        view.loss = h
+            .steps
+            .iter()
+            .zip(&h.values)
+            .map(|(s, v)| (*s as f64, *v))
+            .collect();
+        if let Some(&(step, loss)) = loss.last() {
+            let at = |m: &str| rows.value_at(split::TRAIN, "total", m, step);
+            view.last_step = Some(StepStats {
+                step,
+                epoch: rows.epoch_at(step).unwrap_or(f64::NAN),
+                loss,
+                penalty: at("penalty").unwrap_or(0.0),
+                lr: at("lr").unwrap_or(f64::NAN),
+                grad_norm: at("grad_norm").unwrap_or(f64::NAN),
+                tokens_per_sec: at("tokens_per_sec").unwrap_or(f64::NAN),
+                step_ms: at("step_ms").unwrap_or(f64::NAN),
+                rare_tokens: at("rare_tokens").map(|v| v as usize),
+            });
+            view.lr = at("lr");
+        }
+        view.valid_loss = rows
+            .get(split::VALID, "total", "loss")
+            .iter()
+            .map(|(s, v)| (*s as f64, *v))
+            .collect();
+        view.last_eval = rows
+            .get(split::VALID, "total", "ppl")
+            .last()
+            .map(|&(step, _)| rows.eval_at(split::VALID, step));
+        // Embedding history.
+        for &(step, _) in rows.get(split::EMBEDDING, "total", "i1") {
+            let e = rows.embedding_at(step);
+            push_capped(
+                &mut view.embedding,
+                EmbeddingPoint::of(&e),
+                EMBEDDING_POINTS,
+            );
+            if view.first_spectrum.is_none() {
+                view.first_spectrum = Some(e.total.sv_norm.clone());
+            }
+            view.last_embedding = Some(e);
+        }
+        view.projection_steps = store::projection::list(&st.dir)?;
+        // The log: events and evaluations in step order, the newest LOG_LINES.
+        let mut lines: Vec<LogLine> = Vec::new();
+        for split_name in [split::VALID, split::TEST] {
+            for &(step, _) in rows.get(split_name, "total", "ppl") {
+                lines.push(LogLine {
+                    step,
+                    kind: LogKind::Eval,
+                    text: eval_text(&rows.eval_at(split_name, step)),
+                });
+            }
+        }
+        let ev = &st.events;
+        let (steps, kinds, details, befores, afters) = (
+            ev.column(col::STEP)?.u64()?,
+            ev.column(col::KIND)?.str()?,
+            ev.column(col::DETAIL)?.str()?,
+            ev.column(col::BEFORE)?.str()?,
+            ev.column(col::AFTER)?.str()?,
+        );
+        for i in 0..ev.height() {
+            let step = steps.get(i).unwrap_or(0);
+            let kind = kinds.get(i).unwrap_or("");
+            let (detail, before, after) = (
+                details.get(i).unwrap_or(""),
+                befores.get(i).unwrap_or(""),
+                afters.get(i).unwrap_or(""),
+            );
+            let (kind, text) = match kind {
+                "start" => (LogKind::Info, format!("started: {detail}")),
+                "regulariser on" | "regulariser off" | "weight" | "loss" | "freeze"
+                | "unfreeze" | "gate-freeze" | "objectives" | "lr" => {
+                    view.interventions.push(step);
+                    (LogKind::Intervention, format!("{before} → {after}"))
+                }
+                "config" => (
+                    LogKind::Intervention,
+                    format!("{detail}: {before} → {after}"),
+                ),
+                "stop" => (LogKind::Intervention, format!("{before} → {after}")),
+                "pause" => (LogKind::Info, "paused".into()),
+                "resume" => (LogKind::Info, "resumed".into()),
+                "checkpoint" => (LogKind::Checkpoint, format!("checkpoint {detail}")),
+                "rejected" => (LogKind::Warning, format!("refused {detail}")),
+                "nan" => (
+                    LogKind::Error,
+                    format!("{detail} at step {step}: the step was not applied"),
+                ),
+                "warning" => (LogKind::Warning, detail.to_string()),
+                "finish" => (LogKind::Info, format!("finished ({detail})")),
+                "failed" => (LogKind::Error, format!("failed: {detail}")),
+                other => (LogKind::Info, format!("{other}: {detail}")),
+            };
+            lines.push(LogLine { step, kind, text });
+        }
+        // Stable: at one step, evaluations before the events that follow them.
+        lines.sort_by_key(|l| l.step);
+        view.interventions.sort_unstable();
+        for l in lines.into_iter().rev().take(LOG_LINES).rev() {
+            view.log.push_back(l);
+        }
+        Ok(view)
+    }
+}
+
+/// Every series of a metrics table, by its key, as (step, value) in arrival order; one pass.
+struct Rows {
+    series: HashMap<i64, Vec<(u64, f64)>>,
+    /// Training epoch by step (the train rows' epoch column).
+    epochs: HashMap<u64, f64>,
+}
+
+impl Rows {
+    fn of(df: &polars::prelude::DataFrame) -> Result<Self, StoreError> {
+        let keys = df.column(col::KEY)?.i64()?;
+        let steps = df.column(col::STEP)?.u64()?;
+        let values = df.column(col::VALUE)?.f64()?;
+        let epochs = df.column(col::EPOCH)?.f64()?;
+        let train_loss = series_key(split::TRAIN, "total", "loss");
+        let mut series: HashMap<i64, Vec<(u64, f64)>> = HashMap::new();
+        let mut epoch_of = HashMap::new();
+        for (((k, s), v), e) in keys
+            .iter()
+            .zip(steps.iter())
+            .zip(values.iter())
+            .zip(epochs.iter())
+        {
+            let (Some(k), Some(s)) = (k, s) else {
+                continue;
+            };
+            series
+                .entry(k)
+                .or_default()
+                .push((s, v.unwrap_or(f64::NAN)));
+            if k == train_loss
+                && let Some(e) = e
+            {
+                epoch_of.insert(s, e);
+            }
+        }
+        for v in series.values_mut() {
+            // Rows of one series arrive in step order except across a resume; keep step order.
+            v.sort_by_key(|p| p.0);
+        }
+        Ok(Self {
+            series,
+            epochs: epoch_of,
+        })
+    }
+
+    fn get(&self, split: &str, group: &str, metric: &str) -> &[(u64, f64)] {
+        self.series
+            .get(&series_key(split, group, metric))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    fn value_at(&self, split: &str, group: &str, metric: &str, step: u64) -> Option<f64> {
+        let s = self.get(split, group, metric);
+        let i = s.partition_point(|p| p.0 < step);
+        s.get(i).filter(|p| p.0 == step).map(|p| p.1)
+    }
+
+    fn epoch_at(&self, step: u64) -> Option<f64> {
+        self.epochs.get(&step).copied()
+    }
+
+    fn eval_at(&self, split_name: &str, step: u64) -> EvalStats {
+        let at = |group: &str, m: &str| self.value_at(split_name, group, m, step);
+        let total = |m: &str| at("total", m).unwrap_or(f64::NAN);
+        let count = |group: &str, m: &str| at(group, m).unwrap_or(0.0) as usize;
+        let groups: [GroupOutputs; 3] = [0, 1, 2].map(|g| {
+            let name = store::GROUPS[g + 1];
+            GroupOutputs {
+                ppl: at(name, "ppl").unwrap_or(f64::NAN),
+                positions: count(name, "positions") as u64,
+                uniq: count(name, "uniq"),
+                human_uniq: count(name, "human_uniq"),
+                theorem2_below: count(name, "theorem2_below"),
+                tokens: count(name, "tokens"),
+            }
+        });
+        let bins = [
+            count("total", store::writer::HIST_ENTROPY_BINS),
+            count("total", store::writer::HIST_LOG_Z_BINS),
+        ];
+        let mut counts = vec![0u64; bins[0] * bins[1]];
+        for (i, c) in counts.iter_mut().enumerate() {
+            if let Some(v) = at("total", &store::writer::hist_cell(i)) {
+                *c = v as u64;
+            }
+        }
+        let outputs = OutputMetrics {
+            positions: total("positions") as u64,
+            loss: total("loss"),
+            ppl: total("ppl"),
+            groups: groups.clone(),
+            uniq: count("total", "uniq"),
+            human_uniq: count("total", "human_uniq"),
+            block_length: count("total", "block_length"),
+            mu_z: total("mu_z"),
+            sigma_z: total("sigma_z"),
+            unnormalised_ppl: total("unnormalised_ppl"),
+            entropy_log_z_corr: total("entropy_log_z_corr"),
+            histogram: Histogram2d {
+                entropy_range: [
+                    total(store::writer::HIST_ENTROPY_LO),
+                    total(store::writer::HIST_ENTROPY_HI),
+                ],
+                log_z_range: [
+                    total(store::writer::HIST_LOG_Z_LO),
+                    total(store::writer::HIST_LOG_Z_HI),
+                ],
+                entropy_bins: bins[0],
+                log_z_bins: bins[1],
+                counts,
+            },
+            theorem2_gamma: total("theorem2_gamma"),
+            theorem2_threshold: total("theorem2_threshold"),
+        };
+        EvalStats {
+            step,
+            split: split_name.to_string(),
+            loss: total("loss"),
+            ppl: total("ppl"),
+            groups: [0, 1, 2].map(|g| (groups[g].ppl, groups[g].positions)),
+            positions: total("positions") as u64,
+            seconds: total("seconds"),
+            outputs: Box::new(outputs),
+        }
+    }
+
+    fn embedding_at(&self, step: u64) -> EmbeddingStats {
+        let set = |group: &str| {
+            let at = |m: &str| {
+                self.value_at(split::EMBEDDING, group, m, step)
+                    .unwrap_or(f64::NAN)
+            };
+            SetStats {
+                rows: self
+                    .value_at(split::EMBEDDING, group, "rows", step)
+                    .unwrap_or(0.0) as usize,
+                i1: at("i1"),
+                i2: at("i2"),
+                mean_norm: at("mean_norm"),
+                sv_norm: Vec::new(),
+                sv_max: at("sv_max"),
+                effective_rank: at("effective_rank"),
+                mean_cos: at("mean_cos"),
+                mean_cos_to_mean: at("mean_cos_to_mean"),
+            }
+        };
+        let mut total = set("total");
+        let mut k = 0;
+        while let Some(v) = self.value_at(
+            split::SPECTRUM,
+            "total",
+            &store::writer::spectrum_metric(k),
+            step,
+        ) {
+            total.sv_norm.push(v);
+            k += 1;
+        }
+        EmbeddingStats {
+            step,
+            total,
+            groups: [set("frequent"), set("medium"), set("rare")],
+            rare_frequent_cos: self
+                .value_at(split::EMBEDDING, "total", "rare_frequent_cos", step)
+                .unwrap_or(f64::NAN),
+            seconds: self
+                .value_at(split::EMBEDDING, "total", "seconds", step)
+                .unwrap_or(f64::NAN),
+        }
+    }
+}
+
+/// The log line of an evaluation.
+pub fn eval_text(e: &EvalStats) -> String {
+    format!(
+        "{} ppl {:.2} (freq {:.1}, med {:.1}, rare {:.1}) uniq {}",
+        e.split, e.ppl, e.groups[0].0, e.groups[1].0, e.groups[2].0, e.outputs.uniq
+    )
+}
+
+/// Appends, thinning the older half when the list is full (the whole run's shape is kept).
+pub fn push_capped<T: Clone>(list: &mut Vec<T>, item: T, cap: usize) {
+    if list.len() >= cap {
+        let half = list.len() / 2;
+        let mut thinned: Vec<T> = list[..half].iter().step_by(2).cloned().collect();
+        thinned.extend_from_slice(&list[half..]);
+        *list = thinned;
+    }
+    list.push(item);
+}
+
+pub fn describe(command: &Command) -> String {
+    match command {
+        Command::Objective { change } => change.to_string(),
+        Command::SetLr { lr } => format!("lr {lr}"),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thinning_keeps_the_first_and_newest_points() {
+        let mut v: Vec<u32> = Vec::new();
+        for i in 0..100 {
+            push_capped(&mut v, i, 10);
+        }
+        assert!(v.len() <= 10);
+        assert_eq!(v[0], 0);
+        assert_eq!(*v.last().expect("last"), 99);
+        assert!(v.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn a_view_survives_json_with_nan_numbers() {
+        let mut view = RunView::new(Objectives::default());
+        view.on_event(&Event::Step(StepStats {
+            step: 3,
+            epoch: 0.5,
+            loss: 4.25,
+            penalty: 0.0,
+            lr: 1e-3,
+            grad_norm: f64::NAN,
+            tokens_per_sec: 100.0,
+            step_ms: 2.0,
+            rare_tokens: None,
+        }));
+        view.on_event(&Event::Diverged {
+            step: 4,
+            loss: f64::INFINITY,
+        });
+        let json = serde_json::to_string(&view).expect("json");
+        let back: RunView = serde_json::from_str(&json).expect("back");
+        assert_eq!(back.loss, vec![(3.0, 4.25)]);
+        assert!(back.last_step.expect("step").grad_norm.is_nan());
+        assert!(matches!(back.status, RunStatus::Diverged { step: 4, loss } if loss.is_nan()));
+        assert_eq!(back.log.len(), 1);
+    }
+}

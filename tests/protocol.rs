@@ -1,0 +1,343 @@
+//! The control socket of a live run, spoken to by hand (JSON lines over a Unix socket): hello and
+//! versions, subscriptions, commands and their acknowledgements, requests; and hostile clients —
+//! malformed, unknown, oversized messages, a client that never reads, another user — none of
+//! which stops or stalls the run. Also: a stale socket of a killed run is replaced; a run folder
+//! whose path is too long for a socket gets one in the runtime folder.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{Fixture, conelab, process_gone, s, signal, wait_until};
+use serde_json::{Value, json};
+
+/// A long detached run; returns its folder, socket and pid.
+fn live_run(f: &Fixture, name: &str) -> (PathBuf, PathBuf, u32) {
+    let out = f.train(
+        name,
+        &[
+            "--steps",
+            "100000000",
+            "--eval-every",
+            "0",
+            "--snapshot-every",
+            "5",
+            "--checkpoint-every",
+            "0",
+            "--detach",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = f.path(name);
+    let live: Value =
+        serde_json::from_slice(&std::fs::read(run.join("live.json")).expect("live")).expect("json");
+    let socket = PathBuf::from(live["socket"].as_str().expect("socket"));
+    let pid = live["pid"].as_u64().expect("pid") as u32;
+    (run, socket, pid)
+}
+
+fn stop(pid: u32) {
+    signal(pid, libc::SIGTERM);
+    wait_until("the run to stop", || process_gone(pid));
+}
+
+struct Client {
+    out: UnixStream,
+    lines: BufReader<UnixStream>,
+}
+
+impl Client {
+    fn connect(socket: &Path) -> Self {
+        let out = UnixStream::connect(socket).expect("connect");
+        out.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let lines = BufReader::new(out.try_clone().expect("clone"));
+        Self { out, lines }
+    }
+
+    fn send_raw(&mut self, line: &str) {
+        self.out.write_all(line.as_bytes()).expect("write");
+        self.out.write_all(b"\n").expect("newline");
+    }
+
+    fn send(&mut self, v: Value) {
+        self.send_raw(&v.to_string());
+    }
+
+    /// The next message; `None` at the end of the connection.
+    fn recv(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.lines.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(serde_json::from_str(&line).expect("the run sends JSON")),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => None,
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+
+    /// Messages until one of type `kind` (skipping events); panics at the end of the connection.
+    fn until(&mut self, kind: &str) -> Value {
+        loop {
+            let m = self
+                .recv()
+                .unwrap_or_else(|| panic!("closed before a {kind}"));
+            if m["type"] == kind {
+                return m;
+            }
+        }
+    }
+
+    fn hello(&mut self) -> Value {
+        self.send(json!({"type": "hello", "protocol": 1, "client": "test"}));
+        self.until("hello")
+    }
+}
+
+/// The step of the newest event a fresh subscriber sees.
+fn current_step(socket: &Path) -> u64 {
+    let mut c = Client::connect(socket);
+    c.hello();
+    c.send(json!({"type": "subscribe"}));
+    let h = c.until("history");
+    let mut step = h["view"]["last_step"]["step"].as_u64().unwrap_or(0);
+    // One live step too.
+    loop {
+        let m = c.recv().expect("events");
+        if m["type"] == "event" && m["event"]["event"] == "step" {
+            step = step.max(m["event"]["step"].as_u64().expect("step"));
+            return step;
+        }
+    }
+}
+
+#[test]
+fn hello_subscribe_command_and_requests() {
+    let f = Fixture::new();
+    let (run, socket, pid) = live_run(&f, "run");
+    assert_eq!(
+        std::fs::metadata(&socket)
+            .expect("socket")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600,
+        "only the run's user may connect"
+    );
+    let vocab = std::fs::read_to_string(run.join("vocab.tsv"))
+        .expect("vocab")
+        .lines()
+        .count();
+    let mut c = Client::connect(&socket);
+    let hello = c.hello();
+    assert_eq!(hello["protocol"], 1);
+    assert_eq!(hello["run"]["run_id"], "run");
+    assert_eq!(hello["run"]["pid"], pid);
+    assert_eq!(hello["run"]["vocab_size"], vocab);
+    c.send(json!({"type": "subscribe"}));
+    let history = c.until("history");
+    assert!(
+        history["view"]["log"]
+            .as_array()
+            .is_some_and(|l| !l.is_empty())
+    );
+    // A command: its acknowledgement to the asker, and an event for everyone.
+    c.send(json!({"type": "command", "id": 7, "command": {"command": "set-lr", "lr": 0.002}}));
+    let result = c.until("command-result");
+    assert_eq!(result["id"], 7);
+    assert_eq!(result["result"]["outcome"], "applied");
+    let step = result["result"]["applied"]["step"].as_u64().expect("step");
+    // An impossible one is refused with the reason.
+    c.send(json!({"type": "command", "id": 8, "command": {"command": "set-lr", "lr": -1.0}}));
+    let result = c.until("command-result");
+    assert_eq!(result["result"]["outcome"], "rejected");
+    assert!(
+        result["result"]["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("learning rate")
+    );
+    // The steps after the change run with it.
+    loop {
+        let m = c.recv().expect("events");
+        if m["type"] == "event"
+            && m["event"]["event"] == "step"
+            && m["event"]["step"].as_u64() >= Some(step)
+        {
+            assert_eq!(m["event"]["lr"], 0.002);
+            break;
+        }
+    }
+    // Requests only the run answers: the newest projection and neighbours in the newest
+    // snapshot (the snapshot every 5 steps has been analysed by now).
+    wait_until("an analysed snapshot", || {
+        c.send(json!({"type": "projection", "id": 9}));
+        let p = c.until("projection");
+        p["frame"].is_object()
+    });
+    c.send(json!({"type": "projection", "id": 10}));
+    let p = c.until("projection");
+    assert_eq!(
+        p["frame"]["uncentred"]["points"]
+            .as_array()
+            .expect("points")
+            .len(),
+        vocab
+    );
+    c.send(json!({"type": "neighbors", "id": 11, "words": [5, 20], "k": 4}));
+    let n = c.until("neighbors");
+    let results = n["results"].as_array().expect("results");
+    assert_eq!(results.len(), 2);
+    let first = results[0]["neighbors"].as_array().expect("neighbours");
+    assert_eq!(first.len(), 4);
+    let scores: Vec<f64> = first
+        .iter()
+        .map(|x| x["score"].as_f64().expect("score"))
+        .collect();
+    assert!(
+        scores.windows(2).all(|w| w[0] >= w[1]),
+        "nearest first: {scores:?}"
+    );
+    assert!(scores.iter().all(|s| (-1.0..=1.0 + 1e-6).contains(s)));
+    c.send(json!({"type": "vocabulary", "id": 12}));
+    let v = c.until("vocabulary");
+    assert_eq!(v["tokens"].as_array().expect("tokens").len(), vocab);
+    // The store records the change at the acknowledged step.
+    stop(pid);
+    let events = common::store_events(&run);
+    assert!(
+        events.iter().any(|(k, s, _)| k == "lr" && *s == step),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn hostile_clients_get_errors_and_the_run_goes_on() {
+    let f = Fixture::new();
+    let (_run, socket, pid) = live_run(&f, "run");
+    // Another version: an error, and the door closes.
+    let mut c = Client::connect(&socket);
+    c.send(json!({"type": "hello", "protocol": 999}));
+    let e = c.recv().expect("an error");
+    assert_eq!(e["type"], "error");
+    assert!(
+        e["message"].as_str().expect("message").contains("999"),
+        "{e}"
+    );
+    assert!(c.recv().is_none(), "closed");
+    // No hello first: an error, closed.
+    let mut c = Client::connect(&socket);
+    c.send(json!({"type": "subscribe"}));
+    assert_eq!(c.recv().expect("error")["type"], "error");
+    assert!(c.recv().is_none());
+    // Malformed JSON and an unknown message: errors, and the connection stays usable.
+    let mut c = Client::connect(&socket);
+    c.hello();
+    c.send_raw("{not json at all");
+    let e = c.until("error");
+    assert!(
+        e["message"].as_str().expect("m").contains("malformed"),
+        "{e}"
+    );
+    c.send(json!({"type": "launch-missiles", "id": 1}));
+    assert_eq!(c.until("error")["type"], "error");
+    c.send(json!({"type": "vocabulary", "id": 2}));
+    assert_eq!(c.until("vocabulary")["id"], 2);
+    // A 100 MB message: refused without being held, then disconnected.
+    let before = current_step(&socket);
+    let mut big = Client::connect(&socket);
+    big.hello();
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..100 {
+        big.out.write_all(&chunk).expect("write 1 MiB");
+    }
+    big.out.write_all(b"\n").expect("newline");
+    let e = big.until("error");
+    assert!(
+        e["message"]
+            .as_str()
+            .expect("m")
+            .contains("longer than the limit"),
+        "{e}"
+    );
+    assert!(big.recv().is_none(), "disconnected");
+    // A client that subscribes and never reads: the run does not wait for it.
+    let mut sleeper = Client::connect(&socket);
+    sleeper.hello();
+    sleeper.send(json!({"type": "subscribe"}));
+    std::thread::sleep(Duration::from_secs(3));
+    let after = current_step(&socket);
+    assert!(after > before + 10, "training went on: {before} → {after}");
+    drop(sleeper);
+    assert!(!process_gone(pid));
+    stop(pid);
+}
+
+#[test]
+fn a_client_of_another_user_is_refused() {
+    if !Path::new("/usr/bin/setpriv").exists() && !Path::new("/bin/setpriv").exists() {
+        common::skip_or_fail("setpriv (util-linux) not found");
+        return;
+    }
+    let f = Fixture::new();
+    let (run, socket, pid) = live_run(&f, "run");
+    // The folders above the socket must be traversable for the other user to try at all.
+    let mut p = run.clone();
+    while let Some(parent) = p.parent() {
+        if let Ok(meta) = std::fs::metadata(&p) {
+            let mode = meta.permissions().mode();
+            let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode | 0o711));
+        }
+        p = parent.to_path_buf();
+    }
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_conelab"))
+        .args(["attach", "--socket", s(&socket)])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("setpriv");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("permission denied"), "{stderr}");
+    assert!(!process_gone(pid), "the run goes on");
+    stop(pid);
+}
+
+#[test]
+fn a_stale_socket_is_replaced_and_a_long_folder_gets_its_socket_elsewhere() {
+    let f = Fixture::new();
+    let (run, socket, pid) = live_run(&f, "run");
+    signal(pid, libc::SIGKILL);
+    wait_until("the kill", || process_gone(pid));
+    assert!(socket.exists(), "a killed run leaves its socket file");
+    let out = conelab(&["train", "--resume", s(&run), "--detach"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let live: Value =
+        serde_json::from_slice(&std::fs::read(run.join("live.json")).expect("live")).expect("json");
+    let mut c = Client::connect(Path::new(live["socket"].as_str().expect("socket")));
+    assert_eq!(c.hello()["run"]["run_id"], "run");
+    stop(live["pid"].as_u64().expect("pid") as u32);
+
+    // A folder whose path is too long for a Unix socket (~107 bytes).
+    let long = format!("{}/{}", "d".repeat(60), "e".repeat(60));
+    let (run, socket, pid) = live_run(&f, &long);
+    assert!(!socket.starts_with(&run), "{}", socket.display());
+    let mut c = Client::connect(&socket);
+    assert_eq!(c.hello()["run"]["run_id"], "e".repeat(60));
+    let start = Instant::now();
+    stop(pid);
+    assert!(start.elapsed() < Duration::from_secs(60));
+    assert!(!socket.exists(), "the socket is removed when the run ends");
+}

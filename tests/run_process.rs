@@ -1,0 +1,641 @@
+//! A run is a process of its own (issue: runs outlive the terminal), through the real binary:
+//! `--detach`, SIGHUP ignored with and without nohup, SIGINT/SIGTERM stop-and-save with exit 75,
+//! divergence with nobody watching exits 3, `conelab runs` over every status, and the failure
+//! paths of its threads (issue: nothing lost, nothing hung).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{
+    Fixture, assert_one_line_error, conelab, conelab_processes, process_gone, read_until, s,
+    signal, spawn_train, spawn_train_env, store_events, store_losses, wait_final, wait_until,
+};
+
+fn steps_are_contiguous_and_once(run: &Path, last: u64) {
+    let steps: Vec<u64> = store_losses(run).iter().map(|p| p.0).collect();
+    assert_eq!(
+        steps,
+        (1..=last).collect::<Vec<_>>(),
+        "every step exactly once in the store"
+    );
+}
+
+#[test]
+fn a_detached_run_returns_at_once_trains_to_its_end_and_leaves_no_process() {
+    let f = Fixture::new();
+    let out = f.train(
+        "run",
+        &[
+            "--steps",
+            "60",
+            "--eval-every",
+            "30",
+            "--checkpoint-every",
+            "20",
+            "--detach",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("conelab attach"), "{stdout}");
+    let pid: u32 = stdout
+        .split("(pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .expect("the pid is printed");
+    let run = f.path("run");
+    let fin = wait_final(&run);
+    assert_eq!(fin["status"], "completed");
+    assert_eq!(fin["exit_code"], 0);
+    assert_eq!(fin["step"], 60);
+    wait_until("the background run to exit", || process_gone(pid));
+    assert!(conelab_processes(s(&run)).is_empty());
+    let log = std::fs::read_to_string(run.join("output.log")).expect("output.log");
+    assert!(log.contains("finished step=60"), "{log}");
+    assert!(run.join("step-000060/model.safetensors").is_file());
+    steps_are_contiguous_and_once(&run, 60);
+    // The store was compacted at the end: one base segment per table.
+    let segments: Vec<String> = std::fs::read_dir(run.join("store"))
+        .expect("store")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".parquet"))
+        .collect();
+    assert!(segments.iter().all(|n| n.contains("-base")), "{segments:?}");
+    assert!(!run.join("control.sock").exists(), "the socket is removed");
+}
+
+fn sighup_does_not_stop(nohup: bool) {
+    let f = Fixture::new();
+    let corpus = f.path("corpus");
+    let config = f.path("small.toml");
+    let run = f.path("run");
+    let bin = env!("CARGO_BIN_EXE_conelab");
+    let mut args = vec![
+        "train",
+        s(&corpus),
+        "--config",
+        s(&config),
+        "--run-dir",
+        s(&run),
+        "--steps",
+        "80",
+        "--eval-every",
+        "0",
+        "--headless",
+        "--log-every",
+        "1",
+    ];
+    let mut child = if nohup {
+        args.insert(0, bin);
+        Command::new("nohup")
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("nohup")
+    } else {
+        Command::new(bin)
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("conelab")
+    };
+    let mut out = child.stdout.take().expect("stdout");
+    read_until(&mut out, "step=3 ");
+    signal(child.id(), libc::SIGHUP);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).expect("rest");
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "nohup={nohup}: {rest}");
+    assert!(rest.contains("finished step=80 (completed)"), "{rest}");
+    steps_are_contiguous_and_once(&run, 80);
+}
+
+#[test]
+fn sighup_never_stops_a_headless_run() {
+    sighup_does_not_stop(false);
+}
+
+#[test]
+fn sighup_never_stops_a_run_under_nohup() {
+    sighup_does_not_stop(true);
+}
+
+#[test]
+fn sigint_and_sigterm_stop_after_the_step_with_a_checkpoint_and_exit_75() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let f = Fixture::new();
+        let mut child = spawn_train(
+            &f,
+            "run",
+            &[
+                "--steps",
+                "100000",
+                "--eval-every",
+                "0",
+                "--checkpoint-every",
+                "0",
+                "--log-every",
+                "1",
+            ],
+        );
+        let mut out = child.stdout.take().expect("stdout");
+        read_until(&mut out, "step=4 ");
+        signal(child.id(), sig);
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).expect("rest");
+        let status = child.wait().expect("wait");
+        assert_eq!(status.code(), Some(75), "signal {sig}: {rest}");
+        let run = f.path("run");
+        let fin = wait_final(&run);
+        assert_eq!(fin["status"], "stopped");
+        assert_eq!(fin["by_signal"], true);
+        let step = fin["step"].as_u64().expect("step");
+        assert!(
+            run.join(format!("step-{step:06}")).is_dir(),
+            "a checkpoint at the stop"
+        );
+        steps_are_contiguous_and_once(&run, step);
+        // Resumable: the resume continues from that step.
+        let out = conelab(&[
+            "train",
+            "--resume",
+            s(&run),
+            "--steps",
+            &(step + 3).to_string(),
+            "--log-every",
+            "1",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        steps_are_contiguous_and_once(&run, step + 3);
+    }
+}
+
+#[test]
+fn a_divergence_with_nobody_watching_ends_the_run_with_status_3() {
+    let f = Fixture::new();
+    let out = f.train(
+        "run",
+        &[
+            "--steps",
+            "200",
+            "--lr",
+            "1e30",
+            "--clip",
+            "0",
+            "--checkpoint-every",
+            "0",
+            "--eval-every",
+            "0",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("diverged"), "{stderr}");
+    let fin = wait_final(&f.path("run"));
+    assert_eq!(fin["status"], "diverged");
+    assert_eq!(fin["exit_code"], 3);
+    // Nothing was saved over: the run had no checkpoint and still has none.
+    assert!(
+        conelab::checkpoint::checkpoints_in(&f.path("run"))
+            .expect("list")
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_bad_number_is_refused_before_anything_is_created_and_a_folder_without_checkpoint_restarts() {
+    let f = Fixture::new();
+    let out = f.train("run", &["--store-flush-secs", "1e20"]);
+    assert_one_line_error(&out, &["--store-flush-secs"]);
+    assert!(!f.path("run").exists(), "nothing created");
+    // A run stopped before its first checkpoint (no checkpoint: nothing to resume) ...
+    let out = f.train("run", &["--steps", "3", "--eval-every", "0"]);
+    assert!(out.status.success());
+    for p in conelab::checkpoint::checkpoints_in(&f.path("run")).expect("list") {
+        std::fs::remove_dir_all(p).expect("rm");
+    }
+    // ... can be started again, by the same command and by --resume.
+    let again = f.train("run", &["--steps", "4", "--eval-every", "0"]);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    steps_are_contiguous_and_once(&f.path("run"), 4);
+    for p in conelab::checkpoint::checkpoints_in(&f.path("run")).expect("list") {
+        std::fs::remove_dir_all(p).expect("rm");
+    }
+    let resumed = conelab(&["train", "--resume", s(&f.path("run")), "--steps", "2"]);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    steps_are_contiguous_and_once(&f.path("run"), 2);
+}
+
+#[test]
+fn resume_applies_what_can_change_and_refuses_what_cannot() {
+    let f = Fixture::new();
+    assert!(
+        f.train("run", &["--steps", "6", "--eval-every", "0"])
+            .status
+            .success()
+    );
+    let run = f.path("run");
+    for (flag, value) in [
+        ("--bptt", "4"),
+        ("--batch", "3"),
+        ("--model", "lstm"),
+        ("--seed", "9"),
+        ("--optimizer", "sgd"),
+    ] {
+        let out = conelab(&["train", "--resume", s(&run), flag, value]);
+        assert_one_line_error(&out, &[flag, "cannot change"]);
+    }
+    let out = conelab(&["train", "--resume", s(&run), "--steps", "3"]);
+    assert_one_line_error(&out, &["--steps 3", "step 6"]);
+    let out = conelab(&[
+        "train",
+        "--resume",
+        s(&run),
+        "--steps",
+        "10",
+        "--reg",
+        "cos=1",
+        "--lr",
+        "0.005",
+        "--eval-every",
+        "2",
+        "--keep",
+        "5",
+        "--log-every",
+        "1",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The lr and the objectives apply from the step after the resume, recorded as events there.
+    assert!(stdout.contains("lr=5.000e-3"), "{stdout}");
+    let events = store_events(&run);
+    let at = |kind: &str| {
+        events
+            .iter()
+            .filter(|(k, _, _)| k == kind)
+            .map(|(_, s, a)| (*s, a.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(at("objectives"), vec![(7, "CosReg γ=1".to_string())]);
+    assert_eq!(at("lr").len(), 1);
+    assert_eq!(at("lr")[0].0, 7);
+    let config: Vec<(u64, String)> = at("config");
+    assert!(config.contains(&(6, "2".into())), "eval_every: {events:?}");
+    assert!(config.contains(&(6, "10".into())), "steps: {events:?}");
+    assert!(config.contains(&(6, "5".into())), "keep: {events:?}");
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("step-000010/state.json")).expect("state"))
+            .expect("json");
+    assert_eq!(state["objectives"]["cos"]["enabled"], true);
+    // run.toml keeps the new cadence for the next resume.
+    let toml = std::fs::read_to_string(run.join("run.toml")).expect("run.toml");
+    assert!(
+        toml.contains("eval_every = 2") && toml.contains("steps = 10"),
+        "{toml}"
+    );
+    steps_are_contiguous_and_once(&run, 10);
+}
+
+#[test]
+fn an_engine_panic_fails_the_run_with_the_real_step_and_status_4() {
+    let f = Fixture::new();
+    let child = spawn_train_env(
+        &f,
+        "run",
+        &[
+            "--steps",
+            "50",
+            "--eval-every",
+            "0",
+            "--checkpoint-every",
+            "0",
+        ],
+        &[("CONELAB_FAULT", "engine.panic:8:EIO")],
+    );
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("panicked"), "{stderr}");
+    assert!(
+        !stderr.contains("please report"),
+        "caught, not a crash: {stderr}"
+    );
+    let run = f.path("run");
+    let fin = wait_final(&run);
+    assert_eq!(fin["status"], "failed");
+    // The step the engine had reached (7 done; the 8th panicked), not the one it started at.
+    let failed: Vec<u64> = store_events(&run)
+        .into_iter()
+        .filter(|(k, _, _)| k == "failed")
+        .map(|(_, s, _)| s)
+        .collect();
+    assert_eq!(failed, vec![7]);
+    steps_are_contiguous_and_once(&run, 7);
+}
+
+#[test]
+fn a_dead_metrics_thread_or_recorder_ends_the_run_with_a_checkpoint_and_the_store_flushed() {
+    for (fault, needle) in [
+        ("metrics.panic:2:EIO", "metrics thread panicked"),
+        ("store.panic:9:EIO", "recorder panicked"),
+    ] {
+        let f = Fixture::new();
+        let child = spawn_train_env(
+            &f,
+            "run",
+            &[
+                "--steps",
+                "100000",
+                "--eval-every",
+                "0",
+                "--snapshot-every",
+                "3",
+                "--checkpoint-every",
+                "0",
+            ],
+            &[("CONELAB_FAULT", fault)],
+        );
+        let out = child.wait_with_output().expect("the run ends on its own");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{fault}: {stderr}");
+        assert!(stderr.contains(needle), "{fault}: {stderr}");
+        let run = f.path("run");
+        let fin = wait_final(&run);
+        assert_eq!(fin["status"], "failed");
+        let ckpts = conelab::checkpoint::checkpoints_in(&run).expect("list");
+        if fault.starts_with("metrics") {
+            // The trained state is saved, and the store holds every step up to it.
+            assert_eq!(ckpts.len(), 1, "{fault}: {ckpts:?}");
+            let step = conelab::checkpoint::step_of(&ckpts[0]).expect("step");
+            steps_are_contiguous_and_once(&run, step);
+        } else {
+            // The store stopped recording at step 9: a checkpoint after that would be ahead of
+            // it, so none is put in place; the store keeps steps 1–8.
+            assert!(ckpts.is_empty(), "{ckpts:?}");
+            steps_are_contiguous_and_once(&run, 8);
+            assert!(
+                stderr.contains("not put in place")
+                    || String::from_utf8_lossy(&out.stdout).contains("not put in place")
+            );
+        }
+    }
+}
+
+#[test]
+fn a_kill_just_after_a_checkpoint_loses_no_row_it_covers() {
+    let f = Fixture::new();
+    // The store flushes only when a checkpoint needs it (the timer is an hour).
+    let mut child = spawn_train(
+        &f,
+        "run",
+        &[
+            "--steps",
+            "100000",
+            "--eval-every",
+            "0",
+            "--checkpoint-every",
+            "7",
+            "--store-flush-secs",
+            "3600",
+        ],
+    );
+    let run = f.path("run");
+    wait_until("the checkpoint at step 14", || {
+        run.join("step-000014").is_dir()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let steps: Vec<u64> = store_losses(&run).iter().map(|p| p.0).collect();
+    assert!(
+        steps.len() >= 14 && steps[..14] == (1..=14).collect::<Vec<_>>()[..],
+        "the rows up to the checkpoint are on disk: {steps:?}"
+    );
+    // Every checkpoint there is (the kill may land a few later) is covered by the store.
+    let newest = conelab::checkpoint::checkpoints_in(&run)
+        .expect("list")
+        .last()
+        .and_then(|p| conelab::checkpoint::step_of(p))
+        .expect("a checkpoint");
+    assert!(
+        steps.len() as u64 >= newest
+            && steps[..newest as usize] == (1..=newest).collect::<Vec<_>>()[..],
+        "rows up to the newest checkpoint ({newest}): {steps:?}"
+    );
+    // The resume continues from it with every step once.
+    let until = (newest + 2).to_string();
+    let out = conelab(&["train", "--resume", s(&run), "--steps", &until]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    steps_are_contiguous_and_once(&run, newest + 2);
+}
+
+#[test]
+fn a_disk_full_during_a_checkpoint_or_a_segment_keeps_what_was_written_and_says_so_once() {
+    // The second checkpoint fails half-way; the run goes on and the next ones are written.
+    let f = Fixture::new();
+    let child = spawn_train_env(
+        &f,
+        "run",
+        &[
+            "--steps",
+            "20",
+            "--eval-every",
+            "0",
+            "--checkpoint-every",
+            "5",
+            "--keep",
+            "10",
+        ],
+        &[("CONELAB_FAULT", "checkpoint.write:2:ENOSPC")],
+    );
+    let out = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert_eq!(
+        stdout.matches("checkpoint failed").count(),
+        1,
+        "said once: {stdout}"
+    );
+    let run = f.path("run");
+    let steps: Vec<u64> = conelab::checkpoint::checkpoints_in(&run)
+        .expect("list")
+        .iter()
+        .filter_map(|p| conelab::checkpoint::step_of(p))
+        .collect();
+    assert_eq!(steps, vec![5, 15, 20]);
+    let leftovers: Vec<String> = std::fs::read_dir(&run)
+        .expect("list")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    steps_are_contiguous_and_once(&run, 20);
+
+    // A segment that cannot be put in place (disk full): the rows stay buffered and go out with
+    // the next flush; the warning comes once.
+    let f = Fixture::new();
+    let child = spawn_train_env(
+        &f,
+        "run",
+        &[
+            "--steps",
+            "30",
+            "--eval-every",
+            "0",
+            "--store-flush-secs",
+            "0",
+        ],
+        &[("CONELAB_FAULT", "segment.rename:5:ENOSPC")],
+    );
+    let out = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert_eq!(stdout.matches("metrics store:").count(), 1, "{stdout}");
+    steps_are_contiguous_and_once(&f.path("run"), 30);
+}
+
+#[test]
+fn runs_lists_every_status_and_never_fails_on_one_folder() {
+    let f = Fixture::new();
+    let root = f.path("runs");
+    std::fs::create_dir_all(&root).expect("mkdir");
+    let train = |name: &str, extra: &[&str]| f.train(&format!("runs/{name}"), extra);
+    // completed
+    assert!(
+        train("done", &["--steps", "4", "--eval-every", "2"])
+            .status
+            .success()
+    );
+    // diverged
+    assert_eq!(
+        train("nan", &["--steps", "50", "--lr", "1e30", "--clip", "0"])
+            .status
+            .code(),
+        Some(3)
+    );
+    // stopped (by a signal)
+    let mut child = spawn_train(
+        &f,
+        "runs/stopped",
+        &["--steps", "100000", "--eval-every", "0", "--log-every", "1"],
+    );
+    let mut out = child.stdout.take().expect("stdout");
+    read_until(&mut out, "step=2 ");
+    signal(child.id(), libc::SIGTERM);
+    assert_eq!(child.wait().expect("wait").code(), Some(75));
+    // crashed: kill -9 mid-run
+    let mut child = spawn_train(
+        &f,
+        "runs/crashed",
+        &["--steps", "100000", "--eval-every", "0", "--log-every", "1"],
+    );
+    let mut out = child.stdout.take().expect("stdout");
+    read_until(&mut out, "step=2 ");
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    // live
+    let live = f.train(
+        "runs/live",
+        &["--steps", "100000000", "--eval-every", "0", "--detach"],
+    );
+    assert!(live.status.success());
+    // unreadable
+    std::fs::create_dir_all(root.join("broken")).expect("mkdir");
+    std::fs::write(root.join("broken/run.toml"), "this is = not [valid").expect("write");
+
+    let out = conelab(&["runs", s(&root), "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
+    let by = |name: &str| {
+        rows.iter()
+            .find(|r| r["dir"] == name)
+            .unwrap_or_else(|| panic!("{name} missing: {rows:?}"))
+            .clone()
+    };
+    for key in [
+        "name",
+        "dir",
+        "path",
+        "status",
+        "host",
+        "pid",
+        "step",
+        "total_steps",
+        "device",
+        "objective",
+        "best_valid_ppl",
+        "i1",
+        "mean_cos",
+        "started",
+        "seconds",
+    ] {
+        assert!(by("done").get(key).is_some(), "key {key}");
+    }
+    assert_eq!(by("done")["status"], "completed");
+    assert_eq!(by("done")["step"], 4);
+    assert_eq!(by("done")["total_steps"], 4);
+    assert_eq!(by("done")["objective"], "MLE");
+    assert!(
+        by("done")["best_valid_ppl"]
+            .as_f64()
+            .is_some_and(|p| p > 1.0)
+    );
+    assert!(by("done")["i1"].as_f64().is_some());
+    assert_eq!(by("nan")["status"], "diverged");
+    assert_eq!(by("stopped")["status"], "stopped");
+    assert_eq!(by("crashed")["status"], "crashed");
+    assert_eq!(by("live")["status"], "live");
+    assert!(by("live")["pid"].as_u64().is_some());
+    assert_eq!(by("broken")["status"], "unreadable");
+    assert!(
+        by("broken")["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("run.toml"))
+    );
+    // The table too.
+    let table = conelab(&["runs", s(&root)]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    for name in ["done", "nan", "stopped", "crashed", "live", "broken"] {
+        assert!(text.contains(name), "{text}");
+    }
+    // End the live one.
+    let pid = by("live")["pid"].as_u64().expect("pid") as u32;
+    signal(pid, libc::SIGTERM);
+    wait_until("the live run to stop", || process_gone(pid));
+}
