@@ -8,12 +8,11 @@ mod common;
 
 use std::path::Path;
 
-use common::{Fixture, Tmux, s, tmux_available};
+use common::{Fixture, Tmux, require_tmux, s};
 
 #[test]
 fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
-    if !tmux_available() {
-        println!("SKIPPED: tmux not found: the TUI end-to-end test needs it");
+    if !require_tmux() {
         return;
     }
     let f = Fixture::new();
@@ -153,4 +152,115 @@ fn newest_state(run: &Path) -> serde_json::Value {
     let newest = steps.last().expect("a checkpoint");
     serde_json::from_slice(&std::fs::read(newest.join("state.json")).expect("state.json"))
         .expect("json")
+}
+
+/// A signal to the workbench only ends the workbench, with the terminal restored; the run goes on.
+/// A run that fails shows it, and the workbench leaves with the run's status.
+#[test]
+fn sigterm_detaches_the_workbench_and_a_failed_run_is_shown() {
+    if !require_tmux() {
+        return;
+    }
+    let f = Fixture::new();
+    let run = f.path("run");
+    let exit_file = f.path("exit-status");
+    let tmux = Tmux {
+        socket: format!("conelab-e2e-sig-{}", std::process::id()),
+        session: "sig".into(),
+    };
+    let command = format!(
+        "{} train {} --config {} --run-dir {} --steps 100000000 --eval-every 0 --checkpoint-every 0; echo exit=$? > {}; sleep 600",
+        env!("CARGO_BIN_EXE_conelab"),
+        s(&f.path("corpus")),
+        s(&f.path("small.toml")),
+        s(&run),
+        s(&exit_file),
+    );
+    let out = tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "sig",
+        "-x",
+        "120",
+        "-y",
+        "40",
+        &command,
+    ]);
+    assert!(out.status.success());
+    tmux.wait_for("running");
+    let live: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("live.json")).expect("live")).expect("json");
+    let run_pid = live["pid"].as_u64().expect("pid") as u32;
+    // The viewer is the pane's process (tmux runs the command itself).
+    let pane = tmux.run(&["list-panes", "-t", "sig", "-F", "#{pane_pid}"]);
+    let shell: u32 = String::from_utf8_lossy(&pane.stdout)
+        .trim()
+        .parse()
+        .expect("pid");
+    let viewer = std::fs::read_dir("/proc")
+        .expect("proc")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .find(|&p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|st| st.rsplit(')').next().map(str::to_string))
+                .and_then(|r| {
+                    r.split_whitespace()
+                        .nth(1)
+                        .and_then(|x| x.parse::<u32>().ok())
+                })
+                == Some(shell)
+        })
+        .unwrap_or(shell);
+    common::signal(viewer, libc::SIGTERM);
+    // The viewer leaves with 0; the alternate screen is gone and the message is there.
+    assert_eq!(tmux.wait_for_exit(&exit_file), "exit=0");
+    let screen = tmux.screen();
+    assert!(screen.contains("detached from"), "{screen}");
+    assert!(
+        !screen.contains("1 Progress"),
+        "the terminal is restored: {screen}"
+    );
+    assert!(!common::process_gone(run_pid), "the run goes on");
+    common::signal(run_pid, libc::SIGTERM);
+    common::wait_until("the run to stop", || common::process_gone(run_pid));
+    drop(tmux);
+
+    // A run whose backend panics: the workbench shows the failure; leaving it returns 4.
+    let f = Fixture::new();
+    let exit_file = f.path("exit-status");
+    let tmux = Tmux {
+        socket: format!("conelab-e2e-fail-{}", std::process::id()),
+        session: "fail".into(),
+    };
+    let command = format!(
+        "CONELAB_FAULT=engine.panic:30:EIO {} train {} --config {} --run-dir {} --steps 1000 --eval-every 0; echo exit=$? > {}; sleep 600",
+        env!("CARGO_BIN_EXE_conelab"),
+        s(&f.path("corpus")),
+        s(&f.path("small.toml")),
+        s(&f.path("run")),
+        s(&exit_file),
+    );
+    let out = tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "fail",
+        "-x",
+        "120",
+        "-y",
+        "40",
+        &command,
+    ]);
+    assert!(out.status.success());
+    let screen = tmux.wait_for("failed:");
+    assert!(screen.contains("panicked"), "{screen}");
+    assert!(
+        screen.contains("step 29/1000"),
+        "the step it failed at: {screen}"
+    );
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_for_exit(&exit_file), "exit=4");
 }

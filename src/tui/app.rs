@@ -1,20 +1,18 @@
-//! The workbench's state and how engine events and user actions change it. Nothing here draws or
-//! reads the terminal: `ui.rs` renders an `&App`, `keys.rs` turns keys into [`Action`]s.
+//! The workbench's state and how the run's messages and the user's actions change it. Nothing
+//! here draws or reads the terminal: `ui.rs` renders an `&App`, `keys.rs` turns keys into
+//! [`Action`]s. The run's history is a [`RunView`] (the same fold the run's hub keeps); the rest
+//! is the viewer's own: focus, dialogs, search, the projections fetched for the scrub.
 
-use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::neighbors::{NeighborsState, Vocabulary};
+use super::neighbors::NeighborsState;
 use crate::data::Group;
-use crate::engine::analysis::{EmbeddingAnalysis, EmbeddingStats};
-use crate::engine::{Command, EvalStats, Event, FinishReason, StepStats};
+use crate::engine::analysis::EmbeddingAnalysis;
+use crate::engine::{Command, Event, ProjectionFrame};
 use crate::objective::{GateParts, ObjectiveChange, Objectives, Term};
-
-/// Events kept in the log pane.
-const LOG_LINES: usize = 500;
-/// Points kept per curve; older halves are decimated (every other point) when it fills.
-const CURVE_POINTS: usize = 4_000;
+use crate::run::protocol::{RunHello, ServerMessage};
+pub use crate::run::view::{LogKind, LogLine, RunInfo, RunStatus, RunView, Vocabulary};
 
 /// The panes, in focus order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,65 +54,19 @@ impl Pane {
     }
 }
 
-/// Where the run stands.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RunStatus {
-    Starting,
-    Running,
-    Paused,
-    /// A stop was requested; waiting for the engine to finish.
-    Stopping,
-    Finished(FinishReason),
-    Diverged {
-        step: u64,
-        loss: f64,
-    },
-    Failed(String),
-}
-
-impl RunStatus {
-    /// The engine thread is still there (training, paused, or paused after a divergence).
-    pub fn is_live(&self) -> bool {
-        matches!(
-            self,
-            RunStatus::Starting
-                | RunStatus::Running
-                | RunStatus::Paused
-                | RunStatus::Stopping
-                | RunStatus::Diverged { .. }
-        )
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogKind {
-    Info,
-    Intervention,
-    Eval,
-    Checkpoint,
-    Warning,
-    Error,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct LogLine {
-    pub step: u64,
-    pub kind: LogKind,
-    pub text: String,
-}
-
 /// What the user asked for (from `keys.rs`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     None,
-    /// `q`: ask before stopping a live run, leave a finished one.
+    /// `q` or Ctrl-C: ask (detach, stop and save, stop, cancel) while the run is live; leave
+    /// otherwise.
     Quit,
-    /// The answer to the quit dialog.
+    /// `d`, or `d` in the quit dialog: leave, training goes on.
+    Detach,
+    /// The answers of the quit dialog.
     StopAndSave,
     StopWithoutSaving,
     Cancel,
-    /// Ctrl-C: stop and save without asking, then leave.
-    Interrupt,
     ToggleHelp,
     FocusNext,
     FocusPrev,
@@ -147,23 +99,28 @@ pub enum Action {
     Scrub(i32),
 }
 
-/// The 2-D projections of one snapshot, kept for the time scrub.
-#[derive(Debug, Clone)]
-pub struct ScatterFrame {
-    pub step: u64,
-    pub uncentred: Option<crate::metrics::embedding::Projection>,
-    pub centred: Option<crate::metrics::embedding::Projection>,
-}
+/// Projections kept in memory for the time scrub (the run keeps every one; the viewer asks).
+const CACHED_FRAMES: usize = 16;
 
-/// Snapshots kept for the scrub; older halves are thinned when it fills.
-const SCATTER_FRAMES: usize = 120;
+/// Something only the run can answer, to ask it (the viewer's loop turns these into messages).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// The projections of the snapshot at a step (`None`: the newest).
+    Projection(Option<u64>),
+    /// The neighbours of these words in the newest snapshot.
+    Neighbors(Vec<u32>),
+    Vocabulary,
+}
 
 /// What an action needs from the outside world.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     None,
     Send(Command),
+    /// Leave; the run goes on (or is over).
     Exit,
+    /// Leave a live run: it goes on; say how to come back.
+    Detach,
 }
 
 /// One line of the controls pane.
@@ -199,17 +156,6 @@ impl Control {
     }
 }
 
-/// Static facts about the run, from the `Started` event.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RunInfo {
-    pub name: String,
-    pub device: String,
-    pub total_steps: u64,
-    pub windows_per_epoch: u64,
-    pub parameters: usize,
-    pub run_dir: Option<PathBuf>,
-}
-
 /// Display settings that do not come from the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct ViewOptions {
@@ -219,30 +165,23 @@ pub struct ViewOptions {
 
 #[derive(Debug, Clone)]
 pub struct App {
-    pub info: RunInfo,
-    pub status: RunStatus,
-    pub last_step: Option<StepStats>,
-    /// (step, training loss).
-    pub loss: Vec<(f64, f64)>,
-    /// (step, validation loss).
-    pub valid_loss: Vec<(f64, f64)>,
-    pub last_eval: Option<EvalStats>,
-    pub embedding: Vec<EmbeddingStats>,
+    /// The run's history and state, as its hub sent it and its events since.
+    pub run: RunView,
+    /// What the run said about itself when the viewer attached.
+    pub hello: Option<RunHello>,
+    /// Why the run takes no commands (a run that is over), shown in the Controls pane.
+    pub read_only: Option<String>,
+    /// The connection to the run is gone (its process ended).
+    pub connection_lost: bool,
+    /// A local analysis (the browser, tests): neighbours and projections from it, not asked for.
     pub analysis: Option<Arc<EmbeddingAnalysis>>,
-    /// The normalised spectrum of the first analysis, to compare against.
-    pub first_spectrum: Option<Vec<f64>>,
-    /// Another spectrum to draw against the current one (the browser's `--compare`), labelled.
+    /// Another spectrum to draw against the current one (`--compare`), labelled.
     pub spectrum_reference: Option<(String, Vec<f64>)>,
-    pub objectives: Objectives,
-    pub lr: Option<f64>,
-    /// Steps at which an intervention (objective change, lr, freeze) took effect.
-    pub interventions: Vec<u64>,
-    pub log: VecDeque<LogLine>,
     pub focus: Pane,
     pub zoom: bool,
     pub help: bool,
     pub confirm_quit: bool,
-    /// Leave once the engine has finished (after a stop from the quit dialog or Ctrl-C).
+    /// Leave once the run has finished (after a stop from the quit dialog).
     pub exit_when_finished: bool,
     pub log_y: bool,
     pub smoothing: bool,
@@ -251,30 +190,24 @@ pub struct App {
     /// The run's vocabulary (for the neighbour search), when known.
     pub vocab: Option<Arc<Vocabulary>>,
     pub neighbors: NeighborsState,
-    /// Every analysed snapshot's projections (thinned), for the time scrub.
-    pub scatter_frames: Vec<ScatterFrame>,
-    /// Index into `scatter_frames` while scrubbing; `None` follows the newest snapshot.
+    /// Projections fetched for the scrub, by step (bounded).
+    pub frames: BTreeMap<u64, Arc<ProjectionFrame>>,
+    /// Index into `run.projection_steps` while scrubbing; `None` follows the newest snapshot.
     pub scrub: Option<usize>,
     pub centred: bool,
+    /// Requests for the run, taken by the viewer's loop.
+    outbox: Vec<Request>,
 }
 
 impl App {
     pub fn new(objectives: Objectives, view: ViewOptions) -> Self {
         Self {
-            info: RunInfo::default(),
-            status: RunStatus::Starting,
-            last_step: None,
-            loss: Vec::new(),
-            valid_loss: Vec::new(),
-            last_eval: None,
-            embedding: Vec::new(),
+            run: RunView::new(objectives),
+            hello: None,
+            read_only: None,
+            connection_lost: false,
             analysis: None,
-            first_spectrum: None,
             spectrum_reference: None,
-            objectives,
-            lr: None,
-            interventions: Vec::new(),
-            log: VecDeque::new(),
             focus: Pane::Progress,
             zoom: false,
             help: false,
@@ -286,9 +219,10 @@ impl App {
             view,
             vocab: None,
             neighbors: NeighborsState::default(),
-            scatter_frames: Vec::new(),
+            frames: BTreeMap::new(),
             scrub: None,
             centred: false,
+            outbox: Vec::new(),
         }
     }
 
@@ -298,161 +232,164 @@ impl App {
     }
 
     pub fn step(&self) -> u64 {
-        self.last_step.map(|s| s.step).unwrap_or(0)
+        self.run.step()
     }
 
-    fn log(&mut self, step: u64, kind: LogKind, text: String) {
-        if self.log.len() == LOG_LINES {
-            self.log.pop_front();
+    /// The requests gathered since the last call.
+    pub fn take_requests(&mut self) -> Vec<Request> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    fn ask(&mut self, r: Request) {
+        if !self.outbox.contains(&r) {
+            self.outbox.push(r);
         }
-        self.log.push_back(LogLine { step, kind, text });
     }
 
     /// Folds one engine event into the state.
     pub fn on_event(&mut self, event: Event) {
-        match event {
-            Event::Started {
-                step,
-                total_steps,
-                windows_per_epoch,
-                parameters,
-                device,
-                run_dir,
-                objective,
-            } => {
-                self.info = RunInfo {
-                    name: run_dir
-                        .as_ref()
-                        .and_then(|d| d.file_name())
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_else(|| "run".into()),
-                    device,
-                    total_steps,
-                    windows_per_epoch,
-                    parameters,
-                    run_dir,
-                };
-                self.status = RunStatus::Running;
-                self.log(step, LogKind::Info, format!("started: {objective}"));
-            }
-            Event::Step(s) => {
-                push_capped(&mut self.loss, (s.step as f64, s.loss));
-                self.lr = Some(s.lr);
-                self.last_step = Some(s);
-            }
-            Event::Eval(e) => {
-                if e.split == "valid" {
-                    push_capped(&mut self.valid_loss, (e.step as f64, e.loss));
+        self.run.on_event(&event);
+        if let Event::Embedding(e) = &event
+            && self.analysis.is_none()
+        {
+            // A new snapshot: its projections, and the watched words' neighbours in it.
+            self.ask(Request::Projection(Some(e.step)));
+            self.ask_neighbors();
+        }
+    }
+
+    /// Folds one message of the run into the state.
+    pub fn on_message(&mut self, message: ServerMessage) {
+        match message {
+            ServerMessage::Hello { run, .. } => self.hello = Some(run),
+            ServerMessage::History { view } => {
+                self.run = *view;
+                self.scrub = None;
+                if let Some(&newest) = self.run.projection_steps.last() {
+                    self.ask(Request::Projection(Some(newest)));
                 }
-                self.log(
-                    e.step,
-                    LogKind::Eval,
-                    format!(
-                        "{} ppl {:.2} (freq {:.1}, med {:.1}, rare {:.1}) uniq {}",
-                        e.split, e.ppl, e.groups[0].0, e.groups[1].0, e.groups[2].0, e.outputs.uniq
-                    ),
-                );
-                if e.split == "valid" {
-                    self.last_eval = Some(e);
-                }
+                self.ask_neighbors();
             }
-            Event::Embedding(e) => self.embedding.push(*e),
-            Event::Snapshot { .. } => {}
-            Event::Applied(a) => {
-                if let Command::Objective { change } = &a.command {
-                    // Mirror the engine's state: the same change applies the same way here.
-                    let _ = self.objectives.apply(change, [usize::MAX; 3]);
-                    self.interventions.push(a.step);
-                }
-                if let Command::SetLr { .. } = a.command {
-                    self.interventions.push(a.step);
-                }
-                let text = match &a.command {
-                    Command::Pause | Command::Resume | Command::SaveCheckpoint => None,
-                    _ => Some(format!("{} → {}", a.before, a.after)),
-                };
-                if let Some(text) = text {
-                    self.log(a.step, LogKind::Intervention, text);
-                }
-            }
-            Event::Rejected {
-                step,
-                command,
-                reason,
-            } => self.log(
-                step,
-                LogKind::Warning,
-                format!("refused {}: {reason}", describe(&command)),
-            ),
-            Event::Checkpoint { step, path } => self.log(
-                step,
-                LogKind::Checkpoint,
-                format!("checkpoint {}", path.display()),
-            ),
-            Event::Paused { step } => {
-                self.status = RunStatus::Paused;
-                self.log(step, LogKind::Info, "paused".into());
-            }
-            Event::Resumed { step } => {
-                self.status = RunStatus::Running;
-                self.log(step, LogKind::Info, "resumed".into());
-            }
-            Event::Diverged { step, loss } => {
-                self.status = RunStatus::Diverged { step, loss };
-                self.log(
+            ServerMessage::Event { event } => self.on_event(event),
+            ServerMessage::Gap { dropped } => {
+                let step = self.step();
+                self.run.log(
                     step,
-                    LogKind::Error,
-                    format!("loss {loss} at step {step}: paused, the step was not applied"),
+                    LogKind::Warning,
+                    format!("this viewer fell behind: {dropped} updates skipped, history reloaded"),
                 );
             }
-            Event::Warning { step, message } => self.log(step, LogKind::Warning, message),
-            Event::Finished { step, reason } => {
-                self.log(step, LogKind::Info, format!("finished ({reason:?})"));
-                self.status = RunStatus::Finished(reason);
+            ServerMessage::CommandResult { .. } => {
+                // Every viewer sees the applied change (or the refusal) as an event.
             }
-            Event::Failed { step, message } => {
-                self.log(step, LogKind::Error, format!("failed: {message}"));
-                self.status = RunStatus::Failed(message);
+            ServerMessage::Projection { frame, .. } => {
+                if let Some(f) = frame {
+                    self.add_frame(Arc::new(f));
+                }
+            }
+            ServerMessage::Neighbors { step, results, .. } => {
+                self.neighbors.set_results(step, results);
+            }
+            ServerMessage::Vocabulary { tokens, counts, .. } => {
+                self.vocab = Some(Arc::new(Vocabulary { tokens, counts }));
+            }
+            ServerMessage::Error { message, .. } => {
+                let step = self.step();
+                self.run
+                    .log(step, LogKind::Warning, format!("run: {message}"));
             }
         }
     }
 
-    /// A new embedding analysis (2-D projection and spectrum) from the metrics thread.
+    /// The connection to the run is gone.
+    pub fn on_disconnect(&mut self) {
+        if self.connection_lost {
+            return;
+        }
+        self.connection_lost = true;
+        if self.run.status.is_live() {
+            let step = self.step();
+            self.run.log(
+                step,
+                LogKind::Error,
+                "the connection to the run was lost: its process ended without a final word (see its output.log; `conelab runs` tells its state)".into(),
+            );
+            self.run.status = RunStatus::Crashed;
+        }
+        self.read_only
+            .get_or_insert_with(|| "read-only: the run's process is gone".into());
+    }
+
+    fn ask_neighbors(&mut self) {
+        let watched = self.neighbors.watched();
+        if !watched.is_empty() && self.analysis.is_none() {
+            self.ask(Request::Neighbors(watched));
+        }
+    }
+
+    fn add_frame(&mut self, frame: Arc<ProjectionFrame>) {
+        if !self.run.projection_steps.contains(&frame.step) {
+            let at = self
+                .run
+                .projection_steps
+                .partition_point(|s| *s < frame.step);
+            self.run.projection_steps.insert(at, frame.step);
+        }
+        self.frames.insert(frame.step, frame);
+        // Keep the shown one and the newest; drop the ones farthest from what is shown.
+        while self.frames.len() > CACHED_FRAMES {
+            let shown = self.shown_step().unwrap_or(u64::MAX);
+            let newest = self.run.projection_steps.last().copied();
+            let far = self
+                .frames
+                .keys()
+                .copied()
+                .filter(|s| Some(*s) != newest && *s != shown)
+                .max_by_key(|s| s.abs_diff(shown));
+            match far {
+                Some(s) => {
+                    self.frames.remove(&s);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// A new embedding analysis computed here (the browser): its projections and neighbours.
     pub fn on_analysis(&mut self, analysis: Arc<EmbeddingAnalysis>) {
-        if self.first_spectrum.is_none() {
-            self.first_spectrum = Some(analysis.panel.total.sv_norm.clone());
+        if self.run.first_spectrum.is_none() {
+            self.run.first_spectrum = Some(analysis.panel.total.sv_norm.clone());
         }
         self.neighbors.refresh(Some(&analysis));
-        if self.scatter_frames.len() >= SCATTER_FRAMES {
-            // Keep the whole run's story: thin the older half, as the loss curve does.
-            let half = self.scatter_frames.len() / 2;
-            let mut kept: Vec<ScatterFrame> = self.scatter_frames[..half]
-                .iter()
-                .step_by(2)
-                .cloned()
-                .collect();
-            let removed = half - kept.len();
-            kept.extend_from_slice(&self.scatter_frames[half..]);
-            self.scatter_frames = kept;
-            // A scrub position in the thinned half moves with its frame (approximately).
-            self.scrub = self
-                .scrub
-                .map(|i| if i < half { i / 2 } else { i - removed });
-        }
-        self.scatter_frames.push(ScatterFrame {
-            step: analysis.snapshot.step,
-            uncentred: analysis.panel.projection.clone(),
-            centred: analysis.panel.centred.clone(),
-        });
+        self.add_frame(Arc::new(analysis.frame()));
         self.analysis = Some(analysis);
     }
 
-    /// The snapshot the embedding pane shows: the scrubbed one, or the newest.
-    pub fn scatter_frame(&self) -> Option<&ScatterFrame> {
+    /// The step of the snapshot the embedding pane shows.
+    pub fn shown_step(&self) -> Option<u64> {
+        let steps = &self.run.projection_steps;
         match self.scrub {
-            Some(i) => self.scatter_frames.get(i),
-            None => self.scatter_frames.last(),
+            Some(i) => steps.get(i).copied(),
+            None => steps.last().copied(),
         }
+    }
+
+    /// The projections the embedding pane shows: the scrubbed snapshot's, or the newest; while a
+    /// scrubbed one is on its way, the nearest one at hand.
+    pub fn scatter_frame(&self) -> Option<&ProjectionFrame> {
+        let step = self.shown_step()?;
+        if let Some(f) = self.frames.get(&step) {
+            return Some(f);
+        }
+        self.frames
+            .iter()
+            .min_by_key(|(s, _)| s.abs_diff(step))
+            .map(|(_, f)| f.as_ref())
+    }
+
+    /// Whether the run takes commands from this viewer.
+    pub fn controllable(&self) -> bool {
+        self.read_only.is_none() && !self.connection_lost
     }
 
     /// Applies an action; returns what the caller must do.
@@ -462,20 +399,23 @@ impl App {
                 Action::StopAndSave | Action::StopWithoutSaving => {
                     self.confirm_quit = false;
                     self.exit_when_finished = true;
-                    self.status = RunStatus::Stopping;
+                    self.run.status = RunStatus::Stopping;
                     Effect::Send(Command::Stop {
                         save: action == Action::StopAndSave,
                     })
+                }
+                Action::Detach => {
+                    self.confirm_quit = false;
+                    Effect::Detach
                 }
                 Action::Cancel | Action::Quit => {
                     self.confirm_quit = false;
                     Effect::None
                 }
-                Action::Interrupt => self.interrupt(),
                 _ => Effect::None,
             };
         }
-        if self.help && !matches!(action, Action::Interrupt | Action::None) {
+        if self.help && !matches!(action, Action::Quit | Action::None) {
             self.help = false;
             if action == Action::ToggleHelp || action == Action::Cancel {
                 return Effect::None;
@@ -489,14 +429,20 @@ impl App {
                 Effect::None
             }
             Action::Quit => {
-                if self.status.is_live() && self.status != RunStatus::Stopping {
+                if self.controllable() && self.run.status.is_live() {
                     self.confirm_quit = true;
                     Effect::None
                 } else {
                     Effect::Exit
                 }
             }
-            Action::Interrupt => self.interrupt(),
+            Action::Detach => {
+                if self.controllable() && self.run.status.is_live() {
+                    Effect::Detach
+                } else {
+                    Effect::Exit
+                }
+            }
             Action::ToggleHelp => {
                 self.help = true;
                 Effect::None
@@ -564,6 +510,7 @@ impl App {
             }
             Action::SearchAccept => {
                 self.neighbors.accept(self.analysis.as_deref());
+                self.ask_neighbors();
                 Effect::None
             }
             Action::SearchCancel => {
@@ -572,6 +519,7 @@ impl App {
             }
             Action::TogglePin => {
                 self.neighbors.toggle_pin(self.analysis.as_deref());
+                self.ask_neighbors();
                 Effect::None
             }
             Action::ToggleCentred => {
@@ -579,7 +527,7 @@ impl App {
                 Effect::None
             }
             Action::Scrub(delta) => {
-                let n = self.scatter_frames.len();
+                let n = self.run.projection_steps.len();
                 if n > 0 {
                     let at = self.scrub.unwrap_or(n - 1) as i64 + delta as i64;
                     // Past the newest snapshot: follow the live one again.
@@ -588,28 +536,24 @@ impl App {
                     } else {
                         Some(at.clamp(0, n as i64 - 1) as usize)
                     };
+                    if let Some(step) = self.shown_step()
+                        && !self.frames.contains_key(&step)
+                        && self.analysis.is_none()
+                    {
+                        self.ask(Request::Projection(Some(step)));
+                    }
                 }
                 Effect::None
             }
         }
     }
 
-    fn interrupt(&mut self) -> Effect {
-        self.confirm_quit = false;
-        self.exit_when_finished = true;
-        if self.status.is_live() && self.status != RunStatus::Stopping {
-            self.status = RunStatus::Stopping;
-            Effect::Send(Command::Stop { save: true })
-        } else if self.status == RunStatus::Stopping {
-            Effect::None
-        } else {
-            Effect::Exit
-        }
-    }
-
-    /// A command only makes sense while the engine runs.
+    /// A command only makes sense while the run lives and takes commands from here.
     fn live_command(&self, command: Command) -> Effect {
-        if self.status.is_live() && self.status != RunStatus::Stopping {
+        if self.controllable()
+            && self.run.status.is_live()
+            && self.run.status != RunStatus::Stopping
+        {
             Effect::Send(command)
         } else {
             Effect::None
@@ -617,7 +561,7 @@ impl App {
     }
 
     fn pause_command(&self) -> Effect {
-        match self.status {
+        match self.run.status {
             RunStatus::Paused | RunStatus::Diverged { .. } => self.live_command(Command::Resume),
             _ => self.live_command(Command::Pause),
         }
@@ -631,14 +575,14 @@ impl App {
         let change = match self.selected_control() {
             Control::Term(term) => ObjectiveChange::Enable {
                 term,
-                on: !self.objectives.term(term).0,
+                on: !self.run.objectives.term(term).0,
             },
             Control::Freeze(group) => ObjectiveChange::Freeze {
                 group,
-                frozen: !self.objectives.freeze.is_frozen(group),
+                frozen: !self.run.objectives.freeze.is_frozen(group),
             },
             Control::GateFreeze => ObjectiveChange::GateFreeze {
-                parts: match self.objectives.gate_freeze {
+                parts: match self.run.objectives.gate_freeze {
                     GateParts::None => GateParts::B,
                     GateParts::B => GateParts::C,
                     GateParts::C => GateParts::Bc,
@@ -655,12 +599,12 @@ impl App {
     fn scale_control(&mut self, factor: f64) -> Effect {
         match self.selected_control() {
             Control::Term(term) => {
-                let weight = self.objectives.term(term).1 * factor;
+                let weight = self.run.objectives.term(term).1 * factor;
                 self.live_command(Command::Objective {
                     change: ObjectiveChange::Weight { term, weight },
                 })
             }
-            Control::LearningRate => match self.lr {
+            Control::LearningRate => match self.run.lr {
                 Some(lr) => self.live_command(Command::SetLr { lr: lr * factor }),
                 None => Effect::None,
             },
@@ -668,43 +612,37 @@ impl App {
         }
     }
 
-    /// The app should end now (the engine finished after a stop the user asked for).
+    /// The app should end now (the run finished after a stop the user asked for).
     pub fn should_exit(&self) -> bool {
-        self.exit_when_finished && !self.status.is_live()
+        self.exit_when_finished && (!self.run.status.is_live() || self.connection_lost)
     }
 
     /// Seconds left at the current speed.
     pub fn eta_seconds(&self) -> Option<f64> {
-        let s = self.last_step?;
-        let left = self.info.total_steps.saturating_sub(s.step) as f64;
+        let s = self.run.last_step?;
+        let left = self.run.info.total_steps.saturating_sub(s.step) as f64;
         Some(left * s.step_ms / 1e3)
     }
 
-    /// The value of a metric for a group (0..3) or the total (3) from the newest embedding stats.
+    /// A metric's history for a group (0..3) or the total (3).
     pub fn embedding_metric(&self, metric: EmbeddingMetric, group: usize) -> Vec<f64> {
-        self.embedding
+        let g = group.min(3);
+        self.run
+            .embedding
             .iter()
-            .map(|e| {
-                let s = if group < 3 {
-                    &e.groups[group]
-                } else {
-                    &e.total
-                };
-                match metric {
-                    EmbeddingMetric::I1 => s.i1,
-                    EmbeddingMetric::I2 => s.i2,
-                    EmbeddingMetric::MeanCos => s.mean_cos,
-                    EmbeddingMetric::MeanNorm => s.mean_norm,
-                }
+            .map(|e| match metric {
+                EmbeddingMetric::I1 => e.i1[g],
+                EmbeddingMetric::I2 => e.i2[g],
+                EmbeddingMetric::MeanCos => e.mean_cos[g],
+                EmbeddingMetric::MeanNorm => e.mean_norm[g],
             })
             .collect()
     }
 
-    /// Index into `embedding` of the last snapshot taken before the last intervention took
-    /// effect: "the change since the intervention" is measured from there.
+    /// Index into the embedding history of the last snapshot taken before the last intervention
+    /// took effect: "the change since the intervention" is measured from there.
     pub fn since_intervention(&self) -> Option<usize> {
-        let last = *self.interventions.last()?;
-        self.embedding.iter().rposition(|e| e.step < last)
+        self.run.since_intervention()
     }
 }
 
@@ -714,23 +652,4 @@ pub enum EmbeddingMetric {
     I2,
     MeanCos,
     MeanNorm,
-}
-
-fn push_capped(curve: &mut Vec<(f64, f64)>, point: (f64, f64)) {
-    if curve.len() >= CURVE_POINTS {
-        // Keep the shape of the whole run: thin the older half.
-        let half = curve.len() / 2;
-        let mut thinned: Vec<(f64, f64)> = curve[..half].iter().step_by(2).copied().collect();
-        thinned.extend_from_slice(&curve[half..]);
-        *curve = thinned;
-    }
-    curve.push(point);
-}
-
-fn describe(command: &Command) -> String {
-    match command {
-        Command::Objective { change } => change.to_string(),
-        Command::SetLr { lr } => format!("lr {lr}"),
-        other => format!("{other:?}").to_lowercase(),
-    }
 }

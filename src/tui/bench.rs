@@ -12,10 +12,10 @@ use serde::Serialize;
 use super::app::{App, Pane, ViewOptions};
 use super::ui;
 use crate::data::{FrequencyGroups, GroupBounds};
-use crate::engine::analysis::{EmbeddingAnalysis, EmbeddingStats};
+use crate::engine::analysis::EmbeddingAnalysis;
 use crate::engine::{
-    self, AppliedCommand, Command, EngineError, EvalStats, Event, Snapshot, StepStats, TrainConfig,
-    Trainer,
+    self, AppliedCommand, Command, EmbeddingStats, EngineError, EngineOptions, EvalStats, Event,
+    Snapshot, StepStats, TrainConfig, Trainer,
 };
 use crate::metrics::{
     EmbeddingPanel, Embeddings, MatrixError, OutputAccumulator, OutputBatch, PanelOptions,
@@ -156,6 +156,7 @@ pub fn demo_app(n: usize, d: usize, steps: u64) -> Result<(App, FrequencyGroups)
         device: "cpu".into(),
         run_dir: Some("checkpoints/tiny-synthetic-bench".into()),
         objective: "MLE".into(),
+        objectives: Box::new(Objectives::default()),
     });
     let every = (steps / 10).max(1);
     for s in 1..=steps {
@@ -181,6 +182,7 @@ pub fn demo_app(n: usize, d: usize, steps: u64) -> Result<(App, FrequencyGroups)
                 },
                 before: "MLE".into(),
                 after: "CosReg γ=1".into(),
+                ticket: None,
             }));
         }
         if s % every == 0 {
@@ -269,8 +271,10 @@ fn timed_run(
     let trainer = Trainer::new(corpus, model.clone(), config, DeviceSpec::Cpu)?;
     let rows = RowGroups::from_ranks(trainer.corpus().groups());
     let tokens_per_step = (16 * model.window()) as f64;
-    let handle = engine::spawn(trainer, None);
+    let handle = engine::spawn(trainer, EngineOptions::default())
+        .map_err(|e| EngineError::Backend(format!("no engine thread: {e}")))?;
     let mut app = App::new(Objectives::default(), ViewOptions::default());
+    let mut analysed = None;
     let mut terminal = Terminal::new(TestBackend::new(200, 60))
         .map_err(|e| EngineError::Config(format!("test backend: {e}")))?;
     let mut first: Option<(u64, Instant)> = None;
@@ -314,7 +318,10 @@ fn timed_run(
             }
         }
         if tui {
-            if let Some(a) = handle.analyses().take() {
+            if let Some(a) = handle.latest_analysis().get()
+                && analysed != Some(a.snapshot.step)
+            {
+                analysed = Some(a.snapshot.step);
                 app.on_analysis(a);
                 dirty = true;
             }

@@ -11,7 +11,8 @@ use super::app::{Action, App, Pane, ViewOptions};
 use super::neighbors::Vocabulary;
 use crate::checkpoint::matrix::LoadedMatrix;
 use crate::data::GroupBounds;
-use crate::engine::analysis::{EmbeddingAnalysis, EmbeddingStats};
+use crate::engine::EmbeddingStats;
+use crate::engine::analysis::EmbeddingAnalysis;
 use crate::engine::{Event, FinishReason, Snapshot};
 use crate::metrics::{
     EmbeddingPanel, Embeddings, MatrixError, PanelOptions, ProjectionMode, RowGroups, Threads,
@@ -73,8 +74,10 @@ impl Side {
             panel,
         }));
         // One snapshot: there is no "start" to compare the spectrum with (unless --compare).
-        app.first_spectrum = None;
-        app.status = super::app::RunStatus::Finished(FinishReason::Completed);
+        app.run.first_spectrum = None;
+        app.run.status = super::app::RunStatus::Finished {
+            reason: FinishReason::Completed,
+        };
         app.focus = Pane::Scatter;
         Ok(Self {
             app,

@@ -11,8 +11,14 @@ use super::app::{Action, App, Pane};
 /// Every key, for the help overlay: (keys, what they do).
 pub const HELP: &[(&str, &str)] = &[
     ("?", "this help (any key closes it)"),
-    ("q", "quit: asks before stopping a running training"),
-    ("Ctrl-C", "stop and save now, then quit"),
+    (
+        "q / Ctrl-C",
+        "quit: on a live run asks — detach, stop and save, stop, cancel",
+    ),
+    (
+        "d",
+        "detach: leave the workbench, training goes on (`conelab attach RUN` comes back)",
+    ),
     ("Tab / Shift-Tab", "next / previous pane"),
     ("1 … 8", "focus a pane"),
     ("z", "zoom the focused pane (Esc: back)"),
@@ -44,7 +50,7 @@ pub const HELP: &[(&str, &str)] = &[
     ),
     (
         "In the quit dialog",
-        "s stop and save · x stop without saving · c or Esc cancel",
+        "d detach · s stop and save · x stop without saving · c or Esc cancel",
     ),
 ];
 
@@ -93,10 +99,12 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
     }
     let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
     if ctrl && matches!(key.code, KeyCode::Char('c')) {
-        return Action::Interrupt;
+        // Like q: asks (a second Ctrl-C in the dialog cancels it).
+        return Action::Quit;
     }
     if app.confirm_quit {
         return match key.code {
+            KeyCode::Char('d') | KeyCode::Char('D') => Action::Detach,
             KeyCode::Char('s') | KeyCode::Char('S') | KeyCode::Enter => Action::StopAndSave,
             KeyCode::Char('x') | KeyCode::Char('X') => Action::StopWithoutSaving,
             KeyCode::Char('c') | KeyCode::Char('C') | KeyCode::Esc | KeyCode::Char('q') => {
@@ -118,6 +126,7 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
     let scatter = app.focus == Pane::Scatter;
     match key.code {
         KeyCode::Char('q') => Action::Quit,
+        KeyCode::Char('d') => Action::Detach,
         KeyCode::Char('?') => Action::ToggleHelp,
         KeyCode::Tab => Action::FocusNext,
         KeyCode::BackTab => Action::FocusPrev,
@@ -159,7 +168,7 @@ mod tests {
 
     fn running() -> App {
         let mut app = App::new(Objectives::default(), ViewOptions::default());
-        app.status = RunStatus::Running;
+        app.run.status = RunStatus::Running;
         app
     }
 
@@ -181,7 +190,9 @@ mod tests {
             Effect::Send(Command::Stop { save: true })
         );
         assert!(!app.should_exit(), "waits for the engine to finish");
-        app.status = RunStatus::Finished(crate::engine::FinishReason::Stopped);
+        app.run.status = RunStatus::Finished {
+            reason: crate::engine::FinishReason::Stopped,
+        };
         assert!(app.should_exit());
         let mut app = running();
         press(&mut app, KeyCode::Char('q'));
@@ -192,18 +203,36 @@ mod tests {
     }
 
     #[test]
-    fn a_finished_run_quits_at_once_and_ctrl_c_stops_and_saves() {
+    fn a_finished_run_quits_at_once_and_ctrl_c_asks_like_q() {
         let mut app = running();
-        app.status = RunStatus::Finished(crate::engine::FinishReason::Completed);
+        app.run.status = RunStatus::Finished {
+            reason: crate::engine::FinishReason::Completed,
+        };
         assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Exit);
         let mut app = running();
         let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
         let action = action_for(&app, ctrl_c);
-        assert_eq!(
-            app.apply(action),
-            Effect::Send(Command::Stop { save: true })
-        );
-        assert!(app.exit_when_finished);
+        assert_eq!(app.apply(action), Effect::None);
+        assert!(app.confirm_quit, "Ctrl-C asks");
+        assert_eq!(press(&mut app, KeyCode::Char('d')), Effect::Detach);
+        assert!(!app.exit_when_finished, "detaching leaves the run alone");
+    }
+
+    #[test]
+    fn d_detaches_a_live_run_at_once_and_leaves_a_read_only_one() {
+        let mut app = running();
+        assert_eq!(press(&mut app, KeyCode::Char('d')), Effect::Detach);
+        let mut app = running();
+        app.read_only = Some("read-only: the run completed".into());
+        app.run.status = RunStatus::Finished {
+            reason: crate::engine::FinishReason::Completed,
+        };
+        assert_eq!(press(&mut app, KeyCode::Char('d')), Effect::Exit);
+        assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Exit);
+        // No command leaves a read-only view.
+        app.focus = Pane::Controls;
+        assert_eq!(press(&mut app, KeyCode::Char(' ')), Effect::None);
+        assert_eq!(press(&mut app, KeyCode::Char('p')), Effect::None);
     }
 
     #[test]
@@ -359,12 +388,14 @@ mod tests {
             press(&mut app, KeyCode::Char('p')),
             Effect::Send(Command::Pause)
         );
-        app.status = RunStatus::Paused;
+        app.run.status = RunStatus::Paused;
         assert_eq!(
             press(&mut app, KeyCode::Char('p')),
             Effect::Send(Command::Resume)
         );
-        app.status = RunStatus::Finished(crate::engine::FinishReason::Completed);
+        app.run.status = RunStatus::Finished {
+            reason: crate::engine::FinishReason::Completed,
+        };
         assert_eq!(
             press(&mut app, KeyCode::Char('s')),
             Effect::None,

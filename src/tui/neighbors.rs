@@ -17,25 +17,7 @@ pub const MATCHES: usize = 6;
 /// Words that can be pinned at once.
 pub const MAX_PINNED: usize = 6;
 
-/// The run's vocabulary in id order (= frequency rank) with training counts.
-#[derive(Debug, Clone, Default)]
-pub struct Vocabulary {
-    pub tokens: Vec<String>,
-    pub counts: Vec<u64>,
-}
-
-impl Vocabulary {
-    pub fn token(&self, id: u32) -> &str {
-        self.tokens
-            .get(id as usize)
-            .map(String::as_str)
-            .unwrap_or("?")
-    }
-
-    pub fn count(&self, id: u32) -> u64 {
-        self.counts.get(id as usize).copied().unwrap_or(0)
-    }
-}
+pub use crate::run::view::Vocabulary;
 
 /// How well `token` matches `query` (lower is better): exact, prefix, substring, then a
 /// subsequence (its letters in order), case-insensitively; `None` when it does not match.
@@ -164,6 +146,25 @@ impl NeighborsState {
         let mut v: Vec<u32> = self.selected.into_iter().collect();
         v.extend(self.pinned.iter().filter(|p| Some(**p) != self.selected));
         v
+    }
+
+    /// Neighbours as the run answered them (a viewer of a run asks instead of computing).
+    pub fn set_results(
+        &mut self,
+        step: Option<u64>,
+        results: Vec<crate::run::protocol::WordNeighbors>,
+    ) {
+        let watched = self.watched();
+        self.results = watched
+            .iter()
+            .filter_map(|w| {
+                results
+                    .iter()
+                    .find(|r| r.word == *w)
+                    .map(|r| (r.word, r.neighbors.clone()))
+            })
+            .collect();
+        self.step = step;
     }
 
     /// Recomputes the neighbours from the newest snapshot (the index only when W changed).

@@ -204,7 +204,7 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&RowGroups>) {
     frame.render_widget(header_line(app, &pal), header);
     frame.render_widget(
         Paragraph::new(
-            "? help · q quit · p pause · s save · Tab/1-8 pane · z zoom · / search · l log-y · m smooth",
+            "? help · q quit · d detach · p pause · s save · Tab/1-8 pane · z zoom · / search · l log-y · m smooth",
         )
         .style(pal.fg(Color::DarkGray)),
         footer,
@@ -221,23 +221,35 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&RowGroups>) {
 }
 
 fn header_line(app: &App, pal: &Palette) -> Paragraph<'static> {
-    let (status, color) = match &app.status {
+    let (status, color) = match &app.run.status {
         RunStatus::Starting => ("starting".to_string(), Color::Gray),
         RunStatus::Running => ("running".to_string(), Color::Green),
         RunStatus::Paused => ("paused".to_string(), Color::Yellow),
         RunStatus::Stopping => ("stopping…".to_string(), Color::Yellow),
-        RunStatus::Finished(r) => (format!("finished ({r:?}) — q to leave"), Color::Cyan),
-        RunStatus::Diverged { step, .. } => {
-            (format!("diverged at step {step} — paused"), Color::Red)
-        }
-        RunStatus::Failed(m) => (format!("failed: {m}"), Color::Red),
+        RunStatus::Finished { reason } => (
+            format!("finished ({}) — q to leave", reason.name()),
+            Color::Cyan,
+        ),
+        RunStatus::Diverged { step, .. } => (
+            format!("diverged at step {step} — paused: lower the lr and resume (p), or stop (q)"),
+            Color::Red,
+        ),
+        RunStatus::Failed { message } => (format!("failed: {message}"), Color::Red),
+        RunStatus::Crashed => ("crashed (no live process)".to_string(), Color::Red),
+    };
+    let status = if app.connection_lost && !status.starts_with("crashed") {
+        format!("{status} · disconnected")
+    } else if app.read_only.is_some() && !app.run.status.is_live() {
+        format!("{status} · read-only")
+    } else {
+        status
     };
     let step = app.step();
-    let total = app.info.total_steps.max(1);
-    let epoch = app.last_step.map(|s| s.epoch).unwrap_or(0.0);
+    let total = app.run.info.total_steps.max(1);
+    let epoch = app.run.last_step.map(|s| s.epoch).unwrap_or(0.0);
     let eta = app
         .eta_seconds()
-        .filter(|_| app.status.is_live())
+        .filter(|_| app.run.status.is_live())
         .map(|s| format!(" · ETA {}", human_duration(s)))
         .unwrap_or_default();
     Paragraph::new(Line::from(vec![
@@ -245,7 +257,10 @@ fn header_line(app: &App, pal: &Palette) -> Paragraph<'static> {
             " conelab ",
             pal.fg(Color::LightGreen).add_modifier(Modifier::BOLD),
         ),
-        Span::raw(format!("{} · {} · ", app.info.name, app.info.device)),
+        Span::raw(format!(
+            "{} · {} · ",
+            app.run.info.name, app.run.info.device
+        )),
         Span::styled(status, pal.fg(color)),
         Span::raw(format!(
             " · step {step}/{total} ({:.0} %) · epoch {epoch:.2}{eta}",
@@ -350,7 +365,7 @@ fn neighbors_pane(
     }
     if nb.results.is_empty() {
         if !nb.editing {
-            let hint = if app.analysis.is_none() {
+            let hint = if app.run.projection_steps.is_empty() && app.analysis.is_none() {
                 "neighbours appear with the first snapshot"
             } else {
                 "type / and a word"
@@ -403,7 +418,7 @@ fn neighbors_pane(
 
 /// The newest evaluation's self-normalisation: μ_z, σ_z, and where (entropy, log Z) fall.
 fn self_norm(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
-    let Some(e) = &app.last_eval else {
+    let Some(e) = &app.run.last_eval else {
         frame.render_widget(
             Paragraph::new("appears with the first validation evaluation"),
             area,
@@ -443,8 +458,9 @@ fn self_norm(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
 
 fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
     let [text, chart] = Layout::vertical([Constraint::Length(2), Constraint::Min(0)]).areas(area);
-    let s = app.last_step;
+    let s = app.run.last_step;
     let valid = app
+        .run
         .last_eval
         .as_ref()
         .map(|e| format!("valid ppl {:.2}", e.ppl))
@@ -468,7 +484,7 @@ fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
             "lr {:.2e}  grad norm {:.3}  params {}{}",
             s.lr,
             s.grad_norm,
-            format_compact(app.info.parameters as f64),
+            format_compact(app.run.info.parameters as f64),
             s.rare_tokens
                 .map(|r| format!("  rare set {r}"))
                 .unwrap_or_default()
@@ -479,15 +495,16 @@ fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
         Paragraph::new(vec![Line::raw(line1), Line::raw(line2)]),
         text,
     );
-    if chart.height < 3 || app.loss.is_empty() {
+    if chart.height < 3 || app.run.loss.is_empty() {
         return;
     }
     let transform = |v: f64| if app.log_y { v.max(1e-12).ln() } else { v };
-    let train: Vec<(f64, f64)> = smooth(&app.loss, app.smoothing)
+    let train: Vec<(f64, f64)> = smooth(&app.run.loss, app.smoothing)
         .into_iter()
         .map(|(x, y)| (x, transform(y)))
         .collect();
     let valid: Vec<(f64, f64)> = app
+        .run
         .valid_loss
         .iter()
         .map(|&(x, y)| (x, transform(y)))
@@ -505,8 +522,9 @@ fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
         hi += 0.5;
         lo -= 0.5;
     }
-    let x_max = (app.info.total_steps.max(1)) as f64;
+    let x_max = (app.run.info.total_steps.max(1)) as f64;
     let marks: Vec<(f64, f64)> = app
+        .run
         .interventions
         .iter()
         .flat_map(|&s| (0..8).map(move |k| (s as f64, lo + (hi - lo) * k as f64 / 7.0)))
@@ -577,8 +595,8 @@ fn smooth(points: &[(f64, f64)], on: bool) -> Vec<(f64, f64)> {
 fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
     let [table_area, sparks] =
         Layout::horizontal([Constraint::Length(52), Constraint::Min(0)]).areas(area);
-    let eval = app.last_eval.as_ref();
-    let emb = app.embedding.last();
+    let eval = app.run.last_eval.as_ref();
+    let emb = app.run.last_embedding.as_ref();
     let cell = |v: Option<f64>, digits: usize| match v {
         Some(v) if v.is_finite() => format!("{v:.digits$}"),
         _ => "–".into(),
@@ -647,7 +665,7 @@ fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
     )
     .header(header);
     frame.render_widget(table, table_area);
-    if sparks.width < 20 || app.embedding.is_empty() {
+    if sparks.width < 20 || app.run.embedding.is_empty() {
         return;
     }
     // Histories of the isotropy per group and the total mean cosine, with the change since the
@@ -720,8 +738,8 @@ fn scatter(frame: &mut Frame, app: &App, groups: Option<&RowGroups>, area: Rect,
             100.0 * projection.explained[0],
             100.0 * projection.explained[1],
             match app.scrub {
-                Some(i) => format!(" · {}/{}", i + 1, app.scatter_frames.len()),
-                None if app.scatter_frames.len() > 1 => " · live".to_string(),
+                Some(i) => format!(" · {}/{}", i + 1, app.run.projection_steps.len()),
+                None if app.run.projection_steps.len() > 1 => " · live".to_string(),
                 None => String::new(),
             }
         ))
@@ -755,16 +773,19 @@ fn scatter(frame: &mut Frame, app: &App, groups: Option<&RowGroups>, area: Rect,
 }
 
 fn spectrum(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
-    let Some(analysis) = &app.analysis else {
-        frame.render_widget(Paragraph::new("no snapshot yet"), area);
-        return;
+    let now = match (&app.analysis, &app.run.last_embedding) {
+        (Some(a), _) => &a.panel.total.sv_norm,
+        (None, Some(e)) if !e.total.sv_norm.is_empty() => &e.total.sv_norm,
+        _ => {
+            frame.render_widget(Paragraph::new("no snapshot yet"), area);
+            return;
+        }
     };
-    let now = &analysis.panel.total.sv_norm;
     let mut series = vec![Series::new("now", now).style(pal.fg(Color::Green))];
     if let Some((label, values)) = &app.spectrum_reference {
         series.push(Series::new(label.as_str(), values).style(pal.fg(Color::Yellow)));
     }
-    if let Some(first) = &app.first_spectrum {
+    if let Some(first) = &app.run.first_spectrum {
         series.push(Series::new("start", first).style(pal.fg(Color::DarkGray)));
     }
     frame.render_widget(
@@ -775,8 +796,40 @@ fn spectrum(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
     );
 }
 
+/// Lines `text` takes when word-wrapped at `width` (greedy, as the Paragraph wraps).
+fn wrapped_lines(text: &str, width: u16) -> usize {
+    let width = usize::from(width.max(1));
+    let mut lines = 1;
+    let mut used = 0;
+    for word in text.split_whitespace() {
+        let w = word.chars().count();
+        let need = if used == 0 { w } else { used + 1 + w };
+        if need <= width {
+            used = need;
+        } else {
+            lines += 1 + w.saturating_sub(1) / width;
+            used = w % width;
+        }
+    }
+    lines
+}
+
 fn controls(frame: &mut Frame, app: &App, area: Rect) {
-    let o = &app.objectives;
+    // A run that takes no commands says why first; its settings stay visible below, dimmed.
+    let (area, dim) = match &app.read_only {
+        Some(why) => {
+            let text = Paragraph::new(why.as_str())
+                .wrap(ratatui::widgets::Wrap { trim: true })
+                .style(Style::default().fg(Color::Yellow));
+            let lines = (wrapped_lines(why, area.width) as u16).min(area.height);
+            let [top, rest] =
+                Layout::vertical([Constraint::Length(lines), Constraint::Min(0)]).areas(area);
+            frame.render_widget(text, top);
+            (rest, true)
+        }
+        None => (area, false),
+    };
+    let o = &app.run.objectives;
     let check = |on: bool| if on { "[x]" } else { "[ ]" };
     let lines: Vec<Line> = Control::ALL
         .iter()
@@ -799,21 +852,24 @@ fn controls(frame: &mut Frame, app: &App, area: Rect) {
                     format!("{} freeze {g}", check(o.freeze.is_frozen(*g)))
                 }
                 Control::GateFreeze => format!("    gate-freeze: {}", o.gate_freeze.name()),
-                Control::Pause => match app.status {
+                Control::Pause => match app.run.status {
                     RunStatus::Paused => "    resume".into(),
                     _ => "    pause".into(),
                 },
                 Control::Checkpoint => "    checkpoint now".into(),
                 Control::LearningRate => format!(
                     "    lr {:>19}",
-                    app.lr
+                    app.run
+                        .lr
                         .map(|l| format!("{l:.3e}"))
                         .unwrap_or_else(|| "–".into())
                 ),
             };
-            let selected = app.focus == Pane::Controls && i == app.controls_cursor;
+            let selected = app.focus == Pane::Controls && i == app.controls_cursor && !dim;
             let style = if selected {
                 Style::default().add_modifier(Modifier::REVERSED)
+            } else if dim {
+                Style::default().add_modifier(Modifier::DIM)
             } else {
                 Style::default()
             };
@@ -829,6 +885,7 @@ fn controls(frame: &mut Frame, app: &App, area: Rect) {
 fn events(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
     let height = area.height as usize;
     let lines: Vec<Line> = app
+        .run
         .log
         .iter()
         .rev()
@@ -882,12 +939,13 @@ fn help_overlay(frame: &mut Frame, area: Rect) {
 }
 
 fn quit_dialog(frame: &mut Frame, area: Rect, pal: &Palette) {
-    let rect = centered(area, 46, 5);
+    let rect = centered(area, 54, 6);
     frame.render_widget(Clear, rect);
     frame.render_widget(
         Paragraph::new(vec![
             Line::raw("Training is still running."),
-            Line::raw("s stop and save · x stop · c cancel"),
+            Line::raw("d detach (training goes on) · c cancel"),
+            Line::raw("s stop and save · x stop without saving"),
         ])
         .alignment(Alignment::Center)
         .block(
@@ -921,7 +979,8 @@ mod tests {
 
     use super::*;
     use crate::data::{FrequencyGroups, GroupBounds};
-    use crate::engine::analysis::{EmbeddingAnalysis, EmbeddingStats};
+    use crate::engine::EmbeddingStats;
+    use crate::engine::analysis::EmbeddingAnalysis;
     use crate::engine::{
         AppliedCommand, Command, EvalStats, Event, FinishReason, Snapshot, StepStats,
     };
@@ -1047,6 +1106,7 @@ mod tests {
             device: "cpu".into(),
             run_dir: Some("checkpoints/tiny-synthetic-test".into()),
             objective: "MLE".into(),
+            objectives: Box::new(Objectives::default()),
         });
         for s in 1..=80u64 {
             app.on_event(step(s, 8.0 - 3.0 * (s as f64 / 80.0).sqrt()));
@@ -1062,6 +1122,7 @@ mod tests {
                     },
                     before: "MLE".into(),
                     after: "CosReg γ=1".into(),
+                    ticket: None,
                 }));
             }
             if s % 30 == 0 || s == 1 {
@@ -1104,14 +1165,48 @@ mod tests {
         terminal.backend().to_string()
     }
 
+    /// The per-group validation PPL of `eval()`, computed here from its definition: the target
+    /// of row i has log-probability −1 − 0.05·i, so a group's PPL is exp(1 + 0.05·mean i) over its
+    /// rows (frequent 0–17, medium 18–47, rare 48–59 of 60), and the total over all 60.
+    fn expected_ppl() -> [f64; 4] {
+        let ppl = |rows: std::ops::Range<usize>| {
+            let n = rows.len() as f64;
+            (1.0 + 0.05 * rows.map(|i| i as f64).sum::<f64>() / n).exp()
+        };
+        [ppl(0..18), ppl(18..48), ppl(48..60), ppl(0..60)]
+    }
+
+    /// The Groups pane's PPL row shows the independently computed values.
+    fn assert_group_ppl(text: &str) {
+        let row = text
+            .lines()
+            .find(|l| l.contains("│PPL "))
+            .unwrap_or_else(|| panic!("no PPL row:\n{text}"));
+        for p in expected_ppl() {
+            let shown = format!("{p:.1}");
+            assert!(row.contains(&shown), "PPL {shown} missing from {row}");
+        }
+    }
+
     #[test]
     fn snapshot_default_layout_120x40() {
-        insta::assert_snapshot!(draw(&app(), 120, 40));
+        let text = draw(&app(), 120, 40);
+        insta::assert_snapshot!(text);
+        assert_group_ppl(&text);
+        // The last training loss is 8 − 3·√(80/80) = 5; the total validation PPL e^2.475.
+        assert!(text.contains("loss 5.0000"), "{text}");
+        assert!(
+            text.contains(&format!("valid ppl {:.2}", expected_ppl()[3])),
+            "{text}"
+        );
+        assert!(text.contains("step 80/200 (40 %)"), "{text}");
     }
 
     #[test]
     fn snapshot_default_layout_80x24() {
-        insta::assert_snapshot!(draw(&app(), 80, 24));
+        let text = draw(&app(), 80, 24);
+        insta::assert_snapshot!(text);
+        assert!(text.contains("loss 5.0000"), "{text}");
     }
 
     #[test]
@@ -1129,7 +1224,28 @@ mod tests {
                         .unwrap_or("pane")
                         .to_lowercase()
                 );
-                insta::assert_snapshot!(name, draw(&a, w, h));
+                let text = draw(&a, w, h);
+                insta::assert_snapshot!(name.clone(), text);
+                // Something each pane must show, known without the snapshot.
+                let must: Vec<String> = match pane {
+                    Pane::Progress => vec!["loss 5.0000".into()],
+                    Pane::Groups => vec![format!("{:.1}", expected_ppl()[2])],
+                    Pane::Scatter => vec!["step 60 · Uncentred".into()],
+                    Pane::Spectrum => vec!["now".into()],
+                    Pane::Controls => vec!["[x] CosReg".into()],
+                    Pane::Events => vec!["MLE → CosReg γ=1".into()],
+                    Pane::Neighbors => vec!["w5".into()],
+                    // μ_z = 0.1·mean(0..60) = 2.95; σ_z = 0.1·√((60² − 1)/12); H and log Z are
+                    // both linear in the row: correlation 1.
+                    Pane::SelfNorm => vec![
+                        "μ_z 2.950".into(),
+                        format!("σ_z {:.3}", 0.1 * ((3600.0f64 - 1.0) / 12.0).sqrt()),
+                        "corr(H, log Z) 1.000".into(),
+                    ],
+                };
+                for m in must {
+                    assert!(text.contains(&m), "{name}: {m:?} missing:\n{text}");
+                }
             }
         }
     }
@@ -1138,11 +1254,22 @@ mod tests {
     fn snapshot_help_and_quit_dialog() {
         let mut a = app();
         a.apply(Action::ToggleHelp);
-        insta::assert_snapshot!("help_overlay", draw(&a, 100, 30));
+        let help = draw(&a, 100, 30);
+        insta::assert_snapshot!("help_overlay", help);
+        assert!(help.contains("detach"), "{help}");
         let mut a = app();
         a.apply(Action::Quit);
         assert!(a.confirm_quit);
-        insta::assert_snapshot!("quit_dialog", draw(&a, 80, 24));
+        let quit = draw(&a, 80, 24);
+        insta::assert_snapshot!("quit_dialog", quit);
+        for choice in [
+            "d detach",
+            "s stop and save",
+            "x stop without saving",
+            "c cancel",
+        ] {
+            assert!(quit.contains(choice), "{choice}: {quit}");
+        }
     }
 
     #[test]
@@ -1185,7 +1312,11 @@ mod tests {
     fn the_scrub_walks_back_through_snapshots_and_centring_switches_the_projection() {
         let mut a = app();
         a.focus = Pane::Scatter;
-        assert_eq!(a.scatter_frames.len(), 3, "snapshots at steps 1, 30 and 60");
+        assert_eq!(
+            a.run.projection_steps,
+            vec![1, 30, 60],
+            "snapshots at steps 1, 30 and 60"
+        );
         let live = draw(&a, 120, 40);
         assert!(
             live.contains("step 60 · Uncentred") && live.contains("· live"),
@@ -1232,15 +1363,15 @@ mod tests {
             reason: FinishReason::Completed,
         });
         let text = draw(&a, 120, 40);
-        assert!(text.contains("finished (Completed)"), "{text}");
+        assert!(text.contains("finished (completed)"), "{text}");
         assert!(
             text.contains("MLE → CosReg γ=1"),
             "the event log shows the change: {text}"
         );
         assert!(
-            a.objectives.cos.enabled,
+            a.run.objectives.cos.enabled,
             "the app mirrors the acknowledged change"
         );
-        assert_eq!(a.interventions, vec![41]);
+        assert_eq!(a.run.interventions, vec![41]);
     }
 }

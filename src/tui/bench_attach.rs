@@ -1,0 +1,404 @@
+//! `conelab bench attach`: what viewers cost a run, and what attaching costs a viewer.
+//!
+//! - Throughput: the same training run with no viewer and with two real viewers (`conelab
+//!   attach` processes on pseudo-terminals of 200×60, started through util-linux `script`),
+//!   alternated; tokens/s from the run's own store, between the end of the warm-up and the end.
+//! - Memory: the run process's resident set (sampled), with and without viewers; a viewer's.
+//! - Attach: from nothing to a complete first frame (hello, history, one frame drawn into a
+//!   200×60 `TestBackend`) on a run whose store holds `history` steps — a finished one (its
+//!   history rebuilt from the store) and a live one (its history sent by the run).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use serde::Serialize;
+
+use super::app::{App, ViewOptions};
+use crate::data::{FrequencyGroups, GroupBounds};
+use crate::metrics::RowGroups;
+use crate::objective::Objectives;
+use crate::run::RunError;
+use crate::run::client::{RunLink, handshake};
+use crate::run::protocol::{ClientMessage, ServerMessage};
+use crate::store::{self, col, split};
+
+#[derive(Debug, Clone)]
+pub struct AttachBench {
+    /// Preset of the timed runs.
+    pub model: String,
+    pub batch: usize,
+    pub bptt: Option<usize>,
+    /// Untimed steps (the viewers attach during them), then timed steps.
+    pub warmup: u64,
+    pub steps: u64,
+    /// Pairs of runs (without, with viewers), alternating which goes first.
+    pub rounds: usize,
+    /// Steps in the store of the attach benchmark.
+    pub history: u64,
+    /// Where the runs go (a temporary folder is made inside).
+    pub work: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputRound {
+    pub without_viewers: f64,
+    pub with_two_viewers: f64,
+    pub ratio: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AttachBenchResult {
+    pub model: String,
+    pub steps: u64,
+    pub rounds: Vec<ThroughputRound>,
+    /// Median over rounds of (with ÷ without).
+    pub ratio: f64,
+    pub run_rss_mib_without_viewers: f64,
+    pub run_rss_mib_with_two_viewers: f64,
+    /// A viewer of a live run, at its largest.
+    pub viewer_rss_mib: f64,
+    /// A viewer of a run that is over (nothing arriving), after it settled.
+    pub idle_viewer_rss_mib: f64,
+    pub history_steps: u64,
+    /// Hello to first complete frame, median of 3, on the finished run / on the live run.
+    pub attach_finished_ms: f64,
+    pub attach_live_ms: f64,
+}
+
+fn internal(what: &str) -> impl FnOnce(std::io::Error) -> RunError + '_ {
+    move |e| RunError::Internal(format!("{what}: {e}"))
+}
+
+/// Resident set of a process in MiB (0 when it is gone).
+pub fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Samples a process's resident set every 100 ms until `stop`; returns the largest.
+fn sample_rss(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<f64> {
+    std::thread::spawn(move || {
+        let mut max: f64 = 0.0;
+        while !stop.load(Ordering::SeqCst) {
+            max = max.max(rss_mib(pid));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        max
+    })
+}
+
+/// A `conelab attach DIR` on a pseudo-terminal of 200×60 (util-linux `script`).
+fn spawn_viewer(dir: &Path) -> Result<Child, RunError> {
+    let exe = std::env::current_exe().map_err(internal("finding conelab"))?;
+    let command = format!(
+        "stty cols 200 rows 60; exec '{}' attach '{}'",
+        exe.display(),
+        dir.display()
+    );
+    Command::new("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .env("TERM", "xterm-256color")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            RunError::Internal(format!("starting `script` (util-linux) for a viewer: {e}"))
+        })
+}
+
+/// The viewer process under `script` (its child), once it runs.
+fn viewer_pid(script: u32) -> Option<u32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{script}/task/{script}/children")).ok()?;
+    children.split_whitespace().next()?.parse().ok()
+}
+
+fn train_args(b: &AttachBench, dir: &Path, steps: u64) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<String> = vec![
+        "train".into(),
+        "synthetic".into(),
+        "--model".into(),
+        b.model.clone(),
+        "--batch".into(),
+        b.batch.to_string(),
+        "--steps".into(),
+        steps.to_string(),
+        "--eval-every".into(),
+        "0".into(),
+        "--snapshot-every".into(),
+        "25".into(),
+        "--checkpoint-every".into(),
+        "0".into(),
+        "--run-dir".into(),
+        dir.display().to_string(),
+    ];
+    if let Some(t) = b.bptt {
+        args.extend(["--bptt".into(), t.to_string()]);
+    }
+    args.into_iter().map(Into::into).collect()
+}
+
+/// Tokens/s between the end of the warm-up and the last step, from the run's store.
+fn store_throughput(dir: &Path, warmup: u64, tokens_per_step: f64) -> Result<f64, RunError> {
+    let st = store::load(dir)?;
+    let df = &st.metrics;
+    let key = store::series_key(split::TRAIN, "total", "loss");
+    let keys = df.column(col::KEY)?.i64()?;
+    let steps = df.column(col::STEP)?.u64()?;
+    let times = df.column(col::WALL_TIME)?.f64()?;
+    let mut rows: Vec<(u64, f64)> = keys
+        .iter()
+        .zip(steps.iter())
+        .zip(times.iter())
+        .filter_map(|((k, s), t)| (k == Some(key)).then_some((s?, t?)))
+        .collect();
+    rows.sort_by_key(|r| r.0);
+    let start = rows.iter().find(|r| r.0 >= warmup);
+    let end = rows.last();
+    match (start, end) {
+        (Some(a), Some(b)) if b.0 > a.0 && b.1 > a.1 => {
+            Ok((b.0 - a.0) as f64 * tokens_per_step / (b.1 - a.1))
+        }
+        _ => Err(RunError::Internal("too few steps to time".into())),
+    }
+}
+
+/// One timed run; returns (tokens/s, the run's largest RSS, the viewers' largest RSS).
+fn timed_run(
+    b: &AttachBench,
+    dir: &Path,
+    viewers: usize,
+    tokens_per_step: f64,
+) -> Result<(f64, f64, f64), RunError> {
+    let ready = crate::run::detach::spawn(train_args(b, dir, b.warmup + b.steps))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let run_rss = sample_rss(ready.pid, stop.clone());
+    let mut scripts = Vec::new();
+    for _ in 0..viewers {
+        scripts.push(spawn_viewer(&ready.dir)?);
+    }
+    let mut viewer_max: f64 = 0.0;
+    let start = Instant::now();
+    while crate::run::live::read_final(&ready.dir)
+        .ok()
+        .flatten()
+        .is_none()
+    {
+        if start.elapsed() > Duration::from_secs(3_600) {
+            return Err(RunError::Internal("the timed run did not end".into()));
+        }
+        for s in &scripts {
+            if let Some(v) = viewer_pid(s.id()) {
+                viewer_max = viewer_max.max(rss_mib(v));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let run_max = run_rss.join().unwrap_or(0.0);
+    for mut s in scripts {
+        if let Some(v) = viewer_pid(s.id()) {
+            // A signal only detaches a viewer.
+            // SAFETY: kill(2) on a process we started.
+            unsafe {
+                libc::kill(v as i32, libc::SIGTERM);
+            }
+        }
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+    let tps = store_throughput(&ready.dir, b.warmup, tokens_per_step)?;
+    Ok((tps, run_max, viewer_max))
+}
+
+/// Hello to first complete frame through `link`.
+fn first_frame(mut link: Box<dyn RunLink>) -> Result<f64, RunError> {
+    let t = Instant::now();
+    let hello = handshake(link.as_mut(), "conelab bench", Duration::from_secs(60))
+        .map_err(|e| RunError::Internal(e.to_string()))?;
+    link.send(ClientMessage::Subscribe)
+        .map_err(|e| RunError::Internal(e.to_string()))?;
+    let mut app = App::new(Objectives::default(), ViewOptions::default());
+    loop {
+        match link
+            .recv_timeout(Duration::from_secs(60))
+            .map_err(|e| RunError::Internal(e.to_string()))?
+        {
+            Some(m @ ServerMessage::History { .. }) => {
+                app.on_message(m);
+                break;
+            }
+            Some(_) => {}
+            None => return Err(RunError::Internal("no history within a minute".into())),
+        }
+    }
+    let bounds = GroupBounds::new(hello.group_bounds[0], hello.group_bounds[1]).unwrap_or_default();
+    let rows = RowGroups::from_ranks(&FrequencyGroups::new(hello.vocab_size, bounds));
+    let mut terminal =
+        Terminal::new(TestBackend::new(200, 60)).map_err(|e| RunError::Internal(e.to_string()))?;
+    terminal
+        .draw(|f| super::ui::render(f, &app, Some(&rows)))
+        .map_err(|e| RunError::Internal(e.to_string()))?;
+    if app.run.loss.is_empty() {
+        return Err(RunError::Internal("the first frame has no history".into()));
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e3)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+pub fn bench_attach(b: &AttachBench) -> Result<AttachBenchResult, RunError> {
+    let tmp = b
+        .work
+        .join(format!("conelab-bench-attach-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).map_err(internal("making the work folder"))?;
+    let result = run_all(b, &tmp);
+    let _ = std::fs::remove_dir_all(&tmp);
+    result
+}
+
+fn run_all(b: &AttachBench, tmp: &Path) -> Result<AttachBenchResult, RunError> {
+    let preset: crate::model::Preset = clap::ValueEnum::from_str(&b.model, true)
+        .map_err(|e| RunError::Usage(format!("--model {}: {e}", b.model)))?;
+    let window = b.bptt.unwrap_or_else(|| preset.config().window());
+    let tokens_per_step = (b.batch * window) as f64;
+    let mut rounds = Vec::new();
+    let (mut rss_without, mut rss_with, mut viewer_rss) = (Vec::new(), Vec::new(), 0.0f64);
+    for r in 0..b.rounds.max(1) {
+        let order = if r % 2 == 0 { [0, 2] } else { [2, 0] };
+        let mut pair = [0.0; 2];
+        for viewers in order {
+            let dir = tmp.join(format!("round-{r}-viewers-{viewers}"));
+            let (tps, run_max, view_max) = timed_run(b, &dir, viewers, tokens_per_step)?;
+            if viewers == 0 {
+                pair[0] = tps;
+                rss_without.push(run_max);
+            } else {
+                pair[1] = tps;
+                rss_with.push(run_max);
+                viewer_rss = viewer_rss.max(view_max);
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        rounds.push(ThroughputRound {
+            without_viewers: pair[0],
+            with_two_viewers: pair[1],
+            ratio: pair[1] / pair[0],
+        });
+    }
+    let (finished_ms, live_ms, idle_rss) = attach_times(b, tmp)?;
+    Ok(AttachBenchResult {
+        model: b.model.clone(),
+        steps: b.steps,
+        ratio: median(rounds.iter().map(|r| r.ratio).collect()),
+        rounds,
+        run_rss_mib_without_viewers: median(rss_without),
+        run_rss_mib_with_two_viewers: median(rss_with),
+        viewer_rss_mib: viewer_rss,
+        idle_viewer_rss_mib: idle_rss,
+        history_steps: b.history,
+        attach_finished_ms: finished_ms,
+        attach_live_ms: live_ms,
+    })
+}
+
+/// A run whose store holds `b.history` steps: finished, then resumed (live); the time to a first
+/// frame on each, and an idle viewer's memory.
+fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError> {
+    let dir = tmp.join("history");
+    // A real run of two steps gives the folder its run.toml, vocabulary and a checkpoint ...
+    let mut args = train_args(b, &dir, 2);
+    args.push("--headless".into());
+    let exe = std::env::current_exe().map_err(internal("finding conelab"))?;
+    let out = Command::new(&exe)
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(internal("the history run"))?;
+    if !out.status.success() {
+        return Err(RunError::Internal(format!(
+            "the history run failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    // ... then its store is given a long history and its checkpoint the step that ends it.
+    std::fs::remove_dir_all(dir.join(store::STORE_DIR)).map_err(internal("clearing the store"))?;
+    crate::bench::simulate_run(&dir, b.history)?;
+    let ckpt = dir.join(crate::checkpoint::step_dir_name(2));
+    let state_path = ckpt.join("state.json");
+    let mut state: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&state_path).map_err(internal("reading state.json"))?,
+    )
+    .map_err(|e| RunError::Internal(e.to_string()))?;
+    state["step"] = b.history.into();
+    std::fs::write(&state_path, state.to_string()).map_err(internal("writing state.json"))?;
+    std::fs::rename(&ckpt, dir.join(crate::checkpoint::step_dir_name(b.history)))
+        .map_err(internal("renaming the checkpoint"))?;
+    let mut finished = Vec::new();
+    for _ in 0..3 {
+        let opened = crate::run::attach::open(&dir)?;
+        finished.push(first_frame(opened.link)?);
+    }
+    // An idle viewer: attached to the finished run, nothing arriving.
+    let mut script = spawn_viewer(&dir)?;
+    std::thread::sleep(Duration::from_secs(3));
+    let idle = viewer_pid(script.id()).map_or(0.0, rss_mib);
+    if let Some(v) = viewer_pid(script.id()) {
+        // SAFETY: kill(2) on a process we started.
+        unsafe {
+            libc::kill(v as i32, libc::SIGTERM);
+        }
+    }
+    let _ = script.kill();
+    let _ = script.wait();
+    // Live: resumed at that step, the history in the run's memory.
+    let resume: Vec<std::ffi::OsString> = vec![
+        "train".into(),
+        "--resume".into(),
+        dir.clone().into(),
+        "--steps".into(),
+        (b.history + 1_000_000).to_string().into(),
+    ];
+    let ready = crate::run::detach::spawn(resume)?;
+    let mut live = Vec::new();
+    for _ in 0..3 {
+        let opened = crate::run::attach::connect(&ready.socket);
+        match opened {
+            Ok(o) => live.push(first_frame(o.link)?),
+            Err(e) => {
+                // SAFETY: kill(2) on the run we started.
+                unsafe {
+                    libc::kill(ready.pid as i32, libc::SIGTERM);
+                }
+                return Err(e);
+            }
+        }
+    }
+    // SAFETY: kill(2) on the run we started.
+    unsafe {
+        libc::kill(ready.pid as i32, libc::SIGTERM);
+    }
+    let start = Instant::now();
+    while crate::run::live::read_final(&dir).ok().flatten().is_none()
+        && start.elapsed() < Duration::from_secs(60)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok((median(finished), median(live), idle))
+}
