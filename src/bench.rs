@@ -539,7 +539,7 @@ const STEP_METRICS: [&str; 7] = [
 
 /// Writes what a run of `steps` steps records: every step's train metrics, and every 100 steps
 /// a validation (29 rows), an embedding analysis (34 rows) and a 128-value spectrum.
-fn simulate_run(
+pub(crate) fn simulate_run(
     dir: &std::path::Path,
     steps: u64,
 ) -> Result<(usize, usize), crate::store::StoreError> {
