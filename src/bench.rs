@@ -671,7 +671,7 @@ pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, crate::store::Sto
             None,
             &mut |_| {
                 let s = store::load(&long)?;
-                last = query::last_values_vec(s.metrics_lazy())?;
+                last = query::last_values_vec(&s.metrics)?;
                 Ok(())
             },
         )?;
@@ -684,7 +684,7 @@ pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, crate::store::Sto
             Some(50.0),
             &mut |_| {
                 let s = store::load(&long)?;
-                last = query::last_values_vec(s.metrics_lazy())?;
+                last = query::last_values_vec(&s.metrics)?;
                 Ok(())
             },
         )?;
@@ -703,7 +703,7 @@ pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, crate::store::Sto
             Some(10.0),
             &mut |_| {
                 let h = query::history(
-                    loaded.metrics_lazy(),
+                    &loaded.metrics,
                     store::split::TRAIN,
                     "total",
                     "loss",

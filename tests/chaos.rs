@@ -42,8 +42,8 @@ impl Rng {
 
 fn series(run: &std::path::Path, split: &str, metric: &str) -> Vec<(u64, f64)> {
     let st = conelab::store::load(run).expect("store");
-    let h = conelab::store::query::history(st.metrics_lazy(), split, "total", metric, 0)
-        .expect("history");
+    let h =
+        conelab::store::query::history(&st.metrics, split, "total", metric, 0).expect("history");
     h.steps.into_iter().zip(h.values).collect()
 }
 

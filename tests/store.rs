@@ -45,7 +45,7 @@ fn push_losses(w: &mut StoreWriter, steps: std::ops::RangeInclusive<u64>, f: imp
 /// (step, value) of train/loss in store order.
 fn losses(run: &Path) -> Vec<(u64, f64)> {
     let s = store::load(run).expect("load");
-    let h = query::history(s.metrics_lazy(), split::TRAIN, "total", "loss", 0).expect("history");
+    let h = query::history(&s.metrics, split::TRAIN, "total", "loss", 0).expect("history");
     h.steps.into_iter().zip(h.values).collect()
 }
 
@@ -201,7 +201,7 @@ fn new_metric_names_need_no_schema_change() {
     w.flush().expect("flush");
     drop(w);
     let s = store::load(run).expect("load");
-    let last = query::last_values_vec(s.metrics_lazy()).expect("last");
+    let last = query::last_values_vec(&s.metrics).expect("last");
     let find = |metric: &str| last.iter().find(|v| v.metric == metric).cloned();
     let new = find("a_metric_added_later").expect("new metric");
     assert_eq!(
@@ -409,12 +409,12 @@ fn queries_return_what_was_written() {
     w.flush().expect("flush");
     drop(w);
     let s = store::load(run).expect("load");
-    let last = query::last_values_vec(s.metrics_lazy()).expect("last");
+    let last = query::last_values_vec(&s.metrics).expect("last");
     assert_eq!(last.len(), 2);
     let rare = last.iter().find(|v| v.split == "valid").expect("valid");
     assert_eq!((rare.step, rare.value), (300, 600.0));
     // 1000 points into 100 buckets of 10: bucket b holds steps 10b+1..=10b+10, mean 10b+5.5.
-    let h = query::history(s.metrics_lazy(), split::TRAIN, "total", "loss", 100).expect("history");
+    let h = query::history(&s.metrics, split::TRAIN, "total", "loss", 100).expect("history");
     assert_eq!(h.len(), 100);
     for (b, (step, v)) in h.steps.iter().zip(&h.values).enumerate() {
         assert_eq!(*step, 10 * b as u64 + 10);
@@ -423,9 +423,7 @@ fn queries_return_what_was_written() {
             "bucket {b}: {v}"
         );
     }
-    let ev = query::events_between(s.events_lazy(), 150, 300)
-        .collect()
-        .expect("events");
+    let ev = query::events_between(&s.events, 150, 300).expect("events");
     let steps: Vec<u64> = ev
         .column("step")
         .expect("step")
@@ -435,7 +433,7 @@ fn queries_return_what_was_written() {
         .collect();
     assert_eq!(steps, vec![200, 300]);
     assert_eq!(
-        query::value_at_or_before(s.metrics_lazy(), split::VALID, "rare", "ppl", 250).expect("q"),
+        query::value_at_or_before(&s.metrics, split::VALID, "rare", "ppl", 250).expect("q"),
         Some((200, 400.0))
     );
 }

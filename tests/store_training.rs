@@ -53,7 +53,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
     );
     let st = store::load(&f.path("run")).expect("the run has a store");
     assert!(st.warnings.is_empty(), "{:?}", st.warnings);
-    let lf = || st.metrics_lazy();
+    let lf = || &st.metrics;
 
     // Every step's loss, as printed (4 decimals) by the same run.
     let h = query::history(lf(), split::TRAIN, "total", "loss", 0).expect("history");
@@ -290,7 +290,7 @@ fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates()
     let _ = child.wait();
 
     let st = store::load(&run).expect("the store loads after kill -9");
-    let h = query::history(st.metrics_lazy(), split::TRAIN, "total", "loss", 0).expect("history");
+    let h = query::history(&st.metrics, split::TRAIN, "total", "loss", 0).expect("history");
     let reached = *h.steps.last().expect("steps were stored");
     assert_eq!(
         h.steps,
@@ -319,7 +319,7 @@ fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates()
         String::from_utf8_lossy(&out.stderr)
     );
     let st = store::load(&run).expect("load");
-    let h = query::history(st.metrics_lazy(), split::TRAIN, "total", "loss", 0).expect("history");
+    let h = query::history(&st.metrics, split::TRAIN, "total", "loss", 0).expect("history");
     let starts: Vec<u64> = kinds_and_steps(&st.events)
         .into_iter()
         .filter(|(k, _)| k == "start")

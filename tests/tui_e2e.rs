@@ -126,8 +126,8 @@ fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
         steps[0] < steps[1] && steps[1] <= steps[3] && find("finish") + 1 >= steps[3],
         "{events:?}"
     );
-    let loss = conelab::store::query::history(st.metrics_lazy(), "train", "total", "loss", 0)
-        .expect("history");
+    let loss =
+        conelab::store::query::history(&st.metrics, "train", "total", "loss", 0).expect("history");
     for change in [steps[0], steps[1]] {
         assert!(
             loss.steps.contains(&(change - 1)) && loss.steps.contains(&change),

@@ -14,6 +14,7 @@
 pub mod answer;
 pub mod attach;
 pub mod client;
+pub mod clock;
 pub mod detach;
 pub mod hub;
 pub mod launch;

@@ -123,7 +123,7 @@ pub fn build(req: &ExportRequest) -> Result<Exported, StoreError> {
         Table::Metrics => metrics_table(&load()?, req),
         Table::Events => {
             let stores = load()?;
-            let mut out = plain(query::cross_run_events(&stores)?.collect()?);
+            let mut out = plain(query::cross_run_events(&stores)?);
             out.warnings = warnings_of(&stores);
             Ok(out)
         }
@@ -173,44 +173,29 @@ fn held_out(req: &ExportRequest) -> Result<&str, StoreError> {
 }
 
 fn metrics_table(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, StoreError> {
-    let mut lf = query::cross_run(stores)?;
-    if let Some(s) = &req.split {
-        lf = lf.filter(col(c::SPLIT).eq(lit(s.as_str())));
-    }
-    match req.step {
-        None => {}
-        Some(StepChoice::At(n)) => lf = lf.filter(col(c::STEP).eq(lit(n))),
+    let split = req.split.as_deref();
+    let df = match req.step {
+        None => query::metric_rows(&query::cross_run(stores)?, split, None)?,
+        Some(StepChoice::At(n)) => query::metric_rows(&query::cross_run(stores)?, split, Some(n))?,
         Some(choice) => {
             // last/best are per run: the step each run is taken at.
-            let split = held_out(req)?;
-            let mut parts = Vec::new();
+            let held = held_out(req)?;
+            let mut out = super::empty_metrics();
             for s in stores {
-                let step = resolve_step(s, split, choice)?;
-                parts.push(s.metrics_lazy().filter(col(c::STEP).eq(lit(step))).filter(
-                    match &req.split {
-                        Some(sp) => col(c::SPLIT).eq(lit(sp.as_str())),
-                        None => lit(true),
-                    },
-                ));
+                let step = resolve_step(s, held, choice)?;
+                out.vstack_mut(&query::metric_rows(&s.metrics, split, Some(step))?)?;
             }
-            lf = concat(parts, UnionArgs::default())?;
+            out
         }
-    }
-    let columns: Vec<Expr> = super::METRIC_COLUMNS.iter().map(|c| col(*c)).collect();
-    let mut out = plain(lf.select(columns).collect()?);
+    };
+    let mut out = plain(df.select(super::METRIC_COLUMNS)?);
     out.warnings = warnings_of(stores);
     Ok(out)
 }
 
 /// The evaluation steps of a run on a split, in order.
 fn eval_steps(store: &LoadedStore, split: &str) -> Result<Vec<(u64, f64)>, StoreError> {
-    let df = query::series(store.metrics_lazy(), split, "total", "ppl").collect()?;
-    let steps = df.column(c::STEP)?.u64()?;
-    let values = df.column(c::VALUE)?.f64()?;
-    Ok(steps
-        .into_no_null_iter()
-        .zip(values.iter().map(|v| v.unwrap_or(f64::NAN)))
-        .collect())
+    query::series(&store.metrics, split, "total", "ppl")
 }
 
 /// The step a table is taken at for one run.
@@ -323,16 +308,14 @@ fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, Store
     let mut human: Vec<Option<f64>> = vec![None; 4];
     for s in stores {
         let step = resolve_step(s, split, choice)?;
-        let lf = s.metrics_lazy();
+        let lf = &s.metrics;
         let mut row = Vec::new();
         for (gi, (group, _)) in GROUP_HEADERS.iter().enumerate() {
-            row.push(value_at(lf.clone(), split, group, "ppl", step)?);
-            row.push(value_at(lf.clone(), split, group, "uniq", step)?);
-            row.push(
-                value_at_or_before(lf.clone(), split::EMBEDDING, group, "i1", step)?.map(|v| v.1),
-            );
+            row.push(value_at(lf, split, group, "ppl", step)?);
+            row.push(value_at(lf, split, group, "uniq", step)?);
+            row.push(value_at_or_before(lf, split::EMBEDDING, group, "i1", step)?.map(|v| v.1));
             if human[gi].is_none() {
-                human[gi] = value_at(lf.clone(), split, group, "human_uniq", step)?;
+                human[gi] = value_at(lf, split, group, "human_uniq", step)?;
             }
         }
         steps.push(step);
@@ -434,7 +417,7 @@ fn parse_curve(name: &str) -> Result<(String, String, String), StoreError> {
 fn known_curves(stores: &[LoadedStore]) -> Result<Vec<String>, StoreError> {
     let mut names = std::collections::BTreeSet::new();
     for s in stores {
-        for v in query::last_values_vec(s.metrics_lazy())? {
+        for v in query::last_values_vec(&s.metrics)? {
             if v.split == split::SPECTRUM {
                 continue;
             }
@@ -463,7 +446,7 @@ fn curves(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, Store
     for (ci, (sp, g, m)) in parsed.iter().enumerate() {
         let mut found = false;
         for (ri, s) in stores.iter().enumerate() {
-            let h = query::history(s.metrics_lazy(), sp, g, m, 0)?;
+            let h = query::history(&s.metrics, sp, g, m, 0)?;
             found |= !h.is_empty();
             for (step, v) in h.steps.iter().zip(&h.values) {
                 rows.entry((ri, *step))

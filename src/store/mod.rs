@@ -185,16 +185,6 @@ pub struct LoadedStore {
     pub warnings: Vec<String>,
 }
 
-impl LoadedStore {
-    pub fn metrics_lazy(&self) -> LazyFrame {
-        self.metrics.clone().lazy()
-    }
-
-    pub fn events_lazy(&self) -> LazyFrame {
-        self.events.clone().lazy()
-    }
-}
-
 /// The store folder of a run directory (or the store folder itself).
 pub fn store_dir(run_dir: &Path) -> PathBuf {
     if run_dir.file_name().is_some_and(|n| n == STORE_DIR) && run_dir.join(RUN_RECORD).exists() {

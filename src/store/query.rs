@@ -1,6 +1,9 @@
-//! Queries on the metrics and events tables, as `LazyFrame`s where they compose.
+//! Queries on the metrics and events tables. Eager, on purpose: they are filters on one 64-bit
+//! series key and a step, which a pass over two columns answers; polars' lazy engine would add six
+//! crates and a quarter of the project's compile time for them.
 
 use polars::prelude::*;
+use rustc_hash::FxHashMap;
 
 use super::{LoadedStore, StoreError, col as c};
 
@@ -14,54 +17,72 @@ pub struct LastValue {
     pub value: f64,
 }
 
-/// The last value of every (split, group, metric): columns split, group, metric, step, value.
-/// Rows arrive in step order per metric (evaluations and embedding analyses too), so the last row
-/// of a group is its newest step.
-pub fn last_values(metrics: LazyFrame) -> LazyFrame {
-    metrics
-        .group_by_stable([col(c::KEY)])
-        .agg([
-            col(c::SPLIT).first(),
-            col(c::GROUP).first(),
-            col(c::METRIC).first(),
-            col(c::STEP).last(),
-            col(c::VALUE).last(),
-        ])
-        .select([
-            col(c::SPLIT),
-            col(c::GROUP),
-            col(c::METRIC),
-            col(c::STEP),
-            col(c::VALUE),
-        ])
-}
-
-pub fn last_values_vec(metrics: LazyFrame) -> Result<Vec<LastValue>, StoreError> {
-    let df = last_values(metrics).collect()?;
+/// The last value of every (split, group, metric), in order of first appearance. Rows arrive in
+/// step order per metric (evaluations and embedding analyses too), so the last row of a series is
+/// its newest step.
+pub fn last_values_vec(metrics: &DataFrame) -> Result<Vec<LastValue>, StoreError> {
+    let keys = metrics.column(c::KEY)?.i64()?;
     let (split, group, metric) = (
-        df.column(c::SPLIT)?.str()?,
-        df.column(c::GROUP)?.str()?,
-        df.column(c::METRIC)?.str()?,
+        metrics.column(c::SPLIT)?.str()?,
+        metrics.column(c::GROUP)?.str()?,
+        metrics.column(c::METRIC)?.str()?,
     );
-    let (step, value) = (df.column(c::STEP)?.u64()?, df.column(c::VALUE)?.f64()?);
-    let mut out = Vec::with_capacity(df.height());
-    for i in 0..df.height() {
-        out.push(LastValue {
-            split: split.get(i).unwrap_or_default().to_string(),
-            group: group.get(i).unwrap_or_default().to_string(),
-            metric: metric.get(i).unwrap_or_default().to_string(),
-            step: step.get(i).unwrap_or_default(),
-            value: value.get(i).unwrap_or(f64::NAN),
-        });
+    let (step, value) = (
+        metrics.column(c::STEP)?.u64()?,
+        metrics.column(c::VALUE)?.f64()?,
+    );
+    let mut last: FxHashMap<i64, usize> = FxHashMap::default();
+    let mut out: Vec<LastValue> = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let Some(key) = key else { continue };
+        let (st, v) = (
+            step.get(i).unwrap_or_default(),
+            value.get(i).unwrap_or(f64::NAN),
+        );
+        match last.get(&key) {
+            Some(&at) => {
+                out[at].step = st;
+                out[at].value = v;
+            }
+            None => {
+                last.insert(key, out.len());
+                out.push(LastValue {
+                    split: split.get(i).unwrap_or_default().to_string(),
+                    group: group.get(i).unwrap_or_default().to_string(),
+                    metric: metric.get(i).unwrap_or_default().to_string(),
+                    step: st,
+                    value: v,
+                });
+            }
+        }
     }
     Ok(out)
 }
 
-/// Rows of one (split, group, metric), in arrival order.
-pub fn series(metrics: LazyFrame, split: &str, group: &str, metric: &str) -> LazyFrame {
-    metrics
-        .filter(col(c::KEY).eq(lit(super::series_key(split, group, metric))))
-        .select([col(c::STEP), col(c::VALUE)])
+/// Rows of one (split, group, metric) as (step, value), in arrival order.
+pub fn series(
+    metrics: &DataFrame,
+    split: &str,
+    group: &str,
+    metric: &str,
+) -> Result<Vec<(u64, f64)>, StoreError> {
+    let want = super::series_key(split, group, metric);
+    let keys = metrics.column(c::KEY)?.i64()?;
+    let (step, value) = (
+        metrics.column(c::STEP)?.u64()?,
+        metrics.column(c::VALUE)?.f64()?,
+    );
+    Ok(keys
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| *k == Some(want))
+        .map(|(i, _)| {
+            (
+                step.get(i).unwrap_or_default(),
+                value.get(i).unwrap_or(f64::NAN),
+            )
+        })
+        .collect())
 }
 
 /// A metric's history, ready to plot.
@@ -85,20 +106,15 @@ impl History {
 /// equal buckets, each plotted at its last step with the mean of its values (a spike or a NaN
 /// still shows in its bucket, which striding would drop).
 pub fn history(
-    metrics: LazyFrame,
+    metrics: &DataFrame,
     split: &str,
     group: &str,
     metric: &str,
     max_points: usize,
 ) -> Result<History, StoreError> {
-    let df = series(metrics, split, group, metric).collect()?;
-    let steps: Vec<u64> = df.column(c::STEP)?.u64()?.into_no_null_iter().collect();
-    let values: Vec<f64> = df
-        .column(c::VALUE)?
-        .f64()?
-        .iter()
-        .map(|v| v.unwrap_or(f64::NAN))
-        .collect();
+    let rows = series(metrics, split, group, metric)?;
+    let steps: Vec<u64> = rows.iter().map(|r| r.0).collect();
+    let values: Vec<f64> = rows.iter().map(|r| r.1).collect();
     Ok(decimate(&steps, &values, max_points))
 }
 
@@ -126,65 +142,95 @@ pub fn decimate(steps: &[u64], values: &[f64], max_points: usize) -> History {
 }
 
 /// Events with `from ≤ step ≤ to`.
-pub fn events_between(events: LazyFrame, from: u64, to: u64) -> LazyFrame {
-    events.filter(
-        col(c::STEP)
-            .gt_eq(lit(from))
-            .and(col(c::STEP).lt_eq(lit(to))),
-    )
+pub fn events_between(events: &DataFrame, from: u64, to: u64) -> Result<DataFrame, StoreError> {
+    let mask: BooleanChunked = events
+        .column(c::STEP)?
+        .u64()?
+        .iter()
+        .map(|s| s.is_some_and(|s| (from..=to).contains(&s)))
+        .collect();
+    Ok(events.filter(&mask)?)
+}
+
+/// The metric rows on `split` (all splits: `None`) at `step` (all steps: `None`).
+pub fn metric_rows(
+    metrics: &DataFrame,
+    split: Option<&str>,
+    step: Option<u64>,
+) -> Result<DataFrame, StoreError> {
+    if split.is_none() && step.is_none() {
+        return Ok(metrics.clone());
+    }
+    let splits = metrics.column(c::SPLIT)?.str()?;
+    let steps = metrics.column(c::STEP)?.u64()?;
+    let mask: BooleanChunked = splits
+        .iter()
+        .zip(steps.iter())
+        .map(|(sp, st)| {
+            split.is_none_or(|want| sp == Some(want)) && step.is_none_or(|want| st == Some(want))
+        })
+        .collect();
+    Ok(metrics.filter(&mask)?)
+}
+
+/// Frames of one schema, one after the other (`empty` when there are none).
+fn stack(
+    frames: impl Iterator<Item = DataFrame>,
+    empty: DataFrame,
+) -> Result<DataFrame, StoreError> {
+    let mut out = empty;
+    for f in frames {
+        out.vstack_mut(&f)?;
+    }
+    Ok(out)
 }
 
 /// Several runs' metrics as one table (the `run_id` column tells them apart).
-pub fn cross_run(stores: &[LoadedStore]) -> Result<LazyFrame, StoreError> {
-    if stores.is_empty() {
-        return Ok(super::empty_metrics().lazy());
-    }
-    let frames: Vec<LazyFrame> = stores.iter().map(|s| s.metrics_lazy()).collect();
-    Ok(concat(frames, UnionArgs::default())?)
+pub fn cross_run(stores: &[LoadedStore]) -> Result<DataFrame, StoreError> {
+    stack(
+        stores.iter().map(|s| s.metrics.clone()),
+        super::empty_metrics(),
+    )
 }
 
 /// Several runs' events as one table.
-pub fn cross_run_events(stores: &[LoadedStore]) -> Result<LazyFrame, StoreError> {
-    if stores.is_empty() {
-        return Ok(super::empty_events().lazy());
-    }
-    let frames: Vec<LazyFrame> = stores.iter().map(|s| s.events_lazy()).collect();
-    Ok(concat(frames, UnionArgs::default())?)
+pub fn cross_run_events(stores: &[LoadedStore]) -> Result<DataFrame, StoreError> {
+    stack(
+        stores.iter().map(|s| s.events.clone()),
+        super::empty_events(),
+    )
 }
 
-/// The value of one metric at exactly `step`, if recorded.
+/// The value of one metric at exactly `step`, if recorded (the newest such row).
 pub fn value_at(
-    metrics: LazyFrame,
+    metrics: &DataFrame,
     split: &str,
     group: &str,
     metric: &str,
     step: u64,
 ) -> Result<Option<f64>, StoreError> {
-    let df = series(metrics, split, group, metric)
-        .filter(col(c::STEP).eq(lit(step)))
-        .collect()?;
-    Ok(df.column(c::VALUE)?.f64()?.last())
+    Ok(series(metrics, split, group, metric)?
+        .into_iter()
+        .rev()
+        .find(|r| r.0 == step)
+        .map(|r| r.1))
 }
 
-/// The newest value of a metric at or before `step`, with its step.
+/// The newest value of a metric at or before `step`, with its step (of rows at one step, the
+/// last to arrive).
 pub fn value_at_or_before(
-    metrics: LazyFrame,
+    metrics: &DataFrame,
     split: &str,
     group: &str,
     metric: &str,
     step: u64,
 ) -> Result<Option<(u64, f64)>, StoreError> {
-    let df = series(metrics, split, group, metric)
-        .filter(col(c::STEP).lt_eq(lit(step)))
-        .collect()?;
-    let steps = df.column(c::STEP)?.u64()?;
-    let values = df.column(c::VALUE)?.f64()?;
-    let best = steps
-        .into_no_null_iter()
-        .zip(values.iter())
+    Ok(series(metrics, split, group, metric)?
+        .into_iter()
         .enumerate()
-        .max_by_key(|(i, (s, _))| (*s, *i));
-    Ok(best.map(|(_, (s, v))| (s, v.unwrap_or(f64::NAN))))
+        .filter(|(_, r)| r.0 <= step)
+        .max_by_key(|(i, r)| (r.0, *i))
+        .map(|(_, r)| r))
 }
 
 #[cfg(test)]

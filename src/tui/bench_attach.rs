@@ -23,7 +23,7 @@ use crate::data::{FrequencyGroups, GroupBounds};
 use crate::metrics::RowGroups;
 use crate::objective::Objectives;
 use crate::run::RunError;
-use crate::run::client::{RunLink, handshake};
+use crate::run::attach::Opened;
 use crate::run::protocol::{ClientMessage, ServerMessage};
 use crate::store::{self, col, split};
 
@@ -224,11 +224,12 @@ fn timed_run(
     Ok((tps, run_max, viewer_max))
 }
 
-/// Hello to first complete frame through `link`.
-fn first_frame(mut link: Box<dyn RunLink>) -> Result<f64, RunError> {
+/// From opening the run (connect, handshake; or reading its store) to the first complete frame.
+fn first_frame(open: impl FnOnce() -> Result<Opened, RunError>) -> Result<f64, RunError> {
     let t = Instant::now();
-    let hello = handshake(link.as_mut(), "conelab bench", Duration::from_secs(60))
-        .map_err(|e| RunError::Internal(e.to_string()))?;
+    let Opened {
+        mut link, hello, ..
+    } = open()?;
     link.send(ClientMessage::Subscribe)
         .map_err(|e| RunError::Internal(e.to_string()))?;
     let mut app = App::new(Objectives::default(), ViewOptions::default());
@@ -352,8 +353,7 @@ fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError
         .map_err(internal("renaming the checkpoint"))?;
     let mut finished = Vec::new();
     for _ in 0..3 {
-        let opened = crate::run::attach::open(&dir)?;
-        finished.push(first_frame(opened.link)?);
+        finished.push(first_frame(|| crate::run::attach::open(&dir))?);
     }
     // An idle viewer: attached to the finished run, nothing arriving.
     let mut script = spawn_viewer(&dir)?;
@@ -378,9 +378,8 @@ fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError
     let ready = crate::run::detach::spawn(resume)?;
     let mut live = Vec::new();
     for _ in 0..3 {
-        let opened = crate::run::attach::connect(&ready.socket);
-        match opened {
-            Ok(o) => live.push(first_frame(o.link)?),
+        match first_frame(|| crate::run::attach::connect(&ready.socket)) {
+            Ok(ms) => live.push(ms),
             Err(e) => {
                 // SAFETY: kill(2) on the run we started.
                 unsafe {

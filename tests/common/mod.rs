@@ -343,8 +343,8 @@ pub fn wait_final(run: &Path) -> serde_json::Value {
 /// Every train/loss row of a run's store as (step, loss), in store order.
 pub fn store_losses(run: &Path) -> Vec<(u64, f64)> {
     let st = conelab::store::load(run).expect("the run's store");
-    let h = conelab::store::query::history(st.metrics_lazy(), "train", "total", "loss", 0)
-        .expect("history");
+    let h =
+        conelab::store::query::history(&st.metrics, "train", "total", "loss", 0).expect("history");
     h.steps.into_iter().zip(h.values).collect()
 }
 
