@@ -13,8 +13,8 @@
 #   --with-deps  also install torch's nvidia-* wheels (~3 GB more); without them the link leaves
 #                the CUDA libraries' symbols to be resolved on the target machine
 #
-# Cache: ${CONELAB_CACHE:-~/.cache/conelab} (the torch wheel and a target folder of its own, since
-# the rpath changes RUSTFLAGS). Needs python3 with venv/pip and a C++ compiler.
+# Cache: ${CONELAB_CACHE:-~/.cache/conelab} (the torch wheel and, unless CONELAB_GPU_TARGET names
+# one, a target folder). Needs python3 with venv/pip and a C++ compiler.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,14 +61,16 @@ fi
 export LIBTORCH="$torch_dir"
 export LIBTORCH_BYPASS_VERSION_CHECK=1
 export LD_LIBRARY_PATH="$torch_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-flags="-C link-arg=-Wl,-rpath,$rpath"
+# The rpath and the undefined-symbol allowance go to the final link only (`cargo rustc … --`), not
+# through RUSTFLAGS: RUSTFLAGS would make every dependency a new build, while these leave the
+# dependencies shareable with a plain `cargo build --release` in the same target folder.
+link_args=(-C "link-arg=-Wl,-rpath,$rpath")
 if [ "$with_deps" = 0 ]; then
-  flags="$flags -C link-arg=-Wl,--allow-shlib-undefined"
+  link_args+=(-C link-arg=-Wl,--allow-shlib-undefined)
 fi
-export RUSTFLAGS="$flags"
-target="$cache/gpu-target-$torch_version"
+target="${CONELAB_GPU_TARGET:-$cache/gpu-target-$torch_version}"
 echo "building conelab --features tch against torch $torch_version (target $target)" >&2
-cargo build --release --locked --features tch --target-dir "$target"
+cargo rustc --release --locked --features tch --bin conelab --target-dir "$target" -- "${link_args[@]}"
 
 mkdir -p "$out"
 cp "$target/release/conelab" "$out/conelab"

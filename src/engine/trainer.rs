@@ -386,12 +386,23 @@ impl Trainer {
             objective = add(objective, pen);
         }
 
-        // One read of the reported numbers: data loss and the sum of the penalties.
         let penalty_sum = penalties
             .into_iter()
             .reduce(|a, b| a + b)
             .unwrap_or_else(|| Tensor::zeros([1], &self.device));
-        let values = Tensor::cat(vec![data_loss, penalty_sum], 0)
+        let mut grads = GradientsParams::from_grads(objective.backward(), &self.model);
+        let w_id = self.model.embedding_param_id();
+        if !frozen.is_empty()
+            && let Some(g) = grads.remove::<2>(w_id)
+        {
+            grads.register(w_id, zero_rows(g, &frozen));
+        }
+        // One host read per step, queued after the backward pass so an accelerator runs forward
+        // and backward without waiting on the host: data loss, the sum of the penalties and the
+        // squared gradient norm. A non-finite loss still leaves the model untouched.
+        let squared_norm = squared_grad_norm(&self.model, &grads)
+            .unwrap_or_else(|| Tensor::zeros([1], &self.device));
+        let values = Tensor::cat(vec![data_loss, penalty_sum, squared_norm], 0)
             .try_into_vec_as::<f64>()
             .map_err(|e| EngineError::Backend(format!("reading the loss: {e:?}")))?;
         let (loss_value, penalty_value) = (values[0], values[1]);
@@ -401,15 +412,8 @@ impl Trainer {
                 loss: loss_value + penalty_value,
             });
         }
-
-        let mut grads = GradientsParams::from_grads(objective.backward(), &self.model);
-        let w_id = self.model.embedding_param_id();
-        if !frozen.is_empty()
-            && let Some(g) = grads.remove::<2>(w_id)
-        {
-            grads.register(w_id, zero_rows(g, &frozen));
-        }
-        let (mut grads, grad_norm) = clip_global_norm(&self.model, grads, self.config.clip_norm);
+        let grad_norm = values[2].sqrt();
+        let mut grads = scale_to_norm(&self.model, grads, grad_norm, self.config.clip_norm);
         let lr = self.current_lr();
         let w_before = (!frozen.is_empty()).then(|| self.model.embedding().detach());
         let spectral_grads = self.model.spectral().map(|s| {
@@ -780,9 +784,19 @@ fn step_seed(seed: u64, step: u64) -> u64 {
 /// the norm before clipping. burn's own clipping works per parameter, not globally.
 pub fn clip_global_norm(
     model: &LanguageModel,
-    mut grads: GradientsParams,
+    grads: GradientsParams,
     max_norm: f64,
 ) -> (GradientsParams, f64) {
+    let Some(squared) = squared_grad_norm(model, &grads) else {
+        return (grads, 0.0);
+    };
+    let norm = (squared.into_scalar::<f32>() as f64).sqrt();
+    (scale_to_norm(model, grads, norm, max_norm), norm)
+}
+
+/// The squared global L2 norm of the gradients, as a one-element tensor left on the device (no
+/// host read); `None` when no parameter has a gradient.
+fn squared_grad_norm(model: &LanguageModel, grads: &GradientsParams) -> Option<Tensor<1>> {
     struct SquaredNorms<'a> {
         grads: &'a GradientsParams,
         parts: Vec<Tensor<1>>,
@@ -794,6 +808,21 @@ pub fn clip_global_norm(
             }
         }
     }
+    let mut norms = SquaredNorms {
+        grads,
+        parts: Vec::new(),
+    };
+    model.visit(&mut norms);
+    (!norms.parts.is_empty()).then(|| Tensor::cat(norms.parts, 0).sum())
+}
+
+/// Scales the gradients, whose global norm is `norm`, down to `max_norm` when above it (0 = never).
+fn scale_to_norm(
+    model: &LanguageModel,
+    mut grads: GradientsParams,
+    norm: f64,
+    max_norm: f64,
+) -> GradientsParams {
     struct Scale<'a> {
         grads: &'a mut GradientsParams,
         factor: f64,
@@ -805,15 +834,6 @@ pub fn clip_global_norm(
             }
         }
     }
-    let mut norms = SquaredNorms {
-        grads: &grads,
-        parts: Vec::new(),
-    };
-    model.visit(&mut norms);
-    if norms.parts.is_empty() {
-        return (grads, 0.0);
-    }
-    let norm = (Tensor::cat(norms.parts, 0).sum().into_scalar::<f32>() as f64).sqrt();
     if max_norm > 0.0 && norm > max_norm {
         let mut scale = Scale {
             grads: &mut grads,
@@ -821,5 +841,5 @@ pub fn clip_global_norm(
         };
         model.visit(&mut scale);
     }
-    (grads, norm)
+    grads
 }

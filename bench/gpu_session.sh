@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The GPU plan of docs/GPU.md in a few device calls of at most 10 minutes each (the device tool's
+# limit): every stage writes what it measured under $OUT (at most 8 files come back, so runs travel
+# as one tar), and the WikiText-2 runs stop on SIGINT before the call's limit (exit 75, a checkpoint
+# saved) and continue with --resume in the next call on the same warm machine.
+#
+#   bench/gpu_session.sh smoke                 # 200 steps of tiny on cuda, a mid-run unfreeze; eval
+#   bench/gpu_session.sh compare               # bench/compare_gpu.sh, fp32, small and gpt2-small
+#   bench/gpu_session.sh objectives            # conelab bench objectives on the device
+#   bench/gpu_session.sh wt2 SECONDS [sc]      # start or continue the WikiText-2 runs for SECONDS;
+#                                              # `sc` switches spectrum control on in run `sc`
+#   bench/gpu_session.sh collect               # eval (test) + export of every WikiText-2 run, a tar
+#
+# CONELAB (default gpu-bin/conelab), DEVICE (default cuda), CORPUS (default gpu-data/wikitext-2),
+# WT2_STEPS, WT2_BATCH, WT2_MODEL, WT2_EVAL and NAMES (runs) let a CPU rehearsal run the same commands small.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+conelab="${CONELAB:-gpu-bin/conelab}"
+device="${DEVICE:-cuda}"
+corpus="${CORPUS:-gpu-data/wikitext-2}"
+out="${OUT:-/tmp/gpu-session-out}"
+runs=checkpoints/wt2
+mkdir -p "$out" "$runs"
+
+# Yu et al.'s AGG α = 0.03 occurrences per update at 32,768 tokens per update; ours has
+# B·T = 64·128 = 8,192, so the same rarity threshold is α = 0.03·8192/32768 = 0.0075.
+wt2_steps="${WT2_STEPS:-3000}" wt2_batch="${WT2_BATCH:-64}" wt2_model="${WT2_MODEL:-small}"
+wt2_eval="${WT2_EVAL:-254}"
+declare -A flags=(
+  [mle]=""
+  [agg]="--reg agg=0.0075"
+  [freeze-rare]="--freeze rare"
+  [gate-b]="--gate-freeze b"
+  [cosreg]="--reg cos=1"
+  [sc]=""
+  [dev]="--reg dev=0.1"
+)
+names="${NAMES:-mle agg freeze-rare gate-b cosreg sc dev}"
+
+stage_smoke() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 || true
+  "$conelab" --version
+  ldd "$conelab" | grep -i 'not found' || echo "ldd: every library resolved"
+  rm -rf checkpoints/gpu-smoke
+  "$conelab" train synthetic --model tiny --device "$device" --steps 200 --freeze rare@100 \
+    --eval-every 100 --checkpoint-every 100 --headless --run-dir checkpoints/gpu-smoke \
+    > "$out/smoke-train.log" 2>&1
+  echo "smoke train exit $?"
+  tail -5 "$out/smoke-train.log"
+  "$conelab" eval checkpoints/gpu-smoke --device "$device" --json > "$out/smoke-eval.json"
+  echo "smoke eval exit $?"
+  tar czf "$out/smoke-run.tar.gz" -C checkpoints gpu-smoke
+  du -h "$out/smoke-run.tar.gz"
+}
+
+stage_compare() {
+  # Neither engine turns TF32 on, so fp32 matmuls run on the CUDA cores: H100 SXM 66.9 TFLOP/s.
+  CONELAB="$conelab" bench/compare_gpu.sh --models small,gpt2-small --dtypes fp32 --rounds 1 \
+    --steps 50 --warmup 10 --peak-tflops 66.9 2>&1 | tee "$out/compare.txt"
+}
+
+stage_objectives() {
+  timeout 240 "$conelab" bench objectives --device "$device" 2>&1 | tee "$out/objectives.txt"
+}
+
+stage_wt2() {
+  local seconds=$1 switch=${2:-}
+  local pids=()
+  # Seven runs share the machine's 16 cores (host-side metrics, LibTorch's CPU thread pools).
+  export OMP_NUM_THREADS=2 RAYON_NUM_THREADS=2
+  for name in $names; do
+    local dir="$runs/$name" extra=${flags[$name]}
+    if [ "$name" = sc ] && [ "$switch" = sc ]; then extra="--reg sc=exp:1"; fi
+    if ls -d "$dir"/step-* >/dev/null 2>&1; then
+      # shellcheck disable=SC2086
+      timeout --preserve-status -s INT "$seconds" "$conelab" train --resume "$dir" --device "$device" --headless \
+        --steps "$wt2_steps" $extra >> "$dir.log" 2>&1 &
+    else
+      rm -rf "$dir" # stopped before its first checkpoint: nothing to continue
+      # shellcheck disable=SC2086
+      timeout --preserve-status -s INT "$seconds" "$conelab" train "$corpus" --model "$wt2_model" --device "$device" \
+        --headless --steps "$wt2_steps" --batch "$wt2_batch" --eval-every "$wt2_eval" \
+        --snapshot-every "$wt2_eval" --checkpoint-every 1000 --keep 1 --seed 1 \
+        --run-dir "$dir" $extra > "$dir.log" 2>&1 &
+    fi
+    pids+=($!)
+  done
+  local i=0
+  for name in $names; do
+    wait "${pids[$i]}"
+    echo "$name: exit $? ($(tail -1 "$runs/$name.log"))"
+    i=$((i + 1))
+  done
+  nvidia-smi --query-gpu=memory.used --format=csv 2>/dev/null || true
+  tar czf "$out/wt2-logs.tar.gz" "$runs"/*.log
+}
+
+stage_collect() {
+  local dirs=()
+  for name in $names; do dirs+=("$runs/$name"); done
+  "$conelab" eval "${dirs[@]}" --split test --device "$device" --json > "$out/wt2-eval-test.json"
+  echo "eval exit $?"
+  "$conelab" export "${dirs[@]}" --table groups --split valid --format md | tee "$out/wt2-groups.md"
+  "$conelab" export "${dirs[@]}" --table groups --step best --split valid --format md \
+    > "$out/wt2-groups-best.md"
+  "$conelab" export "${dirs[@]}" --table curves \
+    --metric valid/ppl,embedding/i1,train/loss --format csv > "$out/wt2-curves.csv"
+  # The stores (compacted when a run ends) and logs, without the checkpoints (too big to travel).
+  tar czf "$out/wt2-stores.tar.gz" --exclude='step-*' "$runs"
+  du -h "$out"/*
+}
+
+stage=${1:-}
+shift || true
+case "$stage" in
+  smoke) stage_smoke ;;
+  compare) stage_compare ;;
+  objectives) stage_objectives ;;
+  wt2) stage_wt2 "$@" ;;
+  collect) stage_collect ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
+esac
