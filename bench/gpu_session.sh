@@ -12,6 +12,7 @@
 #   bench/gpu_session.sh collect               # eval (test) + export of every WikiText-2 run, a tar
 #
 # CONELAB (default gpu-bin/conelab), DEVICE (default cuda), CORPUS (default gpu-data/wikitext-2),
+# WT2_SEED and WT2_DIR (default checkpoints/wt2; it names the files under $OUT) give more seeds;
 # WT2_STEPS, WT2_BATCH, WT2_MODEL, WT2_EVAL and NAMES (runs) let a CPU rehearsal run the same commands small.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,13 +20,14 @@ conelab="${CONELAB:-gpu-bin/conelab}"
 device="${DEVICE:-cuda}"
 corpus="${CORPUS:-gpu-data/wikitext-2}"
 out="${OUT:-/tmp/gpu-session-out}"
-runs=checkpoints/wt2
+runs="${WT2_DIR:-checkpoints/wt2}"
+tag=$(basename "$runs")
 mkdir -p "$out" "$runs"
 
 # Yu et al.'s AGG α = 0.03 occurrences per update at 32,768 tokens per update; ours has
 # B·T = 64·128 = 8,192, so the same rarity threshold is α = 0.03·8192/32768 = 0.0075.
 wt2_steps="${WT2_STEPS:-3000}" wt2_batch="${WT2_BATCH:-64}" wt2_model="${WT2_MODEL:-small}"
-wt2_eval="${WT2_EVAL:-254}"
+wt2_eval="${WT2_EVAL:-254}" wt2_seed="${WT2_SEED:-1}"
 declare -A flags=(
   [mle]=""
   [agg]="--reg agg=0.0075"
@@ -80,7 +82,7 @@ stage_wt2() {
       # shellcheck disable=SC2086
       timeout --preserve-status -s INT "$seconds" "$conelab" train "$corpus" --model "$wt2_model" --device "$device" \
         --headless --steps "$wt2_steps" --batch "$wt2_batch" --eval-every "$wt2_eval" \
-        --snapshot-every "$wt2_eval" --checkpoint-every 1000 --keep 1 --seed 1 \
+        --snapshot-every "$wt2_eval" --checkpoint-every 1000 --keep 1 --seed "$wt2_seed" \
         --run-dir "$dir" $extra > "$dir.log" 2>&1 &
     fi
     pids+=($!)
@@ -92,21 +94,21 @@ stage_wt2() {
     i=$((i + 1))
   done
   nvidia-smi --query-gpu=memory.used --format=csv 2>/dev/null || true
-  tar czf "$out/wt2-logs.tar.gz" "$runs"/*.log
+  tar czf "$out/$tag-logs.tar.gz" "$runs"/*.log
 }
 
 stage_collect() {
   local dirs=()
   for name in $names; do dirs+=("$runs/$name"); done
-  "$conelab" eval "${dirs[@]}" --split test --device "$device" --json > "$out/wt2-eval-test.json"
+  "$conelab" eval "${dirs[@]}" --split test --device "$device" --json > "$out/$tag-eval-test.json"
   echo "eval exit $?"
-  "$conelab" export "${dirs[@]}" --table groups --split valid --format md | tee "$out/wt2-groups.md"
+  "$conelab" export "${dirs[@]}" --table groups --split valid --format md | tee "$out/$tag-groups.md"
   "$conelab" export "${dirs[@]}" --table groups --step best --split valid --format md \
-    > "$out/wt2-groups-best.md"
+    > "$out/$tag-groups-best.md"
   "$conelab" export "${dirs[@]}" --table curves \
-    --metric valid/ppl,embedding/i1,train/loss --format csv > "$out/wt2-curves.csv"
+    --metric valid/ppl,embedding/i1,train/loss --format csv > "$out/$tag-curves.csv"
   # The stores (compacted when a run ends) and logs, without the checkpoints (too big to travel).
-  tar czf "$out/wt2-stores.tar.gz" --exclude='step-*' "$runs"
+  tar czf "$out/$tag-stores.tar.gz" --exclude='step-*' "$runs"
   du -h "$out"/*
 }
 
