@@ -197,20 +197,7 @@ fn numbers(st: &store::LoadedStore) -> Result<Numbers, store::StoreError> {
         }
     }
     // The objectives in force: the newest start or change of objectives.
-    let ev = &st.events;
-    let kinds = ev.column(col::KIND)?.str()?;
-    let details = ev.column(col::DETAIL)?.str()?;
-    let afters = ev.column(col::AFTER)?.str()?;
-    for i in 0..ev.height() {
-        match kinds.get(i) {
-            Some("start") => n.objective = details.get(i).map(str::to_string),
-            Some(
-                "regulariser on" | "regulariser off" | "weight" | "loss" | "freeze" | "unfreeze"
-                | "gate-freeze" | "objectives",
-            ) => n.objective = afters.get(i).map(str::to_string),
-            _ => {}
-        }
-    }
+    n.objective = crate::store::query::objective_at(&st.events, None)?;
     Ok(n)
 }
 

@@ -245,31 +245,9 @@ fn abbreviate(items: &[String]) -> String {
     }
 }
 
-/// The objective label in force at `step`: the newest objective change at or before it, else
-/// the label the run started with.
+/// The objective label in force at `step`, else the run id.
 pub fn run_label(store: &LoadedStore, step: u64) -> Result<String, StoreError> {
-    let ev = &store.events;
-    let steps = ev.column(c::STEP)?.u64()?;
-    let kinds = ev.column(c::KIND)?.str()?;
-    let details = ev.column(c::DETAIL)?.str()?;
-    let afters = ev.column(c::AFTER)?.str()?;
-    let mut label = None;
-    for i in 0..ev.height() {
-        let (Some(s), Some(kind)) = (steps.get(i), kinds.get(i)) else {
-            continue;
-        };
-        if s > step {
-            continue;
-        }
-        match kind {
-            "start" => label = details.get(i).map(str::to_string),
-            "regulariser on" | "regulariser off" | "weight" | "loss" | "freeze" | "unfreeze"
-            | "gate-freeze" => label = afters.get(i).map(str::to_string),
-            _ => {}
-        }
-    }
-    Ok(label
-        .filter(|l| !l.is_empty())
+    Ok(super::query::objective_at(&store.events, Some(step))?
         .unwrap_or_else(|| store.run.run_id.clone()))
 }
 
@@ -308,14 +286,16 @@ fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, Store
     let mut human: Vec<Option<f64>> = vec![None; 4];
     for s in stores {
         let step = resolve_step(s, split, choice)?;
-        let lf = &s.metrics;
+        let metrics = &s.metrics;
         let mut row = Vec::new();
         for (gi, (group, _)) in GROUP_HEADERS.iter().enumerate() {
-            row.push(value_at(lf, split, group, "ppl", step)?);
-            row.push(value_at(lf, split, group, "uniq", step)?);
-            row.push(value_at_or_before(lf, split::EMBEDDING, group, "i1", step)?.map(|v| v.1));
+            row.push(value_at(metrics, split, group, "ppl", step)?);
+            row.push(value_at(metrics, split, group, "uniq", step)?);
+            row.push(
+                value_at_or_before(metrics, split::EMBEDDING, group, "i1", step)?.map(|v| v.1),
+            );
             if human[gi].is_none() {
-                human[gi] = value_at(lf, split, group, "human_uniq", step)?;
+                human[gi] = value_at(metrics, split, group, "human_uniq", step)?;
             }
         }
         steps.push(step);

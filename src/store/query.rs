@@ -152,6 +152,44 @@ pub fn events_between(events: &DataFrame, from: u64, to: u64) -> Result<DataFram
     Ok(events.filter(&mask)?)
 }
 
+/// Event kinds that change the objectives in force; their `after` column is the new label.
+/// `command_kind` in the writer names every objective change with one of these.
+pub const OBJECTIVE_CHANGE_KINDS: [&str; 8] = [
+    "regulariser on",
+    "regulariser off",
+    "weight",
+    "loss",
+    "freeze",
+    "unfreeze",
+    "gate-freeze",
+    "objectives",
+];
+
+/// The label of the objectives in force at `step` (after the newest event: `None`): the newest
+/// objective change at or before it, else the label of the newest start (a resume starts again
+/// with the checkpoint's objectives). `None` when no event names one.
+pub fn objective_at(events: &DataFrame, step: Option<u64>) -> Result<Option<String>, StoreError> {
+    let steps = events.column(c::STEP)?.u64()?;
+    let kinds = events.column(c::KIND)?.str()?;
+    let details = events.column(c::DETAIL)?.str()?;
+    let afters = events.column(c::AFTER)?.str()?;
+    let mut label = None;
+    for i in 0..events.height() {
+        let (Some(s), Some(kind)) = (steps.get(i), kinds.get(i)) else {
+            continue;
+        };
+        if step.is_some_and(|step| s > step) {
+            continue;
+        }
+        if kind == "start" {
+            label = details.get(i);
+        } else if OBJECTIVE_CHANGE_KINDS.contains(&kind) {
+            label = afters.get(i);
+        }
+    }
+    Ok(label.filter(|l| !l.is_empty()).map(str::to_string))
+}
+
 /// The metric rows on `split` (all splits: `None`) at `step` (all steps: `None`).
 pub fn metric_rows(
     metrics: &DataFrame,
@@ -236,6 +274,55 @@ pub fn value_at_or_before(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Events as a run writes them: (step, kind, detail, after).
+    fn events(rows: &[(u64, &str, &str, &str)]) -> DataFrame {
+        let steps: Vec<u64> = rows.iter().map(|r| r.0).collect();
+        let kinds: Vec<&str> = rows.iter().map(|r| r.1).collect();
+        let details: Vec<&str> = rows.iter().map(|r| r.2).collect();
+        let afters: Vec<&str> = rows.iter().map(|r| r.3).collect();
+        DataFrame::new(
+            rows.len(),
+            vec![
+                Column::new(c::STEP.into(), steps),
+                Column::new(c::KIND.into(), kinds),
+                Column::new(c::DETAIL.into(), details),
+                Column::new(c::AFTER.into(), afters),
+            ],
+        )
+        .expect("equal column lengths")
+    }
+
+    #[test]
+    fn the_objective_in_force_follows_changes_and_resumes() {
+        // A run resumed at step 1,770 with `--reg sc=…` (the WikiText-2 `sc` run on the H100):
+        // the change is an "objectives" event, which the groups export used to ignore, labelling
+        // the run MLE at step 3,000.
+        let ev = events(&[
+            (0, "start", "MLE", "cuda:0"),
+            (1000, "checkpoint", "step-001000", ""),
+            (1770, "finish", "stopped", ""),
+            (1770, "start", "MLE", "cuda:0"),
+            (
+                1771,
+                "objectives",
+                "objectives SC λ=1 exp",
+                "SC λ=1 exp (c1=83.9)",
+            ),
+            (2500, "freeze", "freeze rare", "SC λ=1 exp + freeze rare"),
+            (2600, "unfreeze", "unfreeze rare", "SC λ=1 exp"),
+        ]);
+        let at = |step| objective_at(&ev, step).expect("columns present");
+        assert_eq!(at(Some(0)).as_deref(), Some("MLE"));
+        assert_eq!(at(Some(1770)).as_deref(), Some("MLE"));
+        assert_eq!(at(Some(1771)).as_deref(), Some("SC λ=1 exp (c1=83.9)"));
+        assert_eq!(at(Some(2550)).as_deref(), Some("SC λ=1 exp + freeze rare"));
+        assert_eq!(at(Some(3000)).as_deref(), Some("SC λ=1 exp"));
+        assert_eq!(at(None).as_deref(), Some("SC λ=1 exp"));
+        // Nothing that names an objective: no label.
+        let bare = events(&[(5, "checkpoint", "step-000005", "")]);
+        assert_eq!(objective_at(&bare, None).expect("columns present"), None);
+    }
 
     #[test]
     fn decimation_pools_equal_buckets_and_keeps_the_last_step() {

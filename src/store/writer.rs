@@ -515,3 +515,58 @@ fn command_kind(command: &Command) -> (Option<&'static str>, String) {
 fn is_already_exists(e: &StoreError) -> bool {
     matches!(e, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::Group;
+    use crate::objective::{GateParts, LossKind, Term};
+    use crate::store::query::OBJECTIVE_CHANGE_KINDS;
+
+    /// Every objective change is recorded under a kind that the readers of the objective in
+    /// force (`query::objective_at`: exports, `conelab runs`) recognise.
+    #[test]
+    fn every_objective_change_has_a_kind_the_readers_know() {
+        let changes = [
+            ObjectiveChange::Enable {
+                term: Term::Cos,
+                on: true,
+            },
+            ObjectiveChange::Enable {
+                term: Term::Cos,
+                on: false,
+            },
+            ObjectiveChange::Weight {
+                term: Term::Agg,
+                weight: 0.01,
+            },
+            ObjectiveChange::Loss {
+                kind: LossKind::Nce,
+            },
+            ObjectiveChange::Freeze {
+                group: Group::Rare,
+                frozen: true,
+            },
+            ObjectiveChange::Freeze {
+                group: Group::Rare,
+                frozen: false,
+            },
+            ObjectiveChange::GateFreeze {
+                parts: GateParts::B,
+            },
+            ObjectiveChange::Set {
+                objectives: Box::default(),
+            },
+        ];
+        let mut kinds = Vec::new();
+        for change in changes {
+            let (kind, _) = command_kind(&Command::Objective { change });
+            let kind = kind.expect("an objective change is an event of its own");
+            assert!(OBJECTIVE_CHANGE_KINDS.contains(&kind), "{kind}");
+            kinds.push(kind);
+        }
+        kinds.sort_unstable();
+        kinds.dedup();
+        assert_eq!(kinds.len(), OBJECTIVE_CHANGE_KINDS.len());
+    }
+}
