@@ -53,10 +53,10 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
     );
     let st = store::load(&f.path("run")).expect("the run has a store");
     assert!(st.warnings.is_empty(), "{:?}", st.warnings);
-    let lf = || &st.metrics;
+    let metrics = &st.metrics;
 
     // Every step's loss, as printed (4 decimals) by the same run.
-    let h = query::history(lf(), split::TRAIN, "total", "loss", 0).expect("history");
+    let h = query::history(metrics, split::TRAIN, "total", "loss", 0).expect("history");
     assert_eq!(h.steps, (1..=6).collect::<Vec<u64>>());
     for line in stdout.lines().filter(|l| l.starts_with("step=")) {
         let step = field(line, "step").expect("step") as usize;
@@ -76,7 +76,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
                 .find_map(|w| w.strip_prefix("split="))
                 .expect("split");
             for (group, key) in [("total", "ppl"), ("frequent", "frequent"), ("rare", "rare")] {
-                let stored = query::value_at(lf(), sp, group, "ppl", step)
+                let stored = query::value_at(metrics, sp, group, "ppl", step)
                     .expect("query")
                     .expect("stored");
                 let printed = field(line, key).expect("printed");
@@ -86,7 +86,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
                     "{sp} {group} step {step}: {stored} vs {printed}"
                 );
             }
-            let uniq = query::value_at(lf(), sp, "total", "uniq", step)
+            let uniq = query::value_at(metrics, sp, "total", "uniq", step)
                 .expect("q")
                 .expect("uniq");
             assert_eq!(uniq, field(line, "uniq").expect("uniq"));
@@ -98,7 +98,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
                 ("rare", "i1_rare"),
                 ("frequent", "i1_frequent"),
             ] {
-                let stored = query::value_at(lf(), split::EMBEDDING, group, "i1", step)
+                let stored = query::value_at(metrics, split::EMBEDDING, group, "i1", step)
                     .expect("q")
                     .expect("i1");
                 assert!(
@@ -107,12 +107,12 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
                 );
             }
             let spectrum =
-                query::value_at(lf(), split::SPECTRUM, "total", "sv0000", step).expect("q");
+                query::value_at(metrics, split::SPECTRUM, "total", "sv0000", step).expect("q");
             assert_eq!(spectrum, Some(1.0), "normalised spectrum starts at 1");
         }
     }
     assert!(stdout.contains("split=test"), "{stdout}");
-    let test_ppl = query::last_values_vec(lf())
+    let test_ppl = query::last_values_vec(metrics)
         .expect("last")
         .into_iter()
         .any(|v| v.split == "test" && v.metric == "ppl");

@@ -37,10 +37,8 @@ impl UtcTime {
 
     /// Now, by the system clock (the epoch if the clock is before it).
     pub fn now() -> Self {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        Self::from_unix(i64::try_from(secs).unwrap_or(i64::MAX))
+        // Whole seconds; the float holds them exactly for the next 285 million years.
+        Self::from_unix(crate::store::unix_now() as i64)
     }
 }
 
