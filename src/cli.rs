@@ -886,12 +886,16 @@ fn bench_attach_cmd(args: BenchAttachArgs) -> Result<()> {
         ));
     }
     out.push_str(&format!(
-        "median ratio {:.3} (goal ≥ 0.97)\nrun process RSS: {:.0} MiB without viewers, {:.0} MiB with two; a viewer of a live run {:.0} MiB; an idle viewer {:.0} MiB\nattach to a first frame, {} steps of history: finished run {:.0} ms, live run {:.0} ms (goal ≤ 1000 ms)\n",
+        "median ratio {:.3} (goal ≥ 0.97)\nrun process RSS: {:.0} MiB without viewers, {:.0} MiB with two; a viewer of a live run {:.0} MiB; an idle viewer {:.0} MiB\nCPU, % of one core over a process's life ({} cores here): the run {:.0} without viewers, {:.0} with two; a viewer of the live run {:.1}\nattach to a first frame, {} steps of history: finished run {:.0} ms, live run {:.0} ms (goal ≤ 1000 ms)\n",
         r.ratio,
         r.run_rss_mib_without_viewers,
         r.run_rss_mib_with_two_viewers,
         r.viewer_rss_mib,
         r.idle_viewer_rss_mib,
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        r.run_cpu_percent_without_viewers,
+        r.run_cpu_percent_with_two_viewers,
+        r.viewer_cpu_percent,
         r.history_steps,
         r.attach_finished_ms,
         r.attach_live_ms

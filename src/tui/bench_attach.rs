@@ -4,6 +4,8 @@
 //!   attach` processes on pseudo-terminals of 200×60, started through util-linux `script`),
 //!   alternated; tokens/s from the run's own store, between the end of the warm-up and the end.
 //! - Memory: the run process's resident set (sampled), with and without viewers; a viewer's.
+//! - CPU: the share of one core the run and each viewer used over their lives (from
+//!   `/proc/PID/stat`): on a machine with few cores, what the viewers' drawing takes from training.
 //! - Attach: from nothing to a complete first frame (hello, history, one frame drawn into a
 //!   200×60 `TestBackend`) on a run whose store holds `history` steps — a finished one (its
 //!   history rebuilt from the store) and a live one (its history sent by the run).
@@ -64,6 +66,12 @@ pub struct AttachBenchResult {
     pub viewer_rss_mib: f64,
     /// A viewer of a run that is over (nothing arriving), after it settled.
     pub idle_viewer_rss_mib: f64,
+    /// CPU of the run process, % of one core over its life (median over rounds).
+    pub run_cpu_percent_without_viewers: f64,
+    pub run_cpu_percent_with_two_viewers: f64,
+    /// CPU of one viewer of the live run, % of one core over its life (the busier of the two,
+    /// median over rounds).
+    pub viewer_cpu_percent: f64,
     pub history_steps: u64,
     /// Hello to first complete frame, median of 3, on the finished run / on the live run.
     pub attach_finished_ms: f64,
@@ -85,6 +93,57 @@ pub fn rss_mib(pid: u32) -> f64 {
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// CPU time (user + system) a process has used so far, in seconds (0 when it is gone).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // After the command name (in parentheses, which may hold anything) come the state, then
+    // 10 more fields, then utime and stime in clock ticks (proc(5) fields 14 and 15).
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // SAFETY: sysconf(3) has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz <= 0 {
+        return 0.0;
+    }
+    (ticks(11) + ticks(12)) / hz as f64
+}
+
+/// A process's CPU as a share of one core: the newest reading of its CPU time over the wall time
+/// from its start to that reading.
+#[derive(Debug, Default, Clone, Copy)]
+struct CpuShare {
+    seconds: f64,
+    wall: f64,
+}
+
+impl CpuShare {
+    fn update(&mut self, pid: u32, since: Instant) {
+        let seconds = cpu_seconds(pid);
+        if seconds >= self.seconds && seconds > 0.0 {
+            self.seconds = seconds;
+            self.wall = since.elapsed().as_secs_f64();
+        }
+    }
+
+    fn percent(self) -> f64 {
+        if self.wall > 0.0 {
+            100.0 * self.seconds / self.wall
+        } else {
+            f64::NAN
+        }
+    }
 }
 
 /// Samples a process's resident set every 100 ms until `stop`; returns the largest.
@@ -176,21 +235,37 @@ fn store_throughput(dir: &Path, warmup: u64, tokens_per_step: f64) -> Result<f64
     }
 }
 
-/// One timed run; returns (tokens/s, the run's largest RSS, the viewers' largest RSS).
+/// What one timed run measured.
+struct TimedRun {
+    tokens_per_sec: f64,
+    run_rss_mib: f64,
+    viewer_rss_mib: f64,
+    run_cpu_percent: f64,
+    /// The busier viewer's (NaN without viewers).
+    viewer_cpu_percent: f64,
+}
+
+/// One timed run with `viewers` viewers attached.
 fn timed_run(
     b: &AttachBench,
     dir: &Path,
     viewers: usize,
     tokens_per_step: f64,
-) -> Result<(f64, f64, f64), RunError> {
+) -> Result<TimedRun, RunError> {
+    let run_start = Instant::now();
     let ready = crate::run::detach::spawn(train_args(b, dir, b.warmup + b.steps))?;
     let stop = Arc::new(AtomicBool::new(false));
     let run_rss = sample_rss(ready.pid, stop.clone());
     let mut scripts = Vec::new();
     for _ in 0..viewers {
-        scripts.push(spawn_viewer(&ready.dir)?);
+        scripts.push((
+            spawn_viewer(&ready.dir)?,
+            Instant::now(),
+            CpuShare::default(),
+        ));
     }
     let mut viewer_max: f64 = 0.0;
+    let mut run_cpu = CpuShare::default();
     let start = Instant::now();
     while crate::run::live::read_final(&ready.dir)
         .ok()
@@ -200,16 +275,22 @@ fn timed_run(
         if start.elapsed() > Duration::from_secs(3_600) {
             return Err(RunError::Internal("the timed run did not end".into()));
         }
-        for s in &scripts {
+        run_cpu.update(ready.pid, run_start);
+        for (s, since, cpu) in &mut scripts {
             if let Some(v) = viewer_pid(s.id()) {
                 viewer_max = viewer_max.max(rss_mib(v));
+                cpu.update(v, *since);
             }
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    let viewer_cpu = scripts
+        .iter()
+        .map(|(_, _, cpu)| cpu.percent())
+        .fold(f64::NAN, f64::max);
     stop.store(true, Ordering::SeqCst);
     let run_max = run_rss.join().unwrap_or(0.0);
-    for mut s in scripts {
+    for (mut s, _, _) in scripts {
         if let Some(v) = viewer_pid(s.id()) {
             // A signal only detaches a viewer.
             // SAFETY: kill(2) on a process we started.
@@ -220,8 +301,13 @@ fn timed_run(
         let _ = s.kill();
         let _ = s.wait();
     }
-    let tps = store_throughput(&ready.dir, b.warmup, tokens_per_step)?;
-    Ok((tps, run_max, viewer_max))
+    Ok(TimedRun {
+        tokens_per_sec: store_throughput(&ready.dir, b.warmup, tokens_per_step)?,
+        run_rss_mib: run_max,
+        viewer_rss_mib: viewer_max,
+        run_cpu_percent: run_cpu.percent(),
+        viewer_cpu_percent: viewer_cpu,
+    })
 }
 
 /// From opening the run (connect, handshake; or reading its store) to the first complete frame.
@@ -281,19 +367,23 @@ fn run_all(b: &AttachBench, tmp: &Path) -> Result<AttachBenchResult, RunError> {
     let tokens_per_step = (b.batch * window) as f64;
     let mut rounds = Vec::new();
     let (mut rss_without, mut rss_with, mut viewer_rss) = (Vec::new(), Vec::new(), 0.0f64);
+    let (mut cpu_without, mut cpu_with, mut viewer_cpu) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..b.rounds.max(1) {
         let order = if r % 2 == 0 { [0, 2] } else { [2, 0] };
         let mut pair = [0.0; 2];
         for viewers in order {
             let dir = tmp.join(format!("round-{r}-viewers-{viewers}"));
-            let (tps, run_max, view_max) = timed_run(b, &dir, viewers, tokens_per_step)?;
+            let t = timed_run(b, &dir, viewers, tokens_per_step)?;
             if viewers == 0 {
-                pair[0] = tps;
-                rss_without.push(run_max);
+                pair[0] = t.tokens_per_sec;
+                rss_without.push(t.run_rss_mib);
+                cpu_without.push(t.run_cpu_percent);
             } else {
-                pair[1] = tps;
-                rss_with.push(run_max);
-                viewer_rss = viewer_rss.max(view_max);
+                pair[1] = t.tokens_per_sec;
+                rss_with.push(t.run_rss_mib);
+                cpu_with.push(t.run_cpu_percent);
+                viewer_rss = viewer_rss.max(t.viewer_rss_mib);
+                viewer_cpu.push(t.viewer_cpu_percent);
             }
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -313,6 +403,9 @@ fn run_all(b: &AttachBench, tmp: &Path) -> Result<AttachBenchResult, RunError> {
         run_rss_mib_with_two_viewers: median(rss_with),
         viewer_rss_mib: viewer_rss,
         idle_viewer_rss_mib: idle_rss,
+        run_cpu_percent_without_viewers: median(cpu_without),
+        run_cpu_percent_with_two_viewers: median(cpu_with),
+        viewer_cpu_percent: median(viewer_cpu),
         history_steps: b.history,
         attach_finished_ms: finished_ms,
         attach_live_ms: live_ms,
@@ -400,4 +493,35 @@ fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError
         std::thread::sleep(Duration::from_millis(100));
     }
     Ok((median(finished), median(live), idle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `/proc/PID/stat` against a second source: getrusage(2) of the same process, after some
+    /// work (the two agree to a few clock ticks; threads of other tests add to both).
+    #[test]
+    fn cpu_seconds_agrees_with_getrusage() {
+        let mut x = 0u64;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let from_proc = cpu_seconds(std::process::id());
+        // SAFETY: getrusage(2) writes into the struct we pass.
+        let usage = unsafe {
+            let mut u: libc::rusage = std::mem::zeroed();
+            assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut u), 0);
+            u
+        };
+        let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+        let from_rusage = secs(usage.ru_utime) + secs(usage.ru_stime);
+        assert!(from_proc >= 0.25, "{from_proc} s after 0.3 s of work");
+        assert!(
+            (from_proc - from_rusage).abs() < 0.1,
+            "/proc {from_proc} s, getrusage {from_rusage} s"
+        );
+        assert_eq!(cpu_seconds(u32::MAX), 0.0, "no such process");
+    }
 }
