@@ -201,7 +201,7 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&RowGroups>) {
         Constraint::Length(1),
     ])
     .areas(area);
-    frame.render_widget(header_line(app, &pal), header);
+    frame.render_widget(header_line(app, &pal, header.width), header);
     frame.render_widget(
         Paragraph::new(
             "? help · q quit · d detach · p pause · s save · Tab/1-8 pane · z zoom · / search · l log-y · m smooth",
@@ -220,7 +220,9 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&RowGroups>) {
     }
 }
 
-fn header_line(app: &App, pal: &Palette) -> Paragraph<'static> {
+/// The top line: run, device, status, progress. The status (a failure message can be long) is
+/// what gets shortened to fit `width`, so the step it stopped at stays on screen.
+fn header_line(app: &App, pal: &Palette, width: u16) -> Paragraph<'static> {
     let (status, color) = match &app.run.status {
         RunStatus::Starting => ("starting".to_string(), Color::Gray),
         RunStatus::Running => ("running".to_string(), Color::Green),
@@ -237,36 +239,62 @@ fn header_line(app: &App, pal: &Palette) -> Paragraph<'static> {
         RunStatus::Failed { message } => (format!("failed: {message}"), Color::Red),
         RunStatus::Crashed => ("crashed (no live process)".to_string(), Color::Red),
     };
-    let status = if app.connection_lost && !status.starts_with("crashed") {
-        format!("{status} · disconnected")
-    } else if app.read_only.is_some() && !app.run.status.is_live() {
-        format!("{status} · read-only")
+    let live = app.run.status.is_live();
+    // A run that has ended closes its socket: that is not news, so only a live run is
+    // "disconnected"; an ended one is read-only.
+    let suffix = if app.connection_lost && live {
+        " · disconnected"
+    } else if (app.read_only.is_some() || app.connection_lost) && !live {
+        " · read-only"
     } else {
-        status
+        ""
     };
     let step = app.step();
     let total = app.run.info.total_steps.max(1);
     let epoch = app.run.last_step.map(|s| s.epoch).unwrap_or(0.0);
     let eta = app
         .eta_seconds()
-        .filter(|_| app.run.status.is_live())
+        .filter(|_| live)
         .map(|s| format!(" · ETA {}", human_duration(s)))
         .unwrap_or_default();
+    let title = " conelab ";
+    let run = format!("{} · {} · ", app.run.info.name, app.run.info.device);
+    let at = format!(
+        " · step {step}/{total} ({:.0} %)",
+        100.0 * step as f64 / total as f64
+    );
+    let epoch = format!(" · epoch {epoch:.2}");
+    let width_of = |parts: &[&str]| parts.iter().map(|p| p.chars().count()).sum::<usize>();
+    // Room for the status: the ETA, then the epoch go first when the line is narrow, then the
+    // status is cut (never below "failed:…").
+    let fixed = width_of(&[title, &run, suffix, &at]) + status.chars().count().min(24);
+    let progress = [format!("{at}{epoch}{eta}"), format!("{at}{epoch}")]
+        .into_iter()
+        .find(|p| fixed - at.chars().count() + p.chars().count() <= width as usize)
+        .unwrap_or(at);
+    let room = (width as usize)
+        .saturating_sub(width_of(&[title, &run, suffix, &progress]))
+        .max(8);
+    let status = format!("{}{suffix}", shorten(&status, room));
     Paragraph::new(Line::from(vec![
         Span::styled(
-            " conelab ",
+            title,
             pal.fg(Color::LightGreen).add_modifier(Modifier::BOLD),
         ),
-        Span::raw(format!(
-            "{} · {} · ",
-            app.run.info.name, app.run.info.device
-        )),
+        Span::raw(run),
         Span::styled(status, pal.fg(color)),
-        Span::raw(format!(
-            " · step {step}/{total} ({:.0} %) · epoch {epoch:.2}{eta}",
-            100.0 * step as f64 / total as f64
-        )),
+        Span::raw(progress),
     ]))
+}
+
+/// `text` cut to at most `max` characters, the cut marked with "…".
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
 }
 
 fn block(title: &str, focused: bool, pal: &Palette) -> Block<'static> {
@@ -1200,6 +1228,44 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("step 80/200 (40 %)"), "{text}");
+    }
+
+    /// A run that failed with a long message, and whose process has gone: the header still
+    /// shows the step it stopped at (the message is what gets cut), and it says read-only, not
+    /// disconnected. A CI run caught the step cut off when the viewer noticed the socket close.
+    #[test]
+    fn a_long_failure_keeps_the_step_on_the_header() {
+        let mut a = app();
+        a.run.status = RunStatus::Failed {
+            message: "the training backend panicked: injected backend panic at step 30 while \
+                      it was writing a checkpoint to a very slow disk"
+                .into(),
+        };
+        a.connection_lost = true;
+        for width in [80u16, 120] {
+            let text = draw(&a, width, 40);
+            let header = text.lines().next().expect("a header line");
+            assert!(header.contains("step 80/200 (40 %)"), "{header}");
+            assert!(header.contains("failed: "), "{header}");
+            assert!(header.contains("…"), "the message is cut: {header}");
+            assert!(header.contains("read-only"), "{header}");
+            assert!(!header.contains("disconnected"), "{header}");
+        }
+        // A live run that lost its socket says so.
+        let mut a = app();
+        a.connection_lost = true;
+        let header = draw(&a, 120, 40).lines().next().map(str::to_string);
+        let header = header.expect("a header line");
+        assert!(header.contains("· disconnected"), "{header}");
+        assert!(header.contains("step 80/200 (40 %) · epoch"), "{header}");
+        // At 120 columns the failure's first words are there.
+        let mut a = app();
+        a.run.status = RunStatus::Failed {
+            message: "the training backend panicked: injected backend panic at step 30".into(),
+        };
+        let header = draw(&a, 120, 40).lines().next().map(str::to_string);
+        let header = header.expect("a header line");
+        assert!(header.contains("failed: the training backend"), "{header}");
     }
 
     #[test]
