@@ -119,6 +119,70 @@ fn a_truncated_segment_is_skipped_with_a_warning() {
     assert_eq!(steps, want);
 }
 
+/// Reading four columns of the metrics (what the workbench needs of a finished run) gives the
+/// rows a whole read gives: later rows of a step win, a truncated segment and a segment with
+/// other columns are skipped with the same warnings.
+#[test]
+fn a_read_of_some_columns_keeps_the_rows_and_the_warnings() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    let mut w = writer(run);
+    for part in [1..=10, 11..=20, 21..=30] {
+        push_losses(&mut w, part, loss);
+        w.flush().expect("flush");
+    }
+    // Steps 15–20 written again with other values (rows of a second life): the later ones win.
+    push_losses(&mut w, 15..=20, |s| loss(s) + 1.0);
+    w.flush().expect("flush");
+    drop(w);
+    let segs = segment_files(run, "metrics-");
+    let bytes = std::fs::read(&segs[2]).expect("read");
+    std::fs::write(&segs[2], &bytes[..bytes.len() / 2]).expect("truncate");
+    let mut foreign = df!("x" => [1i64, 2, 3]).expect("frame");
+    let file = std::fs::File::create(run.join(store::STORE_DIR).join("metrics-000009.parquet"))
+        .expect("create");
+    polars_io::prelude::ParquetWriter::new(file)
+        .finish(&mut foreign)
+        .expect("write");
+
+    let columns = [
+        store::col::KEY,
+        store::col::STEP,
+        store::col::VALUE,
+        store::col::EPOCH,
+    ];
+    let some = store::load_columns(run, &columns).expect("load some columns");
+    let names: Vec<&str> = some
+        .metrics
+        .get_column_names()
+        .iter()
+        .map(|n| n.as_str())
+        .collect();
+    assert_eq!(names, columns);
+    let whole = store::load(run).expect("load");
+    assert_eq!(some.warnings.len(), 2, "{:?}", some.warnings);
+    assert_eq!(some.warnings, whole.warnings);
+    let steps = some.metrics.column(store::col::STEP).expect("step");
+    let values = some.metrics.column(store::col::VALUE).expect("value");
+    let mut got: Vec<(u64, f64)> = steps
+        .u64()
+        .expect("u64")
+        .iter()
+        .zip(values.f64().expect("f64").iter())
+        .map(|(s, v)| (s.expect("step"), v.expect("value")))
+        .collect();
+    got.sort_by_key(|p| p.0);
+    let want: Vec<(u64, f64)> = (1..=14)
+        .map(|s| (s, loss(s)))
+        .chain((15..=20).map(|s| (s, loss(s) + 1.0)))
+        .collect();
+    assert_eq!(
+        got, want,
+        "segment 3 (21–30) skipped, 15–20 from the second life"
+    );
+    assert_eq!(some.events.height(), whole.events.height());
+}
+
 #[test]
 fn a_resumed_run_drops_the_lost_timeline_and_has_no_duplicates() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -383,7 +383,7 @@ impl RunView {
         objectives: Objectives,
         status: RunStatus,
     ) -> Result<Self, StoreError> {
-        let st = store::load(run_dir)?;
+        let st = store::load_columns(run_dir, &[col::KEY, col::STEP, col::VALUE, col::EPOCH])?;
         let mut view = Self::new(objectives);
         view.info = info;
         view.status = status;
@@ -475,8 +475,7 @@ impl RunView {
             );
             let (kind, text) = match kind {
                 "start" => (LogKind::Info, format!("started: {detail}")),
-                "regulariser on" | "regulariser off" | "weight" | "loss" | "freeze"
-                | "unfreeze" | "gate-freeze" | "objectives" | "lr" => {
+                k if k == "lr" || store::query::OBJECTIVE_CHANGE_KINDS.contains(&k) => {
                     view.interventions.push(step);
                     (LogKind::Intervention, format!("{before} → {after}"))
                 }

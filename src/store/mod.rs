@@ -217,6 +217,29 @@ pub fn load(run_dir: &Path) -> Result<LoadedStore, StoreError> {
     })
 }
 
+/// [`load`] with only `columns` of the metrics table read (they must include the step and the
+/// series key, by which rows are deduplicated): what a reader that needs numbers by series, not
+/// names, decodes of a long run's store — the string columns are most of it.
+pub fn load_columns(run_dir: &Path, columns: &[&str]) -> Result<LoadedStore, StoreError> {
+    let dir = store_dir(run_dir);
+    let run = read_run_record(&dir)?;
+    let mut warnings = Vec::new();
+    let metrics = segment::read_all_columns(&dir, segment::Kind::Metrics, columns, &mut warnings)?;
+    let metrics = if segment::single_base(&dir, segment::Kind::Metrics)? && warnings.is_empty() {
+        metrics
+    } else {
+        segment::dedupe_metrics(metrics)?
+    };
+    let events = segment::read_all(&dir, segment::Kind::Events, &mut warnings)?;
+    Ok(LoadedStore {
+        dir,
+        run,
+        metrics,
+        events,
+        warnings,
+    })
+}
+
 pub fn read_run_record(dir: &Path) -> Result<RunRecord, StoreError> {
     let path = dir.join(RUN_RECORD);
     let text = match std::fs::read_to_string(&path) {

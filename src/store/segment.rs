@@ -180,19 +180,52 @@ pub enum ReadError {
     Io(StoreError),
 }
 
-fn read(path: &Path, kind: Kind) -> Result<DataFrame, ReadError> {
+/// A segment, only `columns` of it when given (a reader that needs four of a table's nine columns
+/// decodes four: the strings are most of a metrics segment). The whole schema is checked either way.
+fn read_projected(
+    path: &Path,
+    kind: Kind,
+    columns: Option<&[&str]>,
+) -> Result<DataFrame, ReadError> {
     let bytes = crate::fault::check("segment.read")
         .and_then(|()| std::fs::read(path))
         .map_err(|e| ReadError::Io(io_error(path)(e)))?;
-    let df = ParquetReader::new(Cursor::new(bytes))
-        .finish()
-        .map_err(|e| ReadError::Corrupt(format!("{}: not a Parquet file: {e}", path.display())))?;
-    if df.schema() != schema(kind).schema() {
-        return Err(ReadError::Corrupt(format!(
+    let not_parquet =
+        |e: PolarsError| ReadError::Corrupt(format!("{}: not a Parquet file: {e}", path.display()));
+    let other_columns = || {
+        ReadError::Corrupt(format!(
             "{}: not a conelab {} segment (other columns)",
             path.display(),
             kind.prefix()
-        )));
+        ))
+    };
+    let mut reader = ParquetReader::new(Cursor::new(bytes));
+    let expected = schema(kind);
+    let names: Vec<String> = reader
+        .schema()
+        .map_err(not_parquet)?
+        .iter_names()
+        .map(|n| n.to_string())
+        .collect();
+    if names
+        .iter()
+        .map(String::as_str)
+        .ne(expected.get_column_names().iter().map(|n| n.as_str()))
+    {
+        return Err(other_columns());
+    }
+    let (reader, expected) = match columns {
+        Some(c) => (
+            reader.with_columns(Some(c.iter().map(|n| n.to_string()).collect())),
+            expected
+                .select(c.iter().copied())
+                .map_err(|_| other_columns())?,
+        ),
+        None => (reader, expected),
+    };
+    let df = reader.finish().map_err(not_parquet)?;
+    if df.schema() != expected.schema() {
+        return Err(other_columns());
     }
     Ok(df)
 }
@@ -219,12 +252,38 @@ pub fn read_all(
     Ok(df)
 }
 
+/// Only `columns` of the live segments of one kind, concatenated in order; corrupt segments are
+/// skipped and named in `warnings` as [`read_all`] does. Rows are not deduplicated.
+pub fn read_all_columns(
+    dir: &Path,
+    kind: Kind,
+    columns: &[&str],
+    warnings: &mut Vec<String>,
+) -> Result<DataFrame, StoreError> {
+    let (df, corrupt) = read_live_projected(dir, kind, Some(columns))?;
+    for (_, why) in corrupt {
+        warnings.push(format!("{why}; segment skipped"));
+    }
+    Ok(df)
+}
+
 /// The live segments of one kind, and the ones proven corrupt (path, why).
 fn read_live(dir: &Path, kind: Kind) -> Result<(DataFrame, Vec<(PathBuf, String)>), StoreError> {
-    let mut out = schema(kind);
+    read_live_projected(dir, kind, None)
+}
+
+fn read_live_projected(
+    dir: &Path,
+    kind: Kind,
+    columns: Option<&[&str]>,
+) -> Result<(DataFrame, Vec<(PathBuf, String)>), StoreError> {
+    let mut out = match columns {
+        Some(c) => schema(kind).select(c.iter().copied())?,
+        None => schema(kind),
+    };
     let mut corrupt = Vec::new();
     for seg in live(&list(dir)?, kind) {
-        match read(&seg.path, kind) {
+        match read_projected(&seg.path, kind, columns) {
             Ok(df) => {
                 out.vstack_mut(&df)?;
             }
