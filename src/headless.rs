@@ -132,7 +132,7 @@ pub fn report(events: Receiver<Event>, tty: bool, log_every: u64) -> Outcome {
                 }
             }
             Event::Applied(a) => line(format!(
-                "applied step={} {:?}: {} -> {}",
+                "applied step={} {}: {} -> {}",
                 a.step, a.command, a.before, a.after
             )),
             Event::Rejected {
@@ -140,7 +140,7 @@ pub fn report(events: Receiver<Event>, tty: bool, log_every: u64) -> Outcome {
                 command,
                 reason,
                 ..
-            } => line(format!("rejected step={step} {command:?}: {reason}")),
+            } => line(format!("rejected step={step} {command}: {reason}")),
             Event::Checkpoint { step, path } => {
                 line(format!("checkpoint step={step} {}", path.display()))
             }

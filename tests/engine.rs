@@ -231,6 +231,41 @@ fn a_command_takes_effect_at_the_next_step_and_is_recorded_with_it() {
     assert!(lrs.range(a.step..).all(|(_, &lr)| lr == 0.0123));
 }
 
+/// `--freeze rare@5`: the thaw is an applied change at step 5, once, seen like any other.
+#[test]
+fn a_freeze_until_a_step_ends_with_an_applied_change_at_that_step() {
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let mut trainer = Trainer::new(
+        corpus,
+        small_transformer(),
+        train_config(8),
+        DeviceSpec::Cpu,
+    )
+    .expect("trainer");
+    let mut objectives = trainer.objectives().clone();
+    objectives.apply_freeze_arg("rare@5").expect("parses");
+    trainer.set_objectives(objectives).expect("valid");
+    let handle = engine::spawn(trainer, engine::EngineOptions::default()).expect("engine");
+    let mut applied = Vec::new();
+    loop {
+        match next_event(&handle) {
+            Event::Applied(a) => applied.push(a),
+            Event::Rejected { reason, .. } => panic!("refused: {reason}"),
+            Event::Finished { .. } => break,
+            Event::Failed { message, .. } => panic!("engine failed: {message}"),
+            _ => {}
+        }
+    }
+    handle.join();
+    assert_eq!(applied.len(), 1, "{applied:?}");
+    let a = &applied[0];
+    assert_eq!(a.step, 5);
+    assert_eq!(a.before, "freeze rare until 5");
+    assert_eq!(a.after, "MLE");
+    assert!(a.ticket.is_none());
+}
+
 #[test]
 fn pause_resume_and_stop_with_save() {
     let _turn = one_trainer();

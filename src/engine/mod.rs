@@ -28,6 +28,7 @@ pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 use crate::data::DataError;
 use crate::metrics::RowGroups;
 use crate::model::DeviceError;
+use crate::objective::{FreezeConfig, ObjectiveChange};
 use analysis::{AnalysisWorker, LatestAnalysis};
 
 #[derive(Debug, thiserror::Error)]
@@ -396,6 +397,14 @@ impl Engine {
                 self.finish()?;
                 return Ok(());
             }
+            // Thawing only lifts a constraint, so it is never refused (and never repeated).
+            if let Some(change) = self.freeze_expiry() {
+                let command = Command::Objective { change };
+                self.handle(Envelope {
+                    command,
+                    ticket: None,
+                })?;
+            }
             match self.trainer.train_step() {
                 Ok(stats) => self.emit(Event::Step(stats)),
                 Err(EngineError::Diverged { step, loss }) => {
@@ -420,6 +429,22 @@ impl Engine {
             }
             self.after_step()?;
         }
+    }
+
+    /// `--freeze GROUP@N` ends at step N. The trainer would thaw the groups by itself
+    /// ([`crate::objective::FreezeConfig::at_step`]); made an applied change instead, the thaw is
+    /// in the store, in the log and in every viewer's Controls pane, at the step it happens.
+    fn freeze_expiry(&self) -> Option<ObjectiveChange> {
+        let objectives = self.trainer.objectives();
+        let until = objectives.freeze.until?;
+        if self.step() + 1 < until {
+            return None;
+        }
+        let mut thawed = objectives.clone();
+        thawed.freeze = FreezeConfig::default();
+        Some(ObjectiveChange::Set {
+            objectives: Box::new(thawed),
+        })
     }
 
     /// Another thread of the run died: save what was trained, then end with its message.

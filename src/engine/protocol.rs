@@ -39,6 +39,22 @@ pub enum Command {
     },
 }
 
+/// What a command does, in the words of the log and the store: `lr 0.001`, `stop and save`,
+/// `cos on`, …
+impl std::fmt::Display for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Pause => f.write_str("pause"),
+            Command::Resume => f.write_str("resume"),
+            Command::Stop { save: true } => f.write_str("stop and save"),
+            Command::Stop { save: false } => f.write_str("stop"),
+            Command::SaveCheckpoint => f.write_str("checkpoint"),
+            Command::SetLr { lr } => write!(f, "lr {lr}"),
+            Command::Objective { change } => write!(f, "{change}"),
+        }
+    }
+}
+
 /// A command as applied: the step it first affected, and what changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AppliedCommand {

@@ -487,29 +487,24 @@ fn set_metrics(s: &SetStats) -> [(&'static str, f64); 8] {
 /// The event kind of an acknowledged command and a description; `None` for commands whose
 /// outcome is its own event (a checkpoint).
 fn command_kind(command: &Command) -> (Option<&'static str>, String) {
-    match command {
-        Command::Pause => (Some("pause"), "pause".into()),
-        Command::Resume => (Some("resume"), "resume".into()),
-        Command::Stop { save } => (
-            Some("stop"),
-            if *save { "stop and save" } else { "stop" }.into(),
-        ),
-        Command::SaveCheckpoint => (None, "checkpoint".into()),
-        Command::SetLr { lr } => (Some("lr"), format!("lr {lr}")),
-        Command::Objective { change } => {
-            let kind = match change {
-                ObjectiveChange::Enable { on: true, .. } => "regulariser on",
-                ObjectiveChange::Enable { on: false, .. } => "regulariser off",
-                ObjectiveChange::Weight { .. } => "weight",
-                ObjectiveChange::Loss { .. } => "loss",
-                ObjectiveChange::Freeze { frozen: true, .. } => "freeze",
-                ObjectiveChange::Freeze { frozen: false, .. } => "unfreeze",
-                ObjectiveChange::GateFreeze { .. } => "gate-freeze",
-                ObjectiveChange::Set { .. } => "objectives",
-            };
-            (Some(kind), change.to_string())
-        }
-    }
+    let kind = match command {
+        Command::Pause => Some("pause"),
+        Command::Resume => Some("resume"),
+        Command::Stop { .. } => Some("stop"),
+        Command::SaveCheckpoint => None,
+        Command::SetLr { .. } => Some("lr"),
+        Command::Objective { change } => Some(match change {
+            ObjectiveChange::Enable { on: true, .. } => "regulariser on",
+            ObjectiveChange::Enable { on: false, .. } => "regulariser off",
+            ObjectiveChange::Weight { .. } => "weight",
+            ObjectiveChange::Loss { .. } => "loss",
+            ObjectiveChange::Freeze { frozen: true, .. } => "freeze",
+            ObjectiveChange::Freeze { frozen: false, .. } => "unfreeze",
+            ObjectiveChange::GateFreeze { .. } => "gate-freeze",
+            ObjectiveChange::Set { .. } => "objectives",
+        }),
+    };
+    (kind, command.to_string())
 }
 
 fn is_already_exists(e: &StoreError) -> bool {
