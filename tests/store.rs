@@ -120,8 +120,8 @@ fn a_truncated_segment_is_skipped_with_a_warning() {
 }
 
 /// Reading four columns of the metrics (what the workbench needs of a finished run) gives the
-/// rows a whole read gives: later rows of a step win, a truncated segment and a segment with
-/// other columns are skipped with the same warnings.
+/// rows a whole read gives, in the order written (a later row of a step comes later); a truncated
+/// segment and a segment with other columns are skipped with the same warnings.
 #[test]
 fn a_read_of_some_columns_keeps_the_rows_and_the_warnings() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -164,14 +164,17 @@ fn a_read_of_some_columns_keeps_the_rows_and_the_warnings() {
     assert_eq!(some.warnings, whole.warnings);
     let steps = some.metrics.column(store::col::STEP).expect("step");
     let values = some.metrics.column(store::col::VALUE).expect("value");
-    let mut got: Vec<(u64, f64)> = steps
+    // Rows as written: the later row of a step is the one that counts.
+    let mut last = std::collections::BTreeMap::new();
+    for (s, v) in steps
         .u64()
         .expect("u64")
         .iter()
         .zip(values.f64().expect("f64").iter())
-        .map(|(s, v)| (s.expect("step"), v.expect("value")))
-        .collect();
-    got.sort_by_key(|p| p.0);
+    {
+        last.insert(s.expect("step"), v.expect("value"));
+    }
+    let got: Vec<(u64, f64)> = last.into_iter().collect();
     let want: Vec<(u64, f64)> = (1..=14)
         .map(|s| (s, loss(s)))
         .chain((15..=20).map(|s| (s, loss(s) + 1.0)))

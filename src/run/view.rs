@@ -7,6 +7,7 @@
 //! 100,000-step run is as small as one of a 2,000-step run.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -321,7 +322,7 @@ impl RunView {
             } => self.log(
                 *step,
                 LogKind::Warning,
-                format!("refused {}: {reason}", describe(command)),
+                format!("refused {command}: {reason}"),
             ),
             Event::Checkpoint { step, path } => self.log(
                 *step,
@@ -509,22 +510,60 @@ impl RunView {
     }
 }
 
-/// Every series of a metrics table, by its key, as (step, value) in arrival order; one pass.
+/// Every series of a metrics table, by its key, as (step, value) in step order, one row per step
+/// (of rows written twice for a step, the later: a resumed run's); one pass.
 struct Rows {
-    series: HashMap<i64, Vec<(u64, f64)>>,
-    /// Training epoch by step (the train rows' epoch column).
-    epochs: HashMap<u64, f64>,
+    series: HashMap<i64, Vec<(u64, f64)>, BuildHasherDefault<SeriesKeyHasher>>,
+    /// Training epoch by step (the train loss rows' epoch column), in step order.
+    epochs: Vec<(u64, f64)>,
+    /// The spectrum series sv0000, sv0001, … that exist, in order.
+    spectrum: Vec<i64>,
+}
+
+/// Series keys are 64-bit FNV-1a hashes already ([`store::series_key`]): hashing them again with
+/// SipHash was a tenth of opening a long run's store.
+#[derive(Default)]
+struct SeriesKeyHasher(u64);
+
+impl std::hash::Hasher for SeriesKeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    fn write_i64(&mut self, key: i64) {
+        self.0 = key as u64;
+    }
+}
+
+/// Sorts by step, stably, and keeps the last of the rows of one step.
+fn last_per_step<T>(v: &mut Vec<(u64, T)>) {
+    v.sort_by_key(|p| p.0);
+    let mut out: Vec<(u64, T)> = Vec::with_capacity(v.len());
+    for p in v.drain(..) {
+        match out.last_mut() {
+            Some(q) if q.0 == p.0 => *q = p,
+            _ => out.push(p),
+        }
+    }
+    *v = out;
 }
 
 impl Rows {
+    /// From the key, step, value and epoch columns of a metrics table, in arrival order
+    /// (deduplicated or not).
     fn of(df: &polars::prelude::DataFrame) -> Result<Self, StoreError> {
         let keys = df.column(col::KEY)?.i64()?;
         let steps = df.column(col::STEP)?.u64()?;
         let values = df.column(col::VALUE)?.f64()?;
         let epochs = df.column(col::EPOCH)?.f64()?;
         let train_loss = series_key(split::TRAIN, "total", "loss");
-        let mut series: HashMap<i64, Vec<(u64, f64)>> = HashMap::new();
-        let mut epoch_of = HashMap::new();
+        let mut series: HashMap<i64, Vec<(u64, f64)>, BuildHasherDefault<SeriesKeyHasher>> =
+            HashMap::default();
+        let mut epoch_of = Vec::new();
         for (((k, s), v), e) in keys
             .iter()
             .zip(steps.iter())
@@ -541,16 +580,22 @@ impl Rows {
             if k == train_loss
                 && let Some(e) = e
             {
-                epoch_of.insert(s, e);
+                epoch_of.push((s, e));
             }
         }
         for v in series.values_mut() {
-            // Rows of one series arrive in step order except across a resume; keep step order.
-            v.sort_by_key(|p| p.0);
+            // Rows of one series arrive in step order except across a resume.
+            last_per_step(v);
         }
+        last_per_step(&mut epoch_of);
+        let spectrum = (0..)
+            .map(|k| series_key(split::SPECTRUM, "total", &store::writer::spectrum_metric(k)))
+            .take_while(|key| series.contains_key(key))
+            .collect();
         Ok(Self {
             series,
             epochs: epoch_of,
+            spectrum,
         })
     }
 
@@ -562,13 +607,11 @@ impl Rows {
     }
 
     fn value_at(&self, split: &str, group: &str, metric: &str, step: u64) -> Option<f64> {
-        let s = self.get(split, group, metric);
-        let i = s.partition_point(|p| p.0 < step);
-        s.get(i).filter(|p| p.0 == step).map(|p| p.1)
+        at_step(self.get(split, group, metric), step)
     }
 
     fn epoch_at(&self, step: u64) -> Option<f64> {
-        self.epochs.get(&step).copied()
+        at_step(&self.epochs, step)
     }
 
     fn eval_at(&self, split_name: &str, step: u64) -> EvalStats {
@@ -657,16 +700,14 @@ impl Rows {
             }
         };
         let mut total = set("total");
-        let mut k = 0;
-        while let Some(v) = self.value_at(
-            split::SPECTRUM,
-            "total",
-            &store::writer::spectrum_metric(k),
-            step,
-        ) {
-            total.sv_norm.push(v);
-            k += 1;
-        }
+        total.sv_norm = self
+            .spectrum
+            .iter()
+            .map_while(|key| {
+                let s = self.series.get(key).map(Vec::as_slice).unwrap_or(&[]);
+                at_step(s, step)
+            })
+            .collect();
         EmbeddingStats {
             step,
             total,
@@ -679,6 +720,12 @@ impl Rows {
                 .unwrap_or(f64::NAN),
         }
     }
+}
+
+/// The value of a step-ordered series at `step`.
+fn at_step(series: &[(u64, f64)], step: u64) -> Option<f64> {
+    let i = series.partition_point(|p| p.0 < step);
+    series.get(i).filter(|p| p.0 == step).map(|p| p.1)
 }
 
 /// The log line of an evaluation.
@@ -700,17 +747,31 @@ pub fn push_capped<T: Clone>(list: &mut Vec<T>, item: T, cap: usize) {
     list.push(item);
 }
 
-pub fn describe(command: &Command) -> String {
-    match command {
-        Command::Objective { change } => change.to_string(),
-        Command::SetLr { lr } => format!("lr {lr}"),
-        other => format!("{other:?}").to_lowercase(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rows of a series as a resumed run leaves them (steps 3–4 written twice): step order, and
+    /// of two rows of a step the later one.
+    #[test]
+    fn a_series_keeps_the_last_row_of_each_step_in_step_order() {
+        let mut v = vec![
+            (1, 'a'),
+            (2, 'b'),
+            (3, 'c'),
+            (4, 'd'),
+            (3, 'C'),
+            (4, 'D'),
+            (5, 'E'),
+        ];
+        last_per_step(&mut v);
+        assert_eq!(v, vec![(1, 'a'), (2, 'b'), (3, 'C'), (4, 'D'), (5, 'E')]);
+        let mut empty: Vec<(u64, char)> = Vec::new();
+        last_per_step(&mut empty);
+        assert!(empty.is_empty());
+        assert_eq!(at_step(&[(2, 1.5), (4, 2.5)], 4), Some(2.5));
+        assert_eq!(at_step(&[(2, 1.5), (4, 2.5)], 3), None);
+    }
 
     #[test]
     fn thinning_keeps_the_first_and_newest_points() {

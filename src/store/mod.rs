@@ -217,19 +217,15 @@ pub fn load(run_dir: &Path) -> Result<LoadedStore, StoreError> {
     })
 }
 
-/// [`load`] with only `columns` of the metrics table read (they must include the step and the
-/// series key, by which rows are deduplicated): what a reader that needs numbers by series, not
-/// names, decodes of a long run's store — the string columns are most of it.
+/// [`load`] with only `columns` of the metrics table read, and its rows as they are on disk: in
+/// arrival order, not deduplicated (of two rows of one step and series, the later one counts).
+/// What a reader that needs numbers by series, not names, decodes of a long run's store: the
+/// string columns are most of it, and a reader that walks the rows anyway deduplicates for free.
 pub fn load_columns(run_dir: &Path, columns: &[&str]) -> Result<LoadedStore, StoreError> {
     let dir = store_dir(run_dir);
     let run = read_run_record(&dir)?;
     let mut warnings = Vec::new();
     let metrics = segment::read_all_columns(&dir, segment::Kind::Metrics, columns, &mut warnings)?;
-    let metrics = if segment::single_base(&dir, segment::Kind::Metrics)? && warnings.is_empty() {
-        metrics
-    } else {
-        segment::dedupe_metrics(metrics)?
-    };
     let events = segment::read_all(&dir, segment::Kind::Events, &mut warnings)?;
     Ok(LoadedStore {
         dir,
