@@ -197,24 +197,13 @@ pub fn store_dir(run_dir: &Path) -> PathBuf {
 /// Reads a run's store. A corrupt segment is skipped and named in `warnings`; a segment that
 /// cannot be read (EIO, EACCES) fails the load.
 pub fn load(run_dir: &Path) -> Result<LoadedStore, StoreError> {
-    let dir = store_dir(run_dir);
-    let run = read_run_record(&dir)?;
-    let mut warnings = Vec::new();
-    let metrics = segment::read_all(&dir, segment::Kind::Metrics, &mut warnings)?;
+    let mut st = read_rows(run_dir, None)?;
     // A compaction is deduplicated already (the common case: every finished run).
-    let metrics = if segment::single_base(&dir, segment::Kind::Metrics)? && warnings.is_empty() {
-        metrics
-    } else {
-        segment::dedupe_metrics(metrics)?
-    };
-    let events = segment::read_all(&dir, segment::Kind::Events, &mut warnings)?;
-    Ok(LoadedStore {
-        dir,
-        run,
-        metrics,
-        events,
-        warnings,
-    })
+    if !(segment::single_base(&st.dir, segment::Kind::Metrics)? && st.warnings.is_empty()) {
+        let metrics = std::mem::replace(&mut st.metrics, DataFrame::empty());
+        st.metrics = segment::dedupe_metrics(metrics)?;
+    }
+    Ok(st)
 }
 
 /// [`load`] with only `columns` of the metrics table read, and its rows as they are on disk: in
@@ -222,10 +211,18 @@ pub fn load(run_dir: &Path) -> Result<LoadedStore, StoreError> {
 /// What a reader that needs numbers by series, not names, decodes of a long run's store: the
 /// string columns are most of it, and a reader that walks the rows anyway deduplicates for free.
 pub fn load_columns(run_dir: &Path, columns: &[&str]) -> Result<LoadedStore, StoreError> {
+    read_rows(run_dir, Some(columns))
+}
+
+/// The run record, the metrics (all columns, or `columns`) and the events, rows as on disk.
+fn read_rows(run_dir: &Path, columns: Option<&[&str]>) -> Result<LoadedStore, StoreError> {
     let dir = store_dir(run_dir);
     let run = read_run_record(&dir)?;
     let mut warnings = Vec::new();
-    let metrics = segment::read_all_columns(&dir, segment::Kind::Metrics, columns, &mut warnings)?;
+    let metrics = match columns {
+        Some(c) => segment::read_all_columns(&dir, segment::Kind::Metrics, c, &mut warnings)?,
+        None => segment::read_all(&dir, segment::Kind::Metrics, &mut warnings)?,
+    };
     let events = segment::read_all(&dir, segment::Kind::Events, &mut warnings)?;
     Ok(LoadedStore {
         dir,
