@@ -40,13 +40,17 @@ fn suggestions(close: &[String]) -> String {
     }
 }
 
-/// Embedding metrics as JSON with the documented keys: `n`, `d`, `i1`, `i2`, `mean_norm`,
-/// `sv_norm`, `effective_rank`, `mean_cos` (plus `sv_max`, `mean_cos_to_mean`).
+/// Embedding metrics as JSON with the documented keys: `n`, `d`, `i1`, `i2`, `i1_unit`,
+/// `i2_unit`, `isoscore`, `mean_norm`, `sv_norm`, `effective_rank`, `mean_cos` (plus `sv_max`,
+/// `mean_cos_to_mean`).
 fn set_json(s: &SetStats) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("rows".into(), json!(s.rows));
     m.insert("i1".into(), num(s.i1));
     m.insert("i2".into(), num(s.i2));
+    m.insert("i1_unit".into(), num(s.i1_unit));
+    m.insert("i2_unit".into(), num(s.i2_unit));
+    m.insert("isoscore".into(), num(s.isoscore));
     m.insert("mean_norm".into(), num(s.mean_norm));
     m.insert(
         "sv_norm".into(),
@@ -200,6 +204,7 @@ pub fn inspect(
     let options = PanelOptions {
         projection: None,
         also_centred: false,
+        scale_free: true,
         threads: Threads::All,
     };
     let panel = EmbeddingPanel::compute(w, groups.as_ref(), &options)?;
@@ -363,10 +368,13 @@ pub fn panel_table(p: &EmbeddingPanel) -> String {
     }
     out.push('\n');
     type Column = fn(&SetStats) -> f64;
-    let rows: [(&str, Column); 9] = [
+    let rows: [(&str, Column); 12] = [
         ("rows", |s| s.rows as f64),
         ("I1(W)", |s| s.i1),
         ("I2(W)", |s| s.i2),
+        ("I1 unit rows", |s| s.i1_unit),
+        ("I2 unit rows", |s| s.i2_unit),
+        ("IsoScore", |s| s.isoscore),
         ("mean norm", |s| s.mean_norm),
         ("mean cosine", |s| s.mean_cos),
         ("cosine to mean", |s| s.mean_cos_to_mean),
@@ -422,6 +430,7 @@ pub fn evaluate_checkpoint(
     let options = PanelOptions {
         projection: None,
         also_centred: false,
+        scale_free: true,
         threads: Threads::All,
     };
     let panel = EmbeddingPanel::compute(w, Some(&groups), &options)?;
@@ -560,7 +569,7 @@ impl EvalReport {
             fmt(g[2].ppl, 12),
             fmt(o.ppl, 12)
         ));
-        let ints: [(&str, [u64; 3], u64); 4] = [
+        let ints: [(&str, [u64; 3], u64); 3] = [
             (
                 "positions",
                 [g[0].positions, g[1].positions, g[2].positions],
@@ -580,15 +589,6 @@ impl EvalReport {
                 ],
                 o.human_uniq as u64,
             ),
-            (
-                "Thm-2 tokens below",
-                [
-                    g[0].theorem2_below as u64,
-                    g[1].theorem2_below as u64,
-                    g[2].theorem2_below as u64,
-                ],
-                g.iter().map(|x| x.theorem2_below as u64).sum(),
-            ),
         ];
         for (label, v, total) in ints {
             out.push_str(&format!(
@@ -599,14 +599,27 @@ impl EvalReport {
                 thousands(total)
             ));
         }
+        // Theorem 2 only means something while a cosine regulariser is on.
+        let below = |c: Option<usize>| c.map_or("n/a".to_string(), |c| thousands(c as u64));
+        let total_below = g.iter().map(|x| x.theorem2_below).sum::<Option<usize>>();
         out.push_str(&format!(
-            "log Z: mean {:.4}, std {:.4}; unnormalised PPL {}; corr(entropy, log Z) {:.4}; Theorem-2 threshold {:.6} (gamma {})\n\n",
+            "{:<22} {:>12} {:>12} {:>12} {:>12}\n",
+            "Thm-2 tokens below",
+            below(g[0].theorem2_below),
+            below(g[1].theorem2_below),
+            below(g[2].theorem2_below),
+            below(total_below)
+        ));
+        let theorem2 = match o.theorem2_threshold {
+            Some(t) => format!("Theorem-2 threshold {t:.6} (gamma {})", o.theorem2_gamma),
+            None => "Theorem-2 n/a (no cosine regulariser on)".to_string(),
+        };
+        out.push_str(&format!(
+            "log Z: mean {:.4}, std {:.4}; unnormalised PPL {}; corr(entropy, log Z) {:.4}; {theorem2}\n\n",
             o.mu_z,
             o.sigma_z,
             fmt(o.unnormalised_ppl, 0).trim(),
             o.entropy_log_z_corr,
-            o.theorem2_threshold,
-            o.theorem2_gamma
         ));
         out.push_str(&panel_table(&self.panel));
         if let Some(p) = &self.class_precision {

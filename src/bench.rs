@@ -242,6 +242,7 @@ pub fn bench_metrics(b: &MetricsBench) -> Result<MetricsBenchResult, crate::metr
     let options = |projection| PanelOptions {
         projection,
         also_centred: false,
+        scale_free: true,
         threads: Threads::All,
     };
     let (t, m, _) = time_it(b.repeats, w_mib, || {
@@ -249,6 +250,22 @@ pub fn bench_metrics(b: &MetricsBench) -> Result<MetricsBenchResult, crate::metr
     });
     rows.push(summarise(
         "full panel: total + 3 groups, uncentred 2-D projection",
+        t,
+        m,
+    ));
+    // The same without the scale-free measures (unit-row I1/I2, IsoScore): what they cost.
+    let (t, m, _) = time_it(b.repeats, w_mib, || {
+        EmbeddingPanel::compute(
+            w,
+            Some(&groups),
+            &PanelOptions {
+                scale_free: false,
+                ..options(Some(ProjectionMode::Uncentred))
+            },
+        )
+    });
+    rows.push(summarise(
+        "  the same without unit-row I1/I2 and IsoScore",
         t,
         m,
     ));
@@ -571,6 +588,9 @@ pub(crate) fn simulate_run(
                 for m in [
                     "i1",
                     "i2",
+                    "i1_unit",
+                    "i2_unit",
+                    "isoscore",
                     "mean_cos",
                     "mean_cos_to_mean",
                     "mean_norm",

@@ -182,7 +182,8 @@ pub struct EvalArgs {
 frequency group when training counts are known) and exact nearest-neighbour tables.\n\nPATH is a \
 conelab run directory or step-NNNNNN folder (vocabulary, counts and groups come with it), or a \
 foreign matrix: a .safetensors file (pick the tensor with --tensor) or a .npy file (float32 or \
-float64, 2-D), one row per token.\n\nJSON keys (stable): n, d, i1, i2, mean_norm, sv_norm, sv_max, \
+float64, 2-D), one row per token.\n\nJSON keys (stable): n, d, i1, i2, i1_unit, i2_unit, isoscore \
+(I1/I2 of the row-normalised matrix and IsoScore: scale-free, unlike i1), mean_norm, sv_norm, sv_max, \
 effective_rank, mean_cos, mean_cos_to_mean, groups.{frequent,medium,rare}.{same keys + rows}, \
 rare_frequent_cos, neighbors.{WORD: [{token, cosine|distance, id, group, count}]}, \
 class_precision.\n\nOn a terminal (and without --json or --no-tui) it opens the browser: the \
@@ -727,6 +728,7 @@ fn reference_spectrum(path: &std::path::Path) -> Result<(String, Vec<f64>)> {
         &conelab::metrics::PanelOptions {
             projection: None,
             also_centred: false,
+            scale_free: true,
             threads: conelab::metrics::Threads::All,
         },
     )?;

@@ -105,7 +105,10 @@ pub fn report(events: Receiver<Event>, tty: bool, log_every: u64) -> Outcome {
                     let rare = s
                         .rare_tokens
                         .map(|r| format!(" rare_tokens={r}"))
-                        .unwrap_or_default();
+                        .unwrap_or_default()
+                        + &s.rare_g1
+                            .map(|g| format!(" rare_g1={g:.4}"))
+                            .unwrap_or_default();
                     line(format!(
                         "step={} epoch={:.3} loss={:.4}{penalty}{rare} lr={:.3e} grad_norm={:.3} tok/s={:.0} ms/step={:.1}",
                         s.step, s.epoch, s.loss, s.lr, s.grad_norm, s.tokens_per_sec, s.step_ms
@@ -197,12 +200,17 @@ pub fn eval_line(e: &EvalStats) -> String {
 pub fn embedding_line(e: &EmbeddingStats) -> String {
     let [f, m, r] = &e.groups;
     format!(
-        "embedding step={} i1={:.4} i1_frequent={:.4} i1_medium={:.4} i1_rare={:.4} mean_cos={:.4} rare_frequent_cos={:.4} mean_norm={:.4} effective_rank={:.1} seconds={:.2}",
+        "embedding step={} i1={:.4} i1_frequent={:.4} i1_medium={:.4} i1_rare={:.4} i1_unit={:.4} isoscore={:.4} isoscore_frequent={:.4} isoscore_medium={:.4} isoscore_rare={:.4} mean_cos={:.4} rare_frequent_cos={:.4} mean_norm={:.4} effective_rank={:.1} seconds={:.2}",
         e.step,
         e.total.i1,
         f.i1,
         m.i1,
         r.i1,
+        e.total.i1_unit,
+        e.total.isoscore,
+        f.isoscore,
+        m.isoscore,
+        r.isoscore,
         e.total.mean_cos,
         e.rare_frequent_cos,
         e.total.mean_norm,

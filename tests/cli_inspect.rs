@@ -97,6 +97,18 @@ fn eval_and_inspect_a_trained_run() {
     );
     assert!((un - ppl * (-mu).exp()).abs() < 1e-6 * un.max(1.0));
     assert!(e["embedding"]["groups"]["rare"]["i1"].as_f64().is_some());
+    // The scale-free companions, beside i1 in every set.
+    for set in [
+        &e["embedding"],
+        &e["embedding"]["groups"]["frequent"],
+        &e["embedding"]["groups"]["rare"],
+    ] {
+        let iso = set["isoscore"].as_f64().expect("isoscore");
+        assert!((0.0..=1.0).contains(&iso), "IsoScore {iso}");
+        let i1u = set["i1_unit"].as_f64().expect("i1_unit");
+        assert!(i1u > 0.0 && i1u <= 1.0, "i1_unit {i1u}");
+        assert!(set["i2_unit"].as_f64().expect("i2_unit") >= 0.0);
+    }
     assert!(
         e["class_precision"]["total"].as_f64().is_some(),
         "synthetic runs have classes"
@@ -105,6 +117,19 @@ fn eval_and_inspect_a_trained_run() {
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(
         text.contains("Uniq (human)") && text.contains("I1(W)"),
+        "{text}"
+    );
+    // An MLE run has no cosine regulariser: Theorem 2 is not applicable, not a count.
+    assert!(o["theorem2_threshold"].is_null(), "{o}");
+    assert!(groups["rare"]["theorem2_below"].is_null(), "{o}");
+    let thm = text
+        .lines()
+        .find(|l| l.starts_with("Thm-2 tokens below"))
+        .expect("Theorem-2 row");
+    assert_eq!(thm.matches("n/a").count(), 4, "{thm}");
+    assert!(text.contains("Theorem-2 n/a"), "{text}");
+    assert!(
+        text.contains("IsoScore") && text.contains("I1 unit rows"),
         "{text}"
     );
 
@@ -130,6 +155,9 @@ fn eval_and_inspect_a_trained_run() {
         "d",
         "i1",
         "i2",
+        "i1_unit",
+        "i2_unit",
+        "isoscore",
         "mean_norm",
         "sv_norm",
         "effective_rank",
@@ -155,6 +183,8 @@ fn eval_and_inspect_a_trained_run() {
     );
     // The same numbers as eval's embedding block (same checkpoint).
     assert_eq!(i["i1"], e["embedding"]["i1"]);
+    assert_eq!(i["isoscore"], e["embedding"]["isoscore"]);
+    assert_eq!(i["i1_unit"], e["embedding"]["i1_unit"]);
 
     // --compare: both reports (the same checkpoint twice gives the same numbers twice).
     let both = json(&conelab(&[

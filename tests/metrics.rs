@@ -295,6 +295,167 @@ fn cone_statistics_match_brute_force() {
     }
 }
 
+/// IsoScore by its definition (Rudman et al. 2022), from scratch: centre the rows in f64, the
+/// covariance's eigenvalues by Jacobi, then the defect and φ.
+fn reference_isoscore(w: &[f32], n: usize, d: usize) -> f64 {
+    let mean: Vec<f64> = (0..d)
+        .map(|k| (0..n).map(|i| w[i * d + k] as f64).sum::<f64>() / n as f64)
+        .collect();
+    let mut cov = vec![vec![0.0; d]; d];
+    for i in 0..n {
+        for a in 0..d {
+            for b in 0..d {
+                cov[a][b] +=
+                    (w[i * d + a] as f64 - mean[a]) * (w[i * d + b] as f64 - mean[b]) / n as f64;
+            }
+        }
+    }
+    let (v, _) = jacobi(&cov);
+    let dd = d as f64;
+    let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let hat: Vec<f64> = v.iter().map(|x| dd.sqrt() * x.max(0.0) / norm).collect();
+    let defect =
+        hat.iter().map(|h| (h - 1.0).powi(2)).sum::<f64>().sqrt() / (2.0 * (dd - dd.sqrt())).sqrt();
+    let phi = (dd - defect * defect * (dd - dd.sqrt())).powi(2) / (dd * dd);
+    (dd * phi - 1.0) / (dd - 1.0)
+}
+
+#[test]
+fn isoscore_is_one_for_a_gaussian_cloud_k_minus_one_over_d_minus_one_on_k_axes_zero_on_a_line() {
+    // An isotropic Gaussian cloud, shifted far off the origin (a cone): IsoScore sees the shape,
+    // not the offset, so ≈ 1, while the mean cosine sees the cone.
+    let (n, d) = (20_000, 10);
+    let w = gaussian(n, d, 0.3, &[2.0, -1.0], 21);
+    let p = panel(&w, n, d, None);
+    assert!(p.total.isoscore > 0.99, "IsoScore {}", p.total.isoscore);
+    assert!(p.total.mean_cos > 0.5, "mean cos {}", p.total.mean_cos);
+
+    // Points ±c·e_j, j < k, equally many: variance c²/k on k axes, 0 on the rest, whatever the
+    // offset. IsoScore = (k − 1)/(d − 1) exactly.
+    let d = 12;
+    for k in [1usize, 2, 5, 12] {
+        let mut w = Vec::new();
+        for j in 0..k {
+            for sign in [1.0f32, -1.0] {
+                for _copy in 0..3 {
+                    let mut row = vec![0.25f32; d];
+                    row[j] += sign * 4.0;
+                    w.extend(row);
+                }
+            }
+        }
+        let n = w.len() / d;
+        let p = panel(&w, n, d, None);
+        let want = (k as f64 - 1.0) / (d as f64 - 1.0);
+        assert!(
+            (p.total.isoscore - want).abs() < 1e-9,
+            "k = {k}: IsoScore {} vs {want}",
+            p.total.isoscore
+        );
+    }
+
+    // Points on a line through an offset: one dimension used, IsoScore 0.
+    let mut rng = Rng(5);
+    let dir = [0.3f64, -0.5, 0.2, 0.7, 0.1, -0.35];
+    let w: Vec<f32> = (0..500)
+        .flat_map(|_| {
+            let t = 3.0 * rng.normal();
+            dir.map(|x| (1.0 + t * x) as f32)
+        })
+        .collect();
+    let p = panel(&w, 500, 6, None);
+    assert!(p.total.isoscore < 1e-6, "IsoScore {}", p.total.isoscore);
+
+    // A general anisotropic cloud, per group too, against the from-scratch reference.
+    let (n, d) = (600, 9);
+    let mut w = gaussian(n, d, 1.0, &[1.0, 0.5], 8);
+    for (k, x) in w.iter_mut().enumerate() {
+        *x *= 1.0 + (k % d) as f32 * 0.4;
+    }
+    let groups = RowGroups::from_ranks(&FrequencyGroups::new(n, GroupBounds::default()));
+    let p = panel(&w, n, d, Some(&groups));
+    let want = reference_isoscore(&w, n, d);
+    assert!(
+        rel(p.total.isoscore, want) < 1e-9,
+        "{} vs {want}",
+        p.total.isoscore
+    );
+    assert!(
+        want > 0.2 && want < 0.95,
+        "a cloud between the extremes: {want}"
+    );
+    for (k, g) in Group::ALL.into_iter().enumerate() {
+        let m = groups.members(g);
+        let sub: Vec<f32> = m
+            .iter()
+            .flat_map(|&i| w[i as usize * d..(i as usize + 1) * d].to_vec())
+            .collect();
+        let want = reference_isoscore(&sub, m.len(), d);
+        let got = p.groups.as_ref().unwrap()[k].isoscore;
+        assert!(rel(got, want) < 1e-9, "{g}: {got} vs {want}");
+    }
+}
+
+#[test]
+fn unit_row_isotropy_ignores_row_norms_and_zero_rows() {
+    let (n, d) = (800, 10);
+    let w = gaussian(n, d, 0.6, &[1.2, -0.4], 31);
+    let p = panel(&w, n, d, None);
+    // By definition: the reference isotropy of the rows normalised in f64.
+    let unit: Vec<f32> = w
+        .chunks_exact(d)
+        .flat_map(|r| {
+            let norm = r.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+            r.iter().map(move |&x| (x as f64 / norm) as f32)
+        })
+        .collect();
+    let (i1, i2) = reference_isotropy(&unit, n, d, 77);
+    assert!(
+        rel(p.total.i1_unit, i1) < 1e-5,
+        "{} vs {i1}",
+        p.total.i1_unit
+    );
+    assert!(
+        rel(p.total.i2_unit, i2) < 1e-5,
+        "{} vs {i2}",
+        p.total.i2_unit
+    );
+
+    // Every row rescaled by its own factor in [0.01, 10]: I(W) moves, unit-row I1/I2 do not.
+    let mut rng = Rng(9);
+    let scaled: Vec<f32> = w
+        .chunks_exact(d)
+        .flat_map(|r| {
+            let k = (0.01f64.ln() + rng.uniform() * 1000f64.ln()).exp() as f32;
+            r.iter().map(move |&x| x * k).collect::<Vec<_>>()
+        })
+        .collect();
+    let q = panel(&scaled, n, d, None);
+    assert!(rel(q.total.i1_unit, p.total.i1_unit) < 1e-5);
+    assert!(rel(q.total.i2_unit, p.total.i2_unit) < 1e-5);
+    assert!(
+        rel(q.total.i1, p.total.i1) > 0.1,
+        "{} vs {}",
+        q.total.i1,
+        p.total.i1
+    );
+
+    // Zero rows are left out: appending some changes neither.
+    let mut padded = w.clone();
+    padded.extend(std::iter::repeat_n(0.0f32, 50 * d));
+    let z = panel(&padded, n + 50, d, None);
+    assert!(rel(z.total.i1_unit, p.total.i1_unit) < 1e-6);
+    assert!(rel(z.total.i2_unit, p.total.i2_unit) < 1e-6);
+
+    // A narrow cone of small rows (mean cosine ≈ 0.95, norm 0.15): I(W) looks isotropic, the
+    // scale-free measures do not (methods.md §2's warning).
+    let cone = gaussian(n, d, 0.015, &[0.15], 4);
+    let c = panel(&cone, n, d, None);
+    assert!(c.total.i1 > 0.6, "I1 {}", c.total.i1);
+    assert!(c.total.i1_unit < 0.3, "unit-row I1 {}", c.total.i1_unit);
+    assert!(c.total.mean_cos > 0.7, "mean cos {}", c.total.mean_cos);
+}
+
 #[test]
 fn scattered_group_rows_give_the_same_numbers_as_contiguous_ones() {
     // A foreign matrix whose rows are not in rank order: groups from counts gather rows.
@@ -361,6 +522,7 @@ fn projections_are_the_top_axes_with_a_fixed_sign() {
         let options = PanelOptions {
             projection: Some(mode),
             also_centred: false,
+            scale_free: true,
             threads: Threads::Sequential,
         };
         let p = EmbeddingPanel::compute(e, None, &options).unwrap();

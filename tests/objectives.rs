@@ -11,7 +11,7 @@ use conelab::objective::self_norm::{UnigramSampler, nce_loss};
 use conelab::objective::spectrum::{
     orthogonality_frobenius, orthogonality_spectral, prior_penalty,
 };
-use conelab::objective::{GateSet, cosreg, laplacian, unlikelihood};
+use conelab::objective::{AggCounter, GateSet, cosreg, laplacian, unlikelihood};
 
 fn device() -> Device {
     DeviceSpec::Cpu
@@ -186,8 +186,9 @@ fn agg_fixture() -> (Gates, Vec<u32>) {
     let mut counter = TokenCounter::new(6, 4);
     counter.push(&[0, 0, 1, 1, 2, 3]);
     counter.push(&[0, 1, 2, 2, 3, 4]);
-    // a = [1.5, 1.5, 1.5, 1.0, 0.5, 0.0]; α = 1.2 → rare {3, 4, 5}, mean rare a = 0.5.
-    let gates = agg_gates(&counter, 1.2, GateSet::Both);
+    // Warm counter (÷ 2 updates): a = [1.5, 1.5, 1.5, 1.0, 0.5, 0.0]; α = 1.2 → rare {3, 4, 5},
+    // mean rare a = 0.5.
+    let gates = agg_gates(&counter, 1.2, GateSet::Both, AggCounter::Warm);
     assert_eq!(gates.rare, vec![false, false, false, true, true, true]);
     // Targets: non-rare (0, 2, 1) and rare (3, 4, 5) positions; token 5's own g2 is 0, so its
     // own column's gate must be forced back to 1.
@@ -197,9 +198,23 @@ fn agg_fixture() -> (Gates, Vec<u32>) {
 
 #[test]
 fn agg_gradients_follow_yu_et_al_eq_23_and_the_hidden_state_gets_plain_mle() {
+    let (gates, y) = agg_fixture();
+    agg_gradients_follow_eq_23(&gates, &y);
+}
+
+/// The own-column fix adds (1 − gate)·G·h to row y_p once per position: a rare token that is the
+/// target of several positions of one batch must get it at each of them (duplicate indices of
+/// one scatter-add), and rare target 5 (own g2 = 0) must still be pulled to every h it targets.
+#[test]
+fn agg_gradients_hold_with_repeated_rare_targets_in_one_batch() {
+    let (gates, _) = agg_fixture();
+    let y = vec![5, 3, 5, 0, 4, 5, 3, 2];
+    agg_gradients_follow_eq_23(&gates, &y);
+}
+
+fn agg_gradients_follow_eq_23(gates: &Gates, y: &[u32]) {
     let dev = device();
     let (n, d) = (6, 3);
-    let (gates, y) = agg_fixture();
     let p = y.len();
     let h0 = values(p * d, 4);
     let w0 = values(n * d, 5);
@@ -209,9 +224,9 @@ fn agg_gradients_follow_yu_et_al_eq_23_and_the_hidden_state_gets_plain_mle() {
         h.clone(),
         w.clone(),
         None,
-        ids(&y, &dev),
+        ids(y, &dev),
         HeadTerms {
-            gates: Some(row_gates(&gates, &y, &dev)),
+            gates: Some(row_gates(gates, y, &dev)),
             ..HeadTerms::default()
         },
     )
@@ -249,7 +264,7 @@ fn agg_gradients_follow_yu_et_al_eq_23_and_the_hidden_state_gets_plain_mle() {
     // The hidden state: exactly the gradient of plain MLE through autodiff.
     let h2 = leaf(&h0, [p, d], &dev);
     let w2 = leaf(&w0, [n, d], &dev);
-    let plain = mean_nll(h2.clone().matmul(w2.clone().transpose()), ids(&y, &dev));
+    let plain = mean_nll(h2.clone().matmul(w2.clone().transpose()), ids(y, &dev));
     let nll_value = scalar(plain.clone());
     let grads2 = plain.backward();
     let gh_plain = host(h2.grad(&grads2).expect("h gradient"));
@@ -262,7 +277,7 @@ fn agg_gradients_follow_yu_et_al_eq_23_and_the_hidden_state_gets_plain_mle() {
     let h3 = leaf(&h0, [p, d], &dev);
     let w3 = leaf(&w0, [n, d], &dev);
     let out3 =
-        full_softmax_head(h3, w3.clone(), None, ids(&y, &dev), HeadTerms::default()).expect("head");
+        full_softmax_head(h3, w3.clone(), None, ids(y, &dev), HeadTerms::default()).expect("head");
     let gw3 = host(w3.grad(&out3.graph.backward()).expect("W gradient"));
     let gw_plain = host(w2.grad(&grads2).expect("W gradient"));
     assert_close(&gw3, &gw_plain, 1e-6, "∂L/∂W without gates vs MLE");

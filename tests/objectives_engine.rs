@@ -235,20 +235,199 @@ fn agg_reports_its_live_rare_set_and_static_groups_stop_changing() {
     let mut o = Objectives::default();
     // 64 tokens per update: α = 0.2 occurrences per update marks the tail rare.
     o.apply_reg_arg("agg=0.2:static:memory=20").expect("agg");
-    let mut t = trainer(400, o, true);
+    let mut t = trainer(400, o.clone(), true);
     let per_epoch = t.windows_per_epoch();
     let mut sizes = Vec::new();
     for _ in 0..per_epoch + 5 {
         let s = t.train_step().expect("step");
         sizes.push(s.rare_tokens.expect("AGG reports the rare set"));
+        // The mean g1 over the rare set is the rare tokens' mean a_v: below α.
+        let g1 = s.rare_g1.expect("AGG reports the rare set's mean g1");
+        assert!((0.0..0.2).contains(&g1), "mean g1 {g1}");
     }
     let vocab = t.corpus().vocab().len();
-    assert!(sizes.iter().all(|&r| r > 0 && r < vocab), "{sizes:?}");
+    assert!(sizes.iter().all(|&r| r > 0), "{sizes:?}");
+    assert!(sizes[20..].iter().all(|&r| r < vocab), "{sizes:?}");
+    // The paper's counter starts empty and divides by K: the rare set is large at first and
+    // shrinks while the memory of 20 updates fills.
+    assert!(sizes[0] > sizes[19], "{sizes:?}");
     let tail = &sizes[per_epoch as usize..];
     assert!(
         tail.windows(2).all(|w| w[0] == w[1]),
         "static after epoch 1: {tail:?}"
     );
+    drop(t);
+    // The warm counter divides by the updates seen: one update's counts are taken at face value,
+    // so fewer tokens are rare at step 1.
+    o.apply_reg_arg("agg=0.2:static:memory=20:warm")
+        .expect("agg");
+    assert!(o.label().contains("warm"), "{}", o.label());
+    let mut warm = trainer(400, o, true);
+    let first = warm.train_step().expect("step").rare_tokens.expect("rare");
+    assert!(first < sizes[0], "warm {first} vs paper {}", sizes[0]);
+}
+
+#[test]
+fn dev_switched_on_mid_run_adds_a_bias_that_leaves_the_nll_and_centres_log_z() {
+    let _turn = one_trainer();
+    let mut t = trainer(40, Objectives::default(), false);
+    for _ in 0..5 {
+        t.train_step().expect("step");
+    }
+    assert!(t.model().output_bias().is_none());
+    let before = t.evaluate(Split::Valid).expect("eval");
+    let vocab = t.corpus().vocab().len() as f64;
+    // An MLE model's log Z sits near log N (≈ 5.7 here), far from 0.
+    assert!(before.outputs.mu_z > 3.0, "μ_z {}", before.outputs.mu_z);
+    change(
+        &mut t,
+        ObjectiveChange::Enable {
+            term: Term::Dev,
+            on: true,
+        },
+    );
+    let bias = t.model().output_bias().expect("DEV added an output bias");
+    let b: Vec<f32> = bias.try_into_vec_as::<f32>().expect("bias");
+    assert!(b.windows(2).all(|p| p[0] == p[1]), "a uniform shift");
+    assert!((b[0] as f64 + vocab.ln()).abs() < 1.5, "≈ −log N: {}", b[0]);
+    let after = t.evaluate(Split::Valid).expect("eval");
+    assert!(
+        ((after.loss - before.loss) / before.loss).abs() < 1e-5,
+        "the NLL moved: {} → {}",
+        before.loss,
+        after.loss
+    );
+    assert!(after.outputs.mu_z.abs() < 0.1, "μ_z {}", after.outputs.mu_z);
+    for _ in 0..3 {
+        assert!(t.train_step().expect("step").penalty > 0.0, "DEV is on");
+    }
+    // Off and on again: the bias stays one parameter, not a second one.
+    let params = t.parameters();
+    change(
+        &mut t,
+        ObjectiveChange::Enable {
+            term: Term::Dev,
+            on: false,
+        },
+    );
+    change(
+        &mut t,
+        ObjectiveChange::Enable {
+            term: Term::Dev,
+            on: true,
+        },
+    );
+    assert_eq!(t.parameters(), params);
+}
+
+#[test]
+fn a_bias_added_mid_run_resumes_exactly() {
+    use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
+    let _turn = one_trainer();
+    let dev_on = ObjectiveChange::Enable {
+        term: Term::Dev,
+        on: true,
+    };
+    let mut straight = trainer(12, Objectives::default(), false);
+    let mut expected = Vec::new();
+    for step in 0..12 {
+        if step == 3 {
+            change(&mut straight, dev_on.clone());
+        }
+        expected.push(straight.train_step().expect("step").loss);
+    }
+    drop(straight);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = trainer(12, Objectives::default(), false);
+    let spec = RunSpec {
+        conelab_version: "test".into(),
+        name: "test".into(),
+        device: "cpu".into(),
+        group_bounds: [0.3, 0.8],
+        corpus: CorpusSpec::from_source(&CorpusSource::Synthetic(SynthConfig {
+            vocab: 300,
+            tokens: 30_000,
+            classes: 10,
+            ..SynthConfig::default()
+        })),
+        // run.toml says no bias: the checkpoint's state must bring it back.
+        model: first.model_config().clone(),
+        train: config(12, Objectives::default()),
+    };
+    let run = RunDir::create(dir.path(), spec, first.corpus().vocab()).expect("run dir");
+    let mut got = Vec::new();
+    for step in 0..6 {
+        if step == 3 {
+            change(&mut first, dev_on.clone());
+        }
+        got.push(first.train_step().expect("step").loss);
+    }
+    checkpoint::save(&run, &first, 2).expect("checkpoint");
+    drop(first);
+    let (mut resumed, _) = checkpoint::resume(dir.path(), None).expect("resume");
+    assert!(
+        resumed.model().output_bias().is_some(),
+        "the bias came back"
+    );
+    got.extend((0..6).map(|_| resumed.train_step().expect("step").loss));
+    assert_eq!(got, expected, "resumed losses differ from the straight run");
+}
+
+#[test]
+fn a_checkpoint_from_before_the_counter_choice_resumes_with_the_warm_counter() {
+    use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
+    use conelab::objective::AggCounter;
+    let _turn = one_trainer();
+    let mut o = Objectives::default();
+    o.apply_reg_arg("agg=0.2:memory=4").expect("agg");
+    assert_eq!(
+        o.agg.counter,
+        AggCounter::Paper,
+        "the paper's counter is the default"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut t = trainer(8, o.clone(), true);
+    let spec = RunSpec {
+        conelab_version: "test".into(),
+        name: "test".into(),
+        device: "cpu".into(),
+        group_bounds: [0.3, 0.8],
+        corpus: CorpusSpec::from_source(&CorpusSource::Synthetic(SynthConfig {
+            vocab: 300,
+            tokens: 30_000,
+            classes: 10,
+            ..SynthConfig::default()
+        })),
+        model: t.model_config().clone(),
+        train: config(8, o),
+    };
+    let run = RunDir::create(dir.path(), spec, t.corpus().vocab()).expect("run dir");
+    t.train_step().expect("step");
+    checkpoint::save(&run, &t, 2).expect("checkpoint");
+    drop(t);
+    let (resumed, _) = checkpoint::resume(dir.path(), None).expect("resume");
+    assert_eq!(resumed.objectives().agg.counter, AggCounter::Paper);
+    drop(resumed);
+    // The same checkpoint as an older conelab wrote it: no format, no counter.
+    let step_dir = checkpoint::checkpoints_in(dir.path())
+        .expect("list")
+        .pop()
+        .expect("a checkpoint");
+    let state_path = step_dir.join("state.json");
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state_path).expect("read")).expect("json");
+    let object = state.as_object_mut().expect("object");
+    object.remove("format").expect("format written");
+    object.remove("output_bias_added");
+    object["objectives"]["agg"]
+        .as_object_mut()
+        .expect("agg")
+        .remove("counter")
+        .expect("counter written");
+    std::fs::write(&state_path, serde_json::to_vec(&state).expect("json")).expect("write");
+    let (old, _) = checkpoint::resume(dir.path(), None).expect("resume an old checkpoint");
+    assert_eq!(old.objectives().agg.counter, AggCounter::Warm, "as it ran");
+    assert!(old.objectives().label().contains("warm"));
 }
 
 #[test]

@@ -164,7 +164,7 @@ fn theorem2_counts_tokens_below_the_threshold() {
         .collect();
     let groups = FrequencyGroups::new(3, GroupBounds::new(0.34, 0.67).expect("bounds"));
     let m = metrics(&logits, &[0, 1], groups, gamma);
-    assert!((m.theorem2_threshold - 0.5).abs() < 1e-12);
+    assert!((m.theorem2_threshold.expect("γ > 0") - 0.5).abs() < 1e-12);
     // Mean p: token 0 = 0.85 (1 − 0.85 = 0.15 < 0.5), tokens 1 and 2 = 0.075 (0.925 > 0.5).
     assert_eq!(
         [
@@ -172,6 +172,12 @@ fn theorem2_counts_tokens_below_the_threshold() {
             m.groups[1].theorem2_below,
             m.groups[2].theorem2_below
         ],
-        [1, 0, 0]
+        [Some(1), Some(0), Some(0)]
     );
+    // Without a cosine regulariser (γ = 0) the threshold is 1 and every token "meets" it: not
+    // applicable, not a count.
+    let groups = FrequencyGroups::new(3, GroupBounds::new(0.34, 0.67).expect("bounds"));
+    let m = metrics(&logits, &[0, 1], groups, 0.0);
+    assert_eq!(m.theorem2_threshold, None);
+    assert!(m.groups.iter().all(|g| g.theorem2_below.is_none()));
 }

@@ -76,6 +76,14 @@ fn make_run(
             w.push_metric_at(e.step, epoch, t, split::VALID, name, "uniq", e.uniq[g]);
             w.push_metric_at(e.step, epoch, t, split::VALID, name, "human_uniq", HUMAN[g]);
             w.push_metric_at(e.step, epoch, t, split::EMBEDDING, name, "i1", e.i1[g]);
+            // The companions of I(W), derived from it so that tests know them.
+            for (metric, value) in [
+                ("mean_norm", 1.0 + e.i1[g]),
+                ("mean_cos", 1.0 - e.i1[g]),
+                ("isoscore", e.i1[g] / 2.0),
+            ] {
+                w.push_metric_at(e.step, epoch, t, split::EMBEDDING, name, metric, value);
+            }
         }
         w.push_event_at(
             e.step,
@@ -207,6 +215,12 @@ fn groups_table_in_markdown_marks_the_best_of_each_column() {
         .find(|l| l.starts_with("| CosReg"))
         .expect("CosReg row");
     assert!(cos_row.contains("**0.800**"), "{cos_row}");
+    // IsoScore (I(W)/2 here) is a score too: CosReg's total 0.400 in bold; mean norm (1.800) and
+    // mean cosine are not scores: never bold.
+    assert!(cos_row.contains("**0.400**"), "{cos_row}");
+    assert!(cos_row.contains("| 1.800 |"), "{cos_row}");
+    let header = md.lines().next().expect("header");
+    assert_eq!(header.matches("IsoScore").count(), 4, "{header}");
     let human = md
         .lines()
         .find(|l| l.starts_with("| Human"))
@@ -306,13 +320,14 @@ fn groups_table_in_latex_is_booktabs_and_balanced() {
     assert!(pos("\\begin{tabular}") < pos("\\toprule"));
     assert!(pos("\\toprule") < pos("\\midrule") && pos("\\midrule") < pos("\\bottomrule"));
     assert!(pos("\\bottomrule") < pos("\\end{tabular}"));
-    // Every body row has as many cells as the column spec has columns: Run, Step, 4 × 3.
+    // Every body row has as many cells as the column spec has columns: Run, Step, 4 groups × 6
+    // (PPL, Uniq, I(W), norm, cosine, IsoScore).
     let spec_start = pos("\\begin{tabular}{") + "\\begin{tabular}{".len();
     let spec: String = tex[spec_start..]
         .chars()
         .take_while(|c| *c != '}')
         .collect();
-    assert_eq!(spec.len(), 14, "{spec}");
+    assert_eq!(spec.len(), 2 + 4 * 6, "{spec}");
     let body = &tex[pos("\\midrule") + 8..pos("\\bottomrule")];
     let rows: Vec<&str> = body.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(rows.len(), 4, "3 runs + Human:\n{body}");
@@ -436,6 +451,14 @@ fn events_and_metrics_export_as_csv_json_and_parquet() {
     assert_eq!(rows[0]["run"], "MLE");
     assert_eq!(rows[0]["rare_ppl"], 1800.0);
     assert_eq!(rows[1]["medium_i_w"], 0.61);
+    // Beside I(W): mean norm 1 + I(W), mean cosine 1 − I(W), IsoScore I(W)/2 as written.
+    assert_eq!(rows[1]["medium_mean_norm"], 1.61);
+    assert!((rows[1]["medium_mean_cos"].as_f64().expect("cos") - 0.39).abs() < 1e-12);
+    assert_eq!(rows[1]["medium_isoscore"], 0.305);
+    assert!(
+        rows[2]["medium_isoscore"].is_null(),
+        "the Human row has none"
+    );
     assert_eq!(rows[2]["run"], "Human");
     assert_eq!(rows[2]["frequent_uniq"], 400.0);
 
@@ -452,7 +475,9 @@ fn events_and_metrics_export_as_csv_json_and_parquet() {
         .finish()
         .expect("read back");
     assert!(back.equals_missing(&table.frame));
-    assert_eq!(back.height(), 2 * (4 + 2 * 4 * 4));
+    // Per run: 4 training losses, and per evaluation and group PPL, Uniq, Human Uniq, I(W) and
+    // its three companions.
+    assert_eq!(back.height(), 2 * (4 + 2 * 4 * 7));
 }
 
 fn s(p: &Path) -> &str {

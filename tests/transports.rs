@@ -68,6 +68,9 @@ fn set(x: f64) -> SetStats {
         effective_rank: 1.5,
         mean_cos: x / 2.0,
         mean_cos_to_mean: x / 3.0,
+        i1_unit: x / 4.0,
+        i2_unit: x / 5.0,
+        isoscore: x / 6.0,
     }
 }
 
@@ -82,6 +85,7 @@ fn step(s: u64) -> Event {
         tokens_per_sec: 1000.0,
         step_ms: 10.0,
         rare_tokens: None,
+        rare_g1: None,
     })
 }
 

@@ -467,13 +467,20 @@ pub fn load(
     };
     let state_path = step_dir.join("state.json");
     let state_bytes = fs::read(&state_path).map_err(io(&state_path))?;
-    let state: RunState =
+    let mut state: RunState =
         serde_json::from_slice(&state_bytes).map_err(|e| corrupt(&state_path, e.to_string()))?;
+    state.upgrade();
 
     let model_path = step_dir.join("model.safetensors");
     if !model_path.is_file() {
         return Err(corrupt(&model_path, "missing".into()));
     }
+    let mut model_config = model_config.clone();
+    if state.output_bias_added {
+        // DEV was switched on mid-run and gave the model a bias `run.toml` does not mention.
+        model_config.set_output_bias(true);
+    }
+    let model_config = &model_config;
     let mut model = LanguageModel::new(model_config, vocab_size, device);
     if state.spectrum_c1.is_some() {
         let d = model_config.embed_dim();

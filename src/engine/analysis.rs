@@ -71,6 +71,7 @@ pub fn analyse(snapshot: Arc<Snapshot>, groups: &RowGroups) -> Result<EmbeddingA
     let options = PanelOptions {
         projection: Some(ProjectionMode::Uncentred),
         also_centred: true,
+        scale_free: true,
         threads: Threads::Sequential,
     };
     let panel = EmbeddingPanel::compute(w, Some(groups), &options).map_err(|e| e.to_string())?;

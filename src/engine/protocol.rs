@@ -94,6 +94,10 @@ pub struct StepStats {
     pub step_ms: f64,
     /// Size of the gated rare set (AGG's live rare group, or the Rare group under gate-freeze).
     pub rare_tokens: Option<usize>,
+    /// Mean g1 over that rare set: how strongly AGG damps the push from non-rare contexts (g1 =
+    /// a_v scales with the tokens per update, as α does).
+    #[serde(default)]
+    pub rare_g1: Option<f64>,
 }
 
 /// Perplexity of the whole split, total and per group of the **target** token.

@@ -16,6 +16,7 @@ use super::protocol::{AppliedCommand, Command, EvalStats, Snapshot, StepStats};
 use super::{EngineError, eval};
 use crate::data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
 use crate::model::lstm::detach_state;
+use crate::model::output::log_partition;
 use crate::model::{DeviceSpec, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding};
 use crate::objective::agg::{Gates, TokenCounter, agg_gates, part_freeze_gates, row_gates};
 use crate::objective::freeze::{frozen_ranges, restore_rows, zero_rows};
@@ -25,7 +26,8 @@ use crate::objective::self_norm::{
 };
 use crate::objective::spectrum::{prior_targets, spectrum_penalty};
 use crate::objective::{
-    GateParts, LossKind, ObjectiveChange, Objectives, Term, cosreg, laplacian, unlikelihood,
+    AggCounter, GateParts, LossKind, ObjectiveChange, Objectives, SpectrumC1, Term, cosreg,
+    laplacian, unlikelihood,
 };
 
 /// Counters and settings that change during a run; saved with every checkpoint so a resumed run
@@ -44,10 +46,31 @@ pub struct RunState {
     /// The objectives in force (the config's at the start, then as changed by commands).
     #[serde(default)]
     pub objectives: Objectives,
-    /// c1 of the spectrum prior (σ_1 when control was switched on); `Some` exactly while the
-    /// embedding is factorised as U·diag(σ)·Vᵀ.
+    /// c1 of the spectrum prior (σ_1 when control was switched on, or the configured number);
+    /// `Some` exactly while the embedding is factorised as U·diag(σ)·Vᵀ.
     #[serde(default)]
     pub spectrum_c1: Option<f64>,
+    /// The model got an output bias during the run (DEV switched on without one): a resumed run
+    /// builds its model with one.
+    #[serde(default)]
+    pub output_bias_added: bool,
+    /// [`STATE_FORMAT`] when written; 0 for checkpoints older than the field.
+    #[serde(default)]
+    pub format: u32,
+}
+
+/// The checkpoint state's format. 1: AGG's counter is recorded (`objectives.agg.counter`);
+/// states before it ran with the `warm` counter and resume with it.
+pub const STATE_FORMAT: u32 = 1;
+
+impl RunState {
+    /// Brings a state read from an older checkpoint up to [`STATE_FORMAT`], as it ran.
+    pub fn upgrade(&mut self) {
+        if self.format < 1 {
+            self.objectives.agg.counter = AggCounter::Warm;
+        }
+        self.format = STATE_FORMAT;
+    }
 }
 
 impl Default for RunState {
@@ -60,6 +83,8 @@ impl Default for RunState {
             commands: Vec::new(),
             objectives: Objectives::default(),
             spectrum_c1: None,
+            output_bias_added: false,
+            format: STATE_FORMAT,
         }
     }
 }
@@ -160,7 +185,10 @@ impl Trainer {
             sampler: None,
         };
         if spectrum_on {
-            trainer.switch_spectrum(true).map_err(EngineError::Config)?;
+            let c1 = trainer.state.objectives.spectrum.c1;
+            trainer
+                .switch_spectrum(true, c1)
+                .map_err(EngineError::Config)?;
         }
         Ok(trainer)
     }
@@ -181,7 +209,11 @@ impl Trainer {
             (Some(_), None) => Some(spectral_optimizer(&self.config)),
             (None, _) => None,
         };
+        if self.model.output_bias().is_some() {
+            self.model_config.set_output_bias(true);
+        }
         self.state = state;
+        self.state.upgrade();
         self.carried = carried;
         self.counter = None;
         self.static_gates = None;
@@ -291,6 +323,7 @@ impl Trainer {
         let frozen = frozen_ranges(self.corpus.groups(), objectives.freeze.at_step(next));
         let gates = self.step_gates(next, &batch.targets, &objectives)?;
         let rare_tokens = gates.as_ref().map(|g| g.rare_count);
+        let rare_g1 = gates.as_ref().and_then(Gates::mean_rare_g1);
 
         let inputs = Tensor::<2, Int>::from_data(
             TensorData::new(batch.inputs.clone(), [batch.batch, batch.time]),
@@ -455,6 +488,7 @@ impl Trainer {
             tokens_per_sec: positions as f64 / seconds,
             step_ms: seconds * 1e3,
             rare_tokens,
+            rare_g1,
         })
     }
 
@@ -526,11 +560,12 @@ impl Trainer {
         }
         let memory = objectives.agg.memory.unwrap_or(self.windows_per_epoch) as usize;
         let alpha = objectives.agg.alpha;
+        let mode = objectives.agg.counter;
         if objectives.agg.static_groups && next > self.windows_per_epoch {
             if self.static_gates.is_none() {
                 // The groups as they stood at the end of epoch 1, replayed from the data order.
                 let counter = self.replay_counter(self.windows_per_epoch, memory)?;
-                self.static_gates = Some(agg_gates(&counter, alpha, objectives.agg.gates));
+                self.static_gates = Some(agg_gates(&counter, alpha, objectives.agg.gates, mode));
             }
             return Ok(self.static_gates.clone());
         }
@@ -547,7 +582,7 @@ impl Trainer {
         };
         counter.push(targets);
         *at = next;
-        Ok(Some(agg_gates(counter, alpha, objectives.agg.gates)))
+        Ok(Some(agg_gates(counter, alpha, objectives.agg.gates, mode)))
     }
 
     /// The token counter after optimizer step `step`, from the windows of steps
@@ -657,25 +692,30 @@ impl Trainer {
     /// constants (c1 is chosen when control is switched on, so it is recorded with it).
     fn objectives_record(&self) -> String {
         let o = &self.state.objectives;
-        match self.state.spectrum_c1 {
-            Some(c1) => format!(
-                "{} (c1={c1:.6}, c2={}, γ={})",
-                o.label(),
-                o.spectrum.c2,
-                o.spectrum.gamma
-            ),
-            None => o.label(),
+        let mut record = o.label();
+        if let Some(c1) = self.state.spectrum_c1 {
+            record.push_str(&format!(
+                " (c1={c1:.6}, c2={}, γ={})",
+                o.spectrum.c2, o.spectrum.gamma
+            ));
         }
+        if o.agg.enabled {
+            // The label names only the non-default counter; the record always says which.
+            record.push_str(&format!(" (AGG counter {})", o.agg.counter.name()));
+        }
+        record
     }
 
     /// Replaces the objectives wholesale between two steps (benchmarks, tests), with the same
     /// side effects and checks as a change by command.
     pub fn set_objectives(&mut self, objectives: Objectives) -> Result<(), String> {
         objectives.validate(group_sizes(&self.corpus))?;
+        self.self_normalising_bias(&objectives)?;
         let spectrum_on = objectives.spectrum.enabled;
         if spectrum_on != self.state.spectrum_c1.is_some() {
-            self.switch_spectrum(spectrum_on)?;
+            self.switch_spectrum(spectrum_on, objectives.spectrum.c1)?;
         }
+        self.keep_fixed_c1(&objectives);
         self.state.objectives = objectives;
         self.counter = None;
         self.static_gates = None;
@@ -689,12 +729,15 @@ impl Trainer {
         let sizes = group_sizes(&self.corpus);
         let mut next = self.state.objectives.clone();
         next.apply(change, sizes)?;
+        // Each side effect changes nothing when it fails; the bias comes first because it cannot
+        // be undone, and it leaves the model's outputs as they were.
+        self.self_normalising_bias(&next)?;
         let was_on = self.state.spectrum_c1.is_some();
         let spectrum_on = next.spectrum.enabled;
         if spectrum_on != was_on {
-            // switch_spectrum changes nothing when it fails.
-            self.switch_spectrum(spectrum_on)?;
+            self.switch_spectrum(spectrum_on, next.spectrum.c1)?;
         }
+        self.keep_fixed_c1(&next);
         self.state.objectives = next;
         if matches!(
             change,
@@ -709,9 +752,59 @@ impl Trainer {
         Ok(())
     }
 
+    /// A configured c1 takes effect at once while control stays on (an `auto` c1 stays the σ_1
+    /// chosen at switch-on).
+    fn keep_fixed_c1(&mut self, next: &Objectives) {
+        if let (Some(_), SpectrumC1::Fixed(c1)) = (self.state.spectrum_c1, next.spectrum.c1) {
+            self.state.spectrum_c1 = Some(c1);
+        }
+    }
+
+    /// Self-normalisation (DEV, NCE, NCE-R) switched on in a model without an output bias: add
+    /// one equal to −μ_z, the current mean log Z over the next training window (≈ −log N for a
+    /// fresh model). A uniform shift of the logits leaves every probability, and so the NLL, as
+    /// it was, while log Z starts near 0 instead of having to be learnt down from log N.
+    fn self_normalising_bias(&mut self, next: &Objectives) -> Result<(), String> {
+        let self_normalising = next.loss != LossKind::Mle || next.dev.enabled;
+        if !self_normalising || self.model.output_bias().is_some() {
+            return Ok(());
+        }
+        let mu_z = self.mean_log_z().map_err(|e| e.to_string())?;
+        let vocab = self.corpus.vocab().len();
+        let bias = Tensor::<1>::full([vocab], -mu_z, &self.device);
+        self.model = self.model.clone().add_output_bias(bias);
+        self.model_config.set_output_bias(true);
+        self.state.output_bias_added = true;
+        Ok(())
+    }
+
+    /// Mean log Z of the model (inference mode) over the next training window.
+    fn mean_log_z(&self) -> Result<f64, EngineError> {
+        let k = (self.state.step % self.windows_per_epoch) as usize;
+        let batch = self
+            .window(k)
+            .ok_or_else(|| EngineError::Config(format!("no training window {k}")))?;
+        let device = self.device.clone().inner();
+        let model = self.model.valid();
+        let inputs = Tensor::<2, Int>::from_data(
+            TensorData::new(batch.inputs, [batch.batch, batch.time]),
+            &device,
+        );
+        let (hidden, _) = model.hidden(inputs, None);
+        let log_z = log_partition(model.logits(hidden));
+        log_z
+            .mean()
+            .try_into_vec_as::<f64>()
+            .ok()
+            .and_then(|v| v.first().copied())
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| EngineError::Backend("mean log Z is not a finite number".into()))
+    }
+
     /// Spectrum control on: W = U·diag(σ)·Vᵀ from the SVD of the current W (the model's outputs do
-    /// not change), c1 = σ_1. Off: W = U·diag(σ)·Vᵀ written back into the plain embedding.
-    fn switch_spectrum(&mut self, on: bool) -> Result<(), String> {
+    /// not change), c1 = σ_1 (`auto`) or the configured number. Off: W = U·diag(σ)·Vᵀ written back
+    /// into the plain embedding.
+    fn switch_spectrum(&mut self, on: bool, c1_setting: SpectrumC1) -> Result<(), String> {
         crate::fault::check("spectrum.switch")
             .map_err(|e| format!("spectrum control could not factorise W: {e}"))?;
         if on {
@@ -728,7 +821,10 @@ impl Trainer {
                 .val()
                 .try_into_vec_as::<f64>()
                 .map_err(|e| format!("reading σ: {e:?}"))?;
-            let c1 = sigma.first().copied().unwrap_or(0.0);
+            let c1 = match c1_setting {
+                SpectrumC1::Auto => sigma.first().copied().unwrap_or(0.0),
+                SpectrumC1::Fixed(c1) => c1,
+            };
             self.model = self.model.clone().set_spectral(Some(factors));
             self.state.spectrum_c1 = Some(c1);
         } else {

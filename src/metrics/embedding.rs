@@ -5,6 +5,11 @@
 //! are the isotropy directions, √λ are the singular values, and the top two are the uncentred 2-D
 //! projection. WᵀW is accumulated in f64 (f32 rounding there shows in the small singular values);
 //! the N×d projections W·E run in f32 and their log-sum-exps in f64.
+//!
+//! I(W) is scale-dependent (any W with small rows has I1 ≈ 1), so two scale-free companions come
+//! with it: I1/I2 of the row-normalised matrix Ŵ (its gram ŴᵀŴ is accumulated in the same pass as
+//! WᵀW), and IsoScore (Rudman et al. 2022) from the eigenvalues of the centred covariance
+//! WᵀW/N − μμᵀ, which needs no second pass over W.
 
 use faer::diag::Diag;
 use faer::dyn_stack::{MemBuffer, MemStack};
@@ -38,6 +43,9 @@ pub struct PanelOptions {
     /// Also the centred projection (PCA), in `EmbeddingPanel::centred` (the live workbench's
     /// uncentred/centred toggle); costs one more d×d eigendecomposition.
     pub also_centred: bool,
+    /// I1/I2 of the row-normalised matrix and IsoScore (one more gram, two more d×d
+    /// decompositions and one more N×d projection per set). Off only to measure what they cost.
+    pub scale_free: bool,
     pub threads: Threads,
 }
 
@@ -46,6 +54,7 @@ impl Default for PanelOptions {
         Self {
             projection: Some(ProjectionMode::Uncentred),
             also_centred: false,
+            scale_free: true,
             threads: Threads::All,
         }
     }
@@ -78,6 +87,22 @@ pub struct SetStats {
     /// Mean cosine of each row to the direction of the set's mean row.
     #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub mean_cos_to_mean: f64,
+    /// I1 of the row-normalised matrix (zero rows left out): the directions' balance without the
+    /// row norms, which dominate `i1`.
+    #[serde(default = "nan", deserialize_with = "crate::jsonfloat::f64")]
+    pub i1_unit: f64,
+    /// I2 of the row-normalised matrix (zero rows left out).
+    #[serde(default = "nan", deserialize_with = "crate::jsonfloat::f64")]
+    pub i2_unit: f64,
+    /// IsoScore: the mean-centred, scale-free fraction of the d dimensions the rows use; 1 =
+    /// isotropic, 0 = a line.
+    #[serde(default = "nan", deserialize_with = "crate::jsonfloat::f64")]
+    pub isoscore: f64,
+}
+
+/// A metric a sender did not know of (an older run) reads as "not computed".
+fn nan() -> f64 {
+    f64::NAN
 }
 
 /// A 2-D point per row of the whole matrix, in row order.
@@ -122,10 +147,14 @@ impl EmbeddingPanel {
         }
         let par = options.threads.par();
         let threads = options.threads;
+        let sf = options.scale_free;
         // WᵀW and the row sums are additive over rows: with groups, the total's come for free
         // as the sum of the groups'.
         let (total, group_analyses) = match groups {
-            None => (analyse(w, parts(w, par, threads), par, threads)?, None),
+            None => (
+                analyse(w, parts(w, par, threads, sf), par, threads, sf)?,
+                None,
+            ),
             Some(groups) => {
                 let sets: Vec<RowSet<'_>> = Group::ALL
                     .iter()
@@ -133,7 +162,7 @@ impl EmbeddingPanel {
                     .collect();
                 let group_parts: Vec<Parts> = sets
                     .iter()
-                    .map(|set| parts(set.view(), par, threads))
+                    .map(|set| parts(set.view(), par, threads, sf))
                     .collect();
                 let mut total_parts = Parts::zero(w.d());
                 for p in &group_parts {
@@ -149,18 +178,18 @@ impl EmbeddingPanel {
                             if set.view().n() == 0 {
                                 Ok(Analysis::empty(w.d()))
                             } else {
-                                analyse(set.view(), p, par, threads)
+                                analyse(set.view(), p, par, threads, sf)
                             }
                         })
                         .collect::<Result<Vec<_>, _>>()
                 };
                 let (total, analyses) = match threads {
                     Threads::All => rayon::join(
-                        || analyse(w, total_parts, Par::Seq, Threads::Sequential),
+                        || analyse(w, total_parts, Par::Seq, Threads::Sequential, sf),
                         || analyse_groups(Par::Seq, Threads::Sequential),
                     ),
                     Threads::Sequential => (
-                        analyse(w, total_parts, par, threads),
+                        analyse(w, total_parts, par, threads, sf),
                         analyse_groups(par, threads),
                     ),
                 };
@@ -233,6 +262,9 @@ impl Analysis {
                     effective_rank: f64::NAN,
                     mean_cos: f64::NAN,
                     mean_cos_to_mean: f64::NAN,
+                    i1_unit: f64::NAN,
+                    i2_unit: f64::NAN,
+                    isoscore: f64::NAN,
                 },
                 rows_nonzero: 0,
             },
@@ -265,10 +297,12 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// Row sums and WᵀW of one set of rows: everything the set's metrics need besides W itself.
+/// Row sums, WᵀW and ŴᵀŴ of one set of rows: everything the set's metrics need besides W itself.
 struct Parts {
     sums: RowSums,
     gram: Mat<f64>,
+    /// The gram of the row-normalised rows (zero rows add nothing).
+    unit_gram: Mat<f64>,
 }
 
 impl Parts {
@@ -276,19 +310,23 @@ impl Parts {
         Parts {
             sums: RowSums::zero(d),
             gram: Mat::zeros(d, d),
+            unit_gram: Mat::zeros(d, d),
         }
     }
 
     fn add(&mut self, other: &Parts) {
         self.sums.add(&other.sums);
         self.gram += &other.gram;
+        self.unit_gram += &other.unit_gram;
     }
 }
 
-fn parts(w: Embeddings<'_>, par: Par, threads: Threads) -> Parts {
+fn parts(w: Embeddings<'_>, par: Par, threads: Threads, scale_free: bool) -> Parts {
+    let (gram, unit_gram) = grams_f64(w, par, scale_free);
     Parts {
         sums: row_sums(w, threads),
-        gram: gram_f64(w, par),
+        gram,
+        unit_gram,
     }
 }
 
@@ -297,36 +335,56 @@ fn analyse(
     parts: Parts,
     par: Par,
     threads: Threads,
+    scale_free: bool,
 ) -> Result<Analysis, MatrixError> {
     let (n, d) = (w.n(), w.d());
-    let Parts { sums, gram } = parts;
+    let Parts {
+        sums,
+        gram,
+        unit_gram,
+    } = parts;
     let (eigenvalues, eigenvectors) = eigen_descending(gram.as_ref(), par)?;
 
     // Isotropy over E ∪ −E: log Z for both signs of every eigenvector.
-    let e32 = Mat::<f32>::from_fn(d, d, |i, j| eigenvectors[(i, j)] as f32);
-    let mut proj = Mat::<f32>::zeros(n, d);
-    matmul(
-        proj.as_mut(),
-        Accum::Replace,
-        w.faer(),
-        e32.as_ref(),
-        1.0,
+    let (i1, i2) = isotropy_from_log_z(&log_z_both_signs(
+        w,
+        eigenvectors.as_ref(),
+        None,
         par,
-    );
-    let column = |j: usize| {
-        let c = proj.as_ref().col(j);
-        let s = c
-            .try_as_col_major()
-            .expect("a fresh matrix is column-major");
-        log_sum_exp_both_signs(s.as_slice())
+        threads,
+    ));
+
+    // The same over Ŵ: eigenvectors of ŴᵀŴ, rows scaled to unit norm after the product.
+    let (i1_unit, i2_unit) = if sums.nonzero == 0 || !scale_free {
+        (f64::NAN, f64::NAN)
+    } else {
+        let (_, unit_vectors) = eigen_descending(unit_gram.as_ref(), par)?;
+        let inverse_norms: Vec<f32> = w
+            .data()
+            .chunks_exact(d)
+            .map(|row| {
+                let norm = row.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+                if norm > 0.0 { (1.0 / norm) as f32 } else { 0.0 }
+            })
+            .collect();
+        let zero_rows = (n - sums.nonzero) as f64;
+        // A zero row projects to 0 and adds exactly exp(0) = 1 to every Z: taken back out.
+        let log_z: Vec<f64> =
+            log_z_both_signs(w, unit_vectors.as_ref(), Some(&inverse_norms), par, threads)
+                .into_iter()
+                .map(|l| l + (-zero_rows * (-l).exp()).ln_1p())
+                .collect();
+        isotropy_from_log_z(&log_z)
     };
-    let log_z: Vec<(f64, f64)> = match threads {
-        Threads::All => (0..d).into_par_iter().map(column).collect(),
-        Threads::Sequential => (0..d).map(column).collect(),
+
+    // IsoScore from the covariance's eigenvalues (the variances along the principal axes).
+    let isoscore = if n >= 2 && scale_free {
+        let mean: Vec<f64> = sums.raw.iter().map(|s| s / n as f64).collect();
+        let cov = Mat::<f64>::from_fn(d, d, |i, j| gram[(i, j)] / n as f64 - mean[i] * mean[j]);
+        isoscore_from_variances(&eigenvalues_only(cov.as_ref(), par)?)
+    } else {
+        f64::NAN
     };
-    drop(proj);
-    let log_z: Vec<f64> = log_z.into_iter().flat_map(|(p, m)| [p, m]).collect();
-    let (i1, i2) = isotropy_from_log_z(&log_z);
 
     let sigma: Vec<f64> = eigenvalues.iter().map(|&l| l.max(0.0).sqrt()).collect();
     let sv_max = sigma[0];
@@ -373,6 +431,9 @@ fn analyse(
                 effective_rank,
                 mean_cos,
                 mean_cos_to_mean,
+                i1_unit,
+                i2_unit,
+                isoscore,
             },
             rows_nonzero: nz,
         },
@@ -382,6 +443,68 @@ fn analyse(
         unit_sum: sums.unit,
         row_sum: sums.raw,
     })
+}
+
+/// log Z(a) = logsumexp_i <w_i, a> for a = ±each column of `directions`, as (+, −) pairs flattened;
+/// with `row_scale`, row i of W is multiplied by `row_scale[i]` first.
+fn log_z_both_signs(
+    w: Embeddings<'_>,
+    directions: MatRef<'_, f64>,
+    row_scale: Option<&[f32]>,
+    par: Par,
+    threads: Threads,
+) -> Vec<f64> {
+    let (n, d) = (w.n(), w.d());
+    let e32 = Mat::<f32>::from_fn(d, d, |i, j| directions[(i, j)] as f32);
+    let mut proj = Mat::<f32>::zeros(n, d);
+    matmul(
+        proj.as_mut(),
+        Accum::Replace,
+        w.faer(),
+        e32.as_ref(),
+        1.0,
+        par,
+    );
+    let column = |j: usize| {
+        let c = proj.as_ref().col(j);
+        let s = c
+            .try_as_col_major()
+            .expect("a fresh matrix is column-major");
+        match row_scale {
+            None => log_sum_exp_both_signs(s.as_slice()),
+            Some(scale) => {
+                let scaled: Vec<f32> = s.as_slice().iter().zip(scale).map(|(x, k)| x * k).collect();
+                log_sum_exp_both_signs(&scaled)
+            }
+        }
+    };
+    let log_z: Vec<(f64, f64)> = match threads {
+        Threads::All => (0..d).into_par_iter().map(column).collect(),
+        Threads::Sequential => (0..d).map(column).collect(),
+    };
+    log_z.into_iter().flat_map(|(p, m)| [p, m]).collect()
+}
+
+/// IsoScore (Rudman et al. 2022; methods.md §2) from the d variances of the rows along their
+/// principal axes: v̂ = √d·v/‖v‖, δ = ‖v̂ − 1‖/√(2(d − √d)), φ = (d − δ²(d − √d))²/d²,
+/// IsoScore = (d·φ − 1)/(d − 1). Points equally spread over k of the d axes give (k − 1)/(d − 1).
+/// NaN when d < 2 or every variance is 0 (no shape to measure).
+pub fn isoscore_from_variances(variances: &[f64]) -> f64 {
+    let d = variances.len() as f64;
+    // Rounding can leave tiny negative eigenvalues of a PSD covariance.
+    let v: Vec<f64> = variances.iter().map(|x| x.max(0.0)).collect();
+    let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    if v.len() < 2 || norm <= 0.0 || !norm.is_finite() {
+        return f64::NAN;
+    }
+    let root = d.sqrt();
+    let defect2 = v
+        .iter()
+        .map(|x| (root * x / norm - 1.0).powi(2))
+        .sum::<f64>()
+        / (2.0 * (d - root));
+    let phi = (d - defect2 * (d - root)).powi(2) / (d * d);
+    ((d * phi - 1.0) / (d - 1.0)).clamp(0.0, 1.0)
 }
 
 /// I1 = min Z / max Z and I2 = std(Z)/mean(Z), from log Z over the direction set, in log space.
@@ -450,23 +573,19 @@ fn row_sums(w: Embeddings<'_>, threads: Threads) -> RowSums {
     }
 }
 
-/// WᵀW in f64: rows converted in blocks, so the extra memory is one block, not a copy of W.
-fn gram_f64(w: Embeddings<'_>, par: Par) -> Mat<f64> {
+/// WᵀW and (with `unit`) ŴᵀŴ (rows scaled to unit norm, zero rows left as zeros) in f64: rows converted in
+/// blocks, so the extra memory is two blocks, not a copy of W.
+fn grams_f64(w: Embeddings<'_>, par: Par, unit: bool) -> (Mat<f64>, Mat<f64>) {
     const BLOCK: usize = 2048;
     let (n, d) = (w.n(), w.d());
     let mut gram = Mat::<f64>::zeros(d, d);
+    let mut unit_gram = Mat::<f64>::zeros(d, d);
     let mut buf = vec![0f64; BLOCK.min(n) * d];
-    for start in (0..n).step_by(BLOCK) {
-        let rows = BLOCK.min(n - start);
-        let src = &w.data()[start * d..(start + rows) * d];
-        buf[..rows * d]
-            .iter_mut()
-            .zip(src)
-            .for_each(|(b, &x)| *b = x as f64);
-        let block = MatRef::from_row_major_slice(&buf[..rows * d], rows, d);
-        // Symmetric: only the lower triangle is computed (half the work), then mirrored.
+    let mut unit_buf = vec![0f64; BLOCK.min(n) * d];
+    // Symmetric: only the lower triangle is computed (half the work), then mirrored.
+    let add_lower = |g: &mut Mat<f64>, block: MatRef<'_, f64>| {
         triangular::matmul(
-            gram.as_mut(),
+            g.as_mut(),
             BlockStructure::TriangularLower,
             Accum::Add,
             block.transpose(),
@@ -475,14 +594,40 @@ fn gram_f64(w: Embeddings<'_>, par: Par) -> Mat<f64> {
             BlockStructure::Rectangular,
             1.0,
             par,
+        )
+    };
+    for start in (0..n).step_by(BLOCK) {
+        let rows = BLOCK.min(n - start);
+        let src = &w.data()[start * d..(start + rows) * d];
+        for ((row, unit), s) in buf[..rows * d]
+            .chunks_exact_mut(d)
+            .zip(unit_buf[..rows * d].chunks_exact_mut(d))
+            .zip(src.chunks_exact(d))
+        {
+            row.iter_mut().zip(s).for_each(|(b, &x)| *b = x as f64);
+            let norm = row.iter().map(|x| x * x).sum::<f64>().sqrt();
+            let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+            unit.iter_mut().zip(&*row).for_each(|(u, x)| *u = x * inv);
+        }
+        add_lower(
+            &mut gram,
+            MatRef::from_row_major_slice(&buf[..rows * d], rows, d),
         );
-    }
-    for j in 0..d {
-        for i in 0..j {
-            gram[(i, j)] = gram[(j, i)];
+        if unit {
+            add_lower(
+                &mut unit_gram,
+                MatRef::from_row_major_slice(&unit_buf[..rows * d], rows, d),
+            );
         }
     }
-    gram
+    for g in [&mut gram, &mut unit_gram] {
+        for j in 0..d {
+            for i in 0..j {
+                g[(i, j)] = g[(j, i)];
+            }
+        }
+    }
+    (gram, unit_gram)
 }
 
 /// Eigenvalues (descending) and unit eigenvectors (as columns, same order) of a symmetric matrix.
@@ -505,6 +650,25 @@ fn eigen_descending(a: MatRef<'_, f64>, par: Par) -> Result<(Vec<f64>, Mat<f64>)
     let values: Vec<f64> = (0..d).rev().map(|k| s[k]).collect();
     let vectors = Mat::from_fn(d, d, |i, j| u[(i, d - 1 - j)]);
     Ok((values, vectors))
+}
+
+/// Eigenvalues of a symmetric matrix, in faer's (ascending) order: no eigenvectors, a fraction of
+/// the cost.
+fn eigenvalues_only(a: MatRef<'_, f64>, par: Par) -> Result<Vec<f64>, MatrixError> {
+    let d = a.nrows();
+    let mut s = Diag::<f64>::zeros(d);
+    let scratch =
+        evd::self_adjoint_evd_scratch::<f64>(d, ComputeEigenvectors::No, par, Default::default());
+    evd::self_adjoint_evd(
+        a,
+        s.as_mut(),
+        None,
+        par,
+        MemStack::new(&mut MemBuffer::new(scratch)),
+        Default::default(),
+    )
+    .map_err(|e| MatrixError::Decomposition(format!("{e:?}")))?;
+    Ok((0..d).map(|k| s[k]).collect())
 }
 
 /// `(W − offset)·axes` for every row, as f32 points, each axis signed so the points sum to ≥ 0.

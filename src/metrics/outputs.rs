@@ -59,8 +59,10 @@ pub struct GroupOutputs {
     pub uniq: usize,
     /// Distinct target ids that lie in the group.
     pub human_uniq: usize,
-    /// Tokens of the group with 1 − mean_t p(v|h_t) below the Theorem-2 threshold.
-    pub theorem2_below: usize,
+    /// Tokens of the group with 1 − mean_t p(v|h_t) below the Theorem-2 threshold; `None` while no
+    /// cosine regulariser is on (γ = 0: the threshold is 1 and the count means nothing).
+    #[serde(default)]
+    pub theorem2_below: Option<usize>,
     pub tokens: usize,
 }
 
@@ -101,11 +103,12 @@ pub struct OutputMetrics {
     pub entropy_log_z_corr: f64,
     pub histogram: Histogram2d,
     /// Cosine weight γ the Theorem-2 threshold was computed for, and the threshold
-    /// exp(−4γ(N−1)/N²).
+    /// exp(−4γ(N−1)/N²) — `None` when γ = 0 (methods.md §2: only meaningful while a cosine
+    /// regulariser is on).
     #[serde(deserialize_with = "crate::jsonfloat::f64")]
     pub theorem2_gamma: f64,
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
-    pub theorem2_threshold: f64,
+    #[serde(default)]
+    pub theorem2_threshold: Option<f64>,
 }
 
 impl OutputAccumulator {
@@ -181,16 +184,18 @@ impl OutputAccumulator {
             .sum::<f64>()
             / pos)
             .sqrt();
-        let threshold = (-4.0 * gamma * (n as f64 - 1.0) / (n as f64 * n as f64)).exp();
+        let threshold =
+            (gamma > 0.0).then(|| (-4.0 * gamma * (n as f64 - 1.0) / (n as f64 * n as f64)).exp());
         let count_in =
             |flags: &[bool], g: Group| self.groups.range(g).filter(|&i| flags[i]).count();
         let groups = Group::ALL.map(|g| {
             let gi = g as usize;
-            let below = self
-                .groups
-                .range(g)
-                .filter(|&v| 1.0 - self.prob_sum[v] / pos < threshold)
-                .count();
+            let below = threshold.map(|threshold| {
+                self.groups
+                    .range(g)
+                    .filter(|&v| 1.0 - self.prob_sum[v] / pos < threshold)
+                    .count()
+            });
             GroupOutputs {
                 ppl: if self.count[gi] == 0 {
                     f64::NAN

@@ -9,7 +9,7 @@ pub mod output;
 pub mod spectral;
 pub mod transformer;
 
-use burn::module::{ModuleMapper, Param, ParamId};
+use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::nn::Embedding;
 use burn::prelude::*;
 
@@ -138,6 +138,27 @@ impl LanguageModel {
         self
     }
 
+    /// Gives the model an output bias of value `b` (DEV switched on mid-run), or replaces its value
+    /// when it has one. A new bias takes the id after the model's own parameters: the id
+    /// [`new`](Self::new) gives the bias of a model built with one (it is declared after every
+    /// other numbered parameter), so a resumed run's optimizer state finds it again.
+    pub fn add_output_bias(mut self, b: Tensor<1>) -> Self {
+        if self.output_bias().is_some() {
+            return self.replace_output_bias(b);
+        }
+        let mut last = LastOwnId(0);
+        self.visit(&mut last);
+        let slot = match &mut self {
+            LanguageModel::Transformer(m) => &mut m.output_bias,
+            LanguageModel::Lstm(m) => &mut m.output_bias,
+        };
+        *slot = Some(Param::initialized(
+            ParamId::from(last.0 + 1),
+            b.detach().require_grad(),
+        ));
+        self
+    }
+
     /// Replaces the value of W's own parameter (same id, still trainable).
     pub fn replace_embedding_weight(mut self, w: Tensor<2>) -> Self {
         let embedding = match &mut self {
@@ -191,6 +212,19 @@ fn lookup(
 
 /// Renumbers parameters 1, 2, 3, … in visit order.
 struct SequentialParamIds(u64);
+
+/// The largest id of the model's own (sequentially numbered) parameters; spectrum control's
+/// fixed ids lie far above them and are left out.
+struct LastOwnId(u64);
+
+impl ModuleVisitor for LastOwnId {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let id = param.id.val();
+        if id < SPECTRAL_PARAM_IDS[0] {
+            self.0 = self.0.max(id);
+        }
+    }
+}
 
 impl ModuleMapper for SequentialParamIds {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {

@@ -155,17 +155,41 @@ pub enum GateSet {
     G2,
 }
 
+/// How AGG's counter turns occurrences into a_v (methods.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AggCounter {
+    /// The paper's Eq. 5: a_v = count_v / K, the memory starting empty — during the first K
+    /// updates almost every token is rare.
+    #[default]
+    Paper,
+    /// a_v = count_v / min(step, K): the mean occurrences per update seen so far (conelab's
+    /// earlier behaviour; checkpoints written before the choice existed resume with it).
+    Warm,
+}
+
+impl AggCounter {
+    pub fn name(self) -> &'static str {
+        match self {
+            AggCounter::Paper => "paper",
+            AggCounter::Warm => "warm",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AggConfig {
     pub enabled: bool,
-    /// Rare iff a token's mean occurrences per update over the memory is below α.
+    /// Rare iff a token's a_v (occurrences per update, see `counter`) is below α.
     pub alpha: f64,
     /// Updates remembered by the counter; `None` = updates per epoch.
     pub memory: Option<u64>,
     pub gates: GateSet,
     /// Freeze the rare set and its gates after the first epoch (ablation).
     pub static_groups: bool,
+    /// a_v = count/K (`paper`, the default) or count/min(step, K) (`warm`).
+    pub counter: AggCounter,
 }
 
 impl Default for AggConfig {
@@ -176,6 +200,7 @@ impl Default for AggConfig {
             memory: None,
             gates: GateSet::Both,
             static_groups: false,
+            counter: AggCounter::Paper,
         }
     }
 }
@@ -275,6 +300,62 @@ pub enum Prior {
     Polynomial,
 }
 
+/// c1 of the spectrum prior: σ_1 of W when control is switched on (`auto`), or a number.
+/// In TOML and JSON: `c1 = "auto"` or `c1 = 3.5`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum SpectrumC1 {
+    /// σ_1 at switch-on. Switched on at step 0 this clamps the spectrum, and so the row norms, at
+    /// initialisation scale.
+    #[default]
+    Auto,
+    Fixed(f64),
+}
+
+impl SpectrumC1 {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "auto" => Some(SpectrumC1::Auto),
+            x => x.parse().ok().map(SpectrumC1::Fixed),
+        }
+    }
+}
+
+impl fmt::Display for SpectrumC1 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpectrumC1::Auto => f.write_str("auto"),
+            SpectrumC1::Fixed(x) => f.write_str(&num(*x)),
+        }
+    }
+}
+
+impl Serialize for SpectrumC1 {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SpectrumC1::Auto => s.serialize_str("auto"),
+            SpectrumC1::Fixed(x) => s.serialize_f64(*x),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SpectrumC1 {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(f64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(x) => Ok(SpectrumC1::Fixed(x)),
+            Raw::Text(t) if t == "auto" => Ok(SpectrumC1::Auto),
+            Raw::Text(t) => Err(serde::de::Error::custom(format!(
+                "c1 = {t:?}: expected \"auto\" or a number"
+            ))),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SpectrumConfig {
@@ -290,6 +371,8 @@ pub struct SpectrumConfig {
     pub c2: f64,
     /// The decay exponent γ.
     pub gamma: f64,
+    /// The prior's scale c1: σ_1 at switch-on (`auto`) or a number.
+    pub c1: SpectrumC1,
 }
 
 impl Default for SpectrumConfig {
@@ -305,6 +388,7 @@ impl Default for SpectrumConfig {
             lambda_spec: 1.0,
             c2: 0.01,
             gamma: 1.0,
+            c1: SpectrumC1::Auto,
         }
     }
 }
@@ -485,12 +569,17 @@ impl Objectives {
                     if self.agg.static_groups {
                         s.push_str(" static");
                     }
+                    // The paper's counter is the default: only the option is named.
+                    if self.agg.counter == AggCounter::Warm {
+                        s.push_str(" warm");
+                    }
                 }
                 if term == Term::Spectrum {
                     s.push_str(match self.spectrum.prior {
                         Prior::Exponential => " exp",
                         Prior::Polynomial => " poly",
                     });
+                    s.push_str(&format!(" c1={}", self.spectrum.c1));
                 }
                 parts.push(s);
             }
@@ -553,6 +642,13 @@ impl Objectives {
         if !(self.spectrum.c2.is_finite() && self.spectrum.c2 > 0.0) {
             return Err(format!("spectrum c2 = {} must be > 0", self.spectrum.c2));
         }
+        if let SpectrumC1::Fixed(c1) = self.spectrum.c1
+            && !(c1.is_finite() && c1 > 0.0)
+        {
+            return Err(format!(
+                "spectrum c1 = {c1} must be a number > 0 (or auto: σ_1 at switch-on)"
+            ));
+        }
         let gated = self.agg.enabled || self.gate_freeze != GateParts::None;
         if !self.loss.is_full_softmax() {
             let name = self.loss.name();
@@ -590,7 +686,8 @@ impl Objectives {
     }
 
     /// Applies one `--reg` argument: `NAME=WEIGHT[:OPTION…]` or `NAME=off`. Names: cos, lap, agg
-    /// (options g1, g2, static, memory=K), sc (options exp|poly, gamma=, c2=, orth=, spec=), dev, ul.
+    /// (options g1, g2, static, memory=K, warm, paper), sc (options exp|poly, gamma=, c2=,
+    /// c1=auto|X, orth=, spec=), dev, ul.
     pub fn apply_reg_arg(&mut self, arg: &str) -> Result<(), String> {
         let (name, value) = arg
             .split_once('=')
@@ -640,6 +737,8 @@ impl Objectives {
                 (Term::Agg, "g1", None) => self.agg.gates = GateSet::G1,
                 (Term::Agg, "g2", None) => self.agg.gates = GateSet::G2,
                 (Term::Agg, "static", None) => self.agg.static_groups = true,
+                (Term::Agg, "warm", None) => self.agg.counter = AggCounter::Warm,
+                (Term::Agg, "paper", None) => self.agg.counter = AggCounter::Paper,
                 (Term::Agg, "memory", Some(v)) => {
                     self.agg.memory = Some(v.trim().parse().map_err(|_| {
                         format!("--reg {arg}: memory `{v}` is not a whole number of updates")
@@ -649,6 +748,11 @@ impl Objectives {
                 (Term::Spectrum, "poly", None) => self.spectrum.prior = Prior::Polynomial,
                 (Term::Spectrum, "gamma", Some(v)) => self.spectrum.gamma = parse_num(v, "gamma")?,
                 (Term::Spectrum, "c2", Some(v)) => self.spectrum.c2 = parse_num(v, "c2")?,
+                (Term::Spectrum, "c1", Some(v)) => {
+                    self.spectrum.c1 = SpectrumC1::parse(v).ok_or_else(|| {
+                        format!("--reg {arg}: c1 `{v}` is neither auto nor a number")
+                    })?
+                }
                 (Term::Spectrum, "orth", Some(v)) => {
                     self.spectrum.lambda_orth = parse_num(v, "orth")?
                 }
@@ -803,5 +907,49 @@ mod tests {
             toml::from_str("[cos]\nenabled = true\nweight = 2.0\n").expect("partial");
         assert_eq!(partial.cos.weight, 2.0);
         assert!(!partial.agg.enabled);
+    }
+
+    #[test]
+    fn spectrum_c1_is_auto_or_a_positive_number_on_the_command_line_and_in_toml() {
+        let mut o = Objectives::default();
+        o.apply_reg_arg("sc=exp:1").expect("sc");
+        assert_eq!(o.spectrum.c1, SpectrumC1::Auto);
+        assert_eq!(o.label(), "SC λ=1 exp c1=auto");
+        o.apply_reg_arg("sc=exp:1:c1=3.5:c2=0.02:gamma=0.5")
+            .expect("sc with c1");
+        assert_eq!(o.spectrum.c1, SpectrumC1::Fixed(3.5));
+        assert_eq!((o.spectrum.c2, o.spectrum.gamma), (0.02, 0.5));
+        assert_eq!(o.label(), "SC λ=1 exp c1=3.5");
+        let back: Objectives = toml::from_str(&toml::to_string(&o).expect("toml")).expect("parse");
+        assert_eq!(back.spectrum.c1, SpectrumC1::Fixed(3.5));
+        let auto: Objectives =
+            toml::from_str("[spectrum]\nenabled = true\nc1 = \"auto\"\n").expect("auto");
+        assert_eq!(auto.spectrum.c1, SpectrumC1::Auto);
+        let err = toml::from_str::<Objectives>("[spectrum]\nc1 = \"big\"\n").unwrap_err();
+        assert!(err.to_string().contains("auto"), "{err}");
+        for bad in ["sc=exp:1:c1=x", "sc=exp:1:c1="] {
+            assert!(o.apply_reg_arg(bad).is_err(), "{bad} must be refused");
+        }
+        for bad in [0.0, -1.0, f64::INFINITY] {
+            o.spectrum.c1 = SpectrumC1::Fixed(bad);
+            assert!(o.validate(SIZES).unwrap_err().contains("c1"), "c1 = {bad}");
+        }
+    }
+
+    #[test]
+    fn the_agg_counter_is_the_papers_unless_warm_is_asked_for() {
+        let mut o = Objectives::default();
+        o.apply_reg_arg("agg=0.03").expect("agg");
+        assert_eq!(o.agg.counter, AggCounter::Paper);
+        assert_eq!(o.label(), "AGG α=0.03");
+        o.apply_reg_arg("agg=0.03:warm").expect("warm");
+        assert_eq!(o.agg.counter, AggCounter::Warm);
+        assert_eq!(o.label(), "AGG α=0.03 warm");
+        let t: Objectives =
+            toml::from_str("[agg]\nenabled = true\ncounter = \"warm\"\n").expect("toml");
+        assert_eq!(t.agg.counter, AggCounter::Warm);
+        // A config that does not name it gets the paper's.
+        let t: Objectives = toml::from_str("[agg]\nenabled = true\n").expect("toml");
+        assert_eq!(t.agg.counter, AggCounter::Paper);
     }
 }

@@ -377,6 +377,7 @@ mod tests {
             tokens_per_sec: 1.0,
             step_ms: 1.0,
             rare_tokens: None,
+            rare_g1: None,
         })
     }
 

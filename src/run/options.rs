@@ -156,11 +156,17 @@ pub struct TrainOptions {
     #[arg(long, value_enum, help_heading = "Objectives")]
     pub objective: Option<LossKind>,
 
-    /// Switch a regulariser on, repeatable: cos=γ (CosReg, paper 1.0), lap=λ (Laplacian, paper
-    /// 0.01 PTB / 0.001 WT2), agg=α[:g1|:g2][:static][:memory=K] (adaptive gradient gating; α in
-    /// occurrences per update, paper 0.03 at 32,768 tokens per update), sc=exp:λ or sc=poly:λ
-    /// [:gamma=γ][:c2=c][:orth=λ][:spec=λ] (spectrum control), dev=α ((log Z)²), ul=α
-    /// (unlikelihood); NAME=off switches one off.
+    /// Switch a regulariser on, repeatable: cos=γ (CosReg, paper 1.0); lap=λ (Laplacian, paper
+    /// 0.01 PTB / 0.001 WT2 — the penalty grows with (B·T)²/N², so the papers' λ only carries
+    /// over at their batch size; the step line shows its size as `penalty`);
+    /// agg=α[:g1|:g2][:static][:memory=K][:warm] (adaptive gradient gating; α in occurrences per
+    /// update, paper 0.03 at 32,768 tokens per update; a_v = count/K with the memory starting
+    /// empty as in the paper, or count/min(step, K) with :warm); sc=exp:λ or sc=poly:λ
+    /// [:gamma=γ][:c2=c][:c1=auto|X][:orth=λ][:spec=λ] (spectrum control; c1=auto, the default,
+    /// takes σ_1 of W at switch-on — switched on at step 0 that clamps the spectrum, and so the
+    /// row norms, at initialisation scale: switch it on from a trained W or give c1); dev=α
+    /// ((log Z)²; switched on in a model without an output bias, it adds one of −mean log Z, so
+    /// the NLL does not change); ul=α (unlikelihood); NAME=off switches one off.
     #[arg(long = "reg", value_name = "NAME=WEIGHT", help_heading = "Objectives")]
     pub regs: Vec<String>,
 

@@ -144,11 +144,22 @@ pub struct EmbeddingPoint {
     pub mean_cos: [f64; 4],
     #[serde(deserialize_with = "quad")]
     pub mean_norm: [f64; 4],
+    #[serde(default = "nan_quad", deserialize_with = "quad")]
+    pub i1_unit: [f64; 4],
+    #[serde(default = "nan_quad", deserialize_with = "quad")]
+    pub i2_unit: [f64; 4],
+    #[serde(default = "nan_quad", deserialize_with = "quad")]
+    pub isoscore: [f64; 4],
 }
 
 fn quad<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[f64; 4], D::Error> {
     let v = <[Option<f64>; 4]>::deserialize(d)?;
     Ok(v.map(|x| x.unwrap_or(f64::NAN)))
+}
+
+/// Not sent by an older run: not computed.
+fn nan_quad() -> [f64; 4] {
+    [f64::NAN; 4]
 }
 
 impl EmbeddingPoint {
@@ -160,6 +171,9 @@ impl EmbeddingPoint {
             i2: sets.map(|s| s.i2),
             mean_cos: sets.map(|s| s.mean_cos),
             mean_norm: sets.map(|s| s.mean_norm),
+            i1_unit: sets.map(|s| s.i1_unit),
+            i2_unit: sets.map(|s| s.i2_unit),
+            isoscore: sets.map(|s| s.isoscore),
         }
     }
 }
@@ -421,6 +435,7 @@ impl RunView {
                 tokens_per_sec: at("tokens_per_sec").unwrap_or(f64::NAN),
                 step_ms: at("step_ms").unwrap_or(f64::NAN),
                 rare_tokens: at("rare_tokens").map(|v| v as usize),
+                rare_g1: at("rare_g1"),
             });
             view.lr = at("lr");
         }
@@ -625,7 +640,9 @@ impl Rows {
                 positions: count(name, "positions") as u64,
                 uniq: count(name, "uniq"),
                 human_uniq: count(name, "human_uniq"),
-                theorem2_below: count(name, "theorem2_below"),
+                theorem2_below: at(name, "theorem2_below")
+                    .filter(|v| v.is_finite())
+                    .map(|v| v as usize),
                 tokens: count(name, "tokens"),
             }
         });
@@ -665,7 +682,7 @@ impl Rows {
                 counts,
             },
             theorem2_gamma: total("theorem2_gamma"),
-            theorem2_threshold: total("theorem2_threshold"),
+            theorem2_threshold: Some(total("theorem2_threshold")).filter(|v| v.is_finite()),
         };
         EvalStats {
             step,
@@ -697,6 +714,9 @@ impl Rows {
                 effective_rank: at("effective_rank"),
                 mean_cos: at("mean_cos"),
                 mean_cos_to_mean: at("mean_cos_to_mean"),
+                i1_unit: at("i1_unit"),
+                i2_unit: at("i2_unit"),
+                isoscore: at("isoscore"),
             }
         };
         let mut total = set("total");
@@ -798,6 +818,7 @@ mod tests {
             tokens_per_sec: 100.0,
             step_ms: 2.0,
             rare_tokens: None,
+            rare_g1: None,
         }));
         view.on_event(&Event::Diverged {
             step: 4,

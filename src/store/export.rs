@@ -23,7 +23,8 @@ use crate::metrics::{Similarity, Threads};
 pub enum Table {
     /// The long metrics table as stored.
     Metrics,
-    /// One row per run: Freq / Med / Rare / Total × PPL, Uniq, I(W) (Yu et al. Table 3).
+    /// One row per run: Freq / Med / Rare / Total × PPL, Uniq, I(W) (Yu et al. Table 3), with the
+    /// mean row norm, mean cosine and IsoScore that I(W) needs beside it.
     Groups,
     /// Chosen metrics by step, one column each.
     Curves,
@@ -273,15 +274,42 @@ const GROUP_HEADERS: [(&str, &str); 4] = [
     ("total", "Total"),
 ];
 
-/// Yu et al. Table 3: one row per run, Freq / Med / Rare / Total × PPL, Uniq, I(W); a `Human` row
-/// with the reference text's Uniq.
+/// Which value of a column is the best of the runs (shown in bold).
+#[derive(Clone, Copy, PartialEq)]
+enum Best {
+    Lowest,
+    Highest,
+    /// A scale or a shape, not a score: nothing in bold.
+    None,
+}
+
+/// One column of the groups table, repeated per group: (stored metric, column suffix, header,
+/// decimals, best, read from the embedding snapshot at or before the step).
+type GroupColumn = (&'static str, &'static str, &'static str, usize, Best, bool);
+
+/// I(W) is scale-dependent: the mean row norm, the mean cosine and IsoScore (scale-free) beside it
+/// say whether two runs' I(W) can be compared.
+const GROUP_COLUMNS: [GroupColumn; 6] = [
+    ("ppl", "ppl", "PPL", 2, Best::Lowest, false),
+    ("uniq", "uniq", "Uniq", 0, Best::Highest, false),
+    ("i1", "i_w", "I(W)", 3, Best::Highest, true),
+    ("mean_norm", "mean_norm", "Norm", 3, Best::None, true),
+    ("mean_cos", "mean_cos", "Cos", 3, Best::None, true),
+    ("isoscore", "isoscore", "IsoScore", 3, Best::Highest, true),
+];
+/// The column of `uniq` in GROUP_COLUMNS (where the Human row's reference goes).
+const UNIQ_COLUMN: usize = 1;
+
+/// Yu et al. Table 3: one row per run, Freq / Med / Rare / Total × PPL, Uniq, I(W), mean norm,
+/// mean cosine, IsoScore; a `Human` row with the reference text's Uniq.
 fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, StoreError> {
     let split = held_out(req)?;
     let choice = req.step.unwrap_or(StepChoice::Last);
+    let per_group = GROUP_COLUMNS.len();
     let mut steps = Vec::new();
     let mut labels = Vec::new();
     let mut ids = Vec::new();
-    // values[col] per run: for each group PPL, Uniq, I(W).
+    // values[col] per run: for each group, the GROUP_COLUMNS.
     let mut values: Vec<Vec<Option<f64>>> = Vec::new();
     let mut human: Vec<Option<f64>> = vec![None; 4];
     for s in stores {
@@ -289,11 +317,13 @@ fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, Store
         let metrics = &s.metrics;
         let mut row = Vec::new();
         for (gi, (group, _)) in GROUP_HEADERS.iter().enumerate() {
-            row.push(value_at(metrics, split, group, "ppl", step)?);
-            row.push(value_at(metrics, split, group, "uniq", step)?);
-            row.push(
-                value_at_or_before(metrics, split::EMBEDDING, group, "i1", step)?.map(|v| v.1),
-            );
+            for (metric, _, _, _, _, embedding) in GROUP_COLUMNS {
+                row.push(if embedding {
+                    value_at_or_before(metrics, split::EMBEDDING, group, metric, step)?.map(|v| v.1)
+                } else {
+                    value_at(metrics, split, group, metric, step)?
+                });
+            }
             if human[gi].is_none() {
                 human[gi] = value_at(metrics, split, group, "human_uniq", step)?;
             }
@@ -304,7 +334,7 @@ fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, Store
         values.push(row);
     }
     let names = unique_names(labels, &ids);
-    let n_values = GROUP_HEADERS.len() * 3;
+    let n_values = GROUP_HEADERS.len() * per_group;
     let has_human = human.iter().any(Option::is_some);
     let mut run_col: Vec<String> = names;
     let mut id_col: Vec<String> = ids;
@@ -315,7 +345,7 @@ fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, Store
         step_col.push(None);
         let mut row = vec![None; n_values];
         for (gi, h) in human.iter().enumerate() {
-            row[gi * 3 + 1] = *h;
+            row[gi * per_group + UNIQ_COLUMN] = *h;
         }
         values.push(row);
     }
@@ -328,26 +358,24 @@ fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, Store
     let mut headers = vec!["Run".to_string(), "run id".into(), "Step".into()];
     let mut decimals: Vec<Option<usize>> = vec![None, None, Some(0)];
     for (gi, (group, _)) in GROUP_HEADERS.iter().enumerate() {
-        for (mi, (metric, header, digits)) in [
-            ("ppl", "PPL", Some(2)),
-            ("uniq", "Uniq", Some(0)),
-            ("i_w", "I(W)", Some(3)),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let v: Vec<Option<f64>> = values.iter().map(|r| r[gi * 3 + mi]).collect();
-            columns.push(Column::new(format!("{group}_{metric}").into(), v));
+        for (mi, (_, suffix, header, digits, _, _)) in GROUP_COLUMNS.into_iter().enumerate() {
+            let v: Vec<Option<f64>> = values.iter().map(|r| r[gi * per_group + mi]).collect();
+            columns.push(Column::new(format!("{group}_{suffix}").into(), v));
             headers.push(header.into());
-            decimals.push(digits);
+            decimals.push(Some(digits));
         }
     }
     let frame = DataFrame::new(height, columns)?;
-    // Best per column among the runs (not the Human row): lowest PPL, highest Uniq and I(W).
+    // Best per column among the runs (not the Human row): lowest PPL; highest Uniq, I(W) and
+    // IsoScore.
     let runs = stores.len();
     let mut bold = vec![vec![false; headers.len()]; height];
     for ci in 0..n_values {
-        let lower_is_better = ci % 3 == 0;
+        let best_is = GROUP_COLUMNS[ci % per_group].4;
+        if best_is == Best::None {
+            continue;
+        }
+        let lower_is_better = best_is == Best::Lowest;
         let col_values: Vec<Option<f64>> = values[..runs].iter().map(|r| r[ci]).collect();
         let best = col_values
             .iter()
@@ -364,7 +392,11 @@ fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, Store
         }
     }
     let mut groups_hdr = vec![(String::new(), 3)];
-    groups_hdr.extend(GROUP_HEADERS.iter().map(|(_, s)| (s.to_string(), 3)));
+    groups_hdr.extend(
+        GROUP_HEADERS
+            .iter()
+            .map(|(_, s)| (s.to_string(), per_group)),
+    );
     Ok(Exported {
         frame,
         layout: Layout {

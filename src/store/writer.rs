@@ -362,6 +362,9 @@ impl StoreWriter {
         if let Some(r) = s.rare_tokens {
             put("rare_tokens", r as f64);
         }
+        if let Some(g) = s.rare_g1 {
+            put("rare_g1", g);
+        }
     }
 
     fn record_eval(&mut self, e: &EvalStats) {
@@ -379,7 +382,11 @@ impl StoreWriter {
             ("sigma_z", o.sigma_z),
             ("unnormalised_ppl", o.unnormalised_ppl),
             ("entropy_log_z_corr", o.entropy_log_z_corr),
-            ("theorem2_threshold", o.theorem2_threshold),
+            // Not applicable without a cosine regulariser: stored as NaN, read back as "n/a".
+            (
+                "theorem2_threshold",
+                o.theorem2_threshold.unwrap_or(f64::NAN),
+            ),
             ("theorem2_gamma", o.theorem2_gamma),
             ("block_length", o.block_length as f64),
         ] {
@@ -412,7 +419,10 @@ impl StoreWriter {
                 ("positions", g.positions as f64),
                 ("uniq", g.uniq as f64),
                 ("human_uniq", g.human_uniq as f64),
-                ("theorem2_below", g.theorem2_below as f64),
+                (
+                    "theorem2_below",
+                    g.theorem2_below.map_or(f64::NAN, |c| c as f64),
+                ),
                 ("tokens", g.tokens as f64),
             ] {
                 self.metrics
@@ -471,10 +481,13 @@ pub fn spectrum_metric(k: usize) -> String {
     format!("sv{k:04}")
 }
 
-fn set_metrics(s: &SetStats) -> [(&'static str, f64); 8] {
+fn set_metrics(s: &SetStats) -> [(&'static str, f64); 11] {
     [
         ("i1", s.i1),
         ("i2", s.i2),
+        ("i1_unit", s.i1_unit),
+        ("i2_unit", s.i2_unit),
+        ("isoscore", s.isoscore),
         ("mean_cos", s.mean_cos),
         ("mean_cos_to_mean", s.mean_cos_to_mean),
         ("mean_norm", s.mean_norm),

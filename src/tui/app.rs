@@ -635,6 +635,9 @@ impl App {
                 EmbeddingMetric::I2 => e.i2[g],
                 EmbeddingMetric::MeanCos => e.mean_cos[g],
                 EmbeddingMetric::MeanNorm => e.mean_norm[g],
+                EmbeddingMetric::I1Unit => e.i1_unit[g],
+                EmbeddingMetric::I2Unit => e.i2_unit[g],
+                EmbeddingMetric::IsoScore => e.isoscore[g],
             })
             .collect()
     }
@@ -652,4 +655,8 @@ pub enum EmbeddingMetric {
     I2,
     MeanCos,
     MeanNorm,
+    /// I1 of the row-normalised matrix.
+    I1Unit,
+    I2Unit,
+    IsoScore,
 }

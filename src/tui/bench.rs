@@ -170,6 +170,7 @@ pub fn demo_app(n: usize, d: usize, steps: u64) -> Result<(App, FrequencyGroups)
             tokens_per_sec: 2_000.0,
             step_ms: 500.0,
             rare_tokens: Some(n / 5),
+            rare_g1: Some(0.01),
         }));
         if s == steps / 2 {
             app.on_event(Event::Applied(AppliedCommand {

@@ -49,6 +49,7 @@ impl Side {
             &PanelOptions {
                 projection: Some(ProjectionMode::Uncentred),
                 also_centred: true,
+                scale_free: true,
                 threads: Threads::All,
             },
         )?;
@@ -334,7 +335,8 @@ mod tests {
         ]);
         let text = draw(&b);
         assert!(
-            text.contains("2 Groups") && text.contains("mean cos"),
+            // A short Groups pane shows I(W) with the mean norm and IsoScore beside it.
+            text.contains("2 Groups") && text.contains("mean norm") && text.contains("IsoScore"),
             "{text}"
         );
         assert!(!text.contains("other"), "{text}");

@@ -67,9 +67,12 @@ pub fn pane_areas(area: Rect, app: &App) -> Vec<(Pane, Rect)> {
     if app.zoom {
         return vec![(app.focus, body)];
     }
+    // The Groups table's ten lines on a tall terminal (50 rows up: the panes below keep room);
+    // below, its first five rows show (zoom shows all).
+    let groups_height = if body.height >= 48 { 12 } else { 8 };
     let [top, middle, bottom] = Layout::vertical([
         Constraint::Percentage(36),
-        Constraint::Length(8),
+        Constraint::Length(groups_height),
         Constraint::Min(6),
     ])
     .areas(body);
@@ -516,6 +519,9 @@ fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
             s.rare_tokens
                 .map(|r| format!("  rare set {r}"))
                 .unwrap_or_default()
+                + &s.rare_g1
+                    .map(|g| format!(" (mean g1 {g:.3})"))
+                    .unwrap_or_default()
         ),
         None => String::new(),
     };
@@ -640,6 +646,9 @@ fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
                             EmbeddingMetric::I2 => s.i2,
                             EmbeddingMetric::MeanCos => s.mean_cos,
                             EmbeddingMetric::MeanNorm => s.mean_norm,
+                            EmbeddingMetric::I1Unit => s.i1_unit,
+                            EmbeddingMetric::I2Unit => s.i2_unit,
+                            EmbeddingMetric::IsoScore => s.isoscore,
                         }
                     }),
                     digits,
@@ -663,13 +672,18 @@ fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
             .unwrap_or_else(|| "–".into())
         })
         .collect();
+    // I(W) is scale-dependent: the mean norm and IsoScore (scale-free) come right after it, in
+    // the rows a short pane still shows; the rest on a tall terminal or zoomed.
     let rows = [
         ("PPL", ppl),
         ("Uniq", uniq),
         emb_row("I1", EmbeddingMetric::I1, 3),
-        emb_row("I2", EmbeddingMetric::I2, 3),
-        emb_row("mean cos", EmbeddingMetric::MeanCos, 3),
         emb_row("mean norm", EmbeddingMetric::MeanNorm, 3),
+        emb_row("IsoScore", EmbeddingMetric::IsoScore, 3),
+        emb_row("mean cos", EmbeddingMetric::MeanCos, 3),
+        emb_row("I1 unit", EmbeddingMetric::I1Unit, 3),
+        emb_row("I2", EmbeddingMetric::I2, 3),
+        emb_row("I2 unit", EmbeddingMetric::I2Unit, 3),
     ];
     let header = Row::new(
         std::iter::once(Cell::from("")).chain(
@@ -1038,6 +1052,7 @@ mod tests {
             tokens_per_sec: 2_345.0,
             step_ms: 436.0,
             rare_tokens: None,
+            rare_g1: None,
         })
     }
 
@@ -1097,6 +1112,7 @@ mod tests {
             &PanelOptions {
                 threads: Threads::Sequential,
                 also_centred: true,
+                scale_free: true,
                 ..PanelOptions::default()
             },
         )
