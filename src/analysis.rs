@@ -10,6 +10,7 @@ use crate::checkpoint::matrix::{LoadedMatrix, run_classes};
 use crate::data::{Group, GroupBounds, Split, thousands};
 use crate::engine::{EngineError, EvalStats};
 use crate::metrics::neighbors::{ClassPrecision, class_precision};
+use crate::metrics::outputs::ShiftedOutputs;
 use crate::metrics::{
     EmbeddingPanel, Embeddings, MatrixError, NeighborIndex, PanelOptions, RowGroups, SetStats,
     Similarity, Threads,
@@ -414,16 +415,38 @@ pub struct EvalReport {
     pub eval: EvalStats,
     pub panel: EmbeddingPanel,
     pub class_precision: Option<ClassPrecision>,
+    /// The shifted model (`eval --shift-from`): scores minus that split's μ_z.
+    pub shifted: Option<ShiftedOutputs>,
+}
+
+/// What `conelab eval` computes for one checkpoint.
+#[derive(Debug, Clone, Copy)]
+pub struct EvalOptions {
+    pub split: Split,
+    pub device: Option<DeviceSpec>,
+    /// k of the same-class precision@k; 0 skips it.
+    pub k: usize,
+    /// Also report the shifted model, its shift the μ_z of this split (Goldberger & Melamud).
+    pub shift_from: Option<Split>,
 }
 
 pub fn evaluate_checkpoint(
     path: &Path,
-    split: Split,
-    device: Option<DeviceSpec>,
-    k: usize,
+    options: &EvalOptions,
 ) -> Result<EvalReport, AnalysisError> {
+    let &EvalOptions {
+        split,
+        device,
+        k,
+        shift_from,
+    } = options;
     let (trainer, run) = crate::checkpoint::resume_on(path, None, device)?;
     let eval = trainer.evaluate(split)?;
+    let shifted = match shift_from {
+        Some(s) if s == split => Some(eval.outputs.shifted(eval.outputs.mu_z)),
+        Some(s) => Some(eval.outputs.shifted(trainer.evaluate(s)?.outputs.mu_z)),
+        None => None,
+    };
     let snapshot = trainer.snapshot()?;
     let w = Embeddings::new(snapshot.n, snapshot.d, &snapshot.weights)?;
     let groups = RowGroups::from_ranks(trainer.corpus().groups());
@@ -449,7 +472,46 @@ pub fn evaluate_checkpoint(
         eval,
         panel,
         class_precision,
+        shifted,
     })
+}
+
+/// Goldberger & Melamud's Tables 3/4 layout, a row per run: μ_z, σ_z, PPL and unnormalised PPL,
+/// of the model and (with `--shift-from`) of the shifted model. Markdown.
+pub fn self_normalisation_markdown(reports: &[EvalReport]) -> String {
+    let mut out = String::from(
+        "| run | objective | split | μ_z | σ_z | perp | u-perp | shift | shifted μ_z | shifted u-perp |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in reports {
+        let o = &r.eval.outputs;
+        let (shift, mu, up) = match &r.shifted {
+            Some(s) => (
+                format!("{:.3}", s.shift),
+                format!("{:.3}", s.mu_z),
+                format!("{:.1}", s.unnormalised_ppl),
+            ),
+            None => ("–".into(), "–".into(), "–".into()),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {:.3} | {:.3} | {:.1} | {:.1} | {shift} | {mu} | {up} |\n",
+            run_name(&r.run),
+            r.objective,
+            r.eval.split,
+            o.mu_z,
+            o.sigma_z,
+            o.ppl,
+            o.unnormalised_ppl,
+        ));
+    }
+    out
+}
+
+fn run_name(run: &str) -> String {
+    Path::new(run)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| run.to_owned())
 }
 
 /// Several evaluations side by side, one row per run (Yu et al. Table 1/3 layout): PPL and I1
@@ -461,10 +523,7 @@ pub fn comparison_markdown(reports: &[EvalReport]) -> String {
     );
     for r in reports {
         let o = &r.eval.outputs;
-        let name = std::path::Path::new(&r.run)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| r.run.clone());
+        let name = run_name(&r.run);
         let i1 = |g: usize| {
             r.panel
                 .groups
@@ -539,6 +598,18 @@ impl EvalReport {
         m.insert("embedding".into(), Value::Object(panel_json(&self.panel)));
         if let Some(p) = &self.class_precision {
             m.insert("class_precision".into(), class_precision_json(p));
+        }
+        if let Some(s) = &self.shifted {
+            m.insert(
+                "shifted".into(),
+                json!({
+                    "shift": num(s.shift),
+                    "ppl": num(s.ppl),
+                    "unnormalised_ppl": num(s.unnormalised_ppl),
+                    "mu_z": num(s.mu_z),
+                    "sigma_z": num(s.sigma_z),
+                }),
+            );
         }
         m.insert("seconds".into(), json!(self.eval.seconds));
         Value::Object(m)
@@ -621,6 +692,18 @@ impl EvalReport {
             fmt(o.unnormalised_ppl, 0).trim(),
             o.entropy_log_z_corr,
         ));
+        if let Some(s) = &self.shifted {
+            // Goldberger & Melamud's Table 4 columns, for the model with log p̃ = s − shift.
+            out.truncate(out.len() - 1);
+            out.push_str(&format!(
+                "shifted model (s − {:.4}): mean log Z {:.4}, std {:.4}; PPL {}; unnormalised PPL {}\n\n",
+                s.shift,
+                s.mu_z,
+                s.sigma_z,
+                fmt(s.ppl, 0).trim(),
+                fmt(s.unnormalised_ppl, 0).trim(),
+            ));
+        }
         out.push_str(&panel_table(&self.panel));
         if let Some(p) = &self.class_precision {
             out.push_str(&format!(

@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
-use conelab::analysis::{InspectRequest, evaluate_checkpoint, inspect};
+use conelab::analysis::{EvalOptions, InspectRequest, evaluate_checkpoint, inspect};
 use conelab::bench::{
     MetricsBench, ObjectivesBench, StoreBench, TrainBench, bench_metrics, bench_objectives,
     bench_store, bench_train,
@@ -155,8 +155,16 @@ pub struct EvalArgs {
     #[arg(required = true, num_args = 1..)]
     pub runs: Vec<PathBuf>,
 
-    #[arg(long, value_enum, default_value = "valid")]
-    pub split: HeldOutSplit,
+    /// The split to evaluate [default: valid; test with --shift-from].
+    #[arg(long, value_enum)]
+    pub split: Option<HeldOutSplit>,
+
+    /// Also report Goldberger & Melamud's shifted model: the scores minus the mean log Z (μ_z)
+    /// of this split, under `shifted` in --json (keys shift, ppl, unnormalised_ppl, mu_z,
+    /// sigma_z) and as a line of the table; several runs get a self-normalisation table
+    /// (their Tables 3/4). The paper shifts by the validation μ_z and evaluates on test.
+    #[arg(long, value_enum, value_name = "SPLIT")]
+    pub shift_from: Option<HeldOutSplit>,
 
     /// Device to evaluate on [default: the run's own].
     #[arg(long)]
@@ -1009,14 +1017,24 @@ fn bench_train_cmd(args: BenchTrainArgs) -> Result<()> {
 }
 
 fn eval_cmd(args: EvalArgs) -> Result<()> {
-    let split = match args.split {
+    let split_of = |s: HeldOutSplit| match s {
         HeldOutSplit::Valid => Split::Valid,
         HeldOutSplit::Test => Split::Test,
+    };
+    let default_split = match args.shift_from {
+        Some(_) => HeldOutSplit::Test,
+        None => HeldOutSplit::Valid,
+    };
+    let options = EvalOptions {
+        split: split_of(args.split.unwrap_or(default_split)),
+        device: args.device,
+        k: args.k,
+        shift_from: args.shift_from.map(split_of),
     };
     let reports = args
         .runs
         .iter()
-        .map(|run| evaluate_checkpoint(run, split, args.device, args.k))
+        .map(|run| evaluate_checkpoint(run, &options))
         .collect::<Result<Vec<_>, _>>()?;
     if args.json {
         let json = match reports.as_slice() {
@@ -1025,7 +1043,12 @@ fn eval_cmd(args: EvalArgs) -> Result<()> {
         };
         print_stdout(&format!("{}\n", serde_json::to_string_pretty(&json)?))
     } else if args.markdown || reports.len() > 1 {
-        print_stdout(&conelab::analysis::comparison_markdown(&reports))
+        let mut out = conelab::analysis::comparison_markdown(&reports);
+        if args.shift_from.is_some() {
+            out.push('\n');
+            out.push_str(&conelab::analysis::self_normalisation_markdown(&reports));
+        }
+        print_stdout(&out)
     } else {
         print_stdout(&reports[0].render())
     }

@@ -163,6 +163,32 @@ mod tests {
     }
 
     #[test]
+    fn and_is_configured_by_its_own_table() {
+        let f = ConfigFile::parse(
+            "[objectives]\nloss = \"and\"\nand = { alpha = 0.1, gamma = 0.25, squash = true }\n",
+            "t.toml",
+        )
+        .expect("parses");
+        let o = f.train().expect("train").objectives;
+        assert_eq!(o.loss, crate::objective::LossKind::And);
+        assert_eq!((o.and_lm.alpha, o.and_lm.gamma), (0.1, 0.25));
+        assert!(o.squashed_scores());
+        assert_eq!(o.label(), "AND α=0.1 γ=0.25 squash");
+        let bad =
+            ConfigFile::parse("[objectives]\nand = { gamma = 0 }\n", "t.toml").expect("parses");
+        let e = bad
+            .train()
+            .expect("train")
+            .objectives
+            .validate([1, 1, 1])
+            .unwrap_err();
+        assert!(e.contains("and fraction"), "{e}");
+        let typo =
+            ConfigFile::parse("[objectives]\nand = { gama = 0.1 }\n", "t.toml").expect("parses");
+        assert!(typo.train().is_err(), "unknown key in [objectives.and]");
+    }
+
+    #[test]
     fn unknown_keys_and_bad_types_are_errors_naming_them() {
         let f = ConfigFile::parse("[model]\nd_modle = 64\n", "t.toml").expect("parses");
         let e = f.model(Preset::Tiny).unwrap_err().to_string();

@@ -97,6 +97,54 @@ fn eval_and_inspect_a_trained_run() {
     );
     assert!((un - ppl * (-mu).exp()).abs() < 1e-6 * un.max(1.0));
     assert!(e["embedding"]["groups"]["rare"]["i1"].as_f64().is_some());
+    // The shifted model: test split by default, shifted by the validation μ_z that a plain
+    // `eval --split valid` reports; the uniform shift keeps PPL and σ_z and moves μ_z.
+    let v = json(&conelab(&["eval", s(&run), "--json", "--split", "valid"]));
+    let sh = json(&conelab(&[
+        "eval",
+        s(&run),
+        "--json",
+        "--shift-from",
+        "valid",
+    ]));
+    assert_eq!(sh["split"], "test");
+    let f = |v: &Value| v.as_f64().expect("number");
+    let shifted = &sh["shifted"];
+    let shift = f(&shifted["shift"]);
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    assert!(
+        close(shift, f(&v["outputs"]["mu_z"])),
+        "{shifted} vs {}",
+        v["outputs"]
+    );
+    assert!(close(f(&shifted["mu_z"]), mu - shift));
+    assert!(close(f(&shifted["sigma_z"]), f(&o["sigma_z"])));
+    assert!(close(f(&shifted["ppl"]), ppl));
+    // −mean (s[y] − shift) = loss − μ_z + shift.
+    let loss = f(&o["loss"]);
+    assert!(close(
+        f(&shifted["unnormalised_ppl"]),
+        (loss - mu + shift).exp()
+    ));
+    assert!(e.get("shifted").is_none(), "only asked for");
+    let table = conelab(&["eval", s(&run), "--shift-from", "valid"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("shifted model"))
+        .expect("shifted row");
+    assert!(line.contains(&format!("{:.4}", mu - shift)), "{line}");
+    let md = conelab(&["eval", s(&run), s(&run), "--shift-from", "valid"]);
+    let md = String::from_utf8_lossy(&md.stdout);
+    assert!(
+        md.contains("| u-perp |") && md.contains("shifted μ_z"),
+        "{md}"
+    );
+    assert_eq!(
+        md.matches(&format!("| {:.3} |", mu - shift)).count(),
+        2,
+        "{md}"
+    );
     // The scale-free companions, beside i1 in every set.
     for set in [
         &e["embedding"],

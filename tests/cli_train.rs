@@ -200,6 +200,16 @@ fn impossible_settings_are_one_line_errors() {
         ),
         (&["--objective", "nce-r", "--nce-r", "1,0"], &["fraction"]),
         (&["--objective", "nce", "--nce-noise", "0"], &["noise"]),
+        (&["--objective", "and:sqush"], &["squash"]),
+        (&["--objective", "nce:squash"], &["no option"]),
+        (&["--objective", "andd"], &["unknown objective"]),
+        (
+            &["--objective", "and", "--and", "1"],
+            &["--and", "ALPHA,GAMMA"],
+        ),
+        (&["--objective", "and", "--and", "1,1.5"], &["and fraction"]),
+        (&["--objective", "and", "--and", "-1,0.1"], &["and alpha"]),
+        (&["--objective", "and", "--reg", "dev=1"], &["dev"]),
         (&["--store-flush-secs", "-1"], &["--store-flush-secs"]),
         (&["--compare", "/no/such/run"], &["/no/such/run"]),
     ] {

@@ -6,6 +6,7 @@ use burn::prelude::*;
 use conelab::model::output::mean_nll;
 use conelab::model::{DeviceSpec, SpectralEmbedding};
 use conelab::objective::agg::{Gates, TokenCounter, agg_gates, row_gates};
+use conelab::objective::and::{AndSettings, and_loss};
 use conelab::objective::head::{HeadTerms, full_softmax_head};
 use conelab::objective::self_norm::{UnigramSampler, nce_loss};
 use conelab::objective::spectrum::{
@@ -642,6 +643,112 @@ fn nce_and_unlikelihood_gradients_match_finite_differences() {
             / p as f64
     };
     assert_close(&g, &finite_differences(&w0, total), 1e-4, "∂(NLL + UL)/∂W");
+}
+
+/// AND's value and its gradients in W, h and the bias against the closed form evaluated in f64
+/// (scores ×3 so that squashing bends them), with and without squashing; α = 0 leaves −mean s[y].
+#[test]
+fn and_matches_its_closed_form_and_finite_differences_with_and_without_squash() {
+    let dev = device();
+    let (n, d, p) = (5, 2, 4);
+    let h0: Vec<f64> = values(p * d, 30).iter().map(|x| 3.0 * x).collect();
+    let w0: Vec<f64> = values(n * d, 31).iter().map(|x| 3.0 * x).collect();
+    let b0 = values(n, 32);
+    let y = [0u32, 3, 4, 3];
+    let sampled = [1u32, 3];
+    let (alpha, fraction) = (0.7, 0.5);
+    // L(h, W, b) = −(1/P)·Σ_t f(s_t[y_t]) + α/(γ·P)·Σ_{t∈S} (log Σ_v exp f(s_t[v]))², f = squash or id.
+    let closed = |h: &[f64], w: &[f64], b: &[f64], squash: bool, alpha: f64| {
+        let f = |x: f64| if squash { 10.0 * (x / 5.0).tanh() } else { x };
+        let s =
+            |t: usize, v: usize| f((0..d).map(|j| h[t * d + j] * w[v * d + j]).sum::<f64>() + b[v]);
+        let data = -(0..p).map(|t| s(t, y[t] as usize)).sum::<f64>() / p as f64;
+        let pen: f64 = sampled
+            .iter()
+            .map(|&t| {
+                (0..n)
+                    .map(|v| s(t as usize, v).exp())
+                    .sum::<f64>()
+                    .ln()
+                    .powi(2)
+            })
+            .sum();
+        data + alpha / (fraction * p as f64) * pen
+    };
+    for squash in [false, true] {
+        let h = leaf(&h0, [p, d], &dev);
+        let w = leaf(&w0, [n, d], &dev);
+        let b = Tensor::<1>::from_data(
+            TensorData::new(b0.iter().map(|&x| x as f32).collect(), [n]),
+            &dev,
+        )
+        .require_grad();
+        let terms = and_loss(
+            h.clone(),
+            w.clone(),
+            Some(b.clone()),
+            ids(&y, &dev),
+            ids(&sampled, &dev),
+            AndSettings {
+                alpha,
+                fraction,
+                squash,
+            },
+        );
+        let value = scalar(terms.data.clone() + terms.penalty.clone());
+        let want = closed(&h0, &w0, &b0, squash, alpha);
+        assert!(
+            (value - want).abs() < 1e-4 * (1.0 + want.abs()),
+            "squash {squash}: {value} vs {want}"
+        );
+        let grads = (terms.data + terms.penalty).backward();
+        let gw = host(w.grad(&grads).expect("W gradient"));
+        let gh = host(h.grad(&grads).expect("h gradient"));
+        let gb: Vec<f64> = b
+            .grad(&grads)
+            .expect("bias gradient")
+            .try_into_vec_as::<f32>()
+            .expect("f32")
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        let what = |x: &str| format!("∂AND/∂{x} (squash {squash})");
+        assert_close(
+            &gw,
+            &finite_differences(&w0, |w| closed(&h0, w, &b0, squash, alpha)),
+            1e-3,
+            &what("W"),
+        );
+        assert_close(
+            &gh,
+            &finite_differences(&h0, |h| closed(h, &w0, &b0, squash, alpha)),
+            1e-3,
+            &what("h"),
+        );
+        assert_close(
+            &gb,
+            &finite_differences(&b0, |b| closed(&h0, &w0, b, squash, alpha)),
+            1e-3,
+            &what("b"),
+        );
+    }
+    // α = 0: the penalty is not computed and the loss is the data term alone.
+    let terms = and_loss(
+        leaf(&h0, [p, d], &dev),
+        leaf(&w0, [n, d], &dev),
+        None,
+        ids(&y, &dev),
+        ids(&sampled, &dev),
+        AndSettings {
+            alpha: 0.0,
+            fraction,
+            squash: false,
+        },
+    );
+    assert_eq!(scalar(terms.penalty), 0.0);
+    let zeros = vec![0.0; n];
+    let want = closed(&h0, &w0, &zeros, false, 0.0);
+    assert!((scalar(terms.data) - want).abs() < 1e-4 * (1.0 + want.abs()));
 }
 
 #[test]

@@ -10,7 +10,7 @@ use burn::prelude::*;
 use conelab::data::{Corpus, CorpusSource, Group, LoadOptions, Split, SynthConfig};
 use conelab::engine::{self, Command, Event, Schedule, TrainConfig, Trainer};
 use conelab::model::{DeviceSpec, ModelConfig, TransformerConfig};
-use conelab::objective::{ObjectiveChange, Objectives, Term};
+use conelab::objective::{LossArg, ObjectiveChange, Objectives, Term};
 
 static ONE_TRAINER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -606,4 +606,106 @@ fn a_command_whose_side_effect_fails_changes_nothing() {
         },
     );
     assert!(t.objectives().spectrum.enabled && t.model().spectral().is_some());
+}
+
+/// AND from the first step: the target scores rise (the data term −mean s[y] falls), the sampled
+/// (log Z)² penalty is paid, nothing diverges; the label names it.
+#[test]
+fn and_trains_its_target_scores_up_with_a_finite_penalty() {
+    let _turn = one_trainer();
+    let mut o = Objectives::default();
+    LossArg::parse("and").expect("and").apply(&mut o);
+    let mut t = trainer(30, o, false);
+    assert_eq!(t.objectives().label(), "AND α=1 γ=0.1");
+    let steps: Vec<_> = (0..30).map(|_| t.train_step().expect("step")).collect();
+    assert!(steps.iter().all(|s| s.loss.is_finite() && s.penalty > 0.0));
+    let mean =
+        |s: &[conelab::engine::StepStats]| s.iter().map(|x| x.loss).sum::<f64>() / s.len() as f64;
+    assert!(
+        mean(&steps[25..]) < mean(&steps[..5]),
+        "−mean s[y]: {} → {}",
+        mean(&steps[..5]),
+        mean(&steps[25..])
+    );
+}
+
+/// and:squash switched on mid-run: evaluation scores with 10·tanh(s/5). The test recomputes the
+/// validation NLL and mean log Z itself — one stream, consecutive windows, the model's raw
+/// logits squashed here — and finds the evaluator's numbers, not the unsquashed ones.
+#[test]
+fn and_squash_switched_on_mid_run_evaluates_the_squashed_scores() {
+    let _turn = one_trainer();
+    let mut t = trainer(40, Objectives::default(), false);
+    for _ in 0..5 {
+        t.train_step().expect("step");
+    }
+    change(
+        &mut t,
+        ObjectiveChange::Loss {
+            kind: conelab::objective::LossKind::And,
+            squash: true,
+        },
+    );
+    assert!(t.objectives().squashed_scores());
+    assert!(t.objectives().label().ends_with("squash"));
+    assert!(t.model().output_bias().is_some(), "AND adds a bias");
+    for _ in 0..3 {
+        t.train_step().expect("step");
+    }
+    t.config_mut().eval_batch = 1;
+    let eval = t.evaluate(Split::Valid).expect("eval");
+
+    let valid = t.corpus().split(Split::Valid).to_vec();
+    let device = t.device().clone().inner();
+    let model = t.model().valid();
+    let window = 16;
+    let (mut nll, mut raw_nll, mut log_z, mut count) = (0.0f64, 0.0f64, 0.0f64, 0usize);
+    let mut start = 0;
+    while start + 1 < valid.len() {
+        let len = window.min(valid.len() - 1 - start);
+        let inputs = Tensor::<2, Int>::from_data(
+            TensorData::new(valid[start..start + len].to_vec(), [1, len]),
+            &device,
+        );
+        let (hidden, _) = model.hidden(inputs, None);
+        let raw: Vec<f64> = model
+            .logits(hidden)
+            .try_into_vec_as::<f32>()
+            .expect("logits")
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        let n = raw.len() / len;
+        for (i, row) in raw.chunks(n).enumerate() {
+            let y = valid[start + i + 1] as usize;
+            let lse = |xs: &mut dyn Iterator<Item = f64>| xs.map(f64::exp).sum::<f64>().ln();
+            let squashed: Vec<f64> = row.iter().map(|&x| 10.0 * (x / 5.0).tanh()).collect();
+            let z = lse(&mut squashed.iter().copied());
+            nll += z - squashed[y];
+            log_z += z;
+            raw_nll += lse(&mut row.iter().copied()) - row[y];
+            count += 1;
+        }
+        start += len;
+    }
+    assert_eq!(eval.positions as usize, count, "every position once");
+    let (nll, raw_nll, log_z) = (
+        nll / count as f64,
+        raw_nll / count as f64,
+        log_z / count as f64,
+    );
+    assert!(
+        (eval.loss - nll).abs() < 1e-4 * nll,
+        "{} vs {nll}",
+        eval.loss
+    );
+    assert!(
+        (eval.outputs.mu_z - log_z).abs() < 1e-3,
+        "{} vs {log_z}",
+        eval.outputs.mu_z
+    );
+    assert!(
+        (raw_nll - nll).abs() > 1e-3,
+        "the squashing changed nothing here"
+    );
 }

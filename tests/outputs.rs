@@ -181,3 +181,47 @@ fn theorem2_counts_tokens_below_the_threshold() {
     assert_eq!(m.theorem2_threshold, None);
     assert!(m.groups.iter().all(|g| g.theorem2_below.is_none()));
 }
+
+/// The shifted model of Goldberger & Melamud (log p̃ = s − shift): its numbers from
+/// `OutputMetrics::shifted` equal those of the same logits with the shift subtracted, run through
+/// the whole computation again, and its unnormalised PPL is exp(−mean (s[y] − shift)) by hand.
+#[test]
+fn the_shifted_model_is_the_model_with_every_score_lowered_by_the_shift() {
+    let groups = FrequencyGroups::new(4, GroupBounds::new(0.3, 0.8).expect("bounds"));
+    let logits = vec![
+        vec![2.0, 0.0, -1.0, 0.5],
+        vec![0.5, 1.5, 0.0, 3.0],
+        vec![3.0, 1.0, 0.0, -2.0],
+        vec![0.0, 0.0, 4.0, 1.0],
+        vec![1.0, -1.0, 0.5, 0.0],
+    ];
+    let targets = [0u32, 3, 1, 2, 0];
+    let shift = 2.75;
+    let base = metrics(&logits, &targets, groups, 0.0);
+    let lowered: Vec<Vec<f32>> = logits
+        .iter()
+        .map(|r| r.iter().map(|&x| x - shift as f32).collect())
+        .collect();
+    let again = metrics(&lowered, &targets, groups, 0.0);
+    let s = base.shifted(shift);
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-5 * b.abs().max(1.0);
+    assert_eq!(s.shift, shift);
+    assert!(close(s.mu_z, again.mu_z), "{} vs {}", s.mu_z, again.mu_z);
+    assert!(close(s.sigma_z, again.sigma_z));
+    assert!(close(s.ppl, again.ppl));
+    assert!(close(s.unnormalised_ppl, again.unnormalised_ppl));
+    let by_hand = (-(logits
+        .iter()
+        .zip(&targets)
+        .map(|(r, &y)| r[y as usize] as f64 - shift)
+        .sum::<f64>())
+        / targets.len() as f64)
+        .exp();
+    assert!(
+        close(s.unnormalised_ppl, by_hand),
+        "{} vs {by_hand}",
+        s.unnormalised_ppl
+    );
+    // Shifting by the split's own μ_z centres it exactly.
+    assert!(base.shifted(base.mu_z).mu_z.abs() < 1e-12);
+}

@@ -22,6 +22,8 @@ pub struct EvalRequest {
     pub window: usize,
     pub step: u64,
     pub cosine_weight: f64,
+    /// Score with 10·tanh(s/5) of the logits (AND with squashing in force).
+    pub squash: bool,
 }
 
 pub fn evaluate(
@@ -36,6 +38,7 @@ pub fn evaluate(
         window,
         step,
         cosine_weight,
+        squash,
     } = request;
     let start = Instant::now();
     let model = model.valid();
@@ -59,7 +62,11 @@ pub fn evaluate(
             device,
         );
         let (hidden, next) = model.hidden(x, state);
-        let out = output_tensors(model.logits(hidden), y);
+        let mut logits = model.logits(hidden);
+        if squash {
+            logits = crate::objective::and::squash(logits);
+        }
+        let out = output_tensors(logits, y);
         let argmax = out
             .argmax
             .try_into_vec_as::<i64>()

@@ -19,6 +19,7 @@ use crate::model::lstm::detach_state;
 use crate::model::output::log_partition;
 use crate::model::{DeviceSpec, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding};
 use crate::objective::agg::{Gates, TokenCounter, agg_gates, part_freeze_gates, row_gates};
+use crate::objective::and::{and_loss, squash};
 use crate::objective::freeze::{frozen_ranges, restore_rows, zero_rows};
 use crate::objective::head::{HeadTerms, full_softmax_head};
 use crate::objective::self_norm::{
@@ -391,6 +392,25 @@ impl Trainer {
                 }
                 (loss.detach(), graph)
             }
+            LossKind::And => {
+                let settings = objectives.and_lm.settings();
+                let sampled = sample_positions(
+                    positions,
+                    settings.fraction,
+                    step_seed(self.config.seed ^ NCE_POSITIONS_SALT, next),
+                );
+                let m = sampled.len();
+                let terms = and_loss(
+                    hidden.clone(),
+                    w.clone(),
+                    bias.clone(),
+                    targets.clone(),
+                    Tensor::from_data(TensorData::new(sampled, [m]), &self.device),
+                    settings,
+                );
+                penalties.push(terms.penalty.clone().detach());
+                (terms.data.clone().detach(), terms.data + terms.penalty)
+            }
         };
 
         // Regularisers on W (and the detached hidden states).
@@ -613,6 +633,7 @@ impl Trainer {
                 step: self.state.step,
                 // The Theorem-2 threshold uses the cosine regulariser's weight when it is on.
                 cosine_weight: self.state.objectives.cos.active(),
+                squash: self.state.objectives.squashed_scores(),
             },
         )?;
         Ok(stats)
@@ -769,7 +790,9 @@ impl Trainer {
         if !self_normalising || self.model.output_bias().is_some() {
             return Ok(());
         }
-        let mu_z = self.mean_log_z().map_err(|e| e.to_string())?;
+        let mu_z = self
+            .mean_log_z(next.squashed_scores())
+            .map_err(|e| e.to_string())?;
         let vocab = self.corpus.vocab().len();
         let bias = Tensor::<1>::full([vocab], -mu_z, &self.device);
         self.model = self.model.clone().add_output_bias(bias);
@@ -778,8 +801,9 @@ impl Trainer {
         Ok(())
     }
 
-    /// Mean log Z of the model (inference mode) over the next training window.
-    fn mean_log_z(&self) -> Result<f64, EngineError> {
+    /// Mean log Z of the model (inference mode) over the next training window, of the squashed
+    /// scores when `squash`.
+    fn mean_log_z(&self, squash_scores: bool) -> Result<f64, EngineError> {
         let k = (self.state.step % self.windows_per_epoch) as usize;
         let batch = self
             .window(k)
@@ -791,7 +815,11 @@ impl Trainer {
             &device,
         );
         let (hidden, _) = model.hidden(inputs, None);
-        let log_z = log_partition(model.logits(hidden));
+        let mut logits = model.logits(hidden);
+        if squash_scores {
+            logits = squash(logits);
+        }
+        let log_z = log_partition(logits);
         log_z
             .mean()
             .try_into_vec_as::<f64>()

@@ -111,6 +111,38 @@ pub struct OutputMetrics {
     pub theorem2_threshold: Option<f64>,
 }
 
+/// Goldberger & Melamud's shifted model (§5.2, Table 4): log p̃(w|c) = s_w(c) − shift, with shift
+/// the mean log Z observed on the validation split. A uniform shift leaves the normalised model
+/// (its PPL) as it was and moves every log Z by −shift; what it changes is how well the
+/// unnormalised scores exp(s − shift) stand in for probabilities.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ShiftedOutputs {
+    /// The subtracted μ_z of the validation split.
+    pub shift: f64,
+    /// Exact perplexity (unchanged by the shift).
+    pub ppl: f64,
+    /// exp(−mean_t (s_t[y_t] − shift)).
+    pub unnormalised_ppl: f64,
+    /// Mean of log Z_t − shift.
+    pub mu_z: f64,
+    /// Standard deviation of log Z_t (unchanged by the shift).
+    pub sigma_z: f64,
+}
+
+impl OutputMetrics {
+    /// The shifted model's numbers from the unshifted ones: −mean (s[y] − shift) = loss − μ_z +
+    /// shift.
+    pub fn shifted(&self, shift: f64) -> ShiftedOutputs {
+        ShiftedOutputs {
+            shift,
+            ppl: self.ppl,
+            unnormalised_ppl: (self.loss - self.mu_z + shift).exp(),
+            mu_z: self.mu_z - shift,
+            sigma_z: self.sigma_z,
+        }
+    }
+}
+
 impl OutputAccumulator {
     pub fn new(groups: FrequencyGroups) -> Self {
         let n = groups.len();

@@ -9,6 +9,7 @@
 //! The files hold pure tensor functions; `engine/trainer.rs` composes them into one step.
 
 pub mod agg;
+pub mod and;
 pub mod cosreg;
 pub mod freeze;
 pub mod head;
@@ -35,6 +36,9 @@ pub enum LossKind {
     Nce,
     /// NCE plus the (log Z)² penalty on a sampled fraction of positions (Goldberger & Melamud).
     NceR,
+    /// AND (Andreas & Klein): −s[y] unnormalised plus the sampled (log Z)² penalty; optionally
+    /// on squashed scores 10·tanh(s/5).
+    And,
 }
 
 impl LossKind {
@@ -43,12 +47,53 @@ impl LossKind {
             LossKind::Mle => "mle",
             LossKind::Nce => "nce",
             LossKind::NceR => "nce-r",
+            LossKind::And => "and",
         }
     }
 
     /// Whether the loss needs the full softmax over the vocabulary.
     pub fn is_full_softmax(self) -> bool {
         self == LossKind::Mle
+    }
+}
+
+/// `--objective`: the data term, and for AND whether its scores are squashed: `mle`, `nce`,
+/// `nce-r`, `and` or `and:squash`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LossArg {
+    pub kind: LossKind,
+    pub squash: bool,
+}
+
+impl LossArg {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (name, option) = match s.split_once(':') {
+            Some((n, o)) => (n.trim(), Some(o.trim())),
+            None => (s.trim(), None),
+        };
+        let kind = [LossKind::Mle, LossKind::Nce, LossKind::NceR, LossKind::And]
+            .into_iter()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| {
+                format!("unknown objective `{name}` (expected mle, nce, nce-r, and or and:squash)")
+            })?;
+        let squash = match (kind, option) {
+            (_, None) => false,
+            (LossKind::And, Some("squash")) => true,
+            (LossKind::And, Some(o)) => {
+                return Err(format!("and:{o}: the only option is squash (and:squash)"));
+            }
+            (k, Some(o)) => return Err(format!("{}:{o}: {} takes no option", k.name(), k.name())),
+        };
+        Ok(Self { kind, squash })
+    }
+
+    /// Sets the loss; for AND also the squashing (`and` alone: unsquashed scores).
+    pub fn apply(self, o: &mut Objectives) {
+        o.loss = self.kind;
+        if self.kind == LossKind::And {
+            o.and_lm.squash = self.squash;
+        }
     }
 }
 
@@ -414,6 +459,36 @@ impl Default for NceConfig {
     }
 }
 
+/// AND (Andreas & Klein 2015): weight α and sampled fraction γ of the (log Z)² term; `squash`
+/// puts every score through 10·tanh(s/5). TOML: `and = { alpha = 1.0, gamma = 0.1, squash = true }`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AndConfig {
+    pub alpha: f64,
+    pub gamma: f64,
+    pub squash: bool,
+}
+
+impl Default for AndConfig {
+    fn default() -> Self {
+        Self {
+            alpha: 1.0,
+            gamma: 0.1,
+            squash: false,
+        }
+    }
+}
+
+impl AndConfig {
+    pub fn settings(&self) -> and::AndSettings {
+        and::AndSettings {
+            alpha: self.alpha,
+            fraction: self.gamma,
+            squash: self.squash,
+        }
+    }
+}
+
 /// Everything that shapes the loss of a run. Defaults: plain MLE, every regulariser off with the
 /// papers' default weight ready for when it is switched on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -421,6 +496,9 @@ impl Default for NceConfig {
 pub struct Objectives {
     pub loss: LossKind,
     pub nce: NceConfig,
+    /// Written `and` in TOML and JSON (a keyword-free name in Rust).
+    #[serde(rename = "and")]
+    pub and_lm: AndConfig,
     pub cos: Weighted,
     pub lap: Weighted,
     pub agg: AggConfig,
@@ -436,6 +514,7 @@ impl Default for Objectives {
         Self {
             loss: LossKind::Mle,
             nce: NceConfig::default(),
+            and_lm: AndConfig::default(),
             cos: Weighted::off(1.0),
             lap: Weighted::off(0.001),
             agg: AggConfig::default(),
@@ -462,6 +541,9 @@ pub enum ObjectiveChange {
     },
     Loss {
         kind: LossKind,
+        /// AND only: score with 10·tanh(s/5) (absent in events written before AND existed).
+        #[serde(default)]
+        squash: bool,
     },
     Freeze {
         group: Group,
@@ -483,7 +565,14 @@ impl fmt::Display for ObjectiveChange {
                 write!(f, "{term} {}", if *on { "on" } else { "off" })
             }
             ObjectiveChange::Weight { term, weight } => write!(f, "{term} weight {weight}"),
-            ObjectiveChange::Loss { kind } => write!(f, "loss {}", kind.name()),
+            ObjectiveChange::Loss { kind, squash } => {
+                let option = if *squash && *kind == LossKind::And {
+                    ":squash"
+                } else {
+                    ""
+                };
+                write!(f, "loss {}{option}", kind.name())
+            }
             ObjectiveChange::Freeze { group, frozen } => {
                 write!(f, "{} {group}", if *frozen { "freeze" } else { "unfreeze" })
             }
@@ -528,7 +617,7 @@ impl Objectives {
         match change {
             &ObjectiveChange::Enable { term, on } => *next.term_mut(term).0 = on,
             &ObjectiveChange::Weight { term, weight } => *next.term_mut(term).1 = weight,
-            &ObjectiveChange::Loss { kind } => next.loss = kind,
+            &ObjectiveChange::Loss { kind, squash } => LossArg { kind, squash }.apply(&mut next),
             &ObjectiveChange::Freeze { group, frozen } => {
                 next.freeze.set(group, frozen);
                 if !frozen && !next.freeze.any() {
@@ -543,6 +632,12 @@ impl Objectives {
         Ok(())
     }
 
+    /// Whether the model's scores are 10·tanh(s/5) of the raw ones (AND with squashing in force):
+    /// training and evaluation both see the squashed scores.
+    pub fn squashed_scores(&self) -> bool {
+        self.loss == LossKind::And && self.and_lm.squash
+    }
+
     /// A one-line description of the active objective, for logs and table rows: `MLE`,
     /// `CosReg γ=1`, `AGG α=0.03 + freeze rare`, …
     pub fn label(&self) -> String {
@@ -554,6 +649,12 @@ impl Objectives {
                 self.nce.noise,
                 num(self.nce.alpha),
                 num(self.nce.fraction)
+            ),
+            LossKind::And => format!(
+                "AND α={} γ={}{}",
+                num(self.and_lm.alpha),
+                num(self.and_lm.gamma),
+                if self.and_lm.squash { " squash" } else { "" }
             ),
         }];
         for term in Term::ALL {
@@ -619,6 +720,13 @@ impl Objectives {
             finite_nonneg(term.name(), w)?;
         }
         finite_nonneg("nce alpha", self.nce.alpha)?;
+        finite_nonneg("and alpha", self.and_lm.alpha)?;
+        if !(self.and_lm.gamma > 0.0 && self.and_lm.gamma <= 1.0) {
+            return Err(format!(
+                "and fraction γ = {} must be in (0, 1]",
+                self.and_lm.gamma
+            ));
+        }
         finite_nonneg("spectrum lambda_orth", self.spectrum.lambda_orth)?;
         finite_nonneg("spectrum lambda_spec", self.spectrum.lambda_spec)?;
         if self.agg.alpha <= 0.0 {
@@ -664,7 +772,7 @@ impl Objectives {
             }
             if self.dev.enabled {
                 return Err(format!(
-                    "{name} cannot be combined with dev: use nce-r for a (log Z)² penalty with NCE"
+                    "{name} cannot be combined with dev: nce-r and and carry their own (log Z)² term"
                 ));
             }
         }

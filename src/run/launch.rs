@@ -31,8 +31,8 @@ pub struct Prepared {
 
 /// The objective flags on top of `o`; errors name the flag.
 pub fn apply_objective_flags(o: &mut Objectives, opts: &TrainOptions) -> Result<(), String> {
-    if let Some(kind) = opts.objective {
-        o.loss = kind;
+    if let Some(arg) = opts.objective {
+        arg.apply(o);
     }
     for r in &opts.regs {
         o.apply_reg_arg(r)?;
@@ -52,6 +52,12 @@ pub fn apply_objective_flags(o: &mut Objectives, opts: &TrainOptions) -> Result<
         let (a, g) = spec.split_once(',').ok_or_else(bad)?;
         o.nce.alpha = a.trim().parse().map_err(|_| bad())?;
         o.nce.fraction = g.trim().parse().map_err(|_| bad())?;
+    }
+    if let Some(spec) = &opts.and_lm {
+        let bad = || format!("--and {spec}: expected ALPHA,GAMMA, e.g. 1.0,0.1");
+        let (a, g) = spec.split_once(',').ok_or_else(bad)?;
+        o.and_lm.alpha = a.trim().parse().map_err(|_| bad())?;
+        o.and_lm.gamma = g.trim().parse().map_err(|_| bad())?;
     }
     Ok(())
 }

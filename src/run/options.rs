@@ -8,7 +8,7 @@ use clap::Args;
 use crate::data::GroupBounds;
 use crate::engine::{OptimizerKind, Schedule};
 use crate::model::{DeviceSpec, Preset};
-use crate::objective::LossKind;
+use crate::objective::LossArg;
 
 /// The exit statuses of a run, for `--help` and the README.
 pub const EXIT_CODES_HELP: &str = "Exit status: 0 completed, or stopped from a viewer; 2 bad input; 3 diverged (NaN/inf loss, nobody resumed it); 4 failed (an internal or device error); 75 stopped by SIGINT/SIGTERM after saving a checkpoint (resumable: a scheduler may requeue it); 130 a second signal before the checkpoint was saved. A viewer exits 0 when it detaches. The run ignores SIGHUP: a closed terminal or a dropped SSH connection never stops it.";
@@ -151,10 +151,13 @@ pub struct TrainOptions {
     )]
     pub store_flush_secs: f64,
 
-    /// The data term: mle (full softmax), nce (k unigram noise samples, log Z fixed at 0) or nce-r
-    /// (NCE + α/γ·(log Z)² on a sampled fraction γ of positions) [default: mle].
-    #[arg(long, value_enum, help_heading = "Objectives")]
-    pub objective: Option<LossKind>,
+    /// The data term: mle (full softmax), nce (k unigram noise samples, log Z fixed at 0), nce-r
+    /// (NCE + α/γ·(log Z)² on a sampled fraction γ of positions), and (Andreas & Klein: −s[y]
+    /// unnormalised + α/γ·(log Z)² on a sampled fraction γ; it trains poorly) or and:squash (AND
+    /// on scores 10·tanh(s/5), which Goldberger & Melamud needed on WikiText-2; evaluation then
+    /// uses the squashed scores too) [default: mle].
+    #[arg(long, value_name = "mle|nce|nce-r|and|and:squash", value_parser = LossArg::parse, help_heading = "Objectives")]
+    pub objective: Option<LossArg>,
 
     /// Switch a regulariser on, repeatable: cos=γ (CosReg, paper 1.0); lap=λ (Laplacian, paper
     /// 0.01 PTB / 0.001 WT2 — the penalty grows with (B·T)²/N², so the papers' λ only carries
@@ -187,6 +190,16 @@ pub struct TrainOptions {
     /// NCE-R: weight α and sampled fraction γ of its (log Z)² term [default: 1.0,0.1].
     #[arg(long, value_name = "ALPHA,GAMMA", help_heading = "Objectives")]
     pub nce_r: Option<String>,
+
+    /// AND: weight α and sampled fraction γ of its (log Z)² term [default: 1.0,0.1; the paper:
+    /// α = 1.0 PTB, 0.1 WikiText-2].
+    #[arg(
+        long = "and",
+        value_name = "ALPHA,GAMMA",
+        allow_hyphen_values = true,
+        help_heading = "Objectives"
+    )]
+    pub and_lm: Option<String>,
 }
 
 impl TrainOptions {
@@ -260,5 +273,6 @@ impl TrainOptions {
             || self.gate_freeze.is_some()
             || self.nce_noise.is_some()
             || self.nce_r.is_some()
+            || self.and_lm.is_some()
     }
 }

@@ -550,6 +550,7 @@ mod tests {
             },
             ObjectiveChange::Loss {
                 kind: LossKind::Nce,
+                squash: false,
             },
             ObjectiveChange::Freeze {
                 group: Group::Rare,

@@ -10,7 +10,7 @@ use super::neighbors::NeighborsState;
 use crate::data::Group;
 use crate::engine::analysis::EmbeddingAnalysis;
 use crate::engine::{Command, Event, ProjectionFrame};
-use crate::objective::{GateParts, ObjectiveChange, Objectives, Term};
+use crate::objective::{GateParts, LossKind, ObjectiveChange, Objectives, Term};
 use crate::run::protocol::{RunHello, ServerMessage};
 pub use crate::run::view::{LogKind, LogLine, RunInfo, RunStatus, RunView, Vocabulary};
 
@@ -132,10 +132,12 @@ pub enum Control {
     Pause,
     Checkpoint,
     LearningRate,
+    /// The data term, cycled: mle → nce → nce-r → and → and:squash → mle.
+    Loss,
 }
 
 impl Control {
-    pub const ALL: [Control; 13] = [
+    pub const ALL: [Control; 14] = [
         Control::Term(Term::Cos),
         Control::Term(Term::Lap),
         Control::Term(Term::Agg),
@@ -149,6 +151,7 @@ impl Control {
         Control::Pause,
         Control::Checkpoint,
         Control::LearningRate,
+        Control::Loss,
     ];
 
     pub fn count() -> usize {
@@ -592,6 +595,17 @@ impl App {
             Control::Pause => return self.pause_command(),
             Control::Checkpoint => return self.live_command(Command::SaveCheckpoint),
             Control::LearningRate => return Effect::None,
+            Control::Loss => {
+                let o = &self.run.objectives;
+                let (kind, squash) = match (o.loss, o.and_lm.squash) {
+                    (LossKind::Mle, _) => (LossKind::Nce, false),
+                    (LossKind::Nce, _) => (LossKind::NceR, false),
+                    (LossKind::NceR, _) => (LossKind::And, false),
+                    (LossKind::And, false) => (LossKind::And, true),
+                    (LossKind::And, true) => (LossKind::Mle, false),
+                };
+                ObjectiveChange::Loss { kind, squash }
+            }
         };
         self.live_command(Command::Objective { change })
     }

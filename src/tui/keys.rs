@@ -272,10 +272,21 @@ mod tests {
                 }
             })
         );
-        // Up wraps around to the last control.
+        // Up wraps around to the last control: the loss, which cycles to the next data term.
         app.controls_cursor = 0;
         press(&mut app, KeyCode::Up);
         assert_eq!(app.controls_cursor, crate::tui::app::Control::count() - 1);
+        let loss = |kind, squash| {
+            Effect::Send(Command::Objective {
+                change: ObjectiveChange::Loss { kind, squash },
+            })
+        };
+        use crate::objective::LossKind;
+        assert_eq!(press(&mut app, KeyCode::Enter), loss(LossKind::Nce, false));
+        app.run.objectives.loss = LossKind::And;
+        assert_eq!(press(&mut app, KeyCode::Enter), loss(LossKind::And, true));
+        app.run.objectives.and_lm.squash = true;
+        assert_eq!(press(&mut app, KeyCode::Enter), loss(LossKind::Mle, false));
     }
 
     #[test]

@@ -899,6 +899,10 @@ fn controls(frame: &mut Frame, app: &App, area: Rect) {
                     _ => "    pause".into(),
                 },
                 Control::Checkpoint => "    checkpoint now".into(),
+                Control::Loss => {
+                    let squash = if o.squashed_scores() { ":squash" } else { "" };
+                    format!("    loss: {}{squash}", o.loss.name())
+                }
                 Control::LearningRate => format!(
                     "    lr {:>19}",
                     app.run
@@ -1314,7 +1318,7 @@ mod tests {
                     Pane::Groups => vec![format!("{:.1}", expected_ppl()[2])],
                     Pane::Scatter => vec!["step 60 · Uncentred".into()],
                     Pane::Spectrum => vec!["now".into()],
-                    Pane::Controls => vec!["[x] CosReg".into()],
+                    Pane::Controls => vec!["[x] CosReg".into(), "loss: mle".into()],
                     Pane::Events => vec!["MLE → CosReg γ=1".into()],
                     Pane::Neighbors => vec!["w5".into()],
                     // μ_z = 0.1·mean(0..60) = 2.95; σ_z = 0.1·√((60² − 1)/12); H and log Z are
