@@ -148,9 +148,9 @@ fn tiny_beats_the_unigram_model_on_the_synthetic_corpus() {
 
     let cfg = TrainConfig {
         batch: 8,
-        steps: 300,
+        steps: 200,
         lr: 3e-3,
-        warmup: 30,
+        warmup: 20,
         eval_every: 0,
         checkpoint_every: 0,
         snapshot_every: 0,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use burn::prelude::*;
+use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
 use conelab::data::{Corpus, CorpusSource, Group, LoadOptions, Split, SynthConfig};
 use conelab::engine::{self, Command, Event, Schedule, TrainConfig, Trainer};
 use conelab::model::{DeviceSpec, ModelConfig, TransformerConfig};
@@ -18,14 +19,31 @@ fn one_trainer() -> std::sync::MutexGuard<'static, ()> {
     ONE_TRAINER.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn corpus() -> Arc<Corpus> {
-    let source = CorpusSource::Synthetic(SynthConfig {
+fn source() -> CorpusSource {
+    CorpusSource::Synthetic(SynthConfig {
         vocab: 300,
         tokens: 30_000,
         classes: 10,
         ..SynthConfig::default()
-    });
-    Arc::new(Corpus::load(&source, &LoadOptions::default()).expect("synthetic corpus"))
+    })
+}
+
+fn corpus() -> Arc<Corpus> {
+    Arc::new(Corpus::load(&source(), &LoadOptions::default()).expect("synthetic corpus"))
+}
+
+/// A run folder for `t` (its model config as it is now) trained with `train`.
+fn run_dir(dir: &std::path::Path, t: &Trainer, train: TrainConfig) -> RunDir {
+    let spec = RunSpec {
+        conelab_version: "test".into(),
+        name: "test".into(),
+        device: "cpu".into(),
+        group_bounds: [0.3, 0.8],
+        corpus: CorpusSpec::from_source(&source()),
+        model: t.model_config().clone(),
+        train,
+    };
+    RunDir::create(dir, spec, t.corpus().vocab()).expect("run dir")
 }
 
 fn model(output_bias: bool) -> ModelConfig {
@@ -322,7 +340,6 @@ fn dev_switched_on_mid_run_adds_a_bias_that_leaves_the_nll_and_centres_log_z() {
 
 #[test]
 fn a_bias_added_mid_run_resumes_exactly() {
-    use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
     let _turn = one_trainer();
     let dev_on = ObjectiveChange::Enable {
         term: Term::Dev,
@@ -339,22 +356,8 @@ fn a_bias_added_mid_run_resumes_exactly() {
     drop(straight);
     let dir = tempfile::tempdir().expect("tempdir");
     let mut first = trainer(12, Objectives::default(), false);
-    let spec = RunSpec {
-        conelab_version: "test".into(),
-        name: "test".into(),
-        device: "cpu".into(),
-        group_bounds: [0.3, 0.8],
-        corpus: CorpusSpec::from_source(&CorpusSource::Synthetic(SynthConfig {
-            vocab: 300,
-            tokens: 30_000,
-            classes: 10,
-            ..SynthConfig::default()
-        })),
-        // run.toml says no bias: the checkpoint's state must bring it back.
-        model: first.model_config().clone(),
-        train: config(12, Objectives::default()),
-    };
-    let run = RunDir::create(dir.path(), spec, first.corpus().vocab()).expect("run dir");
+    // run.toml says no bias: the checkpoint's state must bring it back.
+    let run = run_dir(dir.path(), &first, config(12, Objectives::default()));
     let mut got = Vec::new();
     for step in 0..6 {
         if step == 3 {
@@ -375,7 +378,6 @@ fn a_bias_added_mid_run_resumes_exactly() {
 
 #[test]
 fn a_checkpoint_from_before_the_counter_choice_resumes_with_the_warm_counter() {
-    use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
     use conelab::objective::AggCounter;
     let _turn = one_trainer();
     let mut o = Objectives::default();
@@ -387,21 +389,7 @@ fn a_checkpoint_from_before_the_counter_choice_resumes_with_the_warm_counter() {
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let mut t = trainer(8, o.clone(), true);
-    let spec = RunSpec {
-        conelab_version: "test".into(),
-        name: "test".into(),
-        device: "cpu".into(),
-        group_bounds: [0.3, 0.8],
-        corpus: CorpusSpec::from_source(&CorpusSource::Synthetic(SynthConfig {
-            vocab: 300,
-            tokens: 30_000,
-            classes: 10,
-            ..SynthConfig::default()
-        })),
-        model: t.model_config().clone(),
-        train: config(8, o),
-    };
-    let run = RunDir::create(dir.path(), spec, t.corpus().vocab()).expect("run dir");
+    let run = run_dir(dir.path(), &t, config(8, o));
     t.train_step().expect("step");
     checkpoint::save(&run, &t, 2).expect("checkpoint");
     drop(t);
@@ -502,15 +490,8 @@ fn impossible_objectives_are_refused_with_a_reason() {
 /// own state: AGG's counter (rebuilt from the data order), spectrum control's factors and their
 /// optimizer, a frozen group.
 fn exact_resume_with(objectives: Objectives) {
-    use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
     let _turn = one_trainer();
     let k = 6;
-    let source = CorpusSource::Synthetic(SynthConfig {
-        vocab: 300,
-        tokens: 30_000,
-        classes: 10,
-        ..SynthConfig::default()
-    });
     let cfg = config(2 * k, objectives.clone());
     let mut straight = trainer(2 * k, objectives.clone(), true);
     let expected: Vec<f64> = (0..2 * k)
@@ -519,16 +500,7 @@ fn exact_resume_with(objectives: Objectives) {
     drop(straight);
     let dir = tempfile::tempdir().expect("tempdir");
     let mut first = trainer(2 * k, objectives, true);
-    let spec = RunSpec {
-        conelab_version: "test".into(),
-        name: "test".into(),
-        device: "cpu".into(),
-        group_bounds: [0.3, 0.8],
-        corpus: CorpusSpec::from_source(&source),
-        model: first.model_config().clone(),
-        train: cfg,
-    };
-    let run = RunDir::create(dir.path(), spec, first.corpus().vocab()).expect("run dir");
+    let run = run_dir(dir.path(), &first, cfg);
     let mut got: Vec<f64> = (0..k)
         .map(|_| first.train_step().expect("step").loss)
         .collect();

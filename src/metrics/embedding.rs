@@ -465,18 +465,24 @@ fn log_z_both_signs(
         1.0,
         par,
     );
+    // diag(scale)·W·E = (diag(scale)·W)·E: the rows of the product scaled once, in place.
+    if let Some(scale) = row_scale {
+        for j in 0..d {
+            let column = proj
+                .as_mut()
+                .col_mut(j)
+                .try_as_col_major_mut()
+                .expect("a fresh matrix is column-major")
+                .as_slice_mut();
+            column.iter_mut().zip(scale).for_each(|(x, &k)| *x *= k);
+        }
+    }
     let column = |j: usize| {
         let c = proj.as_ref().col(j);
         let s = c
             .try_as_col_major()
             .expect("a fresh matrix is column-major");
-        match row_scale {
-            None => log_sum_exp_both_signs(s.as_slice()),
-            Some(scale) => {
-                let scaled: Vec<f32> = s.as_slice().iter().zip(scale).map(|(x, k)| x * k).collect();
-                log_sum_exp_both_signs(&scaled)
-            }
-        }
+        log_sum_exp_both_signs(s.as_slice())
     };
     let log_z: Vec<(f64, f64)> = match threads {
         Threads::All => (0..d).into_par_iter().map(column).collect(),
