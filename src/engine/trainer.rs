@@ -373,18 +373,13 @@ impl Trainer {
                 );
                 let mut graph = loss.clone();
                 if objectives.loss == LossKind::NceR && objectives.nce.alpha > 0.0 {
-                    let sampled = sample_positions(
-                        positions,
-                        objectives.nce.fraction,
-                        step_seed(self.config.seed ^ NCE_POSITIONS_SALT, next),
-                    );
-                    let m = sampled.len();
                     let pen = sampled_log_z_penalty(
                         hidden.clone(),
                         w.clone(),
                         bias.clone(),
-                        Tensor::from_data(TensorData::new(sampled, [m]), &self.device),
+                        self.sampled_positions(positions, objectives.nce.fraction, next),
                         objectives.nce.fraction,
+                        false,
                     )
                     .mul_scalar(objectives.nce.alpha);
                     penalties.push(pen.clone().detach());
@@ -394,18 +389,12 @@ impl Trainer {
             }
             LossKind::And => {
                 let settings = objectives.and_lm.settings();
-                let sampled = sample_positions(
-                    positions,
-                    settings.fraction,
-                    step_seed(self.config.seed ^ NCE_POSITIONS_SALT, next),
-                );
-                let m = sampled.len();
                 let terms = and_loss(
                     hidden.clone(),
                     w.clone(),
                     bias.clone(),
                     targets.clone(),
-                    Tensor::from_data(TensorData::new(sampled, [m]), &self.device),
+                    self.sampled_positions(positions, settings.fraction, next),
                     settings,
                 );
                 penalties.push(terms.penalty.clone().detach());
@@ -799,6 +788,18 @@ impl Trainer {
         self.model_config.set_output_bias(true);
         self.state.output_bias_added = true;
         Ok(())
+    }
+
+    /// The positions of step `next` whose exact log Z NCE-R's and AND's penalty computes: ⌈γ·P⌉
+    /// of `positions`, deterministic in (seed, step).
+    fn sampled_positions(&self, positions: usize, fraction: f64, next: u64) -> Tensor<1, Int> {
+        let sampled = sample_positions(
+            positions,
+            fraction,
+            step_seed(self.config.seed ^ NCE_POSITIONS_SALT, next),
+        );
+        let m = sampled.len();
+        Tensor::from_data(TensorData::new(sampled, [m]), &self.device)
     }
 
     /// Mean log Z of the model (inference mode) over the next training window, of the squashed

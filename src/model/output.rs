@@ -13,6 +13,24 @@ pub fn tied_logits(hidden: Tensor<2>, w: Tensor<2>, bias: Option<Tensor<1>>) -> 
     }
 }
 
+/// The target's score s_t[y_t] = h_t·w_{y_t} (+ b_{y_t}) per position `[P]`, from the target rows
+/// alone: no `[P, N]` product.
+pub fn target_scores(
+    hidden: Tensor<2>,
+    w: Tensor<2>,
+    bias: Option<Tensor<1>>,
+    targets: Tensor<1, Int>,
+) -> Tensor<1> {
+    let [p, _] = hidden.dims();
+    let s = (hidden * w.select(0, targets.clone()))
+        .sum_dim(1)
+        .reshape([p]);
+    match bias {
+        Some(b) => s + b.select(0, targets),
+        None => s,
+    }
+}
+
 /// log Z = log Σ_v exp z_v per row, `[P, 1]`, shifted by the (detached) row maximum so that
 /// exp cannot overflow; the shift does not change the value or the gradient.
 pub fn log_partition(logits: Tensor<2>) -> Tensor<2> {

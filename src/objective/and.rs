@@ -12,7 +12,8 @@
 
 use burn::prelude::*;
 
-use crate::model::output::{log_partition, tied_logits};
+use super::self_norm::sampled_log_z_penalty;
+use crate::model::output::target_scores;
 
 /// Bound of the squashed scores: s ∈ (−10, 10).
 pub const SQUASH_BOUND: f64 = 10.0;
@@ -53,26 +54,14 @@ pub fn and_loss(
     sampled: Tensor<1, Int>,
     settings: AndSettings,
 ) -> AndTerms {
-    let [p, _] = hidden.dims();
-    // The target's score from its row alone: no [P, N] product for the data term.
-    let w_target = w.clone().select(0, targets.clone());
-    let mut s_target = (hidden.clone() * w_target).sum_dim(1).reshape([p]);
-    if let Some(b) = bias.clone() {
-        s_target = s_target + b.select(0, targets);
-    }
+    let mut s_target = target_scores(hidden.clone(), w.clone(), bias.clone(), targets);
     if settings.squash {
         s_target = squash(s_target);
     }
     let data = s_target.mean().neg();
     let penalty = if settings.alpha > 0.0 {
-        let mut logits = tied_logits(hidden.select(0, sampled), w, bias);
-        if settings.squash {
-            logits = squash(logits);
-        }
-        log_partition(logits)
-            .square()
-            .sum()
-            .mul_scalar(settings.alpha / (settings.fraction * p as f64))
+        sampled_log_z_penalty(hidden, w, bias, sampled, settings.fraction, settings.squash)
+            .mul_scalar(settings.alpha)
     } else {
         data.zeros_like()
     };

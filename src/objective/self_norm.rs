@@ -16,7 +16,8 @@
 use burn::prelude::*;
 use burn::tensor::activation::softplus;
 
-use crate::model::output::{log_partition, tied_logits};
+use super::and::squash;
+use crate::model::output::{log_partition, target_scores, tied_logits};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
@@ -81,11 +82,9 @@ pub fn nce_loss(
 ) -> Tensor<1> {
     let [p, _] = hidden.dims();
     let [k] = noise.dims();
-    let w_target = w.clone().select(0, targets.clone());
-    let mut s_target = (hidden.clone() * w_target).sum_dim(1).reshape([p]);
+    let s_target = target_scores(hidden.clone(), w.clone(), bias.clone(), targets.clone());
     let mut s_noise = hidden.matmul(w.select(0, noise.clone()).transpose());
     if let Some(b) = bias {
-        s_target = s_target + b.clone().select(0, targets.clone());
         s_noise = s_noise + b.select(0, noise.clone()).unsqueeze::<2>();
     }
     let m_target = s_target - log_kq.clone().select(0, targets);
@@ -109,16 +108,21 @@ pub fn sample_positions(positions: usize, fraction: f64, seed: u64) -> Vec<i64> 
     all
 }
 
-/// NCE-R's penalty (multiply by α): (1/γ)·(1/P)·Σ over the sampled positions of (log Z_t)².
+/// NCE-R's and AND's penalty (multiply by α): (1/γ)·(1/P)·Σ over the sampled positions of
+/// (log Z_t)², of the squashed scores 10·tanh(s/5) when `squashed`.
 pub fn sampled_log_z_penalty(
     hidden: Tensor<2>,
     w: Tensor<2>,
     bias: Option<Tensor<1>>,
     sampled: Tensor<1, Int>,
     fraction: f64,
+    squashed: bool,
 ) -> Tensor<1> {
     let [p, _] = hidden.dims();
-    let logits = tied_logits(hidden.select(0, sampled), w, bias);
+    let mut logits = tied_logits(hidden.select(0, sampled), w, bias);
+    if squashed {
+        logits = squash(logits);
+    }
     log_partition(logits)
         .square()
         .sum()
