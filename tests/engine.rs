@@ -274,12 +274,17 @@ fn pause_resume_and_stop_with_save() {
     let dir = tempfile::tempdir().expect("tempdir");
     let run = run_dir(dir.path(), &source, &small_transformer(), &cfg, &corpus);
     let trainer = Trainer::new(corpus, small_transformer(), cfg, DeviceSpec::Cpu).expect("trainer");
+    // The pause is given with the start: sent after it, the first step could win the race.
     let handle = engine::spawn(
         trainer,
-        engine::EngineOptions::with_checkpoints(checkpoint::Checkpointer::immediate(run.clone())),
+        engine::EngineOptions {
+            initial_commands: vec![Command::Pause],
+            ..engine::EngineOptions::with_checkpoints(checkpoint::Checkpointer::immediate(
+                run.clone(),
+            ))
+        },
     )
     .expect("engine");
-    handle.send(Command::Pause);
     let mut seen_pause = false;
     let mut steps_while_paused = 0;
     loop {

@@ -121,6 +121,9 @@ pub struct EngineOptions {
     pub latest: LatestAnalysis,
     /// Events emitted right after [`Event::Started`] (settings a resume changed).
     pub announce: Vec<Event>,
+    /// Commands applied before the first step (a resume's new objectives or lr): given here, not
+    /// sent after the start, so that no step can run before them.
+    pub initial_commands: Vec<Command>,
 }
 
 impl EngineOptions {
@@ -268,6 +271,7 @@ pub fn spawn(trainer: Trainer, options: EngineOptions) -> std::io::Result<Engine
                 divergence: options.divergence,
                 fault: options.fault,
                 announce: options.announce,
+                initial_commands: options.initial_commands,
                 diverged: false,
                 orphaned: false,
             };
@@ -314,6 +318,7 @@ struct Engine {
     divergence: DivergencePolicy,
     fault: Fault,
     announce: Vec<Event>,
+    initial_commands: Vec<Command>,
     /// Paused after a divergence and not resumed since: a stop ends the run as diverged.
     diverged: bool,
     /// Nobody reads the events any more (the recorder died): the run stops after saving.
@@ -354,6 +359,17 @@ impl Engine {
             self.emit(event);
         }
         let mut paused = false;
+        for command in std::mem::take(&mut self.initial_commands) {
+            match self.handle(Envelope {
+                command,
+                ticket: None,
+            })? {
+                Flow::Continue => {}
+                Flow::Pause => paused = true,
+                Flow::Resume => paused = false,
+                Flow::Stop => return Ok(()),
+            }
+        }
         loop {
             if let Some(message) = self.fault.get() {
                 return self.fail_after_saving(message);

@@ -228,12 +228,10 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
             fault: fault.clone(),
             latest: latest.clone(),
             announce: announcements,
+            initial_commands: commands,
         },
     )
     .map_err(internal("starting the engine"))?;
-    for c in commands {
-        handle.send(c);
-    }
     let (control, events) = handle.take_events();
     let _ = signals.stop.set(control.commands.clone());
 
