@@ -417,6 +417,8 @@ pub struct EvalReport {
     pub class_precision: Option<ClassPrecision>,
     /// The shifted model (`eval --shift-from`): scores minus that split's μ_z.
     pub shifted: Option<ShiftedOutputs>,
+    /// The split whose μ_z is the shift.
+    pub shift_from: Option<Split>,
 }
 
 /// What `conelab eval` computes for one checkpoint.
@@ -473,6 +475,7 @@ pub fn evaluate_checkpoint(
         panel,
         class_precision,
         shifted,
+        shift_from,
     })
 }
 
@@ -603,6 +606,7 @@ impl EvalReport {
             m.insert(
                 "shifted".into(),
                 json!({
+                    "shift_from": self.shift_from.map(Split::name),
                     "shift": num(s.shift),
                     "ppl": num(s.ppl),
                     "unnormalised_ppl": num(s.unnormalised_ppl),
@@ -696,8 +700,9 @@ impl EvalReport {
             // Goldberger & Melamud's Table 4 columns, for the model with log p̃ = s − shift.
             out.truncate(out.len() - 1);
             out.push_str(&format!(
-                "shifted model (s − {:.4}): mean log Z {:.4}, std {:.4}; PPL {}; unnormalised PPL {}\n\n",
+                "shifted model (s − {:.4}, the {} μ_z): mean log Z {:.4}, std {:.4}; PPL {}; unnormalised PPL {}\n\n",
                 s.shift,
+                self.shift_from.map(Split::name).unwrap_or("?"),
                 s.mu_z,
                 s.sigma_z,
                 fmt(s.ppl, 0).trim(),

@@ -392,6 +392,14 @@ fn bench_objective_set(tokens_per_update: usize, vocab: usize) -> Vec<(Objective
         ),
         (with(&|o| o.loss = LossKind::Nce), Some(0.5)),
         (with(&|o| o.loss = LossKind::NceR), None),
+        (with(&|o| o.loss = LossKind::And), None),
+        (
+            with(&|o| {
+                o.loss = LossKind::And;
+                o.and_lm.squash = true;
+            }),
+            None,
+        ),
     ]
 }
 

@@ -127,6 +127,15 @@ fn eval_and_inspect_a_trained_run() {
         (loss - mu + shift).exp()
     ));
     assert!(e.get("shifted").is_none(), "only asked for");
+    assert_eq!(shifted["shift_from"], "valid");
+    // A shift fitted on the split it is scored on would flatter it: only valid is a source.
+    let refused = conelab(&["eval", s(&run), "--shift-from", "test"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("invalid value 'test' for '--shift-from"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
     let table = conelab(&["eval", s(&run), "--shift-from", "valid"]);
     let text = String::from_utf8_lossy(&table.stdout);
     let line = text

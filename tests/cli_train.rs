@@ -200,7 +200,14 @@ fn impossible_settings_are_one_line_errors() {
         ),
         (&["--objective", "nce-r", "--nce-r", "1,0"], &["fraction"]),
         (&["--objective", "nce", "--nce-noise", "0"], &["noise"]),
-        (&["--objective", "and:sqush"], &["squash"]),
+        (
+            &["--objective", "nce-r", "--nce-r", "-1,0.1"],
+            &["nce-r alpha"],
+        ),
+        (
+            &["--objective", "and:sqush"],
+            &["only options are squash and nosquash"],
+        ),
         (&["--objective", "nce:squash"], &["no option"]),
         (&["--objective", "andd"], &["unknown objective"]),
         (
@@ -209,7 +216,22 @@ fn impossible_settings_are_one_line_errors() {
         ),
         (&["--objective", "and", "--and", "1,1.5"], &["and fraction"]),
         (&["--objective", "and", "--and", "-1,0.1"], &["and alpha"]),
-        (&["--objective", "and", "--reg", "dev=1"], &["dev"]),
+        (
+            &["--objective", "and", "--reg", "dev=1"],
+            &["cannot be combined with dev"],
+        ),
+        (
+            &["--objective", "and", "--and", "0,0.1"],
+            &["no bound", "and:squash"],
+        ),
+        (
+            &["--objective", "and", "--reg", "agg=0.03"],
+            &["gradient gating"],
+        ),
+        (
+            &["--objective", "and:squash", "--reg", "ul=1"],
+            &["unlikelihood"],
+        ),
         (&["--store-flush-secs", "-1"], &["--store-flush-secs"]),
         (&["--compare", "/no/such/run"], &["/no/such/run"]),
     ] {

@@ -620,7 +620,17 @@ fn and_squash_switched_on_mid_run_evaluates_the_squashed_scores() {
     );
     assert!(t.objectives().squashed_scores());
     assert!(t.objectives().label().ends_with("squash"));
-    assert!(t.model().output_bias().is_some(), "AND adds a bias");
+    let bias = t.model().output_bias().expect("AND adds a bias");
+    let b: Vec<f32> = bias.try_into_vec_as::<f32>().expect("bias");
+    assert!(b.windows(2).all(|p| p[0] == p[1]), "a uniform shift");
+    // The bias sits inside the squash: −μ_z of the raw scores would leave the squashed log Z
+    // near ln N − 8 ≈ −2.4 here; the centring bias puts it near 0.
+    let centred = t.evaluate(Split::Valid).expect("eval");
+    assert!(
+        centred.outputs.mu_z.abs() < 0.2,
+        "squashed μ_z {} after switching on",
+        centred.outputs.mu_z
+    );
     for _ in 0..3 {
         t.train_step().expect("step");
     }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{Fixture, conelab, process_gone, s, signal, wait_until};
+use conelab::run::protocol::PROTOCOL_VERSION;
 use serde_json::{Value, json};
 
 /// A long detached run; returns its folder, socket and pid.
@@ -96,7 +97,7 @@ impl Client {
     }
 
     fn hello(&mut self) -> Value {
-        self.send(json!({"type": "hello", "protocol": 1, "client": "test"}));
+        self.send(json!({"type": "hello", "protocol": PROTOCOL_VERSION, "client": "test"}));
         self.until("hello")
     }
 }
@@ -137,7 +138,7 @@ fn hello_subscribe_command_and_requests() {
         .count();
     let mut c = Client::connect(&socket);
     let hello = c.hello();
-    assert_eq!(hello["protocol"], 1);
+    assert_eq!(hello["protocol"], PROTOCOL_VERSION);
     assert_eq!(hello["run"]["run_id"], "run");
     assert_eq!(hello["run"]["pid"], pid);
     assert_eq!(hello["run"]["vocab_size"], vocab);

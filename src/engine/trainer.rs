@@ -19,7 +19,7 @@ use crate::model::lstm::detach_state;
 use crate::model::output::log_partition;
 use crate::model::{DeviceSpec, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding};
 use crate::objective::agg::{Gates, TokenCounter, agg_gates, part_freeze_gates, row_gates};
-use crate::objective::and::{and_loss, squash};
+use crate::objective::and::{and_loss, squashed_centring};
 use crate::objective::freeze::{frozen_ranges, restore_rows, zero_rows};
 use crate::objective::head::{HeadTerms, full_softmax_head};
 use crate::objective::self_norm::{
@@ -770,20 +770,25 @@ impl Trainer {
         }
     }
 
-    /// Self-normalisation (DEV, NCE, NCE-R) switched on in a model without an output bias: add
-    /// one equal to −μ_z, the current mean log Z over the next training window (≈ −log N for a
-    /// fresh model). A uniform shift of the logits leaves every probability, and so the NLL, as
-    /// it was, while log Z starts near 0 instead of having to be learnt down from log N.
+    /// Self-normalisation (DEV, NCE, NCE-R, AND) switched on in a model without an output bias:
+    /// add one equal to −μ_z, the current mean log Z over the next training window (≈ −log N for
+    /// a fresh model). A uniform shift of the logits leaves every probability, and so the NLL, as
+    /// it was, while log Z starts near 0 instead of having to be learnt down from log N. Under
+    /// AND's squash the bias sits inside 10·tanh(·/5), where −μ_z does not centre log Z: the
+    /// bias is the b with mean log Σ exp(squash(s + b)) = 0 instead (`and::squashed_centring`).
     fn self_normalising_bias(&mut self, next: &Objectives) -> Result<(), String> {
         let self_normalising = next.loss != LossKind::Mle || next.dev.enabled;
         if !self_normalising || self.model.output_bias().is_some() {
             return Ok(());
         }
-        let mu_z = self
-            .mean_log_z(next.squashed_scores())
-            .map_err(|e| e.to_string())?;
+        let logits = self.window_logits().map_err(|e| e.to_string())?;
+        let shift = if next.squashed_scores() {
+            squashed_centring(logits).ok_or("the scores are not finite numbers")?
+        } else {
+            -mean_of(log_partition(logits)).map_err(|e| e.to_string())?
+        };
         let vocab = self.corpus.vocab().len();
-        let bias = Tensor::<1>::full([vocab], -mu_z, &self.device);
+        let bias = Tensor::<1>::full([vocab], shift, &self.device);
         self.model = self.model.clone().add_output_bias(bias);
         self.model_config.set_output_bias(true);
         self.state.output_bias_added = true;
@@ -802,9 +807,8 @@ impl Trainer {
         Tensor::from_data(TensorData::new(sampled, [m]), &self.device)
     }
 
-    /// Mean log Z of the model (inference mode) over the next training window, of the squashed
-    /// scores when `squash`.
-    fn mean_log_z(&self, squash_scores: bool) -> Result<f64, EngineError> {
+    /// The model's scores (inference mode) over the next training window, `[positions, N]`.
+    fn window_logits(&self) -> Result<Tensor<2>, EngineError> {
         let k = (self.state.step % self.windows_per_epoch) as usize;
         let batch = self
             .window(k)
@@ -816,18 +820,7 @@ impl Trainer {
             &device,
         );
         let (hidden, _) = model.hidden(inputs, None);
-        let mut logits = model.logits(hidden);
-        if squash_scores {
-            logits = squash(logits);
-        }
-        let log_z = log_partition(logits);
-        log_z
-            .mean()
-            .try_into_vec_as::<f64>()
-            .ok()
-            .and_then(|v| v.first().copied())
-            .filter(|v| v.is_finite())
-            .ok_or_else(|| EngineError::Backend("mean log Z is not a finite number".into()))
+        Ok(model.logits(hidden))
     }
 
     /// Spectrum control on: W = U·diag(σ)·Vᵀ from the SVD of the current W (the model's outputs do
@@ -967,4 +960,15 @@ fn scale_to_norm(
         model.visit(&mut scale);
     }
     grads
+}
+
+/// The mean of a tensor as a finite f64.
+fn mean_of<const D: usize>(values: Tensor<D>) -> Result<f64, EngineError> {
+    values
+        .mean()
+        .try_into_vec_as::<f64>()
+        .ok()
+        .and_then(|v| v.first().copied())
+        .filter(|v| v.is_finite())
+        .ok_or_else(|| EngineError::Backend("mean log Z is not a finite number".into()))
 }

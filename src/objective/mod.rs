@@ -1,6 +1,6 @@
 //! Training objectives and regularisers (methods.md §3), one file each.
 //!
-//! [`Objectives`] is the whole setting of a run: which loss (MLE, NCE, NCE-R), which regularisers
+//! [`Objectives`] is the whole setting of a run: which loss (MLE, NCE, NCE-R, AND), which regularisers
 //! are on and with what weight, which groups are frozen. It is part of the training config (TOML
 //! table `[objectives]`, `--reg …` on the command line), lives in the run state while training
 //! (so a resumed run continues with the settings it had), and is changed between two optimizer
@@ -58,11 +58,13 @@ impl LossKind {
 }
 
 /// `--objective`: the data term, and for AND whether its scores are squashed: `mle`, `nce`,
-/// `nce-r`, `and` or `and:squash`.
+/// `nce-r`, `and`, `and:squash` or `and:nosquash`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LossArg {
     pub kind: LossKind,
-    pub squash: bool,
+    /// AND's squashing when named (`and:squash` / `and:nosquash`); plain `and` keeps what the
+    /// configuration says.
+    pub squash: Option<bool>,
 }
 
 impl LossArg {
@@ -78,21 +80,24 @@ impl LossArg {
                 format!("unknown objective `{name}` (expected mle, nce, nce-r, and or and:squash)")
             })?;
         let squash = match (kind, option) {
-            (_, None) => false,
-            (LossKind::And, Some("squash")) => true,
+            (_, None) => None,
+            (LossKind::And, Some("squash")) => Some(true),
+            (LossKind::And, Some("nosquash")) => Some(false),
             (LossKind::And, Some(o)) => {
-                return Err(format!("and:{o}: the only option is squash (and:squash)"));
+                return Err(format!(
+                    "and:{o}: the only options are squash and nosquash (and:squash, and:nosquash)"
+                ));
             }
             (k, Some(o)) => return Err(format!("{}:{o}: {} takes no option", k.name(), k.name())),
         };
         Ok(Self { kind, squash })
     }
 
-    /// Sets the loss; for AND also the squashing (`and` alone: unsquashed scores).
+    /// Sets the loss; for AND also the squashing where it is named.
     pub fn apply(self, o: &mut Objectives) {
         o.loss = self.kind;
-        if self.kind == LossKind::And {
-            o.and_lm.squash = self.squash;
+        if let Some(squash) = self.squash {
+            o.and_lm.squash = squash;
         }
     }
 }
@@ -617,7 +622,12 @@ impl Objectives {
         match change {
             &ObjectiveChange::Enable { term, on } => *next.term_mut(term).0 = on,
             &ObjectiveChange::Weight { term, weight } => *next.term_mut(term).1 = weight,
-            &ObjectiveChange::Loss { kind, squash } => LossArg { kind, squash }.apply(&mut next),
+            &ObjectiveChange::Loss { kind, squash } => {
+                next.loss = kind;
+                if kind == LossKind::And {
+                    next.and_lm.squash = squash;
+                }
+            }
             &ObjectiveChange::Freeze { group, frozen } => {
                 next.freeze.set(group, frozen);
                 if !frozen && !next.freeze.any() {
@@ -719,7 +729,7 @@ impl Objectives {
             let (_, w) = self.term(term);
             finite_nonneg(term.name(), w)?;
         }
-        finite_nonneg("nce alpha", self.nce.alpha)?;
+        finite_nonneg("nce-r alpha", self.nce.alpha)?;
         finite_nonneg("and alpha", self.and_lm.alpha)?;
         if !(self.and_lm.gamma > 0.0 && self.and_lm.gamma <= 1.0) {
             return Err(format!(
@@ -757,6 +767,9 @@ impl Objectives {
                 "spectrum c1 = {c1} must be a number > 0 (or auto: σ_1 at switch-on)"
             ));
         }
+        if self.loss == LossKind::And && self.and_lm.alpha == 0.0 && !self.and_lm.squash {
+            return Err("and with α = 0 and no squash has no bound: −s[y] alone drives the scores to infinity (give α > 0 or use and:squash)".into());
+        }
         let gated = self.agg.enabled || self.gate_freeze != GateParts::None;
         if !self.loss.is_full_softmax() {
             let name = self.loss.name();
@@ -772,7 +785,7 @@ impl Objectives {
             }
             if self.dev.enabled {
                 return Err(format!(
-                    "{name} cannot be combined with dev: nce-r and and carry their own (log Z)² term"
+                    "{name} cannot be combined with dev: NCE fixes log Z at 0, NCE-R and AND carry their own (log Z)² term"
                 ));
             }
         }
@@ -920,6 +933,62 @@ mod tests {
     use super::*;
 
     const SIZES: [usize; 3] = [3, 5, 2];
+
+    #[test]
+    fn records_written_before_and_existed_still_read() {
+        // Events and checkpoints from before AND: a loss change without `squash`, objectives
+        // without an `and` table.
+        let change: ObjectiveChange =
+            serde_json::from_str(r#"{"change":"loss","kind":"nce"}"#).expect("old loss change");
+        assert_eq!(
+            change,
+            ObjectiveChange::Loss {
+                kind: LossKind::Nce,
+                squash: false
+            }
+        );
+        let mut old = serde_json::to_value(Objectives::default()).expect("json");
+        let table = old.as_object_mut().expect("an object");
+        assert!(table.remove("and").is_some(), "the key is `and`");
+        table.insert("loss".into(), "nce-r".into());
+        let read: Objectives = serde_json::from_value(old).expect("old objectives");
+        assert_eq!(read.loss, LossKind::NceR);
+        assert_eq!(read.and_lm, AndConfig::default());
+    }
+
+    #[test]
+    fn objective_arguments_name_the_squash_or_keep_the_configured_one() {
+        let configured = || {
+            let mut o = Objectives::default();
+            o.and_lm.squash = true;
+            o
+        };
+        let mut o = configured();
+        LossArg::parse("and").expect("and").apply(&mut o);
+        assert!(
+            o.loss == LossKind::And && o.and_lm.squash,
+            "`and` keeps squash = true"
+        );
+        let mut o = configured();
+        LossArg::parse("and:nosquash")
+            .expect("nosquash")
+            .apply(&mut o);
+        assert!(o.loss == LossKind::And && !o.and_lm.squash);
+        let mut o = Objectives::default();
+        LossArg::parse(" and:squash ")
+            .expect("squash")
+            .apply(&mut o);
+        assert!(o.squashed_scores());
+        let mut o = configured();
+        LossArg::parse("nce-r").expect("nce-r").apply(&mut o);
+        assert_eq!(o.loss, LossKind::NceR);
+        assert!(!o.squashed_scores(), "squash only in force under AND");
+        for bad in ["and:sqush", "nce:squash", "mle:x", "softmax", ""] {
+            assert!(LossArg::parse(bad).is_err(), "{bad} accepted");
+        }
+        let e = LossArg::parse("and:sqush").expect_err("typo");
+        assert!(e.contains("only options are squash and nosquash"), "{e}");
+    }
 
     #[test]
     fn reg_arguments_parse_into_the_config() {

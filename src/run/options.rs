@@ -155,8 +155,9 @@ pub struct TrainOptions {
     /// (NCE + α/γ·(log Z)² on a sampled fraction γ of positions), and (Andreas & Klein: −s[y]
     /// unnormalised + α/γ·(log Z)² on a sampled fraction γ; it trains poorly) or and:squash (AND
     /// on scores 10·tanh(s/5), which Goldberger & Melamud needed on WikiText-2; evaluation then
-    /// uses the squashed scores too) [default: mle].
-    #[arg(long, value_name = "mle|nce|nce-r|and|and:squash", value_parser = LossArg::parse, help_heading = "Objectives")]
+    /// uses the squashed scores too); plain `and` keeps the configuration's squash, and:nosquash
+    /// switches it off [default: mle].
+    #[arg(long, value_name = "mle|nce|nce-r|and|and:squash|and:nosquash", value_parser = LossArg::parse, help_heading = "Objectives")]
     pub objective: Option<LossArg>,
 
     /// Switch a regulariser on, repeatable: cos=γ (CosReg, paper 1.0); lap=λ (Laplacian, paper
@@ -188,7 +189,14 @@ pub struct TrainOptions {
     pub nce_noise: Option<usize>,
 
     /// NCE-R: weight α and sampled fraction γ of its (log Z)² term [default: 1.0,0.1].
-    #[arg(long, value_name = "ALPHA,GAMMA", help_heading = "Objectives")]
+    // Hyphen values are taken so that `--nce-r -1,0.1` gets the range error, not "unexpected
+    // argument".
+    #[arg(
+        long,
+        value_name = "ALPHA,GAMMA",
+        allow_hyphen_values = true,
+        help_heading = "Objectives"
+    )]
     pub nce_r: Option<String>,
 
     /// AND: weight α and sampled fraction γ of its (log Z)² term [default: 1.0,0.1; the paper:

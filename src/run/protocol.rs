@@ -23,8 +23,9 @@ use super::view::{RunStatus, RunView};
 use crate::engine::{AppliedCommand, Command, Event, ProjectionFrame};
 use crate::metrics::Neighbor;
 
-/// The protocol's version; a client of another version is refused.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The protocol's version; a client of another version is refused. 2: the AND data term (a loss
+/// kind and a `squash` in loss changes) that a version-1 run could not take.
+pub const PROTOCOL_VERSION: u32 = 2;
 /// The longest line a client may send (commands and requests are small).
 pub const MAX_CLIENT_LINE: usize = 1 << 20;
 /// The longest line a client accepts from a run (a history or a projection of a big vocabulary).

@@ -132,7 +132,7 @@ pub enum Control {
     Pause,
     Checkpoint,
     LearningRate,
-    /// The data term, cycled: mle → nce → nce-r → and → and:squash → mle.
+    /// The data term: `+`/`-` choose among mle → nce → nce-r → and → and:squash, Enter applies.
     Loss,
 }
 
@@ -156,6 +156,61 @@ impl Control {
 
     pub fn count() -> usize {
         Self::ALL.len()
+    }
+}
+
+/// A data term as the loss line offers it: mle → nce → nce-r → and → and:squash → mle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LossChoice {
+    pub kind: LossKind,
+    /// AND on squashed scores (only meaningful with `LossKind::And`).
+    pub squash: bool,
+}
+
+impl LossChoice {
+    const CYCLE: [LossChoice; 5] = [
+        LossChoice::plain(LossKind::Mle),
+        LossChoice::plain(LossKind::Nce),
+        LossChoice::plain(LossKind::NceR),
+        LossChoice::plain(LossKind::And),
+        LossChoice {
+            kind: LossKind::And,
+            squash: true,
+        },
+    ];
+
+    const fn plain(kind: LossKind) -> Self {
+        Self {
+            kind,
+            squash: false,
+        }
+    }
+
+    /// The data term in force.
+    pub fn of(objectives: &Objectives) -> Self {
+        Self {
+            kind: objectives.loss,
+            squash: objectives.squashed_scores(),
+        }
+    }
+
+    fn position(self) -> usize {
+        Self::CYCLE.iter().position(|c| *c == self).unwrap_or(0)
+    }
+
+    pub fn next(self) -> Self {
+        Self::CYCLE[(self.position() + 1) % Self::CYCLE.len()]
+    }
+
+    pub fn previous(self) -> Self {
+        let n = Self::CYCLE.len();
+        Self::CYCLE[(self.position() + n - 1) % n]
+    }
+
+    /// As `--objective` spells it.
+    pub fn name(self) -> String {
+        let squash = if self.squash { ":squash" } else { "" };
+        format!("{}{squash}", self.kind.name())
     }
 }
 
@@ -198,6 +253,10 @@ pub struct App {
     /// Index into `run.projection_steps` while scrubbing; `None` follows the newest snapshot.
     pub scrub: Option<usize>,
     pub centred: bool,
+    /// The data term chosen on the Controls pane's loss line with `+`/`-` and not yet applied
+    /// (Enter applies it): a loss switch is not a toggle, so passing through nce on the way to
+    /// and:squash must not train with it.
+    pub pending_loss: Option<LossChoice>,
     /// Requests for the run, taken by the viewer's loop.
     outbox: Vec<Request>,
 }
@@ -225,6 +284,7 @@ impl App {
             frames: BTreeMap::new(),
             scrub: None,
             centred: false,
+            pending_loss: None,
             outbox: Vec::new(),
         }
     }
@@ -480,11 +540,13 @@ impl App {
                 Effect::None
             }
             Action::ControlsUp => {
+                self.pending_loss = None;
                 let n = Control::count();
                 self.controls_cursor = (self.controls_cursor + n - 1) % n;
                 Effect::None
             }
             Action::ControlsDown => {
+                self.pending_loss = None;
                 self.controls_cursor = (self.controls_cursor + 1) % Control::count();
                 Effect::None
             }
@@ -595,17 +657,10 @@ impl App {
             Control::Pause => return self.pause_command(),
             Control::Checkpoint => return self.live_command(Command::SaveCheckpoint),
             Control::LearningRate => return Effect::None,
-            Control::Loss => {
-                let o = &self.run.objectives;
-                let (kind, squash) = match (o.loss, o.and_lm.squash) {
-                    (LossKind::Mle, _) => (LossKind::Nce, false),
-                    (LossKind::Nce, _) => (LossKind::NceR, false),
-                    (LossKind::NceR, _) => (LossKind::And, false),
-                    (LossKind::And, false) => (LossKind::And, true),
-                    (LossKind::And, true) => (LossKind::Mle, false),
-                };
-                ObjectiveChange::Loss { kind, squash }
-            }
+            Control::Loss => match self.pending_loss.take() {
+                Some(LossChoice { kind, squash }) => ObjectiveChange::Loss { kind, squash },
+                None => return Effect::None,
+            },
         };
         self.live_command(Command::Objective { change })
     }
@@ -622,6 +677,17 @@ impl App {
                 Some(lr) => self.live_command(Command::SetLr { lr: lr * factor }),
                 None => Effect::None,
             },
+            Control::Loss => {
+                let current = LossChoice::of(&self.run.objectives);
+                let from = self.pending_loss.unwrap_or(current);
+                let to = if factor > 1.0 {
+                    from.next()
+                } else {
+                    from.previous()
+                };
+                self.pending_loss = (to != current).then_some(to);
+                Effect::None
+            }
             _ => Effect::None,
         }
     }

@@ -29,9 +29,12 @@ pub const HELP: &[(&str, &str)] = &[
     ("↑ ↓ / k j", "Controls: select"),
     (
         "Space / Enter",
-        "Controls: switch on/off, freeze/unfreeze, cycle gate-freeze",
+        "Controls: switch on/off, freeze/unfreeze, cycle gate-freeze, apply loss",
     ),
-    ("+ / -", "Controls: weight or learning rate ×2 / ÷2"),
+    (
+        "+ / -",
+        "Controls: weight or learning rate ×2 / ÷2; choose the loss",
+    ),
     (
         "/",
         "Neighbours: search a word (type, ↑↓, Enter; Esc closes)",
@@ -272,7 +275,8 @@ mod tests {
                 }
             })
         );
-        // Up wraps around to the last control: the loss, which cycles to the next data term.
+        // Up wraps around to the last control: the loss. `+`/`-` choose a data term without
+        // sending anything (nothing trains with the ones passed on the way); Enter applies it.
         app.controls_cursor = 0;
         press(&mut app, KeyCode::Up);
         assert_eq!(app.controls_cursor, crate::tui::app::Control::count() - 1);
@@ -282,11 +286,31 @@ mod tests {
             })
         };
         use crate::objective::LossKind;
-        assert_eq!(press(&mut app, KeyCode::Enter), loss(LossKind::Nce, false));
-        app.run.objectives.loss = LossKind::And;
+        assert_eq!(
+            press(&mut app, KeyCode::Enter),
+            Effect::None,
+            "nothing chosen"
+        );
+        for _ in 0..4 {
+            assert_eq!(press(&mut app, KeyCode::Char('+')), Effect::None);
+        }
         assert_eq!(press(&mut app, KeyCode::Enter), loss(LossKind::And, true));
-        app.run.objectives.and_lm.squash = true;
-        assert_eq!(press(&mut app, KeyCode::Enter), loss(LossKind::Mle, false));
+        assert_eq!(app.pending_loss, None, "applied, no longer pending");
+        // `-` from mle goes back round to and:squash; back to the one in force is no choice.
+        assert_eq!(press(&mut app, KeyCode::Char('-')), Effect::None);
+        assert_eq!(press(&mut app, KeyCode::Enter), loss(LossKind::And, true));
+        press(&mut app, KeyCode::Char('+'));
+        press(&mut app, KeyCode::Char('-'));
+        assert_eq!(app.pending_loss, None);
+        assert_eq!(press(&mut app, KeyCode::Enter), Effect::None);
+        // The cycle starts from the term in force; moving away forgets a choice.
+        app.run.objectives.loss = LossKind::NceR;
+        press(&mut app, KeyCode::Char('+'));
+        assert_eq!(press(&mut app, KeyCode::Enter), loss(LossKind::And, false));
+        press(&mut app, KeyCode::Char('+'));
+        press(&mut app, KeyCode::Up);
+        press(&mut app, KeyCode::Down);
+        assert_eq!(press(&mut app, KeyCode::Enter), Effect::None);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use ratatui::widgets::{
     Axis, Block, Cell, Chart, Clear, Dataset, GraphType, Paragraph, Row, Table, Wrap,
 };
 
-use super::app::{App, Control, EmbeddingMetric, LogKind, Pane, RunStatus};
+use super::app::{App, Control, EmbeddingMetric, LogKind, LossChoice, Pane, RunStatus};
 use super::keys::HELP;
 use crate::data::Group;
 use crate::metrics::RowGroups;
@@ -900,8 +900,14 @@ fn controls(frame: &mut Frame, app: &App, area: Rect) {
                 },
                 Control::Checkpoint => "    checkpoint now".into(),
                 Control::Loss => {
-                    let squash = if o.squashed_scores() { ":squash" } else { "" };
-                    format!("    loss: {}{squash}", o.loss.name())
+                    let current = LossChoice::of(o).name();
+                    match app.pending_loss {
+                        Some(choice) => {
+                            let arrow = if app.view.ascii { "->" } else { "→" };
+                            format!("    loss: {current} {arrow} {}?", choice.name())
+                        }
+                        None => format!("    loss: {current}"),
+                    }
                 }
                 Control::LearningRate => format!(
                     "    lr {:>19}",
@@ -967,21 +973,63 @@ fn centered(area: Rect, width: u16, height: u16) -> Rect {
 }
 
 fn help_overlay(frame: &mut Frame, area: Rect) {
-    let rect = centered(area, 76, HELP.len() as u16 + 2);
+    const KEYS: usize = 20;
+    let widest = HELP
+        .iter()
+        .map(|(_, what)| what.chars().count())
+        .max()
+        .unwrap_or(0);
+    let width = ((KEYS + widest + 2) as u16).min(area.width);
+    let text_width = (width as usize).saturating_sub(KEYS + 2).max(8);
+    // Long descriptions wrap under their own column rather than run off the box.
     let lines: Vec<Line> = HELP
         .iter()
-        .map(|(k, what)| {
-            Line::from(vec![
-                Span::styled(format!("{k:<20}"), Modifier::BOLD),
-                Span::raw(*what),
-            ])
+        .flat_map(|(k, what)| {
+            wrap_words(what, text_width)
+                .into_iter()
+                .enumerate()
+                .map(move |(i, part)| {
+                    let key = if i == 0 { *k } else { "" };
+                    Line::from(vec![
+                        Span::styled(format!("{key:<KEYS$}"), Modifier::BOLD),
+                        Span::raw(part),
+                    ])
+                })
         })
         .collect();
+    let rect = centered(area, width, lines.len() as u16 + 2);
     frame.render_widget(Clear, rect);
     frame.render_widget(
         Paragraph::new(lines).block(Block::bordered().title("keys")),
         rect,
     );
+}
+
+/// `text` in lines of at most `width` characters, broken between words (a longer word is cut).
+fn wrap_words(text: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in text.split(' ') {
+        let line = lines.last_mut().expect("never empty");
+        let used = line.chars().count();
+        if used > 0 && used + 1 + word.chars().count() > width {
+            lines.push(String::new());
+        }
+        let line = lines.last_mut().expect("never empty");
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    lines
+        .into_iter()
+        .flat_map(|l| {
+            let chars: Vec<char> = l.chars().collect();
+            chars
+                .chunks(width.max(1))
+                .map(|c| c.iter().collect::<String>())
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 fn quit_dialog(frame: &mut Frame, area: Rect, pal: &Palette) {
@@ -1337,12 +1385,39 @@ mod tests {
     }
 
     #[test]
+    fn a_chosen_loss_shows_beside_the_one_in_force_until_applied() {
+        let mut a = app();
+        a.focus = Pane::Controls;
+        a.zoom = true;
+        a.controls_cursor = Control::count() - 1;
+        a.apply(Action::ControlsScale(2.0));
+        a.apply(Action::ControlsScale(2.0));
+        let text = draw(&a, 100, 30);
+        assert!(text.contains("loss: mle → nce-r?"), "{text}");
+        a.view.ascii = true;
+        assert!(draw(&a, 100, 30).contains("loss: mle -> nce-r?"));
+        a.apply(Action::ControlsToggle);
+        let text = draw(&a, 100, 30);
+        assert!(
+            text.contains("loss: mle") && !text.contains("nce-r?"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn snapshot_help_and_quit_dialog() {
         let mut a = app();
         a.apply(Action::ToggleHelp);
         let help = draw(&a, 100, 30);
         insta::assert_snapshot!("help_overlay", help);
         assert!(help.contains("detach"), "{help}");
+        // On an 80-column terminal every description is there in full, wrapped, not cut.
+        let narrow = draw(&a, 80, 40);
+        for (key, what) in HELP {
+            for word in what.split(' ') {
+                assert!(narrow.contains(word), "{key}: {word:?} cut off:\n{narrow}");
+            }
+        }
         let mut a = app();
         a.apply(Action::Quit);
         assert!(a.confirm_quit);
