@@ -24,6 +24,7 @@ use conelab::run::serve::{Reporting, ServeOptions};
 use conelab::run::{self, RunError, TrainOptions};
 use conelab::store;
 use conelab::store::export::{self, StepChoice};
+use conelab::store::labels::LabelEdit;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -68,6 +69,36 @@ pub enum Command {
     /// Benchmarks that print a table (or JSON).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Tag a run: `+T` (or `T`) adds a tag, `-T` takes it off; with none, print its tags. A live
+    /// run changes its own run.json; one that is over is edited in place.
+    Tag {
+        /// The run's folder.
+        run: PathBuf,
+        #[arg(allow_hyphen_values = true, num_args = 0.., value_name = "+TAG|-TAG")]
+        changes: Vec<String>,
+    },
+    /// Set a run's notes (replacing them; "" clears them, - reads them from stdin).
+    Note {
+        run: PathBuf,
+        #[arg(allow_hyphen_values = true)]
+        text: String,
+    },
+    /// Name a run: the label `conelab runs`, the workbench and exports show ("" takes it away).
+    Rename { run: PathBuf, name: String },
+    /// Print a shell completion script: e.g. `conelab completions bash >
+    /// ~/.local/share/bash-completion/completions/conelab`, or `source <(conelab completions
+    /// zsh)`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) of conelab and its subcommands: `conelab man | man -l -`, or
+    /// `conelab man --dir DIR` writes conelab.1 and one page per subcommand (conelab-train.1, …).
+    Man {
+        /// Write every page into this folder instead of printing the main one.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -82,6 +113,9 @@ pub enum ExportTableArg {
     Events,
     /// Top-k neighbours of --words at a checkpoint, runs side by side (Yu et al. Table 13).
     Neighbors,
+    /// Each run's resolved configuration, flattened to dotted keys, a row per run; the keys whose
+    /// values differ between the runs come first.
+    Config,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -126,6 +160,16 @@ pub struct ExportArgs {
     /// Write here (atomically) instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// --table groups: one row per set of runs that differ only by seed (same run.toml but the
+    /// seed, same objectives at the step, same step): mean ± sample std, and the count where a
+    /// run lacks a value; CSV, JSON and Parquet get _mean, _std and _n columns.
+    #[arg(long, value_enum)]
+    pub aggregate: Option<AggregateArg>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AggregateArg {
+    Seeds,
 }
 
 fn parse_step_choice(s: &str) -> Result<StepChoice, String> {
@@ -531,7 +575,96 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Bench(BenchCommand::Attach(args)) => done(bench_attach_cmd(args)),
         Command::Export(args) => done(export_cmd(args)),
         Command::Store(StoreCommand::Compact { runs }) => done(store_compact_cmd(runs)),
+        Command::Completions { shell } => done(completions_cmd(shell)),
+        Command::Tag { run, changes } => {
+            let labels = run::labels::edit(&run, &LabelEdit::from_tag_args(&changes))?;
+            done(print_stdout(&format!("tags: {}\n", labels.tag_list())))
+        }
+        Command::Note { run, text } => {
+            let text = if text == "-" {
+                let mut all = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut all)
+                    .context("reading the notes from stdin")?;
+                all
+            } else {
+                text
+            };
+            let edit = LabelEdit {
+                notes: Some(text),
+                ..LabelEdit::default()
+            };
+            let labels = run::labels::edit(&run, &edit)?;
+            done(print_stdout(&match labels.notes.len() {
+                0 => "notes cleared\n".to_string(),
+                n => format!("notes saved ({n} bytes)\n"),
+            }))
+        }
+        Command::Rename { run, name } => {
+            let edit = LabelEdit {
+                name: Some(name),
+                ..LabelEdit::default()
+            };
+            let labels = run::labels::edit(&run, &edit)?;
+            done(print_stdout(&match labels.name {
+                Some(n) => format!("{} is now called {n}\n", run.display()),
+                None => format!("{} has no name now\n", run.display()),
+            }))
+        }
+        Command::Man { dir } => done(man_cmd(dir)),
     }
+}
+
+fn completions_cmd(shell: clap_complete::Shell) -> Result<()> {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "conelab", &mut script);
+    print_stdout(&String::from_utf8_lossy(&script))
+}
+
+fn man_cmd(dir: Option<PathBuf>) -> Result<()> {
+    let command = <Cli as clap::CommandFactory>::command();
+    match dir {
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(command).render(&mut page)?;
+            print_stdout(&String::from_utf8_lossy(&page))
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let pages = man_pages(command)?;
+            for (name, page) in &pages {
+                let path = dir.join(format!("{name}.1"));
+                conelab::atomic::write_file_as("manual page", &path, page)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            print_stdout(&format!(
+                "{} manual pages in {}\n",
+                pages.len(),
+                dir.display()
+            ))
+        }
+    }
+}
+
+/// The page of `command` and of every subcommand below it, named `conelab`, `conelab-train`,
+/// `conelab-bench-train`, … (the names `man` finds them by).
+fn man_pages(command: clap::Command) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+    type Pages = Vec<(String, Vec<u8>)>;
+    fn walk(command: clap::Command, name: String, out: &mut Pages) -> std::io::Result<()> {
+        let command = command.name(name.clone());
+        let mut page = Vec::new();
+        clap_mangen::Man::new(command.clone()).render(&mut page)?;
+        out.push((name.clone(), page));
+        for sub in command.get_subcommands().filter(|s| s.get_name() != "help") {
+            walk(sub.clone(), format!("{name}-{}", sub.get_name()), out)?;
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    let mut command = command;
+    command.build();
+    walk(command, "conelab".into(), &mut out)?;
+    Ok(out)
 }
 
 /// `conelab train`: in this process (--headless, or stdout not a terminal), in the background
@@ -776,6 +909,9 @@ fn export_cmd(args: ExportArgs) -> Result<()> {
     if format.is_binary() && args.out.is_none() && std::io::stdout().is_terminal() {
         bail!("Parquet is binary: give --out FILE or redirect stdout");
     }
+    if args.aggregate.is_some() && args.table != ExportTableArg::Groups {
+        bail!("--aggregate seeds applies to --table groups only");
+    }
     let request = export::ExportRequest {
         runs: args.runs,
         table: match args.table {
@@ -784,6 +920,7 @@ fn export_cmd(args: ExportArgs) -> Result<()> {
             ExportTableArg::Curves => export::Table::Curves,
             ExportTableArg::Events => export::Table::Events,
             ExportTableArg::Neighbors => export::Table::Neighbors,
+            ExportTableArg::Config => export::Table::Config,
         },
         format,
         step: args.step,
@@ -791,6 +928,7 @@ fn export_cmd(args: ExportArgs) -> Result<()> {
         metrics: args.metrics,
         words: args.words,
         k: args.k,
+        aggregate_seeds: args.aggregate == Some(AggregateArg::Seeds),
     };
     let table = export::build(&request)?;
     for w in &table.warnings {

@@ -12,12 +12,17 @@
 //! loss = "mle"
 //! cos = { enabled = true, weight = 1.0 }
 //! freeze = { rare = true, until = 2000 }
+//! [run]                # what the run is called (--name, --tag and --notes go on top)
+//! name = "CosReg, PTB"
+//! tags = ["sweep-3", "ptb"]
+//! notes = "γ from Gao et al."
 //! ```
 
 use std::path::Path;
 
 use crate::engine::TrainConfig;
 use crate::model::{ModelConfig, Preset};
+use crate::store::labels::LabelEdit;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -37,6 +42,17 @@ pub struct ConfigFile {
     model: toml::Table,
     train: toml::Table,
     path: String,
+    /// The `[run]` table: name, tags and notes.
+    pub labels: LabelEdit,
+}
+
+/// The `[run]` table of a config file.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct RunTable {
+    name: Option<String>,
+    tags: Vec<String>,
+    notes: Option<String>,
 }
 
 impl ConfigFile {
@@ -66,6 +82,15 @@ impl ConfigFile {
         };
         let mut model = table("model")?;
         let mut train = table("train")?;
+        let run: RunTable = toml::Value::Table(table("run")?)
+            .try_into()
+            .map_err(|e: toml::de::Error| invalid(format!("[run]: {}", e.message())))?;
+        let labels = LabelEdit {
+            name: run.name,
+            add: run.tags,
+            remove: Vec::new(),
+            notes: run.notes,
+        };
         if let Some(objectives) = root.remove("objectives") {
             if !objectives.is_table() {
                 return Err(invalid(
@@ -76,7 +101,7 @@ impl ConfigFile {
         }
         if let Some(extra) = root.keys().next() {
             return Err(invalid(format!(
-                "unknown key `{extra}` (expected the tables [model], [train] and [objectives])"
+                "unknown key `{extra}` (expected the tables [model], [train], [objectives] and [run])"
             )));
         }
         let preset = match model.remove("preset") {
@@ -92,6 +117,7 @@ impl ConfigFile {
             model,
             train,
             path: name.to_owned(),
+            labels,
         })
     }
 

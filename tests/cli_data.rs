@@ -224,3 +224,95 @@ fn help_documents_every_option_with_its_default_and_version_works() {
 fn unknown_subcommand_is_one_line() {
     assert_one_line_error(&conelab(&["data", "frobnicate"]), &["frobnicate"]);
 }
+
+#[test]
+fn completions_are_valid_shell_and_know_the_subcommands_and_flags() {
+    let out = conelab(&["completions", "bash"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let script = String::from_utf8_lossy(&out.stdout).to_string();
+    for word in [
+        "train",
+        "export",
+        "--objective",
+        "--aggregate",
+        "--headless",
+    ] {
+        assert!(script.contains(word), "bash completion lacks {word}");
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("conelab.bash");
+    std::fs::write(&path, &script).expect("write");
+    let parsed = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&path)
+        .output()
+        .expect("bash runs");
+    assert!(
+        parsed.status.success(),
+        "bash -n: {}",
+        String::from_utf8_lossy(&parsed.stderr)
+    );
+    for (shell, marker) in [
+        ("zsh", "#compdef conelab"),
+        ("fish", "complete -c conelab"),
+        ("elvish", "edit:completion:arg-completer[conelab]"),
+        ("powershell", "Register-ArgumentCompleter"),
+    ] {
+        let out = conelab(&["completions", shell]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains(marker),
+            "{shell}: {text}"
+        );
+    }
+    assert_eq!(conelab(&["completions", "tcsh"]).status.code(), Some(2));
+}
+
+#[test]
+fn the_manual_pages_cover_every_subcommand() {
+    let out = conelab(&["man"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH conelab"),
+        "{page}"
+    );
+    assert!(page.contains("train") && page.contains("export"), "{page}");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("man1");
+    let out = conelab(&["man", "--dir", dir.to_str().expect("utf-8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in [
+        "conelab",
+        "conelab-train",
+        "conelab-export",
+        "conelab-bench-train",
+        "conelab-data-stats",
+    ] {
+        let page = std::fs::read_to_string(dir.join(format!("{name}.1")))
+            .unwrap_or_else(|e| panic!("{name}.1: {e}"));
+        assert!(page.contains(&format!(".TH {name}")), "{name}: {page}");
+    }
+    let train = std::fs::read_to_string(dir.join("conelab-train.1")).expect("train page");
+    assert!(
+        train.contains("objective"),
+        "the train page lists its flags"
+    );
+    // A folder that cannot be made: one line, exit non-zero, nothing half-written.
+    let blocked = tmp.path().join("file");
+    std::fs::write(&blocked, "x").expect("write");
+    let out = conelab(&["man", "--dir", blocked.join("sub").to_str().expect("utf-8")]);
+    assert_one_line_error(&out, &["creating"]);
+}

@@ -532,11 +532,27 @@ fn runs_lists_every_status_and_never_fails_on_one_folder() {
     let root = f.path("runs");
     std::fs::create_dir_all(&root).expect("mkdir");
     let train = |name: &str, extra: &[&str]| f.train(&format!("runs/{name}"), extra);
-    // completed
+    // completed, named and tagged
     assert!(
-        train("done", &["--steps", "4", "--eval-every", "2"])
-            .status
-            .success()
+        train(
+            "done",
+            &[
+                "--steps",
+                "4",
+                "--eval-every",
+                "2",
+                "--name",
+                "baseline run",
+                "--tag",
+                "ptb",
+                "--tag",
+                "seed1",
+                "--notes",
+                "first try",
+            ]
+        )
+        .status
+        .success()
     );
     // diverged
     assert_eq!(
@@ -608,6 +624,11 @@ fn runs_lists_every_status_and_never_fails_on_one_folder() {
         assert!(by("done").get(key).is_some(), "key {key}");
     }
     assert_eq!(by("done")["status"], "completed");
+    assert_eq!(by("done")["name"], "baseline run");
+    assert_eq!(by("done")["tags"], serde_json::json!(["ptb", "seed1"]));
+    assert_eq!(by("done")["notes"], "first try");
+    assert_eq!(by("nan")["name"], "nan", "unnamed: the folder's name");
+    assert_eq!(by("nan")["tags"], serde_json::json!([]));
     assert_eq!(by("done")["step"], 4);
     assert_eq!(by("done")["total_steps"], 4);
     assert_eq!(by("done")["objective"], "MLE");
@@ -631,9 +652,78 @@ fn runs_lists_every_status_and_never_fails_on_one_folder() {
     // The table too.
     let table = conelab(&["runs", s(&root)]);
     let text = String::from_utf8_lossy(&table.stdout);
-    for name in ["done", "nan", "stopped", "crashed", "live", "broken"] {
+    // `done` is named: its name stands for it.
+    for name in ["nan", "stopped", "crashed", "live", "broken"] {
         assert!(text.contains(name), "{text}");
     }
+    assert!(
+        text.contains("baseline run") && text.contains("ptb,seed1"),
+        "{text}"
+    );
+
+    // Labels edited afterwards: a run that is over in place, a live one through its socket.
+    let run_json = |name: &str| -> serde_json::Value {
+        let text =
+            std::fs::read_to_string(root.join(name).join("store/run.json")).expect("run.json");
+        serde_json::from_str(&text).expect("json")
+    };
+    let done = root.join("done");
+    let out = conelab(&["tag", s(&done), "+x", "-seed1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "tags: ptb, x\n");
+    assert_eq!(run_json("done")["tags"], serde_json::json!(["ptb", "x"]));
+    assert_eq!(
+        run_json("done")["run_id"],
+        "done",
+        "the rest of run.json kept"
+    );
+    let out = conelab(&["rename", s(&done), ""]);
+    assert!(out.status.success());
+    assert!(run_json("done")["name"].is_null());
+    let live_dir = root.join("live");
+    let out = conelab(&["tag", s(&live_dir), "+hot"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(run_json("live")["tags"], serde_json::json!(["hot"]));
+    let out = conelab(&["note", s(&live_dir), "watch the rare group"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(run_json("live")["notes"], "watch the rare group");
+    let out = conelab(&["rename", s(&live_dir), "the live one"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = conelab(&["runs", s(&root), "--json"]);
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
+    let live_row = rows.iter().find(|r| r["dir"] == "live").expect("live row");
+    assert_eq!(live_row["name"], "the live one");
+    // Refused edits: one line, exit 2, nothing changed.
+    assert_one_line_error(
+        &conelab(&["tag", s(&live_dir), "two words"]),
+        &["contains ' '"],
+    );
+    assert_one_line_error(
+        &conelab(&["tag", s(&done), "-absent"]),
+        &["no tag `absent`"],
+    );
+    assert_one_line_error(
+        &conelab(&["note", s(&root.join("nope")), "x"]),
+        &["no such run directory"],
+    );
+    assert_eq!(run_json("live")["tags"], serde_json::json!(["hot"]));
+
     // End the live one.
     let pid = by("live")["pid"].as_u64().expect("pid") as u32;
     signal(pid, libc::SIGTERM);

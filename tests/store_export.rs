@@ -28,13 +28,20 @@ fn make_run(
     changes: &[(u64, &str)],
     evals: &[Eval],
 ) -> PathBuf {
+    make_run_of(root, id, "[train]\nsteps = 200\n", start, changes, evals)
+}
+
+/// `make_run` with the run's `run.toml` given.
+fn make_run_of(
+    root: &Path,
+    id: &str,
+    config_toml: &str,
+    start: &str,
+    changes: &[(u64, &str)],
+    evals: &[Eval],
+) -> PathBuf {
     let dir = root.join(id);
-    let mut record = RunRecord::new(
-        id,
-        "[train]\nsteps = 200\n".into(),
-        "synthetic".into(),
-        "cpu".into(),
-    );
+    let mut record = RunRecord::new(id, config_toml.into(), "synthetic".into(), "cpu".into());
     record.started_unix = 1.7e9;
     record.git_revision = "test".into();
     let mut w = StoreWriter::open(&dir, &record)
@@ -185,6 +192,7 @@ fn request(runs: Vec<PathBuf>, table: Table, format: Format) -> ExportRequest {
         metrics: Vec::new(),
         words: Vec::new(),
         k: 5,
+        aggregate_seeds: false,
     }
 }
 
@@ -535,4 +543,194 @@ fn the_command_line_writes_files_atomically_and_refuses_bad_input_in_one_line() 
     let empty = r.mle.parent().expect("root").join("empty");
     std::fs::create_dir_all(&empty).expect("mkdir");
     assert_one_line_error(&conelab(&["export", s(&empty)]), &["no metrics store"]);
+}
+
+/// Seeds of one setting: only the seed and the name differ in their run.toml.
+fn seed_run(root: &Path, id: &str, seed: u64, steps: u64, start: &str, ppl: [f64; 4]) -> PathBuf {
+    let config = format!(
+        "conelab_version = \"0.1.{seed}\"\nname = \"{id}\"\n[train]\nsteps = {steps}\nseed = {seed}\n"
+    );
+    let eval = Eval {
+        step: 100,
+        ppl,
+        uniq: [900.0 + seed as f64, 300.0, 500.0, 100.0],
+        i1: [0.4, 0.7, 0.35, 0.3 + 0.01 * seed as f64],
+    };
+    make_run_of(root, id, &config, start, &[], &[eval])
+}
+
+#[test]
+fn seeds_of_one_setting_aggregate_into_mean_std_and_count() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let runs = vec![
+        seed_run(root, "mle-1", 1, 100, "MLE", [120.0, 50.0, 250.0, 1800.0]),
+        seed_run(
+            root,
+            "cos-1",
+            1,
+            100,
+            "CosReg γ=1",
+            [130.0, 52.0, 240.0, 1400.0],
+        ),
+        seed_run(root, "mle-2", 2, 100, "MLE", [126.0, 52.0, 260.0, f64::NAN]),
+        seed_run(root, "mle-3", 3, 100, "MLE", [129.0, 54.0, 255.0, 1700.0]),
+        seed_run(
+            root,
+            "cos-2",
+            2,
+            100,
+            "CosReg γ=1",
+            [134.0, 50.0, 230.0, 1300.0],
+        ),
+        // Same objective, another setting (more steps): a row of its own.
+        seed_run(
+            root,
+            "mle-long",
+            1,
+            400,
+            "MLE",
+            [110.0, 45.0, 200.0, 1500.0],
+        ),
+    ];
+    let mut req = request(runs.clone(), Table::Groups, Format::Csv);
+    req.aggregate_seeds = true;
+    let json = {
+        let mut r = req.clone();
+        r.format = Format::Json;
+        text(&r)
+    };
+    let json: serde_json::Value = serde_json::from_str(&json).expect("json");
+    let rows = json.as_array().expect("rows");
+    // MLE ×3, CosReg ×2, the long MLE, Human — in the order each setting's first run came.
+    assert_eq!(rows.len(), 4, "{json}");
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    let mle = &rows[0];
+    assert_eq!(mle["seeds"], 3);
+    assert_eq!(mle["run_ids"], "mle-1,mle-2,mle-3");
+    assert!(
+        mle["run"].as_str().is_some_and(|r| r.starts_with("MLE (")),
+        "{mle}"
+    );
+    // By hand: total PPL 120, 126, 129 → mean 125, sample std √((25 + 1 + 16)/2) = √21.
+    assert!((f(&mle["total_ppl_mean"]) - 125.0).abs() < 1e-9);
+    assert!((f(&mle["total_ppl_std"]) - 21f64.sqrt()).abs() < 1e-9);
+    assert_eq!(mle["total_ppl_n"], 3);
+    // Seed 2's rare PPL is NaN: two values, 1800 and 1700 → 1750 ± √5000.
+    assert_eq!(mle["rare_ppl_n"], 2);
+    assert!((f(&mle["rare_ppl_mean"]) - 1750.0).abs() < 1e-9);
+    assert!((f(&mle["rare_ppl_std"]) - 5000f64.sqrt()).abs() < 1e-9);
+    // Uniq 901, 902, 903 → 902 ± 1.
+    assert!((f(&mle["total_uniq_mean"]) - 902.0).abs() < 1e-9);
+    assert!((f(&mle["total_uniq_std"]) - 1.0).abs() < 1e-9);
+    let cos = &rows[1];
+    assert_eq!(
+        (cos["run"].as_str(), cos["seeds"].as_u64()),
+        (Some("CosReg γ=1"), Some(2))
+    );
+    assert!((f(&cos["total_ppl_mean"]) - 132.0).abs() < 1e-9);
+    assert!((f(&cos["total_ppl_std"]) - 8f64.sqrt()).abs() < 1e-9);
+    let long = &rows[2];
+    assert_eq!(
+        (long["seeds"].as_u64(), long["run_ids"].as_str()),
+        (Some(1), Some("mle-long"))
+    );
+    assert!(long["total_ppl_std"].is_null(), "one seed has no spread");
+    assert_eq!(rows[3]["run"], "Human");
+
+    // CSV: the same three columns per cell.
+    let csv = text(&req);
+    let header = csv.lines().next().expect("header");
+    assert!(
+        header.contains("total_ppl_mean,total_ppl_std,total_ppl_n"),
+        "{header}"
+    );
+
+    // Markdown: mean ± std in one cell, the count where it is short, best mean in bold.
+    req.format = Format::Markdown;
+    let md = text(&req);
+    let line = |label: &str| {
+        md.lines()
+            .find(|l| l.starts_with(&format!("| {label}")))
+            .unwrap_or_else(|| panic!("{label} row:\n{md}"))
+            .to_string()
+    };
+    let mle_line = line("MLE (mle-1)");
+    assert!(mle_line.contains("125.00 ± 4.58"), "{mle_line}");
+    assert!(mle_line.contains("1750.00 ± 70.71 (n=2)"), "{mle_line}");
+    assert!(
+        line("MLE (mle-long)").contains("**110.00**"),
+        "lowest total PPL mean:\n{md}"
+    );
+    assert!(
+        !md.contains("run ids") && !md.contains(" std |"),
+        "partners hidden:\n{md}"
+    );
+    assert!(
+        md.lines().next().is_some_and(|h| h.contains("| Seeds |")),
+        "{md}"
+    );
+
+    req.format = Format::Latex;
+    let tex = text(&req);
+    assert!(tex.contains("125.00 $\\pm$ 4.58"), "{tex}");
+    assert!(tex.contains("\\textbf{110.00}"), "{tex}");
+    compile_if_pdflatex(&tex);
+
+    // Only the groups table aggregates.
+    let out = conelab(&[
+        "export",
+        s(&runs[0]),
+        "--table",
+        "curves",
+        "--aggregate",
+        "seeds",
+    ]);
+    assert_one_line_error(&out, &["--aggregate seeds applies to --table groups"]);
+}
+
+#[test]
+fn the_config_table_flattens_each_run_toml_with_the_differing_keys_first() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let eval = || Eval {
+        step: 100,
+        ppl: [120.0, 50.0, 250.0, 1800.0],
+        uniq: [900.0, 300.0, 500.0, 100.0],
+        i1: [0.4, 0.7, 0.35, 0.3],
+    };
+    let config = |lr: &str, seed: u64, extra: &str| {
+        format!(
+            "name = \"r\"\n[corpus.dir]\npath = \"/data/ptb\"\n[model.transformer]\nlayers = 2\n[train]\nlr = {lr}\nseed = {seed}\nsteps = 100\n{extra}"
+        )
+    };
+    let a = make_run_of(root, "a", &config("0.001", 1, ""), "MLE", &[], &[eval()]);
+    let b = make_run_of(
+        root,
+        "b",
+        &config("0.0003", 1, "clip = 1.0\n"),
+        "MLE",
+        &[],
+        &[eval()],
+    );
+    let c = make_run_of(root, "c", &config("0.001", 2, ""), "MLE", &[], &[eval()]);
+    let req = request(vec![a, b, c], Table::Config, Format::Csv);
+    let csv = text(&req);
+    let mut lines = csv.lines();
+    // Differing (or missing somewhere) first, sorted; then the shared ones, sorted.
+    assert_eq!(
+        lines.next(),
+        Some(
+            "run,train.clip,train.lr,train.seed,corpus.dir.path,model.transformer.layers,name,train.steps"
+        )
+    );
+    assert_eq!(lines.next(), Some("a,,0.001,1,/data/ptb,2,r,100"));
+    assert_eq!(lines.next(), Some("b,1.0,0.0003,1,/data/ptb,2,r,100"));
+    assert_eq!(lines.next(), Some("c,,0.001,2,/data/ptb,2,r,100"));
+    assert_eq!(lines.next(), None);
+    let mut md = req.clone();
+    md.format = Format::Markdown;
+    let md = text(&md);
+    assert!(md.starts_with("| run | train.clip | train.lr |"), "{md}");
+    assert!(md.contains("| b | 1.0 | 0.0003 | 1 |"), "{md}");
 }

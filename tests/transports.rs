@@ -99,6 +99,7 @@ fn hello() -> RunHello {
         group_bounds: [0.3, 0.8],
         status: RunStatus::Running,
         live: true,
+        labels: Default::default(),
     }
 }
 

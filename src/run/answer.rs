@@ -11,6 +11,7 @@ use super::view::Vocabulary;
 use crate::engine::ProjectionFrame;
 use crate::engine::analysis::LatestAnalysis;
 use crate::metrics::{Embeddings, NeighborIndex, Similarity, Threads};
+use crate::store::labels::{LabelEdit, RunLabels};
 
 /// The most neighbours one request may ask for.
 pub const MAX_K: usize = 1_000;
@@ -27,6 +28,12 @@ pub trait Answers: Send + Sync {
         k: usize,
     ) -> Result<(Option<u64>, Vec<WordNeighbors>), String>;
     fn vocabulary(&self) -> Arc<Vocabulary>;
+    /// Applies a change of name, tags or notes to the run's `run.json` (only the run that owns
+    /// it can).
+    fn edit_labels(&self, edit: &LabelEdit) -> Result<RunLabels, String> {
+        let _ = edit;
+        Err("this view is read-only: edit the labels of a run that is over with `conelab tag`, `note` or `rename` on its folder".into())
+    }
 }
 
 /// The reply to a request message; `None` for messages that are not requests.
@@ -56,6 +63,10 @@ pub fn answer(answers: &dyn Answers, message: &ClientMessage) -> Option<ServerMe
                 Err(e) => error(*id, e),
             }
         }
+        ClientMessage::Labels { id, edit } => match answers.edit_labels(edit) {
+            Ok(labels) => ServerMessage::Labels { id: *id, labels },
+            Err(e) => error(*id, e),
+        },
         ClientMessage::Vocabulary { id } => {
             let v = answers.vocabulary();
             ServerMessage::Vocabulary {
@@ -152,6 +163,10 @@ impl Answers for LiveAnswers {
 
     fn vocabulary(&self) -> Arc<Vocabulary> {
         self.vocab.clone()
+    }
+
+    fn edit_labels(&self, edit: &LabelEdit) -> Result<RunLabels, String> {
+        crate::store::labels::edit_record(&self.store_dir, edit).map_err(|e| e.to_string())
     }
 }
 

@@ -196,6 +196,9 @@ pub fn stored(dir: &Path, status: RunStatus, why: String) -> Result<Opened, RunE
         group_bounds: spec.group_bounds,
         status,
         live: false,
+        labels: crate::store::read_run_record(&crate::store::store_dir(dir))
+            .map(|r| r.labels)
+            .unwrap_or_default(),
     };
     let answers = Arc::new(StoredAnswers::new(dir.to_path_buf(), Arc::new(vocab)));
     Ok(Opened {

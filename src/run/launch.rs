@@ -14,6 +14,7 @@ use crate::lockfile::LockFile;
 use crate::model::{ModelConfig, Preset};
 use crate::objective::{GateParts, ObjectiveChange, Objectives};
 use crate::run_config::ConfigFile;
+use crate::store::labels::{LabelEdit, RunLabels};
 
 /// A run ready to serve.
 pub struct Prepared {
@@ -27,6 +28,8 @@ pub struct Prepared {
     pub announcements: Vec<Event>,
     /// What recovering the folder did (leftovers of a killed process), a line each.
     pub recovered: Vec<String>,
+    /// Name, tags and notes to give the run (the config file's `[run]`, then the flags).
+    pub labels: LabelEdit,
 }
 
 /// The objective flags on top of `o`; errors name the flag.
@@ -93,6 +96,14 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
         Some(p) => ConfigFile::read(p).map_err(|e| RunError::Usage(e.to_string()))?,
         None => ConfigFile::default(),
     };
+    let mut labels = file.labels.clone();
+    let flags = opts.label_edit();
+    labels.name = flags.name.or(labels.name);
+    labels.add.extend(flags.add);
+    labels.notes = flags.notes.or(labels.notes);
+    RunLabels::default()
+        .apply(&labels)
+        .map_err(|e| RunError::Usage(format!("[run] in the config file: {e}")))?;
     let preset = opts.model.or(file.preset).unwrap_or(Preset::Tiny);
     let model = with_window(
         file.model(preset)
@@ -182,6 +193,7 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
         commands: Vec::new(),
         announcements: Vec::new(),
         recovered,
+        labels,
     })
 }
 
@@ -282,6 +294,7 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
         commands,
         announcements,
         recovered,
+        labels: opts.label_edit(),
     })
 }
 

@@ -14,10 +14,12 @@ use crate::store::{self, col, series_key, split};
 /// One run, as `conelab runs --json` prints it (keys documented in README; stable).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunRow {
-    /// The run's label (the folder name until runs can be named).
+    /// The run's label: its name (`train --name`, `conelab rename`), else the folder's name.
     pub name: String,
     /// The folder's name.
     pub dir: String,
+    pub tags: Vec<String>,
+    pub notes: String,
     pub path: PathBuf,
     /// live, completed, stopped, diverged, failed, crashed or unreadable.
     pub status: String,
@@ -74,6 +76,8 @@ pub fn row(dir: &Path) -> RunRow {
     let mut r = RunRow {
         name: name.clone(),
         dir: name,
+        tags: Vec::new(),
+        notes: String::new(),
         path: dir.to_path_buf(),
         status: "unreadable".into(),
         host: None,
@@ -139,6 +143,12 @@ pub fn row(dir: &Path) -> RunRow {
     match store::load(dir) {
         Ok(st) => {
             r.started = Some(rfc3339(st.run.started_unix));
+            let labels = st.run.labels.clone();
+            if let Some(name) = labels.name {
+                r.name = name;
+            }
+            r.tags = labels.tags;
+            r.notes = labels.notes;
             let end = ended_at.unwrap_or_else(store::unix_now);
             r.seconds = Some((end - st.run.started_unix).max(0.0));
             if let Ok(numbers) = numbers(&st) {
@@ -214,6 +224,7 @@ pub fn rfc3339(unix: f64) -> String {
 pub fn render(rows: &[RunRow]) -> String {
     let header = [
         "name",
+        "tags",
         "status",
         "step",
         "device",
@@ -224,7 +235,7 @@ pub fn render(rows: &[RunRow]) -> String {
         "started",
         "wall",
     ];
-    let cells: Vec<[String; 10]> = rows
+    let cells: Vec<[String; 11]> = rows
         .iter()
         .map(|r| {
             let status = match (&r.status[..], r.pid, &r.host) {
@@ -235,6 +246,11 @@ pub fn render(rows: &[RunRow]) -> String {
                 |v: Option<f64>, d: usize| v.map_or("–".to_string(), |v| format!("{v:.d$}"));
             [
                 r.name.clone(),
+                if r.tags.is_empty() {
+                    "–".into()
+                } else {
+                    r.tags.join(",")
+                },
                 status,
                 match (r.step, r.total_steps) {
                     (Some(s), Some(t)) => format!("{s}/{t}"),

@@ -17,6 +17,7 @@ pub mod client;
 pub mod clock;
 pub mod detach;
 pub mod hub;
+pub mod labels;
 pub mod launch;
 pub mod list;
 pub mod live;

@@ -27,6 +27,19 @@ pub struct TrainOptions {
     #[arg(long, value_enum)]
     pub model: Option<Preset>,
 
+    /// The run's name: shown in the workbench's header, by `conelab runs` and as its row label
+    /// in exports (the folder keeps its timestamp). Later: `conelab rename RUN NAME`.
+    #[arg(long, value_name = "NAME", help_heading = "Labels")]
+    pub name: Option<String>,
+
+    /// A tag (a single word), repeatable; later `conelab tag RUN +T -T`.
+    #[arg(long = "tag", value_name = "TAG", help_heading = "Labels")]
+    pub tags: Vec<String>,
+
+    /// Free-text notes on the run; later `conelab note RUN TEXT`.
+    #[arg(long, value_name = "TEXT", help_heading = "Labels")]
+    pub notes: Option<String>,
+
     /// Device: cpu (pure-Rust burn-flex), libtorch-cpu or cuda[:N] (both need the `tch` feature)
     /// [default: cpu; on --resume the run's own].
     #[arg(long)]
@@ -243,7 +256,18 @@ impl TrainOptions {
         if self.resume.is_some() {
             self.refuse_on_resume()?;
         }
+        crate::store::labels::RunLabels::default().apply(&self.label_edit())?;
         Ok(())
+    }
+
+    /// The name, tags and notes given on the command line, as an edit of the run's labels.
+    pub fn label_edit(&self) -> crate::store::labels::LabelEdit {
+        crate::store::labels::LabelEdit {
+            name: self.name.clone(),
+            add: self.tags.clone(),
+            remove: Vec::new(),
+            notes: self.notes.clone(),
+        }
     }
 
     /// What a resumed run cannot change: the model, its data and its optimizer's shape.

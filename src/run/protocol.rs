@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use super::view::{RunStatus, RunView};
 use crate::engine::{AppliedCommand, Command, Event, ProjectionFrame};
 use crate::metrics::Neighbor;
+use crate::store::labels::{LabelEdit, RunLabels};
 
 /// The protocol's version; a client of another version is refused. 2: the AND data term (a loss
 /// kind and a `squash` in loss changes) that a version-1 run could not take.
@@ -63,6 +64,12 @@ pub enum ClientMessage {
     Vocabulary {
         id: u64,
     },
+    /// Change the run's name, tags or notes (`conelab tag`, `note`, `rename`): the run rewrites
+    /// its `run.json` and answers with the labels it now has.
+    Labels {
+        id: u64,
+        edit: LabelEdit,
+    },
     /// The client leaves (closing the socket does the same).
     Bye,
 }
@@ -80,6 +87,9 @@ pub struct RunHello {
     pub status: RunStatus,
     /// The run takes commands (false for a run that is over: its view is read-only).
     pub live: bool,
+    /// Name, tags and notes when the viewer attached.
+    #[serde(default)]
+    pub labels: RunLabels,
 }
 
 /// One word's neighbours.
@@ -133,6 +143,11 @@ pub enum ServerMessage {
         id: u64,
         tokens: Vec<String>,
         counts: Vec<u64>,
+    },
+    /// The labels after a `Labels` edit.
+    Labels {
+        id: u64,
+        labels: RunLabels,
     },
     Error {
         #[serde(default)]

@@ -143,6 +143,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         commands,
         announcements,
         recovered,
+        labels,
     } = prepared;
     let dir = run.path().to_path_buf();
     // Said once the run's output goes where it stays (output.log for a background run).
@@ -162,6 +163,12 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
             rows: FlushPolicy::default().rows,
             interval: options.flush,
         });
+    // The name, tags and notes asked for (a new run's, or a resume's additions), in run.json.
+    let labels = if labels.is_empty() {
+        store::read_run_record(writer.dir())?.labels
+    } else {
+        store::labels::edit_record(writer.dir(), &labels)?
+    };
     let cut = writer.start_at(start_step)?;
     for (path, why) in &cut.set_aside {
         notes.push(format!(
@@ -208,6 +215,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         group_bounds: run.spec().group_bounds,
         status: RunStatus::Running,
         live: true,
+        labels,
     };
 
     // The socket, before any thread that creates files starts (see server::bind).

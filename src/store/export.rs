@@ -31,6 +31,9 @@ pub enum Table {
     Events,
     /// Top-k neighbours of chosen words at a checkpoint, runs side by side (Yu et al. Table 13).
     Neighbors,
+    /// Each run's resolved configuration, flattened, the keys that differ first (the HParams
+    /// table of TensorBoard).
+    Config,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +90,8 @@ pub struct ExportRequest {
     /// `neighbors`: the query words.
     pub words: Vec<String>,
     pub k: usize,
+    /// `groups`: one row per set of runs that differ only by seed, mean ± std (`--aggregate seeds`).
+    pub aggregate_seeds: bool,
 }
 
 /// The curves exported when none are named.
@@ -103,6 +108,12 @@ pub struct Layout {
     pub decimals: Vec<Option<usize>>,
     /// `bold[row][col]`: the best value of its column.
     pub bold: Vec<Vec<bool>>,
+    /// Aggregated tables: a mean column's (std column, count column). Markdown and LaTeX show the
+    /// pair as one `mean ± std` cell (the count beside it where it is short of the row's runs);
+    /// CSV, JSON and Parquet keep the three columns.
+    pub spread: BTreeMap<usize, (usize, usize)>,
+    /// The column counting each row's runs (`seeds`), the reference for a short cell count.
+    pub row_count: Option<usize>,
 }
 
 /// A table ready to render.
@@ -131,6 +142,76 @@ pub fn build(req: &ExportRequest) -> Result<Exported, StoreError> {
         Table::Curves => curves(&load()?, req),
         Table::Groups => groups(&load()?, req),
         Table::Neighbors => neighbors(req),
+        Table::Config => config_table(&load()?),
+    }
+}
+
+/// One row per run: `run` (its id), then every key of its `run.toml` flattened to a dotted path
+/// (`train.lr`, `model.transformer.layers`, `corpus.dir.path`), values as TOML writes them
+/// (strings bare). Keys whose values differ between the runs, or that some runs lack, come first;
+/// both parts sorted.
+fn config_table(stores: &[LoadedStore]) -> Result<Exported, StoreError> {
+    let mut flat = Vec::new();
+    for s in stores {
+        let table: toml::Table = s.run.config_toml.parse().map_err(|e: toml::de::Error| {
+            StoreError::Invalid(format!(
+                "run {}: its recorded configuration is not TOML: {}",
+                s.run.run_id,
+                e.message()
+            ))
+        })?;
+        let mut keys = BTreeMap::new();
+        flatten_toml("", &toml::Value::Table(table), &mut keys);
+        flat.push(keys);
+    }
+    let all: std::collections::BTreeSet<&String> = flat.iter().flat_map(|k| k.keys()).collect();
+    let (differ, same): (Vec<&String>, Vec<&String>) = all.into_iter().partition(|key| {
+        let first = flat[0].get(*key);
+        flat.iter().any(|k| k.get(*key) != first)
+    });
+    let height = stores.len();
+    let mut columns = vec![Column::new(
+        "run".into(),
+        stores
+            .iter()
+            .map(|s| s.run.run_id.clone())
+            .collect::<Vec<_>>(),
+    )];
+    for key in differ.iter().chain(&same) {
+        let values: Vec<Option<String>> = flat.iter().map(|k| k.get(*key).cloned()).collect();
+        columns.push(Column::new(key.as_str().into(), values));
+    }
+    let mut out = plain(DataFrame::new(height, columns)?);
+    out.warnings = warnings_of(stores);
+    Ok(out)
+}
+
+/// `value`'s leaves under dotted keys below `prefix`; array elements as `key[i]`.
+fn flatten_toml(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>) {
+    let join = |key: &str| {
+        if prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{prefix}.{key}")
+        }
+    };
+    match value {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                flatten_toml(&join(k), v, out);
+            }
+        }
+        toml::Value::Array(items) if items.iter().any(|v| v.is_table()) => {
+            for (i, v) in items.iter().enumerate() {
+                flatten_toml(&format!("{prefix}[{i}]"), v, out);
+            }
+        }
+        toml::Value::String(text) => {
+            out.insert(prefix.to_string(), text.clone());
+        }
+        other => {
+            out.insert(prefix.to_string(), other.to_string());
+        }
     }
 }
 
@@ -246,8 +327,12 @@ fn abbreviate(items: &[String]) -> String {
     }
 }
 
-/// The objective label in force at `step`, else the run id.
+/// The run's name (`train --name`, `conelab rename`); unnamed, the objective label in force at
+/// `step`, else the run id.
 pub fn run_label(store: &LoadedStore, step: u64) -> Result<String, StoreError> {
+    if let Some(name) = &store.run.labels.name {
+        return Ok(name.clone());
+    }
     Ok(super::query::objective_at(&store.events, Some(step))?
         .unwrap_or_else(|| store.run.run_id.clone()))
 }
@@ -266,6 +351,9 @@ fn unique_names(labels: Vec<String>, ids: &[String]) -> Vec<String> {
         })
         .collect()
 }
+
+/// The column of an aggregated table listing the runs of each row.
+const RUN_IDS: &str = "run_ids";
 
 const GROUP_HEADERS: [(&str, &str); 4] = [
     ("frequent", "Freq"),
@@ -300,25 +388,33 @@ const GROUP_COLUMNS: [GroupColumn; 6] = [
 /// The column of `uniq` in GROUP_COLUMNS (where the Human row's reference goes).
 const UNIQ_COLUMN: usize = 1;
 
+/// One run's row of the groups table.
+struct GroupRow {
+    label: String,
+    id: String,
+    step: u64,
+    /// For each group, the GROUP_COLUMNS.
+    values: Vec<Option<f64>>,
+    /// What the run is apart from its seed (`--aggregate seeds`).
+    setting: String,
+    /// Its name, if it has one: runs of one name are seeds of one setting too.
+    name: Option<String>,
+}
+
 /// Yu et al. Table 3: one row per run, Freq / Med / Rare / Total × PPL, Uniq, I(W), mean norm,
 /// mean cosine, IsoScore; a `Human` row with the reference text's Uniq.
 fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, StoreError> {
     let split = held_out(req)?;
     let choice = req.step.unwrap_or(StepChoice::Last);
-    let per_group = GROUP_COLUMNS.len();
-    let mut steps = Vec::new();
-    let mut labels = Vec::new();
-    let mut ids = Vec::new();
-    // values[col] per run: for each group, the GROUP_COLUMNS.
-    let mut values: Vec<Vec<Option<f64>>> = Vec::new();
+    let mut rows = Vec::new();
     let mut human: Vec<Option<f64>> = vec![None; 4];
     for s in stores {
         let step = resolve_step(s, split, choice)?;
         let metrics = &s.metrics;
-        let mut row = Vec::new();
+        let mut values = Vec::new();
         for (gi, (group, _)) in GROUP_HEADERS.iter().enumerate() {
             for (metric, _, _, _, _, embedding) in GROUP_COLUMNS {
-                row.push(if embedding {
+                values.push(if embedding {
                     value_at_or_before(metrics, split::EMBEDDING, group, metric, step)?.map(|v| v.1)
                 } else {
                     value_at(metrics, split, group, metric, step)?
@@ -328,25 +424,118 @@ fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, Store
                 human[gi] = value_at(metrics, split, group, "human_uniq", step)?;
             }
         }
-        steps.push(step);
-        labels.push(run_label(s, step)?);
-        ids.push(s.run.run_id.clone());
-        values.push(row);
+        let label = run_label(s, step)?;
+        // The objectives in force, not the name: seeds named apart are still one setting.
+        let objectives = query::objective_at(&s.events, Some(step))?.unwrap_or_default();
+        rows.push(GroupRow {
+            setting: setting_without_seed(&s.run.config_toml, &objectives, step),
+            name: s.run.labels.name.clone(),
+            label,
+            id: s.run.run_id.clone(),
+            step,
+            values,
+        });
     }
-    let names = unique_names(labels, &ids);
+    let mut out = if req.aggregate_seeds {
+        seed_groups_table(rows, &human)?
+    } else {
+        run_groups_table(rows, &human)?
+    };
+    out.warnings = warnings_of(stores);
+    Ok(out)
+}
+
+/// A run's configuration with what a seed sweep varies taken out (the seed, the run's name and
+/// the version that wrote it), plus the objectives in force and the step the table takes: runs
+/// with equal settings are seeds of one experiment.
+fn setting_without_seed(config_toml: &str, objectives: &str, step: u64) -> String {
+    let config = match config_toml.parse::<toml::Table>() {
+        Ok(mut t) => {
+            t.remove("name");
+            t.remove("conelab_version");
+            if let Some(toml::Value::Table(train)) = t.get_mut("train") {
+                train.remove("seed");
+            }
+            t.to_string()
+        }
+        // Unreadable: it groups with nothing but itself.
+        Err(_) => config_toml.to_string(),
+    };
+    format!("{config}\n{objectives}\n{step}")
+}
+
+/// The spanning headers of a groups table: `lead` columns without a group, then each group's.
+fn group_spans(lead: usize, per_group: usize) -> Vec<(String, usize)> {
+    let mut spans = vec![(String::new(), lead)];
+    spans.extend(
+        GROUP_HEADERS
+            .iter()
+            .map(|(_, s)| (s.to_string(), per_group)),
+    );
+    spans
+}
+
+/// `bold[row][lead + ci]` for the best of each value column among the first `rows` rows (not the
+/// Human row), `values[row][ci]` being what is compared.
+fn best_cells(
+    values: &[Vec<Option<f64>>],
+    rows: usize,
+    height: usize,
+    width: usize,
+    column_of: impl Fn(usize) -> usize,
+) -> Vec<Vec<bool>> {
+    let per_group = GROUP_COLUMNS.len();
+    let mut bold = vec![vec![false; width]; height];
     let n_values = GROUP_HEADERS.len() * per_group;
-    let has_human = human.iter().any(Option::is_some);
-    let mut run_col: Vec<String> = names;
-    let mut id_col: Vec<String> = ids;
-    let mut step_col: Vec<Option<u64>> = steps.iter().map(|&s| Some(s)).collect();
-    if has_human {
-        run_col.push("Human".into());
-        id_col.push(String::new());
-        step_col.push(None);
-        let mut row = vec![None; n_values];
+    for ci in 0..n_values {
+        let best_is = GROUP_COLUMNS[ci % per_group].4;
+        if best_is == Best::None || rows < 2 {
+            continue;
+        }
+        let lower_is_better = best_is == Best::Lowest;
+        let col_values: Vec<Option<f64>> = values[..rows].iter().map(|r| r[ci]).collect();
+        let best = col_values
+            .iter()
+            .flatten()
+            .filter(|v| v.is_finite())
+            .copied()
+            .reduce(|a, b| if lower_is_better { a.min(b) } else { a.max(b) });
+        if let Some(best) = best {
+            for (ri, v) in col_values.iter().enumerate() {
+                if *v == Some(best) {
+                    bold[ri][column_of(ci)] = true;
+                }
+            }
+        }
+    }
+    bold
+}
+
+/// The Human row's values: the reference text's Uniq per group, nothing else.
+fn human_values(human: &[Option<f64>]) -> Option<Vec<Option<f64>>> {
+    let per_group = GROUP_COLUMNS.len();
+    human.iter().any(Option::is_some).then(|| {
+        let mut row = vec![None; GROUP_HEADERS.len() * per_group];
         for (gi, h) in human.iter().enumerate() {
             row[gi * per_group + UNIQ_COLUMN] = *h;
         }
+        row
+    })
+}
+
+/// One row per run.
+fn run_groups_table(rows: Vec<GroupRow>, human: &[Option<f64>]) -> Result<Exported, StoreError> {
+    let per_group = GROUP_COLUMNS.len();
+    let runs = rows.len();
+    let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+    let mut run_col = unique_names(rows.iter().map(|r| r.label.clone()).collect(), &ids);
+    let mut id_col = ids;
+    let mut step_col: Vec<Option<u64>> = rows.iter().map(|r| Some(r.step)).collect();
+    let mut values: Vec<Vec<Option<f64>>> = rows.into_iter().map(|r| r.values).collect();
+    if let Some(row) = human_values(human) {
+        run_col.push("Human".into());
+        id_col.push(String::new());
+        step_col.push(None);
         values.push(row);
     }
     let height = run_col.len();
@@ -368,44 +557,168 @@ fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, Store
     let frame = DataFrame::new(height, columns)?;
     // Best per column among the runs (not the Human row): lowest PPL; highest Uniq, I(W) and
     // IsoScore.
-    let runs = stores.len();
-    let mut bold = vec![vec![false; headers.len()]; height];
-    for ci in 0..n_values {
-        let best_is = GROUP_COLUMNS[ci % per_group].4;
-        if best_is == Best::None {
-            continue;
-        }
-        let lower_is_better = best_is == Best::Lowest;
-        let col_values: Vec<Option<f64>> = values[..runs].iter().map(|r| r[ci]).collect();
-        let best = col_values
-            .iter()
-            .flatten()
-            .filter(|v| v.is_finite())
-            .copied()
-            .reduce(|a, b| if lower_is_better { a.min(b) } else { a.max(b) });
-        if let (Some(best), true) = (best, runs > 1) {
-            for (ri, v) in col_values.iter().enumerate() {
-                if *v == Some(best) {
-                    bold[ri][3 + ci] = true;
-                }
-            }
-        }
-    }
-    let mut groups_hdr = vec![(String::new(), 3)];
-    groups_hdr.extend(
-        GROUP_HEADERS
-            .iter()
-            .map(|(_, s)| (s.to_string(), per_group)),
-    );
+    let bold = best_cells(&values, runs, height, headers.len(), |ci| 3 + ci);
     Ok(Exported {
         frame,
         layout: Layout {
-            groups: groups_hdr,
+            groups: group_spans(3, per_group),
             headers,
             decimals,
             bold,
+            ..Layout::default()
         },
-        warnings: warnings_of(stores),
+        warnings: Vec::new(),
+    })
+}
+
+/// The values of one cell over a set of seeds.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Spread {
+    pub mean: Option<f64>,
+    /// Sample standard deviation (n − 1); none for a single value.
+    pub std: Option<f64>,
+    /// How many finite values there were.
+    pub n: u32,
+}
+
+/// Mean, sample standard deviation and count of the finite values among `values`.
+pub fn mean_std(values: impl IntoIterator<Item = Option<f64>>) -> Spread {
+    let xs: Vec<f64> = values
+        .into_iter()
+        .flatten()
+        .filter(|v| v.is_finite())
+        .collect();
+    let n = xs.len();
+    if n == 0 {
+        return Spread::default();
+    }
+    let mean = xs.iter().sum::<f64>() / n as f64;
+    let std = (n > 1)
+        .then(|| (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt());
+    Spread {
+        mean: Some(mean),
+        std,
+        n: n as u32,
+    }
+}
+
+/// One row per set of runs that differ only by seed — the same name, or the same setting — in the
+/// order their first run was given: every cell the mean, sample std and count of the runs' values.
+fn seed_groups_table(rows: Vec<GroupRow>, human: &[Option<f64>]) -> Result<Exported, StoreError> {
+    let per_group = GROUP_COLUMNS.len();
+    let n_values = GROUP_HEADERS.len() * per_group;
+    let mut sets: Vec<Vec<GroupRow>> = Vec::new();
+    for row in rows {
+        let same = |other: &GroupRow| {
+            other.setting == row.setting || (row.name.is_some() && other.name == row.name)
+        };
+        match sets.iter_mut().find(|set| set.iter().any(same)) {
+            Some(set) => set.push(row),
+            None => sets.push(vec![row]),
+        }
+    }
+    let firsts: Vec<String> = sets.iter().map(|set| set[0].id.clone()).collect();
+    let mut run_col = unique_names(
+        sets.iter().map(|set| set[0].label.clone()).collect(),
+        &firsts,
+    );
+    let mut seeds_col: Vec<Option<u32>> = sets.iter().map(|set| Some(set.len() as u32)).collect();
+    let mut ids_col: Vec<String> = sets
+        .iter()
+        .map(|set| {
+            set.iter()
+                .map(|r| r.id.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    let mut step_col: Vec<Option<u64>> = sets.iter().map(|set| Some(set[0].step)).collect();
+    // stats[row][ci]
+    let mut stats: Vec<Vec<Spread>> = sets
+        .iter()
+        .map(|set| {
+            (0..n_values)
+                .map(|ci| mean_std(set.iter().map(|r| r.values[ci])))
+                .collect()
+        })
+        .collect();
+    let aggregated = sets.len();
+    if let Some(row) = human_values(human) {
+        run_col.push("Human".into());
+        seeds_col.push(None);
+        ids_col.push(String::new());
+        step_col.push(None);
+        stats.push(
+            row.into_iter()
+                .map(|v| Spread {
+                    mean: v,
+                    std: None,
+                    n: u32::from(v.is_some()),
+                })
+                .collect(),
+        );
+    }
+    let height = run_col.len();
+    let mut columns = vec![
+        Column::new("run".into(), run_col),
+        Column::new("seeds".into(), seeds_col),
+        Column::new(RUN_IDS.into(), ids_col),
+        Column::new(c::STEP.into(), step_col),
+    ];
+    const LEAD: usize = 4;
+    let mut headers = vec![
+        "Run".to_string(),
+        "Seeds".into(),
+        "run ids".into(),
+        "Step".into(),
+    ];
+    let mut decimals: Vec<Option<usize>> = vec![None, Some(0), None, Some(0)];
+    let mut spread = BTreeMap::new();
+    for (gi, (group, _)) in GROUP_HEADERS.iter().enumerate() {
+        for (mi, (_, suffix, header, digits, _, _)) in GROUP_COLUMNS.into_iter().enumerate() {
+            let ci = gi * per_group + mi;
+            let at = columns.len();
+            let name = format!("{group}_{suffix}");
+            columns.push(Column::new(
+                format!("{name}_mean").into(),
+                stats.iter().map(|r| r[ci].mean).collect::<Vec<_>>(),
+            ));
+            columns.push(Column::new(
+                format!("{name}_std").into(),
+                stats.iter().map(|r| r[ci].std).collect::<Vec<_>>(),
+            ));
+            columns.push(Column::new(
+                format!("{name}_n").into(),
+                stats.iter().map(|r| r[ci].n).collect::<Vec<_>>(),
+            ));
+            headers.extend([
+                header.to_string(),
+                format!("{header} std"),
+                format!("{header} n"),
+            ]);
+            decimals.extend([Some(digits), Some(digits), Some(0)]);
+            spread.insert(at, (at + 1, at + 2));
+        }
+    }
+    let frame = DataFrame::new(height, columns)?;
+    let means: Vec<Vec<Option<f64>>> = stats
+        .iter()
+        .map(|r| r.iter().map(|c| c.mean).collect())
+        .collect();
+    let bold = best_cells(&means, aggregated, height, headers.len(), |ci| {
+        LEAD + 3 * ci
+    });
+    Ok(Exported {
+        frame,
+        layout: Layout {
+            groups: group_spans(LEAD, 3 * per_group),
+            headers,
+            decimals,
+            bold,
+            spread,
+            row_count: Some(1),
+        },
+        warnings: Vec::new(),
     })
 }
 
@@ -718,6 +1031,25 @@ fn cells(table: &Exported) -> Result<Vec<Vec<Option<String>>>, StoreError> {
             });
         }
     }
+    // Aggregated cells: `mean ± std`, and the count where it is short of the row's runs.
+    let count =
+        |row: &[Option<String>], ci: usize| -> Option<u64> { row.get(ci)?.as_ref()?.parse().ok() };
+    for row in &mut out {
+        let runs = table.layout.row_count.and_then(|ci| count(row, ci));
+        for (&mean, &(std, n)) in &table.layout.spread {
+            let Some(m) = row[mean].clone() else { continue };
+            let mut text = match &row[std] {
+                Some(sd) => format!("{m} ± {sd}"),
+                None => m,
+            };
+            if let (Some(k), Some(runs)) = (count(row, n), runs)
+                && k < runs
+            {
+                text.push_str(&format!(" (n={k})"));
+            }
+            row[mean] = Some(text);
+        }
+    }
     Ok(out)
 }
 
@@ -762,11 +1094,22 @@ fn headers(table: &Exported) -> Vec<String> {
     }
 }
 
-/// Columns the presentation formats leave out: the run id (the name says it) in `groups`.
+/// Columns the presentation formats leave out: the run ids (the name says it) in `groups`, and
+/// the std and count columns that an aggregated cell already shows beside its mean.
 fn shown(table: &Exported) -> Vec<usize> {
     let names = table.frame.get_column_names();
+    let partners: Vec<usize> = table
+        .layout
+        .spread
+        .values()
+        .flat_map(|&(std, n)| [std, n])
+        .collect();
     (0..names.len())
-        .filter(|&i| !(table.layout.groups.len() > 1 && names[i].as_str() == c::RUN_ID))
+        .filter(|&i| {
+            let id = matches!(names[i].as_str(), c::RUN_ID | RUN_IDS);
+            let hidden_id = table.layout.groups.len() > 1 && id;
+            !hidden_id && !partners.contains(&i)
+        })
         .collect()
 }
 
@@ -936,6 +1279,7 @@ pub fn latex_escape(s: &str) -> String {
             'σ' => out.push_str("$\\sigma$"),
             'τ' => out.push_str("$\\tau$"),
             '×' => out.push_str("$\\times$"),
+            '±' => out.push_str("$\\pm$"),
             '≤' => out.push_str("$\\le$"),
             '≥' => out.push_str("$\\ge$"),
             '−' => out.push('-'),

@@ -24,6 +24,7 @@
 
 pub mod buffer;
 pub mod export;
+pub mod labels;
 pub mod projection;
 pub mod query;
 pub mod recorder;
@@ -148,6 +149,9 @@ pub struct RunRecord {
     pub git_revision: String,
     /// Seconds since the Unix epoch.
     pub started_unix: f64,
+    /// Name, tags and notes (absent in records written before they existed).
+    #[serde(flatten)]
+    pub labels: labels::RunLabels,
 }
 
 impl RunRecord {
@@ -162,6 +166,7 @@ impl RunRecord {
                 .unwrap_or("unknown")
                 .to_string(),
             started_unix: unix_now(),
+            labels: labels::RunLabels::default(),
         }
     }
 }

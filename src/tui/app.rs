@@ -356,12 +356,29 @@ impl App {
             ServerMessage::Vocabulary { tokens, counts, .. } => {
                 self.vocab = Some(Arc::new(Vocabulary { tokens, counts }));
             }
+            ServerMessage::Labels { labels, .. } => {
+                if let Some(hello) = &mut self.hello {
+                    hello.labels = labels;
+                }
+            }
             ServerMessage::Error { message, .. } => {
                 let step = self.step();
                 self.run
                     .log(step, LogKind::Warning, format!("run: {message}"));
             }
         }
+    }
+
+    /// What the header calls the run: its name (else its folder's) and its tags.
+    pub fn run_title(&self) -> String {
+        let labels = self.hello.as_ref().map(|h| &h.labels);
+        let name = labels
+            .and_then(|l| l.name.clone())
+            .unwrap_or_else(|| self.run.info.name.clone());
+        let tags: String = labels
+            .map(|l| l.tags.iter().map(|t| format!(" #{t}")).collect())
+            .unwrap_or_default();
+        format!("{name}{tags}")
     }
 
     /// The connection to the run is gone.

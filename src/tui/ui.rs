@@ -261,7 +261,11 @@ fn header_line(app: &App, pal: &Palette, width: u16) -> Paragraph<'static> {
         .map(|s| format!(" · ETA {}", human_duration(s)))
         .unwrap_or_default();
     let title = " conelab ";
-    let run = format!("{} · {} · ", app.run.info.name, app.run.info.device);
+    let run = format!(
+        "{} · {} · ",
+        shorten(&app.run_title(), 48),
+        app.run.info.device
+    );
     let at = format!(
         " · step {step}/{total} ({:.0} %)",
         100.0 * step as f64 / total as f64

@@ -1,0 +1,88 @@
+//! `conelab tag`, `note` and `rename`: a run's labels changed where they live. A live run owns its
+//! `run.json`, so the change goes to it over its control socket and it rewrites the file; a run
+//! that is over is edited here, under its store's writer lock (so a resume cannot start midway).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::RunError;
+use super::client::{RunLink, SocketLink, handshake};
+use super::live::{self, Liveness};
+use super::protocol::{ClientMessage, ServerMessage};
+use crate::lockfile::host_name;
+use crate::store::labels::{LabelEdit, RunLabels, edit_record};
+use crate::store::{self, writer::lock_store};
+
+/// How long a live run has to answer.
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+/// Applies `edit` to the run in `dir` (an empty edit changes nothing); the run's labels after it.
+pub fn edit(dir: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
+    let store_dir = store::store_dir(dir);
+    if !dir.is_dir() {
+        return Err(RunError::Usage(format!(
+            "{}: no such run directory",
+            dir.display()
+        )));
+    }
+    // Not a run at all: say so before anything else.
+    store::read_run_record(&store_dir)?;
+    if edit.is_empty() {
+        return Ok(store::read_run_record(&store_dir)?.labels);
+    }
+    match live::liveness(dir)? {
+        Liveness::Live {
+            record: Some(rec), ..
+        } => {
+            let here = host_name();
+            if rec.host != here {
+                return Err(RunError::Usage(format!(
+                    "{} is live on host {} (pid {}): change its labels there",
+                    dir.display(),
+                    rec.host,
+                    rec.pid
+                )));
+            }
+            ask_the_run(&rec.socket, edit)
+        }
+        Liveness::Live {
+            holder,
+            record: None,
+        } => Err(RunError::Usage(format!(
+            "{} is starting ({holder}): try again in a moment",
+            dir.display()
+        ))),
+        Liveness::Ended(_) | Liveness::Crashed => {
+            let _lock = lock_store(&store_dir)?;
+            Ok(edit_record(&store_dir, edit)?)
+        }
+    }
+}
+
+fn ask_the_run(socket: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
+    let usage = |e: String| RunError::Usage(format!("{}: {e}", socket.display()));
+    let mut link = SocketLink::connect(socket).map_err(|e| usage(e.to_string()))?;
+    handshake(&mut link, "conelab labels", ANSWER_WITHIN).map_err(|e| usage(e.to_string()))?;
+    const ID: u64 = 1;
+    link.send(ClientMessage::Labels {
+        id: ID,
+        edit: edit.clone(),
+    })
+    .map_err(|e| usage(e.to_string()))?;
+    let start = Instant::now();
+    loop {
+        let left = ANSWER_WITHIN.saturating_sub(start.elapsed());
+        match link.recv_timeout(left).map_err(|e| usage(e.to_string()))? {
+            Some(ServerMessage::Labels { id: ID, labels }) => {
+                let _ = link.send(ClientMessage::Bye);
+                return Ok(labels);
+            }
+            Some(ServerMessage::Error {
+                id: Some(ID) | None,
+                message,
+            }) => return Err(RunError::Usage(message)),
+            Some(_) => {}
+            None => return Err(usage("the run did not answer within 10 s".into())),
+        }
+    }
+}
