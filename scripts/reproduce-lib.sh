@@ -1,0 +1,59 @@
+# Shared by the scripts/reproduce-*.sh: train a table's rows for several seeds, then export the
+# table from the runs' stores (`conelab export --aggregate seeds`: mean ± std per cell). Sourced.
+#
+# Environment: CONELAB (the binary; default target/release/conelab), SEEDS (default "1 2 3"),
+# MODEL (default tiny), EVAL_EVERY (default: STEPS / 4).
+set -euo pipefail
+bin=${CONELAB:-target/release/conelab}
+seeds=${SEEDS:-1 2 3}
+model=${MODEL:-tiny}
+[ -x "$bin" ] || { echo "no binary at $bin: cargo build --release (or set CONELAB)" >&2; exit 2; }
+
+# slug NAME: the folder name of a row: "drop (b)+(c)" → drop-b-c.
+slug() {
+    echo "$1" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/^-*//; s/-*$//'
+}
+
+# rows OUT NAME…: the run folders of these rows, every seed.
+rows() {
+    local out=$1
+    shift
+    local name seed
+    for name in "$@"; do
+        for seed in $seeds; do
+            echo "$out/$(slug "$name")-s$seed"
+        done
+    done
+}
+
+# train_row OUT CORPUS STEPS NAME SEED [FLAGS…]: one run, OUT/NAME-sSEED, named NAME (so that the
+# export puts its seeds in one row). A run that completed before is kept (the script resumes).
+train_row() {
+    local out=$1 corpus=$2 steps=$3 name=$4 seed=$5
+    shift 5
+    local dir
+    dir="$out/$(slug "$name")-s$seed"
+    if grep -q '"status": *"completed"' "$dir/final.json" 2>/dev/null; then
+        echo "== $dir: completed before, kept"
+        return
+    fi
+    rm -rf "$dir"
+    local eval_every=${EVAL_EVERY:-$(( steps / 4 > 0 ? steps / 4 : 1 ))}
+    echo "== $name, seed $seed: $bin train $corpus --model $model --steps $steps --seed $seed $*"
+    local start=$SECONDS
+    "$bin" train "$corpus" --headless --model "$model" --steps "$steps" --seed "$seed" \
+        --eval-every "$eval_every" --checkpoint-every 0 --snapshot-every "$eval_every" \
+        --log-every "$steps" --name "$name" --tag reproduce --run-dir "$dir" "$@" \
+        | grep -E '^(finished|diverged|eval)' | tail -2 || true
+    echo "   $(( SECONDS - start )) s"
+}
+
+# table OUT FILE_STEM RUN_DIR…: the groups table on the test split, seeds aggregated, as Markdown
+# (printed and written to OUT/FILE_STEM.md) and CSV (OUT/FILE_STEM.csv, the source of the numbers).
+table() {
+    local out=$1 stem=$2
+    shift 2
+    "$bin" export "$@" --table groups --aggregate seeds --split test --out "$out/$stem.csv"
+    "$bin" export "$@" --table groups --aggregate seeds --split test --out "$out/$stem.md"
+    cat "$out/$stem.md"
+}
