@@ -89,6 +89,23 @@ pub struct Fixture {
     dir: tempfile::TempDir,
 }
 
+/// A test that fails halfway must not leave a detached run of its folder training for ever (one
+/// did: four of them took the machine's two cores for an hour): every conelab process whose
+/// command line names the fixture's folder is killed with it.
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let folder = self.dir.path().to_string_lossy().to_string();
+        for pid in conelab_processes(&folder) {
+            // Not `signal`: it asserts, and a panic while a failed test unwinds aborts. A process
+            // that ended in between only makes kill(2) fail.
+            // SAFETY: kill(2) with a pid read from /proc.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+        }
+    }
+}
+
 impl Fixture {
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
