@@ -312,6 +312,10 @@ pub struct AttachArgs {
     /// Draw the embedding scatter with ASCII density glyphs instead of braille.
     #[arg(long)]
     pub ascii: bool,
+    /// Leave the mouse to the terminal, so text can be selected (over SSH too); `M` switches
+    /// capture on and off in the workbench.
+    #[arg(long)]
+    pub no_mouse: bool,
 }
 
 #[derive(Debug, Args)]
@@ -700,6 +704,7 @@ fn train(opts: TrainOptions) -> Result<u8> {
         view: conelab::tui::app::ViewOptions {
             no_color: conelab_widgets::no_color_from_env(),
             ascii: opts.ascii,
+            no_mouse: opts.no_mouse,
         },
         reference,
         read_only: None,
@@ -814,6 +819,7 @@ fn attach_cmd(args: AttachArgs) -> Result<u8> {
         view: conelab::tui::app::ViewOptions {
             no_color: conelab_widgets::no_color_from_env(),
             ascii: args.ascii,
+            no_mouse: args.no_mouse,
         },
         reference: None,
         read_only: opened.read_only.clone(),
@@ -1223,6 +1229,7 @@ fn inspect_cmd(args: InspectArgs) -> Result<()> {
         let view = conelab::tui::app::ViewOptions {
             no_color: conelab_widgets::no_color_from_env(),
             ascii: false,
+            no_mouse: false,
         };
         let mut sides = vec![conelab::tui::browser::Side::new(&m, bounds, view)?];
         if let Some(o) = &other {

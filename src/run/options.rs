@@ -145,6 +145,11 @@ pub struct TrainOptions {
     #[arg(long)]
     pub ascii: bool,
 
+    /// Leave the mouse to the terminal, so text can be selected (over SSH too); `M` switches
+    /// capture on and off in the workbench.
+    #[arg(long)]
+    pub no_mouse: bool,
+
     /// Another run (its newest checkpoint) or embedding matrix whose normalised spectrum the
     /// workbench's Spectrum pane draws beside this run's.
     #[arg(long, value_name = "OTHER")]

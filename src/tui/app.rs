@@ -76,6 +76,8 @@ pub enum Action {
     SaveCheckpoint,
     ToggleLogY,
     ToggleSmoothing,
+    /// Capture the mouse or leave it to the terminal (text selection).
+    ToggleMouse,
     ControlsUp,
     ControlsDown,
     /// Space/Enter on the selected control.
@@ -219,6 +221,9 @@ impl LossChoice {
 pub struct ViewOptions {
     pub no_color: bool,
     pub ascii: bool,
+    /// Leave the mouse to the terminal from the start (`--no-mouse`): text can be selected over
+    /// SSH; `M` switches capture on and off.
+    pub no_mouse: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -253,6 +258,9 @@ pub struct App {
     /// Index into `run.projection_steps` while scrubbing; `None` follows the newest snapshot.
     pub scrub: Option<usize>,
     pub centred: bool,
+    /// The workbench captures the mouse (clicks focus panes, the wheel scrolls); off, the
+    /// terminal has it and text can be selected.
+    pub mouse: bool,
     /// The data term chosen on the Controls pane's loss line with `+`/`-` and not yet applied
     /// (Enter applies it): a loss switch is not a toggle, so passing through nce on the way to
     /// and:squash must not train with it.
@@ -284,6 +292,7 @@ impl App {
             frames: BTreeMap::new(),
             scrub: None,
             centred: false,
+            mouse: !view.no_mouse,
             pending_loss: None,
             outbox: Vec::new(),
         }
@@ -554,6 +563,17 @@ impl App {
             }
             Action::ToggleSmoothing => {
                 self.smoothing = !self.smoothing;
+                Effect::None
+            }
+            Action::ToggleMouse => {
+                self.mouse = !self.mouse;
+                let step = self.step();
+                let line = if self.mouse {
+                    "mouse on: click focuses a pane, the wheel scrolls (M: off, to select text)"
+                } else {
+                    "mouse off: the terminal selects text (M: on again)"
+                };
+                self.run.log(step, LogKind::Info, line.into());
                 Effect::None
             }
             Action::ControlsUp => {

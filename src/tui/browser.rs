@@ -269,6 +269,7 @@ mod tests {
         let view = ViewOptions {
             no_color: true,
             ascii: false,
+            no_mouse: false,
         };
         let sides = vec![
             Side::new(&matrix("runs/mle", 0.5), GroupBounds::default(), view).expect("side"),
@@ -329,6 +330,7 @@ mod tests {
         let view = ViewOptions {
             no_color: true,
             ascii: false,
+            no_mouse: false,
         };
         let mut b = Browser::new(vec![
             Side::new(&matrix("w.npy", 1.0), GroupBounds::default(), view).expect("side"),

@@ -26,6 +26,10 @@ pub const HELP: &[(&str, &str)] = &[
     ("s", "save a checkpoint now"),
     ("l", "log scale on the loss curve"),
     ("m", "smooth the loss curve (EMA)"),
+    (
+        "M",
+        "mouse capture on/off (off: select text with the mouse, e.g. over SSH)",
+    ),
     ("↑ ↓ / k j", "Controls: select"),
     (
         "Space / Enter",
@@ -143,6 +147,7 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
         KeyCode::Char('s') => Action::SaveCheckpoint,
         KeyCode::Char('l') => Action::ToggleLogY,
         KeyCode::Char('m') => Action::ToggleSmoothing,
+        KeyCode::Char('M') => Action::ToggleMouse,
         KeyCode::Up | KeyCode::Char('k') if controls => Action::ControlsUp,
         KeyCode::Down | KeyCode::Char('j') if controls => Action::ControlsDown,
         KeyCode::Char(' ') | KeyCode::Enter if controls => Action::ControlsToggle,
@@ -178,6 +183,34 @@ mod tests {
     fn press(app: &mut App, code: KeyCode) -> Effect {
         let action = action_for(app, key(code));
         app.apply(action)
+    }
+
+    #[test]
+    fn shift_m_hands_the_mouse_to_the_terminal_and_back() {
+        let mut app = running();
+        assert!(app.mouse, "captured by default");
+        press(&mut app, KeyCode::Char('M'));
+        assert!(!app.mouse);
+        let said = |app: &App| {
+            app.run
+                .log
+                .back()
+                .map(|l| l.text.clone())
+                .unwrap_or_default()
+        };
+        assert!(said(&app).contains("mouse off"), "{}", said(&app));
+        press(&mut app, KeyCode::Char('m'));
+        assert!(!app.mouse && app.smoothing, "m is smoothing, not the mouse");
+        press(&mut app, KeyCode::Char('M'));
+        assert!(app.mouse && said(&app).contains("mouse on"));
+        let app = App::new(
+            Objectives::default(),
+            ViewOptions {
+                no_mouse: true,
+                ..ViewOptions::default()
+            },
+        );
+        assert!(!app.mouse, "--no-mouse starts without capture");
     }
 
     #[test]

@@ -265,8 +265,12 @@ pub fn run_viewer(
 
     let mut terminal = init_terminal()?;
     let _guard = TerminalGuard;
-    // The mouse is optional: a terminal that refuses it keeps the keyboard.
-    let _ = execute!(io::stdout(), EnableMouseCapture);
+    // The mouse is optional: a terminal that refuses it keeps the keyboard; `M` and --no-mouse
+    // leave it to the terminal (text selection).
+    let mut captured = app.mouse;
+    if captured {
+        let _ = execute!(io::stdout(), EnableMouseCapture);
+    }
     let input = Input::start()?;
     let mut dirty = true;
     let exit = loop {
@@ -302,6 +306,14 @@ pub fn run_viewer(
         }
         if app.should_exit() {
             break ViewerExit::Left(app.run.status.clone());
+        }
+        if app.mouse != captured {
+            captured = app.mouse;
+            let _ = if captured {
+                execute!(io::stdout(), EnableMouseCapture)
+            } else {
+                execute!(io::stdout(), DisableMouseCapture)
+            };
         }
         if dirty {
             if terminal

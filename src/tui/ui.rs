@@ -1196,6 +1196,7 @@ mod tests {
             ViewOptions {
                 no_color: true,
                 ascii: false,
+                no_mouse: false,
             },
         );
         app.on_event(Event::Started {
