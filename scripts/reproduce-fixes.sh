@@ -18,8 +18,9 @@ alpha=${4:-0.008}
 mkdir -p "$out"
 start=$SECONDS
 for seed in $seeds; do
-    train_row "$out" "$corpus" "$steps" "MLE" "$seed"
+    in_turn train_row "$out" "$corpus" "$steps" "MLE" "$seed"
 done
+finish
 # c1 = σ_1 of the trained MLE model (seed 1's, its last snapshot): the scale a prior fitted to a
 # trained model would have.
 first=${seeds%% *}
@@ -27,11 +28,12 @@ c1=$("$bin" export "$out/mle-s$first" --table curves --metric embedding/sv_max -
     | tail -1 | cut -d, -f3)
 echo "== spectrum control: c1 = $c1 (σ_1 of MLE seed $first at step $steps)"
 for seed in $seeds; do
-    train_row "$out" "$corpus" "$steps" "CosReg" "$seed" --reg cos=1
-    train_row "$out" "$corpus" "$steps" "AGG" "$seed" --reg "agg=$alpha"
-    train_row "$out" "$corpus" "$steps" "spectrum control" "$seed" --reg "sc=exp:1:c1=$c1"
-    train_row "$out" "$corpus" "$steps" "DEV" "$seed" --reg dev=0.1
+    in_turn train_row "$out" "$corpus" "$steps" "CosReg" "$seed" --reg cos=1
+    in_turn train_row "$out" "$corpus" "$steps" "AGG" "$seed" --reg "agg=$alpha"
+    in_turn train_row "$out" "$corpus" "$steps" "spectrum control" "$seed" --reg "sc=exp:1:c1=$c1"
+    in_turn train_row "$out" "$corpus" "$steps" "DEV" "$seed" --reg dev=0.1
 done
+finish
 mapfile -t dirs < <(rows "$out" "MLE" "CosReg" "AGG" "spectrum control" "DEV")
 table "$out" fixes "${dirs[@]}"
 echo "== $(( SECONDS - start )) s in all"

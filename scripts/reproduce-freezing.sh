@@ -13,12 +13,13 @@ out=${3:?out dir}
 mkdir -p "$out"
 start=$SECONDS
 for seed in $seeds; do
-    train_row "$out" "$corpus" "$steps" "MLE" "$seed"
-    train_row "$out" "$corpus" "$steps" "freeze Rare" "$seed" --freeze rare
-    train_row "$out" "$corpus" "$steps" "drop (b)" "$seed" --gate-freeze b
-    train_row "$out" "$corpus" "$steps" "drop (c)" "$seed" --gate-freeze c
-    train_row "$out" "$corpus" "$steps" "drop (b)+(c)" "$seed" --gate-freeze bc
+    in_turn train_row "$out" "$corpus" "$steps" "MLE" "$seed"
+    in_turn train_row "$out" "$corpus" "$steps" "freeze Rare" "$seed" --freeze rare
+    in_turn train_row "$out" "$corpus" "$steps" "drop (b)" "$seed" --gate-freeze b
+    in_turn train_row "$out" "$corpus" "$steps" "drop (c)" "$seed" --gate-freeze c
+    in_turn train_row "$out" "$corpus" "$steps" "drop (b)+(c)" "$seed" --gate-freeze bc
 done
+finish
 mapfile -t dirs < <(rows "$out" "MLE" "freeze Rare" "drop (b)" "drop (c)" "drop (b)+(c)")
 table "$out" freezing "${dirs[@]}"
 echo "== $(( SECONDS - start )) s in all"

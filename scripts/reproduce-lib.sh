@@ -2,10 +2,29 @@
 # table from the runs' stores (`conelab export --aggregate seeds`: mean ± std per cell). Sourced.
 #
 # Environment: CONELAB (the binary; default target/release/conelab), SEEDS (default "1 2 3"),
-# MODEL (default tiny), EVAL_EVERY (default: STEPS / 4).
+# MODEL (default tiny), EVAL_EVERY (default: STEPS / 4), PARALLEL (runs at once, default 1: a
+# `tiny` run on the CPU keeps about one core busy, so 2 fills a 2-core machine).
 set -euo pipefail
 bin=${CONELAB:-target/release/conelab}
 seeds=${SEEDS:-1 2 3}
+parallel=${PARALLEL:-1}
+running=0
+
+# in_turn COMMAND…: runs COMMAND in the background, at most PARALLEL at once (`finish` waits for
+# the rest).
+in_turn() {
+    if [ "$running" -ge "$parallel" ]; then
+        wait -n || true
+        running=$(( running - 1 ))
+    fi
+    "$@" &
+    running=$(( running + 1 ))
+}
+
+finish() {
+    wait || true
+    running=0
+}
 model=${MODEL:-tiny}
 [ -x "$bin" ] || { echo "no binary at $bin: cargo build --release (or set CONELAB)" >&2; exit 2; }
 
