@@ -662,6 +662,8 @@ fn seeds_of_one_setting_aggregate_into_mean_std_and_count() {
         line("MLE (mle-long)").contains("**110.00**"),
         "lowest total PPL mean:\n{md}"
     );
+    // Medium Uniq is 500 in every run: a tie everywhere has no best.
+    assert!(!md.contains("**500**"), "a column of ties in bold:\n{md}");
     assert!(
         !md.contains("run ids") && !md.contains(" std |"),
         "partners hidden:\n{md}"

@@ -500,7 +500,9 @@ fn best_cells(
             .filter(|v| v.is_finite())
             .copied()
             .reduce(|a, b| if lower_is_better { a.min(b) } else { a.max(b) });
-        if let Some(best) = best {
+        // A column where every run ties (Uniq 0 in every Rare cell) has no best.
+        let all_tie = col_values.iter().flatten().all(|v| Some(*v) == best);
+        if let Some(best) = best.filter(|_| !all_tie) {
             for (ri, v) in col_values.iter().enumerate() {
                 if *v == Some(best) {
                     bold[ri][column_of(ci)] = true;
