@@ -6,7 +6,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::RunError;
-use super::client::{RunLink, SocketLink, handshake};
 use super::live::{self, Liveness};
 use super::protocol::{ClientMessage, ServerMessage};
 use crate::lockfile::host_name;
@@ -26,9 +25,9 @@ pub fn edit(dir: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
         )));
     }
     // Not a run at all: say so before anything else.
-    store::read_run_record(&store_dir)?;
+    let record = store::read_run_record(&store_dir)?;
     if edit.is_empty() {
-        return Ok(store::read_run_record(&store_dir)?.labels);
+        return Ok(record.labels);
     }
     match live::liveness(dir)? {
         Liveness::Live {
@@ -61,8 +60,7 @@ pub fn edit(dir: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
 
 fn ask_the_run(socket: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
     let usage = |e: String| RunError::Usage(format!("{}: {e}", socket.display()));
-    let mut link = SocketLink::connect(socket).map_err(|e| usage(e.to_string()))?;
-    handshake(&mut link, "conelab labels", ANSWER_WITHIN).map_err(|e| usage(e.to_string()))?;
+    let mut link = super::attach::connect(socket)?.link;
     const ID: u64 = 1;
     link.send(ClientMessage::Labels {
         id: ID,
