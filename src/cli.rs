@@ -51,6 +51,11 @@ pub enum Command {
     /// Open the workbench on a run: a live one (steer it; several viewers at once) or one that is
     /// over (read-only, its whole history).
     Attach(AttachArgs),
+    /// Several runs side by side: overlaid curves (train loss, validation PPL in total and per
+    /// group, I1, its unit-row form, IsoScore, mean cosine and norm, effective rank) by step or
+    /// wall time with TensorBoard's smoothing, the Groups table with a row per run and every
+    /// run's spectrum. Runs are read from their folders as they grow: live ones update live.
+    Compare(CompareArgs),
     /// List the runs under a folder with their status.
     Runs(RunsArgs),
     /// Corpora: statistics of a corpus, and the built-in synthetic generator.
@@ -301,13 +306,42 @@ pub enum NeighborMetric {
 }
 
 #[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Run directories, or names of runs under checkpoints/ (live or over; up to 12 colours,
+    /// then they repeat).
+    #[arg(required = true, value_name = "RUN")]
+    pub runs: Vec<PathBuf>,
+    /// Draw the curves against the step or against wall-clock time since each run began.
+    #[arg(long, value_enum, default_value = "step")]
+    pub x: XAxisArg,
+    /// TensorBoard's smoothing weight, 0 (raw) to 0.99; `+`/`-` change it in the view.
+    #[arg(long, default_value_t = conelab::tui::compare::DEFAULT_SMOOTHING, allow_negative_numbers = true)]
+    pub smoothing: f64,
+    /// A logarithmic y axis (`l` in the view).
+    #[arg(long)]
+    pub log_y: bool,
+    /// The curve shown first (↑/↓ in the view).
+    #[arg(long, default_value = "loss", value_parser = clap::builder::PossibleValuesParser::new(
+        conelab::tui::compare::CURVES.map(|c| c.name)))]
+    pub curve: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum XAxisArg {
+    Step,
+    Time,
+}
+
+#[derive(Debug, Args)]
 pub struct AttachArgs {
     /// A run directory, or the name of a run under checkpoints/ [default: the live run there; a
-    /// list to pick from when there are several].
-    pub run: Option<PathBuf>,
+    /// list to pick from when there are several]. Several runs open the compare view (as
+    /// `conelab compare` does).
+    #[arg(value_name = "RUN")]
+    pub runs: Vec<PathBuf>,
     /// Attach through this socket instead (a run's socket forwarded from another host with
     /// `ssh -L LOCAL:REMOTE HOST`).
-    #[arg(long, value_name = "PATH", conflicts_with = "run")]
+    #[arg(long, value_name = "PATH", conflicts_with = "runs")]
     pub socket: Option<PathBuf>,
     /// Draw the embedding scatter with ASCII density glyphs instead of braille.
     #[arg(long)]
@@ -568,6 +602,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Data(DataCommand::Synth(args)) => done(data_synth(args)),
         Command::Train(args) => train(*args),
         Command::Attach(args) => attach_cmd(args),
+        Command::Compare(args) => compare_cmd(args),
         Command::Runs(args) => done(runs_cmd(args)),
         Command::Eval(args) => done(eval_cmd(args)),
         Command::Inspect(args) => done(inspect_cmd(args)),
@@ -797,12 +832,21 @@ fn after_viewer(dir: &std::path::Path, exit: conelab::tui::ViewerExit) -> u8 {
 }
 
 fn attach_cmd(args: AttachArgs) -> Result<u8> {
+    if args.runs.len() > 1 {
+        return compare_cmd(CompareArgs {
+            runs: args.runs,
+            x: XAxisArg::Step,
+            smoothing: conelab::tui::compare::DEFAULT_SMOOTHING,
+            log_y: false,
+            curve: "loss".into(),
+        });
+    }
     // Reach the run first (a refusal is worth saying as such), then the terminal.
     let opened = match &args.socket {
         Some(socket) => run::attach::connect(socket)?,
         None => {
             let root = PathBuf::from("checkpoints");
-            let dir = match run::attach::resolve(args.run.as_deref(), &root)? {
+            let dir = match run::attach::resolve(args.runs.first().map(PathBuf::as_path), &root)? {
                 run::attach::Resolved::One(d) => d,
                 run::attach::Resolved::Several(list) => pick(&list)?,
             };
@@ -830,6 +874,38 @@ fn attach_cmd(args: AttachArgs) -> Result<u8> {
         after_viewer(&dir, exit);
     }
     // A viewer exits 0 however it leaves (the run's own status is the run's).
+    Ok(0)
+}
+
+fn compare_cmd(args: CompareArgs) -> Result<u8> {
+    use conelab::tui::compare::{CompareOptions, Curve, MAX_SMOOTHING, XAxis};
+    if !(0.0..=MAX_SMOOTHING).contains(&args.smoothing) {
+        return Err(run::RunError::Usage(format!(
+            "--smoothing {}: a weight from 0 (raw) to {MAX_SMOOTHING}",
+            args.smoothing
+        ))
+        .into());
+    }
+    let dirs = run::attach::resolve_many(&args.runs, &PathBuf::from("checkpoints"))?;
+    if !std::io::stdout().is_terminal() {
+        bail!(
+            "compare needs a terminal (stdout is not one); `conelab export --table groups RUN…` and `--table curves` give the same numbers as tables"
+        );
+    }
+    let options = CompareOptions {
+        view: conelab::tui::app::ViewOptions {
+            no_color: conelab_widgets::no_color_from_env(),
+            ..Default::default()
+        },
+        x_axis: match args.x {
+            XAxisArg::Step => XAxis::Step,
+            XAxisArg::Time => XAxis::Time,
+        },
+        smoothing: args.smoothing,
+        log_y: args.log_y,
+        curve: Curve::by_name(&args.curve).unwrap_or(0),
+    };
+    conelab::tui::compare::run_compare(dirs, options, std::time::Duration::from_secs(1))?;
     Ok(0)
 }
 

@@ -348,3 +348,40 @@ fn bench_train_prints_a_table_and_json() {
         &["vocabulary"],
     );
 }
+
+#[test]
+fn compare_refuses_what_it_cannot_show_in_one_line() {
+    let f = Fixture::new();
+    let out = f.train("a", &["--headless", "--steps", "4", "--eval-every", "0"]);
+    assert!(out.status.success(), "{out:?}");
+    let run = f.path("a");
+    let not_a_run = f.path("corpus");
+    assert_one_line_error(
+        &conelab(&["compare", s(&run), s(&not_a_run)]),
+        &["not a conelab run"],
+    );
+    assert_one_line_error(
+        &conelab(&["compare", s(&run), s(&f.path("nowhere"))]),
+        &["no such run"],
+    );
+    assert_one_line_error(&conelab(&["compare", s(&run), s(&run)]), &["named twice"]);
+    for w in ["1.5", "-0.1", "NaN"] {
+        assert_one_line_error(
+            &conelab(&["compare", s(&run), "--smoothing", w]),
+            &["--smoothing", "0.99"],
+        );
+    }
+    assert_one_line_error(
+        &conelab(&["compare", s(&run), "--curve", "nope"]),
+        &["--curve"],
+    );
+    // Output captured (not a terminal): the tables that give the same numbers are named.
+    assert_one_line_error(
+        &conelab(&["compare", s(&run)]),
+        &["needs a terminal", "export"],
+    );
+    assert_one_line_error(
+        &conelab(&["attach", s(&run), s(&not_a_run)]),
+        &["not a conelab run"],
+    );
+}

@@ -264,3 +264,152 @@ fn sigterm_detaches_the_workbench_and_a_failed_run_is_shown() {
     tmux.keys(&["q"]);
     assert_eq!(tmux.wait_for_exit(&exit_file), "exit=4");
 }
+
+/// The chart's cells (braille) of a captured screen, everything else blanked.
+fn plot(screen: &str) -> String {
+    screen
+        .chars()
+        .map(|c| {
+            if ('\u{2801}'..='\u{28ff}').contains(&c) || c == '\n' {
+                c
+            } else {
+                ' '
+            }
+        })
+        .collect()
+}
+
+/// The step a legend line of the compare view shows for run `n` (`■ n label  status  step S`).
+fn legend_step(screen: &str, n: usize) -> Option<u64> {
+    let line = screen
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("■ {n} ")))?;
+    let after = line.split("step ").nth(1)?;
+    after.split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() {
+    if !require_tmux() {
+        return;
+    }
+    let f = Fixture::new();
+    let out = f.train(
+        "mle",
+        &[
+            "--headless",
+            "--steps",
+            "60",
+            "--eval-every",
+            "20",
+            "--snapshot-every",
+            "20",
+            "--name",
+            "baseline",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    // A live run with another objective: it trains until the test stops it.
+    let mut live = common::spawn_train(
+        &f,
+        "cos",
+        &[
+            "--headless",
+            "--steps",
+            "100000000",
+            "--eval-every",
+            "20",
+            "--snapshot-every",
+            "20",
+            "--checkpoint-every",
+            "0",
+            "--log-every",
+            "100000000",
+            "--reg",
+            "cos=1",
+            "--name",
+            "cosreg",
+        ],
+    );
+    common::wait_until("the live run's folder", || {
+        f.path("cos").join("run.toml").exists()
+    });
+    let exit_file = f.path("exit-status");
+    let command = format!(
+        "{} compare {} {}; echo $? > {}; sleep 600",
+        env!("CARGO_BIN_EXE_conelab"),
+        s(&f.path("mle")),
+        s(&f.path("cos")),
+        s(&exit_file),
+    );
+    let tmux = Tmux {
+        socket: format!("conelab-compare-{}", std::process::id()),
+        session: "cmp".into(),
+    };
+    let out = tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "cmp",
+        "-x",
+        "120",
+        "-y",
+        "40",
+        &command,
+    ]);
+    assert!(out.status.success(), "tmux new-session: {out:?}");
+    // The legend: both runs by name, the finished one with its status, the live one live.
+    tmux.wait_for("■ 1 baseline");
+    let screen = tmux.wait_for("■ 2 cosreg");
+    assert!(screen.contains("compare · 2 runs"), "{screen}");
+    tmux.wait_for("completed");
+    tmux.wait_for("live");
+    // Live runs update live: run 2's step grows on screen while run 1's stays at 60.
+    let mut first = None;
+    common::wait_until("run 2's step to grow on screen", || {
+        let screen = tmux.screen();
+        let step = legend_step(&screen, 2);
+        match (first, step) {
+            (None, Some(s)) => {
+                first = Some(s);
+                false
+            }
+            (Some(a), Some(b)) => b > a,
+            _ => false,
+        }
+    });
+    assert_eq!(legend_step(&tmux.screen(), 1), Some(60));
+    // Stop the live run; once the view says so, its curves are final and can be compared.
+    common::signal(live.id(), libc::SIGTERM);
+    let _ = live.wait();
+    tmux.wait_for("stopped");
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let both = plot(&tmux.screen());
+    tmux.keys(&["1"]);
+    tmux.wait_for("(hidden)");
+    let only_cos = plot(&tmux.screen());
+    tmux.keys(&["1", "2"]);
+    let only_mle = plot(&tmux.screen());
+    tmux.keys(&["2"]);
+    assert!(only_cos.trim() != "" && only_mle.trim() != "", "{both}");
+    assert_ne!(only_cos, only_mle, "each run draws its own curve");
+    assert_ne!(
+        both, only_cos,
+        "the baseline's curve is drawn with the other"
+    );
+    assert_ne!(both, only_mle, "cosreg's curve is drawn with the other");
+    // The smoothing key changes the drawn curve (raw at 0, heavily smoothed at 0.9).
+    tmux.keys(&["0"]);
+    tmux.wait_for("no smoothing");
+    let raw = plot(&tmux.screen());
+    tmux.keys(&["+"; 9]);
+    tmux.wait_for("smoothing 0.90");
+    let smooth = plot(&tmux.screen());
+    assert_ne!(raw, smooth, "smoothing changed nothing on screen");
+    // Another curve: the validation PPL of the rare group, both runs evaluated.
+    tmux.keys(&["Down"; 4]);
+    let screen = tmux.wait_for("▶ valid PPL rare");
+    assert!(!screen.contains("no valid PPL rare yet"), "{screen}");
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_for_exit(&exit_file), "0", "exit status");
+}

@@ -56,6 +56,36 @@ pub fn resolve(arg: Option<&Path>, root: &Path) -> Result<Resolved, RunError> {
     }
 }
 
+/// The runs `args` name (folders, or folder names under `root`), for the compare view: each
+/// must be a conelab run (a run.toml or a metrics store), none twice.
+pub fn resolve_many(args: &[PathBuf], root: &Path) -> Result<Vec<PathBuf>, RunError> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for a in args {
+        let Resolved::One(dir) = resolve(Some(a), root)? else {
+            continue;
+        };
+        let is_run = dir.join("run.toml").is_file()
+            || crate::store::store_dir(&dir)
+                .join(crate::store::RUN_RECORD)
+                .is_file();
+        if !is_run {
+            return Err(RunError::Usage(format!(
+                "{}: not a conelab run (no run.toml, no metrics store)",
+                dir.display()
+            )));
+        }
+        let same = |d: &PathBuf| match (d.canonicalize(), dir.canonicalize()) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => *d == dir,
+        };
+        if out.iter().any(same) {
+            return Err(RunError::Usage(format!("{}: named twice", dir.display())));
+        }
+        out.push(dir);
+    }
+    Ok(out)
+}
+
 /// A run reached.
 pub struct Opened {
     pub link: Box<dyn RunLink>,

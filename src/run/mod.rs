@@ -9,13 +9,15 @@
 //! - [`client`]: a viewer's end, one interface with a socket, an in-process and a stored
 //!   transport; [`view`]: what a viewer knows of a run; [`answer`]: requests only a run answers.
 //! - [`live`]: whether a run is alive (an OS lock) and how it ended; [`list`]: `conelab runs`;
-//!   [`attach`]: which run `conelab attach` means and how to reach it.
+//!   [`attach`]: which run `conelab attach` means and how to reach it; [`follow`]: runs read
+//!   from their folders as they go (the compare view).
 
 pub mod answer;
 pub mod attach;
 pub mod client;
 pub mod clock;
 pub mod detach;
+pub mod follow;
 pub mod hub;
 pub mod labels;
 pub mod launch;

@@ -29,6 +29,7 @@ pub mod projection;
 pub mod query;
 pub mod recorder;
 pub mod segment;
+pub mod tail;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

@@ -230,6 +230,12 @@ fn read_projected(
     Ok(df)
 }
 
+/// One segment (only `columns` of it when given): what [`read_all`] reads of each live segment,
+/// for a reader that follows a store segment by segment (`super::tail`).
+pub fn read_one(path: &Path, kind: Kind, columns: Option<&[&str]>) -> Result<DataFrame, ReadError> {
+    read_projected(path, kind, columns)
+}
+
 fn schema(kind: Kind) -> DataFrame {
     match kind {
         Kind::Metrics => empty_metrics(),

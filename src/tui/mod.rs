@@ -15,6 +15,7 @@ pub mod app;
 pub mod bench;
 pub mod bench_attach;
 pub mod browser;
+pub mod compare;
 pub mod keys;
 pub mod neighbors;
 pub mod ui;

@@ -115,7 +115,7 @@ pub fn pane_areas(area: Rect, app: &App) -> Vec<(Pane, Rect)> {
 }
 
 /// Below the minimum size: a message instead of a layout. Returns whether it drew it.
-fn too_small(frame: &mut Frame, area: Rect) -> bool {
+pub(crate) fn too_small(frame: &mut Frame, area: Rect) -> bool {
     if area.width >= MIN_WIDTH && area.height >= MIN_HEIGHT {
         return false;
     }
@@ -295,7 +295,7 @@ fn header_line(app: &App, pal: &Palette, width: u16) -> Paragraph<'static> {
 }
 
 /// `text` cut to at most `max` characters, the cut marked with "…".
-fn shorten(text: &str, max: usize) -> String {
+pub(crate) fn shorten(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_string();
     }
@@ -977,8 +977,13 @@ fn centered(area: Rect, width: u16, height: u16) -> Rect {
 }
 
 fn help_overlay(frame: &mut Frame, area: Rect) {
+    keys_overlay(frame, area, HELP);
+}
+
+/// A box of key bindings (key, what it does) in the middle of `area`.
+pub(crate) fn keys_overlay(frame: &mut Frame, area: Rect, help: &[(&str, &str)]) {
     const KEYS: usize = 20;
-    let widest = HELP
+    let widest = help
         .iter()
         .map(|(_, what)| what.chars().count())
         .max()
@@ -986,7 +991,7 @@ fn help_overlay(frame: &mut Frame, area: Rect) {
     let width = ((KEYS + widest + 2) as u16).min(area.width);
     let text_width = (width as usize).saturating_sub(KEYS + 2).max(8);
     // Long descriptions wrap under their own column rather than run off the box.
-    let lines: Vec<Line> = HELP
+    let lines: Vec<Line> = help
         .iter()
         .flat_map(|(k, what)| {
             wrap_words(what, text_width)
@@ -1056,7 +1061,7 @@ fn quit_dialog(frame: &mut Frame, area: Rect, pal: &Palette) {
 }
 
 /// `1h 02m`, `3m 20s`, `45s`.
-fn human_duration(seconds: f64) -> String {
+pub(crate) fn human_duration(seconds: f64) -> String {
     let s = seconds.max(0.0).round() as u64;
     match s {
         0..=59 => format!("{s}s"),

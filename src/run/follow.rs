@@ -1,0 +1,231 @@
+//! Following runs from their folders (the compare view): a thread of its own reads each run's
+//! metrics store as its writer adds segments ([`crate::store::tail`]), its state (live, or how
+//! it ended) and its labels, and sends what changed. The view never touches a disk and a run
+//! never knows it is watched, so comparing costs a live run nothing; its numbers arrive with its
+//! store's flush interval (a few seconds behind its own viewer).
+
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::Duration;
+
+use polars::prelude::*;
+use rustc_hash::FxHashSet;
+
+use super::live::{self, Liveness};
+use crate::store::tail::MetricsTail;
+use crate::store::{StoreError, col};
+
+/// One metrics row of a followed run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Row {
+    /// The series (`store::series_key` of split, group, metric).
+    pub key: i64,
+    pub step: u64,
+    /// Seconds since the Unix epoch.
+    pub wall: f64,
+    pub value: f64,
+}
+
+/// What the follower learnt about run number `run` (its index in the list it was given).
+#[derive(Debug, Clone, PartialEq)]
+pub enum FollowUpdate {
+    /// New rows of the wanted series; `reset`: they replace everything sent before.
+    Rows {
+        run: usize,
+        reset: bool,
+        rows: Vec<Row>,
+    },
+    /// Its label (name and tags) and status (live, completed, stopped, …), when they change.
+    State {
+        run: usize,
+        label: String,
+        status: String,
+    },
+    /// Something worth a line: a skipped segment, an unreadable store.
+    Warning { run: usize, message: String },
+}
+
+const COLUMNS: [&str; 4] = [col::KEY, col::STEP, col::WALL_TIME, col::VALUE];
+
+/// Starts following `dirs` (every `every`), sending the rows of the series in `wanted`. The
+/// thread ends when the receiver is dropped.
+pub fn spawn(
+    dirs: Vec<PathBuf>,
+    wanted: FxHashSet<i64>,
+    every: Duration,
+) -> std::io::Result<Receiver<FollowUpdate>> {
+    let (tx, rx) = channel();
+    std::thread::Builder::new()
+        .name("conelab-follow".into())
+        .spawn(move || follow(dirs, wanted, every, tx))?;
+    Ok(rx)
+}
+
+fn follow(dirs: Vec<PathBuf>, wanted: FxHashSet<i64>, every: Duration, tx: Sender<FollowUpdate>) {
+    let mut tails: Vec<MetricsTail> = dirs.iter().map(|d| MetricsTail::new(d)).collect();
+    let mut states: Vec<Option<(String, String)>> = vec![None; dirs.len()];
+    // An error is said once until it changes (a store that stays unreadable is not a flood).
+    let mut errors: Vec<Option<String>> = vec![None; dirs.len()];
+    loop {
+        for (run, dir) in dirs.iter().enumerate() {
+            let state = (label(dir), status(dir));
+            if states[run].as_ref() != Some(&state) {
+                let (label, status) = state.clone();
+                states[run] = Some(state);
+                if tx.send(FollowUpdate::State { run, label, status }).is_err() {
+                    return;
+                }
+            }
+            let update = match tails[run].poll(&COLUMNS) {
+                Ok(read) => {
+                    errors[run] = None;
+                    for message in read.warnings {
+                        if tx.send(FollowUpdate::Warning { run, message }).is_err() {
+                            return;
+                        }
+                    }
+                    match rows(&read.rows, &wanted) {
+                        Ok(rows) if rows.is_empty() && !read.reset => None,
+                        Ok(rows) => Some(FollowUpdate::Rows {
+                            run,
+                            reset: read.reset,
+                            rows,
+                        }),
+                        Err(e) => warning(&mut errors[run], run, e),
+                    }
+                }
+                Err(e) => warning(&mut errors[run], run, e),
+            };
+            if let Some(u) = update
+                && tx.send(u).is_err()
+            {
+                return;
+            }
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// A warning for `e`, unless it was the last thing said about this run.
+fn warning(said: &mut Option<String>, run: usize, e: StoreError) -> Option<FollowUpdate> {
+    let message = format!("metrics store: {e}");
+    if said.as_deref() == Some(message.as_str()) {
+        return None;
+    }
+    *said = Some(message.clone());
+    Some(FollowUpdate::Warning { run, message })
+}
+
+fn rows(df: &DataFrame, wanted: &FxHashSet<i64>) -> Result<Vec<Row>, StoreError> {
+    let keys = df.column(col::KEY)?.i64()?;
+    let steps = df.column(col::STEP)?.u64()?;
+    let walls = df.column(col::WALL_TIME)?.f64()?;
+    let values = df.column(col::VALUE)?.f64()?;
+    let mut out = Vec::new();
+    for i in 0..df.height() {
+        let Some(key) = keys.get(i).filter(|k| wanted.contains(k)) else {
+            continue;
+        };
+        let (Some(step), Some(value)) = (steps.get(i), values.get(i)) else {
+            continue;
+        };
+        out.push(Row {
+            key,
+            step,
+            wall: walls.get(i).unwrap_or(f64::NAN),
+            value,
+        });
+    }
+    Ok(out)
+}
+
+/// The run's label: its name (else its folder's), then its tags.
+fn label(dir: &std::path::Path) -> String {
+    let folder = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| dir.display().to_string());
+    match crate::store::read_run_record(&crate::store::store_dir(dir)) {
+        Ok(record) => {
+            let name = record.labels.name.clone().unwrap_or(folder);
+            let tags: String = record
+                .labels
+                .tags
+                .iter()
+                .map(|t| format!(" #{t}"))
+                .collect();
+            format!("{name}{tags}")
+        }
+        Err(_) => folder,
+    }
+}
+
+/// live, completed, stopped, diverged, failed, crashed — or unreadable.
+fn status(dir: &std::path::Path) -> String {
+    match live::liveness(dir) {
+        Ok(Liveness::Live { .. }) => "live".into(),
+        Ok(Liveness::Ended(f)) => f.status,
+        Ok(Liveness::Crashed) => "crashed".into(),
+        Err(_) => "unreadable".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{RunRecord, StoreWriter, series_key};
+
+    #[test]
+    fn sends_the_wanted_rows_as_they_are_written() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let run = tmp.path().join("a");
+        std::fs::create_dir_all(&run).expect("dir");
+        let mut record = RunRecord::new("a", String::new(), "c".into(), "cpu".into());
+        record.labels.name = Some("baseline".into());
+        record.labels.tags = vec!["seed1".into()];
+        let mut w = StoreWriter::open(&run, &record).expect("writer");
+        w.push_metric(1, "train", "total", "loss", 5.0);
+        w.push_metric(1, "train", "total", "lr", 0.1);
+        w.flush().expect("flush");
+        let loss = series_key("train", "total", "loss");
+        let wanted: FxHashSet<i64> = [loss].into_iter().collect();
+        let rx = spawn(vec![run.clone()], wanted, Duration::from_millis(20)).expect("spawn");
+        let wait = |what: &str, ok: &dyn Fn(&FollowUpdate) -> bool| loop {
+            let u = rx
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            if ok(&u) {
+                return u;
+            }
+        };
+        let state = wait("state", &|u| matches!(u, FollowUpdate::State { .. }));
+        assert_eq!(
+            state,
+            FollowUpdate::State {
+                run: 0,
+                label: "baseline #seed1".into(),
+                // No lock held and no final record.
+                status: "crashed".into()
+            }
+        );
+        let first = wait("rows", &|u| matches!(u, FollowUpdate::Rows { .. }));
+        let FollowUpdate::Rows { reset, rows, .. } = first else {
+            unreachable!()
+        };
+        assert!(reset);
+        assert_eq!(rows.len(), 1, "lr is not wanted: {rows:?}");
+        assert_eq!((rows[0].key, rows[0].step, rows[0].value), (loss, 1, 5.0));
+        assert!(rows[0].wall > 1.6e9, "wall time is Unix seconds");
+        w.push_metric(2, "train", "total", "loss", 4.0);
+        w.flush().expect("flush");
+        let next = wait(
+            "more rows",
+            &|u| matches!(u, FollowUpdate::Rows { rows, .. } if !rows.is_empty()),
+        );
+        let FollowUpdate::Rows { reset, rows, .. } = next else {
+            unreachable!()
+        };
+        assert!(!reset);
+        assert_eq!(rows.iter().map(|r| r.step).collect::<Vec<_>>(), vec![2]);
+    }
+}

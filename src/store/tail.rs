@@ -1,0 +1,213 @@
+//! Following a store while its writer adds to it (the compare view of live runs): each
+//! [`MetricsTail::poll`] reads only the metrics segments written since the previous one, so a
+//! viewer that polls every second reads each segment once, not the whole store every time. A
+//! compaction newer than what was read supersedes everything before it: the next poll starts
+//! over from it (and says so). Segments are whole on disk (the writer links them into place), so
+//! a poll never sees half of one.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use polars::prelude::*;
+
+use super::segment::{self, Kind, ReadError};
+use super::{StoreError, store_dir};
+
+/// What one poll found.
+#[derive(Debug)]
+pub struct TailRead {
+    /// The rows replace everything read before (the first poll, or a newer compaction).
+    pub reset: bool,
+    /// The new rows (only the columns asked for), in segment order.
+    pub rows: DataFrame,
+    /// Segments that are not conelab segments, skipped (each named once).
+    pub warnings: Vec<String>,
+}
+
+/// The reading position in one run's metrics segments.
+#[derive(Debug)]
+pub struct MetricsTail {
+    dir: PathBuf,
+    /// The highest sequence number read (or skipped as corrupt).
+    read_up_to: Option<u64>,
+    /// The newest compaction read from, so an older one is never read again.
+    base: Option<u64>,
+    warned: HashSet<PathBuf>,
+}
+
+impl MetricsTail {
+    /// Follows the store of `run_dir` (which need not exist yet: a run that is starting).
+    pub fn new(run_dir: &Path) -> Self {
+        Self {
+            dir: store_dir(run_dir),
+            read_up_to: None,
+            base: None,
+            warned: HashSet::new(),
+        }
+    }
+
+    /// The metrics rows written since the last poll (only `columns` of them). An I/O error
+    /// leaves the position where it was: the next poll tries the same segments again.
+    pub fn poll(&mut self, columns: &[&str]) -> Result<TailRead, StoreError> {
+        let all: Vec<segment::Segment> = segment::list(&self.dir)?
+            .into_iter()
+            .filter(|s| s.kind == Kind::Metrics)
+            .collect();
+        let newest_base = all.iter().rposition(|s| s.base);
+        let first_poll = self.read_up_to.is_none();
+        let (reset, start) = match newest_base {
+            Some(b) if self.base.is_none_or(|read| all[b].seq > read) => (true, b),
+            _ => {
+                let after = self.read_up_to;
+                let start = all
+                    .iter()
+                    .position(|s| after.is_none_or(|r| s.seq > r))
+                    .unwrap_or(all.len());
+                (first_poll, start)
+            }
+        };
+        let mut rows = segment_schema(columns)?;
+        let mut warnings = Vec::new();
+        let mut up_to = if reset { None } else { self.read_up_to };
+        for seg in &all[start..] {
+            match segment::read_one(&seg.path, Kind::Metrics, Some(columns)) {
+                Ok(df) => {
+                    rows.vstack_mut(&df)?;
+                }
+                Err(ReadError::Corrupt(why)) => {
+                    if self.warned.insert(seg.path.clone()) {
+                        warnings.push(format!("{why}; segment skipped"));
+                    }
+                }
+                Err(ReadError::Io(e)) => return Err(e),
+            }
+            up_to = Some(up_to.map_or(seg.seq, |u: u64| u.max(seg.seq)));
+        }
+        if reset {
+            self.base = newest_base.map(|b| all[b].seq);
+        }
+        // An empty store is still a first poll: the first segment it gets is not a reset.
+        if up_to.is_some() {
+            self.read_up_to = up_to;
+        }
+        if rows.columns().first().is_some_and(|c| c.n_chunks() > 32) {
+            rows.rechunk_mut();
+        }
+        Ok(TailRead {
+            reset: reset || (first_poll && !all.is_empty()),
+            rows,
+            warnings,
+        })
+    }
+}
+
+fn segment_schema(columns: &[&str]) -> Result<DataFrame, StoreError> {
+    Ok(super::empty_metrics().select(columns.iter().copied())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{RunRecord, StoreWriter, col};
+
+    const COLUMNS: [&str; 2] = [col::STEP, col::VALUE];
+
+    fn steps(read: &TailRead) -> Vec<u64> {
+        read.rows
+            .column(col::STEP)
+            .expect("step")
+            .u64()
+            .expect("u64")
+            .into_no_null_iter()
+            .collect()
+    }
+
+    fn writer(dir: &Path) -> StoreWriter {
+        let record = RunRecord::new("tail", String::new(), "c".into(), "cpu".into());
+        StoreWriter::open(dir, &record).expect("writer")
+    }
+
+    fn flush_steps(w: &mut StoreWriter, range: std::ops::Range<u64>) {
+        for s in range {
+            w.push_metric(s, "train", "total", "loss", s as f64);
+        }
+        w.flush().expect("flush");
+    }
+
+    #[test]
+    fn each_poll_reads_only_new_segments() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mut tail = MetricsTail::new(tmp.path());
+        // Nothing yet (a run that is starting): empty, no error.
+        let first = tail.poll(&COLUMNS).expect("poll");
+        assert_eq!(first.rows.height(), 0);
+        let mut w = writer(tmp.path());
+        flush_steps(&mut w, 1..4);
+        let read = tail.poll(&COLUMNS).expect("poll");
+        assert!(read.reset, "the first rows replace the (empty) view");
+        assert_eq!(steps(&read), vec![1, 2, 3]);
+        assert_eq!(tail.poll(&COLUMNS).expect("poll").rows.height(), 0);
+        flush_steps(&mut w, 4..6);
+        flush_steps(&mut w, 6..7);
+        let read = tail.poll(&COLUMNS).expect("poll");
+        assert!(!read.reset);
+        assert_eq!(steps(&read), vec![4, 5, 6]);
+    }
+
+    #[test]
+    fn a_compaction_starts_over_from_it() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mut w = writer(tmp.path());
+        flush_steps(&mut w, 1..3);
+        let mut tail = MetricsTail::new(tmp.path());
+        assert_eq!(steps(&tail.poll(&COLUMNS).expect("poll")), vec![1, 2]);
+        flush_steps(&mut w, 3..5);
+        w.compact().expect("compact");
+        flush_steps(&mut w, 5..6);
+        let read = tail.poll(&COLUMNS).expect("poll");
+        assert!(read.reset, "a newer compaction supersedes what was read");
+        assert_eq!(steps(&read), vec![1, 2, 3, 4, 5]);
+        flush_steps(&mut w, 6..7);
+        let read = tail.poll(&COLUMNS).expect("poll");
+        assert!(!read.reset, "the same compaction is not read twice");
+        assert_eq!(steps(&read), vec![6]);
+    }
+
+    #[test]
+    fn a_corrupt_segment_is_skipped_and_named_once() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mut w = writer(tmp.path());
+        flush_steps(&mut w, 1..2);
+        drop(w);
+        let store = store_dir(tmp.path());
+        let next = segment::next_seq(&store).expect("seq");
+        std::fs::write(
+            segment::path_of(&store, Kind::Metrics, next, false),
+            b"not parquet",
+        )
+        .expect("write");
+        // The next writer numbers its segments after the foreign file.
+        let mut w = writer(tmp.path());
+        let mut tail = MetricsTail::new(tmp.path());
+        let read = tail.poll(&COLUMNS).expect("poll");
+        assert_eq!(steps(&read), vec![1]);
+        assert_eq!(read.warnings.len(), 1, "{:?}", read.warnings);
+        assert!(read.warnings[0].contains("not a Parquet file"));
+        flush_steps(&mut w, 2..3);
+        let read = tail.poll(&COLUMNS).expect("poll");
+        assert_eq!(steps(&read), vec![2]);
+        assert!(read.warnings.is_empty(), "named once: {:?}", read.warnings);
+    }
+
+    #[test]
+    fn an_io_error_keeps_the_position() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mut w = writer(tmp.path());
+        flush_steps(&mut w, 1..3);
+        let mut tail = MetricsTail::new(tmp.path());
+        let err = crate::fault::with_plan("segment.read:1:EIO", || tail.poll(&COLUMNS));
+        assert!(err.is_err(), "EIO is an error, not an empty store");
+        let read = tail.poll(&COLUMNS).expect("poll");
+        assert_eq!(steps(&read), vec![1, 2], "nothing was skipped");
+    }
+}

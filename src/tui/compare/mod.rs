@@ -1,0 +1,685 @@
+//! The compare view: several runs overlaid, one colour per run — TensorBoard's scalar dashboard
+//! in a terminal. The curves (train loss, validation PPL in total and per group, I1 and its
+//! scale-free companions, mean cosine, effective rank) by step or by wall time, with
+//! TensorBoard's exponential smoothing (debiased, the raw curve faint behind); the Groups table
+//! with a row per run; every run's spectrum in one plot.
+//!
+//! State and its updates here, keys in [`action_for`], drawing in [`ui`] (a pure function of the
+//! state). The numbers come from [`crate::run::follow`]: the runs' stores read as they grow, so
+//! live runs update live (with their store's flush interval) and finished ones are shown whole;
+//! comparing never talks to a run, so it costs a live run nothing and needs no socket.
+
+pub mod ui;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use ratatui::crossterm::event::{
+    Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers,
+};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::app::ViewOptions;
+use super::{Input, TICK, TerminalGuard, TuiError, ViewerSignals, init_terminal};
+use crate::run::follow::{self, FollowUpdate};
+use crate::store::writer::spectrum_metric;
+use crate::store::{series_key, split};
+
+/// One curve the view can show: a series of the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Curve {
+    /// As `conelab compare --curve` spells it.
+    pub name: &'static str,
+    pub label: &'static str,
+    pub split: &'static str,
+    pub group: &'static str,
+    pub metric: &'static str,
+}
+
+impl Curve {
+    const fn new(
+        name: &'static str,
+        label: &'static str,
+        split: &'static str,
+        group: &'static str,
+        metric: &'static str,
+    ) -> Self {
+        Self {
+            name,
+            label,
+            split,
+            group,
+            metric,
+        }
+    }
+
+    pub fn key(&self) -> i64 {
+        series_key(self.split, self.group, self.metric)
+    }
+
+    /// The curve `--curve NAME` means.
+    pub fn by_name(name: &str) -> Option<usize> {
+        CURVES.iter().position(|c| c.name == name)
+    }
+}
+
+/// The curves, in the order the list shows them.
+pub const CURVES: [Curve; 11] = [
+    Curve::new("loss", "train loss", split::TRAIN, "total", "loss"),
+    Curve::new("ppl", "valid PPL", split::VALID, "total", "ppl"),
+    Curve::new(
+        "ppl-freq",
+        "valid PPL freq",
+        split::VALID,
+        "frequent",
+        "ppl",
+    ),
+    Curve::new("ppl-med", "valid PPL med", split::VALID, "medium", "ppl"),
+    Curve::new("ppl-rare", "valid PPL rare", split::VALID, "rare", "ppl"),
+    Curve::new("i1", "I1 = I(W)", split::EMBEDDING, "total", "i1"),
+    Curve::new(
+        "i1-unit",
+        "I1 unit rows",
+        split::EMBEDDING,
+        "total",
+        "i1_unit",
+    ),
+    Curve::new(
+        "isoscore",
+        "IsoScore",
+        split::EMBEDDING,
+        "total",
+        "isoscore",
+    ),
+    Curve::new(
+        "mean-cos",
+        "mean cosine",
+        split::EMBEDDING,
+        "total",
+        "mean_cos",
+    ),
+    Curve::new(
+        "mean-norm",
+        "mean norm",
+        split::EMBEDDING,
+        "total",
+        "mean_norm",
+    ),
+    Curve::new(
+        "effective-rank",
+        "effective rank",
+        split::EMBEDDING,
+        "total",
+        "effective_rank",
+    ),
+];
+
+/// The Groups table's cells besides the curves: Uniq per group, I(W) per group.
+const TABLE_METRICS: [(&str, &str); 2] = [(split::VALID, "uniq"), (split::EMBEDDING, "i1")];
+
+/// Group names of the store, in the table's column order.
+pub const TABLE_GROUPS: [&str; 4] = ["frequent", "medium", "rare", "total"];
+
+/// Spectra up to this many singular values are followed.
+const MAX_SPECTRUM: usize = 4096;
+
+/// Spectrum series keys → index k.
+fn spectrum_keys() -> &'static FxHashMap<i64, usize> {
+    static KEYS: OnceLock<FxHashMap<i64, usize>> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        (0..MAX_SPECTRUM)
+            .map(|k| (series_key(split::SPECTRUM, "total", &spectrum_metric(k)), k))
+            .collect()
+    })
+}
+
+/// Every series the view shows.
+pub fn wanted_keys() -> FxHashSet<i64> {
+    let mut keys: FxHashSet<i64> = CURVES.iter().map(Curve::key).collect();
+    for (s, metric) in TABLE_METRICS {
+        for g in TABLE_GROUPS {
+            keys.insert(series_key(s, g, metric));
+        }
+    }
+    for g in TABLE_GROUPS {
+        keys.insert(series_key(split::VALID, g, "ppl"));
+        keys.insert(series_key(split::EMBEDDING, g, "isoscore"));
+    }
+    keys.extend(spectrum_keys().keys());
+    keys
+}
+
+/// One run being compared.
+#[derive(Debug, Clone, Default)]
+pub struct CompareRun {
+    pub dir: PathBuf,
+    /// Its name (else its folder's) and tags.
+    pub label: String,
+    /// live, completed, stopped, diverged, failed, crashed (from its folder).
+    pub status: String,
+    /// Left out of the curves and the spectrum (`1`–`9`).
+    pub hidden: bool,
+    /// Series key → step → (wall time, value); a step recorded twice (a resumed run) keeps the
+    /// newest value.
+    series: FxHashMap<i64, BTreeMap<u64, (f64, f64)>>,
+    /// The newest spectrum: its step and the normalised singular values.
+    spectrum: (u64, Vec<f64>),
+    /// The earliest wall time seen (x = 0 of the time axis).
+    first_wall: Option<f64>,
+}
+
+impl CompareRun {
+    pub fn new(dir: PathBuf) -> Self {
+        let label = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| dir.display().to_string());
+        Self {
+            dir,
+            label,
+            status: "…".into(),
+            ..Self::default()
+        }
+    }
+
+    /// Folds rows of the store into the run.
+    pub fn add(&mut self, rows: &[follow::Row]) {
+        let spectra = spectrum_keys();
+        for r in rows {
+            if r.wall.is_finite() {
+                self.first_wall = Some(self.first_wall.map_or(r.wall, |w| w.min(r.wall)));
+            }
+            if let Some(&k) = spectra.get(&r.key) {
+                let (step, values) = &mut self.spectrum;
+                if r.step > *step || values.is_empty() {
+                    *step = r.step;
+                    values.clear();
+                }
+                if r.step == *step {
+                    if values.len() <= k {
+                        values.resize(k + 1, f64::NAN);
+                    }
+                    values[k] = r.value;
+                }
+                continue;
+            }
+            self.series
+                .entry(r.key)
+                .or_default()
+                .insert(r.step, (r.wall, r.value));
+        }
+    }
+
+    fn clear(&mut self) {
+        self.series.clear();
+        self.spectrum = (0, Vec::new());
+        self.first_wall = None;
+    }
+
+    /// A series as (step, seconds since the run's first row, value), by step.
+    pub fn points(&self, key: i64) -> Vec<(u64, f64, f64)> {
+        let origin = self.first_wall.unwrap_or(0.0);
+        self.series
+            .get(&key)
+            .map(|s| {
+                s.iter()
+                    .map(|(&step, &(wall, v))| (step, wall - origin, v))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The newest value of a series: (step, value).
+    pub fn last(&self, split: &str, group: &str, metric: &str) -> Option<(u64, f64)> {
+        self.series
+            .get(&series_key(split, group, metric))
+            .and_then(|s| s.last_key_value())
+            .map(|(&step, &(_, v))| (step, v))
+    }
+
+    /// The newest training step recorded.
+    pub fn step(&self) -> Option<u64> {
+        self.last(split::TRAIN, "total", "loss").map(|(s, _)| s)
+    }
+
+    /// The newest spectrum (normalised singular values), empty before the first analysis.
+    pub fn spectrum(&self) -> &[f64] {
+        &self.spectrum.1
+    }
+}
+
+/// What the curves are drawn against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XAxis {
+    #[default]
+    Step,
+    /// Wall-clock time since each run's first record.
+    Time,
+}
+
+/// The panes of the compare view, in focus order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComparePane {
+    Curves,
+    Groups,
+    Spectrum,
+}
+
+impl ComparePane {
+    pub const ALL: [ComparePane; 3] = [
+        ComparePane::Curves,
+        ComparePane::Groups,
+        ComparePane::Spectrum,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            ComparePane::Curves => "Curves",
+            ComparePane::Groups => "Groups: valid PPL, Uniq; I(W), IsoScore",
+            ComparePane::Spectrum => "Spectrum",
+        }
+    }
+}
+
+/// TensorBoard's default smoothing weight.
+pub const DEFAULT_SMOOTHING: f64 = 0.6;
+/// The largest weight the keys reach (1 would be a flat line at the first value).
+pub const MAX_SMOOTHING: f64 = 0.99;
+/// Lines of the warnings kept.
+const WARNINGS: usize = 4;
+
+/// What the user asked for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CompareAction {
+    None,
+    Quit,
+    ToggleHelp,
+    FocusNext,
+    FocusPrev,
+    ToggleZoom,
+    /// ↑/↓ in the curve list.
+    Curve(i32),
+    ToggleX,
+    /// `+`/`-`: the smoothing weight up or down by this much (clamped to 0 ..= 0.99).
+    Smoothing(f64),
+    ToggleLogY,
+    /// `1`–`9`: show or hide run n (0-based).
+    ToggleRun(usize),
+}
+
+#[derive(Debug, Clone)]
+pub struct CompareApp {
+    pub runs: Vec<CompareRun>,
+    /// Index into [`CURVES`].
+    pub curve: usize,
+    pub x_axis: XAxis,
+    /// TensorBoard's exponential smoothing weight, 0 (raw) ..= 0.99.
+    pub smoothing: f64,
+    pub log_y: bool,
+    pub focus: ComparePane,
+    pub zoom: bool,
+    pub help: bool,
+    pub exit: bool,
+    pub view: ViewOptions,
+    /// The newest warnings (a skipped segment, an unreadable store), prefixed with the run.
+    pub warnings: VecDeque<String>,
+}
+
+/// How the view starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CompareOptions {
+    pub view: ViewOptions,
+    pub x_axis: XAxis,
+    pub smoothing: f64,
+    pub log_y: bool,
+    /// Index into [`CURVES`].
+    pub curve: usize,
+}
+
+impl Default for CompareOptions {
+    fn default() -> Self {
+        Self {
+            view: ViewOptions::default(),
+            x_axis: XAxis::Step,
+            smoothing: DEFAULT_SMOOTHING,
+            log_y: false,
+            curve: 0,
+        }
+    }
+}
+
+impl CompareApp {
+    pub fn new(dirs: Vec<PathBuf>, options: CompareOptions) -> Self {
+        Self {
+            runs: dirs.into_iter().map(CompareRun::new).collect(),
+            curve: options.curve.min(CURVES.len() - 1),
+            x_axis: options.x_axis,
+            smoothing: options.smoothing.clamp(0.0, MAX_SMOOTHING),
+            log_y: options.log_y,
+            focus: ComparePane::Curves,
+            zoom: false,
+            help: false,
+            exit: false,
+            view: options.view,
+            warnings: VecDeque::new(),
+        }
+    }
+
+    pub fn curve(&self) -> Curve {
+        CURVES[self.curve]
+    }
+
+    /// Folds what the follower learnt.
+    pub fn on_update(&mut self, update: FollowUpdate) {
+        match update {
+            FollowUpdate::Rows { run, reset, rows } => {
+                if let Some(r) = self.runs.get_mut(run) {
+                    if reset {
+                        r.clear();
+                    }
+                    r.add(&rows);
+                }
+            }
+            FollowUpdate::State { run, label, status } => {
+                if let Some(r) = self.runs.get_mut(run) {
+                    r.label = label;
+                    r.status = status;
+                }
+            }
+            FollowUpdate::Warning { run, message } => {
+                let who = self
+                    .runs
+                    .get(run)
+                    .map(|r| r.label.clone())
+                    .unwrap_or_default();
+                if self.warnings.len() == WARNINGS {
+                    self.warnings.pop_front();
+                }
+                self.warnings.push_back(format!("{who}: {message}"));
+            }
+        }
+    }
+
+    pub fn apply(&mut self, action: CompareAction) {
+        match action {
+            CompareAction::None => {}
+            CompareAction::Quit => {
+                if self.help {
+                    self.help = false;
+                } else {
+                    self.exit = true;
+                }
+            }
+            CompareAction::ToggleHelp => self.help = !self.help,
+            CompareAction::FocusNext | CompareAction::FocusPrev => {
+                let n = ComparePane::ALL.len();
+                let at = ComparePane::ALL
+                    .iter()
+                    .position(|p| *p == self.focus)
+                    .unwrap_or(0);
+                let next = if action == CompareAction::FocusNext {
+                    (at + 1) % n
+                } else {
+                    (at + n - 1) % n
+                };
+                self.focus = ComparePane::ALL[next];
+            }
+            CompareAction::ToggleZoom => self.zoom = !self.zoom,
+            CompareAction::Curve(d) => {
+                let n = CURVES.len() as i64;
+                self.curve = (self.curve as i64 + d as i64).rem_euclid(n) as usize;
+            }
+            CompareAction::ToggleX => {
+                self.x_axis = match self.x_axis {
+                    XAxis::Step => XAxis::Time,
+                    XAxis::Time => XAxis::Step,
+                }
+            }
+            CompareAction::Smoothing(d) => {
+                // Rounded to the key's step, so + then - comes back to the same weight.
+                let w = ((self.smoothing + d) * 100.0).round() / 100.0;
+                self.smoothing = w.clamp(0.0, MAX_SMOOTHING);
+            }
+            CompareAction::ToggleLogY => self.log_y = !self.log_y,
+            CompareAction::ToggleRun(i) => {
+                if let Some(r) = self.runs.get_mut(i) {
+                    r.hidden = !r.hidden;
+                }
+            }
+        }
+    }
+}
+
+/// The key bindings, as the help overlay and README list them.
+pub const HELP: [(&str, &str); 10] = [
+    ("↑/↓ j/k", "choose the curve"),
+    ("x", "x axis: step / wall time"),
+    (
+        "+ / -",
+        "smoothing weight up / down (0.1; raw curve faint behind)",
+    ),
+    ("0", "smoothing off"),
+    ("l", "log-y"),
+    ("1-9", "show / hide run n"),
+    ("Tab", "next pane"),
+    ("z", "zoom the focused pane"),
+    ("?", "this help"),
+    ("q Esc", "leave (the runs go on)"),
+];
+
+/// The action a key asks for.
+pub fn action_for(key: KeyEvent) -> CompareAction {
+    if key.kind == KeyEventKind::Release {
+        return CompareAction::None;
+    }
+    if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+        return CompareAction::Quit;
+    }
+    match key.code {
+        KeyCode::Char('q') | KeyCode::Esc => CompareAction::Quit,
+        KeyCode::Char('?') => CompareAction::ToggleHelp,
+        KeyCode::Tab => CompareAction::FocusNext,
+        KeyCode::BackTab => CompareAction::FocusPrev,
+        KeyCode::Char('z') => CompareAction::ToggleZoom,
+        KeyCode::Up | KeyCode::Char('k') => CompareAction::Curve(-1),
+        KeyCode::Down | KeyCode::Char('j') => CompareAction::Curve(1),
+        KeyCode::Char('x') => CompareAction::ToggleX,
+        KeyCode::Char('+') | KeyCode::Char('=') => CompareAction::Smoothing(0.1),
+        KeyCode::Char('-') => CompareAction::Smoothing(-0.1),
+        KeyCode::Char('0') => CompareAction::Smoothing(-1.0),
+        KeyCode::Char('l') => CompareAction::ToggleLogY,
+        KeyCode::Char(c @ '1'..='9') => CompareAction::ToggleRun(c as usize - '1' as usize),
+        _ => CompareAction::None,
+    }
+}
+
+/// TensorBoard's scalar smoothing: an exponential moving average with weight `w` started at 0
+/// and divided by 1 − wⁿ (debiased), so the first points are not dragged towards 0. A
+/// non-finite value is passed through and does not enter the average.
+pub fn smooth_debiased(values: &[f64], w: f64) -> Vec<f64> {
+    let w = w.clamp(0.0, 1.0);
+    let mut last = 0.0;
+    let mut n = 0;
+    values
+        .iter()
+        .map(|&y| {
+            if !y.is_finite() {
+                return y;
+            }
+            last = last * w + (1.0 - w) * y;
+            n += 1;
+            let debias = if w == 1.0 { 1.0 } else { 1.0 - w.powi(n) };
+            last / debias
+        })
+        .collect()
+}
+
+/// The compare view on `dirs` until the user leaves (or the terminal goes). The runs are
+/// followed from their folders every `every`.
+pub fn run_compare(
+    dirs: Vec<PathBuf>,
+    options: CompareOptions,
+    every: Duration,
+) -> Result<(), TuiError> {
+    let signals = ViewerSignals::install()?;
+    let updates = follow::spawn(dirs.clone(), wanted_keys(), every)?;
+    let mut app = CompareApp::new(dirs, options);
+    let mut terminal = init_terminal()?;
+    let _guard = TerminalGuard;
+    let input = Input::start()?;
+    let mut dirty = true;
+    loop {
+        while let Ok(u) = updates.try_recv() {
+            app.on_update(u);
+            dirty = true;
+        }
+        if signals.detach.load(Ordering::SeqCst) || signals.ask.swap(false, Ordering::SeqCst) {
+            break;
+        }
+        if app.exit {
+            break;
+        }
+        if dirty {
+            if terminal.draw(|frame| ui::render(frame, &app)).is_err() {
+                break;
+            }
+            dirty = false;
+        }
+        match input.next(TICK) {
+            Ok(Some(TermEvent::Key(key))) => {
+                app.apply(action_for(key));
+                dirty = true;
+            }
+            Ok(Some(TermEvent::Resize(..))) => dirty = true,
+            Ok(_) => {}
+            Err(()) => break,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smoothing_matches_tensorboard_by_hand() {
+        // w = 0.6 on [1, 0, 0]: last = 0.4, 0.24, 0.144; debias 1 − 0.6ⁿ = 0.4, 0.64, 0.784.
+        let s = smooth_debiased(&[1.0, 0.0, 0.0], 0.6);
+        let want = [1.0, 0.375, 0.144 / 0.784];
+        for (a, b) in s.iter().zip(want) {
+            assert!((a - b).abs() < 1e-12, "{s:?}");
+        }
+        // Debiased: a constant stays that constant from the first point on (a plain EMA
+        // started at 0 would start at (1 − w)·c).
+        for v in smooth_debiased(&[3.0; 5], 0.9) {
+            assert!((v - 3.0).abs() < 1e-12);
+        }
+        // Weight 0 is the raw curve; NaN passes through and leaves the average alone.
+        assert_eq!(smooth_debiased(&[1.0, 5.0], 0.0), vec![1.0, 5.0]);
+        let s = smooth_debiased(&[2.0, f64::NAN, 2.0], 0.5);
+        assert!(s[1].is_nan());
+        assert!((s[2] - 2.0).abs() < 1e-12, "{s:?}");
+    }
+
+    fn row(key: i64, step: u64, wall: f64, value: f64) -> follow::Row {
+        follow::Row {
+            key,
+            step,
+            wall,
+            value,
+        }
+    }
+
+    #[test]
+    fn rows_fold_into_series_spectra_and_a_time_origin() {
+        let mut run = CompareRun::new(PathBuf::from("/x/run-a"));
+        assert_eq!(run.label, "run-a");
+        let loss = CURVES[0].key();
+        let sv = |k| series_key(split::SPECTRUM, "total", &spectrum_metric(k));
+        run.add(&[
+            row(loss, 1, 100.0, 5.0),
+            row(loss, 2, 101.5, 4.0),
+            row(sv(0), 2, 101.5, 1.0),
+            row(sv(1), 2, 101.5, 0.5),
+        ]);
+        assert_eq!(run.points(loss), vec![(1, 0.0, 5.0), (2, 1.5, 4.0)]);
+        assert_eq!(run.spectrum(), &[1.0, 0.5]);
+        // A resumed run re-records step 2: the newest value wins. A newer spectrum replaces
+        // the older one whole (it may be shorter).
+        run.add(&[row(loss, 2, 103.0, 3.5), row(sv(0), 4, 104.0, 0.9)]);
+        assert_eq!(run.last(split::TRAIN, "total", "loss"), Some((2, 3.5)));
+        assert_eq!(run.spectrum(), &[0.9]);
+        assert_eq!(run.step(), Some(2));
+    }
+
+    #[test]
+    fn keys_move_the_curve_the_smoothing_and_hide_runs() {
+        let mut app = CompareApp::new(
+            vec![PathBuf::from("a"), PathBuf::from("b")],
+            CompareOptions::default(),
+        );
+        let press = |app: &mut CompareApp, code| {
+            app.apply(action_for(KeyEvent::new(code, KeyModifiers::NONE)))
+        };
+        press(&mut app, KeyCode::Up);
+        assert_eq!(app.curve, CURVES.len() - 1, "the list wraps");
+        press(&mut app, KeyCode::Down);
+        press(&mut app, KeyCode::Down);
+        assert_eq!(app.curve(), CURVES[1]);
+        for _ in 0..10 {
+            press(&mut app, KeyCode::Char('+'));
+        }
+        assert_eq!(app.smoothing, MAX_SMOOTHING);
+        press(&mut app, KeyCode::Char('0'));
+        assert_eq!(app.smoothing, 0.0);
+        press(&mut app, KeyCode::Char('+'));
+        press(&mut app, KeyCode::Char('+'));
+        press(&mut app, KeyCode::Char('-'));
+        assert_eq!(app.smoothing, 0.1);
+        press(&mut app, KeyCode::Char('2'));
+        assert!(app.runs[1].hidden && !app.runs[0].hidden);
+        press(&mut app, KeyCode::Char('9'));
+        press(&mut app, KeyCode::Char('x'));
+        assert_eq!(app.x_axis, XAxis::Time);
+        press(&mut app, KeyCode::Char('?'));
+        press(&mut app, KeyCode::Char('q'));
+        assert!(!app.help && !app.exit, "q closes the help first");
+        press(&mut app, KeyCode::Char('q'));
+        assert!(app.exit);
+    }
+
+    #[test]
+    fn a_reset_replaces_what_was_there_and_warnings_are_bounded() {
+        let mut app = CompareApp::new(vec![PathBuf::from("a")], CompareOptions::default());
+        let loss = CURVES[0].key();
+        app.on_update(FollowUpdate::Rows {
+            run: 0,
+            reset: true,
+            rows: vec![row(loss, 1, 0.0, 5.0), row(loss, 2, 1.0, 4.0)],
+        });
+        app.on_update(FollowUpdate::Rows {
+            run: 0,
+            reset: true,
+            rows: vec![row(loss, 2, 1.0, 4.0)],
+        });
+        assert_eq!(app.runs[0].points(loss).len(), 1);
+        // An update for a run that is not there is ignored (no panic).
+        app.on_update(FollowUpdate::Rows {
+            run: 7,
+            reset: false,
+            rows: vec![],
+        });
+        for i in 0..10 {
+            app.on_update(FollowUpdate::Warning {
+                run: 0,
+                message: format!("w{i}"),
+            });
+        }
+        assert_eq!(app.warnings.len(), WARNINGS);
+        assert_eq!(app.warnings.back().map(String::as_str), Some("a: w9"));
+    }
+}

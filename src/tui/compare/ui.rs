@@ -1,0 +1,621 @@
+//! Drawing the compare view: a pure function of [`CompareApp`] (snapshot-tested).
+//!
+//! ```text
+//!  compare · 2 runs · x step · smoothing 0.60 · linear y
+//!  ■ 1 mle #seed1    completed  step 600   train loss 5.012
+//!  ■ 2 cosreg        live       step 412   train loss 5.207
+//! ┌Curves──────────────────────────────────────────────────────┐
+//! │ train loss   │ (overlaid curves, one colour per run)        │
+//! │ valid PPL    │                                              │
+//! └────────────────────────────────────────────────────────────┘
+//! ┌Groups (valid)──────────────────┐┌Spectrum──────────────────┐
+//! └────────────────────────────────┘└──────────────────────────┘
+//! ```
+
+use conelab_widgets::{Series, SpectrumPlot, format_compact};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Axis, Block, Cell, Chart, Dataset, GraphType, Paragraph, Row, Table};
+
+use super::{CURVES, CompareApp, ComparePane, HELP, TABLE_GROUPS, XAxis, smooth_debiased};
+use crate::store::split;
+use crate::tui::ui::{human_duration, keys_overlay, shorten, too_small};
+
+/// One colour per run, from the 16 ANSI colours (readable on dark and light backgrounds alike
+/// is up to the terminal's palette; these are the ones every terminal has).
+const RUN_COLOURS: [Color; 12] = [
+    Color::Cyan,
+    Color::Yellow,
+    Color::Magenta,
+    Color::Green,
+    Color::Red,
+    Color::Blue,
+    Color::LightCyan,
+    Color::LightYellow,
+    Color::LightMagenta,
+    Color::LightGreen,
+    Color::LightRed,
+    Color::LightBlue,
+];
+
+/// Legend lines at most (more runs: the rest are summed up in one line).
+const LEGEND_LINES: usize = 8;
+
+struct Palette {
+    no_color: bool,
+}
+
+impl Palette {
+    fn run(&self, i: usize) -> Style {
+        if self.no_color {
+            Style::default()
+        } else {
+            Style::default().fg(RUN_COLOURS[i % RUN_COLOURS.len()])
+        }
+    }
+
+    /// The raw curve behind the smoothed one: grey for every run (a chart cell has a colour
+    /// but no modifier, so "dim" is not drawable; the smoothed curve on top names the run).
+    fn faint(&self) -> Style {
+        self.dim()
+    }
+
+    fn dim(&self) -> Style {
+        if self.no_color {
+            Style::default()
+        } else {
+            Style::default().fg(Color::DarkGray)
+        }
+    }
+
+    fn focus(&self, focused: bool) -> Style {
+        match (focused, self.no_color) {
+            (true, false) => Style::default().fg(Color::LightGreen),
+            (true, true) => Style::default().add_modifier(Modifier::BOLD),
+            _ => Style::default(),
+        }
+    }
+}
+
+pub fn render(frame: &mut Frame, app: &CompareApp) {
+    let area = frame.area();
+    if too_small(frame, area) {
+        return;
+    }
+    let pal = Palette {
+        no_color: app.view.no_color,
+    };
+    let legend_lines = app.runs.len().min(LEGEND_LINES) as u16
+        + u16::from(app.runs.len() > LEGEND_LINES)
+        + u16::from(!app.warnings.is_empty());
+    let [header, legend, body, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(legend_lines),
+        Constraint::Min(0),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    frame.render_widget(Paragraph::new(header_line(app)), header);
+    frame.render_widget(Paragraph::new(legend_text(app, &pal)), legend);
+    frame.render_widget(
+        Paragraph::new(
+            "? help · q quit · ↑↓ curve · x step/time · +/- smoothing · l log-y · 1-9 show/hide · Tab pane · z zoom",
+        )
+        .style(pal.dim()),
+        footer,
+    );
+    for (pane, rect) in pane_areas(body, app) {
+        let block = Block::bordered()
+            .title(pane.title())
+            .border_style(pal.focus(pane == app.focus));
+        let inner = block.inner(rect);
+        frame.render_widget(block, rect);
+        match pane {
+            ComparePane::Curves => curves(frame, app, inner, &pal),
+            ComparePane::Groups => groups(frame, app, inner, &pal),
+            ComparePane::Spectrum => spectrum(frame, app, inner, &pal),
+        }
+    }
+    if app.help {
+        keys_overlay(frame, area, &HELP);
+    }
+}
+
+/// Where the panes go in `body`: the focused one alone when zoomed.
+fn pane_areas(body: Rect, app: &CompareApp) -> Vec<(ComparePane, Rect)> {
+    if app.zoom {
+        return vec![(app.focus, body)];
+    }
+    let [top, bottom] =
+        Layout::vertical([Constraint::Percentage(60), Constraint::Min(0)]).areas(body);
+    let [left, right] =
+        Layout::horizontal([Constraint::Percentage(60), Constraint::Min(0)]).areas(bottom);
+    vec![
+        (ComparePane::Curves, top),
+        (ComparePane::Groups, left),
+        (ComparePane::Spectrum, right),
+    ]
+}
+
+fn header_line(app: &CompareApp) -> String {
+    let x = match app.x_axis {
+        XAxis::Step => "step",
+        XAxis::Time => "wall time",
+    };
+    let smoothing = if app.smoothing > 0.0 {
+        format!("smoothing {:.2}", app.smoothing)
+    } else {
+        "no smoothing".into()
+    };
+    let y = if app.log_y { "log y" } else { "linear y" };
+    let runs = match app.runs.len() {
+        1 => "1 run".to_string(),
+        n => format!("{n} runs"),
+    };
+    format!(" compare · {runs} · x {x} · {smoothing} · {y}")
+}
+
+/// A line per run: its colour, number (the key that hides it), label, status, step and the
+/// newest value of the curve shown.
+fn legend_text(app: &CompareApp, pal: &Palette) -> Vec<Line<'static>> {
+    let curve = app.curve();
+    let width = app
+        .runs
+        .iter()
+        .map(|r| r.label.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(40);
+    let mut lines: Vec<Line> = app
+        .runs
+        .iter()
+        .enumerate()
+        .take(LEGEND_LINES)
+        .map(|(i, r)| {
+            let mark = if r.hidden { "□" } else { "■" };
+            let step = r
+                .step()
+                .map(|s| format!("step {s}"))
+                .unwrap_or_else(|| "no step yet".into());
+            let value = r
+                .last(curve.split, curve.group, curve.metric)
+                .map(|(_, v)| format_compact(v))
+                .unwrap_or_else(|| "–".into());
+            let label = shorten(&r.label, width);
+            let mut spans = vec![
+                Span::styled(format!(" {mark} {} ", i + 1), pal.run(i)),
+                Span::styled(format!("{label:<width$}"), pal.run(i)),
+                Span::raw(format!(
+                    "  {:<10} {:<12} {} {value}",
+                    r.status, step, curve.label
+                )),
+            ];
+            if r.hidden {
+                spans.push(Span::styled("  (hidden)", pal.dim()));
+            }
+            Line::from(spans)
+        })
+        .collect();
+    if app.runs.len() > LEGEND_LINES {
+        lines.push(Line::styled(
+            format!(
+                "   … and {} more (curves drawn, keys 1-9 reach the first nine)",
+                app.runs.len() - LEGEND_LINES
+            ),
+            pal.dim(),
+        ));
+    }
+    if let Some(w) = app.warnings.back() {
+        lines.push(Line::styled(format!(" ! {w}"), pal.dim()));
+    }
+    lines
+}
+
+fn curves(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &Palette) {
+    let [list, chart] =
+        Layout::horizontal([Constraint::Length(18), Constraint::Min(0)]).areas(area);
+    let items: Vec<Line> = CURVES
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            if i == app.curve {
+                Line::styled(format!("▶ {}", c.label), pal.focus(true))
+            } else {
+                Line::raw(format!("  {}", c.label))
+            }
+        })
+        .collect();
+    frame.render_widget(Paragraph::new(items), list);
+    curve_chart(frame, app, chart, pal);
+}
+
+/// The x and y values of a curve for one run, as drawn: y on a log scale when asked (points
+/// ≤ 0 are left out there).
+struct Drawn {
+    run: usize,
+    raw: Vec<(f64, f64)>,
+    smooth: Option<Vec<(f64, f64)>>,
+}
+
+fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &Palette) {
+    let curve = app.curve();
+    let key = curve.key();
+    let y_of = |v: f64| {
+        if !app.log_y {
+            Some(v).filter(|v| v.is_finite())
+        } else if v > 0.0 && v.is_finite() {
+            Some(v.ln())
+        } else {
+            None
+        }
+    };
+    let drawn: Vec<Drawn> = app
+        .runs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.hidden)
+        .map(|(i, r)| {
+            let points = r.points(key);
+            let x_of = |p: &(u64, f64, f64)| match app.x_axis {
+                XAxis::Step => p.0 as f64,
+                XAxis::Time => p.1,
+            };
+            let values: Vec<f64> = points.iter().map(|p| p.2).collect();
+            let raw = points
+                .iter()
+                .filter_map(|p| y_of(p.2).map(|y| (x_of(p), y)))
+                .collect();
+            let smooth = (app.smoothing > 0.0).then(|| {
+                smooth_debiased(&values, app.smoothing)
+                    .into_iter()
+                    .zip(&points)
+                    .filter_map(|(v, p)| y_of(v).map(|y| (x_of(p), y)))
+                    .collect()
+            });
+            Drawn {
+                run: i,
+                raw,
+                smooth,
+            }
+        })
+        .filter(|d| !d.raw.is_empty())
+        .collect();
+    let all = drawn
+        .iter()
+        .flat_map(|d| d.raw.iter().chain(d.smooth.iter().flatten()));
+    let (mut x_lo, mut x_hi, mut y_lo, mut y_hi) = (
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    );
+    for &(x, y) in all {
+        x_lo = x_lo.min(x);
+        x_hi = x_hi.max(x);
+        y_lo = y_lo.min(y);
+        y_hi = y_hi.max(y);
+    }
+    if drawn.is_empty() || !(x_lo.is_finite() && y_lo.is_finite()) {
+        let why = if app.runs.iter().all(|r| r.hidden) {
+            "every run is hidden (1-9 shows them)".to_string()
+        } else {
+            format!("no {} yet", curve.label)
+        };
+        frame.render_widget(Paragraph::new(why).style(pal.dim()), area);
+        return;
+    }
+    if x_hi - x_lo < 1e-9 {
+        x_hi = x_lo + 1.0;
+    }
+    if y_hi - y_lo < 1e-12 {
+        y_hi += 0.5;
+        y_lo -= 0.5;
+    }
+    let mut datasets = Vec::new();
+    for d in &drawn {
+        // The raw curve faint behind the smoothed one (TensorBoard's habit); without colour
+        // faint is not drawable, so only the smoothed curve is.
+        match &d.smooth {
+            Some(smooth) => {
+                if !pal.no_color {
+                    datasets.push(
+                        Dataset::default()
+                            .marker(Marker::Braille)
+                            .graph_type(GraphType::Line)
+                            .style(pal.faint())
+                            .data(&d.raw),
+                    );
+                }
+                datasets.push(
+                    Dataset::default()
+                        .marker(Marker::Braille)
+                        .graph_type(GraphType::Line)
+                        .style(pal.run(d.run))
+                        .data(smooth),
+                );
+            }
+            None => datasets.push(
+                Dataset::default()
+                    .marker(Marker::Braille)
+                    .graph_type(GraphType::Line)
+                    .style(pal.run(d.run))
+                    .data(&d.raw),
+            ),
+        }
+    }
+    let x_label = |x: f64| match app.x_axis {
+        XAxis::Step => format_compact(x),
+        XAxis::Time => human_duration(x),
+    };
+    let y_label = |y: f64| format_compact(if app.log_y { y.exp() } else { y });
+    let y_mid = (y_lo + y_hi) / 2.0;
+    let chart = Chart::new(datasets)
+        .x_axis(
+            Axis::default()
+                .title(match app.x_axis {
+                    XAxis::Step => "step",
+                    XAxis::Time => "time",
+                })
+                .bounds([x_lo, x_hi])
+                .labels([x_label(x_lo), x_label((x_lo + x_hi) / 2.0), x_label(x_hi)]),
+        )
+        .y_axis(
+            Axis::default()
+                .title(if app.log_y {
+                    format!("{} (log)", curve.label)
+                } else {
+                    curve.label.to_string()
+                })
+                .bounds([y_lo, y_hi])
+                .labels([y_label(y_lo), y_label(y_mid), y_label(y_hi)]),
+        );
+    frame.render_widget(chart, area);
+}
+
+/// One row per run: the newest validation PPL per group, Uniq, I(W) and IsoScore of the whole
+/// vocabulary.
+fn groups(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &Palette) {
+    let cell = |v: Option<(u64, f64)>, digits: usize| match v {
+        // A PPL in the tens of thousands (a rare group early on) keeps to its column.
+        Some((_, v)) if v.is_finite() && v.abs() >= 1e4 => format!("{v:.0}"),
+        Some((_, v)) if v.is_finite() => format!("{v:.digits$}"),
+        _ => "–".into(),
+    };
+    let header = Row::new(
+        [
+            "Run", "Step", "Freq", "Med", "Rare", "Total", "Uniq", "I(W)", "Iso",
+        ]
+        .map(|h| Cell::from(h).style(Style::default().add_modifier(Modifier::BOLD))),
+    );
+    let rows: Vec<Row> = app
+        .runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut cells = vec![
+                Cell::from(format!("{} {}", i + 1, r.label)).style(pal.run(i)),
+                Cell::from(
+                    r.last(split::VALID, "total", "ppl")
+                        .map(|(s, _)| s.to_string())
+                        .unwrap_or_else(|| "–".into()),
+                ),
+            ];
+            for g in TABLE_GROUPS {
+                cells.push(Cell::from(cell(r.last(split::VALID, g, "ppl"), 1)));
+            }
+            cells.push(Cell::from(cell(r.last(split::VALID, "total", "uniq"), 0)));
+            cells.push(Cell::from(cell(r.last(split::EMBEDDING, "total", "i1"), 3)));
+            cells.push(Cell::from(cell(
+                r.last(split::EMBEDDING, "total", "isoscore"),
+                3,
+            )));
+            Row::new(cells)
+        })
+        .collect();
+    let widths = [
+        Constraint::Min(12),
+        Constraint::Length(6),
+        Constraint::Length(8),
+        Constraint::Length(8),
+        Constraint::Length(8),
+        Constraint::Length(8),
+        Constraint::Length(5),
+        Constraint::Length(5),
+        Constraint::Length(5),
+    ];
+    frame.render_widget(Table::new(rows, widths).header(header), area);
+}
+
+fn spectrum(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &Palette) {
+    let names: Vec<String> = app
+        .runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("{} {}", i + 1, shorten(&r.label, 16)))
+        .collect();
+    let series: Vec<Series> = app
+        .runs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.hidden && !r.spectrum().is_empty())
+        .map(|(i, r)| Series::new(names[i].as_str(), r.spectrum()).style(pal.run(i)))
+        .collect();
+    if series.is_empty() {
+        frame.render_widget(Paragraph::new("no snapshot yet").style(pal.dim()), area);
+        return;
+    }
+    frame.render_widget(
+        SpectrumPlot::new(series)
+            .legend(true)
+            .no_color(pal.no_color),
+        area,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+
+    use super::super::{CompareOptions, CompareRun};
+    use super::*;
+    use crate::run::follow::Row as StoreRow;
+    use crate::store::series_key;
+    use crate::store::writer::spectrum_metric;
+
+    fn run(dir: &str, label: &str, losses: &[f64], ppl: f64) -> CompareRun {
+        let mut r = CompareRun::new(PathBuf::from(dir));
+        r.label = label.into();
+        r.status = "completed".into();
+        let loss = CURVES[0].key();
+        let mut rows: Vec<StoreRow> = losses
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| StoreRow {
+                key: loss,
+                step: i as u64 + 1,
+                wall: 1000.0 + i as f64,
+                value: v,
+            })
+            .collect();
+        for (g, v) in [("total", ppl), ("frequent", ppl / 2.0), ("rare", ppl * 9.0)] {
+            rows.push(StoreRow {
+                key: series_key(split::VALID, g, "ppl"),
+                step: losses.len() as u64,
+                wall: 2000.0,
+                value: v,
+            });
+        }
+        for k in 0..16 {
+            rows.push(StoreRow {
+                key: series_key(split::SPECTRUM, "total", &spectrum_metric(k)),
+                step: losses.len() as u64,
+                wall: 2000.0,
+                value: 1.0 / (k as f64 + 1.0),
+            });
+        }
+        r.add(&rows);
+        r
+    }
+
+    fn app() -> CompareApp {
+        let mut app = CompareApp::new(Vec::new(), CompareOptions::default());
+        // A noisy falling curve and a smooth one.
+        let noisy: Vec<f64> = (0..60)
+            .map(|i| 6.0 - i as f64 * 0.05 + if i % 2 == 0 { 0.4 } else { -0.4 })
+            .collect();
+        let calm: Vec<f64> = (0..60).map(|i| 5.5 - i as f64 * 0.02).collect();
+        app.runs = vec![
+            run("a", "mle #seed1", &noisy, 250.0),
+            run("b", "cosreg", &calm, 240.5),
+        ];
+        app
+    }
+
+    fn draw(app: &CompareApp, w: u16, h: u16) -> String {
+        let mut t = Terminal::new(TestBackend::new(w, h)).expect("terminal");
+        t.draw(|f| render(f, app)).expect("draw");
+        let buf = t.backend().buffer().clone();
+        (0..h)
+            .map(|y| {
+                (0..w)
+                    .map(|x| buf[(x, y)].symbol().to_string())
+                    .collect::<String>()
+                    + "\n"
+            })
+            .collect()
+    }
+
+    /// The chart's cells (braille) only.
+    fn plot(screen: &str) -> String {
+        screen
+            .chars()
+            .map(|c| {
+                if ('\u{2801}'..='\u{28ff}').contains(&c) {
+                    c
+                } else {
+                    ' '
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn legend_table_and_both_curves() {
+        let app = app();
+        let screen = draw(&app, 120, 40);
+        insta::assert_snapshot!(screen);
+        assert!(screen.contains("compare · 2 runs · x step · smoothing 0.60"));
+        assert!(screen.contains("■ 1 mle #seed1") && screen.contains("■ 2 cosreg"));
+        // The Groups table: run 2's total PPL and frequent PPL (240.5 / 2), run 1's rare.
+        assert!(screen.contains("240.5") && screen.contains("120.2") && screen.contains("2250.0"));
+        // Each run alone draws a curve of its own; together they draw both.
+        let both = plot(&screen);
+        let mut only_a = app.clone();
+        only_a.runs[1].hidden = true;
+        let a = plot(&draw(&only_a, 120, 40));
+        let mut only_b = app.clone();
+        only_b.runs[0].hidden = true;
+        let b = plot(&draw(&only_b, 120, 40));
+        assert!(a.trim() != "" && b.trim() != "");
+        assert_ne!(a, b);
+        assert_ne!(both, a);
+        assert_ne!(both, b);
+    }
+
+    #[test]
+    fn smoothing_changes_the_curve_and_the_raw_one_stays_faint_behind() {
+        let mut app = app();
+        app.smoothing = 0.0;
+        let raw = draw(&app, 120, 40);
+        app.smoothing = 0.9;
+        let smooth = draw(&app, 120, 40);
+        assert_ne!(plot(&raw), plot(&smooth));
+        // The faint raw curve is drawn under the smoothed one: grey plot cells exist only with
+        // smoothing on.
+        let dim_cells = |app: &CompareApp| {
+            let mut t = Terminal::new(TestBackend::new(120, 40)).expect("terminal");
+            t.draw(|f| render(f, app)).expect("draw");
+            t.backend()
+                .buffer()
+                .content()
+                .iter()
+                .filter(|c| c.fg == Color::DarkGray && plot(c.symbol()).trim() != "")
+                .count()
+        };
+        assert!(dim_cells(&app) > 0);
+        app.smoothing = 0.0;
+        assert_eq!(dim_cells(&app), 0);
+    }
+
+    #[test]
+    fn time_axis_log_y_hidden_runs_and_small_screens() {
+        let mut app = app();
+        app.x_axis = XAxis::Time;
+        app.log_y = true;
+        let screen = draw(&app, 80, 24);
+        assert!(screen.contains("x wall time") && screen.contains("log y"));
+        // 59 s between the first and the last loss row.
+        assert!(screen.contains("59s"), "{screen}");
+        app.runs[0].hidden = true;
+        app.runs[1].hidden = true;
+        let screen = draw(&app, 80, 24);
+        assert!(screen.contains("every run is hidden"));
+        assert!(screen.contains("□ 1"));
+        assert!(draw(&app, 40, 10).contains("terminal too small"));
+        // A curve nobody has yet.
+        let mut app = self::app();
+        app.curve = CURVES
+            .iter()
+            .position(|c| c.metric == "isoscore")
+            .unwrap_or(0);
+        assert!(draw(&app, 100, 30).contains("no IsoScore yet"));
+        app.help = true;
+        assert!(draw(&app, 100, 30).contains("smoothing weight up / down"));
+    }
+}
