@@ -773,6 +773,8 @@ fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<u8> {
         prepared,
         ServeOptions {
             reporting,
+            log_format: opts.log_format,
+            log_every,
             flush: std::time::Duration::from_secs_f64(opts.store_flush_secs),
             on_ready,
             on_hub: None,

@@ -8,9 +8,10 @@
 //!
 //! Points: `atomic.write` (any crash-safe file write: half the bytes are written, then the
 //! error), `atomic.rename`, `segment.write`, `segment.rename`, `segment.read`,
-//! `checkpoint.write`, `checkpoint.commit`, `export.write`, `projection.write`; and, to kill a
-//! thread, `engine.panic` (a training step), `metrics.panic` (an analysis), `store.panic` (the
-//! recorder, at a step's rows), `spectrum.switch` (factorising W fails).
+//! `checkpoint.write`, `checkpoint.commit`, `export.write`, `projection.write`, `log.write` (a
+//! line of train.log); and, to kill a thread, `engine.panic` (a training step), `metrics.panic`
+//! (an analysis), `store.panic` (the recorder, at a step's rows), `spectrum.switch` (factorising
+//! W fails).
 
 use std::cell::RefCell;
 use std::collections::HashMap;

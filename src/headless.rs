@@ -32,8 +32,13 @@ impl Outcome {
 }
 
 /// Reports events until the run's final event. `tty` draws a progress bar; otherwise a plain line
-/// every `log_every` steps.
-pub fn report(events: Receiver<Event>, tty: bool, log_every: u64) -> Outcome {
+/// every `log_every` steps. `tap` sees every event first (the run's train.log).
+pub fn report(
+    events: Receiver<Event>,
+    tty: bool,
+    log_every: u64,
+    mut tap: impl FnMut(&Event),
+) -> Outcome {
     let mut out = std::io::stdout();
     let bar = tty.then(|| {
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stdout());
@@ -61,6 +66,7 @@ pub fn report(events: Receiver<Event>, tty: bool, log_every: u64) -> Outcome {
                 message: "the run's threads ended without a final event".into(),
             };
         };
+        tap(&event);
         match event {
             Event::Started {
                 step,

@@ -73,6 +73,101 @@ fn a_small_run_in_a_pipe_logs_plain_lines_and_resumes() {
         text.contains("start step=6 total=9") && text.contains("finished step=9"),
         "{text}"
     );
+    // train.log: the same run in plain key=value lines, the resume appended to it.
+    let log = std::fs::read_to_string(run.join("train.log")).expect("train.log");
+    assert!(!log.contains('\x1b'), "{log:?}");
+    let steps: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("conelab::step"))
+        .collect();
+    assert_eq!(
+        steps.len(),
+        9,
+        "a step line per step (--log-every 1):\n{log}"
+    );
+    assert!(steps[5].contains("step step=6 epoch="), "{log}");
+    let starts: Vec<&str> = log.lines().filter(|l| l.contains(": start ")).collect();
+    assert_eq!(starts.len(), 2, "{log}");
+    assert!(starts[1].contains("step=6 total_steps=9"), "{log}");
+    assert!(
+        log.contains("conelab::eval: eval step=3 split=valid"),
+        "{log}"
+    );
+    assert!(log.contains("finished step=9 reason=completed"), "{log}");
+}
+
+#[test]
+fn train_log_in_json_and_a_full_disk_under_it() {
+    let f = Fixture::new();
+    let out = f.train(
+        "json",
+        &[
+            "--headless",
+            "--steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--log-every",
+            "1",
+            "--log-format",
+            "json",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let log = std::fs::read_to_string(f.path("json").join("train.log")).expect("train.log");
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let steps: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|v| v["fields"]["message"] == "step")
+        .collect();
+    assert_eq!(steps.len(), 4, "{log}");
+    assert_eq!(steps[3]["fields"]["step"], 4);
+    assert!(
+        steps[3]["fields"]["loss"]
+            .as_f64()
+            .is_some_and(f64::is_finite)
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|v| v["fields"]["message"] == "eval" && v["fields"]["split"] == "valid"),
+        "{log}"
+    );
+    // The disk fills under train.log from its third line on: those lines are lost, the two
+    // before stay, and the run (its store, its checkpoint) is untouched.
+    let corpus = f.path("corpus");
+    let config = f.path("small.toml");
+    let run = f.path("full");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
+        .args([
+            "train",
+            s(&corpus),
+            "--config",
+            s(&config),
+            "--run-dir",
+            s(&run),
+            "--headless",
+            "--steps",
+            "4",
+            "--log-every",
+            "1",
+        ])
+        .env("CONELAB_FAULT", "log.write:3+:ENOSPC")
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{out:?}");
+    let log = std::fs::read_to_string(run.join("train.log")).expect("train.log");
+    assert_eq!(log.lines().count(), 2, "{log}");
+    assert!(
+        log.contains(": start ") && log.contains("step step=1 "),
+        "{log}"
+    );
+    assert!(run.join("step-000004/model.safetensors").is_file());
+    assert_eq!(common::store_losses(&run).len(), 4);
 }
 
 #[test]

@@ -19,7 +19,7 @@ fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
     let run = f.path("run");
     let exit_file = f.path("exit-status");
     let command = format!(
-        "{} train {} --config {} --run-dir {} --steps 100000000 --eval-every 0 --snapshot-every 20 --checkpoint-every 0; echo $? > {}; sleep 600",
+        "{} train {} --config {} --run-dir {} --steps 100000000 --eval-every 0 --snapshot-every 20 --checkpoint-every 0 --log-every 10; echo $? > {}; sleep 600",
         env!("CARGO_BIN_EXE_conelab"),
         s(&f.path("corpus")),
         s(&f.path("small.toml")),
@@ -58,6 +58,18 @@ fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
     tmux.keys(&["s"]);
     assert_eq!(tmux.wait_for_exit(&exit_file), "0", "exit status");
 
+    // The run wrote train.log although its stdout was never a terminal of ours: steps, the
+    // switch and the freeze, the checkpoint.
+    let log = std::fs::read_to_string(run.join("train.log")).expect("train.log");
+    assert!(
+        log.lines().any(|l| l.contains("conelab::step: step step=")),
+        "{log}"
+    );
+    assert!(
+        log.contains("applied") && log.contains("freeze rare"),
+        "{log}"
+    );
+    assert!(log.contains("conelab::run: checkpoint step="), "{log}");
     let state = newest_state(&run);
     let objectives = &state["objectives"];
     assert_eq!(objectives["cos"]["enabled"], true);

@@ -2,7 +2,8 @@
 //! server — that never depends on a terminal; viewers come and go (zellij's client/server split).
 //!
 //! - [`launch`]: a new run or a resumed one, every option checked before anything is created.
-//! - [`serve`]: the run process itself, until the run ends; its exit status.
+//! - [`serve`]: the run process itself, until the run ends; its exit status; [`log`]: its
+//!   train.log.
 //! - [`detach`]: starting the run process in the background (its own session, `output.log`).
 //! - [`hub`], [`server`], [`protocol`]: one typed message enum each way between the run and its
 //!   viewers, over a Unix socket in the run directory.
@@ -23,6 +24,7 @@ pub mod labels;
 pub mod launch;
 pub mod list;
 pub mod live;
+pub mod log;
 pub mod options;
 pub mod protocol;
 pub mod serve;

@@ -155,9 +155,16 @@ pub struct TrainOptions {
     #[arg(long, value_name = "OTHER")]
     pub compare: Option<PathBuf>,
 
-    /// In plain-log mode, print a step line every N steps [default: every 1% of the run].
+    /// In plain-log mode and in train.log, a step line every N steps [default: every 1% of the
+    /// run].
     #[arg(long)]
     pub log_every: Option<u64>,
+
+    /// train.log (in the run folder, written by every run whatever its stdout): plain
+    /// `key=value` lines or one JSON object per line. RUST_LOG filters it (default info;
+    /// `RUST_LOG=conelab=debug` logs every step).
+    #[arg(long, value_enum, default_value = "plain")]
+    pub log_format: super::log::LogFormat,
 
     /// How often the metrics store writes its buffer to disk, in seconds (a crash loses at most
     /// this much; checkpoints always wait for it); 0 writes after every event; at most 3600.

@@ -48,6 +48,9 @@ pub type OnReady = Box<dyn FnOnce(&Ready) -> std::io::Result<()>>;
 
 pub struct ServeOptions {
     pub reporting: Reporting,
+    /// train.log's format, and its step line every this many steps.
+    pub log_format: super::log::LogFormat,
+    pub log_every: u64,
     pub flush: Duration,
     /// Called once the run can be attached to (socket bound, live record written).
     pub on_ready: Option<OnReady>,
@@ -275,9 +278,31 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         eprintln!("{n}");
     }
 
+    // train.log: written whatever stdout is; a run goes on without it if it cannot be opened
+    // (said on stderr: the terminal, or output.log).
+    let run_log = match super::log::RunLog::open(&dir, options.log_format, options.log_every) {
+        Ok((log, warning)) => {
+            if let Some(w) = warning {
+                eprintln!("conelab: warning: {w}");
+            }
+            Some(log)
+        }
+        Err(e) => {
+            eprintln!(
+                "conelab: warning: {}: {e}; the run goes on without it",
+                dir.join(super::log::TRAIN_LOG).display()
+            );
+            None
+        }
+    };
+    let tap = |e: &engine::Event| {
+        if let Some(log) = &run_log {
+            log.event(e);
+        }
+    };
     let outcome = match options.reporting {
-        Reporting::Progress => headless::report(report_rx, true, 1),
-        Reporting::Lines { log_every } => headless::report(report_rx, false, log_every),
+        Reporting::Progress => headless::report(report_rx, true, 1, tap),
+        Reporting::Lines { log_every } => headless::report(report_rx, false, log_every, tap),
     };
 
     // Wind down: the engine has ended (its final event came through); the recorder has flushed

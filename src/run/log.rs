@@ -1,0 +1,274 @@
+//! `train.log`: every run writes its events to a log file in its folder, whatever its stdout is
+//! (a terminal's progress bar, a pipe, `output.log` of a background run), through `tracing`:
+//! `RUST_LOG` filters it (default `info`: a step line every `--log-every` steps, every
+//! evaluation, analysis, change, checkpoint and the end; `RUST_LOG=conelab=debug` adds every
+//! step), `--log-format json` writes one JSON object per line for machines.
+//!
+//! The lines are written by the run process's reporting thread, never by the training step, and
+//! appended: a resumed run continues its file. A write that fails (disk full) loses that line,
+//! never the lines before it, and never stops the run.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::Mutex;
+
+use tracing::{Dispatch, debug, error, info, warn};
+use tracing_subscriber::EnvFilter;
+
+use crate::engine::Event;
+
+/// The log file in a run folder.
+pub const TRAIN_LOG: &str = "train.log";
+
+/// How train.log is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `2026-11-23T22:00:00.000000Z  INFO conelab::step: step step=600 loss=5.81 …`
+    #[default]
+    Plain,
+    /// `{"timestamp":…,"level":"INFO","fields":{"message":"step","step":600,…},"target":…}`
+    Json,
+}
+
+/// The log file, its failures injectable (`log.write`).
+struct LogFile(File);
+
+impl Write for LogFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        crate::fault::check("log.write")?;
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// A run's train.log.
+pub struct RunLog {
+    dispatch: Dispatch,
+    /// A step line every this many steps at `info` (the others at `debug`).
+    every: u64,
+}
+
+impl RunLog {
+    /// Opens (appends to) `run_dir/train.log`. Returns also a warning to show when `RUST_LOG`
+    /// is set but not a valid filter (the default is used then).
+    pub fn open(
+        run_dir: &Path,
+        format: LogFormat,
+        every: u64,
+    ) -> io::Result<(Self, Option<String>)> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(run_dir.join(TRAIN_LOG))?;
+        let (filter, warning) = match std::env::var("RUST_LOG") {
+            Ok(spec) if !spec.trim().is_empty() => match EnvFilter::try_new(&spec) {
+                Ok(f) => (f, None),
+                Err(e) => (
+                    EnvFilter::new("info"),
+                    Some(format!(
+                        "RUST_LOG={spec:?} is not a filter ({e}); train.log uses `info`"
+                    )),
+                ),
+            },
+            _ => (EnvFilter::new("info"), None),
+        };
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(false)
+            .with_writer(Mutex::new(LogFile(file)));
+        let dispatch = match format {
+            LogFormat::Plain => Dispatch::new(builder.finish()),
+            LogFormat::Json => Dispatch::new(builder.json().finish()),
+        };
+        Ok((
+            Self {
+                dispatch,
+                every: every.max(1),
+            },
+            warning,
+        ))
+    }
+
+    /// Writes what `event` says (a projection or a snapshot says nothing).
+    pub fn event(&self, event: &Event) {
+        tracing::dispatcher::with_default(&self.dispatch, || emit(event, self.every));
+    }
+}
+
+fn emit(event: &Event, every: u64) {
+    match event {
+        Event::Started {
+            step,
+            total_steps,
+            windows_per_epoch,
+            parameters,
+            device,
+            run_dir,
+            objective,
+            ..
+        } => {
+            let dir = run_dir
+                .as_ref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default();
+            info!(target: "conelab::run", step, total_steps, windows_per_epoch, parameters,
+                device = %device, run_dir = %dir, objective = %objective, "start");
+        }
+        Event::ConfigChanged {
+            step,
+            key,
+            before,
+            after,
+        } => info!(target: "conelab::run", step, key = %key, before = %before, after = %after,
+            "config changed on resume"),
+        Event::Step(s) => {
+            macro_rules! step_line {
+                ($level:ident) => {
+                    $level!(target: "conelab::step", step = s.step, epoch = s.epoch, loss = s.loss,
+                        penalty = s.penalty, lr = s.lr, grad_norm = s.grad_norm,
+                        tokens_per_sec = s.tokens_per_sec, ms_per_step = s.step_ms,
+                        rare_tokens = s.rare_tokens.map(|r| r as u64), rare_g1 = s.rare_g1,
+                        "step")
+                };
+            }
+            if s.step.is_multiple_of(every) {
+                step_line!(info);
+            } else {
+                step_line!(debug);
+            }
+        }
+        Event::Eval(e) => {
+            let o = &e.outputs;
+            info!(target: "conelab::eval", step = e.step, split = %e.split, loss = e.loss,
+                ppl = e.ppl, ppl_frequent = e.groups[0].0, ppl_medium = e.groups[1].0,
+                ppl_rare = e.groups[2].0, uniq = o.uniq as u64, mu_z = o.mu_z,
+                sigma_z = o.sigma_z, positions = e.positions, seconds = e.seconds, "eval");
+        }
+        Event::Embedding(e) => {
+            let t = &e.total;
+            info!(target: "conelab::embedding", step = e.step, i1 = t.i1, i1_unit = t.i1_unit,
+                isoscore = t.isoscore, mean_cos = t.mean_cos, mean_norm = t.mean_norm,
+                effective_rank = t.effective_rank, sv_max = t.sv_max, seconds = e.seconds,
+                "embedding");
+        }
+        Event::Applied(a) => info!(target: "conelab::run", step = a.step,
+            command = %a.command, before = %a.before, after = %a.after, "applied"),
+        Event::Rejected {
+            step,
+            command,
+            reason,
+            ..
+        } => warn!(target: "conelab::run", step, command = %command, reason = %reason,
+            "rejected"),
+        Event::Checkpoint { step, path } => {
+            info!(target: "conelab::run", step, path = %path.display(), "checkpoint")
+        }
+        Event::Paused { step } => info!(target: "conelab::run", step, "paused"),
+        Event::Resumed { step } => info!(target: "conelab::run", step, "resumed"),
+        Event::Diverged { step, loss } => {
+            error!(target: "conelab::run", step, loss, "diverged: paused at the last good step")
+        }
+        Event::Warning { step, message } => {
+            warn!(target: "conelab::run", step, message = %message, "warning")
+        }
+        Event::Finished { step, reason } => {
+            info!(target: "conelab::run", step, reason = %reason.name(), "finished")
+        }
+        Event::Failed { step, message } => {
+            error!(target: "conelab::run", step, message = %message, "failed")
+        }
+        Event::Projection(_) | Event::Snapshot { .. } | Event::CheckpointStaged { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{FinishReason, StepStats};
+
+    fn step(n: u64) -> Event {
+        Event::Step(StepStats {
+            step: n,
+            epoch: 0.5,
+            loss: 4.25,
+            penalty: 0.0,
+            lr: 1e-3,
+            grad_norm: 1.5,
+            tokens_per_sec: 1000.0,
+            step_ms: 2.0,
+            rare_tokens: None,
+            rare_g1: None,
+        })
+    }
+
+    #[test]
+    fn plain_lines_every_n_steps_and_the_end() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (log, _) = RunLog::open(tmp.path(), LogFormat::Plain, 2).expect("open");
+        for n in 1..=4 {
+            log.event(&step(n));
+        }
+        log.event(&Event::Finished {
+            step: 4,
+            reason: FinishReason::Completed,
+        });
+        let text = std::fs::read_to_string(tmp.path().join(TRAIN_LOG)).expect("log");
+        let steps: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("conelab::step"))
+            .collect();
+        // RUST_LOG unset in tests: info, so steps 2 and 4 only.
+        if std::env::var("RUST_LOG").is_err() {
+            assert_eq!(steps.len(), 2, "{text}");
+            assert!(
+                steps[0].contains("INFO conelab::step: step step=2 epoch=0.5 loss=4.25"),
+                "{text}"
+            );
+        }
+        assert!(!text.contains('\u{1b}'), "no escape codes: {text:?}");
+        let last = text.lines().last().unwrap_or_default();
+        assert!(last.contains("finished step=4 reason=completed"), "{text}");
+    }
+
+    #[test]
+    fn json_lines_parse_and_carry_the_fields() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (log, _) = RunLog::open(tmp.path(), LogFormat::Json, 1).expect("open");
+        log.event(&step(3));
+        let text = std::fs::read_to_string(tmp.path().join(TRAIN_LOG)).expect("log");
+        let v: serde_json::Value = serde_json::from_str(text.trim()).expect("one JSON object");
+        assert_eq!(v["level"], "INFO");
+        assert_eq!(v["fields"]["message"], "step");
+        assert_eq!(v["fields"]["step"], 3);
+        assert_eq!(v["fields"]["loss"], 4.25);
+        assert!(v["fields"].get("rare_tokens").is_none(), "None is left out");
+    }
+
+    #[test]
+    fn a_failed_write_loses_that_line_only() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (log, _) = RunLog::open(tmp.path(), LogFormat::Plain, 1).expect("open");
+        crate::fault::with_plan("log.write:2:ENOSPC", || {
+            for n in 1..=3 {
+                log.event(&step(n));
+            }
+        });
+        let text = std::fs::read_to_string(tmp.path().join(TRAIN_LOG)).expect("log");
+        let steps: Vec<&str> = text.lines().collect();
+        assert_eq!(steps.len(), 2, "{text}");
+        assert!(
+            steps[0].contains("step=1") && steps[1].contains("step=3"),
+            "{text}"
+        );
+        // Appending: a second open (a resume) keeps what is there.
+        drop(log);
+        let (log, _) = RunLog::open(tmp.path(), LogFormat::Plain, 1).expect("open");
+        log.event(&step(4));
+        let text = std::fs::read_to_string(tmp.path().join(TRAIN_LOG)).expect("log");
+        assert_eq!(text.lines().count(), 3);
+    }
+}
