@@ -226,7 +226,8 @@ pub struct EvalArgs {
     #[arg(long)]
     pub device: Option<DeviceSpec>,
 
-    /// k of the same-class precision@k (runs on a corpus with word classes); 0 skips it.
+    /// Nearest neighbours per word, as everywhere `-k` is: here those the same-class
+    /// precision@k counts (runs on a corpus with word classes); 0 skips it.
     #[arg(short, long, default_value_t = 10)]
     pub k: usize,
 
@@ -250,7 +251,7 @@ float64, 2-D), one row per token.\n\nJSON keys (stable): n, d, i1, i2, i1_unit, 
 (I1/I2 of the row-normalised matrix and IsoScore: scale-free, unlike i1), mean_norm, sv_norm, sv_max, \
 effective_rank, mean_cos, mean_cos_to_mean, groups.{frequent,medium,rare}.{same keys + rows}, \
 rare_frequent_cos, neighbors.{WORD: [{token, cosine|distance, id, group, count}]}, \
-class_precision.\n\nOn a terminal (and without --json or --no-tui) it opens the browser: the \
+class_precision.\n\nOn a terminal (and without --json or --headless) it opens the browser: the \
 workbench's embedding scatter, neighbour search, spectrum and group metrics; --compare OTHER puts \
 a second matrix beside it."
 )]
@@ -269,9 +270,15 @@ pub struct InspectArgs {
     #[arg(long, value_name = "FILE")]
     pub counts: Option<PathBuf>,
 
-    /// Words whose neighbours to list, comma-separated (`#ROW` names a row by number).
-    #[arg(long, value_name = "W1,W2,…", value_delimiter = ',')]
-    pub neighbors: Vec<String>,
+    /// Words whose neighbours to list, comma-separated (`#ROW` names a row by number); the same
+    /// flag as `export --words` (`--neighbors` is its older name).
+    #[arg(
+        long,
+        value_name = "W1,W2,…",
+        value_delimiter = ',',
+        visible_alias = "neighbors"
+    )]
+    pub words: Vec<String>,
 
     /// Neighbours per word.
     #[arg(short, long, default_value_t = 10)]
@@ -294,9 +301,14 @@ pub struct InspectArgs {
     #[arg(long, value_name = "OTHER")]
     pub compare: Option<PathBuf>,
 
-    /// Print the tables even on a terminal (no browser).
-    #[arg(long)]
-    pub no_tui: bool,
+    /// Print the tables even on a terminal (no browser), as `train --headless` runs without the
+    /// workbench.
+    #[arg(long, visible_alias = "no-tui")]
+    pub headless: bool,
+
+    /// The browser's colours for a dark or a light terminal background.
+    #[arg(long, value_enum, default_value = "dark")]
+    pub theme: run::options::Theme,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -320,6 +332,9 @@ pub struct CompareArgs {
     /// A logarithmic y axis (`l` in the view).
     #[arg(long)]
     pub log_y: bool,
+    /// Colours for a dark or a light terminal background.
+    #[arg(long, value_enum, default_value = "dark")]
+    pub theme: run::options::Theme,
     /// The curve shown first (↑/↓ in the view).
     #[arg(long, default_value = "loss", value_parser = clap::builder::PossibleValuesParser::new(
         conelab::tui::compare::CURVES.map(|c| c.name)))]
@@ -350,6 +365,9 @@ pub struct AttachArgs {
     /// capture on and off in the workbench.
     #[arg(long)]
     pub no_mouse: bool,
+    /// Colours for a dark or a light terminal background.
+    #[arg(long, value_enum, default_value = "dark")]
+    pub theme: run::options::Theme,
 }
 
 #[derive(Debug, Args)]
@@ -740,6 +758,7 @@ fn train(opts: TrainOptions) -> Result<u8> {
             no_color: conelab_widgets::no_color_from_env(),
             ascii: opts.ascii,
             no_mouse: opts.no_mouse,
+            light: opts.theme == run::options::Theme::Light,
         },
         reference,
         read_only: None,
@@ -841,6 +860,7 @@ fn attach_cmd(args: AttachArgs) -> Result<u8> {
             smoothing: conelab::tui::compare::DEFAULT_SMOOTHING,
             log_y: false,
             curve: "loss".into(),
+            theme: args.theme,
         });
     }
     // Reach the run first (a refusal is worth saying as such), then the terminal.
@@ -866,6 +886,7 @@ fn attach_cmd(args: AttachArgs) -> Result<u8> {
             no_color: conelab_widgets::no_color_from_env(),
             ascii: args.ascii,
             no_mouse: args.no_mouse,
+            light: args.theme == run::options::Theme::Light,
         },
         reference: None,
         read_only: opened.read_only.clone(),
@@ -897,6 +918,7 @@ fn compare_cmd(args: CompareArgs) -> Result<u8> {
     let options = CompareOptions {
         view: conelab::tui::app::ViewOptions {
             no_color: conelab_widgets::no_color_from_env(),
+            light: args.theme == run::options::Theme::Light,
             ..Default::default()
         },
         x_axis: match args.x {
@@ -1303,11 +1325,12 @@ fn inspect_cmd(args: InspectArgs) -> Result<()> {
         Some(p) => Some(load_matrix(p, None)?),
         None => None,
     };
-    if !args.json && !args.no_tui && std::io::stdout().is_terminal() {
+    if !args.json && !args.headless && std::io::stdout().is_terminal() {
         let view = conelab::tui::app::ViewOptions {
             no_color: conelab_widgets::no_color_from_env(),
             ascii: false,
             no_mouse: false,
+            light: args.theme == run::options::Theme::Light,
         };
         let mut sides = vec![conelab::tui::browser::Side::new(&m, bounds, view)?];
         if let Some(o) = &other {
@@ -1317,7 +1340,7 @@ fn inspect_cmd(args: InspectArgs) -> Result<()> {
         return Ok(());
     }
     let request = InspectRequest {
-        queries: args.neighbors.clone(),
+        queries: args.words.clone(),
         k: args.k,
         similarity: match args.metric {
             NeighborMetric::Cosine => Similarity::Cosine,

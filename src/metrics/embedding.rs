@@ -100,6 +100,27 @@ pub struct SetStats {
     pub isoscore: f64,
 }
 
+impl SetStats {
+    /// A set nothing is known of (a group of a matrix without counts): every number NaN,
+    /// shown as "–".
+    pub fn unknown() -> Self {
+        Self {
+            rows: 0,
+            i1: f64::NAN,
+            i2: f64::NAN,
+            mean_norm: f64::NAN,
+            sv_norm: Vec::new(),
+            sv_max: f64::NAN,
+            effective_rank: f64::NAN,
+            mean_cos: f64::NAN,
+            mean_cos_to_mean: f64::NAN,
+            i1_unit: f64::NAN,
+            i2_unit: f64::NAN,
+            isoscore: f64::NAN,
+        }
+    }
+}
+
 /// A metric a sender did not know of (an older run) reads as "not computed".
 fn nan() -> f64 {
     f64::NAN

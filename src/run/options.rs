@@ -150,6 +150,11 @@ pub struct TrainOptions {
     #[arg(long)]
     pub no_mouse: bool,
 
+    /// The workbench's colours for a dark or a light terminal background (16 ANSI colours
+    /// either way; NO_COLOR turns them off).
+    #[arg(long, value_enum, default_value = "dark")]
+    pub theme: Theme,
+
     /// Another run (its newest checkpoint) or embedding matrix whose normalised spectrum the
     /// workbench's Spectrum pane draws beside this run's.
     #[arg(long, value_name = "OTHER")]
@@ -319,4 +324,12 @@ impl TrainOptions {
             || self.nce_r.is_some()
             || self.and_lm.is_some()
     }
+}
+
+/// `--theme`: colours for a dark or a light terminal background.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Theme {
+    #[default]
+    Dark,
+    Light,
 }

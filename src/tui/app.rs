@@ -224,6 +224,8 @@ pub struct ViewOptions {
     /// Leave the mouse to the terminal from the start (`--no-mouse`): text can be selected over
     /// SSH; `M` switches capture on and off.
     pub no_mouse: bool,
+    /// Colours for a light background (`--theme light`).
+    pub light: bool,
 }
 
 #[derive(Debug, Clone)]

@@ -14,6 +14,7 @@ use crate::data::GroupBounds;
 use crate::engine::EmbeddingStats;
 use crate::engine::analysis::EmbeddingAnalysis;
 use crate::engine::{Event, FinishReason, Snapshot};
+use crate::metrics::embedding::SetStats;
 use crate::metrics::{
     EmbeddingPanel, Embeddings, MatrixError, PanelOptions, ProjectionMode, RowGroups, Threads,
 };
@@ -62,9 +63,21 @@ impl Side {
             counts: m.counts.clone().unwrap_or_else(|| vec![0; m.n]),
         };
         let mut app = App::new(Objectives::default(), view).with_vocabulary(Arc::new(vocab));
-        if let Some(stats) = EmbeddingStats::from_panel(step, &panel, 0.0) {
-            app.on_event(Event::Embedding(Box::new(stats)));
-        }
+        // Without counts there are no groups, but the whole matrix's numbers are still worth a
+        // column (the Groups pane's Total).
+        let stats =
+            EmbeddingStats::from_panel(step, &panel, 0.0).unwrap_or_else(|| EmbeddingStats {
+                step,
+                total: panel.total.clone(),
+                groups: [
+                    SetStats::unknown(),
+                    SetStats::unknown(),
+                    SetStats::unknown(),
+                ],
+                rare_frequent_cos: f64::NAN,
+                seconds: 0.0,
+            });
+        app.on_event(Event::Embedding(Box::new(stats)));
         app.on_analysis(Arc::new(EmbeddingAnalysis {
             snapshot: Arc::new(Snapshot {
                 step,
@@ -108,8 +121,26 @@ pub struct Browser {
     pub sides: Vec<Side>,
     pub focus: Pane,
     pub zoom: bool,
+    /// The keys overlay (`?`).
+    pub help: bool,
     pub exit: bool,
 }
+
+/// The browser's keys, as its `?` overlay lists them.
+pub const HELP: [(&str, &str); 9] = [
+    ("Tab / Shift-Tab", "next / previous pane"),
+    (
+        "2 3 4 7",
+        "Groups, Embedding, Spectrum, Neighbours (the workbench's numbers)",
+    ),
+    ("z", "zoom the focused pane (each side's, with --compare)"),
+    ("/", "search a word (in both matrices): type, ↑↓, Enter"),
+    ("w", "in Neighbours: watch the selected word, or stop"),
+    ("c", "in Embedding: centred / uncentred projection"),
+    ("?", "this help"),
+    ("Esc", "close the help, leave the zoom, then leave"),
+    ("q Ctrl-C", "leave"),
+];
 
 impl Browser {
     /// One matrix, or two side by side (each spectrum drawn against the other's).
@@ -132,6 +163,7 @@ impl Browser {
             sides,
             focus: Pane::Scatter,
             zoom: false,
+            help: false,
             exit: false,
         }
     }
@@ -200,8 +232,20 @@ impl Browser {
             }
             return;
         }
+        if self.help {
+            // Any key closes the help (q and Esc only that); ? toggles it.
+            self.help = false;
+            if !matches!(
+                key.code,
+                KeyCode::Char('q') | KeyCode::Esc | KeyCode::Char('?')
+            ) {
+                self.on_key(key);
+            }
+            return;
+        }
         let i = PANES.iter().position(|p| *p == self.focus).unwrap_or(0);
         match key.code {
+            KeyCode::Char('?') => self.help = true,
             KeyCode::Char('q') => self.exit = true,
             KeyCode::Esc if self.zoom => self.zoom = false,
             KeyCode::Esc => self.exit = true,
@@ -270,6 +314,7 @@ mod tests {
             no_color: true,
             ascii: false,
             no_mouse: false,
+            light: false,
         };
         let sides = vec![
             Side::new(&matrix("runs/mle", 0.5), GroupBounds::default(), view).expect("side"),
@@ -326,11 +371,59 @@ mod tests {
     }
 
     #[test]
+    fn help_opens_and_closes_and_a_matrix_without_counts_has_a_total_column() {
+        let view = ViewOptions {
+            no_color: true,
+            ..ViewOptions::default()
+        };
+        let mut m = matrix("foreign.npy", 1.0);
+        m.counts = None;
+        let mut b = Browser::new(vec![
+            Side::new(&m, GroupBounds::default(), view).expect("side"),
+        ]);
+        let text = draw(&b);
+        // The whole matrix's mean row norm, computed here, in the Total column; the groups are
+        // unknown ("–").
+        let mean_norm = m
+            .data
+            .chunks(m.d)
+            .map(|r| r.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt())
+            .sum::<f64>()
+            / m.n as f64;
+        let row = text
+            .lines()
+            .find(|l| l.contains("│mean norm "))
+            .unwrap_or_else(|| panic!("no mean norm row:\n{text}"));
+        assert!(row.contains(&format!("{mean_norm:.3}")), "{row}");
+        assert_eq!(row.matches('–').count(), 3, "{row}");
+        // The scatter's legend names one set, not three groups of which two are empty.
+        assert!(
+            text.contains(&format!("all {}", m.n)) && !text.contains("med 0"),
+            "{text}"
+        );
+        key(&mut b, KeyCode::Char('?'));
+        let help = draw(&b);
+        assert!(
+            help.contains("keys") && help.contains("watch the selected word"),
+            "{help}"
+        );
+        key(&mut b, KeyCode::Esc);
+        assert!(!b.help && !b.exit, "Esc closes the help first");
+        key(&mut b, KeyCode::Char('?'));
+        key(&mut b, KeyCode::Char('z'));
+        assert!(
+            !b.help && b.zoom,
+            "another key closes the help and does its work"
+        );
+    }
+
+    #[test]
     fn one_matrix_shows_its_group_table_and_zoom_shows_one_pane() {
         let view = ViewOptions {
             no_color: true,
             ascii: false,
             no_mouse: false,
+            light: false,
         };
         let mut b = Browser::new(vec![
             Side::new(&matrix("w.npy", 1.0), GroupBounds::default(), view).expect("side"),

@@ -156,7 +156,7 @@ pub fn render_browser(frame: &mut Frame, browser: &super::browser::Browser) {
     );
     frame.render_widget(
         Paragraph::new(
-            "q quit · Tab/2,3,4,7 pane · z zoom · / search (both) · w watch · c centred",
+            "? help · q quit · Tab/2,3,4,7 pane · z zoom · / search (both) · w watch · c centred",
         )
         .style(pal.fg(Color::DarkGray)),
         footer,
@@ -186,6 +186,12 @@ pub fn render_browser(frame: &mut Frame, browser: &super::browser::Browser) {
         render_pane(frame, &side.app, rows, Pane::Scatter, scatter, &pal);
         render_pane(frame, &side.app, rows, Pane::Neighbors, neighbors, &pal);
         render_pane(frame, &side.app, rows, Pane::Spectrum, spectrum, &pal);
+    }
+    if browser.help {
+        keys_overlay(frame, area, &super::browser::HELP);
+    }
+    if browser.sides.first().is_some_and(|s| s.app.view.light) {
+        conelab_widgets::light_theme(frame.buffer_mut());
     }
 }
 
@@ -220,6 +226,9 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&RowGroups>) {
     }
     if app.confirm_quit {
         quit_dialog(frame, area, &pal);
+    }
+    if app.view.light {
+        conelab_widgets::light_theme(frame.buffer_mut());
     }
 }
 
@@ -727,7 +736,9 @@ fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
             _ => String::new(),
         }
     };
+    // A group nothing is known of (a matrix without counts) gets no history row.
     let mut rows: Vec<SparkRow> = (0..4)
+        .filter(|&g| i1[g].iter().any(|v| v.is_finite()))
         .map(|g| {
             SparkRow::new(
                 format!("I1 {}", GROUP_NAMES[g]),
@@ -792,12 +803,16 @@ fn scatter(frame: &mut Frame, app: &App, groups: Option<&RowGroups>, area: Rect,
         .style(pal.fg(Color::DarkGray)),
         title,
     );
-    let layers = [
-        Layer::new("freq", pal.group(0)).glyph('f').priority(0),
-        Layer::new("med", pal.group(1)).glyph('m').priority(1),
-        // Rare on top: it is the group that drifts.
-        Layer::new("rare", pal.group(2)).glyph('r').priority(2),
-    ];
+    let layers = match groups {
+        Some(_) => vec![
+            Layer::new("freq", pal.group(0)).glyph('f').priority(0),
+            Layer::new("med", pal.group(1)).glyph('m').priority(1),
+            // Rare on top: it is the group that drifts.
+            Layer::new("rare", pal.group(2)).glyph('r').priority(2),
+        ],
+        // No counts (a foreign matrix): one set, named as such.
+        None => vec![Layer::new("all", pal.group(3)).glyph('o').priority(0)],
+    };
     frame.render_widget(
         Scatter::new(&points)
             .layers(layers)
@@ -1202,6 +1217,7 @@ mod tests {
                 no_color: true,
                 ascii: false,
                 no_mouse: false,
+                light: false,
             },
         );
         app.on_event(Event::Started {
@@ -1292,6 +1308,97 @@ mod tests {
             let shown = format!("{p:.1}");
             assert!(row.contains(&shown), "PPL {shown} missing from {row}");
         }
+    }
+
+    /// Each cell's foreground as a letter: ANSI colours by initial (bright ones in capitals),
+    /// `.` the terminal's own.
+    fn colour_map(app: &App, width: u16, height: u16) -> (String, ratatui::buffer::Buffer) {
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("backend");
+        let rows = RowGroups::from_ranks(&groups());
+        terminal
+            .draw(|frame| render(frame, app, Some(&rows)))
+            .expect("draw");
+        let buf = terminal.backend().buffer().clone();
+        let letter = |c: Color| match c {
+            Color::Reset => '.',
+            Color::Black => 'k',
+            Color::Red => 'r',
+            Color::Green => 'g',
+            Color::Yellow => 'y',
+            Color::Blue => 'b',
+            Color::Magenta => 'm',
+            Color::Cyan => 'c',
+            Color::Gray => 'w',
+            Color::DarkGray => 'K',
+            Color::LightRed => 'R',
+            Color::LightGreen => 'G',
+            Color::LightYellow => 'Y',
+            Color::LightBlue => 'B',
+            Color::LightMagenta => 'M',
+            Color::LightCyan => 'C',
+            Color::White => 'W',
+            _ => '?',
+        };
+        let map = (0..height)
+            .map(|y| {
+                (0..width)
+                    .map(|x| letter(buf[(x, y)].fg))
+                    .collect::<String>()
+                    + "\n"
+            })
+            .collect();
+        (map, buf)
+    }
+
+    #[test]
+    fn light_theme_snapshot() {
+        let mut a = app();
+        a.view.no_color = false;
+        a.view.light = true;
+        a.focus = Pane::Groups;
+        let (map, buf) = colour_map(&a, 120, 40);
+        insta::assert_snapshot!(map);
+        // No colour made for a black background is left: no white, no pale cyan or yellow, no
+        // bright variants.
+        let pale = [
+            Color::White,
+            Color::Gray,
+            Color::Cyan,
+            Color::Yellow,
+            Color::LightCyan,
+            Color::LightYellow,
+            Color::LightGreen,
+            Color::LightRed,
+            Color::LightBlue,
+            Color::LightMagenta,
+        ];
+        assert!(buf.content().iter().all(|c| !pale.contains(&c.fg)));
+        // The group headers: Freq blue, Med red, Rare magenta, Total black (dark: cyan, yellow,
+        // magenta, white).
+        let text = draw(&a, 120, 40);
+        let (y, line) = text
+            .lines()
+            .enumerate()
+            .find(|(_, l)| l.contains("Freq") && l.contains("Total"))
+            .unwrap_or_else(|| panic!("no group header:\n{text}"));
+        let colour_of = |name: &str| {
+            let x = line.chars().collect::<Vec<_>>();
+            let at = x
+                .windows(name.len())
+                .position(|w| w.iter().collect::<String>() == name)
+                .unwrap_or_else(|| panic!("{name} not in {line}"));
+            buf[(at as u16, y as u16)].fg
+        };
+        assert_eq!(
+            ["Freq", "Med", "Rare", "Total"].map(colour_of),
+            [Color::Blue, Color::Red, Color::Magenta, Color::Black]
+        );
+        a.view.light = false;
+        let (dark, _) = colour_map(&a, 120, 40);
+        assert!(
+            dark.contains('c') && dark.contains('W'),
+            "the dark theme keeps its colours"
+        );
     }
 
     #[test]

@@ -24,8 +24,7 @@ use super::{CURVES, CompareApp, ComparePane, HELP, TABLE_GROUPS, XAxis, smooth_d
 use crate::store::split;
 use crate::tui::ui::{human_duration, keys_overlay, shorten, too_small};
 
-/// One colour per run, from the 16 ANSI colours (readable on dark and light backgrounds alike
-/// is up to the terminal's palette; these are the ones every terminal has).
+/// One colour per run on a dark background, from the 16 ANSI colours every terminal has.
 const RUN_COLOURS: [Color; 12] = [
     Color::Cyan,
     Color::Yellow,
@@ -41,17 +40,30 @@ const RUN_COLOURS: [Color; 12] = [
     Color::LightBlue,
 ];
 
+/// The runs' colours on a light background: colours [`conelab_widgets::light_theme`] leaves as
+/// they are (grey is the raw curves'), so five distinct ones.
+const RUN_COLOURS_LIGHT: [Color; 5] = [
+    Color::Blue,
+    Color::Red,
+    Color::Magenta,
+    Color::Green,
+    Color::Black,
+];
+
 /// Legend lines at most (more runs: the rest are summed up in one line).
 const LEGEND_LINES: usize = 8;
 
 struct Palette {
     no_color: bool,
+    light: bool,
 }
 
 impl Palette {
     fn run(&self, i: usize) -> Style {
         if self.no_color {
             Style::default()
+        } else if self.light {
+            Style::default().fg(RUN_COLOURS_LIGHT[i % RUN_COLOURS_LIGHT.len()])
         } else {
             Style::default().fg(RUN_COLOURS[i % RUN_COLOURS.len()])
         }
@@ -87,6 +99,7 @@ pub fn render(frame: &mut Frame, app: &CompareApp) {
     }
     let pal = Palette {
         no_color: app.view.no_color,
+        light: app.view.light,
     };
     let legend_lines = app.runs.len().min(LEGEND_LINES) as u16
         + u16::from(app.runs.len() > LEGEND_LINES)
@@ -121,6 +134,9 @@ pub fn render(frame: &mut Frame, app: &CompareApp) {
     }
     if app.help {
         keys_overlay(frame, area, &HELP);
+    }
+    if app.view.light {
+        conelab_widgets::light_theme(frame.buffer_mut());
     }
 }
 
