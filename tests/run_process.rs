@@ -660,6 +660,14 @@ fn runs_lists_every_status_and_never_fails_on_one_folder() {
         text.contains("baseline run") && text.contains("ptb,seed1"),
         "{text}"
     );
+    // Columns line up under their headers, two spaces apart, no trailing blanks.
+    let header = text.lines().next().unwrap_or_default();
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("baseline run"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(header.find("tags"), row.find("ptb,seed1"), "{text}");
+    assert!(header.starts_with("name") && !text.lines().any(|l| l.ends_with(' ')));
 
     // Labels edited afterwards: a run that is over in place, a live one through its socket.
     let run_json = |name: &str| -> serde_json::Value {

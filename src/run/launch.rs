@@ -300,9 +300,5 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
 
 /// `YYYYmmdd-HHMMSS` in UTC, for run names.
 pub fn utc_stamp() -> String {
-    let t = super::clock::UtcTime::now();
-    format!(
-        "{:04}{:02}{:02}-{:02}{:02}{:02}",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
+    super::clock::format_unix(super::clock::now_unix(), "%Y%m%d-%H%M%S")
 }

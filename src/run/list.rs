@@ -213,11 +213,7 @@ fn numbers(st: &store::LoadedStore) -> Result<Numbers, store::StoreError> {
 
 /// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn rfc3339(unix: f64) -> String {
-    let t = super::clock::UtcTime::from_unix(unix.max(0.0) as i64);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
+    super::clock::format_unix(unix.max(0.0) as i64, "%Y-%m-%dT%H:%M:%SZ")
 }
 
 /// The human table of `conelab runs`.
@@ -266,32 +262,27 @@ pub fn render(rows: &[RunRow]) -> String {
                     .as_deref()
                     .map(|s| s.replace('T', " ").trim_end_matches('Z').to_string())
                     .unwrap_or_else(|| "–".into()),
-                r.seconds.map_or("–".into(), human_seconds),
+                r.seconds
+                    .map_or("–".into(), conelab_widgets::format_duration),
             ]
         })
         .collect();
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row.iter()) {
-            *w = (*w).max(c.chars().count());
-        }
+    // Columns two spaces apart, no borders: text for a terminal and for grep alike.
+    let mut table = comfy_table::Table::new();
+    table
+        .load_preset(comfy_table::presets::NOTHING)
+        .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
+        .set_header(header);
+    for row in cells {
+        table.add_row(row);
+    }
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
     }
     let mut out = String::new();
-    let line = |out: &mut String, row: &[String]| {
-        let mut l = String::new();
-        for (i, (c, w)) in row.iter().zip(&widths).enumerate() {
-            if i > 0 {
-                l.push_str("  ");
-            }
-            l.push_str(c);
-            l.extend(std::iter::repeat_n(' ', w - c.chars().count()));
-        }
-        out.push_str(l.trim_end());
+    for line in table.lines() {
+        out.push_str(line.trim_end());
         out.push('\n');
-    };
-    line(&mut out, &header.map(String::from));
-    for row in &cells {
-        line(&mut out, row);
     }
     for r in rows.iter().filter(|r| r.status == "unreadable") {
         out.push_str(&format!(
@@ -301,15 +292,6 @@ pub fn render(rows: &[RunRow]) -> String {
         ));
     }
     out
-}
-
-fn human_seconds(s: f64) -> String {
-    let s = s.max(0.0) as u64;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-    }
 }
 
 #[cfg(test)]

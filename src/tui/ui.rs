@@ -1077,12 +1077,7 @@ fn quit_dialog(frame: &mut Frame, area: Rect, pal: &Palette) {
 
 /// `1h 02m`, `3m 20s`, `45s`.
 pub(crate) fn human_duration(seconds: f64) -> String {
-    let s = seconds.max(0.0).round() as u64;
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m {:02}s", s / 60, s % 60),
-        _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
-    }
+    conelab_widgets::format_duration(seconds)
 }
 
 #[cfg(test)]

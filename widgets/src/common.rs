@@ -92,6 +92,21 @@ pub(crate) fn put_char(buf: &mut Buffer, area: Rect, x: u16, y: u16, ch: char, s
     }
 }
 
+/// A duration the way the screens and tables show it: `59s`, `1m 05s`, `2h 03m` (coarser the
+/// longer; negative or NaN is 0s).
+pub fn format_duration(seconds: f64) -> String {
+    let s = if seconds.is_finite() {
+        seconds.max(0.0).round() as u64
+    } else {
+        0
+    };
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
 /// Formats a number compactly for axis labels: at most ~3 significant digits, scientific notation
 /// for very large or very small magnitudes, `NaN` / `inf` spelled out.
 pub fn format_compact(v: f64) -> String {
@@ -202,6 +217,16 @@ mod tests {
             .flat_map(|dx| (0..4).map(move |dy| braille_bit(dx, dy)))
             .fold(0u8, |a, b| a | b);
         assert_eq!(braille_char(all), '⣿');
+    }
+
+    #[test]
+    fn durations_by_hand() {
+        assert_eq!(format_duration(0.4), "0s");
+        assert_eq!(format_duration(59.4), "59s");
+        assert_eq!(format_duration(65.0), "1m 05s");
+        assert_eq!(format_duration(7_380.0), "2h 03m");
+        assert_eq!(format_duration(-3.0), "0s");
+        assert_eq!(format_duration(f64::NAN), "0s");
     }
 
     #[test]

@@ -15,7 +15,7 @@ mod scatter;
 mod sparkline_table;
 mod spectrum;
 
-pub use common::{format_compact, light_theme, no_color_from_env, on_light};
+pub use common::{format_compact, format_duration, light_theme, no_color_from_env, on_light};
 pub use heatmap::{HeatMap, HeatMapScale};
 pub use scatter::{Layer, Scatter, ScatterColoring, ScatterMode, ScatterPoint};
 pub use sparkline_table::{SparkRow, SparkScale, SparklineTable};
