@@ -1,7 +1,7 @@
 //! The command line: clap definitions and the dispatch to library code.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -633,42 +633,48 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Export(args) => done(export_cmd(args)),
         Command::Store(StoreCommand::Compact { runs }) => done(store_compact_cmd(runs)),
         Command::Completions { shell } => done(completions_cmd(shell)),
-        Command::Tag { run, changes } => {
-            let labels = run::labels::edit(&run, &LabelEdit::from_tag_args(&changes))?;
-            done(print_stdout(&format!("tags: {}\n", labels.tag_list())))
-        }
-        Command::Note { run, text } => {
-            let text = if text == "-" {
-                let mut all = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut all)
-                    .context("reading the notes from stdin")?;
-                all
-            } else {
-                text
-            };
-            let edit = LabelEdit {
-                notes: Some(text),
-                ..LabelEdit::default()
-            };
-            let labels = run::labels::edit(&run, &edit)?;
-            done(print_stdout(&match labels.notes.len() {
-                0 => "notes cleared\n".to_string(),
-                n => format!("notes saved ({n} bytes)\n"),
-            }))
-        }
-        Command::Rename { run, name } => {
-            let edit = LabelEdit {
-                name: Some(name),
-                ..LabelEdit::default()
-            };
-            let labels = run::labels::edit(&run, &edit)?;
-            done(print_stdout(&match labels.name {
-                Some(n) => format!("{} is now called {n}\n", run.display()),
-                None => format!("{} has no name now\n", run.display()),
-            }))
-        }
+        Command::Tag { run, changes } => done(tag_cmd(&run, &changes)),
+        Command::Note { run, text } => done(note_cmd(&run, text)),
+        Command::Rename { run, name } => done(rename_cmd(&run, name)),
         Command::Man { dir } => done(man_cmd(dir)),
     }
+}
+
+fn tag_cmd(run: &Path, changes: &[String]) -> Result<()> {
+    let labels = run::labels::edit(run, &LabelEdit::from_tag_args(changes))?;
+    print_stdout(&format!("tags: {}\n", labels.tag_list()))
+}
+
+fn note_cmd(run: &Path, text: String) -> Result<()> {
+    let text = if text == "-" {
+        let mut all = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut all)
+            .context("reading the notes from stdin")?;
+        all
+    } else {
+        text
+    };
+    let edit = LabelEdit {
+        notes: Some(text),
+        ..LabelEdit::default()
+    };
+    let labels = run::labels::edit(run, &edit)?;
+    print_stdout(&match labels.notes.len() {
+        0 => "notes cleared\n".to_string(),
+        n => format!("notes saved ({n} bytes)\n"),
+    })
+}
+
+fn rename_cmd(run: &Path, name: String) -> Result<()> {
+    let edit = LabelEdit {
+        name: Some(name),
+        ..LabelEdit::default()
+    };
+    let labels = run::labels::edit(run, &edit)?;
+    print_stdout(&match labels.name {
+        Some(n) => format!("{} is now called {n}\n", run.display()),
+        None => format!("{} has no name now\n", run.display()),
+    })
 }
 
 fn completions_cmd(shell: clap_complete::Shell) -> Result<()> {
