@@ -319,15 +319,16 @@ pub enum NeighborMetric {
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// Run directories, or names of runs under checkpoints/ (live or over; up to 12 colours,
-    /// then they repeat).
+    /// Run directories, or names of runs under checkpoints/ (live or over; 12 colours on a
+    /// dark background, 5 on a light one, then they repeat).
     #[arg(required = true, value_name = "RUN")]
     pub runs: Vec<PathBuf>,
     /// Draw the curves against the step or against wall-clock time since each run began.
     #[arg(long, value_enum, default_value = "step")]
     pub x: XAxisArg,
     /// TensorBoard's smoothing weight, 0 (raw) to 0.99; `+`/`-` change it in the view.
-    #[arg(long, default_value_t = conelab::tui::compare::DEFAULT_SMOOTHING, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = conelab::tui::compare::DEFAULT_SMOOTHING,
+        allow_negative_numbers = true, value_parser = smoothing_weight)]
     pub smoothing: f64,
     /// A logarithmic y axis (`l` in the view).
     #[arg(long)]
@@ -906,15 +907,17 @@ fn attach_cmd(args: AttachArgs) -> Result<u8> {
     Ok(0)
 }
 
+/// `--smoothing`: a weight from 0 (raw) to the view's maximum.
+fn smoothing_weight(text: &str) -> std::result::Result<f64, String> {
+    let max = conelab::tui::compare::MAX_SMOOTHING;
+    text.parse::<f64>()
+        .ok()
+        .filter(|w| (0.0..=max).contains(w))
+        .ok_or_else(|| format!("a weight from 0 (raw) to {max}"))
+}
+
 fn compare_cmd(args: CompareArgs) -> Result<u8> {
-    use conelab::tui::compare::{CompareOptions, Curve, MAX_SMOOTHING, XAxis};
-    if !(0.0..=MAX_SMOOTHING).contains(&args.smoothing) {
-        return Err(run::RunError::Usage(format!(
-            "--smoothing {}: a weight from 0 (raw) to {MAX_SMOOTHING}",
-            args.smoothing
-        ))
-        .into());
-    }
+    use conelab::tui::compare::{CompareOptions, Curve, XAxis};
     let dirs = run::attach::resolve_many(&args.runs, &PathBuf::from("checkpoints"))?;
     if !std::io::stdout().is_terminal() {
         bail!(

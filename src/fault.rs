@@ -2,9 +2,9 @@
 //! segment, a checkpoint, an export). Never active unless asked for.
 //!
 //! A plan is a comma-separated list of `POINT:N:ERRNO` — the N-th call (1-based) at POINT fails
-//! with ERRNO (`ENOSPC`, `EIO`, `EACCES`); `N+` fails that call and every later one. It comes from
-//! the environment variable `CONELAB_FAULT` (read once, for tests that run the binary) or, in unit
-//! tests, from [`with_plan`] on the current thread.
+//! with ERRNO (`ENOSPC`, `EIO`, `EACCES`, `ENOENT`); `N+` fails that call and every later one.
+//! It comes from the environment variable `CONELAB_FAULT` (read once, for tests that run the
+//! binary) or, in unit tests, from [`with_plan`] on the current thread.
 //!
 //! Points: `atomic.write` (any crash-safe file write: half the bytes are written, then the
 //! error), `atomic.rename`, `segment.write`, `segment.rename`, `segment.read`,
@@ -52,6 +52,7 @@ impl Plan {
                 "ENOSPC" => libc::ENOSPC,
                 "EIO" => libc::EIO,
                 "EACCES" => libc::EACCES,
+                "ENOENT" => libc::ENOENT,
                 _ => return Err(bad()),
             };
             rules.push(Rule {

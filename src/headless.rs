@@ -34,7 +34,7 @@ impl Outcome {
 /// Reports events until the run's final event. `tty` draws a progress bar; otherwise a plain line
 /// every `log_every` steps. `tap` sees every event first (the run's train.log).
 pub fn report(
-    events: Receiver<Event>,
+    events: &Receiver<Event>,
     tty: bool,
     log_every: u64,
     mut tap: impl FnMut(&Event),

@@ -397,12 +397,25 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
     tmux.wait_for("stopped");
     std::thread::sleep(std::time::Duration::from_millis(2500));
     let both = plot(&tmux.screen());
+    // Each capture waits for the legend of the same frame to say what is shown.
+    let shown = |one: bool, two: bool| {
+        let want = [
+            if one { "■ 1 " } else { "□ 1 " },
+            if two { "■ 2 " } else { "□ 2 " },
+        ];
+        let mut screen = String::new();
+        common::wait_until("the legend to say which runs are shown", || {
+            screen = tmux.screen();
+            want.iter().all(|w| screen.contains(w))
+        });
+        plot(&screen)
+    };
     tmux.keys(&["1"]);
-    tmux.wait_for("(hidden)");
-    let only_cos = plot(&tmux.screen());
+    let only_cos = shown(false, true);
     tmux.keys(&["1", "2"]);
-    let only_mle = plot(&tmux.screen());
+    let only_mle = shown(true, false);
     tmux.keys(&["2"]);
+    shown(true, true);
     assert!(only_cos.trim() != "" && only_mle.trim() != "", "{both}");
     assert_ne!(only_cos, only_mle, "each run draws its own curve");
     assert_ne!(

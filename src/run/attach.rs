@@ -61,8 +61,14 @@ pub fn resolve(arg: Option<&Path>, root: &Path) -> Result<Resolved, RunError> {
 pub fn resolve_many(args: &[PathBuf], root: &Path) -> Result<Vec<PathBuf>, RunError> {
     let mut out: Vec<PathBuf> = Vec::new();
     for a in args {
-        let Resolved::One(dir) = resolve(Some(a), root)? else {
-            continue;
+        let dir = match resolve(Some(a), root)? {
+            Resolved::One(dir) => dir,
+            Resolved::Several(_) => {
+                return Err(RunError::Usage(format!(
+                    "{}: names several runs; name one folder",
+                    a.display()
+                )));
+            }
         };
         let is_run = dir.join("run.toml").is_file()
             || crate::store::store_dir(&dir)

@@ -5,6 +5,8 @@
 //! store's flush interval (a few seconds behind its own viewer).
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Duration;
 
@@ -41,79 +43,122 @@ pub enum FollowUpdate {
         label: String,
         status: String,
     },
-    /// Something worth a line: a skipped segment, an unreadable store.
+    /// A segment skipped as corrupt (said once).
     Warning { run: usize, message: String },
+    /// Its store cannot be read right now (`Some`, said once per new reason), or can again
+    /// (`None`).
+    Error { run: usize, message: Option<String> },
+    /// The follower itself stopped (a bug): nothing more will come.
+    Stopped { message: String },
 }
 
 const COLUMNS: [&str; 4] = [col::KEY, col::STEP, col::WALL_TIME, col::VALUE];
 
-/// Starts following `dirs` (every `every`), sending the rows of the series in `wanted`. The
-/// thread ends when the receiver is dropped.
+/// A running follower: its updates, and its thread stopped when this is dropped.
+pub struct Follower {
+    pub updates: Receiver<FollowUpdate>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Starts following `dirs` (every `every`), sending the rows of the series in `wanted`.
 pub fn spawn(
     dirs: Vec<PathBuf>,
     wanted: FxHashSet<i64>,
     every: Duration,
-) -> std::io::Result<Receiver<FollowUpdate>> {
+) -> std::io::Result<Follower> {
     let (tx, rx) = channel();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
     std::thread::Builder::new()
         .name("conelab-follow".into())
-        .spawn(move || follow(dirs, wanted, every, tx))?;
-    Ok(rx)
+        .spawn(move || {
+            let said = tx.clone();
+            // A panic (a bug, or a library's on a strange file) is said, not a silent freeze.
+            let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                follow(dirs, wanted, every, tx, flag)
+            }));
+            if let Err(panic) = ended {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                let _ = said.send(FollowUpdate::Stopped {
+                    message: format!("reading the runs stopped: {message}"),
+                });
+            }
+        })?;
+    Ok(Follower { updates: rx, stop })
 }
 
-fn follow(dirs: Vec<PathBuf>, wanted: FxHashSet<i64>, every: Duration, tx: Sender<FollowUpdate>) {
+fn follow(
+    dirs: Vec<PathBuf>,
+    wanted: FxHashSet<i64>,
+    every: Duration,
+    tx: Sender<FollowUpdate>,
+    stop: Arc<AtomicBool>,
+) {
     let mut tails: Vec<MetricsTail> = dirs.iter().map(|d| MetricsTail::new(d)).collect();
     let mut states: Vec<Option<(String, String)>> = vec![None; dirs.len()];
-    // An error is said once until it changes (a store that stays unreadable is not a flood).
+    // The error said last per run: said once until it changes, cleared once reading works.
     let mut errors: Vec<Option<String>> = vec![None; dirs.len()];
-    loop {
+    while !stop.load(Ordering::SeqCst) {
         for (run, dir) in dirs.iter().enumerate() {
+            let mut out = Vec::new();
             let state = (label(dir), status(dir));
             if states[run].as_ref() != Some(&state) {
                 let (label, status) = state.clone();
                 states[run] = Some(state);
-                if tx.send(FollowUpdate::State { run, label, status }).is_err() {
-                    return;
-                }
+                out.push(FollowUpdate::State { run, label, status });
             }
-            let update = match tails[run].poll(&COLUMNS) {
-                Ok(read) => {
-                    errors[run] = None;
-                    for message in read.warnings {
-                        if tx.send(FollowUpdate::Warning { run, message }).is_err() {
-                            return;
-                        }
+            let read = tails[run].poll(&COLUMNS).and_then(|read| {
+                let rows = rows(&read.rows, &wanted).inspect_err(|_| {
+                    // Read but unusable: read it all again next time, as a reset.
+                    tails[run].restart();
+                })?;
+                Ok((read, rows))
+            });
+            match read {
+                Ok((read, rows)) => {
+                    if errors[run].take().is_some() {
+                        out.push(FollowUpdate::Error { run, message: None });
                     }
-                    match rows(&read.rows, &wanted) {
-                        Ok(rows) if rows.is_empty() && !read.reset => None,
-                        Ok(rows) => Some(FollowUpdate::Rows {
+                    for message in read.warnings {
+                        out.push(FollowUpdate::Warning { run, message });
+                    }
+                    if read.reset || !rows.is_empty() {
+                        out.push(FollowUpdate::Rows {
                             run,
                             reset: read.reset,
                             rows,
-                        }),
-                        Err(e) => warning(&mut errors[run], run, e),
+                        });
                     }
                 }
-                Err(e) => warning(&mut errors[run], run, e),
-            };
-            if let Some(u) = update
-                && tx.send(u).is_err()
-            {
-                return;
+                Err(e) => {
+                    let message = format!("metrics store: {e}");
+                    if errors[run].as_deref() != Some(message.as_str()) {
+                        errors[run] = Some(message.clone());
+                        out.push(FollowUpdate::Error {
+                            run,
+                            message: Some(message),
+                        });
+                    }
+                }
+            }
+            for u in out {
+                if tx.send(u).is_err() {
+                    return;
+                }
             }
         }
         std::thread::sleep(every);
     }
-}
-
-/// A warning for `e`, unless it was the last thing said about this run.
-fn warning(said: &mut Option<String>, run: usize, e: StoreError) -> Option<FollowUpdate> {
-    let message = format!("metrics store: {e}");
-    if said.as_deref() == Some(message.as_str()) {
-        return None;
-    }
-    *said = Some(message.clone());
-    Some(FollowUpdate::Warning { run, message })
 }
 
 fn rows(df: &DataFrame, wanted: &FxHashSet<i64>) -> Result<Vec<Row>, StoreError> {
@@ -189,7 +234,8 @@ mod tests {
         w.flush().expect("flush");
         let loss = series_key("train", "total", "loss");
         let wanted: FxHashSet<i64> = [loss].into_iter().collect();
-        let rx = spawn(vec![run.clone()], wanted, Duration::from_millis(20)).expect("spawn");
+        let follower = spawn(vec![run.clone()], wanted, Duration::from_millis(20)).expect("spawn");
+        let rx = &follower.updates;
         let wait = |what: &str, ok: &dyn Fn(&FollowUpdate) -> bool| loop {
             let u = rx
                 .recv_timeout(Duration::from_secs(10))

@@ -53,19 +53,21 @@ pub struct RunLog {
 }
 
 impl RunLog {
-    /// Opens (appends to) `run_dir/train.log`. Returns also a warning to show when `RUST_LOG`
-    /// is set but not a valid filter (the default is used then).
+    /// Opens (appends to) `run_dir/train.log`, filtered by `filter` (`RUST_LOG`'s syntax;
+    /// `None` or empty: `info`). Returns also a warning to show when the filter is not valid
+    /// (`info` is used then).
     pub fn open(
         run_dir: &Path,
         format: LogFormat,
         every: u64,
+        filter: Option<&str>,
     ) -> io::Result<(Self, Option<String>)> {
         let file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(run_dir.join(TRAIN_LOG))?;
-        let (filter, warning) = match std::env::var("RUST_LOG") {
-            Ok(spec) if !spec.trim().is_empty() => match EnvFilter::try_new(&spec) {
+        let (filter, warning) = match filter {
+            Some(spec) if !spec.trim().is_empty() => match EnvFilter::try_new(spec) {
                 Ok(f) => (f, None),
                 Err(e) => (
                     EnvFilter::new("info"),
@@ -96,6 +98,14 @@ impl RunLog {
     /// Writes what `event` says (a projection or a snapshot says nothing).
     pub fn event(&self, event: &Event) {
         tracing::dispatcher::with_default(&self.dispatch, || emit(event, self.every));
+    }
+
+    /// A failure no event carries (the run's threads ended without a final word).
+    pub fn failure(&self, message: &str) {
+        tracing::dispatcher::with_default(
+            &self.dispatch,
+            || error!(target: "conelab::run", error = %message, "failed"),
+        );
     }
 }
 
@@ -173,13 +183,13 @@ fn emit(event: &Event, every: u64) {
             error!(target: "conelab::run", step, loss, "diverged: paused at the last good step")
         }
         Event::Warning { step, message } => {
-            warn!(target: "conelab::run", step, message = %message, "warning")
+            warn!(target: "conelab::run", step, warning = %message, "warning")
         }
         Event::Finished { step, reason } => {
             info!(target: "conelab::run", step, reason = %reason.name(), "finished")
         }
         Event::Failed { step, message } => {
-            error!(target: "conelab::run", step, message = %message, "failed")
+            error!(target: "conelab::run", step, error = %message, "failed")
         }
         Event::Projection(_) | Event::Snapshot { .. } | Event::CheckpointStaged { .. } => {}
     }
@@ -208,7 +218,7 @@ mod tests {
     #[test]
     fn plain_lines_every_n_steps_and_the_end() {
         let tmp = tempfile::tempdir().expect("tmp");
-        let (log, _) = RunLog::open(tmp.path(), LogFormat::Plain, 2).expect("open");
+        let (log, _) = RunLog::open(tmp.path(), LogFormat::Plain, 2, None).expect("open");
         for n in 1..=4 {
             log.event(&step(n));
         }
@@ -237,7 +247,7 @@ mod tests {
     #[test]
     fn json_lines_parse_and_carry_the_fields() {
         let tmp = tempfile::tempdir().expect("tmp");
-        let (log, _) = RunLog::open(tmp.path(), LogFormat::Json, 1).expect("open");
+        let (log, _) = RunLog::open(tmp.path(), LogFormat::Json, 1, None).expect("open");
         log.event(&step(3));
         let text = std::fs::read_to_string(tmp.path().join(TRAIN_LOG)).expect("log");
         let v: serde_json::Value = serde_json::from_str(text.trim()).expect("one JSON object");
@@ -251,7 +261,7 @@ mod tests {
     #[test]
     fn a_failed_write_loses_that_line_only() {
         let tmp = tempfile::tempdir().expect("tmp");
-        let (log, _) = RunLog::open(tmp.path(), LogFormat::Plain, 1).expect("open");
+        let (log, _) = RunLog::open(tmp.path(), LogFormat::Plain, 1, None).expect("open");
         crate::fault::with_plan("log.write:2:ENOSPC", || {
             for n in 1..=3 {
                 log.event(&step(n));
@@ -266,9 +276,42 @@ mod tests {
         );
         // Appending: a second open (a resume) keeps what is there.
         drop(log);
-        let (log, _) = RunLog::open(tmp.path(), LogFormat::Plain, 1).expect("open");
+        let (log, _) = RunLog::open(tmp.path(), LogFormat::Plain, 1, None).expect("open");
         log.event(&step(4));
         let text = std::fs::read_to_string(tmp.path().join(TRAIN_LOG)).expect("log");
         assert_eq!(text.lines().count(), 3);
+    }
+
+    #[test]
+    fn the_filter_chooses_what_is_written_and_a_bad_one_is_said() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (log, warning) =
+            RunLog::open(tmp.path(), LogFormat::Plain, 2, Some("conelab=debug")).expect("open");
+        assert!(warning.is_none());
+        for n in 1..=4 {
+            log.event(&step(n));
+        }
+        log.failure("the run's threads ended");
+        let text = std::fs::read_to_string(tmp.path().join(TRAIN_LOG)).expect("log");
+        assert_eq!(
+            text.lines().filter(|l| l.contains("DEBUG")).count(),
+            2,
+            "{text}"
+        );
+        assert!(
+            text.contains("ERROR conelab::run: failed error=the run's threads ended"),
+            "{text}"
+        );
+        let other = tempfile::tempdir().expect("tmp");
+        let (log, warning) =
+            RunLog::open(other.path(), LogFormat::Plain, 1, Some("conelab::step=off"))
+                .expect("open");
+        log.event(&step(1));
+        assert!(warning.is_none());
+        let text = std::fs::read_to_string(other.path().join(TRAIN_LOG)).expect("log");
+        assert!(text.is_empty(), "{text}");
+        let (_, warning) =
+            RunLog::open(other.path(), LogFormat::Plain, 1, Some("=[")).expect("open");
+        assert!(warning.is_some_and(|w| w.contains("not a filter")));
     }
 }

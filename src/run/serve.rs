@@ -280,7 +280,13 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
 
     // train.log: written whatever stdout is; a run goes on without it if it cannot be opened
     // (said on stderr: the terminal, or output.log).
-    let run_log = match super::log::RunLog::open(&dir, options.log_format, options.log_every) {
+    let filter = std::env::var("RUST_LOG").ok();
+    let run_log = match super::log::RunLog::open(
+        &dir,
+        options.log_format,
+        options.log_every,
+        filter.as_deref(),
+    ) {
         Ok((log, warning)) => {
             if let Some(w) = warning {
                 eprintln!("conelab: warning: {w}");
@@ -301,8 +307,8 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         }
     };
     let outcome = match options.reporting {
-        Reporting::Progress => headless::report(report_rx, true, 1, tap),
-        Reporting::Lines { log_every } => headless::report(report_rx, false, log_every, tap),
+        Reporting::Progress => headless::report(&report_rx, true, 1, tap),
+        Reporting::Lines { log_every } => headless::report(&report_rx, false, log_every, tap),
     };
 
     // Wind down: the engine has ended (its final event came through); the recorder has flushed
@@ -315,6 +321,16 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
     control.join();
     let _ = recorder.join();
     let _ = hub_thread.join();
+    // What came after the final event (an analysis still running when training ended), and a
+    // failure the reporter concluded itself (the threads ended without a word), into train.log.
+    if let Some(log) = &run_log {
+        for e in report_rx.try_iter() {
+            log.event(&e);
+        }
+        if let Outcome::Failed { message } = &outcome {
+            log.failure(message);
+        }
+    }
     // The viewers' writers deliver the final event; then the socket goes.
     std::thread::sleep(Duration::from_millis(200));
     server.close();

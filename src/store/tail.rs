@@ -6,6 +6,7 @@
 //! a poll never sees half of one.
 
 use std::collections::HashSet;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use polars::prelude::*;
@@ -47,13 +48,33 @@ impl MetricsTail {
     }
 
     /// The metrics rows written since the last poll (only `columns` of them). An I/O error
-    /// leaves the position where it was: the next poll tries the same segments again.
+    /// leaves the position where it was: the next poll tries the same segments again. A segment
+    /// that vanished between listing and reading (a finishing run compacts its store) makes the
+    /// poll look again once.
     pub fn poll(&mut self, columns: &[&str]) -> Result<TailRead, StoreError> {
+        match self.poll_once(columns) {
+            Err(StoreError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                self.poll_once(columns)
+            }
+            other => other,
+        }
+    }
+
+    /// Forgets the position: the next poll reads everything again, as a reset (after rows
+    /// were read but could not be used).
+    pub fn restart(&mut self) {
+        self.read_up_to = None;
+        self.base = None;
+    }
+
+    fn poll_once(&mut self, columns: &[&str]) -> Result<TailRead, StoreError> {
         let all: Vec<segment::Segment> = segment::list(&self.dir)?
             .into_iter()
             .filter(|s| s.kind == Kind::Metrics)
             .collect();
         let newest_base = all.iter().rposition(|s| s.base);
+        // Nothing read yet: what this poll finds replaces the (empty) view, once there is
+        // something to find.
         let first_poll = self.read_up_to.is_none();
         let (reset, start) = match newest_base {
             Some(b) if self.base.is_none_or(|read| all[b].seq > read) => (true, b),
@@ -63,11 +84,14 @@ impl MetricsTail {
                     .iter()
                     .position(|s| after.is_none_or(|r| s.seq > r))
                     .unwrap_or(all.len());
-                (first_poll, start)
+                (first_poll && !all.is_empty(), start)
             }
         };
         let mut rows = segment_schema(columns)?;
         let mut warnings = Vec::new();
+        // Corrupt segments are remembered as said only once the poll succeeds (an I/O error
+        // after them throws the warnings away with the rows).
+        let mut corrupt = Vec::new();
         let mut up_to = if reset { None } else { self.read_up_to };
         for seg in &all[start..] {
             match segment::read_one(&seg.path, Kind::Metrics, Some(columns)) {
@@ -75,18 +99,19 @@ impl MetricsTail {
                     rows.vstack_mut(&df)?;
                 }
                 Err(ReadError::Corrupt(why)) => {
-                    if self.warned.insert(seg.path.clone()) {
+                    if !self.warned.contains(&seg.path) {
                         warnings.push(format!("{why}; segment skipped"));
+                        corrupt.push(seg.path.clone());
                     }
                 }
                 Err(ReadError::Io(e)) => return Err(e),
             }
             up_to = Some(up_to.map_or(seg.seq, |u: u64| u.max(seg.seq)));
         }
+        self.warned.extend(corrupt);
         if reset {
             self.base = newest_base.map(|b| all[b].seq);
         }
-        // An empty store is still a first poll: the first segment it gets is not a reset.
         if up_to.is_some() {
             self.read_up_to = up_to;
         }
@@ -94,7 +119,7 @@ impl MetricsTail {
             rows.rechunk_mut();
         }
         Ok(TailRead {
-            reset: reset || (first_poll && !all.is_empty()),
+            reset,
             rows,
             warnings,
         })
@@ -141,6 +166,11 @@ mod tests {
         // Nothing yet (a run that is starting): empty, no error.
         let first = tail.poll(&COLUMNS).expect("poll");
         assert_eq!(first.rows.height(), 0);
+        assert!(
+            !first.reset,
+            "an empty store is no reset (the view would redraw for nothing)"
+        );
+        assert!(!tail.poll(&COLUMNS).expect("poll").reset);
         let mut w = writer(tmp.path());
         flush_steps(&mut w, 1..4);
         let read = tail.poll(&COLUMNS).expect("poll");
@@ -209,5 +239,48 @@ mod tests {
         assert!(err.is_err(), "EIO is an error, not an empty store");
         let read = tail.poll(&COLUMNS).expect("poll");
         assert_eq!(steps(&read), vec![1, 2], "nothing was skipped");
+    }
+
+    #[test]
+    fn a_corrupt_segment_before_an_io_error_is_still_named_and_restart_rereads() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mut w = writer(tmp.path());
+        flush_steps(&mut w, 1..2);
+        drop(w);
+        let store = store_dir(tmp.path());
+        let next = segment::next_seq(&store).expect("seq");
+        std::fs::write(
+            segment::path_of(&store, Kind::Metrics, next, false),
+            b"not parquet",
+        )
+        .expect("write");
+        let mut w = writer(tmp.path());
+        flush_steps(&mut w, 2..3);
+        let mut tail = MetricsTail::new(tmp.path());
+        // The third read (the segment after the corrupt one) fails: nothing is kept.
+        let err = crate::fault::with_plan("segment.read:3:EIO", || tail.poll(&COLUMNS));
+        assert!(err.is_err());
+        let read = tail.poll(&COLUMNS).expect("poll");
+        assert_eq!(steps(&read), vec![1, 2]);
+        assert_eq!(read.warnings.len(), 1, "the corrupt segment is still named");
+        tail.restart();
+        let read = tail.poll(&COLUMNS).expect("poll");
+        assert!(read.reset && read.warnings.is_empty());
+        assert_eq!(steps(&read), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_segment_compacted_away_under_the_reader_is_read_from_the_compaction() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mut w = writer(tmp.path());
+        flush_steps(&mut w, 1..3);
+        let mut tail = MetricsTail::new(tmp.path());
+        assert_eq!(steps(&tail.poll(&COLUMNS).expect("poll")), vec![1, 2]);
+        flush_steps(&mut w, 3..4);
+        // The segment listed is gone when read (NotFound), as when a finishing run compacts
+        // between the reader's listing and its read: the poll looks again.
+        let plan = "segment.read:1:ENOENT";
+        let read = crate::fault::with_plan(plan, || tail.poll(&COLUMNS)).expect("retried");
+        assert_eq!(steps(&read), vec![3]);
     }
 }

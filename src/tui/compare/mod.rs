@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::TryRecvError;
 use std::time::Duration;
 
 use ratatui::crossterm::event::{
@@ -162,6 +163,8 @@ pub struct CompareRun {
     pub status: String,
     /// Left out of the curves and the spectrum (`1`–`9`).
     pub hidden: bool,
+    /// Why its store cannot be read right now (cleared once it can).
+    pub error: Option<String>,
     /// Series key → step → (wall time, value); a step recorded twice (a resumed run) keeps the
     /// newest value.
     series: FxHashMap<i64, BTreeMap<u64, (f64, f64)>>,
@@ -324,8 +327,10 @@ pub struct CompareApp {
     pub help: bool,
     pub exit: bool,
     pub view: ViewOptions,
-    /// The newest warnings (a skipped segment, an unreadable store), prefixed with the run.
+    /// The newest warnings (a skipped segment, the follower gone), prefixed with the run.
     pub warnings: VecDeque<String>,
+    /// The follower stopped: the view no longer updates.
+    pub follower_stopped: bool,
 }
 
 /// How the view starts.
@@ -365,6 +370,7 @@ impl CompareApp {
             exit: false,
             view: options.view,
             warnings: VecDeque::new(),
+            follower_stopped: false,
         }
     }
 
@@ -395,11 +401,32 @@ impl CompareApp {
                     .get(run)
                     .map(|r| r.label.clone())
                     .unwrap_or_default();
-                if self.warnings.len() == WARNINGS {
-                    self.warnings.pop_front();
-                }
-                self.warnings.push_back(format!("{who}: {message}"));
+                self.warn(format!("{who}: {message}"));
             }
+            FollowUpdate::Error { run, message } => {
+                if let Some(r) = self.runs.get_mut(run) {
+                    r.error = message;
+                }
+            }
+            FollowUpdate::Stopped { message } => {
+                self.follower_stopped = true;
+                self.warn(message);
+            }
+        }
+    }
+
+    fn warn(&mut self, message: String) {
+        if self.warnings.len() == WARNINGS {
+            self.warnings.pop_front();
+        }
+        self.warnings.push_back(message);
+    }
+
+    /// The follower is gone (stopped, or its thread ended): nothing updates any more.
+    pub fn on_follower_gone(&mut self) {
+        if !self.follower_stopped {
+            self.follower_stopped = true;
+            self.warn("reading the runs stopped: the numbers shown no longer update".into());
         }
     }
 
@@ -525,16 +552,28 @@ pub fn run_compare(
     every: Duration,
 ) -> Result<(), TuiError> {
     let signals = ViewerSignals::install()?;
-    let updates = follow::spawn(dirs.clone(), wanted_keys(), every)?;
+    let follower = follow::spawn(dirs.clone(), wanted_keys(), every)?;
     let mut app = CompareApp::new(dirs, options);
     let mut terminal = init_terminal()?;
     let _guard = TerminalGuard;
     let input = Input::start()?;
     let mut dirty = true;
     loop {
-        while let Ok(u) = updates.try_recv() {
-            app.on_update(u);
-            dirty = true;
+        loop {
+            match follower.updates.try_recv() {
+                Ok(u) => {
+                    app.on_update(u);
+                    dirty = true;
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    if !app.follower_stopped {
+                        app.on_follower_gone();
+                        dirty = true;
+                    }
+                    break;
+                }
+            }
         }
         if signals.detach.load(Ordering::SeqCst) || signals.ask.swap(false, Ordering::SeqCst) {
             break;

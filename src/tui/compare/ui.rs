@@ -50,6 +50,15 @@ const RUN_COLOURS_LIGHT: [Color; 5] = [
     Color::Black,
 ];
 
+/// Without colour: the runs' markers and the glyph each draws (a sixth run repeats the first).
+const NO_COLOR_MARKERS: [(Marker, &str); 5] = [
+    (Marker::Braille, "⣿"),
+    (Marker::Dot, "•"),
+    (Marker::Block, "█"),
+    (Marker::Bar, "▄"),
+    (Marker::HalfBlock, "▀"),
+];
+
 /// Legend lines at most (more runs: the rest are summed up in one line).
 const LEGEND_LINES: usize = 8;
 
@@ -73,6 +82,33 @@ impl Palette {
     /// but no modifier, so "dim" is not drawable; the smoothed curve on top names the run).
     fn faint(&self) -> Style {
         self.dim()
+    }
+
+    fn error(&self) -> Style {
+        if self.no_color {
+            Style::default().add_modifier(Modifier::BOLD)
+        } else {
+            Style::default().fg(Color::Red)
+        }
+    }
+
+    /// How run `i`'s curve is drawn: braille in its colour; without colour each run gets a
+    /// glyph of its own (the legend shows it), since one style would make them alike.
+    fn marker(&self, i: usize) -> Marker {
+        if self.no_color {
+            NO_COLOR_MARKERS[i % NO_COLOR_MARKERS.len()].0
+        } else {
+            Marker::Braille
+        }
+    }
+
+    /// The legend's sample of run `i`'s curve.
+    fn swatch(&self, i: usize, hidden: bool) -> &'static str {
+        match (self.no_color, hidden) {
+            (true, false) => NO_COLOR_MARKERS[i % NO_COLOR_MARKERS.len()].1,
+            (_, true) => "□",
+            (false, false) => "■",
+        }
     }
 
     fn dim(&self) -> Style {
@@ -191,7 +227,7 @@ fn legend_text(app: &CompareApp, pal: &Palette) -> Vec<Line<'static>> {
         .enumerate()
         .take(LEGEND_LINES)
         .map(|(i, r)| {
-            let mark = if r.hidden { "□" } else { "■" };
+            let mark = pal.swatch(i, r.hidden);
             let step = r
                 .step()
                 .map(|s| format!("step {s}"))
@@ -211,6 +247,9 @@ fn legend_text(app: &CompareApp, pal: &Palette) -> Vec<Line<'static>> {
             ];
             if r.hidden {
                 spans.push(Span::styled("  (hidden)", pal.dim()));
+            }
+            if let Some(e) = &r.error {
+                spans.push(Span::styled(format!("  ! {e}"), pal.error()));
             }
             Line::from(spans)
         })
@@ -315,10 +354,24 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &Palette) {
         y_hi = y_hi.max(y);
     }
     if drawn.is_empty() || !(x_lo.is_finite() && y_lo.is_finite()) {
+        let shown = app.runs.iter().filter(|r| !r.hidden);
+        let values: Vec<f64> = shown
+            .flat_map(|r| r.points(key).into_iter().map(|p| p.2))
+            .collect();
         let why = if app.runs.iter().all(|r| r.hidden) {
             "every run is hidden (1-9 shows them)".to_string()
-        } else {
+        } else if values.is_empty() {
             format!("no {} yet", curve.label)
+        } else if values.iter().all(|v| !v.is_finite()) {
+            format!(
+                "every {} value is NaN or infinite (a diverged run?)",
+                curve.label
+            )
+        } else {
+            format!(
+                "no {} value above 0 to draw on a log scale (l: linear)",
+                curve.label
+            )
         };
         frame.render_widget(Paragraph::new(why).style(pal.dim()), area);
         return;
@@ -347,7 +400,7 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &Palette) {
                 }
                 datasets.push(
                     Dataset::default()
-                        .marker(Marker::Braille)
+                        .marker(pal.marker(d.run))
                         .graph_type(GraphType::Line)
                         .style(pal.run(d.run))
                         .data(smooth),
@@ -355,7 +408,7 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &Palette) {
             }
             None => datasets.push(
                 Dataset::default()
-                    .marker(Marker::Braille)
+                    .marker(pal.marker(d.run))
                     .graph_type(GraphType::Line)
                     .style(pal.run(d.run))
                     .data(&d.raw),
