@@ -36,4 +36,6 @@ done
 finish
 mapfile -t dirs < <(rows "$out" "MLE" "CosReg" "AGG" "spectrum control" "DEV")
 table "$out" fixes "${dirs[@]}"
+# DEV's claim is about log Z: μ_z and σ_z beside the table, from the same runs.
+self_norm "$out" fixes "${dirs[@]}"
 echo "== $(( SECONDS - start )) s in all"

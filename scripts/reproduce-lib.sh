@@ -76,3 +76,30 @@ table() {
     "$bin" export "$@" --table groups --aggregate seeds --split test --out "$out/$stem.md"
     cat "$out/$stem.md"
 }
+
+# self_norm OUT FILE_STEM RUN_DIR…: μ_z and σ_z of log Z on the test split at each run's last
+# evaluation (`conelab export --table curves`), mean ± sample std over the runs of one name, as
+# Markdown (printed and written to OUT/FILE_STEM-self-norm.md); the per-run CSV beside it.
+self_norm() {
+    local out=$1 stem=$2
+    shift 2
+    local csv="$out/$stem-self-norm.csv"
+    : > "$csv"
+    local dir name
+    for dir in "$@"; do
+        name=$(basename "$dir" | sed 's/-s[0-9]*$//')
+        "$bin" export "$dir" --table curves --metric test/mu_z,test/sigma_z --format csv \
+            | tail -1 | sed "s/^/$name,/" >> "$csv"
+    done
+    awk -F, '
+        { n[$1]++; if (!($1 in order)) { order[$1] = ++k; names[k] = $1 }
+          m[$1] += $4; mm[$1] += $4 * $4; s[$1] += $5; ss[$1] += $5 * $5 }
+        function sd(sum, sq, c) { return c > 1 ? sqrt((sq - sum * sum / c) / (c - 1)) : 0 }
+        END {
+            print "| Run | Seeds | μ_z (test) | σ_z (test) |"
+            print "|---|---:|---:|---:|"
+            for (i = 1; i <= k; i++) { r = names[i]; c = n[r]
+                printf "| %s | %d | %.3f ± %.3f | %.3f ± %.3f |\n", r, c, m[r] / c,
+                    sd(m[r], mm[r], c), s[r] / c, sd(s[r], ss[r], c) }
+        }' "$csv" | tee "$out/$stem-self-norm.md"
+}
