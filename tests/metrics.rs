@@ -180,6 +180,44 @@ fn matches_an_f64_reference_to_1e6_whatever_the_eigenvector_signs() {
     }
 }
 
+/// More rows than one block of the panel's log-sum-exps (2,048): the blocks' log Z combined
+/// agree with the all-f64 definition, over W and over its unit rows.
+#[test]
+fn several_blocks_of_rows_match_the_f64_reference() {
+    let (n, d) = (5_000, 12);
+    let w = gaussian(n, d, 0.7, &[0.9, -0.3], 41);
+    let p = panel(&w, n, d, None);
+    let (i1, i2) = reference_isotropy(&w, n, d, 5);
+    assert!(rel(p.total.i1, i1) < 1e-6, "I1 {} vs {i1}", p.total.i1);
+    assert!(rel(p.total.i2, i2) < 1e-6, "I2 {} vs {i2}", p.total.i2);
+    let unit: Vec<f32> = w
+        .chunks_exact(d)
+        .flat_map(|r| {
+            let norm = r.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+            r.iter().map(move |&x| (x as f64 / norm) as f32)
+        })
+        .collect();
+    let (u1, u2) = reference_isotropy(&unit, n, d, 6);
+    assert!(
+        rel(p.total.i1_unit, u1) < 1e-5,
+        "{} vs {u1}",
+        p.total.i1_unit
+    );
+    assert!(
+        rel(p.total.i2_unit, u2) < 1e-5,
+        "{} vs {u2}",
+        p.total.i2_unit
+    );
+    // The spectrum from the blocked gram against the Jacobi eigenvalues of the f64 gram.
+    let (values, _) = jacobi(&gram(&w, n, d));
+    let mut sigma: Vec<f64> = values.iter().map(|l| l.max(0.0).sqrt()).collect();
+    sigma.sort_by(|a, b| b.total_cmp(a));
+    assert!(rel(p.total.sv_max, sigma[0]) < 1e-6);
+    for (k, s) in sigma.iter().enumerate() {
+        assert!((p.total.sv_norm[k] - s / sigma[0]).abs() < 1e-6, "σ_{k}");
+    }
+}
+
 #[test]
 fn identical_rows_give_closed_forms() {
     let (n, d) = (50, 6);

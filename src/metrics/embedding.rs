@@ -468,6 +468,10 @@ fn analyse(
 
 /// log Z(a) = logsumexp_i <w_i, a> for a = ±each column of `directions`, as (+, −) pairs flattened;
 /// with `row_scale`, row i of W is multiplied by `row_scale[i]` first.
+///
+/// W is taken in blocks of rows: each block's projections (2,048 × d, a few MB that stay in
+/// cache) are reduced to per-direction log-sum-exps at once, and the blocks' are combined in f64
+/// (log(eᵃ + eᵇ) exactly), so the N × d projection matrix is never allocated.
 fn log_z_both_signs(
     w: Embeddings<'_>,
     directions: MatRef<'_, f64>,
@@ -475,41 +479,56 @@ fn log_z_both_signs(
     par: Par,
     threads: Threads,
 ) -> Vec<f64> {
+    const BLOCK: usize = 2048;
     let (n, d) = (w.n(), w.d());
     let e32 = Mat::<f32>::from_fn(d, d, |i, j| directions[(i, j)] as f32);
-    let mut proj = Mat::<f32>::zeros(n, d);
-    matmul(
-        proj.as_mut(),
-        Accum::Replace,
-        w.faer(),
-        e32.as_ref(),
-        1.0,
-        par,
-    );
-    // diag(scale)·W·E = (diag(scale)·W)·E: the rows of the product scaled once, in place.
-    if let Some(scale) = row_scale {
-        for j in 0..d {
-            let column = proj
-                .as_mut()
-                .col_mut(j)
-                .try_as_col_major_mut()
-                .expect("a fresh matrix is column-major")
-                .as_slice_mut();
-            column.iter_mut().zip(scale).for_each(|(x, &k)| *x *= k);
+    let mut proj = Mat::<f32>::zeros(BLOCK.min(n), d);
+    let mut log_z = vec![(f64::NEG_INFINITY, f64::NEG_INFINITY); d];
+    for start in (0..n).step_by(BLOCK) {
+        let rows = BLOCK.min(n - start);
+        let block = MatRef::from_row_major_slice(&w.data()[start * d..(start + rows) * d], rows, d);
+        let mut out = proj.as_mut().subrows_mut(0, rows);
+        matmul(out.as_mut(), Accum::Replace, block, e32.as_ref(), 1.0, par);
+        // diag(scale)·W·E = (diag(scale)·W)·E: the rows of the product scaled once, in place.
+        if let Some(scale) = row_scale {
+            let scale = &scale[start..start + rows];
+            for j in 0..d {
+                let column = out
+                    .as_mut()
+                    .col_mut(j)
+                    .try_as_col_major_mut()
+                    .expect("a fresh matrix is column-major")
+                    .as_slice_mut();
+                column.iter_mut().zip(scale).for_each(|(x, &k)| *x *= k);
+            }
+        }
+        let out = out.as_ref();
+        let column = |j: usize| {
+            let c = out
+                .col(j)
+                .try_as_col_major()
+                .expect("a fresh matrix is column-major");
+            log_sum_exp_both_signs(c.as_slice())
+        };
+        let block_z: Vec<(f64, f64)> = match threads {
+            Threads::All => (0..d).into_par_iter().map(column).collect(),
+            Threads::Sequential => (0..d).map(column).collect(),
+        };
+        for (total, (p, m)) in log_z.iter_mut().zip(block_z) {
+            *total = (log_add_exp(total.0, p), log_add_exp(total.1, m));
         }
     }
-    let column = |j: usize| {
-        let c = proj.as_ref().col(j);
-        let s = c
-            .try_as_col_major()
-            .expect("a fresh matrix is column-major");
-        log_sum_exp_both_signs(s.as_slice())
-    };
-    let log_z: Vec<(f64, f64)> = match threads {
-        Threads::All => (0..d).into_par_iter().map(column).collect(),
-        Threads::Sequential => (0..d).map(column).collect(),
-    };
     log_z.into_iter().flat_map(|(p, m)| [p, m]).collect()
+}
+
+/// log(eᵃ + eᵇ) without overflow (−∞ is the empty sum).
+fn log_add_exp(a: f64, b: f64) -> f64 {
+    let (hi, lo) = if a >= b { (a, b) } else { (b, a) };
+    if lo == f64::NEG_INFINITY {
+        hi
+    } else {
+        hi + (lo - hi).exp().ln_1p()
+    }
 }
 
 /// IsoScore (Rudman et al. 2022; methods.md §2) from the d variances of the rows along their
