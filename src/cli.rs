@@ -58,6 +58,11 @@ pub enum Command {
     Compare(CompareArgs),
     /// List the runs under a folder with their status.
     Runs(RunsArgs),
+    /// A grid of training runs from one TOML file: `sweep run FILE` expands and runs it on this
+    /// machine (`--local N` at a time; again: completed runs kept, unfinished ones resumed);
+    /// `sweep status DIR` shows every run's state.
+    #[command(subcommand)]
+    Sweep(SweepCommand),
     /// Corpora: statistics of a corpus, and the built-in synthetic generator.
     #[command(subcommand)]
     Data(DataCommand),
@@ -315,6 +320,36 @@ pub struct InspectArgs {
 pub enum NeighborMetric {
     Cosine,
     Euclidean,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SweepCommand {
+    /// Expand FILE into runs (named by their varying values) under DIR/runs/ and run them.
+    #[command(
+        long_about = "Expand FILE into runs and run them on this machine.\n\nFILE: [base] \
+holds `conelab train` options by long name (plus `corpus`); [grid] lists alternatives per key \
+(the cartesian product, first key slowest); [[zip]] tables hold lists of equal length that vary \
+together. A repeatable option takes a value, or a list of values, per alternative. Every run is \
+checked as `conelab train` would before any starts. Runs go to DIR/runs/NAME (NAME: the varying \
+`key-value`s joined by `_`), labelled with NAME without its seed part; DIR/sweep.json records the \
+file and every run's arguments; each run's output is in DIR/logs/NAME.log. Running a sweep again \
+keeps completed runs and resumes the others.\n\nExit status: 0 every run completed, 4 a run \
+failed, 75 a run was stopped after saving (run the sweep again), 2 bad input."
+    )]
+    Run {
+        file: PathBuf,
+        /// The sweep's folder [default: sweeps/FILE-STEM].
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Runs at a time on this machine (the CPU threads are divided among them).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        local: usize,
+        /// Print the runs and their arguments; run nothing, write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Every run of a sweep with its state (from the run folders themselves).
+    Status { dir: PathBuf },
 }
 
 #[derive(Debug, Args)]
@@ -623,6 +658,13 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Attach(args) => attach_cmd(args),
         Command::Compare(args) => compare_cmd(args),
         Command::Runs(args) => done(runs_cmd(args)),
+        Command::Sweep(SweepCommand::Run {
+            file,
+            out,
+            local,
+            dry_run,
+        }) => sweep_run_cmd(&file, out, local, dry_run),
+        Command::Sweep(SweepCommand::Status { dir }) => done(sweep_status_cmd(&dir)),
         Command::Eval(args) => done(eval_cmd(args)),
         Command::Inspect(args) => done(inspect_cmd(args)),
         Command::Bench(BenchCommand::Train(args)) => done(bench_train_cmd(args)),
@@ -639,6 +681,67 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Rename { run, name } => done(rename_cmd(&run, name)),
         Command::Man { dir } => done(man_cmd(dir)),
     }
+}
+
+fn sweep_run_cmd(file: &Path, out: Option<PathBuf>, local: usize, dry_run: bool) -> Result<u8> {
+    use conelab::sweep::{Sweep, local::Outcome, record::SweepRecord};
+    if local == 0 {
+        return Err(RunError::Usage("--local 0: at least one run at a time".into()).into());
+    }
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| RunError::Usage(format!("{}: {e}", file.display())))?;
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "sweep".into());
+    let sweep = Sweep::parse(&text, &stem).map_err(|e| RunError::Usage(e.to_string()))?;
+    let out = out.unwrap_or_else(|| PathBuf::from("sweeps").join(&stem));
+    let record = SweepRecord::new(&sweep, &out);
+    if dry_run {
+        let mut text = format!(
+            "{} runs into {}, {local} at a time:\n",
+            record.runs.len(),
+            out.display()
+        );
+        for r in &record.runs {
+            let args = conelab::sweep::local::train_args(r);
+            text.push_str(&format!("  {}: conelab {}\n", r.name, args.join(" ")));
+        }
+        return print_stdout(&text).map(|()| 0);
+    }
+    record.write(&out)?;
+    let exe = std::env::current_exe().context("finding the conelab binary")?;
+    let outcomes = conelab::sweep::local::run(&record, &out, &exe, local, |line| {
+        eprintln!("conelab sweep: {line}");
+    })?;
+    let failed = outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, Outcome::Failed { .. }))
+        .count();
+    let stopped = outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, Outcome::Stopped))
+        .count();
+    print_stdout(&format!(
+        "{} runs: {} completed, {stopped} stopped, {failed} failed — `conelab sweep status {}`, `conelab export {}/runs/* --table groups --aggregate seeds`\n",
+        outcomes.len(),
+        outcomes.len() - failed - stopped,
+        out.display(),
+        out.display()
+    ))?;
+    Ok(if failed > 0 {
+        4
+    } else if stopped > 0 {
+        75
+    } else {
+        0
+    })
+}
+
+fn sweep_status_cmd(dir: &Path) -> Result<()> {
+    use conelab::sweep::record::{SweepRecord, render_status, status};
+    let record = SweepRecord::read(dir).map_err(|e| RunError::Usage(e.to_string()))?;
+    print_stdout(&render_status(&status(&record)))
 }
 
 fn tag_cmd(run: &Path, changes: &[String]) -> Result<()> {

@@ -24,4 +24,5 @@ pub mod objective;
 pub mod run;
 pub mod run_config;
 pub mod store;
+pub mod sweep;
 pub mod tui;

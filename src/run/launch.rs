@@ -9,7 +9,7 @@ use super::options::TrainOptions;
 use super::{RunError, live};
 use crate::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
 use crate::data::{Corpus, CorpusSource, LoadOptions};
-use crate::engine::{Command, Event, Trainer};
+use crate::engine::{Command, Event, TrainConfig, Trainer};
 use crate::lockfile::LockFile;
 use crate::model::{ModelConfig, Preset};
 use crate::objective::{GateParts, ObjectiveChange, Objectives};
@@ -91,7 +91,15 @@ pub fn prepare(opts: &TrainOptions) -> Result<Prepared, RunError> {
     }
 }
 
-fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
+/// The settings a new run of `opts` trains with (the config file, then the flags on top).
+struct Settings {
+    preset: Preset,
+    model: ModelConfig,
+    train: TrainConfig,
+    labels: LabelEdit,
+}
+
+fn settings(opts: &TrainOptions) -> Result<Settings, RunError> {
     let file = match &opts.config {
         Some(p) => ConfigFile::read(p).map_err(|e| RunError::Usage(e.to_string()))?,
         None => ConfigFile::default(),
@@ -125,7 +133,40 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
     set(&mut train.seed, opts.seed);
     set(&mut train.steps, opts.steps);
     apply_objective_flags(&mut train.objectives, opts).map_err(RunError::Usage)?;
+    Ok(Settings {
+        preset,
+        model,
+        train,
+        labels,
+    })
+}
 
+/// Checks what a new run of `opts` would be refused for — its settings and its corpus folder —
+/// without loading the corpus or creating anything: a sweep checks every run this way before
+/// any starts. (A corpus folder's contents are checked by the run itself.)
+pub fn check(opts: &TrainOptions) -> Result<(), RunError> {
+    let s = settings(opts)?;
+    s.model.validate().map_err(RunError::Usage)?;
+    s.train.validate().map_err(RunError::Usage)?;
+    let corpus_arg = opts.corpus.as_deref().unwrap_or("synthetic");
+    if let CorpusSource::Dir(p) = CorpusSource::parse(corpus_arg)
+        && !p.is_dir()
+    {
+        return Err(RunError::Usage(format!(
+            "{}: no such corpus folder",
+            p.display()
+        )));
+    }
+    Ok(())
+}
+
+fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
+    let Settings {
+        preset,
+        model,
+        train,
+        labels,
+    } = settings(opts)?;
     let corpus_arg = opts.corpus.as_deref().unwrap_or("synthetic");
     let source = CorpusSource::parse(corpus_arg);
     let corpus = Corpus::load(

@@ -1,0 +1,443 @@
+//! Sweeps: a grid of `conelab train` runs from one TOML file (`conelab sweep run FILE`).
+//!
+//! ```toml
+//! [base]               # any `conelab train` option by its long name ("-" or "_"),
+//! corpus = "synthetic" # plus `corpus` for the positional argument
+//! model = "tiny"
+//! [grid]               # each value a list of alternatives: the cartesian product of all keys
+//! seed = [1, 2]
+//! reg = ["cos=off", "cos=1"]
+//! freeze = [[], ["rare"]]   # a repeatable option: one value, or a list of values, per alternative
+//! [[zip]]              # lists of equal length that vary together
+//! lr = [1e-3, 5e-4]
+//! warmup = [100, 200]
+//! ```
+//!
+//! [`Sweep::parse`] checks everything before anything runs — a key given twice, an unknown
+//! option, an empty list, unequal zip lists, a value `conelab train` refuses — and expands the
+//! grid into [`PlannedRun`]s: each named by its varying values in the order written
+//! (`seed-1_reg-cos=1`), labelled (`--name`) by that name without its seed part, so that the seeds
+//! of one setting share a label and `export --aggregate seeds` puts them in one row. [`local`]
+//! runs them on this machine; [`record`] keeps `sweep.json` and tells their state.
+
+pub mod local;
+pub mod record;
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, FromArgMatches};
+
+use crate::run::TrainOptions;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// Bad input: the file, a key, a value (exit 2).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn invalid(text: impl Into<String>) -> SweepError {
+    SweepError::Invalid(text.into())
+}
+
+/// One run of the grid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedRun {
+    /// Its folder's name under `runs/`: the varying values, `key-value` joined by `_`.
+    pub name: String,
+    /// Its `--name`: `name` without the seed part (the sweep's name when only the seed varies).
+    pub label: String,
+    /// The `conelab train` arguments (without `--run-dir`, `--name`, `--headless`).
+    pub args: Vec<String>,
+}
+
+/// A parsed sweep file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sweep {
+    /// The file's text, kept in `sweep.json`.
+    pub text: String,
+    pub runs: Vec<PlannedRun>,
+}
+
+/// One option's value in the file: what it becomes on the command line.
+fn arguments(key: &str, value: &toml::Value) -> Result<Vec<String>, SweepError> {
+    let flag = format!("--{key}");
+    let scalar = |v: &toml::Value| -> Result<String, SweepError> {
+        match v {
+            toml::Value::String(s) => Ok(s.clone()),
+            toml::Value::Integer(i) => Ok(i.to_string()),
+            toml::Value::Float(f) => Ok(f.to_string()),
+            other => Err(invalid(format!(
+                "{key}: {other} is not a value for --{key} (a string, a number, true/false, or a list of those for a repeatable option)"
+            ))),
+        }
+    };
+    Ok(match value {
+        toml::Value::Boolean(true) => vec![flag],
+        toml::Value::Boolean(false) => Vec::new(),
+        toml::Value::Array(values) => {
+            let mut out = Vec::new();
+            for v in values {
+                out.push(flag.clone());
+                out.push(scalar(v)?);
+            }
+            out
+        }
+        v => vec![flag, scalar(v)?],
+    })
+}
+
+/// How a value reads in a run's name: `cos=1`, `0.001`, `rare+medium`, `none`.
+fn name_part(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Array(a) if a.is_empty() => "none".into(),
+        toml::Value::Array(a) => a.iter().map(name_part).collect::<Vec<_>>().join("+"),
+        v => v.to_string(),
+    }
+}
+
+/// Characters outside `[A-Za-z0-9=._-]` become `-`.
+fn safe(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "=._-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// `conelab train`'s options by long name, and whether each takes a value.
+fn train_command() -> clap::Command {
+    TrainOptions::augment_args(clap::Command::new("train").no_binary_name(true))
+}
+
+/// The options a sweep may not set: where each run goes and how it reports are the sweep's.
+const RESERVED: [&str; 6] = [
+    "run-dir",
+    "name",
+    "headless",
+    "detach",
+    "resume",
+    "internal-detached",
+];
+
+/// One axis of the grid: a list of alternatives, each a set of (key, value).
+type Axis = Vec<Vec<(String, toml::Value)>>;
+
+impl Sweep {
+    /// Parses and expands `text` (the sweep file; `stem` names the sweep when only the seed
+    /// varies), checking every run's arguments as `conelab train` would.
+    pub fn parse(text: &str, stem: &str) -> Result<Self, SweepError> {
+        let doc: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| invalid(format!("not a sweep file: {}", e.message())))?;
+        for key in doc.keys() {
+            if !["base", "grid", "zip"].contains(&key.as_str()) {
+                return Err(invalid(format!(
+                    "[{key}]: a sweep file has [base], [grid] and [[zip]] only"
+                )));
+            }
+        }
+        let known: Vec<String> = train_command()
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect();
+        let mut seen: Vec<String> = Vec::new();
+        let mut check_key = |key: &str, section: &str| -> Result<String, SweepError> {
+            let canonical = key.replace('_', "-");
+            if canonical != "corpus" && !known.contains(&canonical) {
+                return Err(invalid(format!(
+                    "{section}: {key}: not a `conelab train` option (see conelab train --help)"
+                )));
+            }
+            if RESERVED.contains(&canonical.as_str()) {
+                return Err(invalid(format!(
+                    "{section}: {key}: set by the sweep itself (each run's folder, name and output)"
+                )));
+            }
+            if seen.contains(&canonical) {
+                return Err(invalid(format!("{section}: {key}: given twice")));
+            }
+            seen.push(canonical.clone());
+            Ok(canonical)
+        };
+        let table = |name: &str| -> Result<Option<&toml::Table>, SweepError> {
+            match doc.get(name) {
+                None => Ok(None),
+                Some(toml::Value::Table(t)) => Ok(Some(t)),
+                Some(_) => Err(invalid(format!("[{name}] must be a table"))),
+            }
+        };
+        let mut base: Vec<(String, toml::Value)> = Vec::new();
+        if let Some(t) = table("base")? {
+            for (k, v) in t {
+                base.push((check_key(k, "[base]")?, v.clone()));
+            }
+        }
+        let mut axes: Vec<Axis> = Vec::new();
+        let alternatives = |section: &str, key: &str, v: &toml::Value| match v {
+            toml::Value::Array(a) if a.is_empty() => Err(invalid(format!(
+                "{section}: {key}: an empty list (nothing to run)"
+            ))),
+            toml::Value::Array(a) => Ok(a.clone()),
+            _ => Err(invalid(format!(
+                "{section}: {key}: a list of alternatives, e.g. {key} = [1, 2]"
+            ))),
+        };
+        if let Some(t) = table("grid")? {
+            for (k, v) in t {
+                let key = check_key(k, "[grid]")?;
+                let values = alternatives("[grid]", k, v)?;
+                axes.push(values.into_iter().map(|v| vec![(key.clone(), v)]).collect());
+            }
+        }
+        match doc.get("zip") {
+            None => {}
+            Some(toml::Value::Array(zips)) => {
+                for (i, z) in zips.iter().enumerate() {
+                    let section = format!("[[zip]] {}", i + 1);
+                    let toml::Value::Table(t) = z else {
+                        return Err(invalid(format!("{section}: must be a table")));
+                    };
+                    let mut columns: Vec<(String, Vec<toml::Value>)> = Vec::new();
+                    for (k, v) in t {
+                        columns.push((check_key(k, &section)?, alternatives(&section, k, v)?));
+                    }
+                    let len = columns.first().map_or(0, |c| c.1.len());
+                    if let Some((k, c)) = columns.iter().find(|c| c.1.len() != len) {
+                        return Err(invalid(format!(
+                            "{section}: {k}: {} values where the others have {len} (zip lists vary together)",
+                            c.len()
+                        )));
+                    }
+                    axes.push(
+                        (0..len)
+                            .map(|row| {
+                                columns
+                                    .iter()
+                                    .map(|(k, c)| (k.clone(), c[row].clone()))
+                                    .collect()
+                            })
+                            .collect(),
+                    );
+                }
+            }
+            Some(_) => return Err(invalid("zip: write it as [[zip]] tables")),
+        }
+        // The cartesian product, the first axis slowest (the order written).
+        let mut combos: Vec<Vec<(String, toml::Value)>> = vec![Vec::new()];
+        for axis in &axes {
+            combos = combos
+                .into_iter()
+                .flat_map(|c| {
+                    axis.iter().map(move |alt| {
+                        let mut c = c.clone();
+                        c.extend(alt.iter().cloned());
+                        c
+                    })
+                })
+                .collect();
+        }
+        let mut runs: Vec<PlannedRun> = Vec::new();
+        for varying in combos {
+            let part = |(k, v): &(String, toml::Value)| safe(&format!("{k}-{}", name_part(v)));
+            let name = if varying.is_empty() {
+                safe(stem)
+            } else {
+                varying.iter().map(part).collect::<Vec<_>>().join("_")
+            };
+            let label_parts: Vec<String> = varying
+                .iter()
+                .filter(|(k, _)| k != "seed")
+                .map(part)
+                .collect();
+            let label = if label_parts.is_empty() {
+                safe(stem)
+            } else {
+                label_parts.join("_")
+            };
+            let mut args = Vec::new();
+            let mut corpus = None;
+            for (k, v) in base.iter().chain(&varying) {
+                if k == "corpus" {
+                    corpus = Some(
+                        v.as_str()
+                            .ok_or_else(|| invalid("corpus: a folder or \"synthetic\""))?
+                            .to_string(),
+                    );
+                } else {
+                    args.extend(arguments(k, v)?);
+                }
+            }
+            if let Some(c) = corpus {
+                args.insert(0, c);
+            }
+            check_run(&name, &args)?;
+            if runs.iter().any(|r| r.name == name) {
+                return Err(invalid(format!(
+                    "two runs would be called {name}: give the alternatives different values"
+                )));
+            }
+            runs.push(PlannedRun { name, label, args });
+        }
+        Ok(Self {
+            text: text.to_string(),
+            runs,
+        })
+    }
+}
+
+/// The arguments parse as `conelab train`'s and pass its checks.
+fn check_run(name: &str, args: &[String]) -> Result<(), SweepError> {
+    let matches = train_command().try_get_matches_from(args).map_err(|e| {
+        let rendered = e.render().to_string();
+        let line = rendered
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("invalid")
+            .trim_start_matches("error: ")
+            .to_string();
+        invalid(format!("run {name}: {line}"))
+    })?;
+    let opts = TrainOptions::from_arg_matches(&matches)
+        .map_err(|e| invalid(format!("run {name}: {e}")))?;
+    opts.validate()
+        .map_err(|e| invalid(format!("run {name}: {e}")))?;
+    crate::run::launch::check(&opts).map_err(|e| invalid(format!("run {name}: {e}")))
+}
+
+/// The folder of run `name` in sweep folder `out`.
+pub fn run_dir(out: &Path, name: &str) -> PathBuf {
+    out.join("runs").join(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+[base]
+corpus = "synthetic"
+model = "tiny"
+steps = 4
+[grid]
+seed = [1, 2]
+reg = ["cos=off", "cos=1"]
+freeze = [[], ["rare", "medium"]]
+[[zip]]
+lr = [1e-3, 5e-4]
+warmup = [10, 20]
+"#;
+
+    #[test]
+    fn the_grid_expands_in_the_order_written() {
+        let s = Sweep::parse(FILE, "demo").expect("parses");
+        assert_eq!(s.runs.len(), 2 * 2 * 2 * 2);
+        assert_eq!(
+            s.runs[0].name,
+            "seed-1_reg-cos=off_freeze-none_lr-0.001_warmup-10"
+        );
+        assert_eq!(
+            s.runs[1].name,
+            "seed-1_reg-cos=off_freeze-none_lr-0.0005_warmup-20"
+        );
+        assert_eq!(
+            s.runs[2].name,
+            "seed-1_reg-cos=off_freeze-rare-medium_lr-0.001_warmup-10"
+        );
+        assert_eq!(s.runs[8].name[..6].to_string(), "seed-2");
+        // Seeds of one setting share a label.
+        assert_eq!(s.runs[0].label, s.runs[8].label);
+        assert_eq!(
+            s.runs[0].label,
+            "reg-cos=off_freeze-none_lr-0.001_warmup-10"
+        );
+        assert_eq!(
+            s.runs[2].args,
+            [
+                "synthetic",
+                "--model",
+                "tiny",
+                "--steps",
+                "4",
+                "--seed",
+                "1",
+                "--reg",
+                "cos=off",
+                "--freeze",
+                "rare",
+                "--freeze",
+                "medium",
+                "--lr",
+                "0.001",
+                "--warmup",
+                "10"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_seeds_varying_share_the_sweep_s_name() {
+        let s = Sweep::parse("[base]\nsteps = 4\n[grid]\nseed = [1, 2, 3]\n", "mle").expect("ok");
+        assert_eq!(s.runs.len(), 3);
+        assert!(s.runs.iter().all(|r| r.label == "mle"));
+        assert_eq!(s.runs[2].name, "seed-3");
+        let single = Sweep::parse("[base]\nsteps = 4\n", "one").expect("ok");
+        assert_eq!(single.runs.len(), 1);
+        assert_eq!(single.runs[0].name, "one");
+    }
+
+    #[test]
+    fn bad_files_are_refused_naming_the_key() {
+        let cases = [
+            (
+                "[base]\nseed = 1\n[grid]\nseed = [1, 2]\n",
+                "[grid]: seed: given twice",
+            ),
+            (
+                "[grid]\nsteps = [4]\n[[zip]]\nsteps = [1]\n",
+                "steps: given twice",
+            ),
+            (
+                "[grid]\nmodel_size = [1]\n",
+                "model_size: not a `conelab train` option",
+            ),
+            ("[grid]\nseed = []\n", "seed: an empty list"),
+            ("[grid]\nseed = 3\n", "seed: a list of alternatives"),
+            (
+                "[[zip]]\nlr = [1e-3, 1e-4]\nwarmup = [1]\n",
+                "warmup: 1 values where the others have 2",
+            ),
+            (
+                "[grid]\nmodel = [\"tiny\", \"huge\"]\n",
+                "run model-huge: invalid value 'huge' for '--model",
+            ),
+            (
+                "[base]\nrun_dir = \"x\"\n",
+                "run_dir: set by the sweep itself",
+            ),
+            ("[grid]\nsteps = [{a = 1}]\n", "steps: {"),
+            ("[other]\n", "[other]: a sweep file has"),
+            ("[grid\n", "not a sweep file"),
+            (
+                "[grid]\nlr = [0.001, 1e-3]\n",
+                "two runs would be called lr-0.001",
+            ),
+        ];
+        for (text, needle) in cases {
+            match Sweep::parse(text, "s") {
+                Err(SweepError::Invalid(e)) => assert!(e.contains(needle), "{text:?}: {e}"),
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! `sweep.json` (what a sweep is: its file and every run with its folder and arguments), written
+//! atomically before anything runs, and the runs' state read back from their own folders.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{PlannedRun, Sweep, SweepError, run_dir};
+use crate::run::list::{RunRow, row};
+
+/// The record's file in a sweep folder.
+pub const SWEEP_JSON: &str = "sweep.json";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedRun {
+    pub name: String,
+    pub label: String,
+    pub dir: PathBuf,
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepRecord {
+    /// The sweep file as it was run.
+    pub file: String,
+    pub runs: Vec<RecordedRun>,
+}
+
+impl SweepRecord {
+    pub fn new(sweep: &Sweep, out: &Path) -> Self {
+        Self {
+            file: sweep.text.clone(),
+            runs: sweep
+                .runs
+                .iter()
+                .map(|r: &PlannedRun| RecordedRun {
+                    name: r.name.clone(),
+                    label: r.label.clone(),
+                    dir: run_dir(out, &r.name),
+                    args: r.args.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Writes `out/sweep.json` (temp file, fsync, rename).
+    pub fn write(&self, out: &Path) -> Result<(), SweepError> {
+        let path = out.join(SWEEP_JSON);
+        let io = |source| SweepError::Io {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(out).map_err(io)?;
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| SweepError::Invalid(format!("sweep.json: {e}")))?;
+        crate::atomic::write_file_as("sweep", &path, text.as_bytes()).map_err(io)
+    }
+
+    /// Reads `out/sweep.json`.
+    pub fn read(out: &Path) -> Result<Self, SweepError> {
+        let path = out.join(SWEEP_JSON);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                SweepError::Invalid(format!(
+                    "{}: not a sweep folder (no {SWEEP_JSON})",
+                    out.display()
+                ))
+            } else {
+                SweepError::Io {
+                    path: path.clone(),
+                    source: e,
+                }
+            }
+        })?;
+        serde_json::from_str(&text)
+            .map_err(|e| SweepError::Invalid(format!("{}: corrupt: {e}", path.display())))
+    }
+}
+
+/// Every run's row as `conelab runs` reads it (status from the folder itself); `pending` for a
+/// run not started yet.
+pub fn status(record: &SweepRecord) -> Vec<(RecordedRun, Option<RunRow>)> {
+    record
+        .runs
+        .iter()
+        .map(|r| {
+            let row = r.dir.is_dir().then(|| row(&r.dir));
+            (r.clone(), row)
+        })
+        .collect()
+}
+
+/// The status table of `conelab sweep status`.
+pub fn render_status(rows: &[(RecordedRun, Option<RunRow>)]) -> String {
+    let mut table = comfy_table::Table::new();
+    table
+        .load_preset(comfy_table::presets::NOTHING)
+        .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
+        .set_header(["run", "status", "step", "best ppl", "folder"]);
+    for (run, row) in rows {
+        let (status, step, ppl) = match row {
+            None => ("pending".to_string(), "–".to_string(), "–".to_string()),
+            Some(r) => (
+                r.status.clone(),
+                match (r.step, r.total_steps) {
+                    (Some(s), Some(t)) => format!("{s}/{t}"),
+                    (Some(s), None) => s.to_string(),
+                    _ => "–".into(),
+                },
+                r.best_valid_ppl.map_or("–".into(), |p| format!("{p:.2}")),
+            ),
+        };
+        table.add_row([
+            run.name.clone(),
+            status,
+            step,
+            ppl,
+            run.dir.display().to_string(),
+        ]);
+    }
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
+    }
+    let mut out = String::new();
+    for line in table.lines() {
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    let done = rows
+        .iter()
+        .filter(|(_, r)| r.as_ref().is_some_and(|r| r.status == "completed"))
+        .count();
+    out.push_str(&format!("{done} of {} runs completed\n", rows.len()));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_record_round_trips_and_a_failed_write_keeps_the_old_one() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let sweep = Sweep::parse("[grid]\nseed = [1, 2]\n", "s").expect("sweep");
+        let record = SweepRecord::new(&sweep, tmp.path());
+        record.write(tmp.path()).expect("write");
+        assert_eq!(SweepRecord::read(tmp.path()).expect("read"), record);
+        assert_eq!(record.runs[1].dir, tmp.path().join("runs/seed-2"));
+        let other = SweepRecord::new(
+            &Sweep::parse("[grid]\nseed = [7]\n", "s").expect("sweep"),
+            tmp.path(),
+        );
+        let failed = crate::fault::with_plan("sweep.write:1:ENOSPC", || other.write(tmp.path()));
+        assert!(failed.is_err());
+        assert_eq!(SweepRecord::read(tmp.path()).expect("read"), record);
+        let rows = status(&record);
+        assert!(rows.iter().all(|(_, r)| r.is_none()));
+        let text = render_status(&rows);
+        assert!(text.contains("seed-1  pending") && text.contains("0 of 2 runs completed"));
+        assert!(matches!(
+            SweepRecord::read(&tmp.path().join("nowhere")),
+            Err(SweepError::Invalid(e)) if e.contains("not a sweep folder")
+        ));
+    }
+}
