@@ -344,12 +344,50 @@ failed, 75 a run was stopped after saving (run the sweep again), 2 bad input."
         /// Runs at a time on this machine (the CPU threads are divided among them).
         #[arg(long, value_name = "N", default_value_t = 1)]
         local: usize,
-        /// Print the runs and their arguments; run nothing, write nothing.
+        /// Print the runs and their arguments (with --slurm, the batch script); run nothing,
+        /// write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Submit the runs as a SLURM job array (one task per run; preemption-safe: TERM two
+        /// minutes before the time limit stops a run with a checkpoint and requeues its task).
+        #[arg(long, conflicts_with = "local")]
+        slurm: bool,
+        #[command(flatten)]
+        sbatch: SbatchArgs,
     },
+    /// Internal: SLURM array task INDEX of the sweep in DIR (exec's its run).
+    #[command(hide = true)]
+    Task { dir: PathBuf, index: usize },
     /// Every run of a sweep with its state (from the run folders themselves).
     Status { dir: PathBuf },
+}
+
+/// `sbatch` options of `sweep run --slurm`.
+#[derive(Debug, Args)]
+pub struct SbatchArgs {
+    #[arg(long, requires = "slurm", help_heading = "SLURM")]
+    pub partition: Option<String>,
+    /// Generic resources per task, e.g. gpu:1.
+    #[arg(long, requires = "slurm", help_heading = "SLURM")]
+    pub gres: Option<String>,
+    /// Time limit per task, e.g. 04:00:00.
+    #[arg(long, requires = "slurm", help_heading = "SLURM")]
+    pub time: Option<String>,
+    #[arg(long, requires = "slurm", help_heading = "SLURM")]
+    pub account: Option<String>,
+    #[arg(long, requires = "slurm", help_heading = "SLURM")]
+    pub cpus_per_task: Option<u32>,
+    /// Memory per task, e.g. 32G.
+    #[arg(long, requires = "slurm", help_heading = "SLURM")]
+    pub mem: Option<String>,
+    /// Any other sbatch option, repeatable: --sbatch-arg=--qos=high.
+    #[arg(
+        long,
+        requires = "slurm",
+        allow_hyphen_values = true,
+        help_heading = "SLURM"
+    )]
+    pub sbatch_arg: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -663,7 +701,10 @@ pub fn run(cli: Cli) -> Result<u8> {
             out,
             local,
             dry_run,
-        }) => sweep_run_cmd(&file, out, local, dry_run),
+            slurm,
+            sbatch,
+        }) => sweep_run_cmd(&file, out, local, dry_run, slurm.then_some(sbatch)),
+        Command::Sweep(SweepCommand::Task { dir, index }) => sweep_task_cmd(&dir, index),
         Command::Sweep(SweepCommand::Status { dir }) => done(sweep_status_cmd(&dir)),
         Command::Eval(args) => done(eval_cmd(args)),
         Command::Inspect(args) => done(inspect_cmd(args)),
@@ -683,7 +724,13 @@ pub fn run(cli: Cli) -> Result<u8> {
     }
 }
 
-fn sweep_run_cmd(file: &Path, out: Option<PathBuf>, local: usize, dry_run: bool) -> Result<u8> {
+fn sweep_run_cmd(
+    file: &Path,
+    out: Option<PathBuf>,
+    local: usize,
+    dry_run: bool,
+    slurm: Option<SbatchArgs>,
+) -> Result<u8> {
     use conelab::sweep::{Sweep, local::Outcome, record::SweepRecord};
     if local == 0 {
         return Err(RunError::Usage("--local 0: at least one run at a time".into()).into());
@@ -696,7 +743,39 @@ fn sweep_run_cmd(file: &Path, out: Option<PathBuf>, local: usize, dry_run: bool)
         .unwrap_or_else(|| "sweep".into());
     let sweep = Sweep::parse(&text, &stem).map_err(|e| RunError::Usage(e.to_string()))?;
     let out = out.unwrap_or_else(|| PathBuf::from("sweeps").join(&stem));
-    let record = SweepRecord::new(&sweep, &out);
+    let mut record = SweepRecord::new(&sweep, &out);
+    let exe = std::env::current_exe().context("finding the conelab binary")?;
+    if let Some(sbatch) = slurm {
+        use conelab::sweep::slurm;
+        let options = slurm::SlurmOptions {
+            partition: sbatch.partition,
+            gres: sbatch.gres,
+            time: sbatch.time,
+            account: sbatch.account,
+            cpus_per_task: sbatch.cpus_per_task,
+            mem: sbatch.mem,
+            extra: sbatch.sbatch_arg,
+        };
+        let script = slurm::script(&record, &out, &exe, &stem, &options);
+        if dry_run {
+            return print_stdout(&format!(
+                "{} runs as a job array; the batch script:\n{script}",
+                record.runs.len()
+            ))
+            .map(|()| 0);
+        }
+        record.write(&out)?;
+        let job = slurm::submit(&script, &out)?;
+        let id = job.job_id.clone();
+        record.slurm = Some(job);
+        record.write(&out)?;
+        print_stdout(&format!(
+            "submitted job array {id}: {} tasks, one per run — `conelab sweep status {}`\n",
+            record.runs.len(),
+            out.display()
+        ))?;
+        return Ok(0);
+    }
     if dry_run {
         let mut text = format!(
             "{} runs into {}, {local} at a time:\n",
@@ -710,7 +789,6 @@ fn sweep_run_cmd(file: &Path, out: Option<PathBuf>, local: usize, dry_run: bool)
         return print_stdout(&text).map(|()| 0);
     }
     record.write(&out)?;
-    let exe = std::env::current_exe().context("finding the conelab binary")?;
     let outcomes = conelab::sweep::local::run(&record, &out, &exe, local, |line| {
         eprintln!("conelab sweep: {line}");
     })?;
@@ -741,7 +819,33 @@ fn sweep_run_cmd(file: &Path, out: Option<PathBuf>, local: usize, dry_run: bool)
 fn sweep_status_cmd(dir: &Path) -> Result<()> {
     use conelab::sweep::record::{SweepRecord, render_status, status};
     let record = SweepRecord::read(dir).map_err(|e| RunError::Usage(e.to_string()))?;
-    print_stdout(&render_status(&status(&record)))
+    let queue = record
+        .slurm
+        .as_ref()
+        .map(conelab::sweep::slurm::queue_states);
+    print_stdout(&render_status(&status(&record), queue.as_deref()))
+}
+
+/// A SLURM array task: becomes its run's `conelab train` (exec), so a TERM the batch script
+/// passes on reaches the run itself.
+fn sweep_task_cmd(dir: &Path, index: usize) -> Result<u8> {
+    use std::os::unix::process::CommandExt;
+    let record = conelab::sweep::record::SweepRecord::read(dir)
+        .map_err(|e| RunError::Usage(e.to_string()))?;
+    let run = record.runs.get(index).ok_or_else(|| {
+        RunError::Usage(format!(
+            "task {index}: the sweep in {} has {} runs",
+            dir.display(),
+            record.runs.len()
+        ))
+    })?;
+    let Some(args) = conelab::sweep::local::task_args(run) else {
+        print_stdout(&format!("{}: completed before, kept\n", run.name))?;
+        return Ok(0);
+    };
+    let exe = std::env::current_exe().context("finding the conelab binary")?;
+    let e = std::process::Command::new(exe).args(&args).exec();
+    Err(anyhow::anyhow!("starting {}: {e}", run.name))
 }
 
 fn tag_cmd(run: &Path, changes: &[String]) -> Result<()> {

@@ -145,3 +145,136 @@ fn bad_sweeps_are_one_line_errors_before_anything_runs() {
         &["--local 0"],
     );
 }
+
+/// A directory of stand-ins for `sbatch` and `scontrol` that record how they were called (this
+/// machine has no SLURM controller; the script's logic is what is tested here).
+fn fake_slurm(f: &Fixture) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = f.path("fake-slurm");
+    std::fs::create_dir_all(&bin).expect("dir");
+    for (name, body) in [
+        (
+            "sbatch",
+            "echo \"$@\" >> \"$(dirname \"$0\")/sbatch.calls\"\necho '4242;cluster'\n",
+        ),
+        (
+            "scontrol",
+            "echo \"$@\" >> \"$(dirname \"$0\")/scontrol.calls\"\n",
+        ),
+    ] {
+        let path = bin.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}")).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    bin
+}
+
+#[test]
+fn slurm_submits_an_array_whose_tasks_run_stop_requeue_and_resume_exactly() {
+    let f = Fixture::new();
+    let file = sweep_file(&f, "[grid]\nseed = [1, 2]\n");
+    // A longer run for the preemption: 2,000 steps instead of 3, a checkpoint every 50.
+    let text = std::fs::read_to_string(&file)
+        .expect("file")
+        .replace("steps = 3\n", "steps = 2000\ncheckpoint_every = 50\n")
+        .replace("eval_every = 3\n", "eval_every = 500\n")
+        .replace("snapshot_every = 3\n", "snapshot_every = 500\n");
+    std::fs::write(&file, text).expect("write");
+    let out = f.path("sweep");
+    let bin = fake_slurm(&f);
+    let path = format!("{}:{}", s(&bin), std::env::var("PATH").unwrap_or_default());
+    let submit = std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
+        .args([
+            "sweep",
+            "run",
+            s(&file),
+            "--out",
+            s(&out),
+            "--slurm",
+            "--partition",
+            "cpu",
+        ])
+        .args(["--time", "00:10:00", "--sbatch-arg=--qos=test"])
+        .env("PATH", &path)
+        .output()
+        .expect("runs");
+    assert!(submit.status.success(), "{submit:?}");
+    assert!(String::from_utf8_lossy(&submit.stdout).contains("submitted job array 4242: 2 tasks"));
+    let calls = std::fs::read_to_string(bin.join("sbatch.calls")).expect("sbatch called");
+    assert!(
+        calls.starts_with("--parsable ") && calls.contains("sweep.sbatch"),
+        "{calls}"
+    );
+    let record = std::fs::read_to_string(out.join("sweep.json")).expect("sweep.json");
+    assert!(record.contains("\"job_id\": \"4242\""), "{record}");
+    let script = out.join("sweep.sbatch");
+    let text = std::fs::read_to_string(&script).expect("script");
+    for line in [
+        "#SBATCH --array=0-1",
+        "#SBATCH --partition=cpu",
+        "#SBATCH --qos=test",
+    ] {
+        assert!(text.contains(line), "{text}");
+    }
+    let syntax = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .expect("bash");
+    assert!(syntax.status.success(), "{syntax:?}");
+
+    // Task 1 as SLURM would run it; TERM (the time limit's warning) reaches the run, which
+    // saves and exits 75; the script requeues its own task.
+    let task = |index: &str| {
+        let mut c = std::process::Command::new("bash");
+        c.arg(&script)
+            .env("PATH", &path)
+            .env("SLURM_ARRAY_JOB_ID", "4242")
+            .env("SLURM_ARRAY_TASK_ID", index)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        c
+    };
+    let run1 = out.join("runs/seed-2");
+    let mut child = task("1").spawn().expect("task");
+    common::wait_until("task 1's run to train", || {
+        run1.join("store/run.json").exists() && common::store_losses(&run1).len() >= 5
+    });
+    common::signal(child.id(), libc::SIGTERM);
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(75), "stopped after saving");
+    let requeued = std::fs::read_to_string(bin.join("scontrol.calls")).expect("scontrol called");
+    assert_eq!(requeued.trim(), "requeue 4242_1");
+    let stopped_at = common::store_losses(&run1).len();
+    assert!(
+        stopped_at < 300,
+        "TERM came too late to test anything ({stopped_at})"
+    );
+
+    // The requeued task resumes and finishes; task 0 runs from scratch.
+    assert!(task("1").status().expect("task").success());
+    assert!(task("0").status().expect("task").success());
+    // A completed task run again does nothing.
+    assert!(task("0").status().expect("task").success());
+    let losses = common::store_losses(&run1);
+    assert_eq!(losses.len(), 2000);
+    // The same run uninterrupted: identical losses, step by step.
+    let plain = f.train(
+        "plain",
+        &[
+            "--headless",
+            "--steps",
+            "2000",
+            "--checkpoint-every",
+            "50",
+            "--eval-every",
+            "500",
+            "--snapshot-every",
+            "500",
+            "--seed",
+            "2",
+        ],
+    );
+    assert!(plain.status.success(), "{plain:?}");
+    assert_eq!(losses, common::store_losses(&f.path("plain")));
+}

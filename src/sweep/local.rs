@@ -35,6 +35,12 @@ fn completed(dir: &Path) -> bool {
     matches!(live::read_final(dir), Ok(Some(f)) if f.status == "completed")
 }
 
+/// What array task `run` does (`conelab sweep task`): nothing when it completed before,
+/// otherwise the `conelab train` arguments that start or resume it.
+pub fn task_args(run: &RecordedRun) -> Option<Vec<String>> {
+    (!completed(&run.dir)).then(|| train_args(run))
+}
+
 /// The `conelab train` arguments that start or resume `run`.
 pub fn train_args(run: &RecordedRun) -> Vec<String> {
     let has_checkpoint = RunDir::open(&run.dir)

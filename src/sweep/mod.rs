@@ -18,10 +18,12 @@
 //! grid into [`PlannedRun`]s: each named by its varying values in the order written
 //! (`seed-1_reg-cos=1`), labelled (`--name`) by that name without its seed part, so that the seeds
 //! of one setting share a label and `export --aggregate seeds` puts them in one row. [`local`]
-//! runs them on this machine; [`record`] keeps `sweep.json` and tells their state.
+//! runs them on this machine, [`slurm`] as a job array; [`record`] keeps `sweep.json` and tells
+//! their state.
 
 pub mod local;
 pub mod record;
+pub mod slurm;
 
 use std::path::{Path, PathBuf};
 

@@ -24,6 +24,9 @@ pub struct SweepRecord {
     /// The sweep file as it was run.
     pub file: String,
     pub runs: Vec<RecordedRun>,
+    /// The SLURM job array it was submitted as, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<super::slurm::SlurmJob>,
 }
 
 impl SweepRecord {
@@ -40,6 +43,7 @@ impl SweepRecord {
                     args: r.args.clone(),
                 })
                 .collect(),
+            slurm: None,
         }
     }
 
@@ -90,14 +94,23 @@ pub fn status(record: &SweepRecord) -> Vec<(RecordedRun, Option<RunRow>)> {
         .collect()
 }
 
-/// The status table of `conelab sweep status`.
-pub fn render_status(rows: &[(RecordedRun, Option<RunRow>)]) -> String {
+/// The status table of `conelab sweep status`; with `queue` (a SLURM sweep: each array task's
+/// state in `squeue`, by index) a queue column.
+pub fn render_status(
+    rows: &[(RecordedRun, Option<RunRow>)],
+    queue: Option<&[(usize, String)]>,
+) -> String {
     let mut table = comfy_table::Table::new();
+    let mut header = vec!["run", "status", "step", "best ppl"];
+    if queue.is_some() {
+        header.push("queue");
+    }
+    header.push("folder");
     table
         .load_preset(comfy_table::presets::NOTHING)
         .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
-        .set_header(["run", "status", "step", "best ppl", "folder"]);
-    for (run, row) in rows {
+        .set_header(header);
+    for (index, (run, row)) in rows.iter().enumerate() {
         let (status, step, ppl) = match row {
             None => ("pending".to_string(), "–".to_string(), "–".to_string()),
             Some(r) => (
@@ -110,13 +123,16 @@ pub fn render_status(rows: &[(RecordedRun, Option<RunRow>)]) -> String {
                 r.best_valid_ppl.map_or("–".into(), |p| format!("{p:.2}")),
             ),
         };
-        table.add_row([
-            run.name.clone(),
-            status,
-            step,
-            ppl,
-            run.dir.display().to_string(),
-        ]);
+        let mut cells = vec![run.name.clone(), status, step, ppl];
+        if let Some(q) = queue {
+            cells.push(
+                q.iter()
+                    .find(|(i, _)| *i == index)
+                    .map_or("–".to_string(), |(_, state)| state.clone()),
+            );
+        }
+        cells.push(run.dir.display().to_string());
+        table.add_row(cells);
     }
     for column in table.column_iter_mut() {
         column.set_padding((0, 2));
@@ -155,8 +171,14 @@ mod tests {
         assert_eq!(SweepRecord::read(tmp.path()).expect("read"), record);
         let rows = status(&record);
         assert!(rows.iter().all(|(_, r)| r.is_none()));
-        let text = render_status(&rows);
+        let text = render_status(&rows, None);
         assert!(text.contains("seed-1  pending") && text.contains("0 of 2 runs completed"));
+        let queued = render_status(&rows, Some(&[(1, "PENDING".to_string())]));
+        let line = queued
+            .lines()
+            .find(|l| l.starts_with("seed-2"))
+            .unwrap_or_default();
+        assert!(line.contains("PENDING"), "{queued}");
         assert!(matches!(
             SweepRecord::read(&tmp.path().join("nowhere")),
             Err(SweepError::Invalid(e)) if e.contains("not a sweep folder")
