@@ -200,6 +200,9 @@ fn slurm_submits_an_array_whose_tasks_run_stop_requeue_and_resume_exactly() {
         .expect("runs");
     assert!(submit.status.success(), "{submit:?}");
     assert!(String::from_utf8_lossy(&submit.stdout).contains("submitted job array 4242: 2 tasks"));
+    // SLURM opens each task's output file itself and fails the task when the folder is missing
+    // (found on a real one-node SLURM: every task failed at once).
+    assert!(out.join("logs").is_dir());
     let calls = std::fs::read_to_string(bin.join("sbatch.calls")).expect("sbatch called");
     assert!(
         calls.starts_with("--parsable ") && calls.contains("sweep.sbatch"),

@@ -113,6 +113,12 @@ exit "$status""#,
 
 /// Writes the script and submits it with `sbatch --parsable`; the job id.
 pub fn submit(script_text: &str, out: &Path) -> Result<SlurmJob, SweepError> {
+    // SLURM opens each task's output file itself and fails the task when its folder is missing.
+    let logs = out.join(super::local::LOGS);
+    std::fs::create_dir_all(&logs).map_err(|source| SweepError::Io {
+        path: logs.clone(),
+        source,
+    })?;
     let path = out.join(SCRIPT);
     crate::atomic::write_file_as("sweep", &path, script_text.as_bytes()).map_err(|source| {
         SweepError::Io {
