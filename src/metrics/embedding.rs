@@ -273,20 +273,7 @@ impl Analysis {
     fn empty(d: usize) -> Self {
         Analysis {
             stats: InternalStats {
-                public: SetStats {
-                    rows: 0,
-                    i1: f64::NAN,
-                    i2: f64::NAN,
-                    mean_norm: f64::NAN,
-                    sv_norm: Vec::new(),
-                    sv_max: f64::NAN,
-                    effective_rank: f64::NAN,
-                    mean_cos: f64::NAN,
-                    mean_cos_to_mean: f64::NAN,
-                    i1_unit: f64::NAN,
-                    i2_unit: f64::NAN,
-                    isoscore: f64::NAN,
-                },
+                public: SetStats::unknown(),
                 rows_nonzero: 0,
             },
             eigenvectors: Mat::zeros(d, d),

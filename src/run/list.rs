@@ -216,6 +216,40 @@ pub fn rfc3339(unix: f64) -> String {
     super::clock::format_unix(unix.max(0.0) as i64, "%Y-%m-%dT%H:%M:%SZ")
 }
 
+/// A table as `conelab runs` prints it: columns two spaces apart, no borders, no trailing
+/// blanks — text for a terminal and for grep alike.
+pub fn plain_table<R: Into<comfy_table::Row>>(
+    header: impl Into<comfy_table::Row>,
+    rows: impl IntoIterator<Item = R>,
+) -> String {
+    let mut table = comfy_table::Table::new();
+    table
+        .load_preset(comfy_table::presets::NOTHING)
+        .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
+        .set_header(header);
+    for row in rows {
+        table.add_row(row);
+    }
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
+    }
+    let mut out = String::new();
+    for line in table.lines() {
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// A run's progress as a cell: `step/total`, `step`, or `–`.
+pub fn step_cell(r: &RunRow) -> String {
+    match (r.step, r.total_steps) {
+        (Some(s), Some(t)) => format!("{s}/{t}"),
+        (Some(s), None) => s.to_string(),
+        _ => "–".into(),
+    }
+}
+
 /// The human table of `conelab runs`.
 pub fn render(rows: &[RunRow]) -> String {
     let header = [
@@ -248,11 +282,7 @@ pub fn render(rows: &[RunRow]) -> String {
                     r.tags.join(",")
                 },
                 status,
-                match (r.step, r.total_steps) {
-                    (Some(s), Some(t)) => format!("{s}/{t}"),
-                    (Some(s), None) => s.to_string(),
-                    _ => "–".into(),
-                },
+                step_cell(r),
                 r.device.clone().unwrap_or_else(|| "–".into()),
                 r.objective.clone().unwrap_or_else(|| "–".into()),
                 num(r.best_valid_ppl, 2),
@@ -267,23 +297,7 @@ pub fn render(rows: &[RunRow]) -> String {
             ]
         })
         .collect();
-    // Columns two spaces apart, no borders: text for a terminal and for grep alike.
-    let mut table = comfy_table::Table::new();
-    table
-        .load_preset(comfy_table::presets::NOTHING)
-        .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
-        .set_header(header);
-    for row in cells {
-        table.add_row(row);
-    }
-    for column in table.column_iter_mut() {
-        column.set_padding((0, 2));
-    }
-    let mut out = String::new();
-    for line in table.lines() {
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    let mut out = plain_table(header, cells);
     for r in rows.iter().filter(|r| r.status == "unreadable") {
         out.push_str(&format!(
             "{}: unreadable: {}\n",

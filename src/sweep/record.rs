@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{PlannedRun, Sweep, SweepError, run_dir};
-use crate::run::list::{RunRow, row};
+use crate::run::list::{RunRow, plain_table, row, step_cell};
 
 /// The record's file in a sweep folder.
 pub const SWEEP_JSON: &str = "sweep.json";
@@ -100,26 +100,17 @@ pub fn render_status(
     rows: &[(RecordedRun, Option<RunRow>)],
     queue: Option<&[(usize, String)]>,
 ) -> String {
-    let mut table = comfy_table::Table::new();
     let mut header = vec!["run", "status", "step", "best ppl"];
     if queue.is_some() {
         header.push("queue");
     }
     header.push("folder");
-    table
-        .load_preset(comfy_table::presets::NOTHING)
-        .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
-        .set_header(header);
-    for (index, (run, row)) in rows.iter().enumerate() {
+    let cells = rows.iter().enumerate().map(|(index, (run, row))| {
         let (status, step, ppl) = match row {
             None => ("pending".to_string(), "–".to_string(), "–".to_string()),
             Some(r) => (
                 r.status.clone(),
-                match (r.step, r.total_steps) {
-                    (Some(s), Some(t)) => format!("{s}/{t}"),
-                    (Some(s), None) => s.to_string(),
-                    _ => "–".into(),
-                },
+                step_cell(r),
                 r.best_valid_ppl.map_or("–".into(), |p| format!("{p:.2}")),
             ),
         };
@@ -132,16 +123,9 @@ pub fn render_status(
             );
         }
         cells.push(run.dir.display().to_string());
-        table.add_row(cells);
-    }
-    for column in table.column_iter_mut() {
-        column.set_padding((0, 2));
-    }
-    let mut out = String::new();
-    for line in table.lines() {
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+        cells
+    });
+    let mut out = plain_table(header, cells);
     let done = rows
         .iter()
         .filter(|(_, r)| r.as_ref().is_some_and(|r| r.status == "completed"))
