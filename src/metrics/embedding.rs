@@ -189,32 +189,29 @@ impl EmbeddingPanel {
                 for p in &group_parts {
                     total_parts.add(p);
                 }
-                // The total and the three groups hold the same number of rows: analysing them
-                // side by side, one thread each, keeps both cores busy through the
-                // eigendecompositions, which do not parallelise at d ≈ 400.
-                let analyse_groups = |par: Par, threads: Threads| {
-                    sets.iter()
-                        .zip(group_parts)
-                        .map(|(set, p)| {
-                            if set.view().n() == 0 {
-                                Ok(Analysis::empty(w.d()))
-                            } else {
-                                analyse(set.view(), p, par, threads, sf)
-                            }
-                        })
-                        .collect::<Result<Vec<_>, _>>()
+                let mut jobs = vec![(w, total_parts)];
+                jobs.extend(sets.iter().map(|set| set.view()).zip(group_parts));
+                let analyse_set = |(view, parts): (Embeddings<'_>, Parts)| {
+                    if view.n() == 0 {
+                        Ok(Analysis::empty(w.d()))
+                    } else {
+                        analyse(view, parts, par, threads, sf)
+                    }
                 };
-                let (total, analyses) = match threads {
-                    Threads::All => rayon::join(
-                        || analyse(w, total_parts, Par::Seq, Threads::Sequential, sf),
-                        || analyse_groups(Par::Seq, Threads::Sequential),
-                    ),
-                    Threads::Sequential => (
-                        analyse(w, total_parts, par, threads, sf),
-                        analyse_groups(par, threads),
-                    ),
+                // The total and the three groups side by side; each analysis splits into its
+                // independent parts too (see `analyse`), so rayon keeps both cores busy
+                // through work that does not parallelise inside (d×d decompositions at d ≈ 400).
+                let mut analyses = match threads {
+                    Threads::All => jobs
+                        .into_par_iter()
+                        .map(analyse_set)
+                        .collect::<Result<Vec<_>, _>>()?,
+                    Threads::Sequential => jobs
+                        .into_iter()
+                        .map(analyse_set)
+                        .collect::<Result<Vec<_>, _>>()?,
                 };
-                let (total, analyses) = (total?, analyses?);
+                let total = analyses.remove(0);
                 (total, Some(analyses))
             }
         };
@@ -338,6 +335,10 @@ fn parts(w: Embeddings<'_>, par: Par, threads: Threads, scale_free: bool) -> Par
     }
 }
 
+/// One set's metrics from its parts. Its three costly pieces are independent — I(W) over the
+/// eigenvectors of WᵀW, I(Ŵ) over those of ŴᵀŴ, IsoScore over the covariance's eigenvalues —
+/// and with `Threads::All` they run as rayon tasks (their products and decompositions
+/// sequential: a task per piece balances two cores better than splitting each product).
 fn analyse(
     w: Embeddings<'_>,
     parts: Parts,
@@ -351,21 +352,23 @@ fn analyse(
         gram,
         unit_gram,
     } = parts;
-    let (eigenvalues, eigenvectors) = eigen_descending(gram.as_ref(), par)?;
+    let (par, inner) = match threads {
+        Threads::All => (Par::Seq, Threads::Sequential),
+        Threads::Sequential => (par, threads),
+    };
 
     // Isotropy over E ∪ −E: log Z for both signs of every eigenvector.
-    let (i1, i2) = isotropy_from_log_z(&log_z_both_signs(
-        w,
-        eigenvectors.as_ref(),
-        None,
-        par,
-        threads,
-    ));
+    let isotropy = || -> Result<_, MatrixError> {
+        let (eigenvalues, eigenvectors) = eigen_descending(gram.as_ref(), par)?;
+        let log_z = log_z_both_signs(w, eigenvectors.as_ref(), None, par, inner);
+        Ok((eigenvalues, eigenvectors, isotropy_from_log_z(&log_z)))
+    };
 
     // The same over Ŵ: eigenvectors of ŴᵀŴ, rows scaled to unit norm after the product.
-    let (i1_unit, i2_unit) = if sums.nonzero == 0 || !scale_free {
-        (f64::NAN, f64::NAN)
-    } else {
+    let unit_isotropy = || -> Result<(f64, f64), MatrixError> {
+        if sums.nonzero == 0 || !scale_free {
+            return Ok((f64::NAN, f64::NAN));
+        }
         let (_, unit_vectors) = eigen_descending(unit_gram.as_ref(), par)?;
         let inverse_norms: Vec<f32> = w
             .data()
@@ -378,21 +381,33 @@ fn analyse(
         let zero_rows = (n - sums.nonzero) as f64;
         // A zero row projects to 0 and adds exactly exp(0) = 1 to every Z: taken back out.
         let log_z: Vec<f64> =
-            log_z_both_signs(w, unit_vectors.as_ref(), Some(&inverse_norms), par, threads)
+            log_z_both_signs(w, unit_vectors.as_ref(), Some(&inverse_norms), par, inner)
                 .into_iter()
                 .map(|l| l + (-zero_rows * (-l).exp()).ln_1p())
                 .collect();
-        isotropy_from_log_z(&log_z)
+        Ok(isotropy_from_log_z(&log_z))
     };
 
     // IsoScore from the covariance's eigenvalues (the variances along the principal axes).
-    let isoscore = if n >= 2 && scale_free {
+    let isoscore = || -> Result<f64, MatrixError> {
+        if n < 2 || !scale_free {
+            return Ok(f64::NAN);
+        }
         let mean: Vec<f64> = sums.raw.iter().map(|s| s / n as f64).collect();
         let cov = Mat::<f64>::from_fn(d, d, |i, j| gram[(i, j)] / n as f64 - mean[i] * mean[j]);
-        isoscore_from_variances(&eigenvalues_only(cov.as_ref(), par)?)
-    } else {
-        f64::NAN
+        Ok(isoscore_from_variances(&eigenvalues_only(
+            cov.as_ref(),
+            par,
+        )?))
     };
+
+    let (main, (unit, isoscore)) = match threads {
+        Threads::All => rayon::join(isotropy, || rayon::join(unit_isotropy, isoscore)),
+        Threads::Sequential => (isotropy(), (unit_isotropy(), isoscore())),
+    };
+    let (eigenvalues, eigenvectors, (i1, i2)) = main?;
+    let (i1_unit, i2_unit) = unit?;
+    let isoscore = isoscore?;
 
     let sigma: Vec<f64> = eigenvalues.iter().map(|&l| l.max(0.0).sqrt()).collect();
     let sv_max = sigma[0];
