@@ -10,7 +10,9 @@
 # from /run/munge; ProctrackType=proctrack/linuxproc and TaskPlugin=task/none; RealMemory comes
 # from `slurmd -C` (an overstated value drains the node); no accounting database, so `sacct`
 # does not answer. A requeued task waits SLURM's requeue delay (about two minutes) before it
-# starts again. Everything lives under $SLURM_LOCAL (default /tmp/conelab-slurm).
+# starts again: the credential lifetime, SLURM_LOCAL_CRED_EXPIRE seconds (default 120, SLURM's;
+# .ci/run takes 10). Everything lives under $SLURM_LOCAL (default /tmp/conelab-slurm); each start
+# clears the controller's saved state, so no job of an earlier start comes back.
 set -euo pipefail
 root=${SLURM_LOCAL:-/tmp/conelab-slurm}
 conf=$root/slurm.conf
@@ -51,6 +53,7 @@ SlurmctldHost=$host
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+AuthInfo=cred_expire=${SLURM_LOCAL_CRED_EXPIRE:-120}
 StateSaveLocation=$root/state
 SlurmdSpoolDir=$root/spool
 SlurmctldPidFile=$root/slurmctld.pid
@@ -69,7 +72,7 @@ AccountingStorageType=accounting_storage/none
 NodeName=$host CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
-    slurmctld -f "$conf"
+    slurmctld -c -f "$conf"
     slurmd -f "$conf"
     for _ in $(seq 1 30); do
         SLURM_CONF=$conf sinfo -h -o %t 2>/dev/null | grep -q idle && break

@@ -819,11 +819,11 @@ fn sweep_run_cmd(
 fn sweep_status_cmd(dir: &Path) -> Result<()> {
     use conelab::sweep::record::{SweepRecord, render_status, status};
     let record = SweepRecord::read(dir).map_err(|e| RunError::Usage(e.to_string()))?;
-    let queue = record
+    let slurm = record
         .slurm
         .as_ref()
-        .map(conelab::sweep::slurm::queue_states);
-    print_stdout(&render_status(&status(&record), queue.as_deref()))
+        .map(conelab::sweep::slurm::task_states);
+    print_stdout(&render_status(&status(&record), slurm.as_ref()))
 }
 
 /// A SLURM array task: becomes its run's `conelab train` (exec), so a TERM the batch script

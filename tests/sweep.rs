@@ -161,6 +161,11 @@ fn fake_slurm(f: &Fixture) -> std::path::PathBuf {
             "scontrol",
             "echo \"$@\" >> \"$(dirname \"$0\")/scontrol.calls\"\n",
         ),
+        // An accounting database's answer: task 1 requeued once, then completed.
+        (
+            "sacct",
+            "printf '4242_0|COMPLETED|0:0\\n4242_1|REQUEUED|0:15\\n4242_1|COMPLETED|0:0\\n'\n",
+        ),
     ] {
         let path = bin.join(name);
         std::fs::write(&path, format!("#!/bin/sh\n{body}")).expect("write");
@@ -278,6 +283,212 @@ fn slurm_submits_an_array_whose_tasks_run_stop_requeue_and_resume_exactly() {
             "2",
         ],
     );
+    assert!(plain.status.success(), "{plain:?}");
+    assert_eq!(losses, common::store_losses(&f.path("plain")));
+
+    // The status joins the runs' own state with the queue's and the accounting database's.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
+        .args(["sweep", "status", s(&out)])
+        .env("PATH", &path)
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("2 of 2 runs completed"), "{text}");
+    let header = text.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("queue") && header.contains("sacct"),
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("seed-2"))
+        .unwrap_or_default();
+    assert!(line.contains("COMPLETED 0:0"), "{text}");
+}
+
+/// A SLURM controller answers here (`.ci/run` starts a one-node SLURM with
+/// scripts/slurm-local.sh and exports SLURM_CONF); otherwise the test skips, or fails in CI.
+fn real_slurm() -> bool {
+    let answers = std::process::Command::new("sinfo")
+        .args(["--noheader", "--format=%t"])
+        .output()
+        .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+    if !answers {
+        common::skip_or_fail(
+            "no SLURM controller answers sinfo (start one: eval \"$(scripts/slurm-local.sh start)\")",
+        );
+    }
+    answers
+}
+
+/// Cancels the test's jobs however it ends, so a failed test leaves nothing in the queue.
+struct CancelOnDrop(Vec<String>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        for job in &self.0 {
+            let _ = std::process::Command::new("scancel").arg(job).status();
+        }
+    }
+}
+
+fn job_id(sweep: &std::path::Path) -> String {
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(sweep.join("sweep.json")).expect("sweep.json"))
+            .expect("json");
+    record["slurm"]["job_id"]
+        .as_str()
+        .expect("a submitted sweep records its job id")
+        .to_string()
+}
+
+/// Polls until `ok` holds, `secs` at most (SLURM schedules in its own time).
+fn wait_secs(what: &str, secs: u64, mut ok: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !ok() {
+        assert!(
+            start.elapsed().as_secs() < secs,
+            "waited {secs} s for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+fn completed(run: &std::path::Path) -> bool {
+    std::fs::read_to_string(run.join("final.json")).is_ok_and(|t| t.contains("\"completed\""))
+}
+
+#[test]
+fn a_real_slurm_runs_the_array_and_a_preempted_task_is_requeued_and_resumes_exactly() {
+    if !real_slurm() {
+        return;
+    }
+    let f = Fixture::new();
+
+    // A 2 × 2 grid of short runs: one array of 4 tasks, every run completed with its store and
+    // checkpoint.
+    let file = sweep_file(
+        &f,
+        "[grid]\nseed = [1, 2]\nreg = [\"cos=off\", \"cos=1\"]\n",
+    );
+    let grid = f.path("grid");
+    let submit = conelab(&[
+        "sweep",
+        "run",
+        s(&file),
+        "--out",
+        s(&grid),
+        "--slurm",
+        "--cpus-per-task",
+        "1",
+    ]);
+    assert!(submit.status.success(), "{submit:?}");
+    let mut jobs = CancelOnDrop(vec![job_id(&grid)]);
+    let names = [
+        "seed-1_reg-cos=off",
+        "seed-1_reg-cos=1",
+        "seed-2_reg-cos=off",
+        "seed-2_reg-cos=1",
+    ];
+    wait_secs("the 4-task array", 300, || {
+        names.iter().all(|n| completed(&grid.join("runs").join(n)))
+    });
+    for name in names {
+        let dir = grid.join("runs").join(name);
+        assert!(
+            dir.join("step-000003/model.safetensors").is_file(),
+            "{name}"
+        );
+        assert_eq!(common::store_losses(&dir).len(), 3, "{name}");
+    }
+    let status = conelab(&["sweep", "status", s(&grid)]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("4 of 4 runs completed"), "{text}");
+    assert!(
+        text.lines().next().is_some_and(|h| h.contains("queue")),
+        "{text}"
+    );
+
+    // A long run, TERM-ed as a time limit would: it stops after a step with a checkpoint and
+    // exit 75, the script requeues its task, and the requeued task finishes the run with the
+    // losses of an uninterrupted one.
+    let steps = "3000";
+    let long = f.path("long.toml");
+    let text = std::fs::read_to_string(&file)
+        .expect("file")
+        .replace(
+            "steps = 3\n",
+            &format!("steps = {steps}\ncheckpoint_every = 50\n"),
+        )
+        .replace("eval_every = 3\n", "eval_every = 1000\n")
+        .replace("snapshot_every = 3\n", "snapshot_every = 1000\n")
+        .replace(
+            "[grid]\nseed = [1, 2]\nreg = [\"cos=off\", \"cos=1\"]\n",
+            "[grid]\nseed = [2]\n",
+        );
+    std::fs::write(&long, text).expect("write");
+    let preempt = f.path("preempt");
+    let submit = conelab(&["sweep", "run", s(&long), "--out", s(&preempt), "--slurm"]);
+    assert!(submit.status.success(), "{submit:?}");
+    let job = job_id(&preempt);
+    jobs.0.push(job.clone());
+    let run = preempt.join("runs/seed-2");
+    wait_secs("the long run to train", 120, || {
+        run.join("store/run.json").exists() && common::store_losses(&run).len() >= 5
+    });
+    // The array's one task by its job id: 22.05 answers "Invalid job id" to `JOB_0` here.
+    let term = std::process::Command::new("scancel")
+        .args(["--batch", "--signal=TERM", &job])
+        .output()
+        .expect("scancel");
+    assert!(term.status.success(), "{term:?}");
+    let log = preempt.join(format!("logs/slurm-{job}_0.log"));
+    wait_secs("the task to stop and requeue itself", 120, || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("(exit 75): requeued"))
+    });
+    let stopped_at = common::store_losses(&run).len();
+    println!("TERM stopped the run after step {stopped_at} of {steps}");
+    assert!(
+        stopped_at < 3000,
+        "TERM came after the run had finished: nothing was tested"
+    );
+    assert!(
+        run.join(format!("step-{stopped_at:06}/model.safetensors"))
+            .is_file(),
+        "a checkpoint at the step it stopped after ({stopped_at})"
+    );
+    // The same run uninterrupted, trained meanwhile (SLURM holds a requeued task back for the
+    // credential lifetime).
+    let plain = std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
+        .args([
+            "train",
+            s(&f.path("corpus")),
+            "--config",
+            s(&f.path("small.toml")),
+        ])
+        .args([
+            "--run-dir",
+            s(&f.path("plain")),
+            "--headless",
+            "--seed",
+            "2",
+        ])
+        .args(["--steps", steps, "--checkpoint-every", "50"])
+        .args(["--eval-every", "1000", "--snapshot-every", "1000"])
+        .stdin(std::process::Stdio::null())
+        .output();
+    wait_secs("the requeued task to finish the run", 300, || {
+        completed(&run)
+    });
+    let shown = std::process::Command::new("scontrol")
+        .args(["show", "job", &job])
+        .output()
+        .expect("scontrol");
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("Restarts=1"), "{shown}");
+    let losses = common::store_losses(&run);
+    assert_eq!(losses.len(), 3000);
+    let plain = plain.expect("the uninterrupted run");
     assert!(plain.status.success(), "{plain:?}");
     assert_eq!(losses, common::store_losses(&f.path("plain")));
 }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::slurm::TaskStates;
 use super::{PlannedRun, Sweep, SweepError, run_dir};
 use crate::run::list::{RunRow, plain_table, row, step_cell};
 
@@ -94,17 +95,25 @@ pub fn status(record: &SweepRecord) -> Vec<(RecordedRun, Option<RunRow>)> {
         .collect()
 }
 
-/// The status table of `conelab sweep status`; with `queue` (a SLURM sweep: each array task's
-/// state in `squeue`, by index) a queue column.
-pub fn render_status(
-    rows: &[(RecordedRun, Option<RunRow>)],
-    queue: Option<&[(usize, String)]>,
-) -> String {
+/// The status table of `conelab sweep status`; with `slurm` (a SLURM sweep: what squeue and
+/// sacct say of each array task) a queue column, and an accounting column where sacct answered.
+pub fn render_status(rows: &[(RecordedRun, Option<RunRow>)], slurm: Option<&TaskStates>) -> String {
+    let queue = slurm.map(|s| s.queue.as_slice());
+    let accounting = slurm.and_then(|s| s.accounting.as_deref());
     let mut header = vec!["run", "status", "step", "best ppl"];
     if queue.is_some() {
         header.push("queue");
     }
+    if accounting.is_some() {
+        header.push("sacct");
+    }
     header.push("folder");
+    let lookup = |states: &[(usize, String)], index: usize| {
+        states
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map_or("–".to_string(), |(_, state)| state.clone())
+    };
     let cells = rows.iter().enumerate().map(|(index, (run, row))| {
         let (status, step, ppl) = match row {
             None => ("pending".to_string(), "–".to_string(), "–".to_string()),
@@ -116,11 +125,10 @@ pub fn render_status(
         };
         let mut cells = vec![run.name.clone(), status, step, ppl];
         if let Some(q) = queue {
-            cells.push(
-                q.iter()
-                    .find(|(i, _)| *i == index)
-                    .map_or("–".to_string(), |(_, state)| state.clone()),
-            );
+            cells.push(lookup(q, index));
+        }
+        if let Some(a) = accounting {
+            cells.push(lookup(a, index));
         }
         cells.push(run.dir.display().to_string());
         cells
@@ -157,12 +165,33 @@ mod tests {
         assert!(rows.iter().all(|(_, r)| r.is_none()));
         let text = render_status(&rows, None);
         assert!(text.contains("seed-1  pending") && text.contains("0 of 2 runs completed"));
-        let queued = render_status(&rows, Some(&[(1, "PENDING".to_string())]));
+        let mut slurm = TaskStates {
+            queue: vec![(1, "PENDING".to_string())],
+            accounting: None,
+        };
+        let queued = render_status(&rows, Some(&slurm));
         let line = queued
             .lines()
             .find(|l| l.starts_with("seed-2"))
             .unwrap_or_default();
         assert!(line.contains("PENDING"), "{queued}");
+        assert!(
+            !queued.contains("sacct"),
+            "no accounting column without sacct"
+        );
+        slurm.accounting = Some(vec![(0, "FAILED 1:0".to_string())]);
+        let accounted = render_status(&rows, Some(&slurm));
+        assert!(
+            accounted
+                .lines()
+                .next()
+                .is_some_and(|h| h.contains("sacct"))
+        );
+        let line = accounted
+            .lines()
+            .find(|l| l.starts_with("seed-1"))
+            .unwrap_or_default();
+        assert!(line.contains("FAILED 1:0"), "{accounted}");
         assert!(matches!(
             SweepRecord::read(&tmp.path().join("nowhere")),
             Err(SweepError::Invalid(e)) if e.contains("not a sweep folder")

@@ -102,6 +102,7 @@ while [ "$term" = 1 ]; do
 done
 if [ "$status" = 75 ]; then
     # Stopped after saving: back in the queue, to resume exactly.
+    echo "conelab sweep: task ${{SLURM_ARRAY_TASK_ID}} stopped after saving (exit 75): requeued" >&2
     scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
 fi
 exit "$status""#,
@@ -183,10 +184,91 @@ pub fn queue_states(job: &SlurmJob) -> Vec<(usize, String)> {
         .collect()
 }
 
+/// What SLURM says of each array task, by index: its `squeue` state while queued or running,
+/// and its last accounting record (`sacct`: state and exit code) where an accounting database
+/// answers.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskStates {
+    pub queue: Vec<(usize, String)>,
+    /// None when `sacct` does not answer (no accounting database, or not a SLURM host).
+    pub accounting: Option<Vec<(usize, String)>>,
+}
+
+/// Asks `squeue` and `sacct` about `job`'s tasks.
+pub fn task_states(job: &SlurmJob) -> TaskStates {
+    TaskStates {
+        queue: queue_states(job),
+        accounting: accounting_states(job),
+    }
+}
+
+/// Each array task's last accounting record as "STATE EXIT" (`sacct`), by task index; None when
+/// sacct does not answer.
+pub fn accounting_states(job: &SlurmJob) -> Option<Vec<(usize, String)>> {
+    let output = Command::new("sacct")
+        .args([
+            "--jobs",
+            &job.job_id,
+            "--allocations",
+            "--noheader",
+            "--parsable2",
+            "--format=JobID,State,ExitCode",
+        ])
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| parse_accounting(&String::from_utf8_lossy(&output.stdout)))
+}
+
+/// sacct's `JobID|State|ExitCode` lines: `4242_1|COMPLETED|0:0` → (1, "COMPLETED 0:0"). A task
+/// listed twice (a requeue) keeps its last record; pending ranges (`4242_[2-3]`) are skipped
+/// (squeue shows those).
+fn parse_accounting(text: &str) -> Vec<(usize, String)> {
+    let mut states: Vec<(usize, String)> = Vec::new();
+    for line in text.lines() {
+        let mut fields = line.trim().split('|');
+        let (Some(id), Some(state), exit) = (fields.next(), fields.next(), fields.next()) else {
+            continue;
+        };
+        let Some(task) = id
+            .rsplit_once('_')
+            .and_then(|(_, t)| t.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let text = match exit {
+            Some(code) if !code.is_empty() => format!("{state} {code}"),
+            _ => state.to_string(),
+        };
+        match states.iter_mut().find(|(t, _)| *t == task) {
+            Some(entry) => entry.1 = text,
+            None => states.push((task, text)),
+        }
+    }
+    states
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sweep::Sweep;
+
+    #[test]
+    fn sacct_lines_become_each_tasks_last_record() {
+        let text = "4242_0|COMPLETED|0:0\n4242_1|REQUEUED|0:15\n4242_1|RUNNING|0:0\n\
+                    4242_[2-3]|PENDING|0:0\n4242_4|CANCELLED by 0|0:15\ngarbage\n4242_x|FAILED|1:0\n";
+        assert_eq!(
+            parse_accounting(text),
+            vec![
+                (0, "COMPLETED 0:0".to_string()),
+                (1, "RUNNING 0:0".to_string()),
+                (4, "CANCELLED by 0 0:15".to_string()),
+            ]
+        );
+        assert!(parse_accounting("").is_empty());
+    }
 
     #[test]
     fn the_script_asks_for_the_array_the_signal_and_the_options() {
