@@ -14,6 +14,7 @@ pub mod bench;
 pub mod checkpoint;
 pub mod data;
 pub mod engine;
+pub(crate) mod fastmath;
 pub mod fault;
 pub mod headless;
 pub mod jsonfloat;

@@ -200,7 +200,9 @@ fn agg_fixture() -> (Gates, Vec<u32>) {
 #[test]
 fn agg_gradients_follow_yu_et_al_eq_23_and_the_hidden_state_gets_plain_mle() {
     let (gates, y) = agg_fixture();
-    agg_gradients_follow_eq_23(&gates, &y);
+    agg_gradients_follow_eq_23(&gates, &y, false);
+    // The same through the fused host pass of the CPU backend (objective/host_softmax.rs).
+    agg_gradients_follow_eq_23(&gates, &y, true);
 }
 
 /// The own-column fix adds (1 − gate)·G·h to row y_p once per position: a rare token that is the
@@ -210,10 +212,14 @@ fn agg_gradients_follow_yu_et_al_eq_23_and_the_hidden_state_gets_plain_mle() {
 fn agg_gradients_hold_with_repeated_rare_targets_in_one_batch() {
     let (gates, _) = agg_fixture();
     let y = vec![5, 3, 5, 0, 4, 5, 3, 2];
-    agg_gradients_follow_eq_23(&gates, &y);
+    agg_gradients_follow_eq_23(&gates, &y, false);
+    agg_gradients_follow_eq_23(&gates, &y, true);
 }
 
-fn agg_gradients_follow_eq_23(gates: &Gates, y: &[u32]) {
+/// Eq. 23 for ∂L/∂W, plain MLE for ∂L/∂h and the loss; `host`: the NLL and its gradient from the
+/// fused host pass instead of burn's graph.
+fn agg_gradients_follow_eq_23(gates: &Gates, y: &[u32], host_pass: bool) {
+    let host_targets = || host_pass.then(|| y.to_vec());
     let dev = device();
     let (n, d) = (6, 3);
     let p = y.len();
@@ -228,6 +234,7 @@ fn agg_gradients_follow_eq_23(gates: &Gates, y: &[u32]) {
         ids(y, &dev),
         HeadTerms {
             gates: Some(row_gates(gates, y, &dev)),
+            host_targets: host_targets(),
             ..HeadTerms::default()
         },
     )
@@ -277,8 +284,17 @@ fn agg_gradients_follow_eq_23(gates: &Gates, y: &[u32]) {
     // Without gates the head is MLE on W too.
     let h3 = leaf(&h0, [p, d], &dev);
     let w3 = leaf(&w0, [n, d], &dev);
-    let out3 =
-        full_softmax_head(h3, w3.clone(), None, ids(y, &dev), HeadTerms::default()).expect("head");
+    let out3 = full_softmax_head(
+        h3,
+        w3.clone(),
+        None,
+        ids(y, &dev),
+        HeadTerms {
+            host_targets: host_targets(),
+            ..HeadTerms::default()
+        },
+    )
+    .expect("head");
     let gw3 = host(w3.grad(&out3.graph.backward()).expect("W gradient"));
     let gw_plain = host(w2.grad(&grads2).expect("W gradient"));
     assert_close(&gw3, &gw_plain, 1e-6, "∂L/∂W without gates vs MLE");
@@ -291,7 +307,7 @@ fn dev_adds_its_closed_form_gradient_and_is_mle_at_zero() {
     let y = [1u32, 0, 4, 2];
     let h0: Vec<f64> = values(p * d, 6).iter().map(|x| x * 3.0).collect();
     let w0 = values(n * d, 7);
-    let run = |alpha: f64| {
+    let run = |alpha: f64, host_pass: bool| {
         let h = leaf(&h0, [p, d], &dev);
         let w = leaf(&w0, [n, d], &dev);
         let out = full_softmax_head(
@@ -301,16 +317,32 @@ fn dev_adds_its_closed_form_gradient_and_is_mle_at_zero() {
             ids(&y, &dev),
             HeadTerms {
                 dev: alpha,
+                host_targets: host_pass.then(|| y.to_vec()),
                 ..HeadTerms::default()
             },
         )
         .expect("head");
         host(w.grad(&out.graph.backward()).expect("W gradient"))
     };
-    let (alpha, base, with_dev) = (0.7, run(0.0), run(0.7));
+    let (alpha, base) = (0.7, run(0.0, false));
+    // Through burn's graph and through the fused host pass (objective/host_softmax.rs).
+    for with_dev in [run(0.7, false), run(0.7, true)] {
+        dev_closed_form(&h0, &w0, &base, &with_dev, alpha, (n, d, p));
+    }
+    assert_close(&run(0.0, true), &base, 1e-6, "MLE through the host pass");
+}
+
+fn dev_closed_form(
+    h0: &[f64],
+    w0: &[f64],
+    base: &[f64],
+    with_dev: &[f64],
+    alpha: f64,
+    (n, d, p): (usize, usize, usize),
+) {
     // ∂/∂z_pv of α·mean_p (log Z_p)² = 2α·log Z_p·p_pv / P.
-    let probs = softmax_rows(&h0, &w0, p, n, d);
-    let mut want = base.clone();
+    let probs = softmax_rows(h0, w0, p, n, d);
+    let mut want = base.to_vec();
     for i in 0..p {
         let z: Vec<f64> = (0..n)
             .map(|v| (0..d).map(|k| h0[i * d + k] * w0[v * d + k]).sum())
@@ -322,7 +354,66 @@ fn dev_adds_its_closed_form_gradient_and_is_mle_at_zero() {
             }
         }
     }
-    assert_close(&with_dev, &want, 1e-5, "∂(NLL + DEV)/∂W");
+    assert_close(with_dev, &want, 1e-5, "∂(NLL + DEV)/∂W");
+}
+
+/// Every logit term at once — NLL, DEV, unlikelihood, AGG's gates — through the fused host pass
+/// and through burn's graph: the same values and the same gradients for W and h.
+#[test]
+fn the_host_pass_matches_burns_graph_with_every_term_on() {
+    let dev = device();
+    let (n, d) = (6, 3);
+    let inputs = [1u32, 2, 1, 3, 5, 5, 0, 2];
+    let targets = [2u32, 1, 3, 2, 5, 0, 4, 1];
+    let (b, t) = (2, 4);
+    let p = b * t;
+    let h0: Vec<f64> = values(p * d, 11).iter().map(|x| x * 2.0).collect();
+    let w0 = values(n * d, 12);
+    let (gates, _) = agg_fixture();
+    let (idx, mask) = unlikelihood::candidates(&inputs, &targets, b, t);
+    let run = |host_pass: bool| {
+        let h = leaf(&h0, [p, d], &dev);
+        let w = leaf(&w0, [n, d], &dev);
+        let out = full_softmax_head(
+            h.clone(),
+            w.clone(),
+            None,
+            ids(&targets, &dev),
+            HeadTerms {
+                dev: 0.3,
+                unlikelihood: Some((
+                    0.8,
+                    Tensor::from_data(TensorData::new(idx.clone(), [p, t]), &dev),
+                    Tensor::from_data(TensorData::new(mask.clone(), [p, t]), &dev),
+                )),
+                gates: Some(row_gates(&gates, &targets, &dev)),
+                host_targets: host_pass.then(|| targets.to_vec()),
+            },
+        )
+        .expect("head");
+        let penalties: Vec<f64> = out.penalties.into_iter().map(scalar).collect();
+        let nll = scalar(out.nll);
+        let grads = out.graph.backward();
+        let gw = host(w.grad(&grads).expect("W gradient"));
+        let gh = host(h.grad(&grads).expect("h gradient"));
+        (nll, penalties, gw, gh)
+    };
+    let (graph, fused) = (run(false), run(true));
+    assert!(
+        (graph.0 - fused.0).abs() < 1e-5,
+        "NLL {} vs {}",
+        graph.0,
+        fused.0
+    );
+    assert_eq!(fused.1.len(), 2, "DEV and unlikelihood values");
+    assert_close(&fused.1, &graph.1, 1e-5, "penalties");
+    assert!(
+        graph.1.iter().all(|&v| v > 1e-3),
+        "the terms are on: {:?}",
+        graph.1
+    );
+    assert_close(&fused.2, &graph.2, 1e-5, "∂L/∂W");
+    assert_close(&fused.3, &graph.3, 1e-5, "∂L/∂h");
 }
 
 #[test]

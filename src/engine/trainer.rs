@@ -308,8 +308,13 @@ impl Trainer {
         if crate::fault::check("engine.panic").is_err() {
             panic!("injected backend panic at step {next}");
         }
-        // Dropout masks depend only on (seed, step): a resumed run draws the same ones.
-        self.device.seed(step_seed(self.config.seed, next));
+        // Dropout masks depend only on (seed, step): a resumed run draws the same ones. On
+        // burn-flex they are drawn on the host (model/dropout.rs), on LibTorch by the device.
+        let seed = step_seed(self.config.seed, next);
+        self.device.seed(seed);
+        crate::model::dropout::seed_host_masks(
+            (self.device_spec == DeviceSpec::Cpu).then_some(seed),
+        );
         let k = (self.state.step % self.windows_per_epoch) as usize;
         let batch = self
             .window(k)
@@ -541,6 +546,8 @@ impl Trainer {
             dev: objectives.dev.active(),
             unlikelihood,
             gates: gates.map(|g| row_gates(g, &batch.targets, &self.device)),
+            // burn-flex's logits are in host memory: the fused host pass reads them in place.
+            host_targets: (self.device_spec == DeviceSpec::Cpu).then(|| batch.targets.clone()),
         };
         let out = full_softmax_head(hidden, w, bias, targets, terms)
             .map_err(|e| EngineError::Backend(e.to_string()))?;

@@ -21,9 +21,9 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::Threads;
-use super::fastmath::log_sum_exp_both_signs;
 use super::matrix::{Embeddings, MatrixError, RowGroups, RowSet};
 use crate::data::Group;
+use crate::fastmath::log_sum_exp_both_signs;
 
 /// Which 2-D projection the scatter shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

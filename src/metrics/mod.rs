@@ -9,7 +9,6 @@
 //! - [`matrix`]: the row-major matrix view, row groups, and reading foreign matrices.
 
 pub mod embedding;
-mod fastmath;
 pub mod matrix;
 pub mod neighbors;
 pub mod outputs;

@@ -11,9 +11,9 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::Threads;
-use super::fastmath::{dot_bf16, dot_f32};
 use super::matrix::{Embeddings, MatrixError, RowGroups};
 use crate::data::Group;
+use crate::fastmath::{dot_bf16, dot_f32};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]

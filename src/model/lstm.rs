@@ -67,7 +67,7 @@ impl LstmLm {
     ) -> (Tensor<2>, RecurrentState) {
         let [b, t] = inputs.dims();
         let embedded = super::lookup(&self.embedding, self.spectral.as_ref(), inputs, w);
-        let mut x = self.dropout.forward(embedded);
+        let mut x = super::dropout::forward(&self.dropout, embedded);
         let mut states = state.map(|s| s.into_iter().map(Some).collect::<Vec<_>>());
         let mut next = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.iter().enumerate() {
@@ -76,7 +76,7 @@ impl LstmLm {
                 .and_then(|s| s.get_mut(i).and_then(Option::take));
             let (y, s) = layer.forward(x, s);
             next.push(s);
-            x = self.dropout.forward(y);
+            x = super::dropout::forward(&self.dropout, y);
         }
         if let Some(p) = &self.projection {
             x = p.forward(x);

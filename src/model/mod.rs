@@ -4,6 +4,7 @@
 
 pub mod config;
 mod device;
+pub mod dropout;
 pub mod lstm;
 pub mod output;
 pub mod spectral;

@@ -102,7 +102,7 @@ impl TransformerLm {
         let [b, t] = inputs.dims();
         let pos = self.positions.val().narrow(0, 0, t).unsqueeze::<3>();
         let embedded = super::lookup(&self.embedding, self.spectral.as_ref(), inputs, w);
-        let mut x = self.dropout.forward(embedded + pos);
+        let mut x = super::dropout::forward(&self.dropout, embedded + pos);
         let mask = Tensor::<2, Bool>::tril_mask([t, t], 0, &x.device()).unsqueeze::<4>();
         for block in &self.blocks {
             x = block.forward(x, mask.clone());
@@ -129,13 +129,13 @@ impl Block {
             .matmul(k.transpose())
             .mul_scalar(1.0 / (dh as f64).sqrt())
             .mask_fill(causal_mask, f32::NEG_INFINITY);
-        let attn = self.dropout.forward(softmax(scores, 3));
+        let attn = super::dropout::forward(&self.dropout, softmax(scores, 3));
         let ctx = attn.matmul(v).swap_dims(1, 2).reshape([b, t, d]);
-        let x = x + self.dropout.forward(self.proj.forward(ctx));
+        let x = x + super::dropout::forward(&self.dropout, self.proj.forward(ctx));
         let mlp = self.fc_out.forward(
             self.gelu
                 .forward(self.fc.forward(self.ln_mlp.forward(x.clone()))),
         );
-        x + self.dropout.forward(mlp)
+        x + super::dropout::forward(&self.dropout, mlp)
     }
 }

@@ -12,8 +12,9 @@
 //! (z, G·W, Gᵀ·h) instead of AGG's two logits products, and one elementwise product for the gates.
 
 use burn::prelude::*;
-use burn::tensor::IndexingUpdateOp;
+use burn::tensor::{IndexingUpdateOp, TensorData};
 
+use super::host_softmax::{HostTerms, head_in_place};
 use super::{mle, self_norm, unlikelihood};
 use crate::model::output::{log_partition, tied_logits};
 
@@ -26,6 +27,10 @@ pub struct HeadTerms {
     pub unlikelihood: Option<(f64, Tensor<2, Int>, Tensor<2>)>,
     /// AGG's or gradient-part freezing's gates for W's output gradient.
     pub gates: Option<RowGates>,
+    /// The targets on the host, given when the logits live in host memory (burn-flex): the NLL,
+    /// DEV, unlikelihood and G then come from one fused pass over the logits (`host_softmax`)
+    /// instead of burn's graph of the same terms.
+    pub host_targets: Option<Vec<u32>>,
 }
 
 /// Gates in factored form: position p's row is `g1 + rare_target_p·(g2 − g1)`, and the target's
@@ -72,8 +77,66 @@ fn gated_output_gradient(
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("the logits have no gradient (is the device an autodiff device?)")]
-pub struct NoGradient;
+pub enum HeadError {
+    #[error("the logits have no gradient (is the device an autodiff device?)")]
+    NoGradient,
+    #[error("reading the logits: {0}")]
+    Read(String),
+    #[error(transparent)]
+    HostSoftmax(#[from] super::host_softmax::HostSoftmaxError),
+}
+
+/// The NLL, the penalties' values and G from one pass over the logits on the host
+/// (`host_softmax`): the logits are read in place (burn-flex) and G handed back the same way.
+fn host_head(
+    logits: Tensor<2>,
+    host_targets: &[u32],
+    terms: &HeadTerms,
+) -> Result<(Tensor<1>, Vec<Tensor<1>>, Tensor<2>), HeadError> {
+    let read =
+        |what: &str, e: burn::tensor::TensorReadError| HeadError::Read(format!("{what}: {e:?}"));
+    let [p, n] = logits.dims();
+    let device = logits.device();
+    let candidates = match &terms.unlikelihood {
+        Some((alpha, idx, mask)) => {
+            let [_, width] = idx.dims();
+            let idx = idx
+                .clone()
+                .try_into_vec_as::<i64>()
+                .map_err(|e| read("candidates", e))?;
+            let mask = mask
+                .clone()
+                .try_into_vec_as::<f32>()
+                .map_err(|e| read("candidates", e))?;
+            Some((*alpha, idx, mask, width))
+        }
+        None => None,
+    };
+    let mut z = logits
+        .try_into_vec_as::<f32>()
+        .map_err(|e| read("logits", e))?;
+    let values = head_in_place(
+        &mut z,
+        n,
+        host_targets,
+        HostTerms {
+            dev: terms.dev,
+            unlikelihood: candidates
+                .as_ref()
+                .map(|(a, idx, mask, width)| (*a, idx.as_slice(), mask.as_slice(), *width)),
+        },
+    )?;
+    let scalar = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &device);
+    let mut penalties = Vec::new();
+    if terms.dev > 0.0 {
+        penalties.push(scalar(values.dev));
+    }
+    if candidates.is_some() {
+        penalties.push(scalar(values.unlikelihood));
+    }
+    let g = Tensor::from_data(TensorData::new(z, [p, n]), &device);
+    Ok((scalar(values.nll), penalties, g))
+}
 
 pub fn full_softmax_head(
     hidden: Tensor<2>,
@@ -81,7 +144,7 @@ pub fn full_softmax_head(
     bias: Option<Tensor<1>>,
     targets: Tensor<1, Int>,
     terms: HeadTerms,
-) -> Result<HeadOutput, NoGradient> {
+) -> Result<HeadOutput, HeadError> {
     let h_fixed = hidden.clone().detach();
     let w_fixed = w.clone().detach();
     let logits = tied_logits(
@@ -90,28 +153,34 @@ pub fn full_softmax_head(
         bias.clone().map(Tensor::detach),
     )
     // A fresh leaf: the gradient of the head terms stops here.
-    .detach()
-    .require_grad();
-    let [p, _] = logits.dims();
-    // log Z once: the log-probabilities and DEV's (log Z)² share it.
-    let log_z = log_partition(logits.clone());
-    let log_probs = logits.clone() - log_z.clone();
-    let nll = mle::nll_from_log_probs(log_probs.clone(), targets.clone());
-    let mut head = nll.clone();
-    let mut penalties = Vec::new();
-    if terms.dev > 0.0 {
-        let log_z = log_z.reshape([p]);
-        let pen = self_norm::dev_penalty(log_z).mul_scalar(terms.dev);
-        penalties.push(pen.clone().detach());
-        head = head + pen;
-    }
-    if let Some((alpha, idx, mask)) = terms.unlikelihood {
-        let pen = unlikelihood::unlikelihood(log_probs, idx, mask).mul_scalar(alpha);
-        penalties.push(pen.clone().detach());
-        head = head + pen;
-    }
-    let head_grads = head.backward();
-    let g = logits.grad(&head_grads).ok_or(NoGradient)?;
+    .detach();
+    let (nll, penalties, g) = match terms.host_targets.as_deref() {
+        Some(host_targets) => host_head(logits, host_targets, &terms)?,
+        None => {
+            let logits = logits.require_grad();
+            let [p, _] = logits.dims();
+            // log Z once: the log-probabilities and DEV's (log Z)² share it.
+            let log_z = log_partition(logits.clone());
+            let log_probs = logits.clone() - log_z.clone();
+            let nll = mle::nll_from_log_probs(log_probs.clone(), targets.clone());
+            let mut head = nll.clone();
+            let mut penalties = Vec::new();
+            if terms.dev > 0.0 {
+                let log_z = log_z.reshape([p]);
+                let pen = self_norm::dev_penalty(log_z).mul_scalar(terms.dev);
+                penalties.push(pen.clone().detach());
+                head = head + pen;
+            }
+            if let Some((alpha, idx, mask)) = terms.unlikelihood {
+                let pen = unlikelihood::unlikelihood(log_probs, idx, mask).mul_scalar(alpha);
+                penalties.push(pen.clone().detach());
+                head = head + pen;
+            }
+            let head_grads = head.backward();
+            let g = logits.grad(&head_grads).ok_or(HeadError::NoGradient)?;
+            (nll.detach(), penalties, g)
+        }
+    };
     let to_hidden = g.clone().matmul(w_fixed);
     let to_w = match terms.gates {
         None => mle::output_gradient(g.clone(), h_fixed),
@@ -123,7 +192,7 @@ pub fn full_softmax_head(
         graph = graph + (b * g.sum_dim(0).reshape([n])).sum();
     }
     Ok(HeadOutput {
-        nll: nll.detach(),
+        nll,
         penalties,
         graph,
     })

@@ -13,6 +13,7 @@ pub mod and;
 pub mod cosreg;
 pub mod freeze;
 pub mod head;
+pub mod host_softmax;
 pub mod laplacian;
 pub mod mle;
 pub mod self_norm;

@@ -1,8 +1,9 @@
-//! Vectorised `exp` and the log-sum-exps built on it. The isotropy metric needs 4·N·d
-//! exponentials per panel (both signs of every direction, total and groups); libm's scalar `exp`
-//! made them the slowest part. The projections they read are f32 (a relative error of ~1e-7
-//! already), so an f32 `exp` accurate to ~1e-7 costs nothing in accuracy; the sums are in f64.
-//! On x86-64 the loop is compiled a second time for AVX2 and picked at run time.
+//! Vectorised `exp` and what is built on it: the log-sum-exps of the isotropy metric (4·N·d
+//! exponentials per panel: both signs of every direction, total and groups) and the softmax pass
+//! of the training head on the CPU (P·N exponentials per step). libm's scalar `exp` made both the
+//! slowest part of their work. Their inputs are f32 (a relative error of ~1e-7 already), so an f32
+//! `exp` accurate to ~1e-7 costs nothing in accuracy; the sums are in f64. On x86-64 the loops
+//! have AVX2 + FMA versions, picked at run time.
 
 const LOG2_E: f32 = std::f32::consts::LOG2_E;
 // ln 2 split so that k·LN2_HI is exact in f32 for |k| < 2^14.
@@ -12,10 +13,11 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 const ROUND_MAGIC: f32 = 12_582_912.0;
 
 /// `exp(x)` for `x ≤ 0`, relative error < 2e-7. Arguments below −80 are treated as −80
-/// (≈2e-35): in a sum whose largest term is 1 the difference is far below f32 resolution.
+/// (≈2e-35): in a sum whose largest term is 1 the difference is far below f32 resolution. NaN
+/// gives NaN (a sum it enters says so).
 #[inline(always)]
 pub(crate) fn exp_nonpositive(x: f32) -> f32 {
-    let x = x.max(-80.0);
+    let x = if x < -80.0 { -80.0 } else { x };
     let t = x * LOG2_E + ROUND_MAGIC;
     let k = t - ROUND_MAGIC;
     let r = (x - k * LN2_HI) - k * LN2_LO;
@@ -77,7 +79,8 @@ fn log_sum_exp_both_signs_generic(x: &[f32]) -> (f64, f64) {
 #[target_feature(enable = "avx2,fma")]
 fn exp_nonpositive_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
-    let x = _mm256_max_ps(x, _mm256_set1_ps(-80.0));
+    // maxps returns its second operand when either is NaN: a NaN argument stays NaN.
+    let x = _mm256_max_ps(_mm256_set1_ps(-80.0), x);
     let t = _mm256_fmadd_ps(x, _mm256_set1_ps(LOG2_E), _mm256_set1_ps(ROUND_MAGIC));
     let k = _mm256_sub_ps(t, _mm256_set1_ps(ROUND_MAGIC));
     let r = _mm256_fnmadd_ps(k, _mm256_set1_ps(LN2_HI), x);
@@ -166,11 +169,102 @@ pub(crate) fn log_sum_exp_both_signs(x: &[f32]) -> (f64, f64) {
         return (f64::NEG_INFINITY, f64::NEG_INFINITY);
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    if has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA, checked just above.
         return unsafe { log_sum_exp_both_signs_avx2(x) };
     }
     log_sum_exp_both_signs_generic(x)
+}
+
+fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The largest value (NaN values are passed over; −∞ for an empty slice).
+pub(crate) fn max_f32(x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 and FMA, checked just above.
+        return unsafe { max_f32_avx2(x) };
+    }
+    x.iter()
+        .copied()
+        .fold(f32::NEG_INFINITY, |m, v| if v > m { v } else { m })
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn max_f32_avx2(x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    let mut hi = _mm256_set1_ps(f32::NEG_INFINITY);
+    for c in chunks {
+        let lanes: &[f32; LANES] = c.try_into().expect("chunks_exact gives LANES values");
+        // SAFETY: 8 readable f32s; loadu has no alignment requirement.
+        let v = unsafe { _mm256_loadu_ps(lanes.as_ptr()) };
+        // A NaN value keeps the running maximum (maxps returns its second operand then).
+        hi = _mm256_max_ps(v, hi);
+    }
+    let mut lanes = [0f32; LANES];
+    // SAFETY: `lanes` holds 8 writable f32s.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), hi) };
+    lanes
+        .iter()
+        .chain(rest)
+        .copied()
+        .fold(f32::NEG_INFINITY, |m, v| if v > m { v } else { m })
+}
+
+/// x_i ← exp(x_i − shift) for `shift ≥ max x`, returning Σ exp(x_i − shift) summed in f64.
+pub(crate) fn exp_shifted_in_place(x: &mut [f32], shift: f32) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 and FMA, checked just above.
+        return unsafe { exp_shifted_in_place_avx2(x, shift) };
+    }
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = exp_nonpositive(*v - shift);
+        sum += *v as f64;
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn exp_shifted_in_place_avx2(x: &mut [f32], shift: f32) -> f64 {
+    use std::arch::x86_64::*;
+    let mut chunks = x.chunks_exact_mut(LANES);
+    let vshift = _mm256_set1_ps(shift);
+    let mut acc = [_mm256_setzero_pd(); 2];
+    for c in chunks.by_ref() {
+        let lanes: &mut [f32; LANES] = c.try_into().expect("chunks_exact gives LANES values");
+        // SAFETY: 8 readable and writable f32s; loadu/storeu have no alignment requirement.
+        let e = exp_nonpositive_avx2(_mm256_sub_ps(
+            unsafe { _mm256_loadu_ps(lanes.as_ptr()) },
+            vshift,
+        ));
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), e) };
+        acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(e)));
+    }
+    let mut lanes = [0f64; 4];
+    // SAFETY: `lanes` holds 4 writable f64s.
+    unsafe { _mm256_storeu_pd(lanes.as_mut_ptr(), _mm256_add_pd(acc[0], acc[1])) };
+    let mut sum: f64 = lanes.iter().sum();
+    for v in chunks.into_remainder() {
+        *v = exp_nonpositive(*v - shift);
+        sum += *v as f64;
+    }
+    sum
 }
 
 /// `Σ widen(a_i)·b_i` with 16 f32 lanes (vectorises); `widen` turns a stored element into f32.
@@ -289,6 +383,41 @@ mod tests {
         let (p, m) = log_sum_exp_both_signs(&big);
         assert!((p - (1000.0 + (1.0 + (-1f64).exp()).ln())).abs() < 1e-6);
         assert!((m - (-999.0 + (1.0 + (-1f64).exp()).ln())).abs() < 1e-6);
+    }
+
+    #[test]
+    fn max_and_shifted_exp_match_scalar_loops_at_every_length() {
+        for n in 0..41usize {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 29 % 31) as f32 - 15.0) * 0.9)
+                .collect();
+            let want_max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(max_f32(&x), want_max, "n = {n}");
+            let mut e = x.clone();
+            let shift = want_max.max(0.0);
+            let sum = exp_shifted_in_place(&mut e, shift);
+            let want_sum: f64 = x.iter().map(|&v| ((v - shift) as f64).exp()).sum();
+            assert!(
+                (sum - want_sum).abs() <= 2e-7 * want_sum.max(1e-30),
+                "n = {n}"
+            );
+            for (&got, &v) in e.iter().zip(&x) {
+                let want = ((v - shift) as f64).exp();
+                assert!(
+                    ((got as f64 - want) / want).abs() < 2e-7,
+                    "n = {n}, x = {v}"
+                );
+            }
+        }
+        // A NaN is passed over by the maximum, and makes the sum of exponentials NaN (in the
+        // vector lanes and in the remainder).
+        let with_nan = [1.0, f32::NAN, 3.0, 2.0, 0.0, 0.0, 0.0, 0.0, -1.0];
+        assert_eq!(max_f32(&with_nan), 3.0);
+        assert!(exp_shifted_in_place(&mut with_nan.clone(), 3.0).is_nan());
+        let mut tail_nan = [0.0f32; 9];
+        tail_nan[8] = f32::NAN;
+        assert!(exp_shifted_in_place(&mut tail_nan, 0.0).is_nan());
+        assert!(log_sum_exp_both_signs(&with_nan).0.is_nan());
     }
 
     #[test]
