@@ -8,6 +8,7 @@
 //! `lockfile` the OS locks, `fault` the injected I/O failures of the tests.
 
 pub mod alloc_count;
+pub mod allocator;
 pub mod analysis;
 pub mod atomic;
 pub mod bench;

@@ -21,6 +21,7 @@ use clap::Parser;
 use clap::error::ErrorKind;
 
 fn main() -> ExitCode {
+    conelab::allocator::keep_freed_memory();
     // Defence in depth: a bug must still end in one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
         // A panic of a run's worker threads is caught there and reported as the run's failure.
