@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """PyTorch reference for `conelab bench train`: the same model, batch and optimizer, the same figures.
 
-The model mirrors conelab's Transformer preset exactly: learned positions, pre-LN blocks (fused qkv
+The Transformer presets mirror conelab's exactly: learned positions, pre-LN blocks (fused qkv
 projection, causal softmax attention, GELU MLP with 4·d hidden units), a final LayerNorm, the output
 layer tied to the embedding, N(0, 0.02) initialisation (residual projections 0.02/sqrt(2·layers)),
-zero biases, dropout 0.1; AdamW (betas 0.9/0.999, eps 1e-8, weight decay 0.01) with global-norm
+zero biases, dropout 0.1. The LSTM presets (`lstm`, `awd`) mirror conelab's LSTM: dropout on the
+embedding and after every layer, a projection back to the embedding width when the hidden size
+differs, an output bias, uniform initialisation, the state carried (detached) from window to
+window; PyTorch's LSTM has two bias vectors per layer where burn's has one (4·hidden parameters more
+per layer, 0.04 % of `lstm`). AdamW (betas 0.9/0.999, eps 1e-8, weight decay 0.01) with global-norm
 clipping at 1.0; uniformly random tokens; B contiguous streams of T tokens.
 
     python3 bench/reference_torch.py --model tiny --device cpu --steps 20 --warmup 5 [--json]
@@ -24,7 +28,39 @@ PRESETS = {
     "tiny": dict(d=128, layers=2, heads=4, context=64),
     "small": dict(d=256, layers=4, heads=4, context=128),
     "gpt2-small": dict(d=768, layers=12, heads=12, context=256),
+    "lstm": dict(lstm=True, embed=650, hidden=650, layers=2, context=35, dropout=0.5, init=0.05),
+    "awd": dict(lstm=True, embed=400, hidden=1150, layers=3, context=70, dropout=0.4, init=0.1),
 }
+
+
+class TiedLstm(nn.Module):
+    def __init__(self, vocab, embed, hidden, layers, dropout, init, **_):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, embed)
+        self.layers = nn.ModuleList(
+            [nn.LSTM(embed if i == 0 else hidden, hidden, batch_first=True) for i in range(layers)]
+        )
+        self.projection = nn.Linear(hidden, embed) if hidden != embed else None
+        self.bias = nn.Parameter(torch.zeros(vocab))
+        self.drop = nn.Dropout(dropout)
+        for p in self.parameters():
+            nn.init.uniform_(p, -init, init)
+        nn.init.zeros_(self.bias)
+        self.state = None
+
+    def forward(self, ids):
+        b, t = ids.shape
+        x = self.drop(self.embedding(ids))
+        state = self.state or [None] * len(self.layers)
+        carried = []
+        for layer, s in zip(self.layers, state):
+            x, (h, c) = layer(x, s)
+            carried.append((h.detach(), c.detach()))
+            x = self.drop(x)
+        self.state = carried
+        if self.projection is not None:
+            x = self.projection(x)
+        return x.reshape(b * t, -1) @ self.embedding.weight.t() + self.bias
 
 
 class Block(nn.Module):
@@ -104,7 +140,10 @@ def main():
         p["context"] = args.bptt
     t = p["context"]
     dev = torch.device(args.device)
-    model = TiedTransformer(args.vocab, p["d"], p["layers"], p["heads"], t).to(dev)
+    if p.get("lstm"):
+        model = TiedLstm(args.vocab, **p).to(dev)
+    else:
+        model = TiedTransformer(args.vocab, p["d"], p["layers"], p["heads"], t).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     n_tokens = (args.warmup + args.steps + 2) * args.batch * t + 1
     data = torch.randint(0, args.vocab, (n_tokens,), device=dev)
