@@ -2,13 +2,15 @@
 # Side-by-side CPU training throughput in one run: conelab on burn-flex, conelab on LibTorch CPU,
 # and the PyTorch reference (bench/reference_torch.py), same model, batch, vocabulary and steps.
 #
-#   bench/compare_cpu.sh [--model tiny] [--steps 20] [--warmup 5] [--vocab 10000] [--rounds 2]
+#   bench/compare_cpu.sh [--model tiny|small|lstm|awd] [--steps 20] [--warmup 5] [--vocab 10000]
+#                        [--rounds 2] [--no-libtorch]
 #
-# Needs a conelab built with `--features tch` (set CONELAB=path/to/conelab) and the environment of
-# scripts/setup-libtorch.sh (full mode: the Python reference needs torch's CUDA wheels to import).
+# Needs the environment of scripts/setup-libtorch.sh (full mode: the Python reference needs
+# torch's CUDA wheels to import), and for the LibTorch row a conelab built with `--features tch`
+# (CONELAB=path/to/conelab); --no-libtorch compares the default build with PyTorch alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model=tiny steps=20 warmup=5 vocab=10000 rounds=2
+model=tiny steps=20 warmup=5 vocab=10000 rounds=2 libtorch=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
@@ -16,6 +18,7 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2; shift 2 ;;
     --vocab) vocab=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --no-libtorch) libtorch=0; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -38,6 +41,6 @@ row() { "$python" -c "$row_py"; }
 printf '%-22s %-14s %10s %10s %8s %9s\n' engine device tokens/s ms/step "±std" "peak MiB"
 for round in $(seq "$rounds"); do
   "$conelab_flex" bench train "${args[@]}" --device cpu --json | row
-  "$conelab" bench train "${args[@]}" --device libtorch-cpu --json | row
+  [ "$libtorch" = 0 ] || "$conelab" bench train "${args[@]}" --device libtorch-cpu --json | row
   "$python" bench/reference_torch.py "${args[@]}" --device cpu --json | row
 done
