@@ -34,10 +34,11 @@ stop() {
 
 case "${1:-}" in
 start)
+    # munged must run as the munge user and slurmd as root: a root shell (or sudo) is needed.
+    [ "$(id -u)" = 0 ] || { echo "scripts/slurm-local.sh start: run as root (sudo)" >&2; exit 1; }
     if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-        sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
-        $sudo apt-get update -qq >&2
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq slurm-wlm munge >&2
+        apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >&2
     fi
     stop
     mkdir -p "$root"/{state,spool,log} /run/munge

@@ -17,6 +17,10 @@ const ROUND_MAGIC: f32 = 12_582_912.0;
 /// gives NaN (a sum it enters says so).
 #[inline(always)]
 pub(crate) fn exp_nonpositive(x: f32) -> f32 {
+    // Explicitly: a NaN's payload bits would otherwise be shifted into the exponent below.
+    if x.is_nan() {
+        return x;
+    }
     let x = if x < -80.0 { -80.0 } else { x };
     let t = x * LOG2_E + ROUND_MAGIC;
     let k = t - ROUND_MAGIC;
@@ -101,7 +105,9 @@ fn exp_nonpositive_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m2
         _mm256_castps_si256(p),
         _mm256_slli_epi32::<23>(_mm256_castps_si256(t)),
     );
-    _mm256_castsi256_ps(scaled)
+    // NaN lanes stay NaN: shifted, a NaN's payload bits could make a finite number.
+    let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x);
+    _mm256_blendv_ps(_mm256_castsi256_ps(scaled), x, nan)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -417,6 +423,12 @@ mod tests {
         let mut tail_nan = [0.0f32; 9];
         tail_nan[8] = f32::NAN;
         assert!(exp_shifted_in_place(&mut tail_nan, 0.0).is_nan());
+        // A NaN with payload bits (0x7FC00001) stays NaN in both paths, lane and remainder.
+        let payload = f32::from_bits(0x7FC0_0001);
+        let mut lanes = [payload; 9];
+        exp_shifted_in_place(&mut lanes, 0.0);
+        assert!(lanes.iter().all(|v| v.is_nan()), "{lanes:?}");
+        assert!(exp_nonpositive(payload).is_nan());
         assert!(log_sum_exp_both_signs(&with_nan).0.is_nan());
     }
 

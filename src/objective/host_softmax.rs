@@ -18,7 +18,9 @@
 //! over the `[P, N]` logits — log Z, the log-probabilities, the gather, their backward with the
 //! exponentials recomputed — each into a fresh buffer (40 MB for `tiny` at N = 10,000), with
 //! libm's scalar `expf`. Values and gradients are those of `head.rs`'s graph on the same logits
-//! (tested against burn's autodiff, and against closed forms).
+//! (tested against burn's autodiff, and against closed forms), computed in f64 per row where the
+//! graph has f32: for a candidate with 1 − p_c below f32's resolution (~6e-8) the graph clamps to
+//! a zero unlikelihood gradient, this pass keeps the exact one down to 1 − p_c = 1e-12.
 
 use rayon::prelude::*;
 
@@ -126,36 +128,31 @@ pub fn head_in_place(
             let inv_sum = 1.0 / sum;
             // Unlikelihood's candidates: their probabilities before the row is rescaled.
             let mut ul = 0.0;
-            let mut weights: Vec<f64> = Vec::new();
+            // (column, p_c, w_c, mask) of each candidate that is on.
+            let mut on: Vec<(usize, f64, f64, f64)> = Vec::new();
             let mut s = 0.0;
             if let Some((idx, mask)) = candidates {
                 let cols = &idx[r * width..(r + 1) * width];
-                let on = &mask[r * width..(r + 1) * width];
-                weights.reserve(width);
-                for (&c, &m) in cols.iter().zip(on) {
-                    if m == 0.0 {
-                        weights.push(0.0);
-                        continue;
-                    }
-                    let p = row[c as usize] as f64 * inv_sum;
+                let marks = &mask[r * width..(r + 1) * width];
+                for (&c, &m) in cols.iter().zip(marks).filter(|(_, m)| **m != 0.0) {
+                    let (c, m) = (c as usize, m as f64);
+                    let p = row[c] as f64 * inv_sum;
                     let rest = 1.0 - p;
-                    ul -= m as f64 * rest.max(1e-12).ln();
-                    let w = if rest > 1e-12 {
-                        m as f64 * p / rest
-                    } else {
-                        0.0
-                    };
+                    ul -= m * rest.max(1e-12).ln();
+                    let w = if rest > 1e-12 { m * p / rest } else { 0.0 };
                     s += w;
-                    weights.push(w);
+                    on.push((c, p, w, m));
                 }
             }
-            let scale = (1.0 + 2.0 * alpha_dev * log_z - alpha_ul * s) * inv_sum * inv_p;
-            let scale = scale as f32;
+            let a = 1.0 + 2.0 * alpha_dev * log_z;
+            let scale = ((a - alpha_ul * s) * inv_sum * inv_p) as f32;
             row.iter_mut().for_each(|v| *v *= scale);
-            if let Some((idx, _)) = candidates {
-                for (&c, &w) in idx[r * width..(r + 1) * width].iter().zip(&weights) {
-                    row[c as usize] += (alpha_ul * w * inv_p) as f32;
-                }
+            // A candidate's own column, p_c·(A − α·S) + α·w_c, written without its two large
+            // terms: near p_c = 1 both are ≈ α·w_c and cancel in f32. With w_c·(1 − p_c) = m·p_c
+            // it is p_c·(A − α·(S − w_c)) + α·m·p_c (the candidates are distinct).
+            for &(c, p, w, m) in &on {
+                let own = if w > 0.0 { m * p } else { 0.0 };
+                row[c] = ((p * (a - alpha_ul * (s - w)) + alpha_ul * own) * inv_p) as f32;
             }
             row[y] -= inv_p as f32;
             [log_z - target_logit as f64, log_z * log_z, ul]
@@ -222,6 +219,53 @@ mod tests {
             assert!(total.abs() < 1e-6, "row {r} sums to {total}");
         }
         assert!((nll - want_nll).abs() < 1e-5, "{nll} vs {want_nll}");
+    }
+
+    /// A near-certain candidate (1 − p_c ≈ 6e-11): its column is (1 + α)·p_c/P and the others
+    /// p_v·(1 − α·w_c)/P (− 1/P at the target), computed here in f64 with 1 − p_c summed from
+    /// the other terms. The naive p_c·(1 − α·w_c) + α·w_c cancels to garbage in f32.
+    #[test]
+    fn a_near_certain_candidate_keeps_an_exact_gradient() {
+        let (n, alpha) = (5usize, 0.8);
+        let z0 = [0.0f32, 25.0, 0.0, 0.0, 0.0];
+        let (y, c) = (3usize, 1usize);
+        let mut z = z0.to_vec();
+        let idx = [c as i64, 0];
+        let mask = [1.0f32, 0.0];
+        let values = head_in_place(
+            &mut z,
+            n,
+            &[y as u32],
+            HostTerms {
+                dev: 0.0,
+                unlikelihood: Some((alpha, &idx, &mask, 2)),
+            },
+        )
+        .expect("ok");
+        // Relative to z_c: e^{z_v − z_c} for the others, and 1 − p_c = Σ_{v≠c} e / Σ e.
+        let others: f64 = (0..n)
+            .filter(|&v| v != c)
+            .map(|v| ((z0[v] - z0[c]) as f64).exp())
+            .sum();
+        let total = 1.0 + others;
+        let rest = others / total;
+        let p = |v: usize| ((z0[v] - z0[c]) as f64).exp() / total;
+        let w = p(c) / rest;
+        for (v, &got) in z.iter().enumerate() {
+            let want = if v == c {
+                (1.0 + alpha) * p(c)
+            } else {
+                p(v) * (1.0 - alpha * w) - if v == y { 1.0 } else { 0.0 }
+            };
+            let got = got as f64;
+            assert!(
+                (got - want).abs() < 1e-6 * (1.0 + want.abs()),
+                "column {v}: {got} vs {want}"
+            );
+        }
+        assert!(
+            (values.unlikelihood - alpha * -(rest.ln())).abs() < 1e-6 * alpha * rest.ln().abs()
+        );
     }
 
     #[test]
