@@ -95,6 +95,11 @@ pub struct Fixture {
 impl Drop for Fixture {
     fn drop(&mut self) {
         let folder = self.dir.path().to_string_lossy().to_string();
+        // A failed test: what its runs said (a detached run's output.log, every run's
+        // train.log) goes to the test's output before the folder is deleted.
+        if std::thread::panicking() {
+            print_run_logs(self.dir.path(), 0);
+        }
         for pid in conelab_processes(&folder) {
             // Not `signal`: it asserts, and a panic while a failed test unwinds aborts. A process
             // that ended in between only makes kill(2) fail.
@@ -102,6 +107,27 @@ impl Drop for Fixture {
             unsafe {
                 libc::kill(pid as i32, libc::SIGKILL);
             }
+        }
+    }
+}
+
+/// The last lines of every `output.log` and `train.log` under `dir` (two levels), on stderr.
+fn print_run_logs(dir: &Path, depth: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.filter_map(|e| e.ok()) {
+        let path = e.path();
+        if path.is_dir() && depth < 2 {
+            print_run_logs(&path, depth + 1);
+        } else if path
+            .file_name()
+            .is_some_and(|n| n == "output.log" || n == "train.log")
+            && let Ok(text) = std::fs::read_to_string(&path)
+        {
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+            eprintln!("--- {} (last 30 lines)\n{tail}", path.display());
         }
     }
 }
