@@ -61,19 +61,10 @@ pub struct HostValues {
     pub unlikelihood: f64,
 }
 
-/// Replaces the row-major logits `z` (`targets.len()` rows of `n`) by the gradient G of the mean
-/// NLL and returns the mean NLL, (1/P) Σ_p ℓ_p, summed in f64 in row order (deterministic
-/// whatever the threads). A non-finite logit makes the NLL non-finite (the step then reports a
-/// divergence); it never panics.
-pub fn nll_and_gradient_in_place(
-    z: &mut [f32],
-    n: usize,
-    targets: &[u32],
-) -> Result<f64, HostSoftmaxError> {
-    Ok(head_in_place(z, n, targets, HostTerms::default())?.nll)
-}
-
-/// The same with DEV and unlikelihood: G of NLL + the penalties, and their values.
+/// Replaces the row-major logits `z` (`targets.len()` rows of `n`) by the gradient G of the NLL
+/// and the penalties, and returns their values: means over positions summed in f64 in row order
+/// (deterministic whatever the threads). A non-finite logit makes the NLL non-finite (the step
+/// then reports a divergence); it never panics.
 pub fn head_in_place(
     z: &mut [f32],
     n: usize,
@@ -173,6 +164,15 @@ pub fn head_in_place(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The NLL alone: its mean, G in place.
+    fn nll_and_gradient_in_place(
+        z: &mut [f32],
+        n: usize,
+        targets: &[u32],
+    ) -> Result<f64, HostSoftmaxError> {
+        Ok(head_in_place(z, n, targets, HostTerms::default())?.nll)
+    }
 
     /// Equal logits: log Z = ln N + c, every ℓ = ln N, G = (1/N − onehot)/P — a closed form.
     #[test]
