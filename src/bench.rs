@@ -23,6 +23,8 @@ pub struct TrainBench {
     pub warmup: u64,
     pub steps: u64,
     pub seed: u64,
+    /// LSTM layers in burn's graph instead of on the host (`Trainer::set_host_lstm`).
+    pub graph_lstm: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -103,6 +105,7 @@ pub fn bench_train(b: &TrainBench) -> Result<TrainBenchResult, EngineError> {
         ..TrainConfig::default()
     };
     let mut trainer = Trainer::new(corpus, b.model.clone(), config, b.device)?;
+    trainer.set_host_lstm(!b.graph_lstm);
     for _ in 0..b.warmup {
         trainer.train_step()?;
     }
@@ -117,7 +120,11 @@ pub fn bench_train(b: &TrainBench) -> Result<TrainBenchResult, EngineError> {
     let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
     let var = times.iter().map(|t| (t - mean).powi(2)).sum::<f64>() / times.len().max(1) as f64;
     Ok(TrainBenchResult {
-        engine: "conelab".into(),
+        engine: if b.graph_lstm && matches!(b.model, ModelConfig::Lstm(_)) {
+            "conelab (graph LSTM)".into()
+        } else {
+            "conelab".into()
+        },
         model: b.model_name.clone(),
         device: b.device.to_string(),
         batch: b.batch,

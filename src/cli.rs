@@ -629,6 +629,10 @@ pub struct BenchTrainArgs {
     pub vocab: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// LSTM models: run the layers in burn's autodiff graph instead of on the host (what the
+    /// default CPU build did before; for side-by-side comparisons).
+    #[arg(long)]
+    pub graph_lstm: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -1451,6 +1455,7 @@ fn bench_train_cmd(args: BenchTrainArgs) -> Result<()> {
         warmup: args.warmup,
         steps: args.steps.max(1),
         seed: args.seed,
+        graph_lstm: args.graph_lstm,
     };
     let r = bench_train(&bench)?;
     if args.json {

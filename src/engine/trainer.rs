@@ -109,6 +109,9 @@ pub struct Trainer {
     /// AGG's gates frozen after epoch 1 (static-groups ablation).
     static_gates: Option<Gates>,
     sampler: Option<UnigramSampler>,
+    /// An LSTM's layers run on the host (`model/lstm_host.rs`): on burn-flex, where the tensors
+    /// already live in host memory; LibTorch keeps burn's graph.
+    host_lstm: bool,
 }
 
 /// Salts of the step seed for the objectives' own random draws.
@@ -184,6 +187,7 @@ impl Trainer {
             counter: None,
             static_gates: None,
             sampler: None,
+            host_lstm: device_spec == DeviceSpec::Cpu,
         };
         if spectrum_on {
             let c1 = trainer.state.objectives.spectrum.c1;
@@ -245,6 +249,13 @@ impl Trainer {
 
     pub fn set_total_steps(&mut self, steps: u64) {
         self.config.steps = steps.max(1);
+    }
+
+    /// Whether an LSTM's layers run on the host (the default on burn-flex) or in burn's graph:
+    /// the same training either way (tests/engine.rs compares them); the graph stays selectable
+    /// for that comparison and for `bench train --graph-lstm`.
+    pub fn set_host_lstm(&mut self, on: bool) {
+        self.host_lstm = on && self.device_spec == DeviceSpec::Cpu;
     }
 
     pub fn device_spec(&self) -> DeviceSpec {
@@ -341,9 +352,25 @@ impl Trainer {
         );
         let w = self.model.embedding();
         let spectral = self.model.spectral().is_some();
-        let (hidden, state) =
+        // On burn-flex an LSTM's layers run on the host with their backward written out
+        // (model/lstm_host.rs); elsewhere burn's graph does it all.
+        let mut carried = self.carried.take();
+        let host_window = if self.host_lstm {
             self.model
-                .hidden_with(inputs, self.carried.take(), spectral.then(|| w.clone()));
+                .hidden_on_host(inputs.clone(), &mut carried, spectral.then(|| w.clone()))
+                .map_err(|e| EngineError::Backend(e.to_string()))?
+        } else {
+            None
+        };
+        let (hidden, state, host_window) = match host_window {
+            Some((hidden, state, window)) => (hidden, Some(state), Some(window)),
+            None => {
+                let (hidden, state) =
+                    self.model
+                        .hidden_with(inputs, carried, spectral.then(|| w.clone()));
+                (hidden, state, None)
+            }
+        };
         let bias = self.model.output_bias();
 
         // The data term: its value (reported) and a graph whose gradient is the step's.
@@ -437,7 +464,26 @@ impl Trainer {
             .into_iter()
             .reduce(|a, b| a + b)
             .unwrap_or_else(|| Tensor::zeros([1], &self.device));
-        let mut grads = GradientsParams::from_grads(objective.backward(), &self.model);
+        let raw = objective.backward();
+        let mut grads = match host_window {
+            None => GradientsParams::from_grads(raw, &self.model),
+            Some(window) => {
+                let host = self
+                    .model
+                    .host_lstm_backward(window, &raw)
+                    .map_err(|e| EngineError::Backend(e.to_string()))?;
+                let mut grads = GradientsParams::from_grads(raw, &self.model);
+                let below = GradientsParams::from_grads(host.surrogate.backward(), &self.model);
+                add_gradients(&self.model, &mut grads, below);
+                for (id, g) in host.weights {
+                    grads.register(id, g);
+                }
+                for (id, g) in host.biases {
+                    grads.register(id, g);
+                }
+                grads
+            }
+        };
         let w_id = self.model.embedding_param_id();
         if !frozen.is_empty()
             && let Some(g) = grads.remove::<2>(w_id)
@@ -921,6 +967,29 @@ pub fn clip_global_norm(
 
 /// The squared global L2 norm of the gradients, as a one-element tensor left on the device (no
 /// host read); `None` when no parameter has a gradient.
+/// Adds `from`'s gradients into `into`, parameter by parameter (a parameter in one only keeps it).
+fn add_gradients(model: &LanguageModel, into: &mut GradientsParams, mut from: GradientsParams) {
+    struct Add<'a> {
+        into: &'a mut GradientsParams,
+        from: &'a mut GradientsParams,
+    }
+    impl ModuleVisitor for Add<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let Some(g) = self.from.remove::<D>(param.id) {
+                let sum = match self.into.remove::<D>(param.id) {
+                    Some(existing) => existing + g,
+                    None => g,
+                };
+                self.into.register(param.id, sum);
+            }
+        }
+    }
+    model.visit(&mut Add {
+        into,
+        from: &mut from,
+    });
+}
+
 fn squared_grad_norm(model: &LanguageModel, grads: &GradientsParams) -> Option<Tensor<1>> {
     struct SquaredNorms<'a> {
         grads: &'a GradientsParams,

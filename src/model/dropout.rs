@@ -64,7 +64,7 @@ pub fn host_mask(n: usize, prob: f64, seed: u64) -> Vec<f32> {
 /// `layer`'s dropout of `x`: burn's, or with a host mask when the step's masks are drawn here.
 pub fn forward<const D: usize>(layer: &Dropout, x: Tensor<D>) -> Tensor<D> {
     let device = x.device();
-    if layer.prob == 0.0 || !device.is_autodiff() || !layer.training.is_enabled() {
+    if !drops(layer, &device) {
         return layer.forward(x);
     }
     let Some(seed) = next_mask_seed() else {
@@ -73,6 +73,30 @@ pub fn forward<const D: usize>(layer: &Dropout, x: Tensor<D>) -> Tensor<D> {
     let shape = x.shape();
     let mask = host_mask(shape.num_elements(), layer.prob, seed);
     x * Tensor::<D>::from_data(TensorData::new(mask, shape), &device)
+}
+
+/// Whether `layer` drops anything on `device` (training, under autodiff, p > 0).
+fn drops(layer: &Dropout, device: &Device) -> bool {
+    layer.prob > 0.0 && device.is_autodiff() && layer.training.is_enabled()
+}
+
+/// Whether [`forward`] draws its masks on the host for `layer` (or drops nothing at all): then
+/// [`next_host_mask`] gives the mask it would have drawn next.
+pub fn host_masks_cover(layer: &Dropout, device: &Device) -> bool {
+    let seeded = HOST_MASKS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .is_some();
+    seeded || !drops(layer, device)
+}
+
+/// The next mask [`forward`] would multiply an `n`-element tensor by, drawn in the same sequence
+/// (`None`: nothing dropped), for computations that apply dropout on the host themselves.
+pub fn next_host_mask(layer: &Dropout, n: usize, device: &Device) -> Option<Vec<f32>> {
+    if !drops(layer, device) {
+        return None;
+    }
+    next_mask_seed().map(|seed| host_mask(n, layer.prob, seed))
 }
 
 #[cfg(test)]

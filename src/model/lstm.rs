@@ -2,14 +2,16 @@
 //! LSTM layers with dropout between them, a projection back to the embedding width when the hidden
 //! size differs, and the state carried across windows for truncated BPTT.
 
-use burn::module::Param;
+use burn::module::{Param, ParamId};
 use burn::nn::{
-    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig, Lstm,
-    LstmConfig as BurnLstmConfig, LstmState,
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, GateController, Initializer, Linear,
+    LinearConfig, Lstm, LstmConfig as BurnLstmConfig, LstmState,
 };
 use burn::prelude::*;
+use burn::tensor::Gradients;
 
 use super::config::LstmConfig;
+use super::lstm_host;
 use super::spectral::SpectralEmbedding;
 
 #[derive(Module, Debug)]
@@ -98,25 +100,10 @@ pub fn lstm_forward(
     x: Tensor<3>,
     state: Option<LstmState<2>>,
 ) -> (Tensor<3>, LstmState<2>) {
-    use burn::nn::activation::Activation;
     use burn::tensor::activation::sigmoid;
-    let standard = layer.batch_first
-        && !layer.reverse
-        && layer.clip.is_none()
-        && !layer.input_forget
-        && matches!(layer.gate_activation, Activation::Sigmoid(_))
-        && matches!(layer.cell_activation, Activation::Tanh(_))
-        && matches!(layer.hidden_activation, Activation::Tanh(_));
-    let Some(forget) = layer.forget_gate.as_ref().filter(|_| standard) else {
+    let Some(gates) = side_by_side(layer) else {
         return layer.forward(x, state);
     };
-    // Gate order in the side-by-side matrices: input, forget, output, cell.
-    let gates = [
-        &layer.input_gate,
-        forget,
-        &layer.output_gate,
-        &layer.cell_gate,
-    ];
     let cat = |f: &dyn Fn(&burn::nn::GateController) -> Tensor<2>| {
         Tensor::cat(gates.iter().map(|g| f(g)).collect(), 1)
     };
@@ -164,6 +151,264 @@ pub fn lstm_forward(
         outputs.push(hidden.clone());
     }
     (Tensor::stack(outputs, 1), LstmState::new(cell, hidden))
+}
+
+/// The four gates of a layer configured as conelab's (batch first, forward, no clipping or
+/// coupled gates, sigmoid gates and tanh cell), in the side-by-side order input, forget, output,
+/// cell; `None` for any other layer.
+fn side_by_side(layer: &Lstm) -> Option<[&GateController; 4]> {
+    use burn::nn::activation::Activation;
+    let standard = layer.batch_first
+        && !layer.reverse
+        && layer.clip.is_none()
+        && !layer.input_forget
+        && matches!(layer.gate_activation, Activation::Sigmoid(_))
+        && matches!(layer.cell_activation, Activation::Tanh(_))
+        && matches!(layer.hidden_activation, Activation::Tanh(_));
+    let forget = layer.forget_gate.as_ref().filter(|_| standard)?;
+    Some([
+        &layer.input_gate,
+        forget,
+        &layer.output_gate,
+        &layer.cell_gate,
+    ])
+}
+
+/// A training window whose LSTM layers ran on the host (`lstm_host`): what the host computation
+/// joins back to burn's graph with, and each layer's tape for the backward pass.
+///
+/// The step's loss is differentiated with the last layer's output as a leaf; [`Self::backward`]
+/// takes that leaf's gradient through the layers by hand and hands back (a) each layer's weight
+/// gradients and (b) a surrogate Σ x ⊙ ∂L/∂x over the first layer's input (the embedding
+/// lookup and its dropout, rebuilt), whose backward pass carries the rest into W (or U, σ, V).
+pub struct HostLstmWindow {
+    /// The window's token ids and the first layer's input dropout mask: the input side of the
+    /// graph is built afresh for the second backward pass (burn frees the first pass's nodes).
+    inputs: Tensor<2, Int>,
+    input_mask: Option<Vec<f32>>,
+    leaf: Tensor<3>,
+    layers: Vec<HostLayer>,
+}
+
+struct HostLayer {
+    weights: lstm_host::LayerWeights,
+    tape: lstm_host::LayerTape,
+    /// The dropout mask applied to this layer's output before the next layer (not for the last).
+    mask: Option<Vec<f32>>,
+    /// Each gate's (input weight, hidden weight, input bias, hidden bias) ids, side-by-side order.
+    ids: [[ParamId; 4]; 4],
+}
+
+/// What [`HostLstmWindow::backward`] gives the step.
+pub struct HostLstmGradients {
+    /// Differentiate this (a second, small backward pass) for the gradient below the LSTM.
+    pub surrogate: Tensor<1>,
+    /// The layers' weight gradients, `[d_in, H]` or `[H, H]`, on the inner (non-autodiff) device.
+    pub weights: Vec<(ParamId, Tensor<2>)>,
+    /// The layers' bias gradients, `[H]`.
+    pub biases: Vec<(ParamId, Tensor<1>)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostLstmError {
+    #[error("reading a tensor for the host LSTM: {0}")]
+    Read(String),
+}
+
+fn host_vec<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>, HostLstmError> {
+    t.try_into_vec_as::<f32>()
+        .map_err(|e| HostLstmError::Read(format!("{e:?}")))
+}
+
+impl LstmLm {
+    /// Whether [`Self::hidden_on_host`] can run this model on `device`: every layer configured as
+    /// conelab's with both biases, and dropout masks drawn on the host.
+    pub fn runs_on_host(&self, device: &Device) -> bool {
+        self.layers.iter().all(|l| {
+            side_by_side(l).is_some_and(|gates| {
+                gates
+                    .iter()
+                    .all(|g| g.input_transform.bias.is_some() && g.hidden_transform.bias.is_some())
+            })
+        }) && super::dropout::host_masks_cover(&self.dropout, device)
+    }
+
+    /// [`Self::hidden`] for a training step on burn-flex with the LSTM layers computed on the
+    /// host (same values, same dropout masks in the same order); `None` when
+    /// [`Self::runs_on_host`] says no.
+    pub fn hidden_on_host(
+        &self,
+        inputs: Tensor<2, Int>,
+        state: Option<RecurrentState>,
+        w: Option<Tensor<2>>,
+    ) -> Result<Option<(Tensor<2>, RecurrentState, HostLstmWindow)>, HostLstmError> {
+        let device = inputs.device();
+        if !self.runs_on_host(&device) {
+            return Ok(None);
+        }
+        let [b, t] = inputs.dims();
+        let embedded = super::lookup(&self.embedding, self.spectral.as_ref(), inputs.clone(), w);
+        let mut x = host_vec(embedded.detach())?;
+        let input_mask = super::dropout::next_host_mask(&self.dropout, x.len(), &device);
+        if let Some(m) = &input_mask {
+            x.iter_mut().zip(m).for_each(|(v, k)| *v *= k);
+        }
+        let mut states = state.map(|s| s.into_iter().map(Some).collect::<Vec<_>>());
+        let mut layers: Vec<HostLayer> = Vec::with_capacity(self.layers.len());
+        let mut next = Vec::with_capacity(self.layers.len());
+        let count = self.layers.len();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let Some(gates) = side_by_side(layer) else {
+                return Ok(None);
+            };
+            let h = layer.d_hidden;
+            let d_in = x.len() / (b * t).max(1);
+            let cat = |f: &dyn Fn(&GateController) -> Tensor<2>| {
+                host_vec(Tensor::cat(gates.iter().map(|g| f(g)).collect(), 1))
+            };
+            let bias = |l: &Linear| l.bias.as_ref().map(|p| p.val().unsqueeze_dim::<2>(0));
+            let summed = Tensor::cat(
+                gates
+                    .iter()
+                    .map(|g| {
+                        bias(&g.input_transform)
+                            .zip(bias(&g.hidden_transform))
+                            .map(|(a, c)| a + c)
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .unwrap_or_default(),
+                1,
+            );
+            let weights = lstm_host::LayerWeights {
+                d_in,
+                hidden: h,
+                w_in: cat(&|g| g.input_transform.weight.val())?,
+                w_hidden: cat(&|g| g.hidden_transform.weight.val())?,
+                bias: host_vec(summed)?,
+            };
+            let carried = match states
+                .as_mut()
+                .and_then(|s| s.get_mut(i).and_then(Option::take))
+            {
+                Some(s) => Some((host_vec(s.hidden)?, host_vec(s.cell)?)),
+                None => None,
+            };
+            let tape = lstm_host::layer_forward(&weights, x, (b, t), carried);
+            let (cell, hidden) = tape.final_state();
+            next.push(LstmState::new(
+                Tensor::from_data(TensorData::new(cell, [b, h]), &device),
+                Tensor::from_data(TensorData::new(hidden, [b, h]), &device),
+            ));
+            let ids = gates.map(|g| {
+                let bias_id = |l: &Linear| l.bias.as_ref().map(|p| p.id).unwrap_or(l.weight.id);
+                [
+                    g.input_transform.weight.id,
+                    g.hidden_transform.weight.id,
+                    bias_id(&g.input_transform),
+                    bias_id(&g.hidden_transform),
+                ]
+            });
+            x = tape.outputs.clone();
+            let mask = if i + 1 < count {
+                let mask = super::dropout::next_host_mask(&self.dropout, x.len(), &device);
+                if let Some(m) = &mask {
+                    x.iter_mut().zip(m).for_each(|(v, k)| *v *= k);
+                }
+                mask
+            } else {
+                None
+            };
+            layers.push(HostLayer {
+                weights,
+                tape,
+                mask,
+                ids,
+            });
+        }
+        let h = x.len() / (b * t).max(1);
+        let leaf = Tensor::<3>::from_data(TensorData::new(x, [b, t, h]), &device).require_grad();
+        let mut out = super::dropout::forward(&self.dropout, leaf.clone());
+        if let Some(p) = &self.projection {
+            out = p.forward(out);
+        }
+        let d = out.dims()[2];
+        Ok(Some((
+            out.reshape([b * t, d]),
+            next,
+            HostLstmWindow {
+                inputs,
+                input_mask,
+                leaf,
+                layers,
+            },
+        )))
+    }
+}
+
+impl HostLstmWindow {
+    /// The host half of the backward pass, from the gradients of the step's loss; `model` and
+    /// `w` as given to [`LstmLm::hidden_on_host`] (`w` composed again: the first backward pass
+    /// consumed the graph it had).
+    pub fn backward(
+        self,
+        grads: &Gradients,
+        model: &LstmLm,
+        w: Option<Tensor<2>>,
+    ) -> Result<HostLstmGradients, HostLstmError> {
+        let device = self.leaf.device();
+        let [b, t, h] = self.leaf.dims();
+        // A loss that never reads the hidden states leaves the leaf without a gradient.
+        let mut d = match self.leaf.grad(grads) {
+            Some(g) => host_vec(g)?,
+            None => vec![0.0; b * t * h],
+        };
+        let inner = |data: Vec<f32>, shape: Vec<usize>| {
+            Tensor::<2>::from_data(TensorData::new(data, shape), &device).inner()
+        };
+        let mut weights = Vec::new();
+        let mut biases = Vec::new();
+        let mut layers = self.layers;
+        while let Some(layer) = layers.pop() {
+            let hd = layer.weights.hidden;
+            let d_in = layer.weights.d_in;
+            let g = lstm_host::layer_backward(&layer.weights, layer.tape, &d);
+            // Gate k's columns of a side-by-side gradient `[rows, 4H]`.
+            let block = |m: &[f32], rows: usize, k: usize| -> Vec<f32> {
+                (0..rows)
+                    .flat_map(|r| {
+                        m[r * 4 * hd + k * hd..r * 4 * hd + (k + 1) * hd]
+                            .iter()
+                            .copied()
+                    })
+                    .collect()
+            };
+            for (k, ids) in layer.ids.iter().enumerate() {
+                weights.push((ids[0], inner(block(&g.w_in, d_in, k), vec![d_in, hd])));
+                weights.push((ids[1], inner(block(&g.w_hidden, hd, k), vec![hd, hd])));
+                let db = g.bias[k * hd..(k + 1) * hd].to_vec();
+                for id in [ids[2], ids[3]] {
+                    let v = Tensor::<1>::from_data(TensorData::new(db.clone(), [hd]), &device);
+                    biases.push((id, v.inner()));
+                }
+            }
+            d = g.x;
+            // The layer below's output went through its dropout mask on the way in.
+            if let Some(mask) = layers.last().and_then(|l| l.mask.as_ref()) {
+                d.iter_mut().zip(mask).for_each(|(v, m)| *v *= m);
+            }
+        }
+        let mut input = super::lookup(&model.embedding, model.spectral.as_ref(), self.inputs, w);
+        let [_, _, d_in] = input.dims();
+        if let Some(mask) = self.input_mask {
+            input = input * Tensor::<3>::from_data(TensorData::new(mask, [b, t, d_in]), &device);
+        }
+        let dx = Tensor::<3>::from_data(TensorData::new(d, [b, t, d_in]), &device);
+        Ok(HostLstmGradients {
+            surrogate: (input * dx).sum(),
+            weights,
+            biases,
+        })
+    }
 }
 
 /// Cuts the graph behind a carried state (truncated BPTT).

@@ -6,6 +6,7 @@ pub mod config;
 mod device;
 pub mod dropout;
 pub mod lstm;
+mod lstm_host;
 pub mod output;
 pub mod spectral;
 pub mod transformer;
@@ -16,7 +17,7 @@ use burn::prelude::*;
 
 pub use config::{LstmConfig, ModelConfig, Preset, TransformerConfig};
 pub use device::{DeviceError, DeviceSpec};
-pub use lstm::{LstmLm, RecurrentState};
+pub use lstm::{HostLstmError, HostLstmGradients, HostLstmWindow, LstmLm, RecurrentState};
 pub use spectral::{SPECTRAL_PARAM_IDS, SpectralEmbedding, SvdError};
 pub use transformer::TransformerLm;
 
@@ -64,6 +65,41 @@ impl LanguageModel {
                 let (h, s) = m.hidden(inputs, state, w);
                 (h, Some(s))
             }
+        }
+    }
+
+    /// [`Self::hidden_with`] for a training step on burn-flex with an LSTM's layers computed on
+    /// the host ([`LstmLm::hidden_on_host`]); `None` (nothing consumed) for a Transformer or an
+    /// LSTM the host path does not cover.
+    #[allow(clippy::type_complexity)]
+    pub fn hidden_on_host(
+        &self,
+        inputs: Tensor<2, Int>,
+        state: &mut Option<RecurrentState>,
+        w: Option<Tensor<2>>,
+    ) -> Result<Option<(Tensor<2>, RecurrentState, HostLstmWindow)>, HostLstmError> {
+        match self {
+            LanguageModel::Lstm(m) if m.runs_on_host(&inputs.device()) => {
+                m.hidden_on_host(inputs, state.take(), w)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The host half of an LSTM window's backward pass ([`HostLstmWindow::backward`]).
+    pub fn host_lstm_backward(
+        &self,
+        window: HostLstmWindow,
+        grads: &burn::tensor::Gradients,
+    ) -> Result<HostLstmGradients, HostLstmError> {
+        match self {
+            LanguageModel::Lstm(m) => {
+                let w = self.spectral().map(SpectralEmbedding::weight);
+                window.backward(grads, m, w)
+            }
+            LanguageModel::Transformer(_) => Err(HostLstmError::Read(
+                "an LSTM window handed to a Transformer".into(),
+            )),
         }
     }
 

@@ -1,0 +1,484 @@
+//! One LSTM layer's forward and backward written out on the host, for burn-flex training.
+//!
+//! Forward, per step t (gates side by side in the order input, forget, output, cell):
+//!   a_t = x_t·W_in + h_{t−1}·W_h + b,  (i, f, o) = σ(a_i, a_f, a_o),  g = tanh(a_g),
+//!   c_t = f ⊙ c_{t−1} + i ⊙ g,  h_t = o ⊙ tanh(c_t).
+//! Backward, from t = T−1 down to 0, with δh_t = ∂L/∂h_t + δa_{t+1}·W_hᵀ and δc_{T} = 0:
+//!   δo = δh ⊙ tanh(c_t),  δc_t = δh ⊙ o ⊙ (1 − tanh²c_t) + δc_{t+1} ⊙ f_{t+1},
+//!   δi = δc ⊙ g,  δg = δc ⊙ i,  δf = δc ⊙ c_{t−1},
+//!   δa = (δi·i(1−i), δf·f(1−f), δo·o(1−o), δg·(1−g²)),
+//! then, once for the whole window, ∂W_h = H_prevᵀ·δA, ∂W_in = Xᵀ·δA, ∂b = Σ δA, ∂X = δA·W_inᵀ.
+//!
+//! Why by hand: under burn's autodiff each step's hidden product leaves a backward node that
+//! computes ∂W_h from 16 rows (a K = 16 product into a full 650 × 2600 buffer, added up 35 times
+//! per layer), and every slice of the window's projections writes a full-size zero tensor in its
+//! backward. Here the sequential part is one product forward and one backward per step, and the
+//! weight gradients are single large products over the window, as cuDNN and oneDNN do it.
+//! Products go through the `gemm` crate, burn-flex's own kernels (same numerics).
+
+/// A layer's weights side by side: `w_in` `[d_in, 4H]`, `w_hidden` `[H, 4H]`, `bias` `[4H]`
+/// (burn's input and hidden biases added).
+pub struct LayerWeights {
+    pub d_in: usize,
+    pub hidden: usize,
+    pub w_in: Vec<f32>,
+    pub w_hidden: Vec<f32>,
+    pub bias: Vec<f32>,
+}
+
+/// What the backward pass needs from the forward, all row-major with rows in (batch, time) order.
+pub struct LayerTape {
+    pub batch: usize,
+    pub time: usize,
+    /// The layer's input `[B·T, d_in]`.
+    x: Vec<f32>,
+    /// The activated gates (i, f, o, g) `[B·T, 4H]`.
+    gates: Vec<f32>,
+    /// c_t `[B·T, H]`.
+    cells: Vec<f32>,
+    /// h_t `[B·T, H]`: the layer's output.
+    pub outputs: Vec<f32>,
+    /// The state the window started from, `[B, H]` each.
+    h0: Vec<f32>,
+    c0: Vec<f32>,
+}
+
+impl LayerTape {
+    /// The state after the window: (cell, hidden), `[B, H]` each.
+    pub fn final_state(&self) -> (Vec<f32>, Vec<f32>) {
+        let h = self.h0.len() / self.batch.max(1);
+        let last = |m: &[f32]| -> Vec<f32> {
+            (0..self.batch)
+                .flat_map(|b| {
+                    let r = b * self.time + self.time - 1;
+                    m[r * h..(r + 1) * h].iter().copied()
+                })
+                .collect()
+        };
+        (last(&self.cells), last(&self.outputs))
+    }
+}
+
+/// The layer's gradients: its input `[B·T, d_in]` and its weights, shaped as [`LayerWeights`].
+pub struct LayerGradients {
+    pub x: Vec<f32>,
+    pub w_in: Vec<f32>,
+    pub w_hidden: Vec<f32>,
+    pub bias: Vec<f32>,
+}
+
+/// A matrix operand: element (r, c) is `data[r·rs + c·cs]`.
+#[derive(Clone, Copy)]
+struct View<'a> {
+    data: &'a [f32],
+    rs: usize,
+    cs: usize,
+}
+
+impl<'a> View<'a> {
+    fn rows(data: &'a [f32], rs: usize) -> Self {
+        Self { data, rs, cs: 1 }
+    }
+    fn transposed(data: &'a [f32], rs: usize) -> Self {
+        Self {
+            data,
+            rs: 1,
+            cs: rs,
+        }
+    }
+    fn holds(&self, rows: usize, cols: usize) -> bool {
+        rows == 0 || cols == 0 || (rows - 1) * self.rs + (cols - 1) * self.cs < self.data.len()
+    }
+}
+
+/// burn-flex's rule: products above 192³ multiply-adds use every core.
+const PARALLEL_THRESHOLD: usize = 192 * 192 * 192;
+
+/// dst `[m, n]` (row stride `dst_rs`) = (dst if `accumulate`, else 0) + lhs `[m, k]` · rhs `[k, n]`.
+fn matmul(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [f32],
+    dst_rs: usize,
+    accumulate: bool,
+    lhs: View,
+    rhs: View,
+) {
+    // The bounds the unsafe call relies on: every element it touches is inside its slice.
+    assert!(
+        lhs.holds(m, k) && rhs.holds(k, n) && View::rows(dst, dst_rs).holds(m, n),
+        "lstm_host: a product's operands are smaller than its shape"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    let parallelism = if m * n * k >= PARALLEL_THRESHOLD {
+        gemm::Parallelism::Rayon(0)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the assertion above keeps every index of the three operands in bounds; `dst`
+    // is borrowed mutably, so it aliases neither operand.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_rs as isize,
+            accumulate,
+            lhs.data.as_ptr(),
+            lhs.cs as isize,
+            lhs.rs as isize,
+            rhs.data.as_ptr(),
+            rhs.cs as isize,
+            rhs.rs as isize,
+            1.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Runs the layer over a window: `x` `[B·T, d_in]` in (batch, time) row order, from the state
+/// (`h0`, `c0`) `[B, H]` (zeros when `None`).
+pub fn layer_forward(
+    w: &LayerWeights,
+    x: Vec<f32>,
+    (batch, time): (usize, usize),
+    state: Option<(Vec<f32>, Vec<f32>)>,
+) -> LayerTape {
+    let (h, d_in, g4) = (w.hidden, w.d_in, 4 * w.hidden);
+    let rows = batch * time;
+    let (h0, c0) = state.unwrap_or_else(|| (vec![0.0; batch * h], vec![0.0; batch * h]));
+    let mut gates = vec![0.0f32; rows * g4];
+    matmul(
+        (rows, g4, d_in),
+        &mut gates,
+        g4,
+        false,
+        View::rows(&x, d_in),
+        View::rows(&w.w_in, g4),
+    );
+    for row in gates.chunks_exact_mut(g4) {
+        for (a, b) in row.iter_mut().zip(&w.bias) {
+            *a += b;
+        }
+    }
+    let mut cells = vec![0.0f32; rows * h];
+    let mut outputs = vec![0.0f32; rows * h];
+    for t in 0..time {
+        // a_t += h_{t−1}·W_h for every sequence at once: rows t, T + t, 2T + t, … of the gates.
+        let previous = if t == 0 {
+            View::rows(&h0, h)
+        } else {
+            View::rows(&outputs[(t - 1) * h..], time * h)
+        };
+        matmul(
+            (batch, g4, h),
+            &mut gates[t * g4..],
+            time * g4,
+            true,
+            previous,
+            View::rows(&w.w_hidden, g4),
+        );
+        for b in 0..batch {
+            let r = b * time + t;
+            let a = &mut gates[r * g4..(r + 1) * g4];
+            for j in 0..h {
+                let c_prev = if t == 0 {
+                    c0[b * h + j]
+                } else {
+                    cells[(r - 1) * h + j]
+                };
+                let (i, f, o) = (sigmoid(a[j]), sigmoid(a[h + j]), sigmoid(a[2 * h + j]));
+                let g = a[3 * h + j].tanh();
+                (a[j], a[h + j], a[2 * h + j], a[3 * h + j]) = (i, f, o, g);
+                let c = f * c_prev + i * g;
+                cells[r * h + j] = c;
+                outputs[r * h + j] = o * c.tanh();
+            }
+        }
+    }
+    LayerTape {
+        batch,
+        time,
+        x,
+        gates,
+        cells,
+        outputs,
+        h0,
+        c0,
+    }
+}
+
+/// Backpropagates ∂L/∂outputs `d_out` `[B·T, H]` through the window (no gradient reaches the
+/// state it started from: truncated BPTT).
+pub fn layer_backward(w: &LayerWeights, tape: LayerTape, d_out: &[f32]) -> LayerGradients {
+    let (h, d_in, g4) = (w.hidden, w.d_in, 4 * w.hidden);
+    let LayerTape {
+        batch,
+        time,
+        x,
+        mut gates,
+        cells,
+        outputs,
+        h0,
+        c0,
+    } = tape;
+    let rows = batch * time;
+    assert_eq!(d_out.len(), rows * h, "lstm_host: ∂L/∂h has the wrong size");
+    // From here on `gates` is overwritten, step by step from the last, with δA.
+    let mut dh_next = vec![0.0f32; batch * h];
+    let mut dc_next = vec![0.0f32; batch * h];
+    for t in (0..time).rev() {
+        for b in 0..batch {
+            let r = b * time + t;
+            let a = &mut gates[r * g4..(r + 1) * g4];
+            for j in 0..h {
+                let (i, f, o, g) = (a[j], a[h + j], a[2 * h + j], a[3 * h + j]);
+                let c = cells[r * h + j];
+                let c_prev = if t == 0 {
+                    c0[b * h + j]
+                } else {
+                    cells[(r - 1) * h + j]
+                };
+                let tc = c.tanh();
+                let dh = d_out[r * h + j] + dh_next[b * h + j];
+                let dc = dh * o * (1.0 - tc * tc) + dc_next[b * h + j];
+                dc_next[b * h + j] = dc * f;
+                a[j] = dc * g * i * (1.0 - i);
+                a[h + j] = dc * c_prev * f * (1.0 - f);
+                a[2 * h + j] = dh * tc * o * (1.0 - o);
+                a[3 * h + j] = dc * i * (1.0 - g * g);
+            }
+        }
+        if t > 0 {
+            // δh_{t−1} = δa_t·W_hᵀ.
+            matmul(
+                (batch, h, g4),
+                &mut dh_next,
+                h,
+                false,
+                View::rows(&gates[t * g4..], time * g4),
+                View::transposed(&w.w_hidden, g4),
+            );
+        }
+    }
+    let d_gates = gates;
+    // H_prev: row (b, t) holds h_{t−1}, the window's starting state at t = 0.
+    let mut previous = vec![0.0f32; rows * h];
+    for b in 0..batch {
+        for t in 0..time {
+            let r = b * time + t;
+            let src = if t == 0 {
+                &h0[b * h..(b + 1) * h]
+            } else {
+                &outputs[(r - 1) * h..r * h]
+            };
+            previous[r * h..(r + 1) * h].copy_from_slice(src);
+        }
+    }
+    let mut w_hidden = vec![0.0f32; h * g4];
+    matmul(
+        (h, g4, rows),
+        &mut w_hidden,
+        g4,
+        false,
+        View::transposed(&previous, h),
+        View::rows(&d_gates, g4),
+    );
+    let mut w_in = vec![0.0f32; d_in * g4];
+    matmul(
+        (d_in, g4, rows),
+        &mut w_in,
+        g4,
+        false,
+        View::transposed(&x, d_in),
+        View::rows(&d_gates, g4),
+    );
+    let mut bias = vec![0.0f32; g4];
+    for row in d_gates.chunks_exact(g4) {
+        for (s, v) in bias.iter_mut().zip(row) {
+            *s += v;
+        }
+    }
+    let mut dx = vec![0.0f32; rows * d_in];
+    matmul(
+        (rows, d_in, g4),
+        &mut dx,
+        d_in,
+        false,
+        View::rows(&d_gates, g4),
+        View::transposed(&w.w_in, g4),
+    );
+    LayerGradients {
+        x: dx,
+        w_in,
+        w_hidden,
+        bias,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic pseudo-random fill in [−scale, scale].
+    fn fill(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    }
+
+    /// The same layer in f64, one scalar step at a time, straight from the formulas.
+    fn reference_forward(
+        w: &LayerWeights,
+        x: &[f32],
+        (batch, time): (usize, usize),
+        h0: &[f32],
+        c0: &[f32],
+    ) -> Vec<f64> {
+        let (h, d_in, g4) = (w.hidden, w.d_in, 4 * w.hidden);
+        let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
+        let mut out = vec![0.0; batch * time * h];
+        for b in 0..batch {
+            let mut hp: Vec<f64> = h0[b * h..(b + 1) * h].iter().map(|&v| v as f64).collect();
+            let mut cp: Vec<f64> = c0[b * h..(b + 1) * h].iter().map(|&v| v as f64).collect();
+            for t in 0..time {
+                let r = b * time + t;
+                let a: Vec<f64> = (0..g4)
+                    .map(|k| {
+                        let from_x: f64 = (0..d_in)
+                            .map(|i| x[r * d_in + i] as f64 * w.w_in[i * g4 + k] as f64)
+                            .sum();
+                        let from_h: f64 =
+                            (0..h).map(|i| hp[i] * w.w_hidden[i * g4 + k] as f64).sum();
+                        from_x + from_h + w.bias[k] as f64
+                    })
+                    .collect();
+                for j in 0..h {
+                    let (i, f, o) = (sig(a[j]), sig(a[h + j]), sig(a[2 * h + j]));
+                    let g = a[3 * h + j].tanh();
+                    cp[j] = f * cp[j] + i * g;
+                    hp[j] = o * cp[j].tanh();
+                    out[r * h + j] = hp[j];
+                }
+            }
+        }
+        out
+    }
+
+    fn layer(d_in: usize, h: usize) -> LayerWeights {
+        LayerWeights {
+            d_in,
+            hidden: h,
+            w_in: fill(d_in * 4 * h, 1, 0.5),
+            w_hidden: fill(h * 4 * h, 2, 0.5),
+            bias: fill(4 * h, 3, 0.3),
+        }
+    }
+
+    #[test]
+    fn the_forward_matches_the_formulas_in_f64() {
+        let (batch, time, d_in, h) = (3, 5, 4, 6);
+        let w = layer(d_in, h);
+        let x = fill(batch * time * d_in, 4, 1.0);
+        let (h0, c0) = (fill(batch * h, 5, 0.5), fill(batch * h, 6, 0.5));
+        let tape = layer_forward(&w, x.clone(), (batch, time), Some((h0.clone(), c0.clone())));
+        let expected = reference_forward(&w, &x, (batch, time), &h0, &c0);
+        let worst = tape
+            .outputs
+            .iter()
+            .zip(&expected)
+            .map(|(&a, &b)| (a as f64 - b).abs())
+            .fold(0.0, f64::max);
+        assert!(worst < 1e-5, "max difference {worst}");
+        // The final state is the last step's, per sequence.
+        let (_, last_h) = tape.final_state();
+        for b in 0..batch {
+            let r = b * time + time - 1;
+            assert_eq!(last_h[b * h..(b + 1) * h], tape.outputs[r * h..(r + 1) * h]);
+        }
+    }
+
+    /// Every gradient against central finite differences of the f64 reference, with the loss
+    /// L = Σ u ⊙ outputs for a fixed random u.
+    #[test]
+    fn the_backward_matches_finite_differences() {
+        let (batch, time, d_in, h) = (2, 4, 3, 5);
+        let w = layer(d_in, h);
+        let x = fill(batch * time * d_in, 7, 1.0);
+        let (h0, c0) = (fill(batch * h, 8, 0.5), fill(batch * h, 9, 0.5));
+        let u = fill(batch * time * h, 10, 1.0);
+        let loss = |w: &LayerWeights, x: &[f32]| -> f64 {
+            reference_forward(w, x, (batch, time), &h0, &c0)
+                .iter()
+                .zip(&u)
+                .map(|(a, &b)| a * b as f64)
+                .sum()
+        };
+        let tape = layer_forward(&w, x.clone(), (batch, time), Some((h0.clone(), c0.clone())));
+        let grads = layer_backward(&w, tape, &u);
+        let eps = 1e-3f32;
+        let check = |what: &str, analytic: &[f32], perturb: &dyn Fn(usize, f32) -> f64| {
+            for (k, &g) in analytic.iter().enumerate() {
+                let numeric = (perturb(k, eps) - perturb(k, -eps)) / (2.0 * eps as f64);
+                assert!(
+                    (numeric - g as f64).abs() < 2e-3 * (1.0 + numeric.abs()),
+                    "{what}[{k}]: analytic {g}, finite differences {numeric}"
+                );
+            }
+        };
+        let with = |field: usize, k: usize, e: f32| {
+            let mut w2 = LayerWeights {
+                d_in,
+                hidden: h,
+                w_in: w.w_in.clone(),
+                w_hidden: w.w_hidden.clone(),
+                bias: w.bias.clone(),
+            };
+            let mut x2 = x.clone();
+            match field {
+                0 => w2.w_in[k] += e,
+                1 => w2.w_hidden[k] += e,
+                2 => w2.bias[k] += e,
+                _ => x2[k] += e,
+            }
+            loss(&w2, &x2)
+        };
+        check("∂W_in", &grads.w_in, &|k, e| with(0, k, e));
+        check("∂W_h", &grads.w_hidden, &|k, e| with(1, k, e));
+        check("∂b", &grads.bias, &|k, e| with(2, k, e));
+        check("∂x", &grads.x, &|k, e| with(3, k, e));
+        assert!(grads.w_hidden.iter().any(|g| g.abs() > 1e-2));
+    }
+
+    #[test]
+    fn a_window_of_one_step_and_no_state_starts_from_zeros() {
+        let w = layer(2, 3);
+        let x = fill(2 * 2, 11, 1.0);
+        let tape = layer_forward(&w, x.clone(), (2, 1), None);
+        let expected = reference_forward(&w, &x, (2, 1), &[0.0; 6], &[0.0; 6]);
+        for (a, b) in tape.outputs.iter().zip(&expected) {
+            assert!((*a as f64 - b).abs() < 1e-6);
+        }
+        let grads = layer_backward(&w, tape, &[1.0; 6]);
+        // From a zero state the hidden weights get no gradient (H_prev = 0 at t = 0).
+        assert!(grads.w_hidden.iter().all(|&g| g == 0.0));
+        assert!(grads.x.iter().any(|&g| g != 0.0));
+    }
+}
