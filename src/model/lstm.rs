@@ -293,7 +293,7 @@ impl LstmLm {
                 Some(s) => Some((host_vec(s.hidden)?, host_vec(s.cell)?)),
                 None => None,
             };
-            let tape = lstm_host::layer_forward(&weights, x, (b, t), carried);
+            let tape = lstm_host::layer_forward(&weights, &x, (b, t), carried);
             let (cell, hidden) = tape.final_state();
             next.push(LstmState::new(
                 Tensor::from_data(TensorData::new(cell, [b, h]), &device),
@@ -308,7 +308,7 @@ impl LstmLm {
                     bias_id(&g.hidden_transform),
                 ]
             });
-            x = tape.outputs.clone();
+            x = tape.outputs();
             let mask = if i + 1 < count {
                 let mask = super::dropout::next_host_mask(&self.dropout, x.len(), &device);
                 if let Some(m) = &mask {
