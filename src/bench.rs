@@ -332,6 +332,8 @@ pub struct ObjectivesBench {
     pub rounds: usize,
     pub steps: usize,
     pub seed: u64,
+    /// LSTM layers in burn's graph instead of on the host (`Trainer::set_host_lstm`).
+    pub graph_lstm: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -446,9 +448,11 @@ pub fn bench_objectives(b: &ObjectivesBench) -> Result<ObjectivesBenchResult, En
                 objectives: objectives.clone(),
                 ..TrainConfig::default()
             };
-            Trainer::new(corpus.clone(), b.model.clone(), config, b.device)
+            let mut t = Trainer::new(corpus.clone(), b.model.clone(), config, b.device)?;
+            t.set_host_lstm(!b.graph_lstm);
+            Ok(t)
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, EngineError>>()?;
     for t in trainers.iter_mut() {
         for _ in 0..WARMUP {
             t.train_step()?;

@@ -578,6 +578,10 @@ pub struct BenchObjectivesArgs {
     pub steps: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// LSTM models: run the layers in burn's autodiff graph instead of on the host (for
+    /// side-by-side comparisons).
+    #[arg(long)]
+    pub graph_lstm: bool,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -1432,6 +1436,7 @@ fn bench_objectives_cmd(args: BenchObjectivesArgs) -> Result<()> {
             rounds: args.rounds,
             steps: args.steps,
             seed: args.seed,
+            graph_lstm: args.graph_lstm,
         };
         let r = bench_objectives(&bench)?;
         if !args.json {

@@ -350,8 +350,18 @@ impl Trainer {
             TensorData::new(batch.targets.clone(), [positions]),
             &self.device,
         );
-        let w = self.model.embedding();
+        let w_composed = self.model.embedding();
         let spectral = self.model.spectral().is_some();
+        // Under spectrum control with the host LSTM, the step sees W as a leaf and the gradient
+        // it collects is taken through W = U·diag(σ)·Vᵀ once at the end: the host path's two
+        // backward passes would otherwise each differentiate the composition (an N·d² product).
+        let spectral_leaf =
+            spectral && self.host_lstm && self.model.runs_lstm_on_host(&self.device);
+        let w = if spectral_leaf {
+            w_composed.clone().detach().require_grad()
+        } else {
+            w_composed.clone()
+        };
         // On burn-flex an LSTM's layers run on the host with their backward written out
         // (model/lstm_host.rs); elsewhere burn's graph does it all.
         let mut carried = self.carried.take();
@@ -468,13 +478,34 @@ impl Trainer {
         let mut grads = match host_window {
             None => GradientsParams::from_grads(raw, &self.model),
             Some(window) => {
+                let from_loss = spectral_leaf.then(|| w.grad(&raw)).flatten();
+                let lookup_leaf = spectral_leaf.then(|| w_composed.clone().detach().require_grad());
                 let host = self
                     .model
-                    .host_lstm_backward(window, &raw)
+                    .host_lstm_backward(window, &raw, lookup_leaf.clone())
                     .map_err(|e| EngineError::Backend(e.to_string()))?;
                 let mut grads = GradientsParams::from_grads(raw, &self.model);
-                let below = GradientsParams::from_grads(host.surrogate.backward(), &self.model);
-                add_gradients(&self.model, &mut grads, below);
+                let below = host.surrogate.backward();
+                if let Some(leaf) = lookup_leaf {
+                    let d_w = match (from_loss, leaf.grad(&below)) {
+                        (Some(a), Some(b)) => Some(a + b),
+                        (a, b) => a.or(b),
+                    };
+                    if let Some(d_w) = d_w {
+                        let through = (w_composed.clone() * d_w).sum().backward();
+                        add_gradients(
+                            &self.model,
+                            &mut grads,
+                            GradientsParams::from_grads(through, &self.model),
+                        );
+                    }
+                } else {
+                    add_gradients(
+                        &self.model,
+                        &mut grads,
+                        GradientsParams::from_grads(below, &self.model),
+                    );
+                }
                 for (id, g) in host.weights {
                     grads.register(id, g);
                 }

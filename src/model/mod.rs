@@ -86,15 +86,23 @@ impl LanguageModel {
         }
     }
 
-    /// The host half of an LSTM window's backward pass ([`HostLstmWindow::backward`]).
+    /// Whether [`Self::hidden_on_host`] would take this model on `device`.
+    pub fn runs_lstm_on_host(&self, device: &Device) -> bool {
+        matches!(self, LanguageModel::Lstm(m) if m.runs_on_host(device))
+    }
+
+    /// The host half of an LSTM window's backward pass ([`HostLstmWindow::backward`]); the
+    /// input lookup is rebuilt from `w` when given, else from the embedding (or W composed
+    /// again from U, σ, V).
     pub fn host_lstm_backward(
         &self,
         window: HostLstmWindow,
         grads: &burn::tensor::Gradients,
+        w: Option<Tensor<2>>,
     ) -> Result<HostLstmGradients, HostLstmError> {
         match self {
             LanguageModel::Lstm(m) => {
-                let w = self.spectral().map(SpectralEmbedding::weight);
+                let w = w.or_else(|| self.spectral().map(SpectralEmbedding::weight));
                 window.backward(grads, m, w)
             }
             LanguageModel::Transformer(_) => Err(HostLstmError::Read(
