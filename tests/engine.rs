@@ -211,6 +211,8 @@ fn the_host_lstm_trains_exactly_as_burns_graph() {
                     (s.loss + s.penalty, s.grad_norm)
                 })
                 .collect();
+            // The comparison means something only if the host run took the host path.
+            assert_eq!(trainer.lstm_on_host(), host, "{name}: the path taken");
             (stats, before, parameters(trainer.model()))
         };
         let (graph, host) = (run(false), run(true));

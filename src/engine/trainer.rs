@@ -258,6 +258,12 @@ impl Trainer {
         self.host_lstm = on && self.device_spec == DeviceSpec::Cpu;
     }
 
+    /// Whether the next step runs an LSTM's layers on the host (after a first step: the host
+    /// dropout masks are seeded by the step).
+    pub fn lstm_on_host(&self) -> bool {
+        self.host_lstm && self.model.runs_lstm_on_host(&self.device)
+    }
+
     pub fn device_spec(&self) -> DeviceSpec {
         self.device_spec
     }
@@ -485,9 +491,11 @@ impl Trainer {
                     .host_lstm_backward(window, &raw, lookup_leaf.clone())
                     .map_err(|e| EngineError::Backend(e.to_string()))?;
                 let mut grads = GradientsParams::from_grads(raw, &self.model);
-                let below = host.surrogate.backward();
+                // `None`: the loss never read the hidden states, and the layers get no gradient
+                // at all (as in burn's graph: no zeros for AdamW to count and decay).
+                let below = host.as_ref().map(|h| h.surrogate.backward());
                 if let Some(leaf) = lookup_leaf {
-                    let d_w = match (from_loss, leaf.grad(&below)) {
+                    let d_w = match (from_loss, below.as_ref().and_then(|b| leaf.grad(b))) {
                         (Some(a), Some(b)) => Some(a + b),
                         (a, b) => a.or(b),
                     };
@@ -499,18 +507,20 @@ impl Trainer {
                             GradientsParams::from_grads(through, &self.model),
                         );
                     }
-                } else {
+                } else if let Some(below) = below {
                     add_gradients(
                         &self.model,
                         &mut grads,
                         GradientsParams::from_grads(below, &self.model),
                     );
                 }
-                for (id, g) in host.weights {
-                    grads.register(id, g);
-                }
-                for (id, g) in host.biases {
-                    grads.register(id, g);
+                if let Some(host) = host {
+                    for (id, g) in host.weights {
+                        grads.register(id, g);
+                    }
+                    for (id, g) in host.biases {
+                        grads.register(id, g);
+                    }
                 }
                 grads
             }
@@ -996,8 +1006,6 @@ pub fn clip_global_norm(
     (scale_to_norm(model, grads, norm, max_norm), norm)
 }
 
-/// The squared global L2 norm of the gradients, as a one-element tensor left on the device (no
-/// host read); `None` when no parameter has a gradient.
 /// Adds `from`'s gradients into `into`, parameter by parameter (a parameter in one only keeps it).
 fn add_gradients(model: &LanguageModel, into: &mut GradientsParams, mut from: GradientsParams) {
     struct Add<'a> {
@@ -1021,6 +1029,8 @@ fn add_gradients(model: &LanguageModel, into: &mut GradientsParams, mut from: Gr
     });
 }
 
+/// The squared global L2 norm of the gradients, as a one-element tensor left on the device (no
+/// host read); `None` when no parameter has a gradient.
 fn squared_grad_norm(model: &LanguageModel, grads: &GradientsParams) -> Option<Tensor<1>> {
     struct SquaredNorms<'a> {
         grads: &'a GradientsParams,

@@ -196,7 +196,7 @@ struct HostLayer {
     /// The dropout mask applied to this layer's output before the next layer (not for the last).
     mask: Option<Vec<f32>>,
     /// Each gate's (input weight, hidden weight, input bias, hidden bias) ids, side-by-side order.
-    ids: [[ParamId; 4]; 4],
+    ids: Vec<[ParamId; 4]>,
 }
 
 /// What [`HostLstmWindow::backward`] gives the step.
@@ -213,6 +213,8 @@ pub struct HostLstmGradients {
 pub enum HostLstmError {
     #[error("reading a tensor for the host LSTM: {0}")]
     Read(String),
+    #[error("host LSTM: {0}")]
+    Shape(String),
 }
 
 fn host_vec<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>, HostLstmError> {
@@ -258,9 +260,9 @@ impl LstmLm {
         let mut next = Vec::with_capacity(self.layers.len());
         let count = self.layers.len();
         for (i, layer) in self.layers.iter().enumerate() {
-            let Some(gates) = side_by_side(layer) else {
-                return Ok(None);
-            };
+            // `runs_on_host` said yes, so every layer is side by side with both biases.
+            let not_covered = || HostLstmError::Shape(format!("layer {i} is not covered"));
+            let gates = side_by_side(layer).ok_or_else(not_covered)?;
             let h = layer.d_hidden;
             let d_in = x.len() / (b * t).max(1);
             let cat = |f: &dyn Fn(&GateController) -> Tensor<2>| {
@@ -276,7 +278,7 @@ impl LstmLm {
                             .map(|(a, c)| a + c)
                     })
                     .collect::<Option<Vec<_>>>()
-                    .unwrap_or_default(),
+                    .ok_or_else(not_covered)?,
                 1,
             );
             let weights = lstm_host::LayerWeights {
@@ -290,7 +292,18 @@ impl LstmLm {
                 .as_mut()
                 .and_then(|s| s.get_mut(i).and_then(Option::take))
             {
-                Some(s) => Some((host_vec(s.hidden)?, host_vec(s.cell)?)),
+                Some(s) => {
+                    let (hidden, cell) = (host_vec(s.hidden)?, host_vec(s.cell)?);
+                    // A carried state comes from the last window or a checkpoint's file.
+                    if hidden.len() != b * h || cell.len() != b * h {
+                        return Err(HostLstmError::Shape(format!(
+                            "layer {i}'s carried state has {} and {} values, not {b} × {h}",
+                            hidden.len(),
+                            cell.len()
+                        )));
+                    }
+                    Some((hidden, cell))
+                }
                 None => None,
             };
             let tape = lstm_host::layer_forward(&weights, &x, (b, t), carried);
@@ -299,15 +312,16 @@ impl LstmLm {
                 Tensor::from_data(TensorData::new(cell, [b, h]), &device),
                 Tensor::from_data(TensorData::new(hidden, [b, h]), &device),
             ));
-            let ids = gates.map(|g| {
-                let bias_id = |l: &Linear| l.bias.as_ref().map(|p| p.id).unwrap_or(l.weight.id);
-                [
+            let mut ids = Vec::with_capacity(4);
+            for g in gates {
+                let bias_id = |l: &Linear| l.bias.as_ref().map(|p| p.id).ok_or_else(not_covered);
+                ids.push([
                     g.input_transform.weight.id,
                     g.hidden_transform.weight.id,
-                    bias_id(&g.input_transform),
-                    bias_id(&g.hidden_transform),
-                ]
-            });
+                    bias_id(&g.input_transform)?,
+                    bias_id(&g.hidden_transform)?,
+                ]);
+            }
             x = tape.outputs();
             let mask = if i + 1 < count {
                 let mask = super::dropout::next_host_mask(&self.dropout, x.len(), &device);
@@ -346,7 +360,8 @@ impl LstmLm {
 }
 
 impl HostLstmWindow {
-    /// The host half of the backward pass, from the gradients of the step's loss; `model` and
+    /// The host half of the backward pass, from the gradients of the step's loss (`None` when
+    /// the loss never read the hidden states); `model` and
     /// `w` as given to [`LstmLm::hidden_on_host`] (`w` composed again: the first backward pass
     /// consumed the graph it had).
     pub fn backward(
@@ -354,14 +369,15 @@ impl HostLstmWindow {
         grads: &Gradients,
         model: &LstmLm,
         w: Option<Tensor<2>>,
-    ) -> Result<HostLstmGradients, HostLstmError> {
+    ) -> Result<Option<HostLstmGradients>, HostLstmError> {
         let device = self.leaf.device();
-        let [b, t, h] = self.leaf.dims();
-        // A loss that never reads the hidden states leaves the leaf without a gradient.
-        let mut d = match self.leaf.grad(grads) {
-            Some(g) => host_vec(g)?,
-            None => vec![0.0; b * t * h],
+        let [b, t, _] = self.leaf.dims();
+        // A loss that never reads the hidden states leaves the leaf without a gradient, and
+        // the layers and the lookup get none either.
+        let Some(d) = self.leaf.grad(grads) else {
+            return Ok(None);
         };
+        let mut d = host_vec(d)?;
         let inner = |data: Vec<f32>, shape: Vec<usize>| {
             Tensor::<2>::from_data(TensorData::new(data, shape), &device).inner()
         };
@@ -403,11 +419,11 @@ impl HostLstmWindow {
             input = input * Tensor::<3>::from_data(TensorData::new(mask, [b, t, d_in]), &device);
         }
         let dx = Tensor::<3>::from_data(TensorData::new(d, [b, t, d_in]), &device);
-        Ok(HostLstmGradients {
+        Ok(Some(HostLstmGradients {
             surrogate: (input * dx).sum(),
             weights,
             biases,
-        })
+        }))
     }
 }
 
@@ -423,6 +439,48 @@ pub fn detach_state(state: RecurrentState) -> RecurrentState {
 mod tests {
     use super::*;
     use burn::tensor::Distribution;
+
+    /// A carried state of the wrong size (a checkpoint's recurrent state from another batch
+    /// size) is an error from the host path, not a panic or a silent truncation.
+    #[test]
+    fn a_carried_state_of_the_wrong_size_is_an_error_on_the_host() {
+        let device = crate::model::DeviceSpec::Cpu
+            .training_device()
+            .expect("cpu");
+        let cfg = LstmConfig {
+            embed: 4,
+            hidden: 5,
+            layers: 2,
+            bptt: 3,
+            dropout: 0.0,
+            init_range: 0.1,
+            output_bias: true,
+        };
+        let model = LstmLm::new(&cfg, 11, &device);
+        assert!(model.runs_on_host(&device));
+        let inputs = Tensor::<2, Int>::from_data(
+            TensorData::new(vec![1i64, 2, 3, 4, 5, 6], [2, 3]),
+            &device,
+        );
+        let state = |batch: usize| {
+            (0..2)
+                .map(|_| {
+                    LstmState::new(
+                        Tensor::zeros([batch, 5], &device),
+                        Tensor::zeros([batch, 5], &device),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let ok = model.hidden_on_host(inputs.clone(), Some(state(2)), None);
+        assert!(matches!(ok, Ok(Some(_))));
+        let wrong = model.hidden_on_host(inputs, Some(state(3)), None);
+        assert!(
+            matches!(&wrong, Err(HostLstmError::Shape(m)) if m.contains("carried state")),
+            "{:?}",
+            wrong.err()
+        );
+    }
 
     /// The side-by-side computation against burn's own loop: the same outputs, final state and
     /// gradients for every parameter and the input, from a carried state and from none.

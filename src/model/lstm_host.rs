@@ -14,8 +14,8 @@
 //! per layer), and every slice of the window's projections writes a full-size zero tensor in its
 //! backward. Here the sequential part is one product forward and one backward per step, and the
 //! weight gradients are single large products over the window, as cuDNN and oneDNN do it.
-//! Products go through the `gemm` crate, burn-flex's own kernels; σ and tanh through the
-//! vectorised exp of `fastmath`.
+//! Products go through the `gemm` crate (burn-flex's own kernels) or faer's, whichever takes the
+//! shape faster (`Kernel`); σ and tanh through the vectorised exp of `fastmath`.
 
 use crate::fastmath::exp_shifted_in_place;
 
@@ -136,8 +136,12 @@ fn matmul(
     rhs: View,
 ) {
     // The bounds the unsafe calls rely on: every element they touch is inside its slice.
+    // And the destination's rows do not overlap (a mutable view, written in parallel).
     assert!(
-        lhs.holds(m, k) && rhs.holds(k, n) && View::rows(dst, dst_rs).holds(m, n),
+        lhs.holds(m, k)
+            && rhs.holds(k, n)
+            && View::rows(dst, dst_rs).holds(m, n)
+            && (dst_rs >= n || m <= 1),
         "lstm_host: a product's operands are smaller than its shape"
     );
     if m == 0 || n == 0 {

@@ -71,7 +71,6 @@ impl LanguageModel {
     /// [`Self::hidden_with`] for a training step on burn-flex with an LSTM's layers computed on
     /// the host ([`LstmLm::hidden_on_host`]); `None` (nothing consumed) for a Transformer or an
     /// LSTM the host path does not cover.
-    #[allow(clippy::type_complexity)]
     pub fn hidden_on_host(
         &self,
         inputs: Tensor<2, Int>,
@@ -99,13 +98,13 @@ impl LanguageModel {
         window: HostLstmWindow,
         grads: &burn::tensor::Gradients,
         w: Option<Tensor<2>>,
-    ) -> Result<HostLstmGradients, HostLstmError> {
+    ) -> Result<Option<HostLstmGradients>, HostLstmError> {
         match self {
             LanguageModel::Lstm(m) => {
                 let w = w.or_else(|| self.spectral().map(SpectralEmbedding::weight));
                 window.backward(grads, m, w)
             }
-            LanguageModel::Transformer(_) => Err(HostLstmError::Read(
+            LanguageModel::Transformer(_) => Err(HostLstmError::Shape(
                 "an LSTM window handed to a Transformer".into(),
             )),
         }
