@@ -213,15 +213,29 @@ fn the_host_lstm_trains_exactly_as_burns_graph() {
                 .collect();
             // The comparison means something only if the host run took the host path.
             assert_eq!(trainer.lstm_on_host(), host, "{name}: the path taken");
+            let valid = trainer.evaluate(Split::Valid).expect("evaluation");
+            let stats = [(valid.ppl, valid.outputs.mu_z)]
+                .into_iter()
+                .chain(stats)
+                .collect::<Vec<_>>();
             (stats, before, parameters(trainer.model()))
         };
         let (graph, host) = (run(false), run(true));
-        for (step, (g, h)) in graph.0.iter().zip(&host.0).enumerate() {
-            for (what, a, b) in [("loss", g.0, h.0), ("gradient norm", g.1, h.1)] {
+        // Entry 0: the validation PPL and mean log Z after the steps (evaluation on the host
+        // too); then each step's loss and gradient norm.
+        for (entry, (g, h)) in graph.0.iter().zip(&host.0).enumerate() {
+            let pairs = if entry == 0 {
+                [
+                    ("validation PPL", g.0, h.0),
+                    ("validation mean log Z", g.1, h.1),
+                ]
+            } else {
+                [("loss", g.0, h.0), ("gradient norm", g.1, h.1)]
+            };
+            for (what, a, b) in pairs {
                 assert!(
                     (a - b).abs() <= 1e-5 * a.abs().max(1.0),
-                    "{name}, step {}: {what} {a} (graph) vs {b} (host)",
-                    step + 1
+                    "{name}, entry {entry} (0: evaluation, then steps): {what} {a} (graph) vs {b} (host)"
                 );
             }
         }

@@ -11,7 +11,7 @@ use super::EngineError;
 use super::protocol::EvalStats;
 use crate::data::{Corpus, PartialWindow, Split, StreamBatcher};
 use crate::metrics::{OutputAccumulator, OutputBatch};
-use crate::model::output::output_tensors;
+use crate::model::output::{host_outputs, output_tensors};
 use crate::model::{LanguageModel, RecurrentState};
 
 /// How to evaluate: which split, in how many parallel streams of which window length, at which
@@ -24,6 +24,11 @@ pub struct EvalRequest {
     pub cosine_weight: f64,
     /// Score with 10·tanh(s/5) of the logits (AND with squashing in force).
     pub squash: bool,
+    /// The logits live in host memory (burn-flex): their statistics come from one host pass per
+    /// row (`model::output::host_outputs`) instead of burn's graph of them.
+    pub host: bool,
+    /// An LSTM's layers run on the host (`model/lstm_host.rs`), as in training.
+    pub host_lstm: bool,
 }
 
 pub fn evaluate(
@@ -39,6 +44,8 @@ pub fn evaluate(
         step,
         cosine_weight,
         squash,
+        host,
+        host_lstm,
     } = request;
     let start = Instant::now();
     let model = model.valid();
@@ -61,10 +68,39 @@ pub fn evaluate(
             TensorData::new(targets.clone(), [shape[0] * shape[1]]),
             device,
         );
-        let (hidden, next) = model.hidden(x, state);
+        let mut state = state;
+        let on_host = if host_lstm {
+            model
+                .hidden_on_host(x.clone(), &mut state, None)
+                .map_err(|e| EngineError::Backend(e.to_string()))?
+        } else {
+            None
+        };
+        let (hidden, next) = match on_host {
+            Some((hidden, next, _window)) => (hidden, Some(next)),
+            None => model.hidden(x, state),
+        };
         let mut logits = model.logits(hidden);
         if squash {
             logits = crate::objective::and::squash(logits);
+        }
+        if host {
+            let [_, vocab] = logits.dims();
+            let values = logits
+                .try_into_vec_as::<f32>()
+                .map_err(|e| EngineError::Backend(format!("reading the logits: {e:?}")))?;
+            let out = host_outputs(&values, vocab, &targets)
+                .map_err(|e| EngineError::Backend(e.to_string()))?;
+            acc.add(OutputBatch {
+                targets: &targets,
+                target_log_probs: &out.target_log_probs,
+                log_z: &out.log_z,
+                entropy: &out.entropy,
+                argmax: &out.argmax,
+                prob_sum: &out.prob_sum,
+            })
+            .map_err(|e| EngineError::Backend(e.to_string()))?;
+            return Ok(next);
         }
         let out = output_tensors(logits, y);
         let argmax = out

@@ -251,9 +251,9 @@ impl Trainer {
         self.config.steps = steps.max(1);
     }
 
-    /// Whether an LSTM's layers run on the host (the default on burn-flex) or in burn's graph:
-    /// the same training either way (tests/engine.rs compares them); the graph stays selectable
-    /// for that comparison and for `bench train --graph-lstm`.
+    /// Whether an LSTM's layers run on the host (the default on burn-flex) or in burn's graph,
+    /// in training and evaluation: the same numbers either way (tests/engine.rs compares them);
+    /// the graph stays selectable for that comparison and for `bench train --graph-lstm`.
     pub fn set_host_lstm(&mut self, on: bool) {
         self.host_lstm = on && self.device_spec == DeviceSpec::Cpu;
     }
@@ -717,6 +717,8 @@ impl Trainer {
                 // The Theorem-2 threshold uses the cosine regulariser's weight when it is on.
                 cosine_weight: self.state.objectives.cos.active(),
                 squash: self.state.objectives.squashed_scores(),
+                host: self.device_spec == DeviceSpec::Cpu,
+                host_lstm: self.host_lstm,
             },
         )?;
         Ok(stats)

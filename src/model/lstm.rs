@@ -237,7 +237,8 @@ impl LstmLm {
 
     /// [`Self::hidden`] for a training step on burn-flex with the LSTM layers computed on the
     /// host (same values, same dropout masks in the same order); `None` when
-    /// [`Self::runs_on_host`] says no.
+    /// [`Self::runs_on_host`] says no. On a device without autodiff (evaluation) it is the same
+    /// forward, and the window can be dropped.
     pub fn hidden_on_host(
         &self,
         inputs: Tensor<2, Int>,
@@ -340,7 +341,13 @@ impl LstmLm {
             });
         }
         let h = x.len() / (b * t).max(1);
-        let leaf = Tensor::<3>::from_data(TensorData::new(x, [b, t, h]), &device).require_grad();
+        let leaf = Tensor::<3>::from_data(TensorData::new(x, [b, t, h]), &device);
+        // Evaluation (no autodiff) takes the same path for its forward and drops the window.
+        let leaf = if device.is_autodiff() {
+            leaf.require_grad()
+        } else {
+            leaf
+        };
         let mut out = super::dropout::forward(&self.dropout, leaf.clone());
         if let Some(p) = &self.projection {
             out = p.forward(out);
