@@ -64,10 +64,6 @@ pub fn evaluate(
                      state: Option<RecurrentState>|
      -> Result<Option<RecurrentState>, EngineError> {
         let x = Tensor::<2, Int>::from_data(TensorData::new(inputs, shape), device);
-        let y = Tensor::<1, Int>::from_data(
-            TensorData::new(targets.clone(), [shape[0] * shape[1]]),
-            device,
-        );
         let mut state = state;
         let on_host = if host_lstm {
             model
@@ -102,6 +98,10 @@ pub fn evaluate(
             .map_err(|e| EngineError::Backend(e.to_string()))?;
             return Ok(next);
         }
+        let y = Tensor::<1, Int>::from_data(
+            TensorData::new(targets.clone(), [shape[0] * shape[1]]),
+            device,
+        );
         let out = output_tensors(logits, y);
         let argmax = out
             .argmax

@@ -9,6 +9,7 @@ use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig};
 use burn::prelude::*;
+use burn::tensor::Gradients;
 use serde::{Deserialize, Serialize};
 
 use super::config::{OptimizerKind, Schedule, TrainConfig};
@@ -17,7 +18,9 @@ use super::{EngineError, eval};
 use crate::data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
 use crate::model::lstm::detach_state;
 use crate::model::output::log_partition;
-use crate::model::{DeviceSpec, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding};
+use crate::model::{
+    DeviceSpec, HostLstmWindow, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding,
+};
 use crate::objective::agg::{Gates, TokenCounter, agg_gates, part_freeze_gates, row_gates};
 use crate::objective::and::{and_loss, squashed_centring};
 use crate::objective::freeze::{frozen_ranges, restore_rows, zero_rows};
@@ -484,45 +487,7 @@ impl Trainer {
         let mut grads = match host_window {
             None => GradientsParams::from_grads(raw, &self.model),
             Some(window) => {
-                let from_loss = spectral_leaf.then(|| w.grad(&raw)).flatten();
-                let lookup_leaf = spectral_leaf.then(|| w_composed.clone().detach().require_grad());
-                let host = self
-                    .model
-                    .host_lstm_backward(window, &raw, lookup_leaf.clone())
-                    .map_err(|e| EngineError::Backend(e.to_string()))?;
-                let mut grads = GradientsParams::from_grads(raw, &self.model);
-                // `None`: the loss never read the hidden states, and the layers get no gradient
-                // at all (as in burn's graph: no zeros for AdamW to count and decay).
-                let below = host.as_ref().map(|h| h.surrogate.backward());
-                if let Some(leaf) = lookup_leaf {
-                    let d_w = match (from_loss, below.as_ref().and_then(|b| leaf.grad(b))) {
-                        (Some(a), Some(b)) => Some(a + b),
-                        (a, b) => a.or(b),
-                    };
-                    if let Some(d_w) = d_w {
-                        let through = (w_composed.clone() * d_w).sum().backward();
-                        add_gradients(
-                            &self.model,
-                            &mut grads,
-                            GradientsParams::from_grads(through, &self.model),
-                        );
-                    }
-                } else if let Some(below) = below {
-                    add_gradients(
-                        &self.model,
-                        &mut grads,
-                        GradientsParams::from_grads(below, &self.model),
-                    );
-                }
-                if let Some(host) = host {
-                    for (id, g) in host.weights {
-                        grads.register(id, g);
-                    }
-                    for (id, g) in host.biases {
-                        grads.register(id, g);
-                    }
-                }
-                grads
+                self.host_lstm_gradients(window, raw, spectral_leaf.then_some((&w, &w_composed)))?
             }
         };
         let w_id = self.model.embedding_param_id();
@@ -591,6 +556,55 @@ impl Trainer {
             rare_tokens,
             rare_g1,
         })
+    }
+
+    /// The step's gradients when its LSTM layers ran on the host: those of the loss (`raw`,
+    /// differentiated with the last layer's output as a leaf), the layers' own from the host
+    /// backward pass, and what reaches W below them through the rebuilt input lookup. Under
+    /// spectrum control `spectral` is (W as the step's leaf, W composed from U, σ, V): the
+    /// gradient collected for W goes through the composition once.
+    fn host_lstm_gradients(
+        &self,
+        window: HostLstmWindow,
+        raw: Gradients,
+        spectral: Option<(&Tensor<2>, &Tensor<2>)>,
+    ) -> Result<GradientsParams, EngineError> {
+        let from_loss = spectral.and_then(|(w, _)| w.grad(&raw));
+        let lookup_leaf = spectral.map(|(_, composed)| composed.clone().detach().require_grad());
+        let host = self
+            .model
+            .host_lstm_backward(window, &raw, lookup_leaf.clone())
+            .map_err(|e| EngineError::Backend(e.to_string()))?;
+        let mut grads = GradientsParams::from_grads(raw, &self.model);
+        // `None`: the loss never read the hidden states, and the layers get no gradient at all
+        // (as in burn's graph: no zeros for AdamW to count and decay).
+        let below = host.as_ref().map(|h| h.surrogate.backward());
+        let into_w = match (spectral, lookup_leaf) {
+            (Some((_, composed)), Some(leaf)) => {
+                let d_w = match (from_loss, below.as_ref().and_then(|b| leaf.grad(b))) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
+                d_w.map(|d_w| (composed.clone() * d_w).sum().backward())
+            }
+            _ => below,
+        };
+        if let Some(g) = into_w {
+            add_gradients(
+                &self.model,
+                &mut grads,
+                GradientsParams::from_grads(g, &self.model),
+            );
+        }
+        if let Some(host) = host {
+            for (id, g) in host.weights {
+                grads.register(id, g);
+            }
+            for (id, g) in host.biases {
+                grads.register(id, g);
+            }
+        }
+        Ok(grads)
     }
 
     /// Training window `k` of the epoch.

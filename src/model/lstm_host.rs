@@ -227,12 +227,12 @@ fn sigmoid_in_place(x: &mut [f32], scratch: &mut Vec<f32>) {
 }
 
 /// tanh in place: e = exp(−2|x|), tanh = sign(x)·(1−e)/(1+e) (absolute error ~1e-7 near 0).
-fn tanh_into(x: &[f32], out: &mut [f32], scratch: &mut Vec<f32>) {
+fn tanh_in_place(x: &mut [f32], scratch: &mut Vec<f32>) {
     scratch.clear();
     scratch.extend(x.iter().map(|v| -2.0 * v.abs()));
     exp_shifted_in_place(scratch, 0.0);
-    for ((o, &v), &e) in out.iter_mut().zip(x).zip(scratch.iter()) {
-        *o = ((1.0 - e) / (1.0 + e)).copysign(v);
+    for (v, &e) in x.iter_mut().zip(scratch.iter()) {
+        *v = ((1.0 - e) / (1.0 + e)).copysign(*v);
     }
 }
 
@@ -288,8 +288,7 @@ pub fn layer_forward(
         for row in a.chunks_exact_mut(g4) {
             let (ifo, g) = row.split_at_mut(3 * h);
             sigmoid_in_place(ifo, &mut scratch);
-            let g_in = g.to_vec();
-            tanh_into(&g_in, g, &mut scratch);
+            tanh_in_place(g, &mut scratch);
         }
         let (done, rest) = cells.split_at_mut(t * step);
         let c_prev = if t == 0 {
@@ -305,7 +304,8 @@ pub fn layer_forward(
             }
         }
         let tc = &mut tanh_cells[t * step..(t + 1) * step];
-        tanh_into(c, tc, &mut scratch);
+        tc.copy_from_slice(c);
+        tanh_in_place(tc, &mut scratch);
         let out = &mut outputs[t * step..(t + 1) * step];
         for (b, row) in a.chunks_exact(g4).enumerate() {
             for j in 0..h {
