@@ -251,6 +251,67 @@ fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
     assert!(step.is_dir());
 }
 
+/// An LSTM checkpoint whose carried state is not the run's shape (another batch size) is a
+/// one-line error when resumed, not a failure at the first step.
+#[test]
+fn a_carried_lstm_state_of_another_shape_is_a_one_line_error() {
+    let f = Fixture::new();
+    let config = f.path("lstm.toml");
+    std::fs::write(
+        &config,
+        "[model]\npreset = \"lstm\"\nembed = 8\nhidden = 12\nlayers = 2\nbptt = 6\n\
+         [train]\nbatch = 2\neval_batch = 2\nwarmup = 2\n",
+    )
+    .expect("config");
+    let run = f.path("lstm-run");
+    let out = conelab(&[
+        "train",
+        s(&f.path("corpus")),
+        "--config",
+        s(&config),
+        "--run-dir",
+        s(&run),
+        "--steps",
+        "2",
+        "--eval-every",
+        "0",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recurrent = run.join("step-000002/recurrent.safetensors");
+    assert!(recurrent.is_file(), "an LSTM checkpoint carries its state");
+    // The same layers and hidden size, three sequences instead of two.
+    let zeros = vec![0u8; 3 * 12 * 4];
+    let names: Vec<String> = (0..2)
+        .flat_map(|i| [format!("layer{i}.cell"), format!("layer{i}.hidden")])
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = names
+        .iter()
+        .map(|n| {
+            let v =
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3, 12], &zeros)
+                    .expect("view");
+            (n.clone(), v)
+        })
+        .collect();
+    std::fs::write(
+        &recurrent,
+        safetensors::serialize(views, None).expect("serialize"),
+    )
+    .expect("write");
+    let line = assert_one_line_error(
+        &conelab(&["train", "--resume", s(&run)]),
+        &["recurrent.safetensors"],
+    );
+    assert!(
+        line.contains("[3, 12]") && line.contains("[2, 12]"),
+        "{line}"
+    );
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("mkdir");
     for e in std::fs::read_dir(from).expect("list") {

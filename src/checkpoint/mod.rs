@@ -516,7 +516,13 @@ pub fn load(
     let rec_path = step_dir.join("recurrent.safetensors");
     let carried = if rec_path.is_file() {
         let bytes = fs::read(&rec_path).map_err(io(&rec_path))?;
-        Some(recurrent_from_bytes(&bytes, device).map_err(|e| corrupt(&rec_path, e))?)
+        // The carried state must be the run's: one [batch, hidden] cell and hidden state per
+        // layer (a file from another run would otherwise fail at the first step).
+        let expected = match model_config {
+            ModelConfig::Lstm(l) => Some((l.layers, [train.batch, l.hidden])),
+            ModelConfig::Transformer(_) => None,
+        };
+        Some(recurrent_from_bytes(&bytes, device, expected).map_err(|e| corrupt(&rec_path, e))?)
     } else {
         None
     };
@@ -656,9 +662,22 @@ fn recurrent_to_bytes(layers: &RecurrentState) -> Result<Vec<u8>, String> {
     safetensors::serialize(views, None).map_err(|e| e.to_string())
 }
 
-fn recurrent_from_bytes(bytes: &[u8], device: &Device) -> Result<RecurrentState, String> {
+/// The carried LSTM state; `expected` = (layers, [batch, hidden]) checks it fits the run.
+fn recurrent_from_bytes(
+    bytes: &[u8],
+    device: &Device,
+    expected: Option<(usize, [usize; 2])>,
+) -> Result<RecurrentState, String> {
     let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| e.to_string())?;
     let layers = st.names().len() / 2;
+    if let Some((want, _)) = expected
+        && (layers != want || st.names().len() != 2 * want)
+    {
+        return Err(format!(
+            "{} tensors, not a cell and a hidden state for each of the model's {want} layers",
+            st.names().len()
+        ));
+    }
     (0..layers)
         .map(|i| {
             let read = |part: &str| -> Result<Tensor<2>, String> {
@@ -668,6 +687,13 @@ fn recurrent_from_bytes(bytes: &[u8], device: &Device) -> Result<RecurrentState,
                 let shape = view.shape();
                 if view.dtype() != safetensors::Dtype::F32 || shape.len() != 2 {
                     return Err(format!("layer{i}.{part}: expected a 2-D f32 tensor"));
+                }
+                if let Some((_, want)) = expected
+                    && shape != want
+                {
+                    return Err(format!(
+                        "layer{i}.{part} is {shape:?}, the run's is {want:?} (batch, hidden)"
+                    ));
                 }
                 let values: Vec<f32> = view
                     .data()
