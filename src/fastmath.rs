@@ -81,7 +81,7 @@ fn log_sum_exp_both_signs_generic(x: &[f32]) -> (f64, f64) {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn exp_nonpositive_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+pub(crate) fn exp_nonpositive_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     // maxps returns its second operand when either is NaN: a NaN argument stays NaN.
     let x = _mm256_max_ps(_mm256_set1_ps(-80.0), x);
@@ -182,7 +182,7 @@ pub(crate) fn log_sum_exp_both_signs(x: &[f32]) -> (f64, f64) {
     log_sum_exp_both_signs_generic(x)
 }
 
-fn has_avx2_fma() -> bool {
+pub(crate) fn has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")

@@ -58,6 +58,21 @@ impl FromStr for DeviceSpec {
     }
 }
 
+/// Whether `device` is burn-flex, with or without autodiff: its tensors live in host memory, where
+/// conelab's host kernels read and write them without a copy to or from an accelerator.
+pub fn is_flex(device: &Device) -> bool {
+    #[cfg(feature = "flex")]
+    {
+        let flex = Device::flex();
+        *device == flex || *device == flex.autodiff()
+    }
+    #[cfg(not(feature = "flex"))]
+    {
+        let _ = device;
+        false
+    }
+}
+
 impl DeviceSpec {
     /// The training device (with autodiff).
     pub fn training_device(self) -> Result<Device, DeviceError> {

@@ -5,6 +5,7 @@
 pub mod config;
 mod device;
 pub mod dropout;
+pub mod gelu;
 pub mod lstm;
 mod lstm_host;
 pub mod output;
@@ -16,7 +17,7 @@ use burn::nn::Embedding;
 use burn::prelude::*;
 
 pub use config::{LstmConfig, ModelConfig, Preset, TransformerConfig};
-pub use device::{DeviceError, DeviceSpec};
+pub use device::{DeviceError, DeviceSpec, is_flex};
 pub use lstm::{HostLstmError, HostLstmGradients, HostLstmWindow, LstmLm, RecurrentState};
 pub use spectral::{SPECTRAL_PARAM_IDS, SpectralEmbedding, SvdError};
 pub use transformer::TransformerLm;

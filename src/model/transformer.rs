@@ -132,10 +132,10 @@ impl Block {
         let attn = super::dropout::forward(&self.dropout, softmax(scores, 3));
         let ctx = attn.matmul(v).swap_dims(1, 2).reshape([b, t, d]);
         let x = x + super::dropout::forward(&self.dropout, self.proj.forward(ctx));
-        let mlp = self.fc_out.forward(
-            self.gelu
-                .forward(self.fc.forward(self.ln_mlp.forward(x.clone()))),
-        );
+        let mlp = self.fc_out.forward(super::gelu::forward(
+            &self.gelu,
+            self.fc.forward(self.ln_mlp.forward(x.clone())),
+        ));
         x + super::dropout::forward(&self.dropout, mlp)
     }
 }
