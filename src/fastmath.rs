@@ -41,6 +41,25 @@ pub(crate) fn exp_nonpositive(x: f32) -> f32 {
 
 const LANES: usize = 8;
 
+/// The 8 lanes of a `chunks_exact(LANES)` chunk, for the AVX2 loops (which run only where the
+/// CPU has AVX2, checked at run time).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn load8(c: &[f32]) -> std::arch::x86_64::__m256 {
+    let lanes: &[f32; LANES] = c.try_into().expect("chunks_exact gives LANES values");
+    // SAFETY: 8 readable f32s; loadu has no alignment requirement.
+    unsafe { std::arch::x86_64::_mm256_loadu_ps(lanes.as_ptr()) }
+}
+
+/// Writes 8 lanes into a `chunks_exact_mut(LANES)` chunk.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn store8(c: &mut [f32], v: std::arch::x86_64::__m256) {
+    let lanes: &mut [f32; LANES] = c.try_into().expect("chunks_exact gives LANES values");
+    // SAFETY: 8 writable f32s; storeu has no alignment requirement.
+    unsafe { std::arch::x86_64::_mm256_storeu_ps(lanes.as_mut_ptr(), v) }
+}
+
 #[inline(always)]
 fn log_sum_exp_both_signs_generic(x: &[f32]) -> (f64, f64) {
     let mut lo = [f32::INFINITY; LANES];
@@ -116,11 +135,7 @@ fn log_sum_exp_both_signs_avx2(x: &[f32]) -> (f64, f64) {
     use std::arch::x86_64::*;
     let chunks = x.chunks_exact(LANES);
     let rest = chunks.remainder();
-    let load = |c: &[f32]| {
-        let lanes: &[f32; LANES] = c.try_into().expect("chunks_exact gives LANES values");
-        // SAFETY: `lanes` is 8 readable f32s; loadu has no alignment requirement.
-        unsafe { _mm256_loadu_ps(lanes.as_ptr()) }
-    };
+    let load = load8;
     let (mut lo, mut hi) = (
         _mm256_set1_ps(f32::INFINITY),
         _mm256_set1_ps(f32::NEG_INFINITY),
@@ -213,9 +228,7 @@ fn max_f32_avx2(x: &[f32]) -> f32 {
     let rest = chunks.remainder();
     let mut hi = _mm256_set1_ps(f32::NEG_INFINITY);
     for c in chunks {
-        let lanes: &[f32; LANES] = c.try_into().expect("chunks_exact gives LANES values");
-        // SAFETY: 8 readable f32s; loadu has no alignment requirement.
-        let v = unsafe { _mm256_loadu_ps(lanes.as_ptr()) };
+        let v = load8(c);
         // A NaN value keeps the running maximum (maxps returns its second operand then).
         hi = _mm256_max_ps(v, hi);
     }
@@ -252,13 +265,8 @@ fn exp_shifted_in_place_avx2(x: &mut [f32], shift: f32) -> f64 {
     let vshift = _mm256_set1_ps(shift);
     let mut acc = [_mm256_setzero_pd(); 2];
     for c in chunks.by_ref() {
-        let lanes: &mut [f32; LANES] = c.try_into().expect("chunks_exact gives LANES values");
-        // SAFETY: 8 readable and writable f32s; loadu/storeu have no alignment requirement.
-        let e = exp_nonpositive_avx2(_mm256_sub_ps(
-            unsafe { _mm256_loadu_ps(lanes.as_ptr()) },
-            vshift,
-        ));
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), e) };
+        let e = exp_nonpositive_avx2(_mm256_sub_ps(load8(c), vshift));
+        store8(c, e);
         acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
         acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(e)));
     }

@@ -263,19 +263,8 @@ fn a_carried_lstm_state_of_another_shape_is_a_one_line_error() {
          [train]\nbatch = 2\neval_batch = 2\nwarmup = 2\n",
     )
     .expect("config");
+    let out = f.train_with(&config, "lstm-run", &["--steps", "2", "--eval-every", "0"]);
     let run = f.path("lstm-run");
-    let out = conelab(&[
-        "train",
-        s(&f.path("corpus")),
-        "--config",
-        s(&config),
-        "--run-dir",
-        s(&run),
-        "--steps",
-        "2",
-        "--eval-every",
-        "0",
-    ]);
     assert!(
         out.status.success(),
         "{}",

@@ -145,6 +145,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::*;
+    use crate::fastmath::{load8 as load, store8 as store};
 
     const LANES: usize = 8;
 
@@ -176,18 +177,6 @@ mod avx2 {
         let positive = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_setzero_ps());
         let cdf = _mm256_blendv_ps(half_erfc, _mm256_sub_ps(one, half_erfc), positive);
         (cdf, _mm256_mul_ps(exp(q), _mm256_set1_ps(INV_SQRT_2PI)))
-    }
-
-    fn load(c: &[f32]) -> __m256 {
-        let lanes: &[f32; LANES] = c.try_into().expect("chunks_exact gives LANES values");
-        // SAFETY: 8 readable f32s; loadu has no alignment requirement.
-        unsafe { _mm256_loadu_ps(lanes.as_ptr()) }
-    }
-
-    fn store(c: &mut [f32], v: __m256) {
-        let lanes: &mut [f32; LANES] = c.try_into().expect("chunks_exact gives LANES values");
-        // SAFETY: 8 writable f32s; storeu has no alignment requirement.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) }
     }
 
     /// [`super::slope_offset_scalar`] on 8 lanes.

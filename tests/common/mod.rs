@@ -157,14 +157,18 @@ impl Fixture {
     }
     /// `conelab train corpus --config small.toml --run-dir RUN EXTRA…`.
     pub fn train(&self, run: &str, extra: &[&str]) -> std::process::Output {
+        self.train_with(&self.path("small.toml"), run, extra)
+    }
+
+    /// [`Self::train`] with another config file.
+    pub fn train_with(&self, config: &Path, run: &str, extra: &[&str]) -> std::process::Output {
         let corpus = self.path("corpus");
-        let config = self.path("small.toml");
         let run_dir = self.path(run);
         let mut args = vec![
             "train",
             s(&corpus),
             "--config",
-            s(&config),
+            s(config),
             "--run-dir",
             s(&run_dir),
         ];
