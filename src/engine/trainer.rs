@@ -20,6 +20,7 @@ use crate::model::lstm::detach_state;
 use crate::model::output::log_partition;
 use crate::model::{
     DeviceSpec, HostLstmWindow, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding,
+    constant,
 };
 use crate::objective::agg::{Gates, TokenCounter, agg_gates, part_freeze_gates, row_gates};
 use crate::objective::and::{and_loss, squashed_centring};
@@ -514,7 +515,7 @@ impl Trainer {
         let grad_norm = values[2].sqrt();
         let mut grads = scale_to_norm(&self.model, grads, grad_norm, self.config.clip_norm);
         let lr = self.current_lr();
-        let w_before = (!frozen.is_empty()).then(|| self.model.embedding().detach());
+        let w_before = (!frozen.is_empty()).then(|| constant(self.model.embedding()));
         let spectral_grads = self.model.spectral().map(|s| {
             let mut g = GradientsParams::new();
             if let Some(t) = grads.remove::<2>(s.u.id) {
@@ -538,7 +539,7 @@ impl Trainer {
             self.model = model.set_spectral_raw(factors);
         }
         if let Some(old) = w_before {
-            let new = restore_rows(self.model.embedding().detach(), old, &frozen);
+            let new = restore_rows(constant(self.model.embedding()), old, &frozen);
             self.model = self.model.clone().replace_embedding_weight(new);
         }
         self.carried = state.map(detach_state);

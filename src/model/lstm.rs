@@ -250,8 +250,20 @@ impl LstmLm {
             return Ok(None);
         }
         let [b, t] = inputs.dims();
-        let embedded = super::lookup(&self.embedding, self.spectral.as_ref(), inputs.clone(), w);
-        let mut x = host_vec(embedded.detach())?;
+        // What is read to the host is read as constants (`super::constant`): tracked operations
+        // on the parameters would only be recorded and left in the graph.
+        let table = match (w, &self.spectral) {
+            (Some(w), _) => Some(super::constant(w)),
+            (None, None) => Some(super::constant(self.embedding.weight.val())),
+            (None, Some(_)) => None,
+        };
+        let embedded = super::lookup(
+            &self.embedding,
+            self.spectral.as_ref(),
+            inputs.clone(),
+            table,
+        );
+        let mut x = host_vec(super::constant(embedded))?;
         let input_mask = super::dropout::next_host_mask(&self.dropout, x.len(), &device);
         if let Some(m) = &input_mask {
             x.iter_mut().zip(m).for_each(|(v, k)| *v *= k);
@@ -267,9 +279,16 @@ impl LstmLm {
             let h = layer.d_hidden;
             let d_in = x.len() / (b * t).max(1);
             let cat = |f: &dyn Fn(&GateController) -> Tensor<2>| {
-                host_vec(Tensor::cat(gates.iter().map(|g| f(g)).collect(), 1))
+                host_vec(Tensor::cat(
+                    gates.iter().map(|g| super::constant(f(g))).collect(),
+                    1,
+                ))
             };
-            let bias = |l: &Linear| l.bias.as_ref().map(|p| p.val().unsqueeze_dim::<2>(0));
+            let bias = |l: &Linear| {
+                l.bias
+                    .as_ref()
+                    .map(|p| super::constant(p.val()).unsqueeze_dim::<2>(0))
+            };
             let summed = Tensor::cat(
                 gates
                     .iter()

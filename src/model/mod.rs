@@ -237,6 +237,14 @@ impl LanguageModel {
     }
 }
 
+/// `t`'s values as a constant of the graph. burn's `detach` cuts a tensor from the graph but keeps
+/// a leaf's `require_grad`: a detached parameter is still a tracked leaf, so every product taken
+/// with it is recorded and differentiated (the head's G·W recorded a product whose backward, an
+/// unused gradient of W's copy as large as the logits' product, was a tenth of an `lstm` step).
+pub fn constant<const D: usize>(t: Tensor<D>) -> Tensor<D> {
+    t.detach().set_require_grad(false)
+}
+
 /// The input lookup of the tied matrix: rows of `w` (given, or composed from the spectral
 /// factors) or the plain embedding.
 fn lookup(

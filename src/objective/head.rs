@@ -16,6 +16,7 @@ use burn::tensor::{IndexingUpdateOp, TensorData};
 
 use super::host_softmax::{HostTerms, head_in_place};
 use super::{mle, self_norm, unlikelihood};
+use crate::model::constant;
 use crate::model::output::{log_partition, tied_logits};
 
 /// Which logit terms are on, and the gates.
@@ -138,6 +139,26 @@ fn host_head(
     Ok((scalar(values.nll), penalties, g))
 }
 
+/// The two products that carry G into the network: G·W for the hidden states and
+/// (gates ⊙ G)ᵀ·h for W's output side, both taken with constants (`model::constant`) so that
+/// neither is recorded: with `hidden` or `w` tracked, a recorded product would be
+/// differentiated too, into a gradient nobody reads (as costly as the logits' product).
+fn explicit_gradients(
+    g: &Tensor<2>,
+    hidden: &Tensor<2>,
+    w: &Tensor<2>,
+    targets: Tensor<1, Int>,
+    gates: Option<RowGates>,
+) -> (Tensor<2>, Tensor<2>) {
+    let h_fixed = constant(hidden.clone());
+    let to_hidden = g.clone().matmul(constant(w.clone()));
+    let to_w = match gates {
+        None => mle::output_gradient(g.clone(), h_fixed),
+        Some(gates) => gated_output_gradient(g.clone(), h_fixed, targets, gates),
+    };
+    (to_hidden, to_w)
+}
+
 pub fn full_softmax_head(
     hidden: Tensor<2>,
     w: Tensor<2>,
@@ -145,12 +166,10 @@ pub fn full_softmax_head(
     targets: Tensor<1, Int>,
     terms: HeadTerms,
 ) -> Result<HeadOutput, HeadError> {
-    let h_fixed = hidden.clone().detach();
-    let w_fixed = w.clone().detach();
     let logits = tied_logits(
-        h_fixed.clone(),
-        w_fixed.clone(),
-        bias.clone().map(Tensor::detach),
+        constant(hidden.clone()),
+        constant(w.clone()),
+        bias.clone().map(constant),
     )
     // A fresh leaf: the gradient of the head terms stops here.
     .detach();
@@ -181,11 +200,7 @@ pub fn full_softmax_head(
             (nll.detach(), penalties, g)
         }
     };
-    let to_hidden = g.clone().matmul(w_fixed);
-    let to_w = match terms.gates {
-        None => mle::output_gradient(g.clone(), h_fixed),
-        Some(gates) => gated_output_gradient(g.clone(), h_fixed, targets, gates),
-    };
+    let (to_hidden, to_w) = explicit_gradients(&g, &hidden, &w, targets, terms.gates);
     let mut graph = (hidden * to_hidden).sum() + (w * to_w).sum();
     if let Some(b) = bias {
         let [n] = b.dims();
@@ -196,4 +211,61 @@ pub fn full_softmax_head(
         penalties,
         graph,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::DeviceSpec;
+
+    fn matrix(rows: usize, cols: usize, salt: usize) -> Vec<f32> {
+        (0..rows * cols)
+            .map(|i| ((i * 7 + salt) % 11) as f32 / 11.0 - 0.45)
+            .collect()
+    }
+
+    /// With the hidden states and W tracked (as in a training step), the two products are
+    /// constants of the graph (nothing recorded, so nothing differentiated), and their values
+    /// are G·W and Gᵀ·h written out as sums.
+    #[test]
+    fn the_explicit_gradients_are_constants_with_the_products_values() {
+        let device = DeviceSpec::Cpu
+            .training_device()
+            .expect("flex with autodiff");
+        let (p, n, d) = (5, 7, 3);
+        let (g, h, w) = (matrix(p, n, 1), matrix(p, d, 2), matrix(n, d, 3));
+        let tensor = |v: &[f32], shape: [usize; 2]| {
+            Tensor::<2>::from_data(TensorData::new(v.to_vec(), shape), &device)
+        };
+        let hidden = tensor(&h, [p, d]).require_grad();
+        let weights = tensor(&w, [n, d]).require_grad();
+        // burn's own detach keeps a tracked leaf tracked: the trap `constant` avoids.
+        assert!(
+            tensor(&g, [p, n])
+                .matmul(weights.clone().detach())
+                .is_tracked()
+        );
+        let targets =
+            Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 3, 6, 2, 1], [p]), &device);
+        let (to_hidden, to_w) =
+            explicit_gradients(&tensor(&g, [p, n]), &hidden, &weights, targets, None);
+        assert!(!to_hidden.is_tracked() && !to_w.is_tracked());
+        let to_hidden = to_hidden.try_into_vec_as::<f32>().expect("f32");
+        let to_w = to_w.try_into_vec_as::<f32>().expect("f32");
+        for i in 0..p {
+            for k in 0..d {
+                let want: f32 = (0..n).map(|j| g[i * n + j] * w[j * d + k]).sum();
+                assert!(
+                    (to_hidden[i * d + k] - want).abs() < 1e-5,
+                    "G·W at ({i}, {k})"
+                );
+            }
+        }
+        for j in 0..n {
+            for k in 0..d {
+                let want: f32 = (0..p).map(|i| g[i * n + j] * h[i * d + k]).sum();
+                assert!((to_w[j * d + k] - want).abs() < 1e-5, "Gᵀ·h at ({j}, {k})");
+            }
+        }
+    }
 }
