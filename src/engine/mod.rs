@@ -8,6 +8,7 @@
 pub mod analysis;
 pub mod config;
 mod eval;
+pub mod fused_adamw;
 pub mod protocol;
 mod trainer;
 

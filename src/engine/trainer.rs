@@ -7,7 +7,9 @@ use std::time::Instant;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
-use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig};
+use burn::optim::{GradientsParams, ModuleOptimizer, SgdConfig};
+
+use super::fused_adamw::FusedAdamW;
 use burn::prelude::*;
 use burn::tensor::Gradients;
 use serde::{Deserialize, Serialize};
@@ -981,12 +983,14 @@ pub(crate) fn spectral_optimizer(config: &TrainConfig) -> ModuleOptimizer {
 
 pub(crate) fn build_optimizer(config: &TrainConfig) -> ModuleOptimizer {
     match config.optimizer {
-        OptimizerKind::Adamw => AdamWConfig::new()
-            .with_beta_1(config.beta1 as f32)
-            .with_beta_2(config.beta2 as f32)
-            .with_epsilon(config.epsilon as f32)
-            .with_weight_decay(config.weight_decay as f32)
-            .init(),
+        // burn's AdamW with its update fused into one pass on burn-flex (fused_adamw.rs); the
+        // same state, so checkpoints load into either.
+        OptimizerKind::Adamw => ModuleOptimizer::from(FusedAdamW::new(
+            config.beta1 as f32,
+            config.beta2 as f32,
+            config.epsilon as f32,
+            config.weight_decay as f32,
+        )),
         OptimizerKind::Sgd => SgdConfig::new()
             .with_momentum((config.momentum > 0.0).then(|| {
                 MomentumConfig::new()
