@@ -8,13 +8,12 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, ModuleOptimizer, SgdConfig};
-
-use super::fused_adamw::FusedAdamW;
 use burn::prelude::*;
 use burn::tensor::Gradients;
 use serde::{Deserialize, Serialize};
 
 use super::config::{OptimizerKind, Schedule, TrainConfig};
+use super::fused_adamw::FusedAdamW;
 use super::protocol::{AppliedCommand, Command, EvalStats, Snapshot, StepStats};
 use super::{EngineError, eval};
 use crate::data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};

@@ -252,11 +252,9 @@ impl LstmLm {
         let [b, t] = inputs.dims();
         // What is read to the host is read as constants (`super::constant`): tracked operations
         // on the parameters would only be recorded and left in the graph.
-        let table = match (w, &self.spectral) {
-            (Some(w), _) => Some(super::constant(w)),
-            (None, None) => Some(super::constant(self.embedding.weight.val())),
-            (None, Some(_)) => None,
-        };
+        let table = w
+            .or_else(|| self.spectral.is_none().then(|| self.embedding.weight.val()))
+            .map(super::constant);
         let embedded = super::lookup(
             &self.embedding,
             self.spectral.as_ref(),

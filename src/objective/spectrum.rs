@@ -68,7 +68,7 @@ pub fn orthogonality_spectral(m: Tensor<2>, iterations: usize) -> Tensor<1> {
 pub fn prior_penalty(sigma: Tensor<1>, targets: &[f32]) -> Tensor<1> {
     let [d] = sigma.dims();
     let device = sigma.device();
-    let (_, order) = sigma.clone().detach().sort_descending_with_indices(0);
+    let (_, order) = crate::model::constant(sigma.clone()).sort_descending_with_indices(0);
     let sorted = sigma.select(0, order);
     let target = Tensor::<1>::from_data(TensorData::new(targets[..d].to_vec(), [d]), &device);
     (sorted - target).square().sum()
