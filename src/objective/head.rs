@@ -14,6 +14,7 @@
 use burn::prelude::*;
 use burn::tensor::{IndexingUpdateOp, TensorData};
 
+use super::device_softmax::device_head;
 use super::host_softmax::{HostTerms, head_in_place};
 use super::{mle, self_norm, unlikelihood};
 use crate::model::constant;
@@ -175,6 +176,12 @@ pub fn full_softmax_head(
     .detach();
     let (nll, penalties, g) = match terms.host_targets.as_deref() {
         Some(host_targets) => host_head(logits, host_targets, &terms)?,
+        // Without unlikelihood, G in closed form: a few passes over the logits instead of
+        // burn's graph of the same terms (`device_softmax`).
+        None if terms.unlikelihood.is_none() => {
+            let out = device_head(logits, targets.clone(), terms.dev);
+            (out.nll, out.dev.into_iter().collect(), out.g)
+        }
         None => {
             let logits = logits.require_grad();
             let [p, _] = logits.dims();

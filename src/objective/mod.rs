@@ -11,6 +11,7 @@
 pub mod agg;
 pub mod and;
 pub mod cosreg;
+pub mod device_softmax;
 pub mod freeze;
 pub mod head;
 pub mod host_softmax;
