@@ -16,14 +16,17 @@ use conelab::engine::{self, Command, Event, TrainConfig, Trainer};
 use conelab::model::output::mean_nll;
 use conelab::model::{DeviceSpec, LanguageModel, LstmConfig, ModelConfig, TransformerConfig};
 
-fn corpus() -> Arc<Corpus> {
-    let source = CorpusSource::Synthetic(SynthConfig {
+fn corpus_source() -> CorpusSource {
+    CorpusSource::Synthetic(SynthConfig {
         vocab: 300,
         tokens: 20_000,
         classes: 10,
         ..SynthConfig::default()
-    });
-    Arc::new(Corpus::load(&source, &LoadOptions::default()).expect("corpus"))
+    })
+}
+
+fn corpus() -> Arc<Corpus> {
+    Arc::new(Corpus::load(&corpus_source(), &LoadOptions::default()).expect("corpus"))
 }
 
 fn transformer() -> ModelConfig {
@@ -92,6 +95,93 @@ fn same_loss(cfg: ModelConfig) {
     let a = loss_on(DeviceSpec::Cpu, &cfg, n, &weights, &corpus);
     let b = loss_on(DeviceSpec::LibtorchCpu, &cfg, n, &weights, &corpus);
     assert!((a - b).abs() / a.abs() <= 1e-4, "flex {a} vs libtorch {b}");
+}
+
+/// Steps of training from one saved state on each backend: flex takes the head's gradient in
+/// its host pass and (for the LSTM) runs the layers on the host, LibTorch takes the gradient in
+/// closed form (objective/device_softmax.rs) and the LSTM through burn's graph; the losses of
+/// every step and the penalty (DEV's, when on) agree within 1e-4.
+fn same_training(model: ModelConfig, reg: Option<&str>) {
+    use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
+    use conelab::objective::Objectives;
+    let source = corpus_source();
+    let corpus = corpus();
+    let mut objectives = Objectives::default();
+    if let Some(r) = reg {
+        objectives.apply_reg_arg(r).expect("reg");
+    }
+    let train = TrainConfig {
+        batch: 4,
+        steps: 8,
+        lr: 3e-3,
+        warmup: 2,
+        eval_every: 0,
+        checkpoint_every: 0,
+        snapshot_every: 0,
+        eval_batch: 4,
+        objectives,
+        ..TrainConfig::default()
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = RunSpec {
+        conelab_version: "test".into(),
+        name: "test".into(),
+        device: "cpu".into(),
+        group_bounds: [0.3, 0.8],
+        corpus: CorpusSpec::from_source(&source),
+        model: model.clone(),
+        train: train.clone(),
+    };
+    let run = RunDir::create(dir.path(), spec, corpus.vocab()).expect("run dir");
+    let mut flex = Trainer::new(corpus, model, train, DeviceSpec::Cpu).expect("trainer");
+    flex.train_step().expect("first step");
+    checkpoint::save(&run, &flex, 2).expect("checkpoint");
+    let (mut libtorch, _) = checkpoint::resume_on(dir.path(), None, Some(DeviceSpec::LibtorchCpu))
+        .expect("resume on LibTorch");
+    assert_eq!(libtorch.device_spec(), DeviceSpec::LibtorchCpu);
+    let mut losses = Vec::new();
+    for _ in 0..6 {
+        let a = flex.train_step().expect("flex step");
+        let b = libtorch.train_step().expect("libtorch step");
+        assert_eq!(a.step, b.step);
+        let close = |x: f64, y: f64| (x - y).abs() <= 1e-4 * x.abs().max(1e-3);
+        assert!(
+            close(a.loss, b.loss),
+            "step {}: flex {} vs libtorch {}",
+            a.step,
+            a.loss,
+            b.loss
+        );
+        assert!(
+            close(a.penalty, b.penalty),
+            "step {}: penalty flex {} vs libtorch {}",
+            a.step,
+            a.penalty,
+            b.penalty
+        );
+        assert_eq!(
+            reg.is_some(),
+            a.penalty != 0.0,
+            "the penalty is on when asked"
+        );
+        losses.push(a.loss);
+    }
+    assert!(losses[0] != losses[5], "training moved: {losses:?}");
+}
+
+#[test]
+fn transformer_training_matches_between_flex_and_libtorch() {
+    same_training(transformer(), None);
+}
+
+#[test]
+fn transformer_training_with_dev_matches_between_flex_and_libtorch() {
+    same_training(transformer(), Some("dev=0.5"));
+}
+
+#[test]
+fn lstm_training_matches_between_flex_and_libtorch() {
+    same_training(lstm(), None);
 }
 
 #[test]
