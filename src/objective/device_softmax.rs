@@ -14,8 +14,8 @@
 //! logits, each into a fresh buffer; on LibTorch CPU each fresh 40 MB buffer (`tiny`, N = 10,000)
 //! is also page-faulted in, and that graph was three quarters of a `tiny` step (250 of 330 ms).
 //! Here: the gather and the maximum read z, then the shift, the exponential, the row sum, the
-//! scale and the one-hot correction, the first and the last two in place where the backend
-//! reuses a buffer nobody else holds.
+//! scale and the one-hot correction; the shift, the exponential and the scale in place where the
+//! backend reuses a buffer nobody else holds (burn-tch's scatter-add makes one fresh copy).
 //!
 //! Unlikelihood stays on burn's graph (its candidates' correction is not written out here).
 
@@ -80,7 +80,8 @@ mod tests {
                 let (row, col) = (i / n, i % n);
                 let base = ((i * 13) % 17) as f32 / 4.0 - 2.0;
                 match row {
-                    1 => base + 60.0,
+                    // exp(100) overflows f32: without the shift this row is NaN.
+                    1 => base + 100.0,
                     2 => base * 1e-3,
                     _ => base * (col as f32 + 1.0) / 3.0,
                 }
@@ -132,7 +133,7 @@ mod tests {
             let got = out.g.try_into_vec_as::<f32>().expect("read");
             for (i, (a, b)) in got.iter().zip(&g).enumerate() {
                 assert!(
-                    (*a as f64 - b).abs() < 1e-6,
+                    (*a as f64 - b).abs() < 1e-6 * b.abs().max(1.0),
                     "G[{i}] = {a}, want {b} (α {dev})"
                 );
             }
@@ -164,7 +165,10 @@ mod tests {
         let want = want.try_into_vec_as::<f32>().expect("read");
         let got = out.g.try_into_vec_as::<f32>().expect("read");
         for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-            assert!((a - b).abs() < 1e-6, "G[{i}] = {a}, autodiff {b}");
+            assert!(
+                (a - b).abs() < 1e-6 * b.abs().max(1.0),
+                "G[{i}] = {a}, autodiff {b}"
+            );
         }
     }
 }
