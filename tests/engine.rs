@@ -529,3 +529,58 @@ fn a_rejected_command_is_reported_not_applied() {
     handle.join();
     assert!(rejected);
 }
+
+/// The gradients' squared sum in f64, read out parameter by parameter.
+fn f64_squared_norm(
+    model: &conelab::model::LanguageModel,
+    grads: &burn::optim::GradientsParams,
+) -> f64 {
+    use burn::module::{Module, ModuleVisitor, Param};
+    use burn::prelude::Tensor;
+    struct Sum<'a>(&'a burn::optim::GradientsParams, f64, usize);
+    impl ModuleVisitor for Sum<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let Some(g) = self.0.get::<D>(param.id) {
+                let v = g.try_into_vec_as::<f64>().expect("read");
+                self.1 += v.iter().map(|x| x * x).sum::<f64>();
+                self.2 += 1;
+            }
+        }
+    }
+    let mut sum = Sum(grads, 0.0, 0);
+    model.visit(&mut sum);
+    assert!(sum.2 > 3, "gradients of several parameters");
+    sum.1
+}
+
+/// The global norm the clip takes (on burn-flex, a host pass over the gradients' buffers)
+/// against the gradients read out and summed in f64, and the clipped gradients' norm against
+/// the bound.
+#[test]
+fn the_clip_takes_the_f64_norm_of_every_gradient_and_scales_to_the_bound() {
+    use burn::prelude::{Int, Tensor, TensorData};
+    let (_, corpus) = small_synthetic();
+    let device = DeviceSpec::Cpu.training_device().expect("flex");
+    let model =
+        conelab::model::LanguageModel::new(&small_transformer(), corpus.vocab().len(), &device);
+    let (b, t) = (4, 16);
+    let tokens: Vec<i64> = (0..b * t).map(|i| (i * 37 % 300) as i64).collect();
+    let targets: Vec<i64> = (0..b * t).map(|i| (i * 11 % 300) as i64).collect();
+    let x = Tensor::<2, Int>::from_data(TensorData::new(tokens, [b, t]), &device);
+    let y = Tensor::<1, Int>::from_data(TensorData::new(targets, [b * t]), &device);
+    let (h, _) = model.hidden(x, None);
+    let loss = conelab::model::output::mean_nll(model.logits(h), y);
+    let grads = burn::optim::GradientsParams::from_grads(loss.backward(), &model);
+    let want = f64_squared_norm(&model, &grads).sqrt();
+    let bound = want / 3.0;
+    let (clipped, norm) = engine::clip_global_norm(&model, grads, bound);
+    assert!(
+        (norm - want).abs() <= 1e-9 * want,
+        "norm {norm} against {want}"
+    );
+    let after = f64_squared_norm(&model, &clipped).sqrt();
+    assert!(
+        (after - bound).abs() <= 1e-5 * bound,
+        "clipped to {after}, bound {bound}"
+    );
+}

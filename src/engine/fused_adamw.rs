@@ -33,7 +33,7 @@ use rayon::prelude::*;
 
 /// Elements per rayon task: large enough to amortise the task, small enough to balance.
 #[cfg(feature = "flex")]
-const CHUNK: usize = 1 << 15;
+pub(super) const CHUNK: usize = 1 << 15;
 
 /// burn's AdamW hyper-parameters and the fused step.
 #[derive(Clone)]
@@ -66,7 +66,7 @@ impl FusedAdamW {
 
 /// One f32 tensor of burn-flex as a contiguous buffer from its start, or `None`.
 #[cfg(feature = "flex")]
-fn flex_buffer<const D: usize>(t: &Tensor<D>, n: usize) -> Option<FlexTensor> {
+pub(super) fn flex_buffer<const D: usize>(t: &Tensor<D>, n: usize) -> Option<FlexTensor> {
     if t.dtype() != DType::F32 {
         return None;
     }

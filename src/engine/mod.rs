@@ -9,6 +9,7 @@ pub mod analysis;
 pub mod config;
 mod eval;
 pub mod fused_adamw;
+mod grad_norm;
 pub mod protocol;
 mod trainer;
 

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{OptimizerKind, Schedule, TrainConfig};
 use super::fused_adamw::FusedAdamW;
 use super::protocol::{AppliedCommand, Command, EvalStats, Snapshot, StepStats};
-use super::{EngineError, eval};
+use super::{EngineError, eval, grad_norm};
 use crate::data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
 use crate::model::lstm::detach_state;
 use crate::model::output::log_partition;
@@ -501,9 +501,12 @@ impl Trainer {
         // One host read per step, queued after the backward pass so an accelerator runs forward
         // and backward without waiting on the host: data loss, the sum of the penalties and the
         // squared gradient norm. A non-finite loss still leaves the model untouched.
-        let squared_norm = squared_grad_norm(&self.model, &grads)
-            .unwrap_or_else(|| Tensor::zeros([1], &self.device));
-        let values = Tensor::cat(vec![data_loss, penalty_sum, squared_norm], 0)
+        let squared_norm = squared_grad_norm(&self.model, &grads);
+        let norm_on_device = match &squared_norm {
+            Some(SquaredNorm::Device(t)) => t.clone(),
+            _ => Tensor::zeros([1], &self.device),
+        };
+        let values = Tensor::cat(vec![data_loss, penalty_sum, norm_on_device], 0)
             .try_into_vec_as::<f64>()
             .map_err(|e| EngineError::Backend(format!("reading the loss: {e:?}")))?;
         let (loss_value, penalty_value) = (values[0], values[1]);
@@ -513,7 +516,11 @@ impl Trainer {
                 loss: loss_value + penalty_value,
             });
         }
-        let grad_norm = values[2].sqrt();
+        let grad_norm = match squared_norm {
+            Some(SquaredNorm::Host(s)) => s,
+            _ => values[2],
+        }
+        .sqrt();
         let mut grads = scale_to_norm(&self.model, grads, grad_norm, self.config.clip_norm);
         let lr = self.current_lr();
         let w_before = (!frozen.is_empty()).then(|| constant(self.model.embedding()));
@@ -1019,10 +1026,11 @@ pub fn clip_global_norm(
     grads: GradientsParams,
     max_norm: f64,
 ) -> (GradientsParams, f64) {
-    let Some(squared) = squared_grad_norm(model, &grads) else {
-        return (grads, 0.0);
+    let norm = match squared_grad_norm(model, &grads) {
+        None => return (grads, 0.0),
+        Some(SquaredNorm::Host(s)) => s.sqrt(),
+        Some(SquaredNorm::Device(t)) => (t.into_scalar::<f32>() as f64).sqrt(),
     };
-    let norm = (squared.into_scalar::<f32>() as f64).sqrt();
     (scale_to_norm(model, grads, norm, max_norm), norm)
 }
 
@@ -1049,9 +1057,29 @@ fn add_gradients(model: &LanguageModel, into: &mut GradientsParams, mut from: Gr
     });
 }
 
-/// The squared global L2 norm of the gradients, as a one-element tensor left on the device (no
-/// host read); `None` when no parameter has a gradient.
-fn squared_grad_norm(model: &LanguageModel, grads: &GradientsParams) -> Option<Tensor<1>> {
+/// The squared global L2 norm of the gradients.
+enum SquaredNorm {
+    /// Summed on the host from burn-flex's buffers (`grad_norm.rs`).
+    Host(f64),
+    /// A one-element tensor left on the device (no host read).
+    Device(Tensor<1>),
+}
+
+/// The squared global L2 norm of the gradients; `None` when no parameter has a gradient.
+fn squared_grad_norm(model: &LanguageModel, grads: &GradientsParams) -> Option<SquaredNorm> {
+    struct HostSums<'a> {
+        grads: &'a GradientsParams,
+        sum: Option<f64>,
+        count: usize,
+    }
+    impl ModuleVisitor for HostSums<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let (Some(g), Some(sum)) = (self.grads.get::<D>(param.id), self.sum) {
+                self.sum = grad_norm::squared_sum(&g).map(|s| sum + s);
+                self.count += 1;
+            }
+        }
+    }
     struct SquaredNorms<'a> {
         grads: &'a GradientsParams,
         parts: Vec<Tensor<1>>,
@@ -1063,12 +1091,23 @@ fn squared_grad_norm(model: &LanguageModel, grads: &GradientsParams) -> Option<T
             }
         }
     }
+    let mut host = HostSums {
+        grads,
+        sum: Some(0.0),
+        count: 0,
+    };
+    model.visit(&mut host);
+    match host.sum {
+        Some(_) if host.count == 0 => return None,
+        Some(s) => return Some(SquaredNorm::Host(s)),
+        None => {}
+    }
     let mut norms = SquaredNorms {
         grads,
         parts: Vec::new(),
     };
     model.visit(&mut norms);
-    (!norms.parts.is_empty()).then(|| Tensor::cat(norms.parts, 0).sum())
+    (!norms.parts.is_empty()).then(|| SquaredNorm::Device(Tensor::cat(norms.parts, 0).sum()))
 }
 
 /// Scales the gradients, whose global norm is `norm`, down to `max_norm` when above it (0 = never).
