@@ -503,7 +503,7 @@ impl Trainer {
         // squared gradient norm. A non-finite loss still leaves the model untouched.
         let squared_norm = squared_grad_norm(&self.model, &grads);
         let norm_on_device = match &squared_norm {
-            Some(SquaredNorm::Device(t)) => t.clone(),
+            Some(SquaredNorm::Device(t)) => (**t).clone(),
             _ => Tensor::zeros([1], &self.device),
         };
         let values = Tensor::cat(vec![data_loss, penalty_sum, norm_on_device], 0)
@@ -1061,8 +1061,9 @@ fn add_gradients(model: &LanguageModel, into: &mut GradientsParams, mut from: Gr
 enum SquaredNorm {
     /// Summed on the host from burn-flex's buffers (`grad_norm.rs`).
     Host(f64),
-    /// A one-element tensor left on the device (no host read).
-    Device(Tensor<1>),
+    /// A one-element tensor left on the device (no host read); boxed, as a tensor handle is
+    /// large beside an f64.
+    Device(Box<Tensor<1>>),
 }
 
 /// The squared global L2 norm of the gradients; `None` when no parameter has a gradient.
@@ -1107,7 +1108,8 @@ fn squared_grad_norm(model: &LanguageModel, grads: &GradientsParams) -> Option<S
         parts: Vec::new(),
     };
     model.visit(&mut norms);
-    (!norms.parts.is_empty()).then(|| SquaredNorm::Device(Tensor::cat(norms.parts, 0).sum()))
+    (!norms.parts.is_empty())
+        .then(|| SquaredNorm::Device(Box::new(Tensor::cat(norms.parts, 0).sum())))
 }
 
 /// Scales the gradients, whose global norm is `norm`, down to `max_norm` when above it (0 = never).
