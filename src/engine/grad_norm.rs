@@ -69,6 +69,7 @@ pub fn squared_sum<const D: usize>(_grad: &Tensor<D>) -> Option<f64> {
 
 #[cfg(all(test, feature = "flex"))]
 mod tests {
+    use super::super::fused_adamw::CHUNK;
     use super::*;
     use crate::model::DeviceSpec;
 
@@ -84,7 +85,7 @@ mod tests {
     #[test]
     fn the_host_sum_is_the_sum_of_squares_in_f64() {
         let device = DeviceSpec::Cpu.device().expect("flex");
-        let n = 3 * CHUNK_FOR_TESTS + 13;
+        let n = 3 * CHUNK + 13;
         let v = values(n);
         let want: f64 = v.iter().map(|&x| (x as f64).powi(2)).sum();
         let t = Tensor::<1>::from_data(TensorData::new(v, [n]), &device);
@@ -109,6 +110,4 @@ mod tests {
         assert!(squared_sum(&t.clone().transpose()).is_none());
         assert!(squared_sum(&t.slice([1..3, 0..4])).is_none());
     }
-
-    const CHUNK_FOR_TESTS: usize = super::super::fused_adamw::CHUNK;
 }
