@@ -5,36 +5,35 @@
 //! burn-flex. Here element i of the c-th mask of a step keeps its input when the 32 bits of
 //! SplitMix64(seed, c, i) are at least p·2³², and the mask already holds 1/(1 − p): one pass to
 //! draw, one multiply. Masks depend only on the step's seed and their order within the step, so
-//! a resumed run draws the same ones, as with the device's generator. On LibTorch the masks are
-//! drawn on the device (burn's `Dropout`): host masks would be copied there at every layer.
+//! a resumed run draws the same ones, as with the device's generator. LibTorch on the CPU draws
+//! the same masks (its tensors are in host memory too, so burn-flex and LibTorch train alike);
+//! on CUDA the masks are drawn on the device (burn's `Dropout`): host masks would be copied
+//! there at every layer.
 //!
-//! The step's seed is process-wide, like burn's device generator: one trainer per process.
+//! The step's seed belongs to the thread that runs the step (a trainer steps on one thread, and
+//! the model's forward runs on it): two trainers stepping on two threads, as tests do, never
+//! draw from each other's sequence.
 
-use std::sync::Mutex;
+use std::cell::Cell;
 
 use burn::nn::Dropout;
 use burn::prelude::*;
 
-/// The step's seed and how many masks were drawn since; `None`: burn's dropout.
-static HOST_MASKS: Mutex<Option<(u64, u64)>> = Mutex::new(None);
+thread_local! {
+    /// The step's seed and how many masks were drawn since; `None`: burn's dropout.
+    static HOST_MASKS: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
+}
 
 /// Draws this step's masks on the host from `seed` (`Some`), or leaves dropout to burn (`None`).
 pub fn seed_host_masks(seed: Option<u64>) {
-    let mut state = HOST_MASKS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    *state = seed.map(|s| (s, 0));
+    HOST_MASKS.set(seed.map(|s| (s, 0)));
 }
 
 fn next_mask_seed() -> Option<u64> {
-    let mut state = HOST_MASKS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let (seed, count) = state.as_mut()?;
-    *count += 1;
-    Some(splitmix64(
-        *seed ^ count.wrapping_mul(0xD1B5_4A32_D192_ED03),
-    ))
+    let (seed, count) = HOST_MASKS.get()?;
+    let count = count + 1;
+    HOST_MASKS.set(Some((seed, count)));
+    Some(splitmix64(seed ^ count.wrapping_mul(0xD1B5_4A32_D192_ED03)))
 }
 
 fn splitmix64(x: u64) -> u64 {
@@ -83,11 +82,7 @@ fn drops(layer: &Dropout, device: &Device) -> bool {
 /// Whether [`forward`] draws its masks on the host for `layer` (or drops nothing at all): then
 /// [`next_host_mask`] gives the mask it would have drawn next.
 pub fn host_masks_cover(layer: &Dropout, device: &Device) -> bool {
-    let seeded = HOST_MASKS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .is_some();
-    seeded || !drops(layer, device)
+    HOST_MASKS.get().is_some() || !drops(layer, device)
 }
 
 /// The next mask [`forward`] would multiply an `n`-element tensor by, drawn in the same sequence
@@ -147,5 +142,32 @@ mod tests {
         assert_ne!(first.0, first.1);
         seed_host_masks(None);
         assert_eq!(next_mask_seed(), None);
+    }
+
+    /// A step on another thread (another trainer, as in the tests that run two side by side)
+    /// neither moves this thread's sequence nor sees it.
+    #[test]
+    fn each_thread_draws_its_own_sequence() {
+        seed_host_masks(Some(5));
+        let expected = {
+            let first = next_mask_seed();
+            seed_host_masks(Some(5));
+            assert_eq!(next_mask_seed(), first);
+            next_mask_seed()
+        };
+        seed_host_masks(Some(5));
+        let _ = next_mask_seed();
+        let other = std::thread::spawn(|| {
+            let unseeded = next_mask_seed();
+            seed_host_masks(Some(6));
+            (
+                unseeded,
+                (0..3).map(|_| next_mask_seed()).collect::<Vec<_>>(),
+            )
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(other.0, None, "the other thread starts unseeded");
+        assert_eq!(next_mask_seed(), expected, "this thread's sequence went on");
     }
 }
