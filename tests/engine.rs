@@ -145,11 +145,11 @@ fn parameters(model: &conelab::model::LanguageModel) -> Vec<Vec<f32>> {
     c.0
 }
 
-/// The LSTM's layers on the host (model/lstm_host.rs, the default on burn-flex) train exactly as
-/// burn's autodiff graph of the same layers: the same losses, gradient norms and every parameter
-/// after a few plain-SGD steps (an update proportional to the gradient: AdamW would hide a
-/// gradient off by a constant factor), under objectives that reach the hidden states and W in
-/// every way the step has (the fused head with AGG's gates, CosReg, freezing; NCE-R; AND; DEV
+/// The LSTM's layers on the host (model/lstm_host.rs, the default on burn-flex and LibTorch CPU)
+/// train exactly as burn's autodiff graph of the same layers: the same losses, gradient norms and
+/// every parameter after a few plain-SGD steps (an update proportional to the gradient: AdamW
+/// would hide a gradient off by a constant factor), under objectives that reach the hidden states
+/// and W in every way the step has (the fused head with AGG's gates, CosReg, freezing; NCE-R; AND; DEV
 /// with unlikelihood and the Laplacian; spectrum control, where W is composed from U, σ, V on both
 /// sides of the LSTM), with dropout on and the state carried across windows.
 #[test]

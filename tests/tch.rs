@@ -98,8 +98,9 @@ fn same_loss(cfg: ModelConfig) {
 }
 
 /// Steps of training from one saved state on each backend: flex takes the head's gradient in
-/// its host pass and (for the LSTM) runs the layers on the host, LibTorch takes the gradient in
-/// closed form (objective/device_softmax.rs) and the LSTM through burn's graph; the losses of
+/// its host pass, LibTorch in closed form (objective/device_softmax.rs); both run an LSTM's
+/// layers on the host (model/lstm_host.rs) over their own tensors, draw the same dropout masks
+/// on the host and take AdamW's step in one fused pass over their own buffers. The losses of
 /// every step, its gradient norm and the penalty (DEV's, when on) agree within 1e-4.
 fn same_training(model: ModelConfig, reg: Option<&str>) {
     use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
@@ -133,16 +134,23 @@ fn same_training(model: ModelConfig, reg: Option<&str>) {
         train: train.clone(),
     };
     let run = RunDir::create(dir.path(), spec, corpus.vocab()).expect("run dir");
+    let model_cfg = model.clone();
     let mut flex = Trainer::new(corpus, model, train, DeviceSpec::Cpu).expect("trainer");
     flex.train_step().expect("first step");
     checkpoint::save(&run, &flex, 2).expect("checkpoint");
     let (mut libtorch, _) = checkpoint::resume_on(dir.path(), None, Some(DeviceSpec::LibtorchCpu))
         .expect("resume on LibTorch");
     assert_eq!(libtorch.device_spec(), DeviceSpec::LibtorchCpu);
+    let is_lstm = matches!(model_cfg, ModelConfig::Lstm(_));
     for _ in 0..6 {
         let a = flex.train_step().expect("flex step");
         let b = libtorch.train_step().expect("libtorch step");
         assert_eq!(a.step, b.step);
+        assert_eq!(
+            libtorch.lstm_on_host(),
+            is_lstm,
+            "LibTorch's LSTM on the host"
+        );
         // The gradient norm checks G itself from the first step on (AdamW would hide a G off
         // by a constant factor in the losses).
         for (what, x, y) in [
@@ -177,6 +185,28 @@ fn transformer_training_with_dev_matches_between_flex_and_libtorch() {
 #[test]
 fn lstm_training_matches_between_flex_and_libtorch() {
     same_training(lstm(), None);
+}
+
+/// `cfg` with dropout `p` (the tests' presets have none).
+fn with_dropout(cfg: ModelConfig, p: f64) -> ModelConfig {
+    match cfg {
+        ModelConfig::Transformer(t) => {
+            ModelConfig::Transformer(TransformerConfig { dropout: p, ..t })
+        }
+        ModelConfig::Lstm(l) => ModelConfig::Lstm(LstmConfig { dropout: p, ..l }),
+    }
+}
+
+/// With dropout on, both backends draw the step's masks on the host from the step's seed: the
+/// same masks, so the same training.
+#[test]
+fn transformer_training_with_dropout_matches_between_flex_and_libtorch() {
+    same_training(with_dropout(transformer(), 0.3), None);
+}
+
+#[test]
+fn lstm_training_with_dropout_matches_between_flex_and_libtorch() {
+    same_training(with_dropout(lstm(), 0.3), None);
 }
 
 #[test]

@@ -114,8 +114,8 @@ pub struct Trainer {
     /// AGG's gates frozen after epoch 1 (static-groups ablation).
     static_gates: Option<Gates>,
     sampler: Option<UnigramSampler>,
-    /// An LSTM's layers run on the host (`model/lstm_host.rs`): on burn-flex, where the tensors
-    /// already live in host memory; LibTorch keeps burn's graph.
+    /// An LSTM's layers run on the host (`model/lstm_host.rs`): where the tensors already live in
+    /// host memory (burn-flex, LibTorch CPU: `DeviceSpec::host_memory`); CUDA keeps burn's graph.
     host_lstm: bool,
 }
 
@@ -192,7 +192,7 @@ impl Trainer {
             counter: None,
             static_gates: None,
             sampler: None,
-            host_lstm: device_spec == DeviceSpec::Cpu,
+            host_lstm: device_spec.host_memory(),
         };
         if spectrum_on {
             let c1 = trainer.state.objectives.spectrum.c1;
@@ -256,11 +256,12 @@ impl Trainer {
         self.config.steps = steps.max(1);
     }
 
-    /// Whether an LSTM's layers run on the host (the default on burn-flex) or in burn's graph,
-    /// in training and evaluation: the same numbers either way (tests/engine.rs compares them);
-    /// the graph stays selectable for that comparison and for `bench train --graph-lstm`.
+    /// Whether an LSTM's layers run on the host (the default on burn-flex and LibTorch CPU) or in
+    /// burn's graph, in training and evaluation: the same numbers either way (tests/engine.rs
+    /// compares them); the graph stays selectable for that comparison and for `bench train
+    /// --graph-lstm`.
     pub fn set_host_lstm(&mut self, on: bool) {
-        self.host_lstm = on && self.device_spec == DeviceSpec::Cpu;
+        self.host_lstm = on && self.device_spec.host_memory();
     }
 
     /// Whether the next step runs an LSTM's layers on the host (after a first step: the host
@@ -330,13 +331,12 @@ impl Trainer {
         if crate::fault::check("engine.panic").is_err() {
             panic!("injected backend panic at step {next}");
         }
-        // Dropout masks depend only on (seed, step): a resumed run draws the same ones. On
-        // burn-flex they are drawn on the host (model/dropout.rs), on LibTorch by the device.
+        // Dropout masks depend only on (seed, step): a resumed run draws the same ones. Where
+        // tensors live in host memory (burn-flex, LibTorch CPU) they are drawn on the host
+        // (model/dropout.rs), the same masks on both; on CUDA by the device.
         let seed = step_seed(self.config.seed, next);
         self.device.seed(seed);
-        crate::model::dropout::seed_host_masks(
-            (self.device_spec == DeviceSpec::Cpu).then_some(seed),
-        );
+        crate::model::dropout::seed_host_masks(self.device_spec.host_memory().then_some(seed));
         let k = (self.state.step % self.windows_per_epoch) as usize;
         let batch = self
             .window(k)
@@ -373,8 +373,8 @@ impl Trainer {
         } else {
             w_composed.clone()
         };
-        // On burn-flex an LSTM's layers run on the host with their backward written out
-        // (model/lstm_host.rs); elsewhere burn's graph does it all.
+        // In host memory (burn-flex, LibTorch CPU) an LSTM's layers run on the host with their
+        // backward written out (model/lstm_host.rs); on CUDA burn's graph does it all.
         let mut carried = self.carried.take();
         let host_window = if self.host_lstm {
             self.model
@@ -989,8 +989,8 @@ pub(crate) fn spectral_optimizer(config: &TrainConfig) -> ModuleOptimizer {
 
 pub(crate) fn build_optimizer(config: &TrainConfig) -> ModuleOptimizer {
     match config.optimizer {
-        // burn's AdamW with its update fused into one pass on burn-flex (fused_adamw.rs); the
-        // same state, so checkpoints load into either.
+        // burn's AdamW with its update fused into one pass on burn-flex and LibTorch CPU
+        // (fused_adamw.rs); the same state, so checkpoints load into either.
         OptimizerKind::Adamw => ModuleOptimizer::from(FusedAdamW::new(
             config.beta1 as f32,
             config.beta2 as f32,

@@ -74,6 +74,12 @@ pub fn is_flex(device: &Device) -> bool {
 }
 
 impl DeviceSpec {
+    /// Whether the device's tensors live in host memory (burn-flex, LibTorch on the CPU): there
+    /// the LSTM's host layers and the host dropout masks cost a copy at most, never a transfer.
+    pub fn host_memory(self) -> bool {
+        matches!(self, DeviceSpec::Cpu | DeviceSpec::LibtorchCpu)
+    }
+
     /// The training device (with autodiff).
     pub fn training_device(self) -> Result<Device, DeviceError> {
         Ok(self.device()?.autodiff())

@@ -235,8 +235,8 @@ impl LstmLm {
         }) && super::dropout::host_masks_cover(&self.dropout, device)
     }
 
-    /// [`Self::hidden`] for a training step on burn-flex with the LSTM layers computed on the
-    /// host (same values, same dropout masks in the same order); `None` when
+    /// [`Self::hidden`] for a training step in host memory (burn-flex, LibTorch CPU) with the LSTM
+    /// layers computed on the host (same values, same dropout masks in the same order); `None` when
     /// [`Self::runs_on_host`] says no. On a device without autodiff (evaluation) it is the same
     /// forward, and the window can be dropped.
     pub fn hidden_on_host(

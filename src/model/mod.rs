@@ -69,8 +69,8 @@ impl LanguageModel {
         }
     }
 
-    /// [`Self::hidden_with`] for a training step on burn-flex with an LSTM's layers computed on
-    /// the host ([`LstmLm::hidden_on_host`]); `None` (nothing consumed) for a Transformer or an
+    /// [`Self::hidden_with`] for a training step in host memory (burn-flex, LibTorch CPU) with an
+    /// LSTM's layers computed on the host ([`LstmLm::hidden_on_host`]); `None` (nothing consumed) for a Transformer or an
     /// LSTM the host path does not cover.
     pub fn hidden_on_host(
         &self,
