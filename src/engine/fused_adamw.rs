@@ -1,4 +1,4 @@
-//! AdamW with its update as one host pass over burn-flex's own buffers.
+//! AdamW with its update as one host pass over burn-flex's (or LibTorch CPU's) own buffers.
 //!
 //! burn's AdamW makes about a dozen tensor passes per parameter (the two moments, the two bias
 //! corrections, the square root, the division, the decay, the update), each into a fresh buffer
@@ -19,25 +19,27 @@
 //! copy-on-write), never written under another holder.
 //!
 //! The state is burn's own `AdamWState`, so checkpoints written with either optimizer load into
-//! the other. Off burn-flex (LibTorch, CUDA), and for a state this pass does not handle
-//! (AMSGrad's running maximum), burn's AdamW does the step.
+//! the other. On LibTorch CPU the same pass runs over LibTorch's buffers, which live in host
+//! memory (burn's AdamW there: about a dozen ATen kernels per parameter, 38–47 ms of an `lstm`
+//! step); on CUDA, and for a state this pass does not handle (AMSGrad's running maximum),
+//! burn's AdamW does the step.
 
 use burn::optim::{AdamW, AdamWConfig, AdamWState, AdaptiveMomentumState, LearningRate, Optimizer};
 use burn::prelude::*;
-#[cfg(feature = "flex")]
+#[cfg(any(feature = "flex", feature = "tch"))]
 use burn::tensor::DType;
 #[cfg(feature = "flex")]
 use burn_flex::{Flex, FlexTensor};
-#[cfg(feature = "flex")]
+#[cfg(any(feature = "flex", feature = "tch"))]
 use rayon::prelude::*;
 
 /// Elements per rayon task: large enough to amortise the task, small enough to balance.
-#[cfg(feature = "flex")]
+#[cfg(any(feature = "flex", feature = "tch"))]
 pub(super) const CHUNK: usize = 1 << 15;
 
 /// burn's AdamW hyper-parameters and the fused step.
 #[derive(Clone)]
-#[cfg_attr(not(feature = "flex"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "flex", feature = "tch")), allow(dead_code))]
 pub struct FusedAdamW {
     beta_1: f32,
     beta_2: f32,
@@ -80,7 +82,7 @@ pub(super) fn flex_buffer<const D: usize>(t: &Tensor<D>, n: usize) -> Option<Fle
 }
 
 /// The step's scalars, burn's formula's constants.
-#[cfg(feature = "flex")]
+#[cfg(any(feature = "flex", feature = "tch"))]
 struct Constants {
     beta_1: f32,
     beta_2: f32,
@@ -96,7 +98,7 @@ struct Constants {
 /// One chunk of the update: `out` holds the gradient and receives the new θ. Written as plain
 /// arithmetic over equal-length slices so that the compiler vectorises it; Rust never contracts
 /// a product and a sum into an FMA, so the AVX2 build of it computes the same values.
-#[cfg(feature = "flex")]
+#[cfg(any(feature = "flex", feature = "tch"))]
 #[inline(always)]
 fn update(out: &mut [f32], theta: &[f32], m: &mut [f32], v: &mut [f32], c: &Constants) {
     let n = out.len().min(theta.len()).min(m.len()).min(v.len());
@@ -113,7 +115,7 @@ fn update(out: &mut [f32], theta: &[f32], m: &mut [f32], v: &mut [f32], c: &Cons
 }
 
 /// [`update`] compiled for AVX2 (eight lanes instead of SSE2's four).
-#[cfg(all(feature = "flex", target_arch = "x86_64"))]
+#[cfg(all(any(feature = "flex", feature = "tch"), target_arch = "x86_64"))]
 #[target_feature(enable = "avx2,fma")]
 fn update_avx2(out: &mut [f32], theta: &[f32], m: &mut [f32], v: &mut [f32], c: &Constants) {
     update(out, theta, m, v, c)
@@ -133,40 +135,165 @@ impl FusedAdamW {
         grad: Tensor<D>,
         state: Option<AdamWState<D>>,
     ) -> Result<(Tensor<D>, AdamWState<D>), (Tensor<D>, Tensor<D>, Option<AdamWState<D>>)> {
-        let n = tensor.shape().num_elements();
-        let moments = match &state {
-            Some(s) if s.momentum.max_moment_2.is_none() => Some((
-                flex_buffer(&s.momentum.moment_1, n),
-                flex_buffer(&s.momentum.moment_2, n),
-                s.momentum.time,
-            )),
-            Some(_) => None,
-            None => Some((None, None, 0)),
-        };
-        let buffers = (
-            flex_buffer(&tensor, n),
-            flex_buffer(&grad, n),
+        let Some(StepBuffers {
+            theta,
+            mut out,
             moments,
-            grad.shape() == tensor.shape(),
-        );
-        let (Some(theta), Some(mut out), Some((m, v, time)), true) = buffers else {
+            time,
+        }) = step_buffers(&tensor, &grad, &state, flex_buffer::<D>)
+        else {
             return Err((tensor, grad, state));
         };
-        let (mut m, mut v) = match (m, v, state.is_some()) {
-            (Some(m), Some(v), true) => (m, v),
-            (None, None, false) => {
-                let zeros = || FlexTensor::zeros(theta.layout().shape().clone(), DType::F32);
-                (zeros(), zeros())
-            }
-            _ => return Err((tensor, grad, state)),
-        };
+        let (mut m, mut v) = moments.unwrap_or_else(|| {
+            let zeros = || FlexTensor::zeros(theta.layout().shape().clone(), DType::F32);
+            (zeros(), zeros())
+        });
         // The handles these buffers came from let go of them: each is now held once (the
         // parameter's may still be held by the model, and is only read).
         drop((grad, state));
         let time = time + 1;
+        let constants = self.constants(lr, time);
+        // `storage_mut` copies a buffer that is still shared (never here, in a step) instead of
+        // writing under another holder.
+        update_in_chunks(
+            out.storage_mut::<f32>(),
+            theta.storage::<f32>(),
+            m.storage_mut::<f32>(),
+            v.storage_mut::<f32>(),
+            &constants,
+        );
+        drop(theta);
+        drop(tensor);
+        let rebuild = |t: FlexTensor| Tensor::<D>::from_primitive::<Flex>(t);
+        #[cfg(test)]
+        tests::FUSED_STEPS.with(|c| c.set(c.get() + 1));
+        let momentum = AdaptiveMomentumState::new(time, rebuild(m), rebuild(v));
+        Ok((rebuild(out), AdamWState::new(momentum)))
+    }
+}
+
+/// The fused step on LibTorch's CPU buffers. burn marks its LibTorch backend deprecated (in
+/// favour of CubeCL); it is conelab's LibTorch path all the same.
+#[cfg(feature = "tch")]
+#[allow(deprecated)]
+mod libtorch {
+    use burn::backend::{LibTorch, libtorch::TchTensor};
+    use burn::optim::{AdamWState, AdaptiveMomentumState, LearningRate};
+    use burn::prelude::*;
+    use burn::tensor::DType;
+
+    use super::{FusedAdamW, StepBuffers, step_buffers, update_in_chunks};
+
+    /// One f32 tensor of LibTorch in host memory (`--device libtorch-cpu`), contiguous, with `n`
+    /// elements.
+    fn tch_buffer<const D: usize>(t: &Tensor<D>, n: usize) -> Option<TchTensor> {
+        if t.dtype() != DType::F32 || n == 0 {
+            return None;
+        }
+        let lt = t.clone().try_into_primitive::<LibTorch>().ok()?;
+        (lt.tensor.device() == tch::Device::Cpu
+            && lt.tensor.kind() == tch::Kind::Float
+            && lt.tensor.is_contiguous()
+            && lt.tensor.numel() == n)
+            .then_some(lt)
+    }
+
+    /// `t` to write in place: itself when nothing else holds its storage, else a copy of it (as
+    /// burn-flex's copy-on-write), so that no other holder sees the write.
+    fn tch_writable(t: TchTensor) -> TchTensor {
+        if t.can_mut() {
+            t
+        } else {
+            TchTensor::new(t.tensor.copy())
+        }
+    }
+
+    impl FusedAdamW {
+        /// `flex_step` for LibTorch on the CPU: the same pass over LibTorch's buffers, which live
+        /// in host memory (burn's AdamW there: about a dozen ATen kernels per parameter, 38–47 ms
+        /// of an `lstm` step). `Err` gives the inputs back untouched.
+        #[allow(clippy::type_complexity, clippy::result_large_err)]
+        pub(super) fn tch_step<const D: usize>(
+            &self,
+            lr: LearningRate,
+            tensor: Tensor<D>,
+            grad: Tensor<D>,
+            state: Option<AdamWState<D>>,
+        ) -> Result<(Tensor<D>, AdamWState<D>), (Tensor<D>, Tensor<D>, Option<AdamWState<D>>)>
+        {
+            let n = tensor.shape().num_elements();
+            let Some(StepBuffers {
+                theta,
+                out,
+                moments,
+                time,
+            }) = step_buffers(&tensor, &grad, &state, tch_buffer::<D>)
+            else {
+                return Err((tensor, grad, state));
+            };
+            let (m, v) = moments.unwrap_or_else(|| {
+                let zeros = || {
+                    TchTensor::new(tch::Tensor::zeros(
+                        theta.tensor.size(),
+                        (tch::Kind::Float, tch::Device::Cpu),
+                    ))
+                };
+                (zeros(), zeros())
+            });
+            // The handles these buffers came from let go of them, so that a buffer held nowhere
+            // else counts as such (the parameter's may still be held by the model: only read).
+            drop((grad, state));
+            let (mut out, mut m, mut v) = (tch_writable(out), tch_writable(m), tch_writable(v));
+            let bytes = n * std::mem::size_of::<f32>();
+            let pointers = |ts: [&TchTensor; 4]| ts.map(|t| t.tensor.data_ptr() as usize);
+            let disjoint = |p: &[usize; 4]| {
+                p.iter().enumerate().all(|(i, a)| {
+                    p[i + 1..]
+                        .iter()
+                        .all(|b| a.saturating_add(bytes) <= *b || b.saturating_add(bytes) <= *a)
+                })
+            };
+            if !disjoint(&pointers([&out, &m, &v, &theta])) {
+                // Never seen: an alias burn-tch did not count. Fresh copies are their own memory.
+                let copy = |t: &TchTensor| TchTensor::new(t.tensor.copy());
+                (out, m, v) = (copy(&out), copy(&m), copy(&v));
+            }
+            let pointers = pointers([&out, &m, &v, &theta]);
+            let constants = self.constants(lr, time + 1);
+            // SAFETY: each pointer is the start of a live, contiguous CPU f32 tensor of n > 0
+            // elements (checked by `tch_buffer`; `copy` is zeros_like + copy_, which keeps a
+            // contiguous layout); out, m and v are held by nothing else: that rests on burn-tch's
+            // own count of who shares a storage (`can_mut`, as its in-place kernels use it),
+            // the disjointness check above being only a backstop against an alias it missed;
+            // and the tensors outlive the slices.
+            unsafe {
+                let slice = |p: usize| std::slice::from_raw_parts_mut(p as *mut f32, n);
+                update_in_chunks(
+                    slice(pointers[0]),
+                    std::slice::from_raw_parts(pointers[3] as *const f32, n),
+                    slice(pointers[1]),
+                    slice(pointers[2]),
+                    &constants,
+                );
+            }
+            drop(theta);
+            drop(tensor);
+            let rebuild = |t: TchTensor| Tensor::<D>::from_primitive::<LibTorch>(t);
+            #[cfg(test)]
+            super::tests::FUSED_STEPS.with(|c| c.set(c.get() + 1));
+            let momentum = AdaptiveMomentumState::new(time + 1, rebuild(m), rebuild(v));
+            Ok((rebuild(out), AdamWState::new(momentum)))
+        }
+    }
+}
+
+#[cfg(any(feature = "flex", feature = "tch"))]
+impl FusedAdamW {
+    /// Step `time`'s constants (`time` counted from 1, as burn's state after its increment).
+    fn constants(&self, lr: LearningRate, time: usize) -> Constants {
         let power = i32::try_from(time).unwrap_or(i32::MAX);
         let decay_rate = lr * self.weight_decay as f64;
-        let constants = Constants {
+        Constants {
             beta_1: self.beta_1,
             beta_2: self.beta_2,
             factor_1: 1.0 - self.beta_1,
@@ -181,33 +308,72 @@ impl FusedAdamW {
                 (1.0 - decay_rate) as f32
             },
             lr: lr as f32,
-        };
-        #[cfg(target_arch = "x86_64")]
-        let avx2 = crate::fastmath::has_avx2_fma();
-        // `storage_mut` copies a buffer that is still shared (never here, in a step) instead of
-        // writing under another holder.
-        out.storage_mut::<f32>()
-            .par_chunks_mut(CHUNK)
-            .zip(theta.storage::<f32>().par_chunks(CHUNK))
-            .zip(m.storage_mut::<f32>().par_chunks_mut(CHUNK))
-            .zip(v.storage_mut::<f32>().par_chunks_mut(CHUNK))
-            .for_each(|(((out, theta), m), v)| {
-                #[cfg(target_arch = "x86_64")]
-                if avx2 {
-                    // SAFETY: the CPU has AVX2 and FMA (checked above).
-                    unsafe { update_avx2(out, theta, m, v, &constants) };
-                    return;
-                }
-                update(out, theta, m, v, &constants)
-            });
-        drop(theta);
-        drop(tensor);
-        let rebuild = |t: FlexTensor| Tensor::<D>::from_primitive::<Flex>(t);
-        #[cfg(test)]
-        tests::FUSED_STEPS.with(|c| c.set(c.get() + 1));
-        let momentum = AdaptiveMomentumState::new(time, rebuild(m), rebuild(v));
-        Ok((rebuild(out), AdamWState::new(momentum)))
+        }
     }
+}
+
+/// A fused step's buffers, each taken by a backend's reader: θ (only read), the gradient (which
+/// receives the new θ), the two moments (`None`: a first step, zeros to be made) and the state's
+/// step count.
+#[cfg(any(feature = "flex", feature = "tch"))]
+struct StepBuffers<T> {
+    theta: T,
+    out: T,
+    moments: Option<(T, T)>,
+    time: usize,
+}
+
+/// The buffers of one step through `buffer` (a backend's reader of an `n`-element tensor);
+/// `None` where one is not readable, the shapes differ or the state is one the pass does not
+/// handle (AMSGrad's running maximum).
+#[cfg(any(feature = "flex", feature = "tch"))]
+fn step_buffers<const D: usize, T>(
+    tensor: &Tensor<D>,
+    grad: &Tensor<D>,
+    state: &Option<AdamWState<D>>,
+    buffer: impl Fn(&Tensor<D>, usize) -> Option<T>,
+) -> Option<StepBuffers<T>> {
+    if grad.shape() != tensor.shape() {
+        return None;
+    }
+    let n = tensor.shape().num_elements();
+    let (moments, time) = match state {
+        Some(s) if s.momentum.max_moment_2.is_none() => (
+            Some((
+                buffer(&s.momentum.moment_1, n)?,
+                buffer(&s.momentum.moment_2, n)?,
+            )),
+            s.momentum.time,
+        ),
+        Some(_) => return None,
+        None => (None, 0),
+    };
+    Some(StepBuffers {
+        theta: buffer(tensor, n)?,
+        out: buffer(grad, n)?,
+        moments,
+        time,
+    })
+}
+
+/// [`update`] over whole buffers, parallel over chunks (AVX2 where the CPU has it).
+#[cfg(any(feature = "flex", feature = "tch"))]
+fn update_in_chunks(out: &mut [f32], theta: &[f32], m: &mut [f32], v: &mut [f32], c: &Constants) {
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = crate::fastmath::has_avx2_fma();
+    out.par_chunks_mut(CHUNK)
+        .zip(theta.par_chunks(CHUNK))
+        .zip(m.par_chunks_mut(CHUNK))
+        .zip(v.par_chunks_mut(CHUNK))
+        .for_each(|(((out, theta), m), v)| {
+            #[cfg(target_arch = "x86_64")]
+            if avx2 {
+                // SAFETY: the CPU has AVX2 and FMA (checked above).
+                unsafe { update_avx2(out, theta, m, v, c) };
+                return;
+            }
+            update(out, theta, m, v, c)
+        });
 }
 
 impl Optimizer for FusedAdamW {
@@ -222,6 +388,11 @@ impl Optimizer for FusedAdamW {
     ) -> (Tensor<D>, Option<Self::State<D>>) {
         #[cfg(feature = "flex")]
         let (tensor, grad, state) = match self.flex_step(lr, tensor, grad, state) {
+            Ok((tensor, state)) => return (tensor, Some(state)),
+            Err(inputs) => inputs,
+        };
+        #[cfg(feature = "tch")]
+        let (tensor, grad, state) = match self.tch_step(lr, tensor, grad, state) {
             Ok((tensor, state)) => return (tensor, Some(state)),
             Err(inputs) => inputs,
         };
@@ -251,6 +422,16 @@ mod tests {
         FUSED_STEPS.with(std::cell::Cell::get)
     }
 
+    /// The devices whose buffers the fused pass reads in place: burn-flex, and LibTorch on the
+    /// CPU in a `--features tch` build (`cargo test --features tch --lib fused_adamw`).
+    fn fused_devices() -> Vec<DeviceSpec> {
+        #[allow(unused_mut)]
+        let mut specs = vec![DeviceSpec::Cpu];
+        #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+        specs.push(DeviceSpec::LibtorchCpu);
+        specs
+    }
+
     const BETAS: (f32, f32) = (0.9, 0.999);
     const EPSILON: f32 = 1e-8;
 
@@ -275,7 +456,13 @@ mod tests {
 
     #[test]
     fn one_parameter_follows_the_formulas() {
-        let device = DeviceSpec::Cpu.device().expect("flex");
+        for spec in fused_devices() {
+            one_parameter_follows_the_formulas_on(spec);
+        }
+    }
+
+    fn one_parameter_follows_the_formulas_on(spec: DeviceSpec) {
+        let device = spec.device().expect("device");
         let optim = FusedAdamW::new(BETAS.0, BETAS.1, EPSILON, 0.1);
         let theta0 = [0.5f32, -1.25, 3.0];
         let grads = [
@@ -294,14 +481,18 @@ mod tests {
             (theta, state) = (next, s);
         }
         assert_eq!(state.as_ref().map(|s| s.momentum.time), Some(4));
-        assert_eq!(fused_steps() - before, 4, "every step took the fused pass");
+        assert_eq!(
+            fused_steps() - before,
+            4,
+            "{spec}: every step took the fused pass"
+        );
         let got = values(theta);
         for (i, &x0) in theta0.iter().enumerate() {
             let gs: Vec<f64> = grads.iter().map(|g| g[i] as f64).collect();
             let want = reference(x0 as f64, &gs, lr, 0.1);
             assert!(
                 (got[i] as f64 - want).abs() < 1e-6,
-                "θ{i}: {} against {want}",
+                "{spec} θ{i}: {} against {want}",
                 got[i]
             );
         }
@@ -341,7 +532,13 @@ mod tests {
     /// with and without decay; and each optimizer's saved state continued by the other.
     #[test]
     fn module_steps_and_saved_state_match_burns_adamw() {
-        let device = DeviceSpec::Cpu.training_device().expect("flex");
+        for spec in fused_devices() {
+            module_steps_and_saved_state_match_burns_adamw_on(spec);
+        }
+    }
+
+    fn module_steps_and_saved_state_match_burns_adamw_on(spec: DeviceSpec) {
+        let device = spec.training_device().expect("device");
         for decay in [0.0, 0.01] {
             let burns = || {
                 AdamWConfig::new()
@@ -362,13 +559,13 @@ mod tests {
                 assert_eq!(
                     fused_steps() - before,
                     2,
-                    "weight and bias took the fused pass"
+                    "{spec}: weight and bias took the fused pass"
                 );
                 b = opt_b.step(lr, b.clone(), gradients(&b, k, &device));
                 for (x, y) in weights(&a).iter().zip(weights(&b)) {
                     assert!(
                         (x - y).abs() <= 1e-6 * (1.0 + y.abs()),
-                        "step {k}: {x} against {y}"
+                        "{spec} step {k}: {x} against {y}"
                     );
                 }
             }
@@ -443,7 +640,13 @@ mod tests {
     /// never written: their holders see the values they had.
     #[test]
     fn buffers_held_elsewhere_are_not_written() {
-        let device = DeviceSpec::Cpu.device().expect("flex");
+        for spec in fused_devices() {
+            buffers_held_elsewhere_are_not_written_on(spec);
+        }
+    }
+
+    fn buffers_held_elsewhere_are_not_written_on(spec: DeviceSpec) {
+        let device = spec.device().expect("device");
         let optim = FusedAdamW::new(BETAS.0, BETAS.1, EPSILON, 0.1);
         let theta = Tensor::<1>::from_floats([0.5f32, -1.25, 3.0, 2.0], &device);
         let grad = Tensor::<1>::from_floats([0.3f32, -2.0, 1e-3, 0.7], &device);
@@ -463,5 +666,36 @@ mod tests {
             values(next).iter().zip(values(theta)).all(|(a, b)| *a != b),
             "the step moved θ"
         );
+    }
+
+    /// A gradient that is a second handle on θ's own storage, which burn-tch's count does not
+    /// see (`TchTensor::new` of a shallow clone): the disjointness backstop copies it, so the
+    /// kept θ keeps its values and the step is still the formula's.
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    #[test]
+    #[allow(deprecated)]
+    fn an_alias_burn_tch_does_not_count_is_not_written() {
+        use burn::backend::{LibTorch, libtorch::TchTensor};
+        let device = DeviceSpec::LibtorchCpu.device().expect("libtorch");
+        let optim = FusedAdamW::new(BETAS.0, BETAS.1, EPSILON, 0.0);
+        let theta0 = [0.5f32, -1.25, 3.0, 2.0];
+        let theta = Tensor::<1>::from_floats(theta0, &device);
+        let kept = theta.clone();
+        let raw = theta
+            .clone()
+            .try_into_primitive::<LibTorch>()
+            .expect("LibTorch");
+        let alias = TchTensor::new(raw.tensor.shallow_clone());
+        assert!(alias.can_mut(), "burn-tch counts the alias as unshared");
+        drop(raw);
+        let grad = Tensor::<1>::from_primitive::<LibTorch>(alias);
+        let before = fused_steps();
+        let (next, _) = optim.step(0.01, theta, grad, None);
+        assert_eq!(fused_steps() - before, 1, "the fused pass took the step");
+        assert_eq!(values(kept), theta0.to_vec(), "the kept θ was not written");
+        for (got, x0) in values(next).iter().zip(theta0) {
+            let want = reference(x0 as f64, &[x0 as f64], 0.01, 0.0);
+            assert!((*got as f64 - want).abs() < 1e-6, "{got} against {want}");
+        }
     }
 }
