@@ -20,6 +20,7 @@ use conelab::data::{
 use conelab::metrics::Similarity;
 use conelab::model::{DeviceSpec, Preset};
 use conelab::run::launch::with_window;
+use conelab::run::say;
 use conelab::run::serve::{Reporting, ServeOptions};
 use conelab::run::{self, RunError, TrainOptions};
 use conelab::store;
@@ -798,7 +799,7 @@ fn sweep_run_cmd(
     }
     record.write(&out)?;
     let outcomes = conelab::sweep::local::run(&record, &out, &exe, local, |line| {
-        eprintln!("conelab sweep: {line}");
+        say(&format!("conelab sweep: {line}"));
     })?;
     let failed = outcomes
         .iter()
@@ -1023,16 +1024,16 @@ fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<u8> {
     )?;
     let code = exit.code();
     match &exit.outcome {
-        conelab::headless::Outcome::Diverged { step, loss } => eprintln!(
+        conelab::headless::Outcome::Diverged { step, loss } => say(&format!(
             "conelab: training diverged at step {step} (loss {loss}); the last good checkpoint is kept"
-        ),
+        )),
         conelab::headless::Outcome::Failed { message } => {
-            eprintln!("conelab: training failed: {message}")
+            say(&format!("conelab: training failed: {message}"))
         }
-        _ if exit.by_signal => eprintln!(
+        _ if exit.by_signal => say(&format!(
             "conelab: stopped by a signal after saving a checkpoint: `conelab train --resume {}` continues it",
             exit.dir.display()
-        ),
+        )),
         _ => {}
     }
     Ok(code)
@@ -1262,7 +1263,7 @@ fn export_cmd(args: ExportArgs) -> Result<()> {
     };
     let table = export::build(&request)?;
     for w in &table.warnings {
-        eprintln!("conelab: warning: {w}");
+        say(&format!("conelab: warning: {w}"));
     }
     let bytes = export::render(&table, format)?;
     match &args.out {
@@ -1287,10 +1288,10 @@ fn store_compact_cmd(runs: Vec<PathBuf>) -> Result<()> {
             done.replaced
         ))?;
         for (path, why) in &done.set_aside {
-            eprintln!(
+            say(&format!(
                 "conelab: warning: {why}: moved to {} (not deleted)",
                 path.display()
-            );
+            ));
         }
     }
     Ok(())

@@ -19,6 +19,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use clap::error::ErrorKind;
+use conelab::run::say;
 
 fn main() -> ExitCode {
     conelab::allocator::keep_freed_memory();
@@ -42,7 +43,9 @@ fn main() -> ExitCode {
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        eprintln!("conelab: internal error: {msg}{at} (please report this)");
+        say(&format!(
+            "conelab: internal error: {msg}{at} (please report this)"
+        ));
     }));
 
     let cli = match cli::Cli::try_parse() {
@@ -55,7 +58,7 @@ fn main() -> ExitCode {
             let code = e
                 .downcast_ref::<conelab::run::RunError>()
                 .map_or(2, |r| r.exit_code());
-            eprintln!("conelab: error: {e:#}");
+            say(&format!("conelab: error: {e:#}"));
             ExitCode::from(code)
         }
     }
@@ -77,7 +80,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("invalid command line");
             let line = line.strip_prefix("error: ").unwrap_or(line);
-            eprintln!("conelab: error: {line} (see conelab --help)");
+            say(&format!("conelab: error: {line} (see conelab --help)"));
             ExitCode::from(2)
         }
     }

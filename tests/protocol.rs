@@ -352,3 +352,47 @@ fn a_stale_socket_is_replaced_and_a_long_folder_gets_its_socket_elsewhere() {
     assert!(start.elapsed() < Duration::from_secs(60));
     assert!(!socket.exists(), "the socket is removed when the run ends");
 }
+
+/// A run whose stderr has gone — the starter of a detached run exits as the run announces
+/// itself, a `2>&1 | tee` dies — still serves viewers and still stops on a signal with a
+/// checkpoint: the lines it says on stderr (a viewer attached, a signal received) are dropped,
+/// never a panic of the thread that says them. Before, the connection's thread died on the
+/// "viewer attached" line and the client saw the socket close before a hello.
+#[test]
+fn a_run_whose_stderr_is_gone_serves_viewers_and_stops_on_a_signal() {
+    let f = Fixture::new();
+    let run = f.path("run");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
+        .args(["train", s(&f.path("corpus")), "--config"])
+        .arg(f.path("small.toml"))
+        .args(["--run-dir", s(&run)])
+        .args(["--steps", "100000000", "--eval-every", "0"])
+        .args(["--checkpoint-every", "0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("conelab starts");
+    // The read end closes at once: every write to the run's stderr fails with EPIPE.
+    drop(child.stderr.take());
+    let live = run.join("live.json");
+    wait_until("the live record", || live.is_file());
+    let live: Value = serde_json::from_slice(&std::fs::read(&live).expect("live")).expect("json");
+    let socket = PathBuf::from(live["socket"].as_str().expect("socket"));
+    wait_until("the socket", || UnixStream::connect(&socket).is_ok());
+    for _ in 0..3 {
+        let mut c = Client::connect(&socket);
+        assert_eq!(c.hello()["run"]["run_id"], "run");
+    }
+    let step = current_step(&socket);
+    assert!(step >= 1, "the run trains: step {step}");
+    signal(child.id(), libc::SIGTERM);
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(75), "stopped by a signal after saving");
+    let checkpoints: Vec<_> = std::fs::read_dir(&run)
+        .expect("run folder")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("step-"))
+        .collect();
+    assert_eq!(checkpoints.len(), 1, "one checkpoint, from the stop");
+}

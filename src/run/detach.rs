@@ -9,7 +9,7 @@
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -105,8 +105,10 @@ pub fn spawn(args: Vec<OsString>) -> Result<Ready, RunError> {
     })
 }
 
-/// In the background run, once it is ready: tells the starter where it is, then sends stdout and
-/// stderr to `output.log` in the run directory (appended).
+/// In the background run, once it is ready: sends stdout and stderr to `output.log` in the run
+/// directory (appended), then tells the starter where it is on the pipe it was reading. In that
+/// order: the starter exits as soon as it has the line, and anything the run's threads say from
+/// then on (a viewer that attached at once) must land in the log, not in a pipe nobody reads.
 pub fn announce_ready(ready: &Ready) -> std::io::Result<()> {
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -118,19 +120,23 @@ pub fn announce_ready(ready: &Ready) -> std::io::Result<()> {
         pid: ready.pid,
     })
     .map_err(std::io::Error::other)?;
-    {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{READY_PREFIX}{line}")?;
-        out.flush()?;
-    }
+    std::io::stdout().flush()?;
     let _ = std::io::stderr().flush();
+    // SAFETY: dup of this process's stdout; the new descriptor is owned by `starter` below.
+    let saved = unsafe { libc::dup(1) };
+    if saved < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `saved` is a fresh descriptor nothing else owns; the File closes it.
+    let mut starter = unsafe { std::fs::File::from_raw_fd(saved) };
     // SAFETY: dup2 onto the standard descriptors of this process, from a file we own.
     unsafe {
         if libc::dup2(log.as_raw_fd(), 1) < 0 || libc::dup2(log.as_raw_fd(), 2) < 0 {
             return Err(std::io::Error::last_os_error());
         }
     }
-    Ok(())
+    writeln!(starter, "{READY_PREFIX}{line}")?;
+    starter.flush()
 }
 
 /// The `train` arguments for the background run: this process's own, without `--detach`.

@@ -192,7 +192,7 @@ impl Hub {
                                 "the run's hub panicked: {}",
                                 crate::engine::panic_message(panic.as_ref())
                             );
-                            eprintln!("conelab: {message}");
+                            super::say(&format!("conelab: {message}"));
                             fault.set(message);
                             // The event it was handling still reaches the reporter.
                             if let Some(e) = event {

@@ -99,20 +99,20 @@ impl Signals {
             .spawn(move || {
                 for _ in signals.forever() {
                     if b.swap(true, Ordering::SeqCst) {
-                        eprintln!(
-                            "conelab: second signal: exiting now, without waiting for the checkpoint"
+                        super::say(
+                            "conelab: second signal: exiting now, without waiting for the checkpoint",
                         );
                         std::process::exit(130);
                     }
                     match s.get() {
                         Some(sender) => {
-                            eprintln!(
-                                "conelab: signal received: stopping after this step with a checkpoint (again to exit at once)"
+                            super::say(
+                                "conelab: signal received: stopping after this step with a checkpoint (again to exit at once)",
                             );
                             sender.send(Command::Stop { save: true });
                         }
                         None => {
-                            eprintln!("conelab: signal received before training started: exiting");
+                            super::say("conelab: signal received before training started: exiting");
                             std::process::exit(130);
                         }
                     }
@@ -271,11 +271,13 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
             pid: std::process::id(),
         };
         if let Err(e) = ready(&r) {
-            eprintln!("conelab: warning: telling the starter where the run is: {e}");
+            super::say(&format!(
+                "conelab: warning: telling the starter where the run is: {e}"
+            ));
         }
     }
     for n in notes {
-        eprintln!("{n}");
+        super::say(&n);
     }
 
     // train.log: written whatever stdout is; a run goes on without it if it cannot be opened
@@ -289,15 +291,15 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
     ) {
         Ok((log, warning)) => {
             if let Some(w) = warning {
-                eprintln!("conelab: warning: {w}");
+                super::say(&format!("conelab: warning: {w}"));
             }
             Some(log)
         }
         Err(e) => {
-            eprintln!(
+            super::say(&format!(
                 "conelab: warning: {}: {e}; the run goes on without it",
                 dir.join(super::log::TRAIN_LOG).display()
-            );
+            ));
             None
         }
     };
@@ -372,7 +374,9 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         host: crate::lockfile::host_name(),
     };
     if let Err(e) = live::conclude(&dir, &record) {
-        eprintln!("conelab: warning: recording how the run ended: {e}");
+        super::say(&format!(
+            "conelab: warning: recording how the run ended: {e}"
+        ));
     }
     drop(lock);
     Ok(exit)

@@ -35,7 +35,7 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn log(line: &str) {
-    eprintln!("conelab: control: {line}");
+    super::say(&format!("conelab: control: {line}"));
 }
 
 /// 64-bit FNV-1a, for the name of a socket that cannot live in its run directory.
