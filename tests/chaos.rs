@@ -1,9 +1,13 @@
 //! Chaos: a run with evaluations, snapshots and checkpoints is killed with SIGKILL twenty times at
-//! seeded random moments, each time resumed; at the end its losses equal an uninterrupted run's
+//! seeded random moments (a time into start-up, or a number of steps into the life and a few
+//! milliseconds more; the last kill just after the final step), each time resumed; at the end its losses equal an uninterrupted run's
 //! bit for bit, its store holds every step exactly once, and every export loads.
 
 mod common;
 
+use std::io::{BufRead, BufReader};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Fixture, conelab, s, store_losses};
@@ -40,6 +44,91 @@ impl Rng {
     }
 }
 
+/// What a life has reported on stdout so far: the step it started from and the newest step.
+struct Progress {
+    start: Arc<AtomicU64>,
+    step: Arc<AtomicU64>,
+}
+
+/// Not yet said.
+const UNKNOWN: u64 = u64::MAX;
+
+impl Progress {
+    fn follow(out: std::process::ChildStdout) -> Self {
+        let start = Arc::new(AtomicU64::new(UNKNOWN));
+        let step = Arc::new(AtomicU64::new(UNKNOWN));
+        let (s, n) = (start.clone(), step.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let value = |prefix: &str| {
+                    line.strip_prefix(prefix)?
+                        .split_whitespace()
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                };
+                if let Some(v) = value("start step=") {
+                    s.store(v, Ordering::SeqCst);
+                } else if let Some(v) = value("step=") {
+                    n.store(v, Ordering::SeqCst);
+                }
+            }
+        });
+        Self { start, step }
+    }
+
+    /// Steps taken in this life, once it has said where it started and taken one.
+    fn taken(&self) -> Option<u64> {
+        let (start, step) = (
+            self.start.load(Ordering::SeqCst),
+            self.step.load(Ordering::SeqCst),
+        );
+        (start != UNKNOWN && step != UNKNOWN).then(|| step.saturating_sub(start))
+    }
+
+    fn at(&self) -> Option<u64> {
+        let step = self.step.load(Ordering::SeqCst);
+        (step != UNKNOWN).then_some(step)
+    }
+}
+
+/// When a life is killed.
+#[derive(Clone, Copy)]
+enum Moment {
+    /// This long after the start: start-up, opening the store, restoring the checkpoint.
+    After(Duration),
+    /// `extra` after the life's `steps`-th step: mid-training, across evaluations (every 100),
+    /// snapshots (35) and checkpoints (25).
+    AfterStep { steps: u64, extra: Duration },
+    /// `extra` after the run's last step: the final evaluation, checkpoint and compaction.
+    AtTheEnd { extra: Duration },
+}
+
+impl Moment {
+    fn draw(rng: &mut Rng, last: bool) -> Self {
+        let extra = Duration::from_micros(rng.next() % 20_000);
+        if last {
+            return Moment::AtTheEnd { extra };
+        }
+        match rng.next() % 4 {
+            0 => Moment::After(Duration::from_millis(rng.next() % 400)),
+            _ => Moment::AfterStep {
+                steps: 1 + rng.next() % 60,
+                extra,
+            },
+        }
+    }
+
+    fn reached(self, elapsed: Duration, progress: &Progress) -> bool {
+        match self {
+            Moment::After(wait) => elapsed >= wait,
+            Moment::AfterStep { steps, .. } => progress.taken().is_some_and(|n| n >= steps),
+            Moment::AtTheEnd { .. } => progress.at().is_some_and(|s| s >= STEPS),
+        }
+    }
+}
+
 fn series(run: &std::path::Path, split: &str, metric: &str) -> Vec<(u64, f64)> {
     let st = conelab::store::load(run).expect("store");
     let h =
@@ -72,31 +161,44 @@ fn twenty_kills_and_resumes_end_where_an_uninterrupted_run_ends_bit_for_bit() {
         );
         lives += 1;
         let resume = chaos.join("run.toml").is_file();
+        // A step line for every step on stdout: the kills are placed by the run's own progress,
+        // so a faster or slower machine sees the same kind of chaos.
         let mut child = if resume {
-            let mut args = vec!["train", "--resume", s(&chaos)];
-            // The cadences are the run's own; the same flags may be given again.
-            args.extend(["--store-flush-secs", "0.05"]);
+            let args = [
+                "train",
+                "--resume",
+                s(&chaos),
+                "--store-flush-secs",
+                "0.05",
+                "--log-every",
+                "1",
+            ];
             std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
-                .args(&args)
+                .args(args)
                 .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::null())
                 .spawn()
                 .expect("resume")
         } else {
-            common::spawn_train(&f, "chaos", &settings())
+            let mut args = settings();
+            args.extend(["--log-every", "1"]);
+            common::spawn_train(&f, "chaos", &args)
         };
-        // Somewhere in the first 1.2 s of this life: start-up, steps, an evaluation, a
-        // checkpoint, a compaction at the end.
-        let wait = Duration::from_millis(rng.next() % 1_200);
+        drop(child.stderr.take());
+        let progress = Progress::follow(child.stdout.take().expect("stdout"));
+        let moment = Moment::draw(&mut rng, kills + 1 == KILLS);
         let t = Instant::now();
         let mut finished = false;
-        while t.elapsed() < wait {
+        loop {
             if child.try_wait().expect("poll").is_some() {
                 finished = true;
                 break;
             }
-            std::thread::sleep(Duration::from_millis(5));
+            if moment.reached(t.elapsed(), &progress) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
         if finished {
             if chaos.join("final.json").is_file() {
@@ -105,6 +207,10 @@ fn twenty_kills_and_resumes_end_where_an_uninterrupted_run_ends_bit_for_bit() {
                 break;
             }
             continue;
+        }
+        if let Moment::AfterStep { extra, .. } | Moment::AtTheEnd { extra } = moment {
+            // Into whatever follows the step: an evaluation, a snapshot, a checkpoint's write.
+            std::thread::sleep(extra);
         }
         child.kill().expect("SIGKILL");
         let _ = child.wait();
