@@ -263,7 +263,9 @@ fn a_run_outlives_its_terminal_and_viewers_attach_steer_and_leave() {
             s(&exit(5))
         ),
     );
-    fifth.wait_for("running");
+    // Thirty steps may be over before a screen is read: the workbench is up (running or
+    // finished) once its title bar is drawn.
+    fifth.wait_for("conelab run ·");
     fifth.keys(&["6", "z"]);
     let screen = fifth.wait_for("MLE → CosReg γ=1");
     assert!(screen.contains("started: MLE"), "{screen}");
@@ -285,19 +287,21 @@ fn a_killed_tmux_session_leaves_the_run_to_finish_and_nothing_behind() {
     let t = terminal(
         "workbench",
         &format!(
-            "{bin} train {} --config {} --run-dir {} --steps 400 --eval-every 100 --snapshot-every 50",
+            "{bin} train {} --config {} --run-dir {} --steps 2000 --eval-every 100 --snapshot-every 50",
             s(&f.path("corpus")),
             s(&f.path("small.toml")),
             s(&run)
         ),
     );
+    // Long enough (2,000 steps) that the session is killed while the run trains, on a fast
+    // machine too.
     t.wait_for("running");
     t.run(&["kill-session", "-t", "workbench"]);
     let fin = wait_final(&run);
     assert_eq!(fin["status"], "completed");
-    assert_eq!(fin["step"], 400);
-    assert!(run.join("step-000400").is_dir(), "the final checkpoint");
+    assert_eq!(fin["step"], 2000);
+    assert!(run.join("step-002000").is_dir(), "the final checkpoint");
     no_process_left(&run);
     let steps: Vec<u64> = store_losses(&run).iter().map(|p| p.0).collect();
-    assert_eq!(steps, (1..=400).collect::<Vec<_>>());
+    assert_eq!(steps, (1..=2000).collect::<Vec<_>>());
 }
