@@ -343,6 +343,9 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
             "cosreg",
         ],
     );
+    // Its reports are read and dropped: a pipe left full would block the run's last lines, and
+    // the run would never exit after the SIGTERM below.
+    common::drain(&mut live);
     common::wait_until("the live run's folder", || {
         f.path("cos").join("run.toml").exists()
     });

@@ -307,6 +307,17 @@ pub fn spawn_train_env(
     c.spawn().expect("conelab starts")
 }
 
+/// Reads and drops the child's piped stdout and stderr on threads of their own, for a child whose
+/// reports the test does not need: a full pipe would block the child's next write.
+pub fn drain(child: &mut std::process::Child) {
+    if let Some(mut out) = child.stdout.take() {
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    }
+    if let Some(mut err) = child.stderr.take() {
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    }
+}
+
 /// Reads the child's stdout until a line contains `needle` (90 s at most); returns all read.
 pub fn read_until(out: &mut impl std::io::Read, needle: &str) -> String {
     let start = Instant::now();
