@@ -73,6 +73,15 @@ pub fn is_flex(device: &Device) -> bool {
     }
 }
 
+/// Whether `device` is LibTorch on the CPU, with or without autodiff: its tensors are in host
+/// memory too, and its own kernels (MKL, on LibTorch's thread pool) are at hand for host work.
+#[cfg(feature = "tch")]
+pub fn is_libtorch_cpu(device: &Device) -> bool {
+    #[allow(deprecated)]
+    let cpu = Device::libtorch();
+    *device == cpu || *device == cpu.autodiff()
+}
+
 impl DeviceSpec {
     /// Whether the device's tensors live in host memory (burn-flex, LibTorch on the CPU): there
     /// the LSTM's host layers and the host dropout masks cost a copy at most, never a transfer.

@@ -305,6 +305,7 @@ impl LstmLm {
                 w_in: cat(&|g| g.input_transform.weight.val())?,
                 w_hidden: cat(&|g| g.hidden_transform.weight.val())?,
                 bias: host_vec(summed)?,
+                products: lstm_host::Products::for_device(&device),
             };
             let carried = match states
                 .as_mut()

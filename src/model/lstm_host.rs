@@ -15,7 +15,8 @@
 //! backward. Here the sequential part is one product forward and one backward per step, and the
 //! weight gradients are single large products over the window, as cuDNN and oneDNN do it.
 //! Products go through the `gemm` crate (burn-flex's own kernels) or faer's, whichever takes the
-//! shape faster (`Kernel`); σ and tanh through the vectorised exp of `fastmath`.
+//! shape faster (`Kernel`), or, when the model's tensors are LibTorch's, through LibTorch's own
+//! (`Products`); σ and tanh through the vectorised exp of `fastmath`.
 
 use crate::fastmath::exp_shifted_in_place;
 
@@ -27,6 +28,45 @@ pub struct LayerWeights {
     pub w_in: Vec<f32>,
     pub w_hidden: Vec<f32>,
     pub bias: Vec<f32>,
+    /// Where the layer's products run.
+    pub products: Products,
+}
+
+/// Where a layer's matrix products run. On LibTorch's CPU device the rest of the step (the head,
+/// the embedding's gradient) runs on LibTorch's OpenMP pool; products on rayon's pool there
+/// leave the two pools spinning against each other on the same cores, so LibTorch's `mm` (MKL)
+/// takes them instead.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Products {
+    /// conelab's Rust kernels (`Kernel::Gemm`, `Kernel::Faer`), as on burn-flex.
+    #[default]
+    Rust,
+    /// LibTorch's `mm` on the CPU.
+    #[cfg(feature = "tch")]
+    LibTorch,
+}
+
+impl Products {
+    /// LibTorch's own kernels for a model on LibTorch's CPU device, the Rust ones elsewhere.
+    pub fn for_device(device: &burn::prelude::Device) -> Self {
+        #[cfg(feature = "tch")]
+        if super::device::is_libtorch_cpu(device) {
+            return Products::LibTorch;
+        }
+        let _ = device;
+        Products::Rust
+    }
+}
+
+impl LayerWeights {
+    /// The kernel for a product that takes `rust` among the Rust kernels.
+    fn kernel(&self, rust: Kernel) -> Kernel {
+        match self.products {
+            Products::Rust => rust,
+            #[cfg(feature = "tch")]
+            Products::LibTorch => Kernel::Torch,
+        }
+    }
 }
 
 /// What the backward pass needs from the forward. Inside, rows are in (time, batch) order, so
@@ -119,10 +159,13 @@ const PARALLEL_THRESHOLD: usize = 192 * 192 * 192;
 /// the metrics' `faer`); measured on the LSTM's shapes (2 cores, AVX2), faer's kernels take a
 /// per-step δa·W_hᵀ ([16, 2600]·[2600, 650]) in 0.54 ms against gemm's 1.01 ms and ∂X = δA·W_inᵀ
 /// in 12.9 against 18.7 ms, and are slower or equal on the others (∂W_h: 22.3 against 16.9 ms).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Kernel {
     Gemm,
     Faer,
+    /// LibTorch's `mm`/`addmm_` over the same memory (see [`Products`]).
+    #[cfg(feature = "tch")]
+    Torch,
 }
 
 /// dst `[m, n]` (row stride `dst_rs`) = (dst if `accumulate`, else 0) + lhs `[m, k]` · rhs `[k, n]`.
@@ -211,6 +254,55 @@ fn matmul(
             let par = if parallel { Par::rayon(0) } else { Par::Seq };
             faer::linalg::matmul::matmul(d, beta, l, r, 1.0f32, par);
         }
+        #[cfg(feature = "tch")]
+        Kernel::Torch => torch_matmul((m, n, k), dst, dst_rs, accumulate, lhs, rhs),
+    }
+}
+
+/// [`matmul`] on LibTorch: the three operands wrapped as CPU tensors over the same memory (no
+/// copy), `mm` into the destination or `addmm_` onto it.
+#[cfg(feature = "tch")]
+fn torch_matmul(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [f32],
+    dst_rs: usize,
+    accumulate: bool,
+    lhs: View,
+    rhs: View,
+) {
+    use tch::{Device, Kind, Tensor};
+    let dims = |r: usize, c: usize| [r as i64, c as i64];
+    // SAFETY: `matmul` asserted that every element of the three shapes with their strides is
+    // inside its slice; the tensors live only inside this call, while the slices are borrowed;
+    // `dst` is borrowed mutably, so it aliases neither operand, and only `dst`'s tensor is
+    // written. A destination of the right shape is never resized by `mm_out`.
+    unsafe {
+        let l = Tensor::from_blob(
+            lhs.data.as_ptr().cast(),
+            &dims(m, k),
+            &dims(lhs.rs, lhs.cs),
+            Kind::Float,
+            Device::Cpu,
+        );
+        let r = Tensor::from_blob(
+            rhs.data.as_ptr().cast(),
+            &dims(k, n),
+            &dims(rhs.rs, rhs.cs),
+            Kind::Float,
+            Device::Cpu,
+        );
+        let mut d = Tensor::from_blob(
+            dst.as_mut_ptr().cast_const().cast(),
+            &dims(m, n),
+            &dims(dst_rs, 1),
+            Kind::Float,
+            Device::Cpu,
+        );
+        if accumulate {
+            let _ = d.addmm_(&l, &r);
+        } else {
+            let _ = l.mm_out(&d, &r);
+        }
     }
 }
 
@@ -250,7 +342,7 @@ pub fn layer_forward(
     let x = transpose_rows(x, batch, time, d_in);
     let mut gates = vec![0.0f32; rows * g4];
     matmul(
-        Kernel::Gemm,
+        w.kernel(Kernel::Gemm),
         (rows, g4, d_in),
         &mut gates,
         g4,
@@ -277,7 +369,7 @@ pub fn layer_forward(
             &outputs[(t - 1) * step..t * step]
         };
         matmul(
-            Kernel::Gemm,
+            w.kernel(Kernel::Gemm),
             (batch, g4, h),
             a,
             g4,
@@ -374,7 +466,7 @@ pub fn layer_backward(w: &LayerWeights, tape: LayerTape, d_out: &[f32]) -> Layer
         if t > 0 {
             // δh_{t−1} = δa_t·W_hᵀ.
             matmul(
-                Kernel::Faer,
+                w.kernel(Kernel::Faer),
                 (batch, h, g4),
                 &mut dh_next,
                 h,
@@ -389,7 +481,7 @@ pub fn layer_backward(w: &LayerWeights, tape: LayerTape, d_out: &[f32]) -> Layer
     // 0..T−1 against steps 1..T (contiguous in (time, batch) order).
     let mut w_hidden = vec![0.0f32; h * g4];
     matmul(
-        Kernel::Gemm,
+        w.kernel(Kernel::Gemm),
         (h, g4, batch),
         &mut w_hidden,
         g4,
@@ -398,7 +490,7 @@ pub fn layer_backward(w: &LayerWeights, tape: LayerTape, d_out: &[f32]) -> Layer
         View::rows(&d_gates[..block], g4),
     );
     matmul(
-        Kernel::Gemm,
+        w.kernel(Kernel::Gemm),
         (h, g4, rows - batch),
         &mut w_hidden,
         g4,
@@ -408,7 +500,7 @@ pub fn layer_backward(w: &LayerWeights, tape: LayerTape, d_out: &[f32]) -> Layer
     );
     let mut w_in = vec![0.0f32; d_in * g4];
     matmul(
-        Kernel::Gemm,
+        w.kernel(Kernel::Gemm),
         (d_in, g4, rows),
         &mut w_in,
         g4,
@@ -424,7 +516,7 @@ pub fn layer_backward(w: &LayerWeights, tape: LayerTape, d_out: &[f32]) -> Layer
     }
     let mut dx = vec![0.0f32; rows * d_in];
     matmul(
-        Kernel::Faer,
+        w.kernel(Kernel::Faer),
         (rows, d_in, g4),
         &mut dx,
         d_in,
@@ -495,20 +587,36 @@ mod tests {
         out
     }
 
-    fn layer(d_in: usize, h: usize) -> LayerWeights {
+    fn layer(d_in: usize, h: usize, products: Products) -> LayerWeights {
         LayerWeights {
             d_in,
             hidden: h,
             w_in: fill(d_in * 4 * h, 1, 0.5),
             w_hidden: fill(h * 4 * h, 2, 0.5),
             bias: fill(4 * h, 3, 0.3),
+            products,
         }
+    }
+
+    /// Every place the products can run in this build.
+    fn every_products() -> Vec<Products> {
+        vec![
+            Products::Rust,
+            #[cfg(feature = "tch")]
+            Products::LibTorch,
+        ]
     }
 
     #[test]
     fn the_forward_matches_the_formulas_in_f64() {
+        for products in every_products() {
+            forward_matches_the_formulas_in_f64(products);
+        }
+    }
+
+    fn forward_matches_the_formulas_in_f64(products: Products) {
         let (batch, time, d_in, h) = (3, 5, 4, 6);
-        let w = layer(d_in, h);
+        let w = layer(d_in, h, products);
         let x = fill(batch * time * d_in, 4, 1.0);
         let (h0, c0) = (fill(batch * h, 5, 0.5), fill(batch * h, 6, 0.5));
         let tape = layer_forward(&w, &x, (batch, time), Some((h0.clone(), c0.clone())));
@@ -519,7 +627,7 @@ mod tests {
             .zip(&expected)
             .map(|(&a, &b)| (a as f64 - b).abs())
             .fold(0.0, f64::max);
-        assert!(worst < 1e-5, "max difference {worst}");
+        assert!(worst < 1e-5, "{products:?}: max difference {worst}");
         // The final state is the last step's, per sequence.
         let (_, last_h) = tape.final_state();
         for b in 0..batch {
@@ -532,8 +640,14 @@ mod tests {
     /// L = Σ u ⊙ outputs for a fixed random u.
     #[test]
     fn the_backward_matches_finite_differences() {
+        for products in every_products() {
+            backward_matches_finite_differences(products);
+        }
+    }
+
+    fn backward_matches_finite_differences(products: Products) {
         let (batch, time, d_in, h) = (2, 4, 3, 5);
-        let w = layer(d_in, h);
+        let w = layer(d_in, h, products);
         let x = fill(batch * time * d_in, 7, 1.0);
         let (h0, c0) = (fill(batch * h, 8, 0.5), fill(batch * h, 9, 0.5));
         let u = fill(batch * time * h, 10, 1.0);
@@ -552,7 +666,7 @@ mod tests {
                 let numeric = (perturb(k, eps) - perturb(k, -eps)) / (2.0 * eps as f64);
                 assert!(
                     (numeric - g as f64).abs() < 2e-3 * (1.0 + numeric.abs()),
-                    "{what}[{k}]: analytic {g}, finite differences {numeric}"
+                    "{products:?} {what}[{k}]: analytic {g}, finite differences {numeric}"
                 );
             }
         };
@@ -563,6 +677,7 @@ mod tests {
                 w_in: w.w_in.clone(),
                 w_hidden: w.w_hidden.clone(),
                 bias: w.bias.clone(),
+                products,
             };
             let mut x2 = x.clone();
             match field {
@@ -580,14 +695,21 @@ mod tests {
         assert!(grads.w_hidden.iter().any(|g| g.abs() > 1e-2));
     }
 
-    /// Both kernels, every operand layout the layer uses, accumulating or not, against a
-    /// direct f64 sum; large enough for the parallel paths (above 192³ multiply-adds).
+    /// Every kernel (LibTorch's too in a tch build), every operand layout the layer uses,
+    /// accumulating or not, against a direct f64 sum; large enough for the parallel paths (above
+    /// 192³ multiply-adds).
     #[test]
-    fn both_kernels_multiply_every_layout_right() {
+    fn every_kernel_multiplies_every_layout_right() {
         let (m, n, k) = (37, 300, 700);
         let a = fill(m * k, 12, 1.0);
         let b = fill(k * n, 13, 1.0);
-        for kernel in [Kernel::Gemm, Kernel::Faer] {
+        let kernels = [
+            Kernel::Gemm,
+            Kernel::Faer,
+            #[cfg(feature = "tch")]
+            Kernel::Torch,
+        ];
+        for kernel in kernels {
             for (ta, tb) in [(false, false), (true, false), (false, true)] {
                 for accumulate in [false, true] {
                     let lhs = if ta {
@@ -621,7 +743,10 @@ mod tests {
                             if accumulate {
                                 want += start[i * stride + j] as f64;
                             }
-                            assert!((got - want).abs() < 1e-3, "({i}, {j}): {got} vs {want}");
+                            assert!(
+                                (got - want).abs() < 1e-3,
+                                "{kernel:?} ({i}, {j}): {got} vs {want}"
+                            );
                         }
                     }
                 }
@@ -631,7 +756,7 @@ mod tests {
 
     #[test]
     fn a_window_of_one_step_and_no_state_starts_from_zeros() {
-        let w = layer(2, 3);
+        let w = layer(2, 3, Products::Rust);
         let x = fill(2 * 2, 11, 1.0);
         let tape = layer_forward(&w, &x, (2, 1), None);
         let expected = reference_forward(&w, &x, (2, 1), &[0.0; 6], &[0.0; 6]);
