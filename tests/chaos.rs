@@ -1,7 +1,8 @@
 //! Chaos: a run with evaluations, snapshots and checkpoints is killed with SIGKILL twenty times at
 //! seeded random moments (a time into start-up, or a number of steps into the life and a few
-//! milliseconds more; the last kill just after the final step), each time resumed; at the end its losses equal an uninterrupted run's
-//! bit for bit, its store holds every step exactly once, and every export loads.
+//! milliseconds more; the last kill just after the final step), each time resumed; at the end
+//! its losses equal an uninterrupted run's bit for bit, its store holds every step exactly once,
+//! and every export loads.
 
 mod common;
 

@@ -362,19 +362,21 @@ fn a_stale_socket_is_replaced_and_a_long_folder_gets_its_socket_elsewhere() {
 fn a_run_whose_stderr_is_gone_serves_viewers_and_stops_on_a_signal() {
     let f = Fixture::new();
     let run = f.path("run");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
-        .args(["train", s(&f.path("corpus")), "--config"])
-        .arg(f.path("small.toml"))
-        .args(["--run-dir", s(&run)])
-        .args(["--steps", "100000000", "--eval-every", "0"])
-        .args(["--checkpoint-every", "0"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("conelab starts");
+    let mut child = common::spawn_train(
+        &f,
+        "run",
+        &[
+            "--steps",
+            "100000000",
+            "--eval-every",
+            "0",
+            "--checkpoint-every",
+            "0",
+        ],
+    );
     // The read end closes at once: every write to the run's stderr fails with EPIPE.
     drop(child.stderr.take());
+    common::drain(&mut child);
     let live = run.join("live.json");
     wait_until("the live record", || live.is_file());
     let live: Value = serde_json::from_slice(&std::fs::read(&live).expect("live")).expect("json");

@@ -271,38 +271,27 @@ fn torch_matmul(
     rhs: View,
 ) {
     use tch::{Device, Kind, Tensor};
-    let dims = |r: usize, c: usize| [r as i64, c as i64];
-    // SAFETY: `matmul` asserted that every element of the three shapes with their strides is
-    // inside its slice; the tensors live only inside this call, while the slices are borrowed;
-    // `dst` is borrowed mutably, so it aliases neither operand, and only `dst`'s tensor is
-    // written. A destination of the right shape is never resized by `mm_out`.
-    unsafe {
-        let l = Tensor::from_blob(
-            lhs.data.as_ptr().cast(),
-            &dims(m, k),
-            &dims(lhs.rs, lhs.cs),
+    // A CPU tensor of `rows × cols` f32 over `data` with the strides `(rs, cs)`, no copy.
+    // SAFETY (for the callers below): `matmul` asserted that every element of the three shapes
+    // with their strides is inside its slice; the tensors live only inside this call, while the
+    // slices are borrowed; `dst` is borrowed mutably, so it aliases neither operand, and only
+    // `dst`'s tensor is written. A destination of the right shape is never resized by `mm_out`.
+    let blob = |data: *const f32, (rows, cols): (usize, usize), (rs, cs): (usize, usize)| unsafe {
+        Tensor::from_blob(
+            data.cast(),
+            &[rows as i64, cols as i64],
+            &[rs as i64, cs as i64],
             Kind::Float,
             Device::Cpu,
-        );
-        let r = Tensor::from_blob(
-            rhs.data.as_ptr().cast(),
-            &dims(k, n),
-            &dims(rhs.rs, rhs.cs),
-            Kind::Float,
-            Device::Cpu,
-        );
-        let mut d = Tensor::from_blob(
-            dst.as_mut_ptr().cast_const().cast(),
-            &dims(m, n),
-            &dims(dst_rs, 1),
-            Kind::Float,
-            Device::Cpu,
-        );
-        if accumulate {
-            let _ = d.addmm_(&l, &r);
-        } else {
-            let _ = l.mm_out(&d, &r);
-        }
+        )
+    };
+    let l = blob(lhs.data.as_ptr(), (m, k), (lhs.rs, lhs.cs));
+    let r = blob(rhs.data.as_ptr(), (k, n), (rhs.rs, rhs.cs));
+    let mut d = blob(dst.as_mut_ptr().cast_const(), (m, n), (dst_rs, 1));
+    if accumulate {
+        let _ = d.addmm_(&l, &r);
+    } else {
+        let _ = l.mm_out(&d, &r);
     }
 }
 
