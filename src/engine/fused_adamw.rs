@@ -66,20 +66,8 @@ impl FusedAdamW {
     }
 }
 
-/// One f32 tensor of burn-flex as a contiguous buffer from its start, or `None`.
 #[cfg(feature = "flex")]
-pub(super) fn flex_buffer<const D: usize>(t: &Tensor<D>, n: usize) -> Option<FlexTensor> {
-    if t.dtype() != DType::F32 {
-        return None;
-    }
-    let flex = t.clone().try_into_primitive::<Flex>().ok()?;
-    let layout = flex.layout();
-    (layout.is_contiguous()
-        && layout.start_offset() == 0
-        && layout.num_elements() == n
-        && flex.storage::<f32>().len() == n)
-        .then_some(flex)
-}
+pub(super) use crate::model::flex_buffer;
 
 /// The step's scalars, burn's formula's constants.
 #[cfg(any(feature = "flex", feature = "tch"))]

@@ -125,6 +125,25 @@ impl DeviceSpec {
     }
 }
 
+/// One f32 tensor of burn-flex (not an autodiff wrapper: `inner()` first) as a contiguous buffer
+/// from its start, or `None`: host passes read and write burn-flex's storage in place.
+#[cfg(feature = "flex")]
+pub fn flex_buffer<const D: usize>(
+    t: &burn::prelude::Tensor<D>,
+    n: usize,
+) -> Option<burn_flex::FlexTensor> {
+    if t.dtype() != burn::tensor::DType::F32 {
+        return None;
+    }
+    let flex = t.clone().try_into_primitive::<burn_flex::Flex>().ok()?;
+    let layout = flex.layout();
+    (layout.is_contiguous()
+        && layout.start_offset() == 0
+        && layout.num_elements() == n
+        && flex.storage::<f32>().len() == n)
+        .then_some(flex)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

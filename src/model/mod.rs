@@ -17,6 +17,8 @@ use burn::nn::Embedding;
 use burn::prelude::*;
 
 pub use config::{LstmConfig, ModelConfig, Preset, TransformerConfig};
+#[cfg(feature = "flex")]
+pub use device::flex_buffer;
 pub use device::{DeviceError, DeviceSpec, is_flex};
 pub use lstm::{HostLstmError, HostLstmGradients, HostLstmWindow, LstmLm, RecurrentState};
 pub use spectral::{SPECTRAL_PARAM_IDS, SpectralEmbedding, SvdError};
