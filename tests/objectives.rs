@@ -388,6 +388,7 @@ fn the_host_pass_matches_burns_graph_with_every_term_on() {
                 )),
                 gates: Some(row_gates(&gates, &targets, &dev)),
                 host_targets: host_pass.then(|| targets.to_vec()),
+                w_outside_graph: false,
             },
         )
         .expect("head");
@@ -414,6 +415,85 @@ fn the_host_pass_matches_burns_graph_with_every_term_on() {
     );
     assert_close(&fused.2, &graph.2, 1e-5, "∂L/∂W");
     assert_close(&fused.3, &graph.3, 1e-5, "∂L/∂h");
+}
+
+/// The trainer's fast path on burn-flex — the output bias added inside the host pass, and W's
+/// output-side gradient handed back beside the graph (`w_outside_graph`) — against burn's graph
+/// of the whole head with the bias in the logits and W's term in the graph: the same NLL, and
+/// the same gradients for W, the bias and h, with AGG's gates and DEV on.
+#[test]
+fn the_bias_in_the_host_pass_and_w_beside_the_graph_match_burns_graph() {
+    let dev = device();
+    let (n, d, p) = (6, 3, 6);
+    // Rare (3, 4, 5) and frequent targets under the fixture's gates.
+    let targets = [2u32, 3, 5, 0, 4, 1];
+    let h0: Vec<f64> = values(p * d, 21).iter().map(|x| x * 2.0).collect();
+    let w0 = values(n * d, 22);
+    let b0: Vec<f32> = values(n, 23).iter().map(|&x| x as f32).collect();
+    let (gates, _) = agg_fixture();
+    let run = |fast: bool| {
+        let h = leaf(&h0, [p, d], &dev);
+        let w = leaf(&w0, [n, d], &dev);
+        let b = Tensor::<1>::from_data(TensorData::new(b0.clone(), [n]), &dev).require_grad();
+        let out = full_softmax_head(
+            h.clone(),
+            w.clone(),
+            Some(b.clone()),
+            ids(&targets, &dev),
+            HeadTerms {
+                dev: 0.3,
+                gates: Some(row_gates(&gates, &targets, &dev)),
+                host_targets: fast.then(|| targets.to_vec()),
+                w_outside_graph: fast,
+                ..HeadTerms::default()
+            },
+        )
+        .expect("head");
+        assert_eq!(
+            out.w_gradient.is_some(),
+            fast,
+            "W's gradient beside the graph"
+        );
+        let nll = scalar(out.nll);
+        let grads = out.graph.backward();
+        // Outside the graph, W's gradient is the head's alone: the graph holds nothing for it.
+        let gw = match out.w_gradient {
+            Some(g) => {
+                assert!(w.grad(&grads).is_none(), "W is left out of the graph");
+                host(g)
+            }
+            None => host(w.grad(&grads).expect("W gradient")),
+        };
+        let gb: Vec<f64> = b
+            .grad(&grads)
+            .expect("bias gradient")
+            .try_into_vec_as::<f32>()
+            .expect("f32")
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        let gh = host(h.grad(&grads).expect("h gradient"));
+        (nll, gw, gb, gh)
+    };
+    let (graph, fast) = (run(false), run(true));
+    assert!(
+        (graph.0 - fast.0).abs() < 1e-5,
+        "NLL {} vs {}",
+        graph.0,
+        fast.0
+    );
+    assert_close(&fast.1, &graph.1, 1e-5, "∂L/∂W");
+    assert_close(&fast.2, &graph.2, 1e-5, "∂L/∂b");
+    assert_close(&fast.3, &graph.3, 1e-5, "∂L/∂h");
+    // The bias moved the logits: the same head without it has another NLL.
+    let h = leaf(&h0, [p, d], &dev);
+    let w = leaf(&w0, [n, d], &dev);
+    let without =
+        full_softmax_head(h, w, None, ids(&targets, &dev), HeadTerms::default()).expect("head");
+    assert!(
+        (scalar(without.nll) - graph.0).abs() > 1e-3,
+        "the bias is in the logits"
+    );
 }
 
 #[test]

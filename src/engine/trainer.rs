@@ -26,7 +26,7 @@ use crate::model::{
 use crate::objective::agg::{Gates, TokenCounter, agg_gates, part_freeze_gates, row_gates};
 use crate::objective::and::{and_loss, squashed_centring};
 use crate::objective::freeze::{frozen_ranges, restore_rows, zero_rows};
-use crate::objective::head::{HeadTerms, full_softmax_head};
+use crate::objective::head::{HeadOutput, HeadTerms, full_softmax_head};
 use crate::objective::self_norm::{
     UnigramSampler, nce_loss, sample_positions, sampled_log_z_penalty,
 };
@@ -396,17 +396,25 @@ impl Trainer {
 
         // The data term: its value (reported) and a graph whose gradient is the step's.
         let mut penalties: Vec<Tensor<1>> = Vec::new();
+        // W's output-side gradient when the head hands it back outside the graph (W is then the
+        // parameter itself: no spectrum control), added to W's gradient after the backward pass.
+        let mut w_from_head: Option<Tensor<2>> = None;
         let (data_loss, mut objective) = match objectives.loss {
-            LossKind::Mle => self.full_softmax_terms(
-                &objectives,
-                &batch,
-                hidden.clone(),
-                w.clone(),
-                bias.clone(),
-                targets.clone(),
-                gates.as_ref(),
-                &mut penalties,
-            )?,
+            LossKind::Mle => {
+                let head = self.full_softmax_terms(
+                    &objectives,
+                    &batch,
+                    hidden.clone(),
+                    w.clone(),
+                    bias.clone(),
+                    targets.clone(),
+                    gates.as_ref(),
+                    !spectral,
+                )?;
+                penalties.extend(head.penalties);
+                w_from_head = head.w_gradient;
+                (head.nll, head.graph)
+            }
             LossKind::Nce | LossKind::NceR => {
                 let sampler = self
                     .sampler
@@ -493,6 +501,14 @@ impl Trainer {
             }
         };
         let w_id = self.model.embedding_param_id();
+        if let Some(from_head) = w_from_head {
+            let from_head = from_head.inner();
+            let sum = match grads.remove::<2>(w_id) {
+                Some(g) => g + from_head,
+                None => from_head,
+            };
+            grads.register(w_id, sum);
+        }
         if !frozen.is_empty()
             && let Some(g) = grads.remove::<2>(w_id)
         {
@@ -629,7 +645,8 @@ impl Trainer {
     }
 
     /// The full-softmax terms (NLL, DEV, unlikelihood) with the step's gates
-    /// (`objective/head.rs`). Returns the NLL and the graph to differentiate.
+    /// (`objective/head.rs`); with `w_outside_graph` W's output-side gradient comes back beside
+    /// the graph instead of in it.
     #[allow(clippy::too_many_arguments)]
     fn full_softmax_terms(
         &self,
@@ -640,8 +657,8 @@ impl Trainer {
         bias: Option<Tensor<1>>,
         targets: Tensor<1, Int>,
         gates: Option<&Gates>,
-        penalties: &mut Vec<Tensor<1>>,
-    ) -> Result<(Tensor<1>, Tensor<1>), EngineError> {
+        w_outside_graph: bool,
+    ) -> Result<HeadOutput, EngineError> {
         let unlikelihood = (objectives.ul.enabled && objectives.ul.weight > 0.0).then(|| {
             let (idx, mask) =
                 unlikelihood::candidates(&batch.inputs, &batch.targets, batch.batch, batch.time);
@@ -658,11 +675,10 @@ impl Trainer {
             gates: gates.map(|g| row_gates(g, &batch.targets, &self.device)),
             // burn-flex's logits are in host memory: the fused host pass reads them in place.
             host_targets: (self.device_spec == DeviceSpec::Cpu).then(|| batch.targets.clone()),
+            w_outside_graph,
         };
-        let out = full_softmax_head(hidden, w, bias, targets, terms)
-            .map_err(|e| EngineError::Backend(e.to_string()))?;
-        penalties.extend(out.penalties);
-        Ok((out.nll, out.graph))
+        full_softmax_head(hidden, w, bias, targets, terms)
+            .map_err(|e| EngineError::Backend(e.to_string()))
     }
 
     /// The gates of this step: gradient-part freezing's static ones, or AGG's from the counter

@@ -33,6 +33,11 @@ pub struct HeadTerms {
     /// DEV, unlikelihood and G then come from one fused pass over the logits (`host_softmax`)
     /// instead of burn's graph of the same terms.
     pub host_targets: Option<Vec<u32>>,
+    /// W's output-side gradient handed back in [`HeadOutput::w_gradient`] instead of through the
+    /// graph: for a caller whose W is the parameter itself (no spectrum control), which adds it
+    /// to the parameter's gradient. The graph's term sum(W ⊙ (gates⊙G)ᵀ·h) costs a product over
+    /// W forward and one backward (19 ms of a 300 ms `lstm` step), the addition one pass.
+    pub w_outside_graph: bool,
 }
 
 /// Gates in factored form: position p's row is `g1 + rare_target_p·(g2 − g1)`, and the target's
@@ -54,6 +59,9 @@ pub struct HeadOutput {
     pub penalties: Vec<Tensor<1>>,
     /// The graph to differentiate.
     pub graph: Tensor<1>,
+    /// ∂L/∂W from the output side, `[N, d]`, not recorded: when [`HeadTerms::w_outside_graph`]
+    /// asked for it, the graph leaves it out and the caller adds it to W's gradient.
+    pub w_gradient: Option<Tensor<2>>,
 }
 
 /// (gate ⊙ G)ᵀ·h with the gate of row p = g1 + r_p·(g2 − g1) and 1 in the target's column: the
@@ -92,6 +100,7 @@ pub enum HeadError {
 /// (`host_softmax`): the logits are read in place (burn-flex) and G handed back the same way.
 fn host_head(
     logits: Tensor<2>,
+    bias: Option<Tensor<1>>,
     host_targets: &[u32],
     terms: &HeadTerms,
 ) -> Result<(Tensor<1>, Vec<Tensor<1>>, Tensor<2>), HeadError> {
@@ -114,30 +123,63 @@ fn host_head(
         }
         None => None,
     };
+    let bias = bias
+        .map(|b| b.try_into_vec_as::<f32>().map_err(|e| read("bias", e)))
+        .transpose()?;
+    let host_terms = HostTerms {
+        dev: terms.dev,
+        unlikelihood: candidates
+            .as_ref()
+            .map(|(a, idx, mask, width)| (*a, idx.as_slice(), mask.as_slice(), *width)),
+        bias: bias.as_deref(),
+    };
+    // burn-flex: the pass runs over the logits' own buffer, which becomes G's (a read into a
+    // `Vec` copied the `[P, N]` logits, 7 ms of an `lstm` step).
+    #[cfg(feature = "flex")]
+    let logits = {
+        let inner = logits.inner();
+        match crate::model::flex_buffer(&inner, p * n) {
+            Some(mut flex) => {
+                // Only `flex` holds the buffer now: `storage_mut` writes it in place.
+                drop(inner);
+                let values = head_in_place(flex.storage_mut::<f32>(), n, host_targets, host_terms)?;
+                let g = Tensor::<2>::from_primitive::<burn_flex::Flex>(flex);
+                // Back on the logits' device (autodiff in training), as a constant.
+                let g = if device.is_autodiff() {
+                    g.autodiff()
+                } else {
+                    g
+                };
+                return Ok(host_values(values, terms, candidates.is_some(), g, &device));
+            }
+            None => inner,
+        }
+    };
     let mut z = logits
         .try_into_vec_as::<f32>()
         .map_err(|e| read("logits", e))?;
-    let values = head_in_place(
-        &mut z,
-        n,
-        host_targets,
-        HostTerms {
-            dev: terms.dev,
-            unlikelihood: candidates
-                .as_ref()
-                .map(|(a, idx, mask, width)| (*a, idx.as_slice(), mask.as_slice(), *width)),
-        },
-    )?;
-    let scalar = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &device);
+    let values = head_in_place(&mut z, n, host_targets, host_terms)?;
+    let g = Tensor::from_data(TensorData::new(z, [p, n]), &device);
+    Ok(host_values(values, terms, candidates.is_some(), g, &device))
+}
+
+/// The host pass's values as one-element tensors on `device`, and G: (NLL, penalties, G).
+fn host_values(
+    values: super::host_softmax::HostValues,
+    terms: &HeadTerms,
+    unlikelihood: bool,
+    g: Tensor<2>,
+    device: &Device,
+) -> (Tensor<1>, Vec<Tensor<1>>, Tensor<2>) {
+    let scalar = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), device);
     let mut penalties = Vec::new();
     if terms.dev > 0.0 {
         penalties.push(scalar(values.dev));
     }
-    if candidates.is_some() {
+    if unlikelihood {
         penalties.push(scalar(values.unlikelihood));
     }
-    let g = Tensor::from_data(TensorData::new(z, [p, n]), &device);
-    Ok((scalar(values.nll), penalties, g))
+    (scalar(values.nll), penalties, g)
 }
 
 /// The two products that carry G into the network: G·W for the hidden states and
@@ -167,15 +209,17 @@ pub fn full_softmax_head(
     targets: Tensor<1, Int>,
     terms: HeadTerms,
 ) -> Result<HeadOutput, HeadError> {
+    let host = terms.host_targets.is_some();
     let logits = tied_logits(
         constant(hidden.clone()),
         constant(w.clone()),
-        bias.clone().map(constant),
+        // The host pass adds the bias itself, row by row.
+        bias.clone().filter(|_| !host).map(constant),
     )
     // A fresh leaf: the gradient of the head terms stops here.
     .detach();
     let (nll, penalties, g) = match terms.host_targets.as_deref() {
-        Some(host_targets) => host_head(logits, host_targets, &terms)?,
+        Some(host_targets) => host_head(logits, bias.clone().map(constant), host_targets, &terms)?,
         // Without unlikelihood, G in closed form: a few passes over the logits instead of
         // burn's graph of the same terms (`device_softmax`).
         None if terms.unlikelihood.is_none() => {
@@ -208,7 +252,13 @@ pub fn full_softmax_head(
         }
     };
     let (to_hidden, to_w) = explicit_gradients(&g, &hidden, &w, targets, terms.gates);
-    let mut graph = (hidden * to_hidden).sum() + (w * to_w).sum();
+    let mut graph = (hidden * to_hidden).sum();
+    let w_gradient = if terms.w_outside_graph {
+        Some(to_w)
+    } else {
+        graph = graph + (w * to_w).sum();
+        None
+    };
     if let Some(b) = bias {
         let [n] = b.dims();
         graph = graph + (b * g.sum_dim(0).reshape([n])).sum();
@@ -217,6 +267,7 @@ pub fn full_softmax_head(
         nll,
         penalties,
         graph,
+        w_gradient,
     })
 }
 

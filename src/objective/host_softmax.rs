@@ -36,6 +36,8 @@ pub enum HostSoftmaxError {
     },
     #[error("target {target} is outside the vocabulary of {n}")]
     Target { target: u32, n: usize },
+    #[error("the output bias has {got} values, not {n}")]
+    Bias { got: usize, n: usize },
     #[error("{got} unlikelihood candidates, not {positions} positions × {width}")]
     Candidates {
         got: usize,
@@ -51,6 +53,9 @@ pub struct HostTerms<'a> {
     pub dev: f64,
     /// Unlikelihood's α with its candidates `(indices, mask)`, `width` per position, row-major.
     pub unlikelihood: Option<(f64, &'a [i64], &'a [f32], usize)>,
+    /// The output bias `[N]`, added to every row first when the logits come without it (one
+    /// pass over a row already in cache instead of a broadcast over the `[P, N]` tensor).
+    pub bias: Option<&'a [f32]>,
 }
 
 /// The values of the terms (means over positions; the penalties already multiplied by α).
@@ -101,6 +106,11 @@ pub fn head_in_place(
         }
         None => (0.0, None, 0),
     };
+    if let Some(b) = terms.bias
+        && b.len() != n
+    {
+        return Err(HostSoftmaxError::Bias { got: b.len(), n });
+    }
     let alpha_dev = terms.dev;
     let inv_p = 1.0 / positions as f64;
     let rows: Vec<[f64; 3]> = z
@@ -109,6 +119,9 @@ pub fn head_in_place(
         .enumerate()
         .map(|(r, (row, &y))| {
             let y = y as usize;
+            if let Some(b) = terms.bias {
+                row.iter_mut().zip(b).for_each(|(z, b)| *z += b);
+            }
             let target_logit = row[y];
             let max = max_f32(row);
             // A row without a finite maximum (all −∞, or +∞ somewhere): its NLL is NaN or ∞ and
@@ -239,6 +252,7 @@ mod tests {
             HostTerms {
                 dev: 0.0,
                 unlikelihood: Some((alpha, &idx, &mask, 2)),
+                bias: None,
             },
         )
         .expect("ok");
@@ -266,6 +280,52 @@ mod tests {
         assert!(
             (values.unlikelihood - alpha * -(rest.ln())).abs() < 1e-6 * alpha * rest.ln().abs()
         );
+    }
+
+    /// Logits without the bias and the bias beside them: the NLL and G of z + b, computed here
+    /// in f64; a bias of the wrong width is an error that leaves z as it was.
+    #[test]
+    fn a_bias_beside_the_logits_is_added_to_every_row() {
+        let (p, n) = (4usize, 211usize);
+        let z0: Vec<f32> = (0..p * n)
+            .map(|i| ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * 6.0)
+            .collect();
+        let bias: Vec<f32> = (0..n).map(|v| (v % 13) as f32 * 0.25 - 1.5).collect();
+        let targets: Vec<u32> = vec![0, 17, 210, 99];
+        let mut z = z0.clone();
+        let terms = HostTerms {
+            bias: Some(&bias),
+            ..HostTerms::default()
+        };
+        let nll = head_in_place(&mut z, n, &targets, terms).expect("ok").nll;
+        let mut want_nll = 0.0;
+        for (r, &y) in targets.iter().enumerate() {
+            let row: Vec<f64> = (0..n)
+                .map(|v| z0[r * n + v] as f64 + bias[v] as f64)
+                .collect();
+            let log_z = row.iter().map(|v| v.exp()).sum::<f64>().ln();
+            want_nll += (log_z - row[y as usize]) / p as f64;
+            for (v, x) in row.iter().enumerate() {
+                let want = ((x - log_z).exp() - if v == y as usize { 1.0 } else { 0.0 }) / p as f64;
+                let got = z[r * n + v] as f64;
+                assert!(
+                    (got - want).abs() < 1e-7 * (1.0 + want.abs()),
+                    "{got} vs {want}"
+                );
+            }
+        }
+        assert!((nll - want_nll).abs() < 1e-5, "{nll} vs {want_nll}");
+        let mut z = z0.clone();
+        let short = &bias[..n - 1];
+        let terms = HostTerms {
+            bias: Some(short),
+            ..HostTerms::default()
+        };
+        assert_eq!(
+            head_in_place(&mut z, n, &targets, terms),
+            Err(HostSoftmaxError::Bias { got: n - 1, n })
+        );
+        assert_eq!(z, z0);
     }
 
     #[test]
