@@ -10,7 +10,7 @@ use conelab::objective::and::{AndSettings, and_loss};
 use conelab::objective::head::{HeadTerms, full_softmax_head};
 use conelab::objective::self_norm::{UnigramSampler, nce_loss};
 use conelab::objective::spectrum::{
-    orthogonality_frobenius, orthogonality_spectral, prior_penalty,
+    orthogonality_frobenius, orthogonality_spectral, prior_penalty, spectrum_penalty,
 };
 use conelab::objective::{AggCounter, GateSet, cosreg, laplacian, unlikelihood};
 
@@ -671,6 +671,81 @@ fn the_spectral_factorisation_reproduces_w() {
     assert!(
         sigma.windows(2).all(|p| p[0] >= p[1]),
         "descending: {sigma:?}"
+    );
+}
+
+/// The whole penalty, which takes each Gram matrix once for both orthogonality norms, against
+/// its four terms taken one by one (each with its own UᵀU or VᵀV): the same value and the same
+/// gradients for U, σ and V, with every λ on and W away from orthonormal.
+#[test]
+fn the_spectrum_penalty_is_the_weighted_sum_of_its_terms() {
+    use conelab::objective::SpectrumConfig;
+    let dev = device();
+    let (n, d) = (12, 4);
+    let f: Vec<f32> = values(n * d, 31).iter().map(|&x| 1.5 * x as f32).collect();
+    let targets = [1.5f32, 1.0, 0.5, 0.25];
+    let config = SpectrumConfig {
+        enabled: true,
+        lambda_prior: 0.7,
+        lambda_orth: 0.3,
+        lambda_spec: 0.2,
+        ..SpectrumConfig::default()
+    };
+    let grads_of = |whole: bool| {
+        let s = SpectralEmbedding::from_matrix(&f, n, d, &dev).expect("svd");
+        // Move U and V off orthonormal, so that both norms and their gradients are not zero.
+        let s = SpectralEmbedding {
+            u: s.u.map(|u| {
+                (u.clone() + u.mul_scalar(0.3).sin())
+                    .detach()
+                    .require_grad()
+            }),
+            sigma: s.sigma,
+            v: s.v.map(|v| (v.clone() * 1.2).detach().require_grad()),
+        };
+        let penalty = if whole {
+            spectrum_penalty(&s, &config, &targets)
+        } else {
+            let (u, v) = (s.u.val(), s.v.val());
+            prior_penalty(s.sigma.val(), &targets).mul_scalar(0.7)
+                + (orthogonality_frobenius(u.clone()) + orthogonality_frobenius(v.clone()))
+                    .mul_scalar(0.3)
+                + (orthogonality_spectral(u, 20) + orthogonality_spectral(v, 20)).mul_scalar(0.2)
+        };
+        let value = scalar(penalty.clone());
+        let grads = penalty.backward();
+        let flat = |t: Option<Tensor<2>>| host(t.expect("gradient"));
+        let g_sigma: Vec<f64> = s
+            .sigma
+            .val()
+            .grad(&grads)
+            .expect("σ gradient")
+            .try_into_vec_as::<f32>()
+            .expect("f32")
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        (
+            value,
+            flat(s.u.val().grad(&grads)),
+            g_sigma,
+            flat(s.v.val().grad(&grads)),
+        )
+    };
+    let (whole, terms) = (grads_of(true), grads_of(false));
+    assert!(terms.0 > 1e-2, "the terms are on: {}", terms.0);
+    assert!(
+        (whole.0 - terms.0).abs() < 1e-5 * (1.0 + terms.0),
+        "{} vs {}",
+        whole.0,
+        terms.0
+    );
+    assert_close(&whole.1, &terms.1, 1e-5, "∂/∂U");
+    assert_close(&whole.2, &terms.2, 1e-5, "∂/∂σ");
+    assert_close(&whole.3, &terms.3, 1e-5, "∂/∂V");
+    assert!(
+        terms.1.iter().any(|g| g.abs() > 1e-3),
+        "U's gradient is not zero"
     );
 }
 
