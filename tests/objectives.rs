@@ -40,7 +40,7 @@ fn leaf(data: &[f64], shape: [usize; 2], dev: &Device) -> Tensor<2> {
     Tensor::<2>::from_data(TensorData::new(f, shape), dev).require_grad()
 }
 
-fn host(t: Tensor<2>) -> Vec<f64> {
+fn host<const D: usize>(t: Tensor<D>) -> Vec<f64> {
     t.try_into_vec_as::<f32>()
         .expect("f32 data")
         .into_iter()
@@ -464,14 +464,7 @@ fn the_bias_in_the_host_pass_and_w_beside_the_graph_match_burns_graph() {
             }
             None => host(w.grad(&grads).expect("W gradient")),
         };
-        let gb: Vec<f64> = b
-            .grad(&grads)
-            .expect("bias gradient")
-            .try_into_vec_as::<f32>()
-            .expect("f32")
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let gb = host(b.grad(&grads).expect("bias gradient"));
         let gh = host(h.grad(&grads).expect("h gradient"));
         (nll, gw, gb, gh)
     };
@@ -714,22 +707,11 @@ fn the_spectrum_penalty_is_the_weighted_sum_of_its_terms() {
         };
         let value = scalar(penalty.clone());
         let grads = penalty.backward();
-        let flat = |t: Option<Tensor<2>>| host(t.expect("gradient"));
-        let g_sigma: Vec<f64> = s
-            .sigma
-            .val()
-            .grad(&grads)
-            .expect("σ gradient")
-            .try_into_vec_as::<f32>()
-            .expect("f32")
-            .into_iter()
-            .map(f64::from)
-            .collect();
         (
             value,
-            flat(s.u.val().grad(&grads)),
-            g_sigma,
-            flat(s.v.val().grad(&grads)),
+            host(s.u.val().grad(&grads).expect("U gradient")),
+            host(s.sigma.val().grad(&grads).expect("σ gradient")),
+            host(s.v.val().grad(&grads).expect("V gradient")),
         )
     };
     let (whole, terms) = (grads_of(true), grads_of(false));
@@ -950,14 +932,7 @@ fn and_matches_its_closed_form_and_finite_differences_with_and_without_squash() 
         let grads = (terms.data + terms.penalty).backward();
         let gw = host(w.grad(&grads).expect("W gradient"));
         let gh = host(h.grad(&grads).expect("h gradient"));
-        let gb: Vec<f64> = b
-            .grad(&grads)
-            .expect("bias gradient")
-            .try_into_vec_as::<f32>()
-            .expect("f32")
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let gb = host(b.grad(&grads).expect("bias gradient"));
         let what = |x: &str| format!("∂AND/∂{x} (squash {squash})");
         assert_close(
             &gw,
