@@ -150,7 +150,7 @@ fn host_head(
                 } else {
                     g
                 };
-                return Ok(host_values(values, terms, candidates.is_some(), g, &device));
+                return Ok(host_values(values, terms, g, &device));
             }
             None => inner,
         }
@@ -160,14 +160,13 @@ fn host_head(
         .map_err(|e| read("logits", e))?;
     let values = head_in_place(&mut z, n, host_targets, host_terms)?;
     let g = Tensor::from_data(TensorData::new(z, [p, n]), &device);
-    Ok(host_values(values, terms, candidates.is_some(), g, &device))
+    Ok(host_values(values, terms, g, &device))
 }
 
 /// The host pass's values as one-element tensors on `device`, and G: (NLL, penalties, G).
 fn host_values(
     values: super::host_softmax::HostValues,
     terms: &HeadTerms,
-    unlikelihood: bool,
     g: Tensor<2>,
     device: &Device,
 ) -> (Tensor<1>, Vec<Tensor<1>>, Tensor<2>) {
@@ -176,7 +175,7 @@ fn host_values(
     if terms.dev > 0.0 {
         penalties.push(scalar(values.dev));
     }
-    if unlikelihood {
+    if terms.unlikelihood.is_some() {
         penalties.push(scalar(values.unlikelihood));
     }
     (scalar(values.nll), penalties, g)
