@@ -67,7 +67,7 @@ impl FusedAdamW {
 }
 
 #[cfg(feature = "flex")]
-pub(super) use crate::model::flex_buffer;
+use crate::model::flex_buffer;
 
 /// The step's scalars, burn's formula's constants.
 #[cfg(any(feature = "flex", feature = "tch"))]

@@ -42,7 +42,8 @@ fn sum_of_squares_avx2(values: &[f32]) -> f64 {
 /// Σ g² of one gradient read in place on burn-flex; `None` elsewhere.
 #[cfg(feature = "flex")]
 pub fn squared_sum<const D: usize>(grad: &Tensor<D>) -> Option<f64> {
-    use super::fused_adamw::{CHUNK, flex_buffer};
+    use super::fused_adamw::CHUNK;
+    use crate::model::flex_buffer;
     let flex = flex_buffer(grad, grad.shape().num_elements())?;
     #[cfg(target_arch = "x86_64")]
     let avx2 = crate::fastmath::has_avx2_fma();
