@@ -7,20 +7,20 @@
 //! `tui` the workbench. `atomic` is the crash-safe writes every file that matters goes through,
 //! `lockfile` the OS locks, `fault` the injected I/O failures of the tests.
 
-pub mod alloc_count;
+pub use conelab_base::alloc_count;
 pub mod allocator;
 pub mod analysis;
-pub mod atomic;
+pub use conelab_base::atomic;
 pub mod bench;
 pub mod checkpoint;
-pub mod data;
+pub use conelab_data as data;
 pub mod engine;
-pub(crate) mod fastmath;
-pub mod fault;
+pub(crate) use conelab_metrics::fastmath;
+pub use conelab_base::fault;
 pub mod headless;
-pub mod jsonfloat;
-pub mod lockfile;
-pub mod metrics;
+pub use conelab_base::jsonfloat;
+pub use conelab_base::lockfile;
+pub use conelab_metrics as metrics;
 pub mod model;
 pub mod objective;
 pub mod run;

@@ -9,6 +9,7 @@
 //! - [`matrix`]: the row-major matrix view, row groups, and reading foreign matrices.
 
 pub mod embedding;
+pub mod fastmath;
 pub mod matrix;
 pub mod neighbors;
 pub mod outputs;

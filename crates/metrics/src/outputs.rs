@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::data::{FrequencyGroups, Group};
+use conelab_data::{FrequencyGroups, Group};
 
 /// One batch of per-position outputs (all slices have one entry per position).
 #[derive(Debug, Clone, Copy)]
@@ -52,7 +52,7 @@ pub const HISTOGRAM_BINS: [usize; 2] = [40, 20];
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupOutputs {
     /// Perplexity over positions whose target is in the group (NaN when none).
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub ppl: f64,
     pub positions: u64,
     /// Distinct predicted ids that lie in the group.
@@ -69,9 +69,9 @@ pub struct GroupOutputs {
 /// A 2-D histogram of (entropy, log Z): `counts[z_bin * entropy_bins + h_bin]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Histogram2d {
-    #[serde(deserialize_with = "crate::jsonfloat::f64_pair")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64_pair")]
     pub entropy_range: [f64; 2],
-    #[serde(deserialize_with = "crate::jsonfloat::f64_pair")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64_pair")]
     pub log_z_range: [f64; 2],
     pub entropy_bins: usize,
     pub log_z_bins: usize,
@@ -82,30 +82,30 @@ pub struct Histogram2d {
 pub struct OutputMetrics {
     pub positions: u64,
     /// Mean NLL (exactly normalised).
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub loss: f64,
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub ppl: f64,
     pub groups: [GroupOutputs; 3],
     pub uniq: usize,
     pub human_uniq: usize,
     /// Positions per window the predictions were made with (teacher forcing within a window).
     pub block_length: usize,
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub mu_z: f64,
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub sigma_z: f64,
     /// exp(−mean_t s_t[y_t]) = PPL·exp(−μ_z).
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub unnormalised_ppl: f64,
     /// Pearson correlation of H_t and log Z_t.
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub entropy_log_z_corr: f64,
     pub histogram: Histogram2d,
     /// Cosine weight γ the Theorem-2 threshold was computed for, and the threshold
     /// exp(−4γ(N−1)/N²) — `None` when γ = 0 (methods.md §2: only meaningful while a cosine
     /// regulariser is on).
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub theorem2_gamma: f64,
     #[serde(default)]
     pub theorem2_threshold: Option<f64>,

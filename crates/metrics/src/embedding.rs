@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Threads;
 use super::matrix::{Embeddings, MatrixError, RowGroups, RowSet};
-use crate::data::Group;
+use conelab_data::Group;
 use crate::fastmath::log_sum_exp_both_signs;
 
 /// Which 2-D projection the scatter shows.
@@ -65,38 +65,38 @@ impl Default for PanelOptions {
 pub struct SetStats {
     pub rows: usize,
     /// min Z / max Z over the directions E ∪ −E; 1 = isotropic.
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub i1: f64,
     /// Population std of Z over E ∪ −E divided by its mean; 0 = isotropic.
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub i2: f64,
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub mean_norm: f64,
     /// Singular values, descending, divided by the largest.
-    #[serde(deserialize_with = "crate::jsonfloat::f64_vec")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64_vec")]
     pub sv_norm: Vec<f64>,
     /// The largest singular value (the scale `sv_norm` was divided by).
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub sv_max: f64,
     /// exp(entropy of σ²/Σσ²).
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub effective_rank: f64,
     /// Mean cosine over pairs i ≠ j of rows with non-zero norm.
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub mean_cos: f64,
     /// Mean cosine of each row to the direction of the set's mean row.
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub mean_cos_to_mean: f64,
     /// I1 of the row-normalised matrix (zero rows left out): the directions' balance without the
     /// row norms, which dominate `i1`.
-    #[serde(default = "nan", deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(default = "nan", deserialize_with = "conelab_base::jsonfloat::f64")]
     pub i1_unit: f64,
     /// I2 of the row-normalised matrix (zero rows left out).
-    #[serde(default = "nan", deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(default = "nan", deserialize_with = "conelab_base::jsonfloat::f64")]
     pub i2_unit: f64,
     /// IsoScore: the mean-centred, scale-free fraction of the d dimensions the rows use; 1 =
     /// isotropic, 0 = a line.
-    #[serde(default = "nan", deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(default = "nan", deserialize_with = "conelab_base::jsonfloat::f64")]
     pub isoscore: f64,
 }
 
@@ -130,10 +130,10 @@ fn nan() -> f64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Projection {
     pub mode: ProjectionMode,
-    #[serde(deserialize_with = "crate::jsonfloat::f32_points")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f32_points")]
     pub points: Vec<[f32; 2]>,
     /// Fraction of Σσ² (uncentred) or of the total variance (centred) on each axis.
-    #[serde(deserialize_with = "crate::jsonfloat::f64_pair")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64_pair")]
     pub explained: [f64; 2],
 }
 

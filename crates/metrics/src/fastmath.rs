@@ -16,7 +16,7 @@ const ROUND_MAGIC: f32 = 12_582_912.0;
 /// (≈2e-35): in a sum whose largest term is 1 the difference is far below f32 resolution. NaN
 /// gives NaN (a sum it enters says so).
 #[inline(always)]
-pub(crate) fn exp_nonpositive(x: f32) -> f32 {
+pub fn exp_nonpositive(x: f32) -> f32 {
     // Explicitly: a NaN's payload bits would otherwise be shifted into the exponent below.
     if x.is_nan() {
         return x;
@@ -45,7 +45,7 @@ const LANES: usize = 8;
 /// CPU has AVX2, checked at run time).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) fn load8(c: &[f32]) -> std::arch::x86_64::__m256 {
+pub fn load8(c: &[f32]) -> std::arch::x86_64::__m256 {
     let lanes: &[f32; LANES] = c.try_into().expect("chunks_exact gives LANES values");
     // SAFETY: 8 readable f32s; loadu has no alignment requirement.
     unsafe { std::arch::x86_64::_mm256_loadu_ps(lanes.as_ptr()) }
@@ -54,7 +54,7 @@ pub(crate) fn load8(c: &[f32]) -> std::arch::x86_64::__m256 {
 /// Writes 8 lanes into a `chunks_exact_mut(LANES)` chunk.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) fn store8(c: &mut [f32], v: std::arch::x86_64::__m256) {
+pub fn store8(c: &mut [f32], v: std::arch::x86_64::__m256) {
     let lanes: &mut [f32; LANES] = c.try_into().expect("chunks_exact gives LANES values");
     // SAFETY: 8 writable f32s; storeu has no alignment requirement.
     unsafe { std::arch::x86_64::_mm256_storeu_ps(lanes.as_mut_ptr(), v) }
@@ -100,7 +100,7 @@ fn log_sum_exp_both_signs_generic(x: &[f32]) -> (f64, f64) {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-pub(crate) fn exp_nonpositive_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+pub fn exp_nonpositive_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     // maxps returns its second operand when either is NaN: a NaN argument stays NaN.
     let x = _mm256_max_ps(_mm256_set1_ps(-80.0), x);
@@ -185,7 +185,7 @@ fn log_sum_exp_both_signs_avx2(x: &[f32]) -> (f64, f64) {
 }
 
 /// `(logsumexp(x), logsumexp(−x))` of f32 values, summed in f64.
-pub(crate) fn log_sum_exp_both_signs(x: &[f32]) -> (f64, f64) {
+pub fn log_sum_exp_both_signs(x: &[f32]) -> (f64, f64) {
     if x.is_empty() {
         return (f64::NEG_INFINITY, f64::NEG_INFINITY);
     }
@@ -197,7 +197,9 @@ pub(crate) fn log_sum_exp_both_signs(x: &[f32]) -> (f64, f64) {
     log_sum_exp_both_signs_generic(x)
 }
 
-pub(crate) fn has_avx2_fma() -> bool {
+/// Whether this CPU has AVX2 and FMA (the detection is cached by std; inlined into the kernels' loops).
+#[inline]
+pub fn has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
@@ -209,7 +211,7 @@ pub(crate) fn has_avx2_fma() -> bool {
 }
 
 /// The largest value (NaN values are passed over; −∞ for an empty slice).
-pub(crate) fn max_f32(x: &[f32]) -> f32 {
+pub fn max_f32(x: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA, checked just above.
@@ -243,7 +245,7 @@ fn max_f32_avx2(x: &[f32]) -> f32 {
 }
 
 /// x_i ← exp(x_i − shift) for `shift ≥ max x`, returning Σ exp(x_i − shift) summed in f64.
-pub(crate) fn exp_shifted_in_place(x: &mut [f32], shift: f32) -> f64 {
+pub fn exp_shifted_in_place(x: &mut [f32], shift: f32) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA, checked just above.
@@ -283,7 +285,7 @@ fn exp_shifted_in_place_avx2(x: &mut [f32], shift: f32) -> f64 {
 
 /// `Σ widen(a_i)·b_i` with 16 f32 lanes (vectorises); `widen` turns a stored element into f32.
 #[inline(always)]
-pub(crate) fn dot_widened<T: Copy>(a: &[T], b: &[f32], widen: impl Fn(T) -> f32) -> f32 {
+pub fn dot_widened<T: Copy>(a: &[T], b: &[f32], widen: impl Fn(T) -> f32) -> f32 {
     const LANES: usize = 16;
     let mut acc = [0f32; LANES];
     let ca = a.chunks_exact(LANES);
@@ -303,13 +305,13 @@ pub(crate) fn dot_widened<T: Copy>(a: &[T], b: &[f32], widen: impl Fn(T) -> f32)
 
 /// `Σ a_i b_i` of two f32 slices, for the neighbour scan.
 #[inline]
-pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     dot_widened(a, b, |x| x)
 }
 
 /// `Σ a_i b_i` with `a` in bfloat16 (widened by a shift, which vectorises without F16C).
 #[inline]
-pub(crate) fn dot_bf16(a: &[u16], b: &[f32]) -> f32 {
+pub fn dot_bf16(a: &[u16], b: &[f32]) -> f32 {
     dot_widened(a, b, |x| f32::from_bits((x as u32) << 16))
 }
 

@@ -265,7 +265,7 @@ impl SyntheticCorpus {
             .chain([("classes.tsv", classes.as_bytes())])
         {
             let path = dir.join(name);
-            crate::atomic::write_file(&path, bytes)
+            conelab_base::atomic::write_file(&path, bytes)
                 .map_err(|source| DataError::Write { path, source })?;
         }
         Ok(())

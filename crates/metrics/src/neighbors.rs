@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Threads;
 use super::matrix::{Embeddings, MatrixError, RowGroups};
-use crate::data::Group;
+use conelab_data::Group;
 use crate::fastmath::{dot_bf16, dot_f32};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

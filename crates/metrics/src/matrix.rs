@@ -1,7 +1,7 @@
 //! The matrix the metrics read (row-major `N × d` f32, row i = token i) and which rows form each
 //! frequency group.
 
-use crate::data::{FrequencyGroups, Group, GroupBounds};
+use conelab_data::{FrequencyGroups, Group, GroupBounds};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum MatrixError {

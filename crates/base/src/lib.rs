@@ -1,0 +1,13 @@
+//! The foundation every other conelab crate stands on; it knows nothing of training or the UI.
+//!
+//! - [`atomic`]: the crash-safe writes every file that matters goes through.
+//! - [`lockfile`]: the OS locks that keep two processes off one run folder.
+//! - [`fault`]: the I/O failures the tests inject (`CONELAB_FAULT`).
+//! - [`jsonfloat`]: floats in JSON that survive NaN and infinity.
+//! - [`alloc_count`]: the counting allocator behind the benchmarks' memory columns.
+
+pub mod alloc_count;
+pub mod atomic;
+pub mod fault;
+pub mod jsonfloat;
+pub mod lockfile;
