@@ -9,6 +9,7 @@ use std::time::Duration;
 use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
 use conelab::data::{Corpus, CorpusSource, LoadOptions, Split, SynthConfig};
 use conelab::engine::{self, Command, Event, Schedule, TrainConfig, Trainer};
+use conelab::model::DeviceSpecExt;
 use conelab::model::{DeviceSpec, LstmConfig, ModelConfig, Preset, TransformerConfig};
 
 /// burn-flex keeps one random generator per process (initialisation, dropout): trainers running at

@@ -3,6 +3,7 @@
 //! AGG (Yu et al. 2022, appendix Eq. 23), plain autodiff MLE, and an exact eigendecomposition.
 
 use burn::prelude::*;
+use conelab::model::DeviceSpecExt;
 use conelab::model::output::mean_nll;
 use conelab::model::{DeviceSpec, SpectralEmbedding};
 use conelab::objective::agg::{Gates, TokenCounter, agg_gates, row_gates};

@@ -4,6 +4,7 @@ use burn::prelude::*;
 use conelab::data::{FrequencyGroups, GroupBounds};
 use conelab::metrics::{OutputAccumulator, OutputBatch};
 use conelab::model::DeviceSpec;
+use conelab::model::DeviceSpecExt;
 use conelab::model::output::output_tensors;
 
 fn device() -> Device {

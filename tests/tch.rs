@@ -13,6 +13,7 @@ use conelab::data::{
     Corpus, CorpusSource, LoadOptions, PartialWindow, Split, StreamBatcher, SynthConfig,
 };
 use conelab::engine::{self, Command, Event, TrainConfig, Trainer};
+use conelab::model::DeviceSpecExt;
 use conelab::model::output::mean_nll;
 use conelab::model::{DeviceSpec, LanguageModel, LstmConfig, ModelConfig, TransformerConfig};
 

@@ -21,7 +21,7 @@
 //! Under a metrics store the rename waits for the store: a checkpoint counts only once the store
 //! is durable up to its step ([`Checkpointer::deferred`], `store::recorder`).
 
-pub mod matrix;
+pub use conelab_core::run_dir::*;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -31,255 +31,12 @@ use burn::nn::LstmState;
 use burn::optim::ModuleOptimizer;
 use burn::prelude::*;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
-use serde::{Deserialize, Serialize};
 
 use crate::atomic::sync_dir;
-use crate::data::{Corpus, CorpusSource, DataError, GroupBounds, LoadOptions, SynthConfig, Vocab};
 use crate::engine::{CheckpointSink, EngineError, RunState, SavedCheckpoint, TrainConfig, Trainer};
 use crate::model::{
     DeviceError, DeviceSpec, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding,
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum CheckpointError {
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: not a conelab run directory (no run.toml)", .0.display())]
-    NotARun(PathBuf),
-    #[error("{}: no checkpoint (no step-NNNNNN folder)", .0.display())]
-    NoCheckpoint(PathBuf),
-    #[error("{}: corrupt or unreadable: {reason}", path.display())]
-    Corrupt { path: PathBuf, reason: String },
-    #[error("{}: {reason}", path.display())]
-    Mismatch { path: PathBuf, reason: String },
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-    #[error(transparent)]
-    Data(#[from] DataError),
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-/// Where a run's corpus came from, so `--resume` can load it again.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum CorpusSpec {
-    Dir { path: PathBuf },
-    Synthetic(SynthConfig),
-}
-
-impl CorpusSpec {
-    pub fn from_source(source: &CorpusSource) -> Self {
-        match source {
-            CorpusSource::Dir(p) => CorpusSpec::Dir {
-                path: fs::canonicalize(p).unwrap_or_else(|_| p.clone()),
-            },
-            CorpusSource::Synthetic(c) => CorpusSpec::Synthetic(c.clone()),
-        }
-    }
-
-    pub fn to_source(&self) -> CorpusSource {
-        match self {
-            CorpusSpec::Dir { path } => CorpusSource::Dir(path.clone()),
-            CorpusSpec::Synthetic(s) => CorpusSource::Synthetic(s.clone()),
-        }
-    }
-}
-
-/// `run.toml`: everything needed to rebuild the run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunSpec {
-    pub conelab_version: String,
-    pub name: String,
-    pub device: String,
-    pub group_bounds: [f64; 2],
-    pub corpus: CorpusSpec,
-    pub model: ModelConfig,
-    pub train: TrainConfig,
-}
-
-/// A run directory on disk.
-#[derive(Debug, Clone)]
-pub struct RunDir {
-    path: PathBuf,
-    spec: RunSpec,
-}
-
-impl RunDir {
-    /// Creates the directory (and parents) and writes `run.toml` and `vocab.tsv` atomically.
-    pub fn create(path: &Path, spec: RunSpec, vocab: &Vocab) -> Result<Self, CheckpointError> {
-        fs::create_dir_all(path).map_err(io(path))?;
-        let toml = toml::to_string_pretty(&spec).map_err(|e| CheckpointError::Corrupt {
-            path: path.join("run.toml"),
-            reason: e.to_string(),
-        })?;
-        let run_toml = path.join("run.toml");
-        crate::atomic::write_file(&run_toml, toml.as_bytes()).map_err(io(&run_toml))?;
-        let mut tsv = String::with_capacity(vocab.len() * 12);
-        for (token, count) in vocab.tokens().iter().zip(vocab.counts()) {
-            tsv.push_str(token);
-            tsv.push('\t');
-            tsv.push_str(&count.to_string());
-            tsv.push('\n');
-        }
-        let vocab_tsv = path.join("vocab.tsv");
-        crate::atomic::write_file(&vocab_tsv, tsv.as_bytes()).map_err(io(&vocab_tsv))?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            spec,
-        })
-    }
-
-    /// Opens an existing run directory, or the run directory of a `step-NNNNNN` folder.
-    pub fn open(path: &Path) -> Result<Self, CheckpointError> {
-        let dir = if is_step_dir(path) {
-            path.parent().unwrap_or(path)
-        } else {
-            path
-        };
-        if !dir.exists() {
-            return Err(CheckpointError::Io {
-                path: dir.to_path_buf(),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory"),
-            });
-        }
-        let run_toml = dir.join("run.toml");
-        if !run_toml.is_file() {
-            return Err(CheckpointError::NotARun(dir.to_path_buf()));
-        }
-        let text = fs::read_to_string(&run_toml).map_err(io(&run_toml))?;
-        let spec: RunSpec = toml::from_str(&text).map_err(|e| CheckpointError::Corrupt {
-            path: run_toml.clone(),
-            reason: e.message().to_owned(),
-        })?;
-        Ok(Self {
-            path: dir.to_path_buf(),
-            spec,
-        })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn spec(&self) -> &RunSpec {
-        &self.spec
-    }
-
-    /// Tokens of `vocab.tsv`, in id order.
-    pub fn vocab_tokens(&self) -> Result<Vec<String>, CheckpointError> {
-        let p = self.path.join("vocab.tsv");
-        let text = fs::read_to_string(&p).map_err(io(&p))?;
-        Ok(text
-            .lines()
-            .map(|l| l.split('\t').next().unwrap_or("").to_owned())
-            .collect())
-    }
-
-    /// Checkpoint folders, oldest first (by the step they name, whatever its width).
-    pub fn checkpoints(&self) -> Result<Vec<PathBuf>, CheckpointError> {
-        checkpoints_in(&self.path)
-    }
-
-    pub fn latest_checkpoint(&self) -> Result<PathBuf, CheckpointError> {
-        self.checkpoints()?
-            .pop()
-            .ok_or_else(|| CheckpointError::NoCheckpoint(self.path.clone()))
-    }
-
-    /// Rewrites `run.toml` (a resumed run whose settings changed), atomically.
-    pub fn update_spec(&mut self, spec: RunSpec) -> Result<(), CheckpointError> {
-        let run_toml = self.path.join("run.toml");
-        let toml = toml::to_string_pretty(&spec).map_err(|e| CheckpointError::Corrupt {
-            path: run_toml.clone(),
-            reason: e.to_string(),
-        })?;
-        crate::atomic::write_file(&run_toml, toml.as_bytes()).map_err(io(&run_toml))?;
-        self.spec = spec;
-        Ok(())
-    }
-
-    /// Cleans what a killed process left: staging and temporary folders are deleted; a
-    /// checkpoint set aside for a re-save whose replacement never arrived is put back. Call it
-    /// only while holding the run (no other process writes here). Returns what it did, a line each.
-    pub fn recover(&self) -> Result<Vec<String>, CheckpointError> {
-        let mut done = Vec::new();
-        let entries: Vec<PathBuf> = fs::read_dir(&self.path)
-            .map_err(io(&self.path))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        for p in &entries {
-            let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
-                continue;
-            };
-            let Some(rest) = name.strip_prefix(".step-") else {
-                continue;
-            };
-            let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-            let kind = &rest[digits.len()..];
-            if digits.is_empty() {
-                continue;
-            }
-            if kind.starts_with(".old-") {
-                let home = self.path.join(format!("step-{digits}"));
-                if home.exists() {
-                    fs::remove_dir_all(p).map_err(io(p))?;
-                    done.push(format!("removed {name} (left by an interrupted re-save)"));
-                } else {
-                    fs::rename(p, &home).map_err(io(&home))?;
-                    done.push(format!(
-                        "restored step-{digits} (an interrupted re-save had set it aside)"
-                    ));
-                }
-            } else if kind.starts_with(".staged-") || kind.starts_with(".tmp-") {
-                fs::remove_dir_all(p).map_err(io(p))?;
-                done.push(format!("removed {name} (an unfinished checkpoint)"));
-            }
-        }
-        if !done.is_empty() {
-            sync_dir(&self.path).map_err(io(&self.path))?;
-        }
-        Ok(done)
-    }
-}
-
-/// The checkpoint folders of a run directory, oldest first by the step they name.
-pub fn checkpoints_in(dir: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
-    let mut steps: Vec<(u64, PathBuf)> = fs::read_dir(dir)
-        .map_err(io(dir))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_dir())
-        .filter_map(|p| step_of(&p).map(|s| (s, p)))
-        .collect();
-    steps.sort();
-    Ok(steps.into_iter().map(|(_, p)| p).collect())
-}
-
-/// The step a `step-N` folder names (any number of digits).
-pub fn step_of(p: &Path) -> Option<u64> {
-    p.file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.strip_prefix("step-"))
-        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|n| n.parse().ok())
-}
-
-fn is_step_dir(p: &Path) -> bool {
-    step_of(p).is_some()
-}
-
-/// The folder name of the checkpoint at `step`.
-pub fn step_dir_name(step: u64) -> String {
-    format!("step-{step:06}")
-}
 
 /// What a checkpoint holds besides the model.
 pub struct Loaded {
@@ -310,61 +67,6 @@ pub fn write_staged(run_dir: &Path, trainer: &Trainer) -> Result<PathBuf, Checkp
         return Err(e);
     }
     Ok(staging)
-}
-
-/// Puts a staged checkpoint in place as `step-NNNNNN`: an existing folder of that step is renamed
-/// aside, the new one renamed in, the run directory fsynced, then the old one deleted; then the
-/// oldest checkpoints beyond the newest `keep` are deleted. Returns the checkpoint's path.
-pub fn commit(
-    run_dir: &Path,
-    step: u64,
-    staging: &Path,
-    keep: usize,
-) -> Result<PathBuf, CheckpointError> {
-    let name = step_dir_name(step);
-    let final_dir = run_dir.join(&name);
-    crate::fault::check("checkpoint.commit").map_err(io(&final_dir))?;
-    let aside = if final_dir.exists() {
-        let aside = run_dir.join(format!(".{name}.old-{}", unique_suffix()));
-        fs::rename(&final_dir, &aside).map_err(io(&final_dir))?;
-        Some(aside)
-    } else {
-        None
-    };
-    if let Err(e) = fs::rename(staging, &final_dir) {
-        // Put the old one back; the staged one stays for a later attempt or the cleanup.
-        if let Some(a) = &aside {
-            let _ = fs::rename(a, &final_dir);
-        }
-        return Err(io(&final_dir)(e));
-    }
-    sync_dir(run_dir).map_err(io(run_dir))?;
-    if let Some(a) = aside {
-        fs::remove_dir_all(&a).map_err(io(&a))?;
-    }
-    prune(run_dir, keep, step)?;
-    Ok(final_dir)
-}
-
-/// Deletes the oldest checkpoints beyond the newest `keep` (never the one at `protect`).
-fn prune(run_dir: &Path, keep: usize, protect: u64) -> Result<(), CheckpointError> {
-    let all = checkpoints_in(run_dir)?;
-    for old in all.iter().take(all.len().saturating_sub(keep.max(1))) {
-        if step_of(old) != Some(protect) {
-            fs::remove_dir_all(old).map_err(io(old))?;
-        }
-    }
-    Ok(())
-}
-
-fn unique_suffix() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 /// The engine's checkpoint writer for a run directory. Immediate: each checkpoint is put in place
@@ -558,31 +260,6 @@ pub fn resume_on(
     Ok((trainer, run))
 }
 
-/// The run's corpus, checked against the vocabulary it was trained with.
-pub fn load_corpus(run: &RunDir) -> Result<Corpus, CheckpointError> {
-    let spec = run.spec();
-    let bounds = GroupBounds::new(spec.group_bounds[0], spec.group_bounds[1])?;
-    let corpus = Corpus::load(
-        &spec.corpus.to_source(),
-        &LoadOptions {
-            groups: bounds,
-            ..LoadOptions::default()
-        },
-    )?;
-    let saved = run.vocab_tokens()?;
-    if saved.as_slice() != corpus.vocab().tokens() {
-        return Err(CheckpointError::Mismatch {
-            path: run.path().join("vocab.tsv"),
-            reason: format!(
-                "the run's vocabulary ({} tokens) differs from the corpus's ({} tokens): was the corpus changed?",
-                saved.len(),
-                corpus.vocab().len()
-            ),
-        });
-    }
-    Ok(corpus)
-}
-
 /// A trainer for `run` with the state of `step_dir` (`None`: a fresh start from `run.toml`).
 pub fn restore_trainer(
     run: &RunDir,
@@ -708,4 +385,10 @@ fn recurrent_from_bytes(
             Ok(LstmState::new(read("cell")?, read("hidden")?))
         })
         .collect()
+}
+
+impl From<EngineError> for CheckpointError {
+    fn from(e: EngineError) -> Self {
+        CheckpointError::Engine(Box::new(e))
+    }
 }

@@ -400,6 +400,7 @@ mod tests {
 
     use super::*;
     use crate::model::DeviceSpec;
+    use crate::model::DeviceSpecExt;
 
     thread_local! {
         /// Steps this thread took through the fused pass (not burn's AdamW).

@@ -73,6 +73,7 @@ mod tests {
     use super::super::fused_adamw::CHUNK;
     use super::*;
     use crate::model::DeviceSpec;
+    use crate::model::DeviceSpecExt;
 
     /// Values over several chunks with a tail, of mixed sign and scale.
     fn values(n: usize) -> Vec<f32> {

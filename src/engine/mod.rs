@@ -5,26 +5,26 @@
 //! given by its owner (`checkpoint::Checkpointer`), so `checkpoint` builds on `engine`, never the
 //! other way round.
 
-pub mod analysis;
-pub mod config;
 mod eval;
 pub mod fused_adamw;
 mod grad_norm;
-pub mod protocol;
 mod trainer;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+pub use conelab_core::run_fault::{Fault, panic_message};
+pub use conelab_core::state::{RunState, STATE_FORMAT};
+pub use conelab_core::{analysis, events as protocol, train_config as config};
 pub use config::{OptimizerKind, Schedule, TrainConfig};
 pub use protocol::{
     AppliedCommand, Command, EmbeddingStats, EvalStats, Event, FinishReason, ProjectionFrame,
     Snapshot, StepStats,
 };
-pub use trainer::{RunState, Trainer, clip_global_norm};
+pub use trainer::{Trainer, clip_global_norm};
 pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 
 use crate::data::DataError;
@@ -65,25 +65,6 @@ pub trait CheckpointSink: Send {
     fn run_dir(&self) -> Option<PathBuf>;
     /// Writes a checkpoint of the trainer at its current step.
     fn save(&mut self, trainer: &Trainer) -> Result<SavedCheckpoint, String>;
-}
-
-/// The first fatal failure of one of a run's threads (the metrics thread, the store recorder, the
-/// run's server). The engine looks at it before every step and ends the run cleanly when set.
-#[derive(Debug, Clone, Default)]
-pub struct Fault(Arc<Mutex<Option<String>>>);
-
-impl Fault {
-    /// Records a failure; the first one wins.
-    pub fn set(&self, message: String) {
-        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            *slot = Some(message);
-        }
-    }
-
-    pub fn get(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
 }
 
 /// What a divergence (NaN/inf loss) does: pause, so that a watching user can decide (lower the
@@ -238,15 +219,6 @@ impl EngineControl {
             let _ = t.join();
         }
     }
-}
-
-/// The text of a panic payload.
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// Starts the engine thread. Fails only when the OS refuses a thread.

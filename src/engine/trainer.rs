@@ -10,13 +10,13 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, ModuleOptimizer, SgdConfig};
 use burn::prelude::*;
 use burn::tensor::Gradients;
-use serde::{Deserialize, Serialize};
 
 use super::config::{OptimizerKind, Schedule, TrainConfig};
 use super::fused_adamw::FusedAdamW;
 use super::protocol::{AppliedCommand, Command, EvalStats, Snapshot, StepStats};
-use super::{EngineError, eval, grad_norm};
+use super::{EngineError, RunState, eval, grad_norm};
 use crate::data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
+use crate::model::DeviceSpecExt;
 use crate::model::lstm::detach_state;
 use crate::model::output::log_partition;
 use crate::model::{
@@ -32,68 +32,9 @@ use crate::objective::self_norm::{
 };
 use crate::objective::spectrum::{prior_targets, spectrum_penalty};
 use crate::objective::{
-    AggCounter, GateParts, LossKind, ObjectiveChange, Objectives, SpectrumC1, Term, cosreg,
-    laplacian, unlikelihood,
+    GateParts, LossKind, ObjectiveChange, Objectives, SpectrumC1, Term, cosreg, laplacian,
+    unlikelihood,
 };
-
-/// Counters and settings that change during a run; saved with every checkpoint so a resumed run
-/// continues exactly.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunState {
-    /// Optimizer steps completed.
-    pub step: u64,
-    /// Multiplier applied by the plateau schedule (1 until a plateau).
-    pub lr_scale: f64,
-    /// A learning rate set by command, replacing the schedule.
-    pub lr_override: Option<f64>,
-    pub best_valid_ppl: Option<f64>,
-    /// Every command applied so far, with its step.
-    pub commands: Vec<AppliedCommand>,
-    /// The objectives in force (the config's at the start, then as changed by commands).
-    #[serde(default)]
-    pub objectives: Objectives,
-    /// c1 of the spectrum prior (σ_1 when control was switched on, or the configured number);
-    /// `Some` exactly while the embedding is factorised as U·diag(σ)·Vᵀ.
-    #[serde(default)]
-    pub spectrum_c1: Option<f64>,
-    /// The model got an output bias during the run (DEV switched on without one): a resumed run
-    /// builds its model with one.
-    #[serde(default)]
-    pub output_bias_added: bool,
-    /// [`STATE_FORMAT`] when written; 0 for checkpoints older than the field.
-    #[serde(default)]
-    pub format: u32,
-}
-
-/// The checkpoint state's format. 1: AGG's counter is recorded (`objectives.agg.counter`);
-/// states before it ran with the `warm` counter and resume with it.
-pub const STATE_FORMAT: u32 = 1;
-
-impl RunState {
-    /// Brings a state read from an older checkpoint up to [`STATE_FORMAT`], as it ran.
-    pub fn upgrade(&mut self) {
-        if self.format < 1 {
-            self.objectives.agg.counter = AggCounter::Warm;
-        }
-        self.format = STATE_FORMAT;
-    }
-}
-
-impl Default for RunState {
-    fn default() -> Self {
-        Self {
-            step: 0,
-            lr_scale: 1.0,
-            lr_override: None,
-            best_valid_ppl: None,
-            commands: Vec::new(),
-            objectives: Objectives::default(),
-            spectrum_c1: None,
-            output_bias_added: false,
-            format: STATE_FORMAT,
-        }
-    }
-}
 
 pub struct Trainer {
     corpus: Arc<Corpus>,

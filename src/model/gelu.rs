@@ -221,6 +221,7 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::DeviceSpecExt;
 
     /// Φ and GELU in f64 from libm's erfc: an independent reference.
     fn cdf_f64(x: f64) -> f64 {

@@ -10,9 +10,9 @@ use burn::nn::{
 use burn::prelude::*;
 use burn::tensor::Gradients;
 
-use super::config::LstmConfig;
 use super::lstm_host;
 use super::spectral::SpectralEmbedding;
+use conelab_core::model::LstmConfig;
 
 #[derive(Module, Debug)]
 pub struct LstmLm {
@@ -493,6 +493,7 @@ pub fn detach_state(state: RecurrentState) -> RecurrentState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::DeviceSpecExt;
     use burn::tensor::Distribution;
 
     /// A carried state of the wrong size (a checkpoint's recurrent state from another batch

@@ -2,7 +2,6 @@
 //!
 //! Everything backend-specific lives here and in `engine/`: the rest of conelab sees plain numbers.
 
-pub mod config;
 mod device;
 pub mod dropout;
 pub mod gelu;
@@ -16,10 +15,10 @@ use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::nn::Embedding;
 use burn::prelude::*;
 
-pub use config::{LstmConfig, ModelConfig, Preset, TransformerConfig};
+pub use conelab_core::model::{LstmConfig, ModelConfig, Preset, TransformerConfig};
 #[cfg(feature = "flex")]
 pub use device::flex_buffer;
-pub use device::{DeviceError, DeviceSpec, is_flex};
+pub use device::{DeviceError, DeviceSpec, DeviceSpecExt, is_flex};
 pub use lstm::{HostLstmError, HostLstmGradients, HostLstmWindow, LstmLm, RecurrentState};
 pub use spectral::{SPECTRAL_PARAM_IDS, SpectralEmbedding, SvdError};
 pub use transformer::TransformerLm;

@@ -184,6 +184,7 @@ pub fn host_outputs(
 #[cfg(test)]
 mod host_output_tests {
     use super::*;
+    use crate::model::DeviceSpecExt;
     use burn::tensor::Distribution;
 
     /// The host pass against burn's graph of the same statistics (a second algorithm), on rows

@@ -9,8 +9,8 @@ use burn::nn::{
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 
-use super::config::TransformerConfig;
 use super::spectral::SpectralEmbedding;
+use conelab_core::model::TransformerConfig;
 
 #[derive(Module, Debug)]
 pub struct TransformerLm {
@@ -150,6 +150,7 @@ impl Block {
 mod tests {
     use super::*;
     use crate::model::DeviceSpec;
+    use crate::model::DeviceSpecExt;
 
     fn model(device: &Device) -> TransformerLm {
         let cfg = TransformerConfig {

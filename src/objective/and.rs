@@ -36,13 +36,7 @@ pub struct AndTerms {
     pub penalty: Tensor<1>,
 }
 
-/// What shapes the AND loss besides the model.
-#[derive(Debug, Clone, Copy)]
-pub struct AndSettings {
-    pub alpha: f64,
-    pub fraction: f64,
-    pub squash: bool,
-}
+pub use conelab_core::objective::AndSettings;
 
 /// The AND loss. `hidden` `[P, d]`, `w` `[N, d]`, `bias` `[N]` if any, `targets` `[P]`,
 /// `sampled` the positions of S (distinct, from `self_norm::sample_positions`).
@@ -108,6 +102,7 @@ pub fn squashed_centring(logits: Tensor<2>) -> Option<f64> {
 mod tests {
     use super::*;
     use crate::model::DeviceSpec;
+    use crate::model::DeviceSpecExt;
 
     #[test]
     fn squash_is_ten_tanh_of_a_fifth() {

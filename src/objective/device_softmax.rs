@@ -70,6 +70,7 @@ pub fn device_head(logits: Tensor<2>, targets: Tensor<1, Int>, dev: f64) -> Devi
 mod tests {
     use super::*;
     use crate::model::DeviceSpec;
+    use crate::model::DeviceSpecExt;
 
     /// Logits with rows of very different scales (one far from 0, one nearly flat), so the max
     /// shift matters, and targets that repeat across rows.

@@ -274,6 +274,7 @@ pub fn full_softmax_head(
 mod tests {
     use super::*;
     use crate::model::DeviceSpec;
+    use crate::model::DeviceSpecExt;
 
     fn matrix(rows: usize, cols: usize, salt: usize) -> Vec<f32> {
         (0..rows * cols)

@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Threads;
 use super::matrix::{Embeddings, MatrixError, RowGroups, RowSet};
-use conelab_data::Group;
 use crate::fastmath::log_sum_exp_both_signs;
+use conelab_data::Group;
 
 /// Which 2-D projection the scatter shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

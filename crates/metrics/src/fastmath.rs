@@ -97,6 +97,9 @@ fn log_sum_exp_both_signs_generic(x: &[f32]) -> (f64, f64) {
 /// `exp_nonpositive` on 8 lanes with FMA: the same reduction and polynomial, so the same error
 /// bound. (Left to the autovectoriser, the generic loop came out 4 lanes wide, without FMA and
 /// with its constants spilled: ~2 ns an exponential.)
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA ([`has_avx2_fma`]).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]

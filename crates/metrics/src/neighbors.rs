@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Threads;
 use super::matrix::{Embeddings, MatrixError, RowGroups};
-use conelab_data::Group;
 use crate::fastmath::{dot_bf16, dot_f32};
+use conelab_data::Group;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]

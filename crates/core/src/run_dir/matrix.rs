@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use safetensors::{Dtype, SafeTensors};
 
 use super::{CorpusSpec, RunDir};
-use crate::data::SyntheticCorpus;
+use conelab_data::SyntheticCorpus;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MatrixFileError {

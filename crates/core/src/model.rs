@@ -1,5 +1,8 @@
 //! Model architectures and presets. Every field can be overridden from a TOML config file.
 
+use std::fmt;
+use std::str::FromStr;
+
 use serde::{Deserialize, Serialize};
 
 /// Decoder-only Transformer with tied embeddings: learned positions, pre-LN blocks, GELU MLP,
@@ -190,5 +193,67 @@ impl ModelConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// `--device`: which backend and device a run uses. Backends are compiled in by cargo feature;
+/// asking for one that is not gives an error naming the feature, never a panic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceSpec {
+    /// Pure-Rust CPU backend (burn-flex), the default build.
+    Cpu,
+    /// LibTorch on the CPU (cargo feature `tch`).
+    LibtorchCpu,
+    /// LibTorch on CUDA device N (cargo feature `tch`, a CUDA build of libtorch, a GPU).
+    Cuda(usize),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("unknown device `{0}`: expected cpu, libtorch-cpu, cuda or cuda:N")]
+    Unknown(String),
+    #[error(
+        "device `{0}` needs LibTorch, but this conelab was built without the `tch` feature (see README, \"LibTorch and CUDA\")"
+    )]
+    NoTch(DeviceSpec),
+    #[error("device `cpu` needs the `flex` feature, which this build lacks")]
+    NoFlex,
+    #[error("device `{spec}`: {reason}")]
+    Unavailable { spec: DeviceSpec, reason: String },
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Cpu => f.write_str("cpu"),
+            DeviceSpec::LibtorchCpu => f.write_str("libtorch-cpu"),
+            DeviceSpec::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl FromStr for DeviceSpec {
+    type Err = DeviceError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "cpu" | "flex" => Ok(DeviceSpec::Cpu),
+            "libtorch-cpu" | "tch-cpu" => Ok(DeviceSpec::LibtorchCpu),
+            "cuda" => Ok(DeviceSpec::Cuda(0)),
+            other => other
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(DeviceSpec::Cuda)
+                .ok_or_else(|| DeviceError::Unknown(other.to_owned())),
+        }
+    }
+}
+
+impl DeviceSpec {
+    /// Whether the device's tensors live in host memory (burn-flex, LibTorch on the CPU): there
+    /// the LSTM's host layers and the host dropout masks cost a copy at most, never a transfer.
+    pub fn host_memory(self) -> bool {
+        matches!(self, DeviceSpec::Cpu | DeviceSpec::LibtorchCpu)
     }
 }

@@ -12,9 +12,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::Fault;
-use super::protocol::{EmbeddingStats, Event, ProjectionFrame, Snapshot};
-use crate::metrics::{
+use crate::events::{EmbeddingStats, Event, ProjectionFrame, Snapshot};
+use crate::run_fault::Fault;
+use conelab_metrics::{
     EmbeddingPanel, Embeddings, PanelOptions, ProjectionMode, RowGroups, Threads,
 };
 
@@ -59,7 +59,7 @@ struct Pending {
 
 type Shared = Arc<(Mutex<Pending>, Condvar)>;
 
-pub(crate) struct AnalysisWorker {
+pub struct AnalysisWorker {
     shared: Shared,
     thread: Option<JoinHandle<()>>,
 }
@@ -81,7 +81,7 @@ pub fn analyse(snapshot: Arc<Snapshot>, groups: &RowGroups) -> Result<EmbeddingA
 impl AnalysisWorker {
     /// Starts the worker. A panic inside an analysis ends the worker and is reported through
     /// `fault` (the engine then stops the run); so is a thread the OS refuses.
-    pub(crate) fn start(
+    pub fn start(
         groups: RowGroups,
         events: Sender<Event>,
         latest: LatestAnalysis,
@@ -96,7 +96,7 @@ impl AnalysisWorker {
                     let step = snapshot.step;
                     let start = Instant::now();
                     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        if crate::fault::check("metrics.panic").is_err() {
+                        if conelab_base::fault::check("metrics.panic").is_err() {
                             panic!("injected metrics panic");
                         }
                         analyse(snapshot, &groups)
@@ -116,7 +116,7 @@ impl AnalysisWorker {
                         Err(panic) => {
                             fault.set(format!(
                                 "the metrics thread panicked at step {step}: {}",
-                                super::panic_message(panic.as_ref())
+                                crate::run_fault::panic_message(panic.as_ref())
                             ));
                             break;
                         }
@@ -149,14 +149,14 @@ impl AnalysisWorker {
     }
 
     /// Queues a snapshot, replacing one that has not been started yet.
-    pub(crate) fn submit(&self, snapshot: Arc<Snapshot>) {
+    pub fn submit(&self, snapshot: Arc<Snapshot>) {
         let (lock, cv) = &*self.shared;
         lock.lock().unwrap_or_else(|e| e.into_inner()).snapshot = Some(snapshot);
         cv.notify_one();
     }
 
     /// Lets the worker finish what is queued, then ends it.
-    pub(crate) fn finish(&mut self) {
+    pub fn finish(&mut self) {
         {
             let (lock, cv) = &*self.shared;
             lock.lock().unwrap_or_else(|e| e.into_inner()).closed = true;

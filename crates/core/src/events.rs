@@ -6,16 +6,16 @@
 //! 2-D projections) are shared behind `Arc`s and never go to a viewer as events.
 //!
 //! Events are also what a run sends its viewers over the control socket (JSON lines), so every
-//! float that may be NaN reads `null` back as NaN (`crate::jsonfloat`).
+//! float that may be NaN reads `null` back as NaN (`conelab_base::jsonfloat`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::embedding::{Projection, SetStats};
-use crate::metrics::{EmbeddingPanel, OutputMetrics};
 use crate::objective::{ObjectiveChange, Objectives};
+use conelab_metrics::embedding::{Projection, SetStats};
+use conelab_metrics::{EmbeddingPanel, OutputMetrics};
 
 /// A request to the running engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -75,22 +75,22 @@ pub struct StepStats {
     /// Steps completed (1-based: the first step reports 1).
     pub step: u64,
     /// Fractional epoch: windows read so far / windows per epoch.
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub epoch: f64,
     /// The data term: token NLL for MLE (AGG included: the plain NLL), the NCE loss for NCE.
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub loss: f64,
     /// Sum of the weighted regularisers and penalties (0 when none is on).
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub penalty: f64,
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub lr: f64,
     /// Global L2 norm of the gradient before clipping.
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub grad_norm: f64,
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub tokens_per_sec: f64,
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub step_ms: f64,
     /// Size of the gated rare set (AGG's live rare group, or the Rare group under gate-freeze).
     pub rare_tokens: Option<usize>,
@@ -106,15 +106,15 @@ pub struct EvalStats {
     pub step: u64,
     pub split: String,
     /// Mean NLL over all positions.
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub loss: f64,
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub ppl: f64,
     /// Frequent, medium, rare: (PPL, positions). PPL is NaN for a group with no positions.
-    #[serde(deserialize_with = "crate::jsonfloat::group_pairs")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::group_pairs")]
     pub groups: [(f64, u64); 3],
     pub positions: u64,
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub seconds: f64,
     /// Every model-output metric (Uniq, μ_z, σ_z, histogram, Theorem 2, …).
     pub outputs: Box<OutputMetrics>,
@@ -136,9 +136,9 @@ pub struct EmbeddingStats {
     pub total: SetStats,
     /// Frequent, medium, rare.
     pub groups: [SetStats; 3],
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub rare_frequent_cos: f64,
-    #[serde(deserialize_with = "crate::jsonfloat::f64")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub seconds: f64,
 }
 
@@ -251,7 +251,7 @@ pub enum Event {
     /// step, so the model and the last checkpoint are the last good ones.
     Diverged {
         step: u64,
-        #[serde(deserialize_with = "crate::jsonfloat::f64")]
+        #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
         loss: f64,
     },
     Warning {

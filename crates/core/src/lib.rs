@@ -1,0 +1,21 @@
+//! conelab's shared vocabulary: the data that the trainer, the run process, the store and the
+//! viewer all speak of. Nothing here holds a tensor, so the viewer can depend on it without burn.
+//!
+//! - [`objective`]: which loss and regularisers a run uses ([`objective::Objectives`]) and how a
+//!   command changes them.
+//! - [`model`]: the architectures' settings and `--device`.
+//! - [`train_config`]: the optimizer, schedule and run length.
+//! - [`events`]: the engine's commands in and events out.
+//! - [`state`]: the counters a checkpoint saves (`state.json`).
+//! - [`analysis`]: the background embedding analysis and its result.
+//! - [`run_dir`]: the run folder on disk (`run.toml`, `vocab.tsv`, `step-NNNNNN/`).
+//! - [`run_fault`]: the first fatal failure of one of a run's threads.
+
+pub mod analysis;
+pub mod events;
+pub mod model;
+pub mod objective;
+pub mod run_dir;
+pub mod run_fault;
+pub mod state;
+pub mod train_config;
