@@ -9,20 +9,19 @@
 
 pub use conelab_base::alloc_count;
 pub mod allocator;
-pub mod analysis;
 pub use conelab_base::atomic;
+pub use conelab_train::analysis;
 pub mod bench;
-pub mod checkpoint;
-pub use conelab_data as data;
-pub mod engine;
 pub use conelab_base::fault;
-pub(crate) use conelab_metrics::fastmath;
+pub use conelab_data as data;
+pub use conelab_train::checkpoint;
+pub use conelab_train::engine;
 pub mod headless;
 pub use conelab_base::jsonfloat;
 pub use conelab_base::lockfile;
 pub use conelab_metrics as metrics;
-pub mod model;
-pub mod objective;
+pub use conelab_train::model;
+pub use conelab_train::objective;
 pub mod run;
 pub mod run_config;
 pub mod store;

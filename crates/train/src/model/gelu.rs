@@ -74,7 +74,7 @@ pub fn slope_and_offset(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
         .zip(offset.par_chunks_mut(CHUNK))
         .for_each(|((x, s), r)| {
             #[cfg(target_arch = "x86_64")]
-            if crate::fastmath::has_avx2_fma() {
+            if conelab_metrics::fastmath::has_avx2_fma() {
                 // SAFETY: the CPU has AVX2 and FMA, checked just above.
                 unsafe { avx2::slope_and_offset(x, s, r) };
                 return;
@@ -93,7 +93,7 @@ pub fn gelu_values(x: &[f32]) -> Vec<f32> {
         .zip(y.par_chunks_mut(CHUNK))
         .for_each(|(x, y)| {
             #[cfg(target_arch = "x86_64")]
-            if crate::fastmath::has_avx2_fma() {
+            if conelab_metrics::fastmath::has_avx2_fma() {
                 // SAFETY: the CPU has AVX2 and FMA, checked just above.
                 unsafe { avx2::values(x, y) };
                 return;
@@ -119,7 +119,7 @@ fn cdf_pdf_scalar(x: f32) -> (f32, f32) {
         if a < EXP_UNDERFLOW {
             0.0
         } else {
-            crate::fastmath::exp_nonpositive(a)
+            conelab_metrics::fastmath::exp_nonpositive(a)
         }
     };
     let half_erfc = 0.5 * t * exp(q + p);
@@ -145,7 +145,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::*;
-    use crate::fastmath::{load8 as load, store8 as store};
+    use conelab_metrics::fastmath::{load8 as load, store8 as store};
 
     const LANES: usize = 8;
 
@@ -154,7 +154,7 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     fn exp(a: __m256) -> __m256 {
         let under = _mm256_cmp_ps::<_CMP_LT_OQ>(a, _mm256_set1_ps(EXP_UNDERFLOW));
-        _mm256_andnot_ps(under, crate::fastmath::exp_nonpositive_avx2(a))
+        _mm256_andnot_ps(under, conelab_metrics::fastmath::exp_nonpositive_avx2(a))
     }
 
     /// [`super::cdf_pdf_scalar`] on 8 lanes.

@@ -5,7 +5,7 @@ use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
 use rayon::prelude::*;
 
-use crate::fastmath::{exp_shifted_in_place, max_f32};
+use conelab_metrics::fastmath::{exp_shifted_in_place, max_f32};
 
 /// `logits = h · Wᵀ (+ b)`: `hidden` is `[positions, d]`, `w` is the tied embedding `[N, d]`.
 pub fn tied_logits(hidden: Tensor<2>, w: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<2> {

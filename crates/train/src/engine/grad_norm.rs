@@ -46,7 +46,7 @@ pub fn squared_sum<const D: usize>(grad: &Tensor<D>) -> Option<f64> {
     use crate::model::flex_buffer;
     let flex = flex_buffer(grad, grad.shape().num_elements())?;
     #[cfg(target_arch = "x86_64")]
-    let avx2 = crate::fastmath::has_avx2_fma();
+    let avx2 = conelab_metrics::fastmath::has_avx2_fma();
     let chunk_sums: Vec<f64> = flex
         .storage::<f32>()
         .par_chunks(CHUNK)
@@ -95,7 +95,7 @@ mod tests {
         assert!((got - want).abs() <= 1e-12 * want, "{got} against {want}");
         // The same on the AVX2 and the plain loop, bit for bit (no contraction into FMA).
         #[cfg(target_arch = "x86_64")]
-        if crate::fastmath::has_avx2_fma() {
+        if conelab_metrics::fastmath::has_avx2_fma() {
             let v = values(1_000_003);
             // SAFETY: checked above.
             assert_eq!(

@@ -7,15 +7,15 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use crate::checkpoint::matrix::{LoadedMatrix, run_classes};
-use crate::data::{Group, GroupBounds, Split, thousands};
 use crate::engine::{EngineError, EvalStats};
-use crate::metrics::neighbors::{ClassPrecision, class_precision};
-use crate::metrics::outputs::ShiftedOutputs;
-use crate::metrics::{
+use crate::model::DeviceSpec;
+use conelab_data::{Group, GroupBounds, Split, thousands};
+use conelab_metrics::neighbors::{ClassPrecision, class_precision};
+use conelab_metrics::outputs::ShiftedOutputs;
+use conelab_metrics::{
     EmbeddingPanel, Embeddings, MatrixError, NeighborIndex, PanelOptions, RowGroups, SetStats,
     Similarity, Threads,
 };
-use crate::model::DeviceSpec;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AnalysisError {

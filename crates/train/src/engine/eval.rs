@@ -9,10 +9,10 @@ use burn::prelude::*;
 
 use super::EngineError;
 use super::protocol::EvalStats;
-use crate::data::{Corpus, PartialWindow, Split, StreamBatcher};
-use crate::metrics::{OutputAccumulator, OutputBatch};
 use crate::model::output::{host_outputs, output_tensors};
 use crate::model::{LanguageModel, RecurrentState};
+use conelab_data::{Corpus, PartialWindow, Split, StreamBatcher};
+use conelab_metrics::{OutputAccumulator, OutputBatch};
 
 /// How to evaluate: which split, in how many parallel streams of which window length, at which
 /// step, with which cosine-regulariser weight for the Theorem-2 threshold.

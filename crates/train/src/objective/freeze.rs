@@ -11,7 +11,7 @@ use std::ops::Range;
 
 use burn::prelude::*;
 
-use crate::data::{FrequencyGroups, Group};
+use conelab_data::{FrequencyGroups, Group};
 
 /// The id ranges of the frozen groups, adjacent ones merged; empty when nothing is frozen.
 pub fn frozen_ranges(groups: &FrequencyGroups, frozen: [bool; 3]) -> Vec<Range<usize>> {
@@ -49,7 +49,7 @@ pub fn restore_rows(new: Tensor<2>, old: Tensor<2>, ranges: &[Range<usize>]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::GroupBounds;
+    use conelab_data::GroupBounds;
 
     #[test]
     fn ranges_merge_adjacent_groups() {

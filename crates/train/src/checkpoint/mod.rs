@@ -32,11 +32,11 @@ use burn::optim::ModuleOptimizer;
 use burn::prelude::*;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 
-use crate::atomic::sync_dir;
 use crate::engine::{CheckpointSink, EngineError, RunState, SavedCheckpoint, TrainConfig, Trainer};
 use crate::model::{
     DeviceError, DeviceSpec, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding,
 };
+use conelab_base::atomic::sync_dir;
 
 /// What a checkpoint holds besides the model.
 pub struct Loaded {
@@ -128,7 +128,7 @@ fn write_checkpoint_files(dir: &Path, trainer: &Trainer) -> Result<(), Checkpoin
         .map_err(|e| corrupt(&model_path, e.to_string()))?;
     let optim_path = dir.join("optimizer.bpk");
     // A disk that fills up between two files of a checkpoint.
-    crate::fault::check("checkpoint.write").map_err(io(&optim_path))?;
+    conelab_base::fault::check("checkpoint.write").map_err(io(&optim_path))?;
     optimizer
         .save(&optim_path)
         .map_err(|e| corrupt(&optim_path, format!("{e:?}")))?;

@@ -18,7 +18,7 @@
 //! shape faster (`Kernel`), or, when the model's tensors are LibTorch's, through LibTorch's own
 //! (`Products`); σ and tanh through the vectorised exp of `fastmath`.
 
-use crate::fastmath::exp_shifted_in_place;
+use conelab_metrics::fastmath::exp_shifted_in_place;
 
 /// A layer's weights side by side: `w_in` `[d_in, 4H]`, `w_hidden` `[H, 4H]`, `bias` `[4H]`
 /// (burn's input and hidden biases added).

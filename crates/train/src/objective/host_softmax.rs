@@ -24,7 +24,7 @@
 
 use rayon::prelude::*;
 
-use crate::fastmath::{exp_shifted_in_place, max_f32};
+use conelab_metrics::fastmath::{exp_shifted_in_place, max_f32};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum HostSoftmaxError {

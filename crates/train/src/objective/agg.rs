@@ -28,7 +28,7 @@ use burn::prelude::*;
 
 use super::head::RowGates;
 use super::{AggCounter, GateParts, GateSet};
-use crate::data::{FrequencyGroups, Group};
+use conelab_data::{FrequencyGroups, Group};
 
 /// Target-token occurrences over the last K updates.
 #[derive(Debug, Clone)]

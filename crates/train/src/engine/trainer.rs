@@ -15,7 +15,6 @@ use super::config::{OptimizerKind, Schedule, TrainConfig};
 use super::fused_adamw::FusedAdamW;
 use super::protocol::{AppliedCommand, Command, EvalStats, Snapshot, StepStats};
 use super::{EngineError, RunState, eval, grad_norm};
-use crate::data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
 use crate::model::DeviceSpecExt;
 use crate::model::lstm::detach_state;
 use crate::model::output::log_partition;
@@ -35,6 +34,7 @@ use crate::objective::{
     GateParts, LossKind, ObjectiveChange, Objectives, SpectrumC1, Term, cosreg, laplacian,
     unlikelihood,
 };
+use conelab_data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
 
 pub struct Trainer {
     corpus: Arc<Corpus>,
@@ -269,7 +269,7 @@ impl Trainer {
         let start = Instant::now();
         let next = self.state.step + 1;
         // Tests of the failure paths: a backend that panics mid-run (e.g. CUDA out of memory).
-        if crate::fault::check("engine.panic").is_err() {
+        if conelab_base::fault::check("engine.panic").is_err() {
             panic!("injected backend panic at step {next}");
         }
         // Dropout masks depend only on (seed, step): a resumed run draws the same ones. Where
@@ -903,7 +903,7 @@ impl Trainer {
     /// not change), c1 = σ_1 (`auto`) or the configured number. Off: W = U·diag(σ)·Vᵀ written back
     /// into the plain embedding.
     fn switch_spectrum(&mut self, on: bool, c1_setting: SpectrumC1) -> Result<(), String> {
-        crate::fault::check("spectrum.switch")
+        conelab_base::fault::check("spectrum.switch")
             .map_err(|e| format!("spectrum control could not factorise W: {e}"))?;
         if on {
             let snapshot = self.snapshot().map_err(|e| e.to_string())?;

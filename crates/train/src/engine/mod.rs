@@ -27,11 +27,11 @@ pub use protocol::{
 pub use trainer::{Trainer, clip_global_norm};
 pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 
-use crate::data::DataError;
-use crate::metrics::RowGroups;
 use crate::model::DeviceError;
 use crate::objective::{FreezeConfig, ObjectiveChange};
 use analysis::{AnalysisWorker, LatestAnalysis};
+use conelab_data::DataError;
+use conelab_metrics::RowGroups;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -535,7 +535,7 @@ impl Engine {
     }
 
     fn evaluate_valid(&mut self) -> Result<(), EngineError> {
-        let stats = self.trainer.evaluate(crate::data::Split::Valid)?;
+        let stats = self.trainer.evaluate(conelab_data::Split::Valid)?;
         let ppl = stats.ppl;
         self.emit(Event::Eval(stats));
         if let Some((before, after)) = self.trainer.observe_valid(ppl) {
@@ -556,7 +556,7 @@ impl Engine {
         if cfg.eval_every == 0 || !step.is_multiple_of(cfg.eval_every) {
             self.evaluate_valid()?;
         }
-        let test = self.trainer.evaluate(crate::data::Split::Test)?;
+        let test = self.trainer.evaluate(conelab_data::Split::Test)?;
         self.emit(Event::Eval(test));
         self.take_snapshot()?;
         if self.last_saved != Some(step) {

@@ -348,7 +348,7 @@ fn step_buffers<const D: usize, T>(
 #[cfg(any(feature = "flex", feature = "tch"))]
 fn update_in_chunks(out: &mut [f32], theta: &[f32], m: &mut [f32], v: &mut [f32], c: &Constants) {
     #[cfg(target_arch = "x86_64")]
-    let avx2 = crate::fastmath::has_avx2_fma();
+    let avx2 = conelab_metrics::fastmath::has_avx2_fma();
     out.par_chunks_mut(CHUNK)
         .zip(theta.par_chunks(CHUNK))
         .zip(m.par_chunks_mut(CHUNK))
@@ -585,7 +585,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_avx2_update_gives_the_plain_updates_bits() {
-        if !crate::fastmath::has_avx2_fma() {
+        if !conelab_metrics::fastmath::has_avx2_fma() {
             assert!(
                 std::env::var("CI").as_deref() != Ok("true"),
                 "CI runs need AVX2"

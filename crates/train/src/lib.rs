@@ -1,0 +1,11 @@
+//! Training: the only crate that links burn. The tied-embedding Transformer and LSTM ([`model`]),
+//! the objectives and regularisers as tensor functions ([`objective`]), the engine that runs a
+//! trainer on its own thread ([`engine`]), checkpoints of a trainer ([`checkpoint`]) and the
+//! offline analysis behind `eval` and `inspect` ([`analysis`]). The data these speak in (settings,
+//! commands, events, the run folder) is `conelab_core`'s.
+
+pub mod analysis;
+pub mod checkpoint;
+pub mod engine;
+pub mod model;
+pub mod objective;
