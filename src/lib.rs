@@ -7,6 +7,7 @@
 //! `tui` the workbench. `atomic` is the crash-safe writes every file that matters goes through,
 //! `lockfile` the OS locks, `fault` the injected I/O failures of the tests.
 
+pub use conelab_base as base;
 pub use conelab_base::alloc_count;
 pub mod allocator;
 pub use conelab_base::atomic;
@@ -24,6 +25,10 @@ pub use conelab_train::model;
 pub use conelab_train::objective;
 pub mod run;
 pub mod run_config;
-pub mod store;
+/// The metrics store, with its exports under the old path `store::export`.
+pub mod store {
+    pub use conelab_export as export;
+    pub use conelab_store::*;
+}
 pub mod sweep;
 pub mod tui;

@@ -22,6 +22,7 @@ use clap::error::ErrorKind;
 use conelab::run::say;
 
 fn main() -> ExitCode {
+    conelab::base::revision::set(option_env!("CONELAB_GIT_REVISION"));
     conelab::allocator::keep_freed_memory();
     // Defence in depth: a bug must still end in one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| {

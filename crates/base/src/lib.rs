@@ -4,6 +4,7 @@
 //! - [`lockfile`]: the OS locks that keep two processes off one run folder.
 //! - [`fault`]: the I/O failures the tests inject (`CONELAB_FAULT`).
 //! - [`jsonfloat`]: floats in JSON that survive NaN and infinity.
+//! - [`revision`]: the source revision the binary was built from.
 //! - [`alloc_count`]: the counting allocator behind the benchmarks' memory columns.
 
 pub mod alloc_count;
@@ -11,3 +12,4 @@ pub mod atomic;
 pub mod fault;
 pub mod jsonfloat;
 pub mod lockfile;
+pub mod revision;

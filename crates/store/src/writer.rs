@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use super::buffer::{EventBuffer, MetricBuffer};
 use super::segment::{self, Compaction, Keep, Kind};
 use super::{RUN_RECORD, RunRecord, STORE_DIR, StoreError, io_error, split, unix_now};
-use crate::engine::{Command, EmbeddingStats, EvalStats, Event, StepStats};
-use crate::lockfile::{LockError, LockFile};
-use crate::metrics::embedding::SetStats;
-use crate::objective::ObjectiveChange;
+use conelab_base::lockfile::{LockError, LockFile};
+use conelab_core::events::{Command, EmbeddingStats, EvalStats, Event, StepStats};
+use conelab_core::objective::ObjectiveChange;
+use conelab_metrics::embedding::SetStats;
 
 /// When the buffer goes to disk: whichever comes first.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -28,7 +28,7 @@ impl Default for FlushPolicy {
 }
 
 /// The store's writer lock: an OS lock held by the one process that writes the store (see
-/// `crate::lockfile`), released by the kernel however that process ends.
+/// `conelab_base::lockfile`), released by the kernel however that process ends.
 pub const WRITER_LOCK: &str = "writer.lock";
 
 /// Who holds the store's writer lock (`pid N on HOST`), if anyone.
@@ -56,7 +56,7 @@ pub fn lock_store(store_dir: &Path) -> Result<LockFile, StoreError> {
     let path = store_dir.join(WRITER_LOCK);
     LockFile::acquire(
         &path,
-        &crate::lockfile::holder_text(),
+        &conelab_base::lockfile::holder_text(),
         Duration::from_millis(500),
     )
     .map_err(|e| lock_error(&path, e))
@@ -88,7 +88,7 @@ impl StoreWriter {
         } else {
             let json = serde_json::to_string_pretty(record)
                 .map_err(|e| StoreError::Invalid(format!("encoding {RUN_RECORD}: {e}")))?;
-            crate::atomic::write_file(&record_path, json.as_bytes())
+            conelab_base::atomic::write_file(&record_path, json.as_bytes())
                 .map_err(io_error(&record_path))?;
             record.run_id.clone()
         };
@@ -219,7 +219,7 @@ impl StoreWriter {
                 for p in &placed {
                     taken_back &= std::fs::remove_file(p).is_ok();
                 }
-                let _ = crate::atomic::sync_dir(&self.dir);
+                let _ = conelab_base::atomic::sync_dir(&self.dir);
                 if !taken_back || is_already_exists(&e) {
                     // A file of this number stays on disk: never use the number again. (A
                     // metrics segment left behind only repeats rows the next flush writes again;
@@ -265,7 +265,7 @@ impl StoreWriter {
     /// Keeps the 2-D projections of an analysed snapshot (the time scrub), atomically.
     pub fn write_projection(
         &self,
-        frame: &crate::engine::ProjectionFrame,
+        frame: &conelab_core::events::ProjectionFrame,
     ) -> Result<(), StoreError> {
         super::projection::write(&self.dir, frame)
     }
@@ -273,7 +273,7 @@ impl StoreWriter {
     /// Turns an engine event into rows. Returns true for the run's final event.
     pub fn record(&mut self, event: &Event) -> Result<bool, StoreError> {
         if let Event::Step(s) = event
-            && crate::fault::check("store.panic").is_err()
+            && conelab_base::fault::check("store.panic").is_err()
         {
             panic!("injected recorder panic at step {}", s.step);
         }
@@ -527,9 +527,9 @@ fn is_already_exists(e: &StoreError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::Group;
-    use crate::objective::{GateParts, LossKind, Term};
-    use crate::store::query::OBJECTIVE_CHANGE_KINDS;
+    use crate::query::OBJECTIVE_CHANGE_KINDS;
+    use conelab_core::objective::{GateParts, LossKind, Term};
+    use conelab_data::Group;
 
     /// Every objective change is recorded under a kind that the readers of the objective in
     /// force (`query::objective_at`: exports, `conelab runs`) recognise.

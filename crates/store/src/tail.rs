@@ -133,7 +133,7 @@ fn segment_schema(columns: &[&str]) -> Result<DataFrame, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{RunRecord, StoreWriter, col};
+    use crate::{RunRecord, StoreWriter, col};
 
     const COLUMNS: [&str; 2] = [col::STEP, col::VALUE];
 
@@ -235,7 +235,7 @@ mod tests {
         let mut w = writer(tmp.path());
         flush_steps(&mut w, 1..3);
         let mut tail = MetricsTail::new(tmp.path());
-        let err = crate::fault::with_plan("segment.read:1:EIO", || tail.poll(&COLUMNS));
+        let err = conelab_base::fault::with_plan("segment.read:1:EIO", || tail.poll(&COLUMNS));
         assert!(err.is_err(), "EIO is an error, not an empty store");
         let read = tail.poll(&COLUMNS).expect("poll");
         assert_eq!(steps(&read), vec![1, 2], "nothing was skipped");
@@ -258,7 +258,7 @@ mod tests {
         flush_steps(&mut w, 2..3);
         let mut tail = MetricsTail::new(tmp.path());
         // The third read (the segment after the corrupt one) fails: nothing is kept.
-        let err = crate::fault::with_plan("segment.read:3:EIO", || tail.poll(&COLUMNS));
+        let err = conelab_base::fault::with_plan("segment.read:3:EIO", || tail.poll(&COLUMNS));
         assert!(err.is_err());
         let read = tail.poll(&COLUMNS).expect("poll");
         assert_eq!(steps(&read), vec![1, 2]);
@@ -280,7 +280,7 @@ mod tests {
         // The segment listed is gone when read (NotFound), as when a finishing run compacts
         // between the reader's listing and its read: the poll looks again.
         let plan = "segment.read:1:ENOENT";
-        let read = crate::fault::with_plan(plan, || tail.poll(&COLUMNS)).expect("retried");
+        let read = conelab_base::fault::with_plan(plan, || tail.poll(&COLUMNS)).expect("retried");
         assert_eq!(steps(&read), vec![3]);
     }
 }

@@ -113,10 +113,10 @@ pub fn path_of(dir: &Path, kind: Kind, seq: u64, base: bool) -> PathBuf {
 /// Writes a temporary file beside its final name and fsyncs it (fault point `segment.write`:
 /// half the bytes, then the error).
 pub fn write_temp(dir: &Path, final_name: &str, bytes: &[u8]) -> Result<PathBuf, StoreError> {
-    let tmp = dir.join(crate::atomic::temp_name(final_name));
+    let tmp = dir.join(conelab_base::atomic::temp_name(final_name));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
-        if let Err(e) = crate::fault::check("segment.write") {
+        if let Err(e) = conelab_base::fault::check("segment.write") {
             let _ = f.write_all(&bytes[..bytes.len() / 2]);
             return Err(e);
         }
@@ -135,7 +135,7 @@ pub fn write_temp(dir: &Path, final_name: &str, bytes: &[u8]) -> Result<PathBuf,
 /// Moves a fsynced temporary file to `path` without ever replacing an existing file (a hard
 /// link fails when the name is taken), then fsyncs the folder (fault point `segment.rename`).
 pub fn place(tmp: &Path, path: &Path) -> Result<(), StoreError> {
-    let result = crate::fault::check("segment.rename").and_then(|()| {
+    let result = conelab_base::fault::check("segment.rename").and_then(|()| {
         match std::fs::hard_link(tmp, path) {
             // A filesystem without hard links: the writer holds the store's lock, so a check
             // before the rename is enough there.
@@ -152,7 +152,7 @@ pub fn place(tmp: &Path, path: &Path) -> Result<(), StoreError> {
     let _ = std::fs::remove_file(tmp);
     result.map_err(io_error(path))?;
     let dir = path.parent().unwrap_or(Path::new("."));
-    crate::atomic::sync_dir(dir).map_err(io_error(dir))
+    conelab_base::atomic::sync_dir(dir).map_err(io_error(dir))
 }
 
 /// Writes a segment crash-safely; refuses to replace an existing one.
@@ -187,7 +187,7 @@ fn read_projected(
     kind: Kind,
     columns: Option<&[&str]>,
 ) -> Result<DataFrame, ReadError> {
-    let bytes = crate::fault::check("segment.read")
+    let bytes = conelab_base::fault::check("segment.read")
         .and_then(|()| std::fs::read(path))
         .map_err(|e| ReadError::Io(io_error(path)(e)))?;
     let not_parquet =
@@ -380,7 +380,7 @@ pub fn compact(dir: &Path, keep: Keep) -> Result<Compaction, StoreError> {
                     n += 1;
                 }
                 std::fs::rename(&path, &to).map_err(io_error(&path))?;
-                crate::atomic::sync_dir(&aside).map_err(io_error(&aside))?;
+                conelab_base::atomic::sync_dir(&aside).map_err(io_error(&aside))?;
                 done.set_aside.push((to, why));
             }
         }
@@ -393,7 +393,7 @@ pub fn compact(dir: &Path, keep: Keep) -> Result<Compaction, StoreError> {
                 Err(e) => return Err(io_error(&s.path)(e)),
             }
         }
-        crate::atomic::sync_dir(dir).map_err(io_error(dir))?;
+        conelab_base::atomic::sync_dir(dir).map_err(io_error(dir))?;
     }
     Ok(done)
 }

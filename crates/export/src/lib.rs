@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use polars::prelude::*;
 use polars_io::prelude::*;
 
-use super::query::{self, value_at, value_at_or_before};
-use super::{LoadedStore, StoreError, col as c, split};
-use crate::checkpoint::matrix::load_matrix;
-use crate::data::GroupBounds;
-use crate::metrics::matrix::{Embeddings, RowGroups};
-use crate::metrics::neighbors::NeighborIndex;
-use crate::metrics::{Similarity, Threads};
+use conelab_core::run_dir::matrix::load_matrix;
+use conelab_data::GroupBounds;
+use conelab_metrics::matrix::{Embeddings, RowGroups};
+use conelab_metrics::neighbors::NeighborIndex;
+use conelab_metrics::{Similarity, Threads};
+use conelab_store::query::{self, value_at, value_at_or_before};
+use conelab_store::{LoadedStore, StoreError, col as c, split};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Table {
@@ -224,7 +224,7 @@ fn load_stores(runs: &[PathBuf]) -> Result<Vec<LoadedStore>, StoreError> {
                     r.display()
                 )));
             }
-            super::load(r)
+            conelab_store::load(r)
         })
         .collect()
 }
@@ -262,7 +262,7 @@ fn metrics_table(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported
         Some(choice) => {
             // last/best are per run: the step each run is taken at.
             let held = held_out(req)?;
-            let mut out = super::empty_metrics();
+            let mut out = conelab_store::empty_metrics();
             for s in stores {
                 let step = resolve_step(s, held, choice)?;
                 out.vstack_mut(&query::metric_rows(&s.metrics, split, Some(step))?)?;
@@ -270,7 +270,7 @@ fn metrics_table(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported
             out
         }
     };
-    let mut out = plain(df.select(super::METRIC_COLUMNS)?);
+    let mut out = plain(df.select(conelab_store::METRIC_COLUMNS)?);
     out.warnings = warnings_of(stores);
     Ok(out)
 }
@@ -333,8 +333,10 @@ pub fn run_label(store: &LoadedStore, step: u64) -> Result<String, StoreError> {
     if let Some(name) = &store.run.labels.name {
         return Ok(name.clone());
     }
-    Ok(super::query::objective_at(&store.events, Some(step))?
-        .unwrap_or_else(|| store.run.run_id.clone()))
+    Ok(
+        conelab_store::query::objective_at(&store.events, Some(step))?
+            .unwrap_or_else(|| store.run.run_id.clone()),
+    )
 }
 
 /// Run names, made unique by the run id where two runs share a label.
@@ -843,7 +845,7 @@ fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
         let index = NeighborIndex::new(w, Threads::All);
         let mut per_word = Vec::new();
         for word in &req.words {
-            let id = crate::analysis::resolve_word(word, Some(tokens), m.n)
+            let id = conelab_train::analysis::resolve_word(word, Some(tokens), m.n)
                 .map_err(|e| StoreError::Invalid(format!("{}: {e}", run.display())))?;
             per_word.push(
                 index
@@ -863,7 +865,7 @@ fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
             );
         }
         table.push(per_word);
-        let (label, id) = match super::load(run) {
+        let (label, id) = match conelab_store::load(run) {
             Ok(store) => {
                 let step = m.step.unwrap_or(0);
                 (run_label(&store, step)?, store.run.run_id.clone())
@@ -948,7 +950,7 @@ fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
 /// The checkpoint folder of a run for the chosen step.
 fn checkpoint_for(run: &Path, req: &ExportRequest) -> Result<PathBuf, StoreError> {
     let dir =
-        crate::checkpoint::RunDir::open(run).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        conelab_core::run_dir::RunDir::open(run).map_err(|e| StoreError::Invalid(e.to_string()))?;
     let all = dir
         .checkpoints()
         .map_err(|e| StoreError::Invalid(e.to_string()))?;
@@ -966,7 +968,7 @@ fn checkpoint_for(run: &Path, req: &ExportRequest) -> Result<PathBuf, StoreError
         }
         StepChoice::At(n) => n,
         StepChoice::Best => {
-            let store = super::load(run)?;
+            let store = conelab_store::load(run)?;
             resolve_step(&store, held_out(req)?, StepChoice::Best)?
         }
     };

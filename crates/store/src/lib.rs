@@ -23,7 +23,6 @@
 //! The writer is fed by the engine's event consumer ([`recorder`]), never by the training step.
 
 pub mod buffer;
-pub mod export;
 pub mod labels;
 pub mod projection;
 pub mod query;
@@ -163,16 +162,14 @@ impl RunRecord {
             corpus,
             device,
             conelab_version: env!("CARGO_PKG_VERSION").to_string(),
-            git_revision: option_env!("CONELAB_GIT_REVISION")
-                .unwrap_or("unknown")
-                .to_string(),
+            git_revision: conelab_base::revision::get().to_string(),
             started_unix: unix_now(),
             labels: labels::RunLabels::default(),
         }
     }
 }
 
-pub(crate) fn unix_now() -> f64 {
+pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())

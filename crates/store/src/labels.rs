@@ -159,7 +159,8 @@ pub fn edit_record(store_dir: &Path, edit: &LabelEdit) -> Result<RunLabels, Stor
     let json = serde_json::to_string_pretty(&record)
         .map_err(|e| StoreError::Invalid(format!("encoding {RUN_RECORD}: {e}")))?;
     let path = store_dir.join(RUN_RECORD);
-    crate::atomic::write_file_as("labels", &path, json.as_bytes()).map_err(io_error(&path))?;
+    conelab_base::atomic::write_file_as("labels", &path, json.as_bytes())
+        .map_err(io_error(&path))?;
     Ok(record.labels)
 }
 
@@ -267,7 +268,8 @@ mod tests {
         std::fs::write(dir.join(RUN_RECORD), &before).expect("write");
         let edit = LabelEdit::from_tag_args(&["-kept".into(), "+new".into()]);
         for plan in ["labels.write:1:ENOSPC", "labels.rename:1:EIO"] {
-            let e = crate::fault::with_plan(plan, || edit_record(dir, &edit)).expect_err(plan);
+            let e =
+                conelab_base::fault::with_plan(plan, || edit_record(dir, &edit)).expect_err(plan);
             assert!(e.to_string().contains(RUN_RECORD), "{plan}: {e}");
             let now = std::fs::read_to_string(dir.join(RUN_RECORD)).expect("read");
             assert_eq!(now, before, "{plan}: run.json changed");

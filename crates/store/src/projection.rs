@@ -13,9 +13,9 @@ use polars::prelude::*;
 use polars_io::prelude::*;
 
 use super::{StoreError, io_error};
-use crate::engine::ProjectionFrame;
-use crate::metrics::ProjectionMode;
-use crate::metrics::embedding::Projection;
+use conelab_core::events::ProjectionFrame;
+use conelab_metrics::ProjectionMode;
+use conelab_metrics::embedding::Projection;
 
 /// The folder inside the store.
 pub const DIR: &str = "projections";
@@ -87,7 +87,8 @@ pub fn write(store_dir: &Path, frame: &ProjectionFrame) -> Result<(), StoreError
     let dir = store_dir.join(DIR);
     std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
     let target = path(store_dir, frame.step);
-    crate::atomic::write_file_as("projection", &target, &bytes).map_err(io_error(&target))?;
+    conelab_base::atomic::write_file_as("projection", &target, &bytes)
+        .map_err(io_error(&target))?;
     thin(store_dir)
 }
 

@@ -20,7 +20,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::StoreWriter;
-use crate::engine::{Event, Fault, panic_message};
+use conelab_core::events::Event;
+use conelab_core::run_fault::{Fault, panic_message};
 
 /// How often an idle recorder looks at its flush timer.
 const TICK: Duration = Duration::from_millis(200);
@@ -221,7 +222,12 @@ impl<F: FnMut(Event) -> bool> Recorder<F> {
         for older in self.staged.drain(..) {
             let _ = std::fs::remove_dir_all(&older.staging);
         }
-        match crate::checkpoint::commit(&self.run_dir, newest.step, &newest.staging, newest.keep) {
+        match conelab_core::run_dir::commit(
+            &self.run_dir,
+            newest.step,
+            &newest.staging,
+            newest.keep,
+        ) {
             Ok(path) => {
                 let event = Event::Checkpoint {
                     step: newest.step,
