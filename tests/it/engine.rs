@@ -1,8 +1,6 @@
 //! The training engine on the CPU (burn-flex): learning, exact resume, commands between steps,
 //! divergence, and checkpoints that are corrupt or do not fit.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 

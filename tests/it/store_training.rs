@@ -1,12 +1,10 @@
 //! The engine's numbers and events reach the store: compared with what the same run printed, and
 //! through a `kill -9` and a resume.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, conelab, s};
+use crate::common::{Fixture, conelab, s};
 use conelab::store::{self, query, split};
 use polars::prelude::*;
 

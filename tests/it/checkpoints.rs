@@ -2,8 +2,6 @@
 //! the newest `keep`, swapped in crash-safely when a step is saved twice, and what a killed
 //! process left is cleaned — or put back — when a run starts.
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -85,7 +83,7 @@ fn saving_a_step_twice_swaps_the_folders_and_a_failed_swap_keeps_the_old_one() {
 #[test]
 fn leftovers_of_a_killed_process_are_cleaned_and_a_set_aside_checkpoint_is_put_back() {
     // A real run folder (run.toml), as a killed process would leave it.
-    let f = common::Fixture::new();
+    let f = crate::common::Fixture::new();
     let out = f.train("run", &["--steps", "1", "--eval-every", "0"]);
     assert!(
         out.status.success(),

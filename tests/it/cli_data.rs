@@ -1,9 +1,7 @@
 //! `conelab data …` through the real binary: output, help, and every bad input the foundation issue
 //! lists — each must end in one line on stderr and exit status 2.
 
-mod common;
-
-use common::{assert_one_line_error, conelab, corpus_dir};
+use crate::common::{assert_one_line_error, conelab, corpus_dir};
 use conelab::data::{DataError, SplitText, VocabBuilder};
 
 const OK: &[u8] = b"a b c\nb c\n";

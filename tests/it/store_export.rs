@@ -1,11 +1,9 @@
 //! `conelab export` from stores built here with known values: the papers' tables in every format,
 //! the curves, the events, and the one-line errors.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::{assert_one_line_error, conelab};
+use crate::common::{assert_one_line_error, conelab};
 use conelab::store::export::{self, ExportRequest, Format, StepChoice, Table};
 use conelab::store::{FlushPolicy, RunRecord, StoreWriter, split};
 

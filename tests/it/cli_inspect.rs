@@ -1,11 +1,9 @@
 //! `conelab eval` and `conelab inspect` through the real binary: a small trained run, foreign
 //! `.npy` and `.safetensors` matrices, the documented JSON keys, and bad input as one-line errors.
 
-mod common;
-
 use std::path::Path;
 
-use common::{Fixture, assert_one_line_error, conelab, s};
+use crate::common::{Fixture, assert_one_line_error, conelab, s};
 use serde_json::Value;
 
 fn json(out: &std::process::Output) -> Value {

@@ -3,12 +3,10 @@
 //! divergence with nobody watching exits 3, `conelab runs` over every status, and the failure
 //! paths of its threads (issue: nothing lost, nothing hung).
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::{
+use crate::common::{
     Fixture, assert_one_line_error, conelab, conelab_processes, process_gone, read_until, s,
     signal, spawn_train, spawn_train_env, store_events, store_losses, wait_final, wait_until,
 };

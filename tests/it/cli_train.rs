@@ -1,12 +1,10 @@
 //! `conelab train` and `conelab bench train` through the real binary: a small run in a pipe, resume,
 //! and every bad input ending in one line and exit status 2.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::{Fixture, assert_one_line_error, conelab, s};
+use crate::common::{Fixture, assert_one_line_error, conelab, s};
 
 #[test]
 fn a_small_run_in_a_pipe_logs_plain_lines_and_resumes() {
@@ -167,7 +165,7 @@ fn train_log_in_json_and_a_full_disk_under_it() {
         "{log}"
     );
     assert!(run.join("step-000004/model.safetensors").is_file());
-    assert_eq!(common::store_losses(&run).len(), 4);
+    assert_eq!(crate::common::store_losses(&run).len(), 4);
 }
 
 #[test]

@@ -2,8 +2,6 @@
 //! engine obeys commands at the same step. Built only with `--features tch` (see README).
 #![cfg(all(feature = "tch", feature = "flex", not(feature = "tch-doc-only")))]
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -374,21 +372,21 @@ fn libtorch_runs_the_objectives_and_applies_toggles_at_the_next_step() {
 /// switch CosReg on, wait for the acknowledgement, stop and save; the store has the change.
 #[test]
 fn the_workbench_drives_a_libtorch_run() {
-    if !common::require_tmux() {
+    if !crate::common::require_tmux() {
         return;
     }
-    let f = common::Fixture::new();
+    let f = crate::common::Fixture::new();
     let run = f.path("run");
     let exit_file = f.path("exit-status");
     let command = format!(
         "{} train {} --config {} --run-dir {} --device libtorch-cpu --steps 100000000 --eval-every 0 --snapshot-every 20 --checkpoint-every 0; echo $? > {}; sleep 600",
         env!("CARGO_BIN_EXE_conelab"),
-        common::s(&f.path("corpus")),
-        common::s(&f.path("small.toml")),
-        common::s(&run),
-        common::s(&exit_file),
+        crate::common::s(&f.path("corpus")),
+        crate::common::s(&f.path("small.toml")),
+        crate::common::s(&run),
+        crate::common::s(&exit_file),
     );
-    let tmux = common::Tmux {
+    let tmux = crate::common::Tmux {
         socket: format!("conelab-tch-e2e-{}", std::process::id()),
         session: "e2e".into(),
     };

@@ -4,11 +4,9 @@
 //! the screen, and then checks the saved run state records those changes with their steps.
 //! Skipped (with a message) where tmux is not installed.
 
-mod common;
-
 use std::path::Path;
 
-use common::{Fixture, Tmux, require_tmux, s};
+use crate::common::{Fixture, Tmux, require_tmux, s};
 
 #[test]
 fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
@@ -226,7 +224,7 @@ fn sigterm_detaches_the_workbench_and_a_failed_run_is_shown() {
                 == Some(shell)
         })
         .unwrap_or(shell);
-    common::signal(viewer, libc::SIGTERM);
+    crate::common::signal(viewer, libc::SIGTERM);
     // The viewer leaves with 0; the alternate screen is gone and the message is there.
     assert_eq!(tmux.wait_for_exit(&exit_file), "exit=0");
     let screen = tmux.screen();
@@ -235,9 +233,9 @@ fn sigterm_detaches_the_workbench_and_a_failed_run_is_shown() {
         !screen.contains("1 Progress"),
         "the terminal is restored: {screen}"
     );
-    assert!(!common::process_gone(run_pid), "the run goes on");
-    common::signal(run_pid, libc::SIGTERM);
-    common::wait_until("the run to stop", || common::process_gone(run_pid));
+    assert!(!crate::common::process_gone(run_pid), "the run goes on");
+    crate::common::signal(run_pid, libc::SIGTERM);
+    crate::common::wait_until("the run to stop", || crate::common::process_gone(run_pid));
     drop(tmux);
 
     // A run whose backend panics: the workbench shows the failure; leaving it returns 4.
@@ -322,7 +320,7 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
     );
     assert!(out.status.success(), "{out:?}");
     // A live run with another objective: it trains until the test stops it.
-    let mut live = common::spawn_train(
+    let mut live = crate::common::spawn_train(
         &f,
         "cos",
         &[
@@ -345,8 +343,8 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
     );
     // Its reports are read and dropped: a pipe left full would block the run's last lines, and
     // the run would never exit after the SIGTERM below.
-    common::drain(&mut live);
-    common::wait_until("the live run's folder", || {
+    crate::common::drain(&mut live);
+    crate::common::wait_until("the live run's folder", || {
         f.path("cos").join("run.toml").exists()
     });
     let exit_file = f.path("exit-status");
@@ -381,7 +379,7 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
     tmux.wait_for("live");
     // Live runs update live: run 2's step grows on screen while run 1's stays at 60.
     let mut first = None;
-    common::wait_until("run 2's step to grow on screen", || {
+    crate::common::wait_until("run 2's step to grow on screen", || {
         let screen = tmux.screen();
         let step = legend_step(&screen, 2);
         match (first, step) {
@@ -395,7 +393,7 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
     });
     assert_eq!(legend_step(&tmux.screen(), 1), Some(60));
     // Stop the live run; once the view says so, its curves are final and can be compared.
-    common::signal(live.id(), libc::SIGTERM);
+    crate::common::signal(live.id(), libc::SIGTERM);
     let _ = live.wait();
     tmux.wait_for("stopped");
     std::thread::sleep(std::time::Duration::from_millis(2500));
@@ -407,7 +405,7 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
             if two { "■ 2 " } else { "□ 2 " },
         ];
         let mut screen = String::new();
-        common::wait_until("the legend to say which runs are shown", || {
+        crate::common::wait_until("the legend to say which runs are shown", || {
             screen = tmux.screen();
             want.iter().all(|w| screen.contains(w))
         });

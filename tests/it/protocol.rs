@@ -4,15 +4,13 @@
 //! which stops or stalls the run. Also: a stale socket of a killed run is replaced; a run folder
 //! whose path is too long for a socket gets one in the runtime folder.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, conelab, process_gone, s, signal, wait_until};
+use crate::common::{Fixture, conelab, process_gone, s, signal, wait_until};
 use conelab::run::protocol::PROTOCOL_VERSION;
 use serde_json::{Value, json};
 
@@ -222,7 +220,7 @@ fn hello_subscribe_command_and_requests() {
     assert_eq!(v["tokens"].as_array().expect("tokens").len(), vocab);
     // The store records the change at the acknowledged step.
     stop(pid);
-    let events = common::store_events(&run);
+    let events = crate::common::store_events(&run);
     assert!(
         events.iter().any(|(k, s, _)| k == "lr" && *s == step),
         "{events:?}"
@@ -294,7 +292,7 @@ fn hostile_clients_get_errors_and_the_run_goes_on() {
 #[test]
 fn a_client_of_another_user_is_refused() {
     if !Path::new("/usr/bin/setpriv").exists() && !Path::new("/bin/setpriv").exists() {
-        common::skip_or_fail("setpriv (util-linux) not found");
+        crate::common::skip_or_fail("setpriv (util-linux) not found");
         return;
     }
     let f = Fixture::new();
@@ -362,7 +360,7 @@ fn a_stale_socket_is_replaced_and_a_long_folder_gets_its_socket_elsewhere() {
 fn a_run_whose_stderr_is_gone_serves_viewers_and_stops_on_a_signal() {
     let f = Fixture::new();
     let run = f.path("run");
-    let mut child = common::spawn_train(
+    let mut child = crate::common::spawn_train(
         &f,
         "run",
         &[
@@ -376,7 +374,7 @@ fn a_run_whose_stderr_is_gone_serves_viewers_and_stops_on_a_signal() {
     );
     // The read end closes at once: every write to the run's stderr fails with EPIPE.
     drop(child.stderr.take());
-    common::drain(&mut child);
+    crate::common::drain(&mut child);
     let live = run.join("live.json");
     wait_until("the live record", || live.is_file());
     let live: Value = serde_json::from_slice(&std::fs::read(&live).expect("live")).expect("json");

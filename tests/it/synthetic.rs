@@ -1,7 +1,5 @@
 //! The built-in synthetic corpus: Zipf slope, determinism, coverage of classes, files.
 
-mod common;
-
 use conelab::data::{
     Corpus, CorpusSource, LoadOptions, Split, SynthConfig, SyntheticCorpus, zipf_exponent,
 };
@@ -43,7 +41,7 @@ fn one_seed_gives_byte_identical_files_and_another_seed_does_not() {
     let b = tempfile::tempdir().expect("tempdir");
     let c = tempfile::tempdir().expect("tempdir");
     let run = |dir: &std::path::Path, seed: &str| {
-        let out = common::conelab(&[
+        let out = crate::common::conelab(&[
             "data",
             "synth",
             "--out",

@@ -4,14 +4,12 @@
 //! its losses equal an uninterrupted run's bit for bit, its store holds every step exactly once,
 //! and every export loads.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, conelab, s, store_losses};
+use crate::common::{Fixture, conelab, s, store_losses};
 
 const STEPS: u64 = 1_500;
 const KILLS: usize = 20;
@@ -184,7 +182,7 @@ fn twenty_kills_and_resumes_end_where_an_uninterrupted_run_ends_bit_for_bit() {
         } else {
             let mut args = settings();
             args.extend(["--log-every", "1"]);
-            common::spawn_train(&f, "chaos", &args)
+            crate::common::spawn_train(&f, "chaos", &args)
         };
         drop(child.stderr.take());
         let progress = Progress::follow(child.stdout.take().expect("stdout"));

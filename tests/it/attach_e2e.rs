@@ -3,12 +3,10 @@
 //! sessions, see the history and the live steps, steer the run, and one viewer's death changes
 //! nothing for the run or the others; a finished run opens read-only; a resume shows the history.
 
-mod common;
-
 use std::path::Path;
 use std::time::Duration;
 
-use common::{
+use crate::common::{
     Fixture, Tmux, conelab_processes, process_gone, require_tmux, s, signal, store_events,
     store_losses, wait_final, wait_until,
 };

@@ -1,14 +1,12 @@
 //! The loader against the published counts of PTB and WikiText-2 (methods.md §1). Skipped, with the
 //! reason printed, when `../shared/datasets` is absent.
 
-mod common;
-
 use conelab::data::{
     Corpus, CorpusSource, Group, LoadOptions, PartialWindow, Split, StreamBatcher,
 };
 
 fn load(name: &str) -> Option<Corpus> {
-    let dir = common::shared_dataset(name)?;
+    let dir = crate::common::shared_dataset(name)?;
     Some(Corpus::load(&CorpusSource::Dir(dir), &LoadOptions::default()).expect("loads"))
 }
 

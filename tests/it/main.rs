@@ -1,0 +1,28 @@
+//! Every integration test of conelab in one binary: one link against burn and polars instead of
+//! one per file. Each module is one former `tests/*.rs` file; `common` holds their helpers.
+//! `cargo test --test it -- MODULE::` runs one of them.
+
+mod common;
+
+mod attach_e2e;
+mod chaos;
+mod checkpoints;
+mod cli_data;
+mod cli_inspect;
+mod cli_train;
+mod engine;
+mod metrics;
+mod objectives;
+mod objectives_engine;
+mod outputs;
+mod protocol;
+mod real_corpora;
+mod run_process;
+mod store;
+mod store_export;
+mod store_training;
+mod sweep;
+mod synthetic;
+mod tch;
+mod transports;
+mod tui_e2e;
