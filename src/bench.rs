@@ -412,7 +412,9 @@ fn bench_objective_set(tokens_per_update: usize, vocab: usize) -> Vec<(Objective
     ]
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of the values (the mean of the middle two for an even count; NaN for none): the
+/// one median every benchmark table reports.
+pub fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -774,4 +776,18 @@ pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, crate::store::Sto
     })();
     let _ = std::fs::remove_dir_all(&root);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(vec![10.0, 20.0]), 15.0);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![7.0]), 7.0);
+        assert!(median(Vec::new()).is_nan());
+    }
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::app::{App, Pane, ViewOptions};
 use super::ui;
+use crate::bench::median;
 use crate::data::{FrequencyGroups, GroupBounds};
 use crate::engine::analysis::EmbeddingAnalysis;
 use crate::engine::{
@@ -381,10 +382,6 @@ pub fn bench_throughput(
         // Let the analysis thread of the last run wind down before the next one starts.
         std::thread::sleep(Duration::from_millis(200));
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     Ok(ThroughputResult {
         model: model_name.into(),
         vocab: corpus.vocab().len(),

@@ -21,6 +21,7 @@ use ratatui::backend::TestBackend;
 use serde::Serialize;
 
 use super::app::{App, ViewOptions};
+use crate::bench::median;
 use crate::data::{FrequencyGroups, GroupBounds};
 use crate::metrics::RowGroups;
 use crate::objective::Objectives;
@@ -343,11 +344,6 @@ fn first_frame(open: impl FnOnce() -> Result<Opened, RunError>) -> Result<f64, R
         return Err(RunError::Internal("the first frame has no history".into()));
     }
     Ok(t.elapsed().as_secs_f64() * 1e3)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 pub fn bench_attach(b: &AttachBench) -> Result<AttachBenchResult, RunError> {
