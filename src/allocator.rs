@@ -4,7 +4,7 @@
 //! training step frees and allocates tens of MB (the `[P, N]` logits, their gradient, the
 //! activations), so every step faulted in fresh zeroed pages: the kernel's `clear_page` was 7–13 %
 //! of a `tiny` step. Never purging keeps the process at the peak it reaches in its first step
-//! anyway; measured side by side: +13 % tokens/s on `tiny`, the same peak RSS (README,
+//! anyway; measured side by side: +13 % tokens/s on `tiny`, the same peak RSS (docs/BENCHMARKS.md,
 //! "Performance").
 
 /// mimalloc's `mi_option_purge_delay` (v3's `mi_option_e`; libmimalloc-sys names no constant for

@@ -1,11 +1,18 @@
 //! conelab: train language models and watch their tied token embeddings degenerate — or not.
 //!
-//! Module map (DEVELOPERS.md): `data` holds corpora, vocabulary, frequency groups and batching;
-//! `model` the architectures with tied embeddings and the devices they run on; `engine` the
-//! training loop on its own thread; `checkpoint` run directories; `store` the metrics store;
-//! `run` a run's lifecycle as a process of its own, its control socket and its viewers' end;
-//! `tui` the workbench. `atomic` is the crash-safe writes every file that matters goes through,
-//! `lockfile` the OS locks, `fault` the injected I/O failures of the tests.
+//! This crate is the binary's library: the modules below that are not yet crates of their own,
+//! and the workspace's crates re-exported under the paths the binary and the tests use (the
+//! layout: docs/DEVELOPMENT.md).
+//!
+//! Here: `run` a run's lifecycle as a process of its own, its control socket and its viewers'
+//! end; `tui` the workbench; `sweep` grids of runs, local or on SLURM; `bench` the benchmarks;
+//! `headless` the reporter on stdout; `run_config` a run's settings from preset, file and flags;
+//! `allocator` the allocator's settings.
+//!
+//! Re-exported: `base` (`atomic`, `lockfile`, `fault`, `jsonfloat`, `alloc_count`) from
+//! conelab-base; `data` and `metrics` from their crates; `model`, `objective`, `engine`,
+//! `checkpoint` and `analysis` from conelab-train; `store` from conelab-store with its
+//! `export` from conelab-export.
 
 pub use conelab_base as base;
 pub use conelab_base::alloc_count;

@@ -11,7 +11,7 @@ use super::live::{self, Liveness};
 use crate::checkpoint::RunDir;
 use crate::store::{self, col, series_key, split};
 
-/// One run, as `conelab runs --json` prints it (keys documented in README; stable).
+/// One run, as `conelab runs --json` prints it (keys documented in docs/REFERENCE.md; stable).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunRow {
     /// The run's label: its name (`train --name`, `conelab rename`), else the folder's name.
