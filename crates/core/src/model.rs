@@ -257,3 +257,24 @@ impl DeviceSpec {
         matches!(self, DeviceSpec::Cpu | DeviceSpec::LibtorchCpu)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_spelling() {
+        assert_eq!("cpu".parse::<DeviceSpec>().ok(), Some(DeviceSpec::Cpu));
+        assert_eq!("cuda".parse::<DeviceSpec>().ok(), Some(DeviceSpec::Cuda(0)));
+        assert_eq!(
+            "cuda:3".parse::<DeviceSpec>().ok(),
+            Some(DeviceSpec::Cuda(3))
+        );
+        assert_eq!(
+            "libtorch-cpu".parse::<DeviceSpec>().ok(),
+            Some(DeviceSpec::LibtorchCpu)
+        );
+        assert!("gpu".parse::<DeviceSpec>().is_err());
+        assert!("cuda:x".parse::<DeviceSpec>().is_err());
+    }
+}

@@ -1,4 +1,5 @@
-//! Run directories and checkpoints.
+//! Run directories and checkpoints on disk: the layout, and the crash-safe commit of a checkpoint
+//! that the training crate has written into a staging folder.
 //!
 //! ```text
 //! checkpoints/<run>/
@@ -19,7 +20,8 @@
 //! Folders are ordered by the step they name, whatever its width. The newest `keep` are kept.
 //!
 //! Under a metrics store the rename waits for the store: a checkpoint counts only once the store
-//! is durable up to its step ([`Checkpointer::deferred`], `store::recorder`).
+//! is durable up to its step (`conelab_train::checkpoint::Checkpointer::deferred`,
+//! `conelab_store::recorder`).
 
 pub mod matrix;
 
@@ -56,6 +58,7 @@ pub enum CheckpointError {
     Data(#[from] DataError),
 }
 
+/// Wraps an I/O error with the path it concerns (for `map_err`).
 pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     move |source| CheckpointError::Io {
         path: path.to_path_buf(),
@@ -321,6 +324,7 @@ fn prune(run_dir: &Path, keep: usize, protect: u64) -> Result<(), CheckpointErro
     Ok(())
 }
 
+/// A suffix no other staging or set-aside folder of this process or another has: pid and a counter.
 pub fn unique_suffix() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);

@@ -1,25 +1,9 @@
-//! Run directories and checkpoints.
-//!
-//! ```text
-//! checkpoints/<run>/
-//!   run.toml                 what the run is: corpus, groups, device, model and training config
-//!   vocab.tsv                token <TAB> training count, one line per id
-//!   step-000500/             one checkpoint, written as a temp dir then renamed (atomic)
-//!     model.safetensors      every parameter, by module path (W is `…embedding.weight`)
-//!     optimizer.bpk          optimizer state (burnpack), keyed by the model's parameter ids
-//!     spectral-optimizer.bpk the optimizer state of U, σ, V (only while spectrum control is on)
-//!     state.json             counters, lr state, applied commands
-//!     recurrent.safetensors  the LSTM state carried into the next window (LSTM runs only)
-//! ```
-//! A checkpoint is written into a staging folder (`.step-NNNNNN.staged-…`), every file and the
-//! folder fsynced, then renamed into place and the run directory fsynced, so a crash leaves
-//! either the whole checkpoint or none of it. Re-saving a step renames the old folder aside
-//! first and deletes it only once the new one is in place. Leftovers of a killed process are
-//! cleaned (or, for a folder set aside, put back) when a run starts ([`RunDir::recover`]).
-//! Folders are ordered by the step they name, whatever its width. The newest `keep` are kept.
+//! Checkpoints of a trainer: writing one into a run folder (staged, fsynced, then put in place)
+//! and building a trainer back from one. The run folder's layout, its crash-safe commit and the
+//! pruning of old checkpoints are `conelab_core::run_dir`'s, re-exported here.
 //!
 //! Under a metrics store the rename waits for the store: a checkpoint counts only once the store
-//! is durable up to its step ([`Checkpointer::deferred`], `store::recorder`).
+//! is durable up to its step ([`Checkpointer::deferred`], `conelab_store::recorder`).
 
 pub use conelab_core::run_dir::*;
 
