@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
+use conelab::base::exit::ExitStatus;
 
 use conelab::analysis::{EvalOptions, InspectRequest, evaluate_checkpoint, inspect};
 use conelab::bench::{
@@ -696,8 +697,8 @@ pub struct SynthArgs {
 }
 
 /// Runs the command; its exit status (0 unless a run says otherwise).
-pub fn run(cli: Cli) -> Result<u8> {
-    let done = |r: Result<()>| r.map(|()| 0);
+pub fn run(cli: Cli) -> Result<ExitStatus> {
+    let done = |r: Result<()>| r.map(|()| ExitStatus::Success);
     match cli.command {
         Command::Data(DataCommand::Stats(args)) => done(data_stats(args)),
         Command::Data(DataCommand::Synth(args)) => done(data_synth(args)),
@@ -739,7 +740,7 @@ fn sweep_run_cmd(
     local: usize,
     dry_run: bool,
     slurm: Option<SbatchArgs>,
-) -> Result<u8> {
+) -> Result<ExitStatus> {
     use conelab::sweep::{Sweep, local::Outcome, record::SweepRecord};
     if local == 0 {
         return Err(RunError::Usage("--local 0: at least one run at a time".into()).into());
@@ -771,7 +772,7 @@ fn sweep_run_cmd(
                 "{} runs as a job array; the batch script:\n{script}",
                 record.runs.len()
             ))
-            .map(|()| 0);
+            .map(|()| ExitStatus::Success);
         }
         record.write(&out)?;
         let job = slurm::submit(&script, &out)?;
@@ -783,7 +784,7 @@ fn sweep_run_cmd(
             record.runs.len(),
             out.display()
         ))?;
-        return Ok(0);
+        return Ok(ExitStatus::Success);
     }
     if dry_run {
         let mut text = format!(
@@ -795,7 +796,7 @@ fn sweep_run_cmd(
             let args = conelab::sweep::local::train_args(r);
             text.push_str(&format!("  {}: conelab {}\n", r.name, args.join(" ")));
         }
-        return print_stdout(&text).map(|()| 0);
+        return print_stdout(&text).map(|()| ExitStatus::Success);
     }
     record.write(&out)?;
     let outcomes = conelab::sweep::local::run(&record, &out, &exe, local, |line| {
@@ -817,11 +818,11 @@ fn sweep_run_cmd(
         out.display()
     ))?;
     Ok(if failed > 0 {
-        4
+        ExitStatus::Failed
     } else if stopped > 0 {
-        75
+        ExitStatus::Stopped
     } else {
-        0
+        ExitStatus::Success
     })
 }
 
@@ -837,7 +838,7 @@ fn sweep_status_cmd(dir: &Path) -> Result<()> {
 
 /// A SLURM array task: becomes its run's `conelab train` (exec), so a TERM the batch script
 /// passes on reaches the run itself.
-fn sweep_task_cmd(dir: &Path, index: usize) -> Result<u8> {
+fn sweep_task_cmd(dir: &Path, index: usize) -> Result<ExitStatus> {
     use std::os::unix::process::CommandExt;
     let record = conelab::sweep::record::SweepRecord::read(dir)
         .map_err(|e| RunError::Usage(e.to_string()))?;
@@ -850,7 +851,7 @@ fn sweep_task_cmd(dir: &Path, index: usize) -> Result<u8> {
     })?;
     let Some(args) = conelab::sweep::local::task_args(run) else {
         print_stdout(&format!("{}: completed before, kept\n", run.name))?;
-        return Ok(0);
+        return Ok(ExitStatus::Success);
     };
     let exe = std::env::current_exe().context("finding the conelab binary")?;
     let e = std::process::Command::new(exe).args(&args).exec();
@@ -949,7 +950,7 @@ fn man_pages(command: clap::Command) -> std::io::Result<Vec<(String, Vec<u8>)>> 
 
 /// `conelab train`: in this process (--headless, or stdout not a terminal), in the background
 /// (--detach), or in the background with the workbench attached (a terminal).
-fn train(opts: TrainOptions) -> Result<u8> {
+fn train(opts: TrainOptions) -> Result<ExitStatus> {
     opts.validate().map_err(RunError::Usage)?;
     let tty = std::io::stdout().is_terminal();
     if opts.internal_detached {
@@ -964,7 +965,7 @@ fn train(opts: TrainOptions) -> Result<u8> {
             ready.dir.display(),
             ready.dir.join(run::live::OUTPUT_LOG).display()
         ))?;
-        return Ok(0);
+        return Ok(ExitStatus::Success);
     }
     if !tty || opts.headless {
         return serve_here(&opts, tty, false);
@@ -992,7 +993,7 @@ fn train(opts: TrainOptions) -> Result<u8> {
 
 /// Runs the run in this process: headless (a progress bar on a terminal, lines otherwise), or as
 /// the background run (`detached`: tells its starter when it is ready, then writes output.log).
-fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<u8> {
+fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<ExitStatus> {
     if let Some(other) = &opts.compare {
         // Only the workbench draws it, but a bad path is still a bad path.
         reference_spectrum(other)?;
@@ -1022,7 +1023,7 @@ fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<u8> {
             on_hub: None,
         },
     )?;
-    let code = exit.code();
+    let status = exit.status();
     match &exit.outcome {
         conelab::headless::Outcome::Diverged { step, loss } => say(&format!(
             "conelab: training diverged at step {step} (loss {loss}); the last good checkpoint is kept"
@@ -1036,12 +1037,12 @@ fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<u8> {
         )),
         _ => {}
     }
-    Ok(code)
+    Ok(status)
 }
 
 /// After a viewer of `dir`: how to come back when it detached; the run's exit status when the
 /// user watched it end.
-fn after_viewer(dir: &std::path::Path, exit: conelab::tui::ViewerExit) -> u8 {
+fn after_viewer(dir: &std::path::Path, exit: conelab::tui::ViewerExit) -> ExitStatus {
     use conelab::tui::ViewerExit;
     match exit {
         ViewerExit::Detached => {
@@ -1052,30 +1053,31 @@ fn after_viewer(dir: &std::path::Path, exit: conelab::tui::ViewerExit) -> u8 {
                 dir.display(),
                 dir.display()
             );
-            0
+            ExitStatus::Success
         }
         ViewerExit::Left(status) if !status.is_live() => {
             // The run writes how it ended as it exits: wait for it a little.
             let start = std::time::Instant::now();
             while start.elapsed() < std::time::Duration::from_secs(10) {
                 if let Ok(Some(f)) = run::live::read_final(dir) {
-                    return u8::try_from(f.exit_code).unwrap_or(4);
+                    return u8::try_from(f.exit_code)
+                        .map_or(ExitStatus::Failed, ExitStatus::from_code);
                 }
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
             match status {
                 conelab::tui::app::RunStatus::Finished { reason } => match reason {
-                    conelab::engine::FinishReason::Diverged => 3,
-                    _ => 0,
+                    conelab::engine::FinishReason::Diverged => ExitStatus::Diverged,
+                    _ => ExitStatus::Success,
                 },
-                _ => 4,
+                _ => ExitStatus::Failed,
             }
         }
-        ViewerExit::Left(_) => 0,
+        ViewerExit::Left(_) => ExitStatus::Success,
     }
 }
 
-fn attach_cmd(args: AttachArgs) -> Result<u8> {
+fn attach_cmd(args: AttachArgs) -> Result<ExitStatus> {
     if args.runs.len() > 1 {
         return compare_cmd(CompareArgs {
             runs: args.runs,
@@ -1120,7 +1122,7 @@ fn attach_cmd(args: AttachArgs) -> Result<u8> {
         after_viewer(&dir, exit);
     }
     // A viewer exits 0 however it leaves (the run's own status is the run's).
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
 /// `--smoothing`: a weight from 0 (raw) to the view's maximum.
@@ -1132,7 +1134,7 @@ fn smoothing_weight(text: &str) -> std::result::Result<f64, String> {
         .ok_or_else(|| format!("a weight from 0 (raw) to {max}"))
 }
 
-fn compare_cmd(args: CompareArgs) -> Result<u8> {
+fn compare_cmd(args: CompareArgs) -> Result<ExitStatus> {
     use conelab::tui::compare::{CompareOptions, Curve, XAxis};
     let dirs = run::attach::resolve_many(&args.runs, &PathBuf::from("checkpoints"))?;
     if !std::io::stdout().is_terminal() {
@@ -1155,7 +1157,7 @@ fn compare_cmd(args: CompareArgs) -> Result<u8> {
         curve: Curve::by_name(&args.curve).unwrap_or(0),
     };
     conelab::tui::compare::run_compare(dirs, options, std::time::Duration::from_secs(1))?;
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
 /// Several live runs: the user picks one by number.

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
+use conelab_base::exit::ExitStatus;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::engine::{EmbeddingStats, EvalStats, Event, FinishReason};
@@ -20,13 +21,13 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// The run's exit status (README, `conelab train --help`): 0 completed or stopped, 3 diverged,
-    /// 4 failed; a stop by signal is told apart by the caller (75).
-    pub fn exit_code(&self) -> u8 {
+    /// The run's exit status (README, "Exit statuses"): success when completed or stopped,
+    /// diverged, failed; a stop by signal is told apart by the caller ([`ExitStatus::Stopped`]).
+    pub fn exit_status(&self) -> ExitStatus {
         match self {
-            Outcome::Completed { .. } | Outcome::Stopped { .. } => 0,
-            Outcome::Diverged { .. } => 3,
-            Outcome::Failed { .. } => 4,
+            Outcome::Completed { .. } | Outcome::Stopped { .. } => ExitStatus::Success,
+            Outcome::Diverged { .. } => ExitStatus::Diverged,
+            Outcome::Failed { .. } => ExitStatus::Failed,
         }
     }
 }

@@ -17,6 +17,8 @@ static ALLOCATOR: conelab::alloc_count::CountingAllocator<std::alloc::System> =
 
 use std::process::ExitCode;
 
+use conelab::base::exit::ExitStatus;
+
 use clap::Parser;
 use clap::error::ErrorKind;
 use conelab::run::say;
@@ -54,13 +56,13 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     match cli::run(cli) {
-        Ok(code) => ExitCode::from(code),
+        Ok(status) => status.into(),
         Err(e) => {
-            let code = e
+            let status = e
                 .downcast_ref::<conelab::run::RunError>()
-                .map_or(2, |r| r.exit_code());
+                .map_or(ExitStatus::BadInput, |r| r.exit_status());
             say(&format!("conelab: error: {e:#}"));
-            ExitCode::from(code)
+            status.into()
         }
     }
 }
@@ -82,7 +84,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
                 .unwrap_or("invalid command line");
             let line = line.strip_prefix("error: ").unwrap_or(line);
             say(&format!("conelab: error: {line} (see conelab --help)"));
-            ExitCode::from(2)
+            ExitStatus::BadInput.into()
         }
     }
 }

@@ -14,6 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use conelab_base::exit::ExitStatus;
 use serde::{Deserialize, Serialize};
 
 use super::RunError;
@@ -100,7 +101,9 @@ pub fn spawn(args: Vec<OsString>) -> Result<Ready, RunError> {
         .unwrap_or(&message)
         .to_string();
     Err(RunError::Child {
-        code: status.code().map(|c| c.clamp(1, 255) as u8).unwrap_or(4),
+        status: status.code().map_or(ExitStatus::Failed, |c| {
+            ExitStatus::from_code(c.clamp(1, 255) as u8)
+        }),
         message,
     })
 }

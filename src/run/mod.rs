@@ -43,6 +43,8 @@ pub fn say(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
+use conelab_base::exit::ExitStatus;
+
 use crate::checkpoint::CheckpointError;
 use crate::store::StoreError;
 
@@ -62,19 +64,19 @@ pub enum RunError {
     /// The OS refused something the run needs (a thread, a socket).
     #[error("{0}")]
     Internal(String),
-    /// The background run could not start; `message` is what it said (one line), `code` its exit
-    /// status.
+    /// The background run could not start; `message` is what it said (one line), `status` its
+    /// exit status.
     #[error("{message}")]
-    Child { code: u8, message: String },
+    Child { status: ExitStatus, message: String },
 }
 
 impl RunError {
     /// The exit status for this error.
-    pub fn exit_code(&self) -> u8 {
+    pub fn exit_status(&self) -> ExitStatus {
         match self {
-            RunError::Child { code, .. } => *code,
-            RunError::Internal(_) => 4,
-            _ => 2,
+            RunError::Child { status, .. } => *status,
+            RunError::Internal(_) => ExitStatus::Failed,
+            _ => ExitStatus::BadInput,
         }
     }
 }

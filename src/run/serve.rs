@@ -13,6 +13,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use conelab_base::exit::ExitStatus;
+
 use super::answer::LiveAnswers;
 use super::hub::{Hub, HubInput, HubStats};
 use super::launch::Prepared;
@@ -67,12 +69,12 @@ pub struct RunExit {
 }
 
 impl RunExit {
-    /// 0 completed or stopped from a viewer; 3 diverged; 4 failed; 75 stopped by a signal after
-    /// saving.
-    pub fn code(&self) -> u8 {
+    /// Success when completed or stopped from a viewer; diverged; failed; stopped when stopped by
+    /// a signal after saving.
+    pub fn status(&self) -> ExitStatus {
         match self.outcome {
-            Outcome::Stopped { .. } if self.by_signal => 75,
-            ref o => o.exit_code(),
+            Outcome::Stopped { .. } if self.by_signal => ExitStatus::Stopped,
+            ref o => o.exit_status(),
         }
     }
 }
@@ -102,7 +104,7 @@ impl Signals {
                         super::say(
                             "conelab: second signal: exiting now, without waiting for the checkpoint",
                         );
-                        std::process::exit(130);
+                        ExitStatus::Interrupted.exit_now();
                     }
                     match s.get() {
                         Some(sender) => {
@@ -113,7 +115,7 @@ impl Signals {
                         }
                         None => {
                             super::say("conelab: signal received before training started: exiting");
-                            std::process::exit(130);
+                            ExitStatus::Interrupted.exit_now();
                         }
                     }
                 }
@@ -367,7 +369,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         status: status.into(),
         step,
         total_steps,
-        exit_code: i32::from(exit.code()),
+        exit_code: i32::from(exit.status().code()),
         message,
         by_signal,
         finished_unix: crate::store::unix_now(),

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use conelab_base::exit::ExitStatus;
+
 use super::SweepError;
 use super::record::{RecordedRun, SweepRecord};
 use crate::checkpoint::RunDir;
@@ -144,11 +146,15 @@ pub fn run(
                 continue;
             };
             let run = &record.runs[*i];
-            let outcome = match status.code() {
-                Some(0) if completed(&run.dir) => Outcome::Completed,
-                Some(75) => Outcome::Stopped,
-                code => Outcome::Failed {
-                    code,
+            let exit = status
+                .code()
+                .and_then(|c| u8::try_from(c).ok())
+                .map(ExitStatus::from_code);
+            let outcome = match exit {
+                Some(ExitStatus::Success) if completed(&run.dir) => Outcome::Completed,
+                Some(ExitStatus::Stopped) => Outcome::Stopped,
+                _ => Outcome::Failed {
+                    code: status.code(),
                     log: logs.join(format!("{}.log", run.name)),
                 },
             };

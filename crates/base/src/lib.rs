@@ -1,5 +1,6 @@
 //! The foundation every other conelab crate stands on; it knows nothing of training or the UI.
 //!
+//! - [`exit`]: the exit statuses, one type for every process conelab starts.
 //! - [`atomic`]: the crash-safe writes every file that matters goes through.
 //! - [`lockfile`]: the OS locks that keep two processes off one run folder.
 //! - [`fault`]: the I/O failures the tests inject (`CONELAB_FAULT`).
@@ -9,6 +10,7 @@
 
 pub mod alloc_count;
 pub mod atomic;
+pub mod exit;
 pub mod fault;
 pub mod jsonfloat;
 pub mod lockfile;
