@@ -10,6 +10,8 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
 
 use serde::{Deserialize, Serialize};
 
@@ -296,5 +298,70 @@ impl Event {
     /// The run's last event: nothing follows it but stragglers of the metrics thread.
     pub fn is_final(&self) -> bool {
         matches!(self, Event::Finished { .. } | Event::Failed { .. })
+    }
+}
+
+/// What a divergence (NaN/inf loss) does: pause, so that a watching user can decide (lower the
+/// rate and resume, or stop), or end the run at once when nobody watches. Shared, so a run's
+/// server can switch it as viewers come and go.
+#[derive(Debug, Clone)]
+pub struct DivergencePolicy(Arc<AtomicBool>);
+
+impl Default for DivergencePolicy {
+    /// Pause: the engine's owner is watching.
+    fn default() -> Self {
+        Self(Arc::new(AtomicBool::new(true)))
+    }
+}
+
+impl DivergencePolicy {
+    pub fn end_run() -> Self {
+        Self(Arc::new(AtomicBool::new(false)))
+    }
+
+    pub fn set_pause(&self, pause: bool) {
+        self.0.store(pause, Ordering::SeqCst);
+    }
+
+    pub fn pauses(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A command and the sender's number for it (echoed in its acknowledgement).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    pub command: Command,
+    pub ticket: Option<u64>,
+}
+
+/// A cloneable sender of commands to the engine.
+#[derive(Debug, Clone)]
+pub struct CommandSender(Sender<Envelope>);
+
+impl CommandSender {
+    /// A sender on a channel of one's own (tests, tools that stand in for an engine).
+    pub fn from_channel(tx: Sender<Envelope>) -> Self {
+        Self(tx)
+    }
+
+    /// Sends a command; false when the engine has ended.
+    pub fn send(&self, command: Command) -> bool {
+        self.0
+            .send(Envelope {
+                command,
+                ticket: None,
+            })
+            .is_ok()
+    }
+
+    /// Sends a command whose acknowledgement carries `ticket`.
+    pub fn send_ticketed(&self, command: Command, ticket: u64) -> bool {
+        self.0
+            .send(Envelope {
+                command,
+                ticket: Some(ticket),
+            })
+            .is_ok()
     }
 }

@@ -12,10 +12,10 @@ mod trainer;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 
+pub use conelab_core::events::{CommandSender, DivergencePolicy, Envelope};
 pub use conelab_core::run_fault::{Fault, panic_message};
 pub use conelab_core::state::{RunState, STATE_FORMAT};
 pub use conelab_core::{analysis, events as protocol, train_config as config};
@@ -67,33 +67,6 @@ pub trait CheckpointSink: Send {
     fn save(&mut self, trainer: &Trainer) -> Result<SavedCheckpoint, String>;
 }
 
-/// What a divergence (NaN/inf loss) does: pause, so that a watching user can decide (lower the
-/// rate and resume, or stop), or end the run at once when nobody watches. Shared, so a run's
-/// server can switch it as viewers come and go.
-#[derive(Debug, Clone)]
-pub struct DivergencePolicy(Arc<AtomicBool>);
-
-impl Default for DivergencePolicy {
-    /// Pause: the engine's owner is watching.
-    fn default() -> Self {
-        Self(Arc::new(AtomicBool::new(true)))
-    }
-}
-
-impl DivergencePolicy {
-    pub fn end_run() -> Self {
-        Self(Arc::new(AtomicBool::new(false)))
-    }
-
-    pub fn set_pause(&self, pause: bool) {
-        self.0.store(pause, Ordering::SeqCst);
-    }
-
-    pub fn pauses(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
 /// How an engine is wired to its owner.
 #[derive(Default)]
 pub struct EngineOptions {
@@ -115,44 +88,6 @@ impl EngineOptions {
             checkpoints: Some(Box::new(sink)),
             ..Self::default()
         }
-    }
-}
-
-/// A command and the sender's number for it (echoed in its acknowledgement).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Envelope {
-    pub command: Command,
-    pub ticket: Option<u64>,
-}
-
-/// A cloneable sender of commands to the engine.
-#[derive(Debug, Clone)]
-pub struct CommandSender(Sender<Envelope>);
-
-impl CommandSender {
-    /// A sender on a channel of one's own (tests, tools that stand in for an engine).
-    pub fn from_channel(tx: Sender<Envelope>) -> Self {
-        Self(tx)
-    }
-
-    /// Sends a command; false when the engine has ended.
-    pub fn send(&self, command: Command) -> bool {
-        self.0
-            .send(Envelope {
-                command,
-                ticket: None,
-            })
-            .is_ok()
-    }
-
-    /// Sends a command whose acknowledgement carries `ticket`.
-    pub fn send_ticketed(&self, command: Command, ticket: u64) -> bool {
-        self.0
-            .send(Envelope {
-                command,
-                ticket: Some(ticket),
-            })
-            .is_ok()
     }
 }
 
@@ -275,7 +210,7 @@ pub fn spawn(trainer: Trainer, options: EngineOptions) -> std::io::Result<Engine
             }
         })?;
     Ok(EngineHandle {
-        commands: CommandSender(command_tx),
+        commands: CommandSender::from_channel(command_tx),
         events: event_rx,
         latest,
         thread: Some(thread),

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use super::RunError;
 use super::live::{self, Liveness};
 use super::protocol::{ClientMessage, ServerMessage};
-use crate::lockfile::host_name;
-use crate::store::labels::{LabelEdit, RunLabels, edit_record};
-use crate::store::{self, writer::lock_store};
+use conelab_base::lockfile::host_name;
+use conelab_store::labels::{LabelEdit, RunLabels, edit_record};
+use conelab_store::{self as store, writer::lock_store};
 
 /// How long a live run has to answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);

@@ -12,9 +12,9 @@ use super::client::{RunLink, SocketLink, StoredLink, handshake};
 use super::live::{self, Liveness};
 use super::protocol::RunHello;
 use super::view::{RunInfo, RunStatus, RunView, Vocabulary};
-use crate::checkpoint::RunDir;
-use crate::engine::FinishReason;
-use crate::lockfile::host_name;
+use conelab_base::lockfile::host_name;
+use conelab_core::events::FinishReason;
+use conelab_core::run_dir::RunDir;
 
 /// What `conelab attach` found.
 pub enum Resolved {
@@ -71,8 +71,8 @@ pub fn resolve_many(args: &[PathBuf], root: &Path) -> Result<Vec<PathBuf>, RunEr
             }
         };
         let is_run = dir.join("run.toml").is_file()
-            || crate::store::store_dir(&dir)
-                .join(crate::store::RUN_RECORD)
+            || conelab_store::store_dir(&dir)
+                .join(conelab_store::RUN_RECORD)
                 .is_file();
         if !is_run {
             return Err(RunError::Usage(format!(
@@ -199,7 +199,7 @@ pub fn stored(dir: &Path, status: RunStatus, why: String) -> Result<Opened, RunE
         .ok()
         .and_then(|c| c.last().cloned())
         .and_then(|p| std::fs::read(p.join("state.json")).ok())
-        .and_then(|b| serde_json::from_slice::<crate::engine::RunState>(&b).ok())
+        .and_then(|b| serde_json::from_slice::<conelab_core::state::RunState>(&b).ok())
         .map(|s| s.objectives)
         .unwrap_or_else(|| spec.train.objectives.clone());
     let info = RunInfo {
@@ -215,7 +215,7 @@ pub fn stored(dir: &Path, status: RunStatus, why: String) -> Result<Opened, RunE
     };
     let view = match RunView::from_store(dir, info.clone(), objectives.clone(), status.clone()) {
         Ok(v) => v,
-        Err(crate::store::StoreError::NoStore(_)) => {
+        Err(conelab_store::StoreError::NoStore(_)) => {
             let mut v = RunView::new(objectives);
             v.info = info;
             v.status = status.clone();
@@ -232,7 +232,7 @@ pub fn stored(dir: &Path, status: RunStatus, why: String) -> Result<Opened, RunE
         group_bounds: spec.group_bounds,
         status,
         live: false,
-        labels: crate::store::read_run_record(&crate::store::store_dir(dir))
+        labels: conelab_store::read_run_record(&conelab_store::store_dir(dir))
             .map(|r| r.labels)
             .unwrap_or_default(),
     };

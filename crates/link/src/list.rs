@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::RunError;
 use super::live::{self, Liveness};
-use crate::checkpoint::RunDir;
-use crate::store::{self, col, series_key, split};
+use conelab_core::run_dir::RunDir;
+use conelab_store::{self as store, col, series_key, split};
 
 /// One run, as `conelab runs --json` prints it (keys documented in docs/REFERENCE.md; stable).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -131,7 +131,7 @@ pub fn row(dir: &Path) -> RunRow {
                 r.step = run
                     .checkpoints()
                     .ok()
-                    .and_then(|c| c.last().and_then(|p| crate::checkpoint::step_of(p)));
+                    .and_then(|c| c.last().and_then(|p| conelab_core::run_dir::step_of(p)));
             }
         }
         Err(e) => {
@@ -207,7 +207,7 @@ fn numbers(st: &store::LoadedStore) -> Result<Numbers, store::StoreError> {
         }
     }
     // The objectives in force: the newest start or change of objectives.
-    n.objective = crate::store::query::objective_at(&st.events, None)?;
+    n.objective = conelab_store::query::objective_at(&st.events, None)?;
     Ok(n)
 }
 

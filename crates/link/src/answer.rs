@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use super::protocol::{ClientMessage, ServerMessage, WordNeighbors};
 use super::view::Vocabulary;
-use crate::engine::ProjectionFrame;
-use crate::engine::analysis::LatestAnalysis;
-use crate::metrics::{Embeddings, NeighborIndex, Similarity, Threads};
-use crate::store::labels::{LabelEdit, RunLabels};
+use conelab_core::analysis::LatestAnalysis;
+use conelab_core::events::ProjectionFrame;
+use conelab_metrics::{Embeddings, NeighborIndex, Similarity, Threads};
+use conelab_store::labels::{LabelEdit, RunLabels};
 
 /// The most neighbours one request may ask for.
 pub const MAX_K: usize = 1_000;
@@ -139,7 +139,7 @@ impl Answers for LiveAnswers {
             (None, Some(a)) => Ok(Some(a.frame())),
             (Some(s), Some(a)) if a.snapshot.step == s => Ok(Some(a.frame())),
             (Some(s), _) => {
-                crate::store::projection::read(&self.store_dir, s).map_err(|e| e.to_string())
+                conelab_store::projection::read(&self.store_dir, s).map_err(|e| e.to_string())
             }
             (None, None) => newest_stored(&self.store_dir),
         }
@@ -166,14 +166,14 @@ impl Answers for LiveAnswers {
     }
 
     fn edit_labels(&self, edit: &LabelEdit) -> Result<RunLabels, String> {
-        crate::store::labels::edit_record(&self.store_dir, edit).map_err(|e| e.to_string())
+        conelab_store::labels::edit_record(&self.store_dir, edit).map_err(|e| e.to_string())
     }
 }
 
 fn newest_stored(store_dir: &Path) -> Result<Option<ProjectionFrame>, String> {
-    let steps = crate::store::projection::list(store_dir).map_err(|e| e.to_string())?;
+    let steps = conelab_store::projection::list(store_dir).map_err(|e| e.to_string())?;
     match steps.last() {
-        Some(&s) => crate::store::projection::read(store_dir, s).map_err(|e| e.to_string()),
+        Some(&s) => conelab_store::projection::read(store_dir, s).map_err(|e| e.to_string()),
         None => Ok(None),
     }
 }
@@ -189,7 +189,7 @@ pub struct StoredAnswers {
 
 impl StoredAnswers {
     pub fn new(run_dir: PathBuf, vocab: Arc<Vocabulary>) -> Self {
-        let store_dir = crate::store::store_dir(&run_dir);
+        let store_dir = conelab_store::store_dir(&run_dir);
         Self {
             run_dir,
             store_dir,
@@ -203,7 +203,7 @@ impl Answers for StoredAnswers {
     fn projection(&self, step: Option<u64>) -> Result<Option<ProjectionFrame>, String> {
         match step {
             Some(s) => {
-                crate::store::projection::read(&self.store_dir, s).map_err(|e| e.to_string())
+                conelab_store::projection::read(&self.store_dir, s).map_err(|e| e.to_string())
             }
             None => newest_stored(&self.store_dir),
         }
@@ -214,19 +214,19 @@ impl Answers for StoredAnswers {
         words: &[u32],
         k: usize,
     ) -> Result<(Option<u64>, Vec<WordNeighbors>), String> {
-        let newest = match crate::checkpoint::RunDir::open(&self.run_dir)
+        let newest = match conelab_core::run_dir::RunDir::open(&self.run_dir)
             .and_then(|r| r.latest_checkpoint())
         {
             Ok(p) => p,
-            Err(crate::checkpoint::CheckpointError::NoCheckpoint(_)) => {
+            Err(conelab_core::run_dir::CheckpointError::NoCheckpoint(_)) => {
                 return Ok((None, Vec::new()));
             }
             Err(e) => return Err(e.to_string()),
         };
-        let step = crate::checkpoint::step_of(&newest).unwrap_or(0);
+        let step = conelab_core::run_dir::step_of(&newest).unwrap_or(0);
         let index = self.index.get_or_build(step, || {
-            let m =
-                crate::checkpoint::matrix::load_matrix(&newest, None).map_err(|e| e.to_string())?;
+            let m = conelab_core::run_dir::matrix::load_matrix(&newest, None)
+                .map_err(|e| e.to_string())?;
             let w = Embeddings::new(m.n, m.d, &m.data).map_err(|e| e.to_string())?;
             Ok(NeighborIndex::new(w, Threads::All))
         })?;

@@ -20,7 +20,8 @@ use std::thread::JoinHandle;
 
 use super::protocol::{CommandOutcome, ServerMessage, encode};
 use super::view::{RunStatus, RunView};
-use crate::engine::{Command, CommandSender, DivergencePolicy, Event, Fault};
+use conelab_core::events::{Command, CommandSender, DivergencePolicy, Event};
+use conelab_core::run_fault::Fault;
 
 /// Messages queued per viewer before it counts as behind.
 pub const VIEWER_QUEUE: usize = 4_096;
@@ -190,7 +191,7 @@ impl Hub {
                             broken = true;
                             let message = format!(
                                 "the run's hub panicked: {}",
-                                crate::engine::panic_message(panic.as_ref())
+                                conelab_core::run_fault::panic_message(panic.as_ref())
                             );
                             super::say(&format!("conelab: {message}"));
                             fault.set(message);
@@ -362,8 +363,8 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::StepStats;
-    use crate::objective::Objectives;
+    use conelab_core::events::StepStats;
+    use conelab_core::objective::Objectives;
     use std::sync::mpsc;
 
     fn step(n: u64) -> Event {

@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Command, EmbeddingStats, EvalStats, Event, FinishReason, StepStats};
-use crate::metrics::OutputMetrics;
-use crate::metrics::embedding::SetStats;
-use crate::metrics::outputs::{GroupOutputs, Histogram2d};
-use crate::objective::Objectives;
-use crate::store::{self, StoreError, col, series_key, split};
+use conelab_core::events::{Command, EmbeddingStats, EvalStats, Event, FinishReason, StepStats};
+use conelab_core::objective::Objectives;
+use conelab_metrics::OutputMetrics;
+use conelab_metrics::embedding::SetStats;
+use conelab_metrics::outputs::{GroupOutputs, Histogram2d};
+use conelab_store::{self as store, StoreError, col, series_key, split};
 
 /// Events kept in the log.
 pub const LOG_LINES: usize = 500;
@@ -41,7 +41,7 @@ pub enum RunStatus {
     /// Paused after a divergence, waiting for a decision.
     Diverged {
         step: u64,
-        #[serde(deserialize_with = "crate::jsonfloat::f64")]
+        #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
         loss: f64,
     },
     Failed {
@@ -185,10 +185,10 @@ pub struct RunView {
     pub status: RunStatus,
     pub last_step: Option<StepStats>,
     /// (step, training loss).
-    #[serde(deserialize_with = "crate::jsonfloat::xy_vec")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::xy_vec")]
     pub loss: Vec<(f64, f64)>,
     /// (step, validation loss).
-    #[serde(deserialize_with = "crate::jsonfloat::xy_vec")]
+    #[serde(deserialize_with = "conelab_base::jsonfloat::xy_vec")]
     pub valid_loss: Vec<(f64, f64)>,
     pub last_eval: Option<EvalStats>,
     /// Every analysed snapshot's headline numbers (thinned), oldest first.

@@ -17,7 +17,7 @@ pub fn format_unix(secs: i64, pattern: &str) -> String {
 /// it).
 pub fn now_unix() -> i64 {
     // Whole seconds; the float holds them exactly for the next 285 million years.
-    crate::store::unix_now() as i64
+    conelab_store::unix_now() as i64
 }
 
 #[cfg(test)]

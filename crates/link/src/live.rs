@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::lockfile::{LockError, LockFile, holder_text, host_name};
+use conelab_base::lockfile::{LockError, LockFile, holder_text, host_name};
 
 pub const RUN_LOCK: &str = "run.lock";
 pub const LIVE_FILE: &str = "live.json";
@@ -112,7 +112,7 @@ fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), LiveError> {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
-    crate::atomic::write_file(path, json.as_bytes()).map_err(io(path))
+    conelab_base::atomic::write_file(path, json.as_bytes()).map_err(io(path))
 }
 
 pub fn read_live(run_dir: &Path) -> Result<Option<LiveRecord>, LiveError> {
@@ -127,7 +127,7 @@ pub fn read_final(run_dir: &Path) -> Result<Option<FinalRecord>, LiveError> {
 pub fn announce(run_dir: &Path, socket: &Path) -> Result<LiveRecord, LiveError> {
     let final_path = run_dir.join(FINAL_FILE);
     match std::fs::remove_file(&final_path) {
-        Ok(()) => crate::atomic::sync_dir(run_dir).map_err(io(run_dir))?,
+        Ok(()) => conelab_base::atomic::sync_dir(run_dir).map_err(io(run_dir))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(&final_path)(e)),
     }
@@ -136,7 +136,7 @@ pub fn announce(run_dir: &Path, socket: &Path) -> Result<LiveRecord, LiveError> 
         host: host_name(),
         socket: socket.to_path_buf(),
         protocol: super::protocol::PROTOCOL_VERSION,
-        started_unix: crate::store::unix_now(),
+        started_unix: conelab_store::unix_now(),
     };
     write_json(&run_dir.join(LIVE_FILE), &record)?;
     Ok(record)
@@ -147,7 +147,7 @@ pub fn conclude(run_dir: &Path, record: &FinalRecord) -> Result<(), LiveError> {
     write_json(&run_dir.join(FINAL_FILE), record)?;
     // A stale live record is harmless (the lock decides), so a failure here is not one.
     let _ = std::fs::remove_file(run_dir.join(LIVE_FILE));
-    crate::atomic::sync_dir(run_dir).map_err(io(run_dir))
+    conelab_base::atomic::sync_dir(run_dir).map_err(io(run_dir))
 }
 
 /// What the folder says about its run's process.

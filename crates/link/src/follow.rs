@@ -1,5 +1,5 @@
 //! Following runs from their folders (the compare view): a thread of its own reads each run's
-//! metrics store as its writer adds segments ([`crate::store::tail`]), its state (live, or how
+//! metrics store as its writer adds segments ([`conelab_store::tail`]), its state (live, or how
 //! it ended) and its labels, and sends what changed. The view never touches a disk and a run
 //! never knows it is watched, so comparing costs a live run nothing; its numbers arrive with its
 //! store's flush interval (a few seconds behind its own viewer).
@@ -14,8 +14,8 @@ use polars::prelude::*;
 use rustc_hash::FxHashSet;
 
 use super::live::{self, Liveness};
-use crate::store::tail::MetricsTail;
-use crate::store::{StoreError, col};
+use conelab_store::tail::MetricsTail;
+use conelab_store::{StoreError, col};
 
 /// One metrics row of a followed run.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -190,7 +190,7 @@ fn label(dir: &std::path::Path) -> String {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| dir.display().to_string());
-    match crate::store::read_run_record(&crate::store::store_dir(dir)) {
+    match conelab_store::read_run_record(&conelab_store::store_dir(dir)) {
         Ok(record) => {
             let name = record.labels.name.clone().unwrap_or(folder);
             let tags: String = record
@@ -218,7 +218,7 @@ fn status(dir: &std::path::Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{RunRecord, StoreWriter, series_key};
+    use conelab_store::{RunRecord, StoreWriter, series_key};
 
     #[test]
     fn sends_the_wanted_rows_as_they_are_written() {

@@ -12,7 +12,7 @@
 //!
 //! A client line longer than [`MAX_CLIENT_LINE`], malformed JSON, an unknown message or a wrong
 //! version gets an [`ServerMessage::Error`]; the run goes on. Floats that may be NaN travel as
-//! `null` (see `crate::jsonfloat`).
+//! `null` (see `conelab_base::jsonfloat`).
 
 use std::io::{self, BufRead};
 use std::path::PathBuf;
@@ -20,9 +20,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::view::{RunStatus, RunView};
-use crate::engine::{AppliedCommand, Command, Event, ProjectionFrame};
-use crate::metrics::Neighbor;
-use crate::store::labels::{LabelEdit, RunLabels};
+use conelab_core::events::{AppliedCommand, Command, Event, ProjectionFrame};
+use conelab_metrics::Neighbor;
+use conelab_store::labels::{LabelEdit, RunLabels};
 
 /// The protocol's version; a client of another version is refused. 2: the AND data term (a loss
 /// kind and a `squash` in loss changes) that a version-1 run could not take.

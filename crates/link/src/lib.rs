@@ -1,0 +1,72 @@
+//! The link between a run and its viewers (zellij's client/server split, the wire between them
+//! in one crate): neither side needs the trainer, so nothing here links burn.
+//!
+//! - [`protocol`]: one typed message enum each way, over a Unix socket in the run directory;
+//!   [`view`]: what a viewer knows of a run.
+//! - The run's side: [`hub`] (the run's view, fed by its events, fanned out to viewers),
+//!   [`server`] (the control socket) and [`answer`] (requests only a run answers).
+//! - The viewer's side: [`client`] (one interface with a socket, an in-process and a stored
+//!   transport), [`attach`] (which run `conelab attach` means and how to reach it), [`follow`]
+//!   (runs read from their folders as they go), [`labels`] (names, tags, notes).
+//! - On disk: [`live`] (whether a run is alive, an OS lock, and how it ended), [`list`]
+//!   (`conelab runs`), [`clock`] (dates).
+
+pub mod answer;
+pub mod attach;
+pub mod client;
+pub mod clock;
+pub mod follow;
+pub mod hub;
+pub mod labels;
+pub mod list;
+pub mod live;
+pub mod protocol;
+pub mod server;
+pub mod view;
+
+use conelab_base::exit::ExitStatus;
+use conelab_core::run_dir::CheckpointError;
+use conelab_store::StoreError;
+
+/// Says a line on stderr (the terminal, or a background run's output.log) and drops it when
+/// stderr has gone (the starter of a detached run exited as the run announced itself, a
+/// `2>&1 | tee` died): `eprintln!` panics on a failed write, and a run must never lose the
+/// thread that serves a viewer or hears a signal, nor abort at its end, over a line nobody
+/// can read.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad input: an option, a corpus, a folder (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Live(#[from] live::LiveError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("metrics store: {0}")]
+    Polars(#[from] polars::prelude::PolarsError),
+    /// The OS refused something the run needs (a thread, a socket).
+    #[error("{0}")]
+    Internal(String),
+    /// The background run could not start; `message` is what it said (one line), `status` its
+    /// exit status.
+    #[error("{message}")]
+    Child { status: ExitStatus, message: String },
+}
+
+impl RunError {
+    /// The exit status for this error.
+    pub fn exit_status(&self) -> ExitStatus {
+        match self {
+            RunError::Child { status, .. } => *status,
+            RunError::Internal(_) => ExitStatus::Failed,
+            _ => ExitStatus::BadInput,
+        }
+    }
+}
