@@ -1303,12 +1303,12 @@ fn bench_tui_cmd(args: BenchTuiArgs) -> Result<()> {
     if args.n < 2 || args.d == 0 || args.frames == 0 || args.steps < 4 || args.vocab < 3 {
         bail!("--n ≥ 2, --d ≥ 1, --frames ≥ 1, --steps ≥ 4 and --vocab ≥ 3 are needed");
     }
-    let frames = conelab::tui::bench::bench_frames(args.n, args.d, args.frames)?;
+    let frames = conelab::bench::tui::bench_frames(args.n, args.d, args.frames)?;
     let throughput = if args.frames_only {
         None
     } else {
         let model = args.model.config();
-        Some(conelab::tui::bench::bench_throughput(
+        Some(conelab::bench::tui::bench_throughput(
             args.model.name(),
             &model,
             args.vocab,
@@ -1347,7 +1347,7 @@ fn bench_attach_cmd(args: BenchAttachArgs) -> Result<()> {
     if args.steps < 2 || args.warmup < 1 || args.history < 10 || args.batch == 0 {
         bail!("--steps ≥ 2, --warmup ≥ 1, --history ≥ 10 and --batch ≥ 1 are needed");
     }
-    let r = conelab::tui::bench_attach::bench_attach(&conelab::tui::bench_attach::AttachBench {
+    let r = conelab::bench::attach::bench_attach(&conelab::bench::attach::AttachBench {
         model: args.model.name().to_owned(),
         batch: args.batch,
         bptt: args.bptt,

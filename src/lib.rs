@@ -38,4 +38,4 @@ pub mod store {
     pub use conelab_store::*;
 }
 pub mod sweep;
-pub mod tui;
+pub use conelab_tui as tui;

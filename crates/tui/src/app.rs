@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::neighbors::NeighborsState;
-use crate::data::Group;
-use crate::engine::analysis::EmbeddingAnalysis;
-use crate::engine::{Command, Event, ProjectionFrame};
-use crate::objective::{GateParts, LossKind, ObjectiveChange, Objectives, Term};
-use crate::run::protocol::{RunHello, ServerMessage};
-pub use crate::run::view::{LogKind, LogLine, RunInfo, RunStatus, RunView, Vocabulary};
+use conelab_core::analysis::EmbeddingAnalysis;
+use conelab_core::events::{Command, Event, ProjectionFrame};
+use conelab_core::objective::{GateParts, LossKind, ObjectiveChange, Objectives, Term};
+use conelab_data::Group;
+use conelab_link::protocol::{RunHello, ServerMessage};
+pub use conelab_link::view::{LogKind, LogLine, RunInfo, RunStatus, RunView, Vocabulary};
 
 /// The panes, in focus order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,9 +9,7 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use serde::Serialize;
 
-use super::app::{App, Pane, ViewOptions};
-use super::ui;
-use crate::bench::median;
+use super::median;
 use crate::data::{FrequencyGroups, GroupBounds};
 use crate::engine::analysis::EmbeddingAnalysis;
 use crate::engine::{
@@ -22,6 +20,8 @@ use crate::metrics::{
     EmbeddingPanel, Embeddings, MatrixError, OutputAccumulator, OutputBatch, PanelOptions,
     RowGroups, Threads,
 };
+use conelab_tui::app::{App, Pane, ViewOptions};
+use conelab_tui::ui;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -334,7 +334,7 @@ fn timed_run(
                 *frames += 1;
             }
             if !done {
-                std::thread::sleep(super::TICK);
+                std::thread::sleep(conelab_tui::TICK);
             }
         }
     }

@@ -9,16 +9,16 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::app::{Action, App, Pane, ViewOptions};
 use super::neighbors::Vocabulary;
-use crate::checkpoint::matrix::LoadedMatrix;
-use crate::data::GroupBounds;
-use crate::engine::EmbeddingStats;
-use crate::engine::analysis::EmbeddingAnalysis;
-use crate::engine::{Event, FinishReason, Snapshot};
-use crate::metrics::embedding::SetStats;
-use crate::metrics::{
+use conelab_core::analysis::EmbeddingAnalysis;
+use conelab_core::events::EmbeddingStats;
+use conelab_core::events::{Event, FinishReason, Snapshot};
+use conelab_core::objective::Objectives;
+use conelab_core::run_dir::matrix::LoadedMatrix;
+use conelab_data::GroupBounds;
+use conelab_metrics::embedding::SetStats;
+use conelab_metrics::{
     EmbeddingPanel, Embeddings, MatrixError, PanelOptions, ProjectionMode, RowGroups, Threads,
 };
-use crate::objective::Objectives;
 
 /// The panes the browser has, in focus order.
 pub const PANES: [Pane; 4] = [Pane::Scatter, Pane::Neighbors, Pane::Spectrum, Pane::Groups];

@@ -12,8 +12,6 @@
 //! so it runs on a thread of its own and the loop watches the terminal for the hang-up itself.)
 
 pub mod app;
-pub mod bench;
-pub mod bench_attach;
 pub mod browser;
 pub mod compare;
 pub mod keys;
@@ -35,12 +33,12 @@ use ratatui::crossterm::terminal::{
 use ratatui::layout::Rect;
 use ratatui::{DefaultTerminal, Terminal};
 
-use crate::data::{FrequencyGroups, GroupBounds};
-use crate::metrics::RowGroups;
-use crate::objective::Objectives;
-use crate::run::client::RunLink;
-use crate::run::protocol::{ClientMessage, RunHello};
 use app::{Action, App, Effect, Request, RunStatus, ViewOptions};
+use conelab_core::objective::Objectives;
+use conelab_data::{FrequencyGroups, GroupBounds};
+use conelab_link::client::RunLink;
+use conelab_link::protocol::{ClientMessage, RunHello};
+use conelab_metrics::RowGroups;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TuiError {
@@ -49,7 +47,7 @@ pub enum TuiError {
 }
 
 /// How often the loop looks at the keyboard and the run when nothing happens.
-pub(crate) const TICK: Duration = Duration::from_millis(50);
+pub const TICK: Duration = Duration::from_millis(50);
 /// Messages folded per tick at most, so keys stay answered while a history pours in.
 const MESSAGES_PER_TICK: usize = 2_000;
 

@@ -166,9 +166,9 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Command;
-    use crate::objective::{ObjectiveChange, Objectives, Term};
-    use crate::tui::app::{Effect, RunStatus, ViewOptions};
+    use crate::app::{Effect, RunStatus, ViewOptions};
+    use conelab_core::events::Command;
+    use conelab_core::objective::{ObjectiveChange, Objectives, Term};
 
     fn key(code: KeyCode) -> KeyEvent {
         KeyEvent::new(code, KeyModifiers::NONE)
@@ -227,7 +227,7 @@ mod tests {
         );
         assert!(!app.should_exit(), "waits for the engine to finish");
         app.run.status = RunStatus::Finished {
-            reason: crate::engine::FinishReason::Stopped,
+            reason: conelab_core::events::FinishReason::Stopped,
         };
         assert!(app.should_exit());
         let mut app = running();
@@ -242,7 +242,7 @@ mod tests {
     fn a_finished_run_quits_at_once_and_ctrl_c_asks_like_q() {
         let mut app = running();
         app.run.status = RunStatus::Finished {
-            reason: crate::engine::FinishReason::Completed,
+            reason: conelab_core::events::FinishReason::Completed,
         };
         assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Exit);
         let mut app = running();
@@ -261,7 +261,7 @@ mod tests {
         let mut app = running();
         app.read_only = Some("read-only: the run completed".into());
         app.run.status = RunStatus::Finished {
-            reason: crate::engine::FinishReason::Completed,
+            reason: conelab_core::events::FinishReason::Completed,
         };
         assert_eq!(press(&mut app, KeyCode::Char('d')), Effect::Exit);
         assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Exit);
@@ -303,7 +303,7 @@ mod tests {
             press(&mut app, KeyCode::Enter),
             Effect::Send(Command::Objective {
                 change: ObjectiveChange::Freeze {
-                    group: crate::data::Group::Rare,
+                    group: conelab_data::Group::Rare,
                     frozen: true
                 }
             })
@@ -312,13 +312,13 @@ mod tests {
         // sending anything (nothing trains with the ones passed on the way); Enter applies it.
         app.controls_cursor = 0;
         press(&mut app, KeyCode::Up);
-        assert_eq!(app.controls_cursor, crate::tui::app::Control::count() - 1);
+        assert_eq!(app.controls_cursor, crate::app::Control::count() - 1);
         let loss = |kind, squash| {
             Effect::Send(Command::Objective {
                 change: ObjectiveChange::Loss { kind, squash },
             })
         };
-        use crate::objective::LossKind;
+        use conelab_core::objective::LossKind;
         assert_eq!(
             press(&mut app, KeyCode::Enter),
             Effect::None,
@@ -348,7 +348,7 @@ mod tests {
 
     #[test]
     fn the_search_box_takes_letters_and_enter_selects_a_match() {
-        use crate::tui::neighbors::Vocabulary;
+        use crate::neighbors::Vocabulary;
         let vocab = Vocabulary {
             tokens: ["the", "of", "quantum", "quasar"]
                 .map(String::from)
@@ -391,7 +391,7 @@ mod tests {
     #[test]
     fn a_click_focuses_the_pane_under_it_and_the_wheel_scrolls_it() {
         let app = running();
-        let panes = crate::tui::ui::pane_areas(Rect::new(0, 0, 120, 40), &app);
+        let panes = crate::ui::pane_areas(Rect::new(0, 0, 120, 40), &app);
         let centre = |pane: Pane| {
             let r = panes
                 .iter()
@@ -441,7 +441,7 @@ mod tests {
             Action::None
         );
         // A too-small screen has no panes to click.
-        assert!(crate::tui::ui::pane_areas(Rect::new(0, 0, 40, 10), &app).is_empty());
+        assert!(crate::ui::pane_areas(Rect::new(0, 0, 40, 10), &app).is_empty());
     }
 
     #[test]
@@ -462,7 +462,7 @@ mod tests {
             Effect::Send(Command::Resume)
         );
         app.run.status = RunStatus::Finished {
-            reason: crate::engine::FinishReason::Completed,
+            reason: conelab_core::events::FinishReason::Completed,
         };
         assert_eq!(
             press(&mut app, KeyCode::Char('s')),

@@ -1,5 +1,8 @@
 //! `conelab bench …`: throughput measured after warm-up, printed as a table or JSON.
 
+pub mod attach;
+pub mod tui;
+
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use crate::engine::analysis::EmbeddingAnalysis;
-use crate::metrics::neighbors::{Neighbor, NeighborIndex};
-use crate::metrics::{Embeddings, Similarity, Threads};
+use conelab_core::analysis::EmbeddingAnalysis;
+use conelab_metrics::neighbors::{Neighbor, NeighborIndex};
+use conelab_metrics::{Embeddings, Similarity, Threads};
 
 /// Neighbours listed per word.
 pub const K: usize = 10;
@@ -17,7 +17,7 @@ pub const MATCHES: usize = 6;
 /// Words that can be pinned at once.
 pub const MAX_PINNED: usize = 6;
 
-pub use crate::run::view::Vocabulary;
+pub use conelab_link::view::Vocabulary;
 
 /// How well `token` matches `query` (lower is better): exact, prefix, substring, then a
 /// subsequence (its letters in order), case-insensitively; `None` when it does not match.
@@ -152,7 +152,7 @@ impl NeighborsState {
     pub fn set_results(
         &mut self,
         step: Option<u64>,
-        results: Vec<crate::run::protocol::WordNeighbors>,
+        results: Vec<conelab_link::protocol::WordNeighbors>,
     ) {
         let watched = self.watched();
         self.results = watched

@@ -5,7 +5,7 @@
 //! with a row per run; every run's spectrum in one plot.
 //!
 //! State and its updates here, keys in [`action_for`], drawing in [`ui`] (a pure function of the
-//! state). The numbers come from [`crate::run::follow`]: the runs' stores read as they grow, so
+//! state). The numbers come from [`conelab_link::follow`]: the runs' stores read as they grow, so
 //! live runs update live (with their store's flush interval) and finished ones are shown whole;
 //! comparing never talks to a run, so it costs a live run nothing and needs no socket.
 
@@ -25,9 +25,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::app::ViewOptions;
 use super::{Input, TICK, TerminalGuard, TuiError, ViewerSignals, init_terminal};
-use crate::run::follow::{self, FollowUpdate};
-use crate::store::writer::spectrum_metric;
-use crate::store::{series_key, split};
+use conelab_link::follow::{self, FollowUpdate};
+use conelab_store::writer::spectrum_metric;
+use conelab_store::{series_key, split};
 
 /// One curve the view can show: a series of the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,9 +16,9 @@ use ratatui::widgets::{
 
 use super::app::{App, Control, EmbeddingMetric, LogKind, LossChoice, Pane, RunStatus};
 use super::keys::HELP;
-use crate::data::Group;
-use crate::metrics::RowGroups;
-use crate::objective::Term;
+use conelab_core::objective::Term;
+use conelab_data::Group;
+use conelab_metrics::RowGroups;
 
 /// Below this the layout would be garbage: say so instead.
 pub const MIN_WIDTH: u16 = 60;
@@ -1091,19 +1091,19 @@ mod tests {
     use ratatui::backend::TestBackend;
 
     use super::*;
-    use crate::data::{FrequencyGroups, GroupBounds};
-    use crate::engine::EmbeddingStats;
-    use crate::engine::analysis::EmbeddingAnalysis;
-    use crate::engine::{
+    use crate::app::{Action, ViewOptions};
+    use crate::neighbors::Vocabulary;
+    use conelab_core::analysis::EmbeddingAnalysis;
+    use conelab_core::events::EmbeddingStats;
+    use conelab_core::events::{
         AppliedCommand, Command, EvalStats, Event, FinishReason, Snapshot, StepStats,
     };
-    use crate::metrics::{
+    use conelab_core::objective::{ObjectiveChange, Objectives, Term};
+    use conelab_data::{FrequencyGroups, GroupBounds};
+    use conelab_metrics::{
         EmbeddingPanel, Embeddings, OutputAccumulator, OutputBatch, PanelOptions, RowGroups,
         Threads,
     };
-    use crate::objective::{ObjectiveChange, Objectives, Term};
-    use crate::tui::app::{Action, ViewOptions};
-    use crate::tui::neighbors::Vocabulary;
 
     const N: usize = 60;
     const D: usize = 8;
@@ -1566,7 +1566,7 @@ mod tests {
             (0..N).filter(|&j| j != 5).map(|j| (cos(5, j), j)).collect();
         want.sort_by(|x, y| y.0.total_cmp(&x.0));
         let (_, got) = &a.neighbors.results[0];
-        assert_eq!(got.len(), crate::tui::neighbors::K);
+        assert_eq!(got.len(), crate::neighbors::K);
         for (g, w) in got.iter().zip(&want) {
             assert!(
                 (g.score as f64 - w.0).abs() < 1e-5,

@@ -21,8 +21,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Cell, Chart, Dataset, GraphType, Paragraph, Row, Table};
 
 use super::{CURVES, CompareApp, ComparePane, HELP, TABLE_GROUPS, XAxis, smooth_debiased};
-use crate::store::split;
-use crate::tui::ui::{human_duration, keys_overlay, shorten, too_small};
+use crate::ui::{human_duration, keys_overlay, shorten, too_small};
+use conelab_store::split;
 
 /// One colour per run on a dark background, from the 16 ANSI colours every terminal has.
 const RUN_COLOURS: [Color; 12] = [
@@ -533,9 +533,9 @@ mod tests {
 
     use super::super::{CompareOptions, CompareRun};
     use super::*;
-    use crate::run::follow::Row as StoreRow;
-    use crate::store::series_key;
-    use crate::store::writer::spectrum_metric;
+    use conelab_link::follow::Row as StoreRow;
+    use conelab_store::series_key;
+    use conelab_store::writer::spectrum_metric;
 
     fn run(dir: &str, label: &str, losses: &[f64], ppl: f64) -> CompareRun {
         let mut r = CompareRun::new(PathBuf::from(dir));

@@ -20,8 +20,7 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use serde::Serialize;
 
-use super::app::{App, ViewOptions};
-use crate::bench::median;
+use super::median;
 use crate::data::{FrequencyGroups, GroupBounds};
 use crate::metrics::RowGroups;
 use crate::objective::Objectives;
@@ -29,6 +28,7 @@ use crate::run::RunError;
 use crate::run::attach::Opened;
 use crate::run::protocol::{ClientMessage, ServerMessage};
 use crate::store::{self, col, split};
+use conelab_tui::app::{App, ViewOptions};
 
 #[derive(Debug, Clone)]
 pub struct AttachBench {
@@ -338,7 +338,7 @@ fn first_frame(open: impl FnOnce() -> Result<Opened, RunError>) -> Result<f64, R
     let mut terminal =
         Terminal::new(TestBackend::new(200, 60)).map_err(|e| RunError::Internal(e.to_string()))?;
     terminal
-        .draw(|f| super::ui::render(f, &app, Some(&rows)))
+        .draw(|f| conelab_tui::ui::render(f, &app, Some(&rows)))
         .map_err(|e| RunError::Internal(e.to_string()))?;
     if app.run.loss.is_empty() {
         return Err(RunError::Internal("the first frame has no history".into()));
