@@ -4,15 +4,15 @@
 //! and the workspace's crates re-exported under the paths the binary and the tests use (the
 //! layout: docs/DEVELOPMENT.md).
 //!
-//! Here: `run` a run's lifecycle as a process of its own, its control socket and its viewers'
-//! end; `tui` the workbench; `sweep` grids of runs, local or on SLURM; `bench` the benchmarks;
-//! `headless` the reporter on stdout; `run_config` a run's settings from preset, file and flags;
-//! `allocator` the allocator's settings.
+//! Here: `run` a run's lifecycle as a process of its own; `sweep` grids of runs, local or on
+//! SLURM; `bench` the benchmarks; `headless` the reporter on stdout; `run_config` a run's
+//! settings from preset, file and flags; `allocator` the allocator's settings.
 //!
 //! Re-exported: `base` (`atomic`, `lockfile`, `fault`, `jsonfloat`, `alloc_count`) from
 //! conelab-base; `data` and `metrics` from their crates; `model`, `objective`, `engine`,
 //! `checkpoint` and `analysis` from conelab-train; `store` from conelab-store with its
-//! `export` from conelab-export.
+//! `export` from conelab-export; `tui` from conelab-tui; `run`'s link to its viewers from
+//! conelab-link.
 
 pub use conelab_base as base;
 pub use conelab_base::alloc_count;
