@@ -22,11 +22,11 @@ use super::protocol::RunHello;
 use super::server::{self, Server};
 use super::view::{RunInfo, RunStatus, RunView, Vocabulary};
 use super::{RunError, live};
-use crate::checkpoint::{Checkpointer, CorpusSpec};
-use crate::engine::analysis::LatestAnalysis;
-use crate::engine::{self, Command, CommandSender, DivergencePolicy, EngineOptions, Fault};
 use crate::headless::{self, Outcome};
-use crate::store::{self, FlushPolicy, RunRecord, StoreWriter};
+use conelab_store::{self as store, FlushPolicy, RunRecord, StoreWriter};
+use conelab_train::checkpoint::{Checkpointer, CorpusSpec};
+use conelab_train::engine::analysis::LatestAnalysis;
+use conelab_train::engine::{self, Command, CommandSender, DivergencePolicy, EngineOptions, Fault};
 
 /// How the run reports on its stdout.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -125,7 +125,7 @@ impl Signals {
     }
 }
 
-fn store_record(dir: &Path, spec: &crate::checkpoint::RunSpec) -> RunRecord {
+fn store_record(dir: &Path, spec: &conelab_train::checkpoint::RunSpec) -> RunRecord {
     let config = std::fs::read_to_string(dir.join("run.toml")).unwrap_or_default();
     let run_id = dir
         .file_name()
@@ -215,7 +215,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
             .unwrap_or_default(),
         dir: std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone()),
         pid: std::process::id(),
-        host: crate::lockfile::host_name(),
+        host: conelab_base::lockfile::host_name(),
         vocab_size: vocab.tokens.len(),
         group_bounds: run.spec().group_bounds,
         status: RunStatus::Running,
@@ -354,15 +354,15 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         Outcome::Failed { message } => ("failed", 0, message.clone()),
     };
     let step = if status == "failed" {
-        crate::checkpoint::RunDir::open(&dir)
+        conelab_train::checkpoint::RunDir::open(&dir)
             .ok()
             .and_then(|r| r.checkpoints().ok())
-            .and_then(|c| c.last().and_then(|p| crate::checkpoint::step_of(p)))
+            .and_then(|c| c.last().and_then(|p| conelab_train::checkpoint::step_of(p)))
             .unwrap_or(0)
     } else {
         step
     };
-    let total_steps = crate::checkpoint::RunDir::open(&dir)
+    let total_steps = conelab_train::checkpoint::RunDir::open(&dir)
         .map(|r| r.spec().train.steps)
         .unwrap_or(0);
     let record = live::FinalRecord {
@@ -372,8 +372,8 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         exit_code: i32::from(exit.status().code()),
         message,
         by_signal,
-        finished_unix: crate::store::unix_now(),
-        host: crate::lockfile::host_name(),
+        finished_unix: conelab_store::unix_now(),
+        host: conelab_base::lockfile::host_name(),
     };
     if let Err(e) = live::conclude(&dir, &record) {
         super::say(&format!(

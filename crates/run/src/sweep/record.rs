@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::slurm::TaskStates;
 use super::{PlannedRun, Sweep, SweepError, run_dir};
-use crate::run::list::{RunRow, plain_table, row, step_cell};
+use crate::list::{RunRow, plain_table, row, step_cell};
 
 /// The record's file in a sweep folder.
 pub const SWEEP_JSON: &str = "sweep.json";
@@ -58,7 +58,7 @@ impl SweepRecord {
         std::fs::create_dir_all(out).map_err(io)?;
         let text = serde_json::to_string_pretty(self)
             .map_err(|e| SweepError::Invalid(format!("sweep.json: {e}")))?;
-        crate::atomic::write_file_as("sweep", &path, text.as_bytes()).map_err(io)
+        conelab_base::atomic::write_file_as("sweep", &path, text.as_bytes()).map_err(io)
     }
 
     /// Reads `out/sweep.json`.
@@ -158,7 +158,8 @@ mod tests {
             &Sweep::parse("[grid]\nseed = [7]\n", "s").expect("sweep"),
             tmp.path(),
         );
-        let failed = crate::fault::with_plan("sweep.write:1:ENOSPC", || other.write(tmp.path()));
+        let failed =
+            conelab_base::fault::with_plan("sweep.write:1:ENOSPC", || other.write(tmp.path()));
         assert!(failed.is_err());
         assert_eq!(SweepRecord::read(tmp.path()).expect("read"), record);
         let rows = status(&record);

@@ -121,12 +121,12 @@ pub fn submit(script_text: &str, out: &Path) -> Result<SlurmJob, SweepError> {
         source,
     })?;
     let path = out.join(SCRIPT);
-    crate::atomic::write_file_as("sweep", &path, script_text.as_bytes()).map_err(|source| {
-        SweepError::Io {
+    conelab_base::atomic::write_file_as("sweep", &path, script_text.as_bytes()).map_err(
+        |source| SweepError::Io {
             path: path.clone(),
             source,
-        }
-    })?;
+        },
+    )?;
     let output = Command::new("sbatch")
         .arg("--parsable")
         .arg(&path)

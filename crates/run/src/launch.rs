@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use super::options::TrainOptions;
 use super::{RunError, live};
-use crate::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
-use crate::data::{Corpus, CorpusSource, LoadOptions};
-use crate::engine::{Command, Event, TrainConfig, Trainer};
-use crate::lockfile::LockFile;
-use crate::model::{ModelConfig, Preset};
-use crate::objective::{GateParts, ObjectiveChange, Objectives};
 use crate::run_config::ConfigFile;
-use crate::store::labels::{LabelEdit, RunLabels};
+use conelab_base::lockfile::LockFile;
+use conelab_data::{Corpus, CorpusSource, LoadOptions};
+use conelab_store::labels::{LabelEdit, RunLabels};
+use conelab_train::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
+use conelab_train::engine::{Command, Event, TrainConfig, Trainer};
+use conelab_train::model::{ModelConfig, Preset};
+use conelab_train::objective::{GateParts, ObjectiveChange, Objectives};
 
 /// A run ready to serve.
 pub struct Prepared {
@@ -184,7 +184,7 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "corpus".into()),
     };
-    let device = opts.device.unwrap_or(crate::model::DeviceSpec::Cpu);
+    let device = opts.device.unwrap_or(conelab_train::model::DeviceSpec::Cpu);
     let mut trainer = Trainer::new(Arc::new(corpus), model, train, device)
         .map_err(|e| RunError::Usage(e.to_string()))?;
     if let Some(epochs) = opts.epochs {

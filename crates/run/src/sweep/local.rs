@@ -12,8 +12,8 @@ use conelab_base::exit::ExitStatus;
 
 use super::SweepError;
 use super::record::{RecordedRun, SweepRecord};
-use crate::checkpoint::RunDir;
-use crate::run::live;
+use crate::live;
+use conelab_train::checkpoint::RunDir;
 
 /// How a run of the sweep ended this time.
 #[derive(Debug, Clone, PartialEq)]

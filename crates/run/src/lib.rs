@@ -5,16 +5,21 @@
 //! - [`serve`]: the run process itself, until the run ends; its exit status; [`log`]: its
 //!   train.log.
 //! - [`detach`]: starting the run process in the background (its own session, `output.log`).
-//! - [`options`]: the training options the command line and sweeps parse.
+//! - [`options`]: the training options the command line and sweeps parse; [`run_config`]: a
+//!   run's settings from preset, file and flags.
+//! - [`headless`]: the reporter on stdout; [`sweep`]: grids of runs, local or on SLURM.
 //!
 //! The link to the viewers (protocol, view, hub, server, transports, attach, follow, live, list,
 //! labels) is the `conelab_link` crate, re-exported here under its old paths.
 
 pub mod detach;
+pub mod headless;
 pub mod launch;
 pub mod log;
 pub mod options;
+pub mod run_config;
 pub mod serve;
+pub mod sweep;
 
 pub use conelab_link::{
     RunError, answer, attach, client, clock, follow, hub, labels, list, live, protocol, say,

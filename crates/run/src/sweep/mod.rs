@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, FromArgMatches};
 
-use crate::run::TrainOptions;
+use crate::TrainOptions;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
@@ -314,7 +314,7 @@ fn check_run(name: &str, args: &[String]) -> Result<(), SweepError> {
         .map_err(|e| invalid(format!("run {name}: {e}")))?;
     opts.validate()
         .map_err(|e| invalid(format!("run {name}: {e}")))?;
-    crate::run::launch::check(&opts).map_err(|e| invalid(format!("run {name}: {e}")))
+    crate::launch::check(&opts).map_err(|e| invalid(format!("run {name}: {e}")))
 }
 
 /// The folder of run `name` in sweep folder `out`.

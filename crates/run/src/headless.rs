@@ -9,7 +9,7 @@ use std::time::Duration;
 use conelab_base::exit::ExitStatus;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::engine::{EmbeddingStats, EvalStats, Event, FinishReason};
+use conelab_train::engine::{EmbeddingStats, EvalStats, Event, FinishReason};
 
 /// How the run ended, for the exit status.
 #[derive(Debug, Clone, PartialEq)]

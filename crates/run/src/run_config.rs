@@ -20,9 +20,9 @@
 
 use std::path::Path;
 
-use crate::engine::TrainConfig;
-use crate::model::{ModelConfig, Preset};
-use crate::store::labels::LabelEdit;
+use conelab_store::labels::LabelEdit;
+use conelab_train::engine::TrainConfig;
+use conelab_train::model::{ModelConfig, Preset};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -183,7 +183,7 @@ mod tests {
         )
         .expect("parses");
         let o = f.train().expect("train").objectives;
-        assert_eq!(o.loss, crate::objective::LossKind::Nce);
+        assert_eq!(o.loss, conelab_train::objective::LossKind::Nce);
         assert!(o.freeze.rare && o.cos.enabled);
         assert_eq!(o.cos.weight, 2.0);
     }
@@ -196,7 +196,7 @@ mod tests {
         )
         .expect("parses");
         let o = f.train().expect("train").objectives;
-        assert_eq!(o.loss, crate::objective::LossKind::And);
+        assert_eq!(o.loss, conelab_train::objective::LossKind::And);
         assert_eq!((o.and_lm.alpha, o.and_lm.gamma), (0.1, 0.25));
         assert!(o.squashed_scores());
         assert_eq!(o.label(), "AND α=0.1 γ=0.25 squash");

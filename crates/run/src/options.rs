@@ -5,10 +5,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::data::GroupBounds;
-use crate::engine::{OptimizerKind, Schedule};
-use crate::model::{DeviceSpec, Preset};
-use crate::objective::LossArg;
+use conelab_data::GroupBounds;
+use conelab_train::engine::{OptimizerKind, Schedule};
+use conelab_train::model::{DeviceSpec, Preset};
+use conelab_train::objective::LossArg;
 
 /// The exit statuses of a run, for `--help` and the README.
 pub const EXIT_CODES_HELP: &str = "Exit status: 0 completed, or stopped from a viewer; 2 bad input; 3 diverged (NaN/inf loss, nobody resumed it); 4 failed (an internal or device error); 75 stopped by SIGINT/SIGTERM after saving a checkpoint (resumable: a scheduler may requeue it); 130 a second signal before the checkpoint was saved. A viewer exits 0 when it detaches. The run ignores SIGHUP: a closed terminal or a dropped SSH connection never stops it.";
@@ -273,13 +273,13 @@ impl TrainOptions {
         if self.resume.is_some() {
             self.refuse_on_resume()?;
         }
-        crate::store::labels::RunLabels::default().apply(&self.label_edit())?;
+        conelab_store::labels::RunLabels::default().apply(&self.label_edit())?;
         Ok(())
     }
 
     /// The name, tags and notes given on the command line, as an edit of the run's labels.
-    pub fn label_edit(&self) -> crate::store::labels::LabelEdit {
-        crate::store::labels::LabelEdit {
+    pub fn label_edit(&self) -> conelab_store::labels::LabelEdit {
+        conelab_store::labels::LabelEdit {
             name: self.name.clone(),
             add: self.tags.clone(),
             remove: Vec::new(),

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use tracing::{Dispatch, debug, error, info, warn};
 use tracing_subscriber::EnvFilter;
 
-use crate::engine::Event;
+use conelab_train::engine::Event;
 
 /// The log file in a run folder.
 pub const TRAIN_LOG: &str = "train.log";
@@ -36,7 +36,7 @@ struct LogFile(File);
 
 impl Write for LogFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        crate::fault::check("log.write")?;
+        conelab_base::fault::check("log.write")?;
         self.0.write(buf)
     }
 
@@ -198,7 +198,7 @@ fn emit(event: &Event, every: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{FinishReason, StepStats};
+    use conelab_train::engine::{FinishReason, StepStats};
 
     fn step(n: u64) -> Event {
         Event::Step(StepStats {
@@ -262,7 +262,7 @@ mod tests {
     fn a_failed_write_loses_that_line_only() {
         let tmp = tempfile::tempdir().expect("tmp");
         let (log, _) = RunLog::open(tmp.path(), LogFormat::Plain, 1, None).expect("open");
-        crate::fault::with_plan("log.write:2:ENOSPC", || {
+        conelab_base::fault::with_plan("log.write:2:ENOSPC", || {
             for n in 1..=3 {
                 log.event(&step(n));
             }
