@@ -252,8 +252,9 @@ pub fn bench_frames(n: usize, d: usize, frames: usize) -> Result<Vec<FrameRow>, 
 }
 
 /// Trains `steps` steps and returns tokens/s between the first reported step and the last; with
-/// `tui`, the consumer is the workbench's loop (fold events into the app, draw into a 200×60
-/// `TestBackend` whenever something changed, wait one tick), otherwise it only drains events.
+/// `tui`, the consumer does what the workbench's loop does under a steady stream (fold events
+/// into the app, draw into a 200×60 `TestBackend` when something changed, at most once a
+/// frame), otherwise it only drains events.
 fn timed_run(
     model: &ModelConfig,
     corpus: Arc<crate::data::Corpus>,
@@ -334,7 +335,7 @@ fn timed_run(
                 *frames += 1;
             }
             if !done {
-                std::thread::sleep(conelab_tui::TICK);
+                std::thread::sleep(conelab_tui::FRAME);
             }
         }
     }

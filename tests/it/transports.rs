@@ -3,6 +3,8 @@
 //! (`StoredLink`) end in the same workbench state. A command from a socket viewer comes back to it
 //! as its acknowledgement and to every viewer as an event.
 
+use std::io::Write;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -14,10 +16,10 @@ use conelab::engine::{
 use conelab::metrics::embedding::SetStats;
 use conelab::objective::{ObjectiveChange, Objectives, Term};
 use conelab::run::answer::Answers;
-use conelab::run::client::{LocalLink, RunLink, SocketLink, handshake};
+use conelab::run::client::{LINK_QUEUE, LinkError, LocalLink, RunLink, SocketLink, handshake};
 use conelab::run::hub::{Hub, HubInput};
 use conelab::run::protocol::{
-    ClientMessage, CommandOutcome, RunHello, ServerMessage, WordNeighbors,
+    ClientMessage, CommandOutcome, RunHello, ServerMessage, WordNeighbors, encode,
 };
 use conelab::run::server::{self, Server};
 use conelab::run::view::{RunStatus, RunView, Vocabulary};
@@ -171,6 +173,23 @@ fn the_socket_and_the_in_process_viewer_see_the_same_run() {
         apps.push(app);
     }
     wait(|| stats.viewers() == 2);
+    // From here on the links hand their messages over (as to the workbench's loop) instead of
+    // being asked.
+    let mut inboxes = Vec::new();
+    for link in [&mut local, &mut socket] {
+        let (tx, rx) = mpsc::sync_channel(16);
+        link.listen(Arc::new(move |m| tx.send(m).is_ok()))
+            .expect("listen");
+        assert!(
+            link.listen(Arc::new(|_| true)).is_err(),
+            "a link has one listener"
+        );
+        assert!(
+            matches!(link.try_recv(), Ok(None)),
+            "nothing is left to ask for"
+        );
+        inboxes.push(rx);
+    }
     // Live: more steps, an embedding analysis, a command from the socket viewer.
     for s in 21..=40 {
         send(step(s));
@@ -211,12 +230,13 @@ fn the_socket_and_the_in_process_viewer_see_the_same_run() {
         reason: FinishReason::Stopped,
     });
     let mut result = None;
-    for (i, link) in [&mut local, &mut socket].into_iter().enumerate() {
+    for (i, inbox) in inboxes.iter().enumerate() {
         let app = &mut apps[i];
         let start = Instant::now();
         while !matches!(app.run.status, RunStatus::Finished { .. }) {
             assert!(start.elapsed() < Duration::from_secs(10));
-            if let Some(m) = link.recv_timeout(Duration::from_millis(20)).expect("link") {
+            if let Ok(m) = inbox.recv_timeout(Duration::from_millis(20)) {
+                let m = m.expect("the run is still there");
                 if let ServerMessage::CommandResult { id, result: r } = &m {
                     result = Some((*id, r.clone()));
                 }
@@ -241,6 +261,101 @@ fn the_socket_and_the_in_process_viewer_see_the_same_run() {
     assert_eq!(r0, r1);
     assert!(r0.contains("Projection(Some(40))"), "{r0}");
     drop(thread);
+}
+
+/// A run's end of a socket, for a link to connect to.
+fn fake_run() -> (tempfile::TempDir, SocketLink, UnixStream) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("control.sock");
+    let listener = UnixListener::bind(&path).expect("bind");
+    let link = SocketLink::connect(&path).expect("connect");
+    let (run, _) = listener.accept().expect("accept");
+    (tmp, link, run)
+}
+
+#[test]
+fn a_listening_socket_link_hands_over_in_order_and_says_when_the_run_goes() {
+    let (_tmp, mut link, mut run) = fake_run();
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    link.listen(Arc::new(move |m| tx.lock().expect("lock").send(m).is_ok()))
+        .expect("listen");
+    for id in 1..=3 {
+        let line = encode(&ServerMessage::Error {
+            id: Some(id),
+            message: "m".into(),
+        })
+        .expect("encode");
+        run.write_all(line.as_bytes()).expect("write");
+    }
+    // A line that is not a message is said, and the link goes on.
+    run.write_all(b"{not json\n").expect("write");
+    drop(run);
+    let got: Vec<_> = rx.iter().take(5).collect();
+    let ids: Vec<_> = got[..3]
+        .iter()
+        .map(|m| match m {
+            Ok(ServerMessage::Error { id, .. }) => *id,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(ids, vec![Some(1), Some(2), Some(3)]);
+    assert!(
+        matches!(&got[3], Ok(ServerMessage::Error { id: None, message }) if message.contains("unreadable")),
+        "{:?}",
+        got[3]
+    );
+    assert!(matches!(got[4], Err(LinkError::Closed)), "{:?}", got[4]);
+}
+
+#[test]
+fn a_listener_that_falls_behind_backs_the_socket_up_instead_of_growing() {
+    let (_tmp, mut link, mut run) = fake_run();
+    // The listener takes one message and then does not return until released.
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = std::sync::Mutex::new(release_rx);
+    link.listen(Arc::new(move |_| {
+        release_rx.lock().expect("lock").recv().is_ok()
+    }))
+    .expect("listen");
+    // The run writes 1 KiB messages as fast as the socket takes them: 20 MiB in all.
+    let line = encode(&ServerMessage::Error {
+        id: None,
+        message: "x".repeat(1_000),
+    })
+    .expect("encode");
+    let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = written.clone();
+    let writer = std::thread::spawn(move || {
+        for _ in 0..20_000 {
+            if run.write_all(line.as_bytes()).is_err() {
+                return;
+            }
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    // Wait until the writer stops getting anywhere (or has written everything).
+    let mut last = usize::MAX;
+    let start = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = written.load(std::sync::atomic::Ordering::SeqCst);
+        if now == last || now == 20_000 || start.elapsed() > Duration::from_secs(20) {
+            break;
+        }
+        last = now;
+    }
+    let taken = written.load(std::sync::atomic::Ordering::SeqCst);
+    // What the viewer's process holds: the link's queue, the one in the listener's hands and
+    // what the socket buffers (a few hundred KiB on Linux) — not the 20 000 sent.
+    assert!(
+        taken < LINK_QUEUE + 2 + 2_000,
+        "{taken} messages left the run although the listener took one"
+    );
+    // Closing the link ends the writer (broken pipe) and the link's threads.
+    drop(release_tx);
+    drop(link);
+    writer.join().expect("writer");
 }
 
 fn wait(ok: impl Fn() -> bool) {

@@ -3,8 +3,14 @@
 //! [`LocalLink`] connects to a hub in the same process (tests, benchmarks) with the same
 //! messages, unserialised; [`StoredLink`] plays a run that is over from its folder (store and
 //! newest checkpoint), read-only. Every pane of the workbench works the same on all three.
+//!
+//! A viewer reads a link in one of two ways: by asking (`try_recv`, `recv_timeout`: the
+//! handshake, scripts) or, once it [`listen`](RunLink::listen)s, by being told: every message
+//! is handed to its [`Deliver`] from a thread of the link's own, so the viewer's loop blocks on
+//! its one channel and never polls the link. The queues are bounded end to end: a viewer that
+//! falls behind blocks its link's thread, the socket fills, and the run sends it a fresh
+//! history instead of queueing (the hub's rule for slow viewers).
 
-use std::collections::VecDeque;
 use std::io::{BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -28,13 +34,26 @@ pub enum LinkError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     Protocol(String),
+    #[error("the link already hands its messages to a listener")]
+    Listening,
 }
+
+/// Where a listening link hands what the run sends, in order; `false` once nobody listens
+/// (the link's thread then ends). It may block: that is how a slow viewer slows its link.
+pub type Deliver = Arc<dyn Fn(Result<ServerMessage, LinkError>) -> bool + Send + Sync>;
+
+/// Messages a socket link reads ahead of its viewer at most.
+pub const LINK_QUEUE: usize = 1_024;
 
 /// A viewer's connection to a run.
 pub trait RunLink: Send {
     fn send(&mut self, message: ClientMessage) -> Result<(), LinkError>;
-    /// The next message, without waiting; `Err(Closed)` once the run is gone.
+    /// The next message, without waiting; `Err(Closed)` once the run is gone. Nothing once the
+    /// link listens.
     fn try_recv(&mut self) -> Result<Option<ServerMessage>, LinkError>;
+    /// From now on every message goes to `deliver` as it arrives, from a thread of the link's
+    /// own; a link whose run goes delivers `Err(LinkError::Closed)` last. Once per link.
+    fn listen(&mut self, deliver: Deliver) -> Result<(), LinkError>;
     /// The next message, waiting at most `timeout`.
     fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<ServerMessage>, LinkError> {
         let start = Instant::now();
@@ -87,7 +106,8 @@ pub fn handshake(
 /// drawing nor the keyboard waits on the socket.
 pub struct SocketLink {
     stream: UnixStream,
-    incoming: Receiver<Result<ServerMessage, String>>,
+    /// `None` once the link listens.
+    incoming: Option<Receiver<Result<ServerMessage, String>>>,
 }
 
 impl SocketLink {
@@ -104,18 +124,26 @@ impl SocketLink {
         })?;
         stream.set_write_timeout(Some(Duration::from_secs(5)))?;
         let reading = stream.try_clone()?;
-        let (tx, rx) = mpsc::channel();
+        // Bounded: a viewer that does not keep up stops the reader, and the run's hub sees a
+        // slow viewer (rather than this process growing).
+        let (tx, rx) = mpsc::sync_channel(LINK_QUEUE);
         std::thread::Builder::new()
             .name("conelab-link".into())
             .spawn(move || read_lines(reading, tx))?;
         Ok(Self {
             stream,
-            incoming: rx,
+            incoming: Some(rx),
         })
     }
 }
 
-fn read_lines(stream: UnixStream, out: Sender<Result<ServerMessage, String>>) {
+/// A message as the socket's reader thread passes it on: one it could not read becomes an
+/// error message shown to the user, not the end of the link.
+fn read_item(item: Result<ServerMessage, String>) -> ServerMessage {
+    item.unwrap_or_else(|message| ServerMessage::Error { id: None, message })
+}
+
+fn read_lines(stream: UnixStream, out: SyncSender<Result<ServerMessage, String>>) {
     let mut reader = BufReader::new(stream);
     loop {
         let item = match read_line_limited(&mut reader, MAX_SERVER_LINE) {
@@ -145,28 +173,55 @@ impl RunLink for SocketLink {
     }
 
     fn try_recv(&mut self) -> Result<Option<ServerMessage>, LinkError> {
-        match self.incoming.try_recv() {
-            Ok(Ok(m)) => Ok(Some(m)),
-            Ok(Err(e)) => Ok(Some(ServerMessage::Error {
-                id: None,
-                message: e,
-            })),
+        let Some(incoming) = &self.incoming else {
+            return Ok(None);
+        };
+        match incoming.try_recv() {
+            Ok(item) => Ok(Some(read_item(item))),
             Err(TryRecvError::Empty) => Ok(None),
             Err(TryRecvError::Disconnected) => Err(LinkError::Closed),
         }
     }
 
     fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<ServerMessage>, LinkError> {
-        match self.incoming.recv_timeout(timeout) {
-            Ok(Ok(m)) => Ok(Some(m)),
-            Ok(Err(e)) => Ok(Some(ServerMessage::Error {
-                id: None,
-                message: e,
-            })),
+        let Some(incoming) = &self.incoming else {
+            return Ok(None);
+        };
+        match incoming.recv_timeout(timeout) {
+            Ok(item) => Ok(Some(read_item(item))),
             Err(RecvTimeoutError::Timeout) => Ok(None),
             Err(RecvTimeoutError::Disconnected) => Err(LinkError::Closed),
         }
     }
+
+    fn listen(&mut self, deliver: Deliver) -> Result<(), LinkError> {
+        let incoming = self.incoming.take().ok_or(LinkError::Listening)?;
+        forward(incoming, deliver, read_item, true)?;
+        Ok(())
+    }
+}
+
+/// Hands everything from `from` to `deliver` on a thread of its own, until either side is gone;
+/// `closes`: the end of `from` is the end of the run (delivered as `Err(Closed)`).
+fn forward<T: Send + 'static>(
+    from: Receiver<T>,
+    deliver: Deliver,
+    convert: fn(T) -> ServerMessage,
+    closes: bool,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("conelab-link-deliver".into())
+        .spawn(move || {
+            for item in from {
+                if !deliver(Ok(convert(item))) {
+                    return;
+                }
+            }
+            if closes {
+                deliver(Err(LinkError::Closed));
+            }
+        })?;
+    Ok(())
 }
 
 impl Drop for SocketLink {
@@ -181,10 +236,43 @@ pub struct LocalLink {
     viewer: u64,
     answers: Arc<dyn Answers>,
     hello: RunHello,
-    own: VecDeque<ServerMessage>,
+    /// Answers made here, in this process (hello, neighbours, the vocabulary).
+    own: Own,
     tx: SyncSender<ServerMessage>,
-    incoming: Receiver<ServerMessage>,
+    /// The hub's messages; `None` once the link listens.
+    incoming: Option<Receiver<ServerMessage>>,
     subscribed: bool,
+}
+
+/// The answers a link makes itself, in order, for whoever reads the link. Unbounded, but one
+/// per request the viewer sent.
+struct Own {
+    tx: Sender<ServerMessage>,
+    /// `None` once the link listens.
+    rx: Option<Receiver<ServerMessage>>,
+}
+
+impl Own {
+    fn new() -> Self {
+        let (tx, rx) = mpsc::channel();
+        Self { tx, rx: Some(rx) }
+    }
+
+    fn push(&self, message: ServerMessage) {
+        // The receiver lives as long as the link or its listener; a listener that is gone
+        // wants nothing.
+        let _ = self.tx.send(message);
+    }
+
+    fn pop(&self) -> Option<ServerMessage> {
+        self.rx.as_ref().and_then(|rx| rx.try_recv().ok())
+    }
+
+    fn listen(&mut self, deliver: Deliver) -> Result<(), LinkError> {
+        let rx = self.rx.take().ok_or(LinkError::Listening)?;
+        forward(rx, deliver, |m| m, false)?;
+        Ok(())
+    }
 }
 
 impl LocalLink {
@@ -202,9 +290,9 @@ impl LocalLink {
             viewer,
             answers,
             hello,
-            own: VecDeque::new(),
+            own: Own::new(),
             tx,
-            incoming,
+            incoming: Some(incoming),
             subscribed: false,
         }
     }
@@ -214,7 +302,7 @@ impl RunLink for LocalLink {
     fn send(&mut self, message: ClientMessage) -> Result<(), LinkError> {
         let closed = |_| LinkError::Closed;
         match message {
-            ClientMessage::Hello { .. } => self.own.push_back(ServerMessage::Hello {
+            ClientMessage::Hello { .. } => self.own.push(ServerMessage::Hello {
                 protocol: PROTOCOL_VERSION,
                 run: self.hello.clone(),
             }),
@@ -246,7 +334,7 @@ impl RunLink for LocalLink {
             }
             request => {
                 if let Some(r) = answer(self.answers.as_ref(), &request) {
-                    self.own.push_back(r);
+                    self.own.push(r);
                 }
             }
         }
@@ -254,14 +342,24 @@ impl RunLink for LocalLink {
     }
 
     fn try_recv(&mut self) -> Result<Option<ServerMessage>, LinkError> {
-        if let Some(m) = self.own.pop_front() {
+        if let Some(m) = self.own.pop() {
             return Ok(Some(m));
         }
-        match self.incoming.try_recv() {
+        let Some(incoming) = &self.incoming else {
+            return Ok(None);
+        };
+        match incoming.try_recv() {
             Ok(m) => Ok(Some(m)),
             Err(TryRecvError::Empty) => Ok(None),
             Err(TryRecvError::Disconnected) => Err(LinkError::Closed),
         }
+    }
+
+    fn listen(&mut self, deliver: Deliver) -> Result<(), LinkError> {
+        let incoming = self.incoming.take().ok_or(LinkError::Listening)?;
+        self.own.listen(deliver.clone())?;
+        forward(incoming, deliver, |m| m, true)?;
+        Ok(())
     }
 }
 
@@ -281,7 +379,7 @@ pub struct StoredLink {
     hello: RunHello,
     view: RunView,
     answers: Arc<dyn Answers>,
-    own: VecDeque<ServerMessage>,
+    own: Own,
     why: String,
 }
 
@@ -292,7 +390,7 @@ impl StoredLink {
             hello,
             view,
             answers,
-            own: VecDeque::new(),
+            own: Own::new(),
             why,
         }
     }
@@ -301,14 +399,14 @@ impl StoredLink {
 impl RunLink for StoredLink {
     fn send(&mut self, message: ClientMessage) -> Result<(), LinkError> {
         match message {
-            ClientMessage::Hello { .. } => self.own.push_back(ServerMessage::Hello {
+            ClientMessage::Hello { .. } => self.own.push(ServerMessage::Hello {
                 protocol: PROTOCOL_VERSION,
                 run: self.hello.clone(),
             }),
-            ClientMessage::Subscribe => self.own.push_back(ServerMessage::History {
+            ClientMessage::Subscribe => self.own.push(ServerMessage::History {
                 view: Box::new(self.view.clone()),
             }),
-            ClientMessage::Command { id, .. } => self.own.push_back(ServerMessage::CommandResult {
+            ClientMessage::Command { id, .. } => self.own.push(ServerMessage::CommandResult {
                 id,
                 result: CommandOutcome::Rejected {
                     reason: self.why.clone(),
@@ -317,7 +415,7 @@ impl RunLink for StoredLink {
             ClientMessage::Bye => {}
             request => {
                 if let Some(r) = answer(self.answers.as_ref(), &request) {
-                    self.own.push_back(r);
+                    self.own.push(r);
                 }
             }
         }
@@ -325,6 +423,10 @@ impl RunLink for StoredLink {
     }
 
     fn try_recv(&mut self) -> Result<Option<ServerMessage>, LinkError> {
-        Ok(self.own.pop_front())
+        Ok(self.own.pop())
+    }
+
+    fn listen(&mut self, deliver: Deliver) -> Result<(), LinkError> {
+        self.own.listen(deliver)
     }
 }

@@ -54,15 +54,19 @@ pub enum FollowUpdate {
 
 const COLUMNS: [&str; 4] = [col::KEY, col::STEP, col::WALL_TIME, col::VALUE];
 
-/// A running follower: its updates, and its thread stopped when this is dropped.
+/// A running follower: its updates, and what stops its thread when dropped (the two can be
+/// held apart: the updates handed on to a viewer's loop, the stop kept by the view).
 pub struct Follower {
     pub updates: Receiver<FollowUpdate>,
-    stop: Arc<AtomicBool>,
+    pub stop: StopFollowing,
 }
 
-impl Drop for Follower {
+/// Stops the follower's thread when dropped.
+pub struct StopFollowing(Arc<AtomicBool>);
+
+impl Drop for StopFollowing {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 
@@ -94,7 +98,10 @@ pub fn spawn(
                 });
             }
         })?;
-    Ok(Follower { updates: rx, stop })
+    Ok(Follower {
+        updates: rx,
+        stop: StopFollowing(stop),
+    })
 }
 
 fn follow(

@@ -14,17 +14,16 @@ pub mod ui;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::TryRecvError;
 use std::time::Duration;
 
-use ratatui::crossterm::event::{
-    Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers,
-};
+use ratatui::Frame;
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::layout::Rect;
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use super::TuiError;
 use super::app::ViewOptions;
-use super::{Input, TICK, TerminalGuard, TuiError, ViewerSignals, init_terminal};
+use super::event_loop::{self, Events, Flow, View, ViewerEvent};
 use conelab_link::follow::{self, FollowUpdate};
 use conelab_store::writer::spectrum_metric;
 use conelab_store::{series_key, split};
@@ -544,6 +543,40 @@ pub fn smooth_debiased(values: &[f64], w: f64) -> Vec<f64> {
         .collect()
 }
 
+impl View for CompareApp {
+    type Message = FollowUpdate;
+    type Exit = ();
+
+    fn on_event(&mut self, event: ViewerEvent<FollowUpdate>, _: Rect) -> Flow<()> {
+        match event {
+            ViewerEvent::Source(update) => self.on_update(update),
+            ViewerEvent::SourceGone => {
+                if self.follower_stopped {
+                    return Flow::Unchanged;
+                }
+                self.on_follower_gone();
+            }
+            ViewerEvent::Key(key) => self.apply(action_for(key)),
+            ViewerEvent::Resize => {}
+            ViewerEvent::Mouse(_) => return Flow::Unchanged,
+            ViewerEvent::Detach | ViewerEvent::Ask | ViewerEvent::TerminalGone => {
+                return Flow::Exit(());
+            }
+        }
+        if self.exit {
+            Flow::Exit(())
+        } else {
+            Flow::Changed
+        }
+    }
+
+    fn render(&self, frame: &mut Frame) {
+        ui::render(frame, self);
+    }
+
+    fn terminal_gone(&mut self) {}
+}
+
 /// The compare view on `dirs` until the user leaves (or the terminal goes). The runs are
 /// followed from their folders every `every`.
 pub fn run_compare(
@@ -551,52 +584,13 @@ pub fn run_compare(
     options: CompareOptions,
     every: Duration,
 ) -> Result<(), TuiError> {
-    let signals = ViewerSignals::install()?;
-    let follower = follow::spawn(dirs.clone(), wanted_keys(), every)?;
+    let events = Events::new();
+    let follow::Follower { updates, stop } = follow::spawn(dirs.clone(), wanted_keys(), every)?;
+    events.forward(updates, |u| u)?;
     let mut app = CompareApp::new(dirs, options);
-    let mut terminal = init_terminal()?;
-    let _guard = TerminalGuard;
-    let input = Input::start()?;
-    let mut dirty = true;
-    loop {
-        loop {
-            match follower.updates.try_recv() {
-                Ok(u) => {
-                    app.on_update(u);
-                    dirty = true;
-                }
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    if !app.follower_stopped {
-                        app.on_follower_gone();
-                        dirty = true;
-                    }
-                    break;
-                }
-            }
-        }
-        if signals.detach.load(Ordering::SeqCst) || signals.ask.swap(false, Ordering::SeqCst) {
-            break;
-        }
-        if app.exit {
-            break;
-        }
-        if dirty {
-            if terminal.draw(|frame| ui::render(frame, &app)).is_err() {
-                break;
-            }
-            dirty = false;
-        }
-        match input.next(TICK) {
-            Ok(Some(TermEvent::Key(key))) => {
-                app.apply(action_for(key));
-                dirty = true;
-            }
-            Ok(Some(TermEvent::Resize(..))) => dirty = true,
-            Ok(_) => {}
-            Err(()) => break,
-        }
-    }
+    event_loop::run(&mut app, events)?;
+    // The follower stops with the view.
+    drop(stop);
     Ok(())
 }
 
