@@ -186,6 +186,48 @@ impl FinishReason {
     }
 }
 
+/// Whatever takes a run's events, in the engine's order: the metrics store's writer, the run's
+/// view (the hub's and every viewer's), train.log and the headless reporter. Each sees every
+/// event and keeps what it needs; consumers on one thread are one sink (a pair of sinks is a
+/// sink, an absent one takes nothing), so the run hands each event over once.
+pub trait EventSink {
+    /// What keeps the sink from taking an event (a store that cannot be written); the sink is
+    /// given the next one all the same.
+    type Error;
+    fn on_event(&mut self, event: &Event) -> Result<(), Self::Error>;
+}
+
+/// A sink that may be missing (a train.log that could not be opened).
+impl<S: EventSink> EventSink for Option<S> {
+    type Error = S::Error;
+    fn on_event(&mut self, event: &Event) -> Result<(), S::Error> {
+        match self {
+            Some(sink) => sink.on_event(event),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Two sinks, the first first; both always see the event.
+impl<A, B> EventSink for (A, B)
+where
+    A: EventSink<Error = std::convert::Infallible>,
+    B: EventSink<Error = std::convert::Infallible>,
+{
+    type Error = std::convert::Infallible;
+    fn on_event(&mut self, event: &Event) -> Result<(), Self::Error> {
+        self.0.on_event(event)?;
+        self.1.on_event(event)
+    }
+}
+
+impl<S: EventSink + ?Sized> EventSink for &mut S {
+    type Error = S::Error;
+    fn on_event(&mut self, event: &Event) -> Result<(), S::Error> {
+        (**self).on_event(event)
+    }
+}
+
 /// Everything the engine reports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
@@ -363,5 +405,43 @@ impl CommandSender {
                 ticket: Some(ticket),
             })
             .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+
+    /// Writes the steps it sees into a shared journal, under its name.
+    struct Journal<'a>(&'static str, &'a std::cell::RefCell<Vec<String>>);
+
+    impl EventSink for Journal<'_> {
+        type Error = Infallible;
+        fn on_event(&mut self, event: &Event) -> Result<(), Infallible> {
+            self.1
+                .borrow_mut()
+                .push(format!("{} {}", self.0, event.step()));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_pair_gives_each_event_to_both_in_order_and_a_missing_sink_takes_nothing() {
+        let journal = std::cell::RefCell::new(Vec::new());
+        let mut pair = (
+            Journal("log", &journal),
+            Some(Journal("reporter", &journal)),
+        );
+        let mut absent: Option<Journal> = None;
+        for step in [3, 4] {
+            let event = Event::Paused { step };
+            let Ok(()) = pair.on_event(&event);
+            let Ok(()) = absent.on_event(&event);
+        }
+        assert_eq!(
+            *journal.borrow(),
+            ["log 3", "reporter 3", "log 4", "reporter 4"]
+        );
     }
 }

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use conelab_core::events::{Command, EmbeddingStats, EvalStats, Event, FinishReason, StepStats};
+use conelab_core::events::{
+    Command, EmbeddingStats, EvalStats, Event, EventSink, FinishReason, StepStats,
+};
 use conelab_core::objective::Objectives;
 use conelab_metrics::OutputMetrics;
 use conelab_metrics::embedding::SetStats;
@@ -765,6 +767,15 @@ pub fn push_capped<T: Clone>(list: &mut Vec<T>, item: T, cap: usize) {
         *list = thinned;
     }
     list.push(item);
+}
+
+/// The hub's view and every viewer's fold the run's events the same way.
+impl EventSink for RunView {
+    type Error = std::convert::Infallible;
+    fn on_event(&mut self, event: &Event) -> Result<(), Self::Error> {
+        RunView::on_event(self, event);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -2,11 +2,13 @@
 //! plain log lines in a pipe or file (never escape codes there). A stdout that went away (a
 //! closed pipe, a dead terminal) changes nothing for the run: lines are then dropped.
 
+use std::convert::Infallible;
 use std::io::Write;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use conelab_base::exit::ExitStatus;
+use conelab_core::events::EventSink;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use conelab_train::engine::{EmbeddingStats, EvalStats, Event, FinishReason};
@@ -33,41 +35,85 @@ impl Outcome {
 }
 
 /// Reports events until the run's final event. `tty` draws a progress bar; otherwise a plain line
-/// every `log_every` steps. `tap` sees every event first (the run's train.log).
+/// every `log_every` steps. `first` is given every event before the reporter (the run's
+/// train.log).
 pub fn report(
     events: &Receiver<Event>,
     tty: bool,
     log_every: u64,
-    mut tap: impl FnMut(&Event),
+    mut first: impl EventSink<Error = Infallible>,
 ) -> Outcome {
-    let mut out = std::io::stdout();
-    let bar = tty.then(|| {
-        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stdout());
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps (eta {eta}) {msg}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        bar.enable_steady_tick(Duration::from_millis(250));
-        bar
-    });
-    let mut line = |text: String| match &bar {
-        Some(b) => b.println(text),
-        None => {
-            let _ = writeln!(out, "{text}");
-        }
-    };
-    let mut last_valid: Option<f64> = None;
-    let mut diverged: Option<(u64, f64)> = None;
-    let mut last_i1: Option<f64> = None;
+    let mut reporter = Reporter::new(tty, log_every);
     let outcome = loop {
         let Ok(event) = events.recv() else {
             break Outcome::Failed {
                 message: "the run's threads ended without a final event".into(),
             };
         };
-        tap(&event);
+        let Ok(()) = (&mut first, &mut reporter).on_event(&event);
+        if let Some(outcome) = reporter.outcome.take() {
+            break outcome;
+        }
+    };
+    reporter.finish();
+    outcome
+}
+
+/// The run on stdout: a progress bar on a terminal, plain lines otherwise.
+pub struct Reporter {
+    bar: Option<ProgressBar>,
+    log_every: u64,
+    last_valid: Option<f64>,
+    last_i1: Option<f64>,
+    diverged: Option<(u64, f64)>,
+    /// How the run ended, once its final event came.
+    pub outcome: Option<Outcome>,
+}
+
+impl Reporter {
+    pub fn new(tty: bool, log_every: u64) -> Self {
+        let bar = tty.then(|| {
+            let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stdout());
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps (eta {eta}) {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar.enable_steady_tick(Duration::from_millis(250));
+            bar
+        });
+        Self {
+            bar,
+            log_every,
+            last_valid: None,
+            last_i1: None,
+            diverged: None,
+            outcome: None,
+        }
+    }
+
+    /// Clears the progress bar.
+    pub fn finish(self) {
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
+
+    fn line(&self, text: String) {
+        match &self.bar {
+            Some(b) => b.println(text),
+            None => {
+                let _ = writeln!(std::io::stdout(), "{text}");
+            }
+        }
+    }
+}
+
+impl EventSink for Reporter {
+    type Error = Infallible;
+
+    fn on_event(&mut self, event: &Event) -> Result<(), Infallible> {
         match event {
             Event::Started {
                 step,
@@ -79,30 +125,35 @@ pub fn report(
                 objective,
                 ..
             } => {
-                if let Some(b) = &bar {
-                    b.set_length(total_steps);
-                    b.set_position(step);
+                if let Some(b) = &self.bar {
+                    b.set_length(*total_steps);
+                    b.set_position(*step);
                 }
                 let dir = run_dir
+                    .as_ref()
                     .map(|d| d.display().to_string())
                     .unwrap_or_else(|| "none".into());
-                line(format!(
+                self.line(format!(
                     "start step={step} total={total_steps} windows/epoch={windows_per_epoch} params={parameters} device={device} run_dir={dir} objective=\"{objective}\""
                 ));
             }
             Event::Step(s) => {
-                if let Some(b) = &bar {
+                if let Some(b) = &self.bar {
                     b.set_position(s.step);
-                    let valid = last_valid
+                    let valid = self
+                        .last_valid
                         .map(|p| format!(" valid ppl {p:.2}"))
                         .unwrap_or_default();
-                    let i1 = last_i1.map(|v| format!(" I1 {v:.3}")).unwrap_or_default();
+                    let i1 = self
+                        .last_i1
+                        .map(|v| format!(" I1 {v:.3}"))
+                        .unwrap_or_default();
                     let valid = format!("{valid}{i1}");
                     b.set_message(format!(
                         "loss {:.4}{valid} | {:.0} tok/s | lr {:.2e}",
                         s.loss, s.tokens_per_sec, s.lr
                     ));
-                } else if log_every > 0 && s.step.is_multiple_of(log_every) {
+                } else if self.log_every > 0 && s.step.is_multiple_of(self.log_every) {
                     // Only what is on: a penalty when a regulariser runs, the rare set under gates.
                     let penalty = if s.penalty != 0.0 {
                         format!(" penalty={:.4}", s.penalty)
@@ -116,7 +167,7 @@ pub fn report(
                         + &s.rare_g1
                             .map(|g| format!(" rare_g1={g:.4}"))
                             .unwrap_or_default();
-                    line(format!(
+                    self.line(format!(
                         "step={} epoch={:.3} loss={:.4}{penalty}{rare} lr={:.3e} grad_norm={:.3} tok/s={:.0} ms/step={:.1}",
                         s.step, s.epoch, s.loss, s.lr, s.grad_norm, s.tokens_per_sec, s.step_ms
                     ));
@@ -124,9 +175,9 @@ pub fn report(
             }
             Event::Eval(e) => {
                 if e.split == "valid" {
-                    last_valid = Some(e.ppl);
+                    self.last_valid = Some(e.ppl);
                 }
-                line(eval_line(&e));
+                self.line(eval_line(e));
             }
             Event::Snapshot { .. } | Event::Projection(_) | Event::CheckpointStaged { .. } => {}
             Event::ConfigChanged {
@@ -134,14 +185,14 @@ pub fn report(
                 key,
                 before,
                 after,
-            } => line(format!("config step={step} {key}: {before} -> {after}")),
+            } => self.line(format!("config step={step} {key}: {before} -> {after}")),
             Event::Embedding(e) => {
-                last_i1 = Some(e.total.i1);
-                if bar.is_none() {
-                    line(embedding_line(&e));
+                self.last_i1 = Some(e.total.i1);
+                if self.bar.is_none() {
+                    self.line(embedding_line(e));
                 }
             }
-            Event::Applied(a) => line(format!(
+            Event::Applied(a) => self.line(format!(
                 "applied step={} {}: {} -> {}",
                 a.step, a.command, a.before, a.after
             )),
@@ -150,40 +201,40 @@ pub fn report(
                 command,
                 reason,
                 ..
-            } => line(format!("rejected step={step} {command}: {reason}")),
+            } => self.line(format!("rejected step={step} {command}: {reason}")),
             Event::Checkpoint { step, path } => {
-                line(format!("checkpoint step={step} {}", path.display()))
+                self.line(format!("checkpoint step={step} {}", path.display()))
             }
-            Event::Paused { step } => line(format!("paused step={step}")),
-            Event::Resumed { step } => line(format!("resumed step={step}")),
-            Event::Warning { step, message } => line(format!("warning step={step} {message}")),
+            Event::Paused { step } => self.line(format!("paused step={step}")),
+            Event::Resumed { step } => self.line(format!("resumed step={step}")),
+            Event::Warning { step, message } => self.line(format!("warning step={step} {message}")),
             Event::Diverged { step, loss } => {
-                diverged = Some((step, loss));
-                line(format!(
+                self.diverged = Some((*step, *loss));
+                self.line(format!(
                     "diverged step={step} loss={loss}: the step was not applied (the last checkpoint is the last good one)"
                 ));
             }
             Event::Finished { step, reason } => {
-                line(format!("finished step={step} ({})", reason.name()));
-                break match reason {
+                self.line(format!("finished step={step} ({})", reason.name()));
+                let step = *step;
+                self.outcome = Some(match reason {
                     FinishReason::Completed => Outcome::Completed { step },
                     FinishReason::Stopped => Outcome::Stopped { step },
                     FinishReason::Diverged => {
-                        let (step, loss) = diverged.unwrap_or((step, f64::NAN));
+                        let (step, loss) = self.diverged.unwrap_or((step, f64::NAN));
                         Outcome::Diverged { step, loss }
                     }
-                };
+                });
             }
             Event::Failed { step, message } => {
-                line(format!("failed step={step}: {message}"));
-                break Outcome::Failed { message };
+                self.line(format!("failed step={step}: {message}"));
+                self.outcome = Some(Outcome::Failed {
+                    message: message.clone(),
+                });
             }
         }
-    };
-    if let Some(b) = bar {
-        b.finish_and_clear();
+        Ok(())
     }
-    outcome
 }
 
 pub fn eval_line(e: &EvalStats) -> String {

@@ -16,6 +16,7 @@ use std::sync::Mutex;
 use tracing::{Dispatch, debug, error, info, warn};
 use tracing_subscriber::EnvFilter;
 
+use conelab_core::events::EventSink;
 use conelab_train::engine::Event;
 
 /// The log file in a run folder.
@@ -106,6 +107,14 @@ impl RunLog {
             &self.dispatch,
             || error!(target: "conelab::run", error = %message, "failed"),
         );
+    }
+}
+
+impl EventSink for RunLog {
+    type Error = std::convert::Infallible;
+    fn on_event(&mut self, event: &Event) -> Result<(), Self::Error> {
+        self.event(event);
+        Ok(())
     }
 }
 

@@ -305,14 +305,12 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
             None
         }
     };
-    let tap = |e: &engine::Event| {
-        if let Some(log) = &run_log {
-            log.event(e);
-        }
-    };
+    let mut run_log = run_log;
     let outcome = match options.reporting {
-        Reporting::Progress => headless::report(&report_rx, true, 1, tap),
-        Reporting::Lines { log_every } => headless::report(&report_rx, false, log_every, tap),
+        Reporting::Progress => headless::report(&report_rx, true, 1, &mut run_log),
+        Reporting::Lines { log_every } => {
+            headless::report(&report_rx, false, log_every, &mut run_log)
+        }
     };
 
     // Wind down: the engine has ended (its final event came through); the recorder has flushed

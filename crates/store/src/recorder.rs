@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::StoreWriter;
-use conelab_core::events::Event;
+use conelab_core::events::{Event, EventSink};
 use conelab_core::run_fault::{Fault, panic_message};
 
 /// How often an idle recorder looks at its flush timer.
@@ -187,7 +187,7 @@ impl<F: FnMut(Event) -> bool> Recorder<F> {
             self.flush_and_commit();
             return;
         }
-        if let Err(e) = self.writer.record(&event) {
+        if let Err(e) = EventSink::on_event(&mut self.writer, &event) {
             self.warn(format!("{e} (training goes on; rows stay buffered)"));
         }
         // The projections stay in the store; viewers ask for them. When nobody takes events
@@ -233,7 +233,7 @@ impl<F: FnMut(Event) -> bool> Recorder<F> {
                     step: newest.step,
                     path,
                 };
-                if let Err(e) = self.writer.record(&event) {
+                if let Err(e) = EventSink::on_event(&mut self.writer, &event) {
                     self.warn(format!("{e}"));
                 }
                 (self.forward)(event);
@@ -262,7 +262,7 @@ impl<F: FnMut(Event) -> bool> Recorder<F> {
             return;
         }
         self.guarded(|r| {
-            if let Err(e) = r.writer.record(&last) {
+            if let Err(e) = EventSink::on_event(&mut r.writer, &last) {
                 r.warn(format!("{e}"));
             }
             r.flush_and_commit();
@@ -281,7 +281,7 @@ impl<F: FnMut(Event) -> bool> Recorder<F> {
         }
         for e in stragglers {
             self.guarded(|r| {
-                if let Err(err) = r.writer.record(&e) {
+                if let Err(err) = EventSink::on_event(&mut r.writer, &e) {
                     r.warn(format!("{err}"));
                 }
                 if !matches!(e, Event::Projection(_)) {

@@ -524,6 +524,15 @@ fn is_already_exists(e: &StoreError) -> bool {
     matches!(e, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists)
 }
 
+/// The store takes every event; one it cannot write is said by the recorder, and the rows stay
+/// buffered for the next flush.
+impl conelab_core::events::EventSink for StoreWriter {
+    type Error = StoreError;
+    fn on_event(&mut self, event: &Event) -> Result<(), StoreError> {
+        self.record(event).map(|_final| ())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
