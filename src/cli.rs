@@ -855,7 +855,7 @@ fn sweep_task_cmd(dir: &Path, index: usize) -> Result<ExitStatus> {
     };
     let exe = std::env::current_exe().context("finding the conelab binary")?;
     let e = std::process::Command::new(exe).args(&args).exec();
-    Err(anyhow::anyhow!("starting {}: {e}", run.name))
+    Err(anyhow::Error::new(e).context(format!("starting {}", run.name)))
 }
 
 fn tag_cmd(run: &Path, changes: &[String]) -> Result<()> {

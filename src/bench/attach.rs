@@ -79,8 +79,8 @@ pub struct AttachBenchResult {
     pub attach_live_ms: f64,
 }
 
-fn internal(what: &str) -> impl FnOnce(std::io::Error) -> RunError + '_ {
-    move |e| RunError::Internal(format!("{what}: {e}"))
+fn internal(what: &str) -> impl FnOnce(std::io::Error) -> RunError {
+    RunError::internal(what)
 }
 
 /// Resident set of a process in MiB (0 when it is gone).
@@ -174,9 +174,9 @@ fn spawn_viewer(dir: &Path) -> Result<Child, RunError> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| {
-            RunError::Internal(format!("starting `script` (util-linux) for a viewer: {e}"))
-        })
+        .map_err(RunError::internal(
+            "starting `script` (util-linux) for a viewer",
+        ))
 }
 
 /// The viewer process under `script` (its child), once it runs.
@@ -232,7 +232,7 @@ fn store_throughput(dir: &Path, warmup: u64, tokens_per_step: f64) -> Result<f64
         (Some(a), Some(b)) if b.0 > a.0 && b.1 > a.1 => {
             Ok((b.0 - a.0) as f64 * tokens_per_step / (b.1 - a.1))
         }
-        _ => Err(RunError::Internal("too few steps to time".into())),
+        _ => Err(RunError::internal_says("too few steps to time")),
     }
 }
 
@@ -274,7 +274,7 @@ fn timed_run(
         .is_none()
     {
         if start.elapsed() > Duration::from_secs(3_600) {
-            return Err(RunError::Internal("the timed run did not end".into()));
+            return Err(RunError::internal_says("the timed run did not end"));
         }
         run_cpu.update(ready.pid, run_start);
         for (s, since, cpu) in &mut scripts {
@@ -318,30 +318,30 @@ fn first_frame(open: impl FnOnce() -> Result<Opened, RunError>) -> Result<f64, R
         mut link, hello, ..
     } = open()?;
     link.send(ClientMessage::Subscribe)
-        .map_err(|e| RunError::Internal(e.to_string()))?;
+        .map_err(RunError::internal("subscribing"))?;
     let mut app = App::new(Objectives::default(), ViewOptions::default());
     loop {
         match link
             .recv_timeout(Duration::from_secs(60))
-            .map_err(|e| RunError::Internal(e.to_string()))?
+            .map_err(RunError::internal("waiting for the history"))?
         {
             Some(m @ ServerMessage::History { .. }) => {
                 app.on_message(m);
                 break;
             }
             Some(_) => {}
-            None => return Err(RunError::Internal("no history within a minute".into())),
+            None => return Err(RunError::internal_says("no history within a minute")),
         }
     }
     let bounds = GroupBounds::new(hello.group_bounds[0], hello.group_bounds[1]).unwrap_or_default();
     let rows = RowGroups::from_ranks(&FrequencyGroups::new(hello.vocab_size, bounds));
     let mut terminal =
-        Terminal::new(TestBackend::new(200, 60)).map_err(|e| RunError::Internal(e.to_string()))?;
+        Terminal::new(TestBackend::new(200, 60)).map_err(RunError::internal("a test terminal"))?;
     terminal
         .draw(|f| conelab_tui::ui::render(f, &app, Some(&rows)))
-        .map_err(|e| RunError::Internal(e.to_string()))?;
+        .map_err(RunError::internal("drawing the first frame"))?;
     if app.run.loss.is_empty() {
-        return Err(RunError::Internal("the first frame has no history".into()));
+        return Err(RunError::internal_says("the first frame has no history"));
     }
     Ok(t.elapsed().as_secs_f64() * 1e3)
 }
@@ -422,7 +422,7 @@ fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError
         .output()
         .map_err(internal("the history run"))?;
     if !out.status.success() {
-        return Err(RunError::Internal(format!(
+        return Err(RunError::internal_says(format!(
             "the history run failed: {}",
             String::from_utf8_lossy(&out.stderr)
         )));
@@ -435,7 +435,7 @@ fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError
     let mut state: serde_json::Value = serde_json::from_slice(
         &std::fs::read(&state_path).map_err(internal("reading state.json"))?,
     )
-    .map_err(|e| RunError::Internal(e.to_string()))?;
+    .map_err(RunError::internal("timing the attach"))?;
     state["step"] = b.history.into();
     std::fs::write(&state_path, state.to_string()).map_err(internal("writing state.json"))?;
     std::fs::rename(&ckpt, dir.join(crate::checkpoint::step_dir_name(b.history)))

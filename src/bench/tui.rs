@@ -275,7 +275,7 @@ fn timed_run(
     let rows = RowGroups::from_ranks(trainer.corpus().groups());
     let tokens_per_step = (16 * model.window()) as f64;
     let handle = engine::spawn(trainer, EngineOptions::default())
-        .map_err(|e| EngineError::Backend(format!("no engine thread: {e}")))?;
+        .map_err(EngineError::backend("no engine thread"))?;
     let mut app = App::new(Objectives::default(), ViewOptions::default());
     let mut analysed = None;
     let mut terminal = Terminal::new(TestBackend::new(200, 60))

@@ -15,7 +15,7 @@ use conelab::engine::{
 };
 use conelab::metrics::embedding::SetStats;
 use conelab::objective::{ObjectiveChange, Objectives, Term};
-use conelab::run::answer::Answers;
+use conelab::run::answer::{AnswerError, Answers};
 use conelab::run::client::{LINK_QUEUE, LinkError, LocalLink, RunLink, SocketLink, handshake};
 use conelab::run::hub::{Hub, HubInput};
 use conelab::run::protocol::{
@@ -28,7 +28,7 @@ use conelab::tui::app::{App, ViewOptions};
 struct Fixed;
 
 impl Answers for Fixed {
-    fn projection(&self, step: Option<u64>) -> Result<Option<ProjectionFrame>, String> {
+    fn projection(&self, step: Option<u64>) -> Result<Option<ProjectionFrame>, AnswerError> {
         Ok(Some(ProjectionFrame {
             step: step.unwrap_or(99),
             uncentred: None,
@@ -39,7 +39,7 @@ impl Answers for Fixed {
         &self,
         words: &[u32],
         _k: usize,
-    ) -> Result<(Option<u64>, Vec<WordNeighbors>), String> {
+    ) -> Result<(Option<u64>, Vec<WordNeighbors>), AnswerError> {
         Ok((
             Some(1),
             words

@@ -1,6 +1,7 @@
 //! The foundation every other conelab crate stands on; it knows nothing of training or the UI.
 //!
 //! - [`exit`]: the exit statuses, one type for every process conelab starts.
+//! - [`error`]: typed errors with their causes, written as one line.
 //! - [`atomic`]: the crash-safe writes every file that matters goes through.
 //! - [`lockfile`]: the OS locks that keep two processes off one run folder.
 //! - [`fault`]: the I/O failures the tests inject (`CONELAB_FAULT`).
@@ -10,6 +11,7 @@
 
 pub mod alloc_count;
 pub mod atomic;
+pub mod error;
 pub mod exit;
 pub mod fault;
 pub mod jsonfloat;

@@ -8,10 +8,31 @@ use std::sync::{Arc, Mutex};
 
 use super::protocol::{ClientMessage, ServerMessage, WordNeighbors};
 use super::view::Vocabulary;
+use conelab_base::error::chain;
 use conelab_core::analysis::LatestAnalysis;
 use conelab_core::events::ProjectionFrame;
-use conelab_metrics::{Embeddings, NeighborIndex, Similarity, Threads};
+use conelab_core::run_dir::CheckpointError;
+use conelab_core::run_dir::matrix::MatrixFileError;
+use conelab_metrics::{Embeddings, MatrixError, NeighborIndex, Similarity, Threads};
+use conelab_store::StoreError;
 use conelab_store::labels::{LabelEdit, RunLabels};
+
+/// Why a request could not be answered (sent to the viewer as one line, causes included).
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("the newest checkpoint's W")]
+    MatrixFile(#[from] MatrixFileError),
+    #[error("the snapshot's W")]
+    Matrix(#[from] MatrixError),
+    #[error(
+        "this view is read-only: edit the labels of a run that is over with `conelab tag`, `note` or `rename` on its folder"
+    )]
+    ReadOnly,
+}
 
 /// The most neighbours one request may ask for.
 pub const MAX_K: usize = 1_000;
@@ -20,27 +41,27 @@ pub const MAX_WORDS: usize = 64;
 
 pub trait Answers: Send + Sync {
     /// The projections of the snapshot at `step` (`None`: the newest), if there are any.
-    fn projection(&self, step: Option<u64>) -> Result<Option<ProjectionFrame>, String>;
+    fn projection(&self, step: Option<u64>) -> Result<Option<ProjectionFrame>, AnswerError>;
     /// The `k` nearest neighbours of each word in the newest snapshot, and that snapshot's step.
     fn neighbors(
         &self,
         words: &[u32],
         k: usize,
-    ) -> Result<(Option<u64>, Vec<WordNeighbors>), String>;
+    ) -> Result<(Option<u64>, Vec<WordNeighbors>), AnswerError>;
     fn vocabulary(&self) -> Arc<Vocabulary>;
     /// Applies a change of name, tags or notes to the run's `run.json` (only the run that owns
     /// it can).
-    fn edit_labels(&self, edit: &LabelEdit) -> Result<RunLabels, String> {
+    fn edit_labels(&self, edit: &LabelEdit) -> Result<RunLabels, AnswerError> {
         let _ = edit;
-        Err("this view is read-only: edit the labels of a run that is over with `conelab tag`, `note` or `rename` on its folder".into())
+        Err(AnswerError::ReadOnly)
     }
 }
 
 /// The reply to a request message; `None` for messages that are not requests.
 pub fn answer(answers: &dyn Answers, message: &ClientMessage) -> Option<ServerMessage> {
-    let error = |id, message: String| ServerMessage::Error {
+    let error = |id, e: AnswerError| ServerMessage::Error {
         id: Some(id),
-        message,
+        message: chain(&e),
     };
     Some(match message {
         ClientMessage::Projection { id, step } => match answers.projection(*step) {
@@ -49,10 +70,12 @@ pub fn answer(answers: &dyn Answers, message: &ClientMessage) -> Option<ServerMe
         },
         ClientMessage::Neighbors { id, words, k } => {
             if *k == 0 || *k > MAX_K || words.len() > MAX_WORDS {
-                return Some(error(
-                    *id,
-                    format!("neighbours: k must be 1…{MAX_K} and at most {MAX_WORDS} words"),
-                ));
+                return Some(ServerMessage::Error {
+                    id: Some(*id),
+                    message: format!(
+                        "neighbours: k must be 1…{MAX_K} and at most {MAX_WORDS} words"
+                    ),
+                });
             }
             match answers.neighbors(words, *k) {
                 Ok((step, results)) => ServerMessage::Neighbors {
@@ -87,8 +110,8 @@ impl IndexCache {
     fn get_or_build(
         &self,
         step: u64,
-        build: impl FnOnce() -> Result<NeighborIndex, String>,
-    ) -> Result<Arc<NeighborIndex>, String> {
+        build: impl FnOnce() -> Result<NeighborIndex, AnswerError>,
+    ) -> Result<Arc<NeighborIndex>, AnswerError> {
         let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((s, index)) = slot.as_ref()
             && *s == step
@@ -133,14 +156,12 @@ impl LiveAnswers {
 }
 
 impl Answers for LiveAnswers {
-    fn projection(&self, step: Option<u64>) -> Result<Option<ProjectionFrame>, String> {
+    fn projection(&self, step: Option<u64>) -> Result<Option<ProjectionFrame>, AnswerError> {
         let newest = self.latest.get();
         match (step, newest) {
             (None, Some(a)) => Ok(Some(a.frame())),
             (Some(s), Some(a)) if a.snapshot.step == s => Ok(Some(a.frame())),
-            (Some(s), _) => {
-                conelab_store::projection::read(&self.store_dir, s).map_err(|e| e.to_string())
-            }
+            (Some(s), _) => Ok(conelab_store::projection::read(&self.store_dir, s)?),
             (None, None) => newest_stored(&self.store_dir),
         }
     }
@@ -149,13 +170,13 @@ impl Answers for LiveAnswers {
         &self,
         words: &[u32],
         k: usize,
-    ) -> Result<(Option<u64>, Vec<WordNeighbors>), String> {
+    ) -> Result<(Option<u64>, Vec<WordNeighbors>), AnswerError> {
         let Some(a) = self.latest.get() else {
             return Ok((None, Vec::new()));
         };
         let snap = &a.snapshot;
         let index = self.index.get_or_build(snap.step, || {
-            let w = Embeddings::new(snap.n, snap.d, &snap.weights).map_err(|e| e.to_string())?;
+            let w = Embeddings::new(snap.n, snap.d, &snap.weights)?;
             Ok(NeighborIndex::new(w, Threads::Sequential))
         })?;
         Ok((Some(snap.step), query(&index, words, k)))
@@ -165,15 +186,15 @@ impl Answers for LiveAnswers {
         self.vocab.clone()
     }
 
-    fn edit_labels(&self, edit: &LabelEdit) -> Result<RunLabels, String> {
-        conelab_store::labels::edit_record(&self.store_dir, edit).map_err(|e| e.to_string())
+    fn edit_labels(&self, edit: &LabelEdit) -> Result<RunLabels, AnswerError> {
+        Ok(conelab_store::labels::edit_record(&self.store_dir, edit)?)
     }
 }
 
-fn newest_stored(store_dir: &Path) -> Result<Option<ProjectionFrame>, String> {
-    let steps = conelab_store::projection::list(store_dir).map_err(|e| e.to_string())?;
+fn newest_stored(store_dir: &Path) -> Result<Option<ProjectionFrame>, AnswerError> {
+    let steps = conelab_store::projection::list(store_dir)?;
     match steps.last() {
-        Some(&s) => conelab_store::projection::read(store_dir, s).map_err(|e| e.to_string()),
+        Some(&s) => Ok(conelab_store::projection::read(store_dir, s)?),
         None => Ok(None),
     }
 }
@@ -200,11 +221,9 @@ impl StoredAnswers {
 }
 
 impl Answers for StoredAnswers {
-    fn projection(&self, step: Option<u64>) -> Result<Option<ProjectionFrame>, String> {
+    fn projection(&self, step: Option<u64>) -> Result<Option<ProjectionFrame>, AnswerError> {
         match step {
-            Some(s) => {
-                conelab_store::projection::read(&self.store_dir, s).map_err(|e| e.to_string())
-            }
+            Some(s) => Ok(conelab_store::projection::read(&self.store_dir, s)?),
             None => newest_stored(&self.store_dir),
         }
     }
@@ -213,7 +232,7 @@ impl Answers for StoredAnswers {
         &self,
         words: &[u32],
         k: usize,
-    ) -> Result<(Option<u64>, Vec<WordNeighbors>), String> {
+    ) -> Result<(Option<u64>, Vec<WordNeighbors>), AnswerError> {
         let newest = match conelab_core::run_dir::RunDir::open(&self.run_dir)
             .and_then(|r| r.latest_checkpoint())
         {
@@ -221,13 +240,12 @@ impl Answers for StoredAnswers {
             Err(conelab_core::run_dir::CheckpointError::NoCheckpoint(_)) => {
                 return Ok((None, Vec::new()));
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         };
         let step = conelab_core::run_dir::step_of(&newest).unwrap_or(0);
         let index = self.index.get_or_build(step, || {
-            let m = conelab_core::run_dir::matrix::load_matrix(&newest, None)
-                .map_err(|e| e.to_string())?;
-            let w = Embeddings::new(m.n, m.d, &m.data).map_err(|e| e.to_string())?;
+            let m = conelab_core::run_dir::matrix::load_matrix(&newest, None)?;
+            let w = Embeddings::new(m.n, m.d, &m.data)?;
             Ok(NeighborIndex::new(w, Threads::All))
         })?;
         Ok((Some(step), query(&index, words, k)))

@@ -51,9 +51,14 @@ pub enum RunError {
     Store(#[from] StoreError),
     #[error("metrics store: {0}")]
     Polars(#[from] polars::prelude::PolarsError),
-    /// The OS refused something the run needs (a thread, a socket).
-    #[error("{0}")]
-    Internal(String),
+    /// The OS refused something the run needs (a thread, a socket), with its error where it
+    /// gave one.
+    #[error("{what}")]
+    Internal {
+        what: String,
+        #[source]
+        source: Option<conelab_base::error::BoxError>,
+    },
     /// The background run could not start; `message` is what it said (one line), `status` its
     /// exit status.
     #[error("{message}")]
@@ -61,11 +66,30 @@ pub enum RunError {
 }
 
 impl RunError {
+    /// For `map_err`: what could not be done, and the error that stopped it.
+    pub fn internal<E: Into<conelab_base::error::BoxError>>(
+        what: impl Into<String>,
+    ) -> impl FnOnce(E) -> Self {
+        let what = what.into();
+        move |e| RunError::Internal {
+            what,
+            source: Some(e.into()),
+        }
+    }
+
+    /// Something went wrong that no library error stands behind.
+    pub fn internal_says(what: impl Into<String>) -> Self {
+        RunError::Internal {
+            what: what.into(),
+            source: None,
+        }
+    }
+
     /// The exit status for this error.
     pub fn exit_status(&self) -> ExitStatus {
         match self {
             RunError::Child { status, .. } => *status,
-            RunError::Internal(_) => ExitStatus::Failed,
+            RunError::Internal { .. } => ExitStatus::Failed,
             _ => ExitStatus::BadInput,
         }
     }

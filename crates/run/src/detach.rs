@@ -36,8 +36,7 @@ struct ReadyLine {
 /// Starts `conelab ARGS… --internal-detached` in the background and waits until it is ready (or
 /// has failed). `args` are the `train` command line without the program name and `--detach`.
 pub fn spawn(args: Vec<OsString>) -> Result<Ready, RunError> {
-    let exe = std::env::current_exe()
-        .map_err(|e| RunError::Internal(format!("finding the conelab binary: {e}")))?;
+    let exe = std::env::current_exe().map_err(RunError::internal("finding the conelab binary"))?;
     let mut command = Command::new(exe);
     command
         .args(&args)
@@ -57,7 +56,7 @@ pub fn spawn(args: Vec<OsString>) -> Result<Ready, RunError> {
     }
     let mut child = command
         .spawn()
-        .map_err(|e| RunError::Internal(format!("starting the background run: {e}")))?;
+        .map_err(RunError::internal("starting the background run"))?;
     let stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
     // Drained on the side, so a chatty child never blocks on a full pipe.
@@ -74,9 +73,8 @@ pub fn spawn(args: Vec<OsString>) -> Result<Ready, RunError> {
                 break;
             };
             if let Some(json) = line.strip_prefix(READY_PREFIX) {
-                let r: ReadyLine = serde_json::from_str(json).map_err(|e| {
-                    RunError::Internal(format!("the background run's ready line: {e}"))
-                })?;
+                let r: ReadyLine = serde_json::from_str(json)
+                    .map_err(RunError::internal("the background run's ready line"))?;
                 return Ok(Ready {
                     dir: r.dir,
                     socket: r.socket,
@@ -88,7 +86,7 @@ pub fn spawn(args: Vec<OsString>) -> Result<Ready, RunError> {
     // No ready line: the child ended before the run started.
     let status = child
         .wait()
-        .map_err(|e| RunError::Internal(format!("waiting for the background run: {e}")))?;
+        .map_err(RunError::internal("waiting for the background run"))?;
     let text = err_reader.join().unwrap_or_default();
     let message = text
         .lines()

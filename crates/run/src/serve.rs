@@ -94,7 +94,7 @@ impl Signals {
         let stop: Arc<OnceLock<CommandSender>> = Arc::default();
         let by_signal = Arc::new(AtomicBool::new(false));
         let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])
-            .map_err(|e| RunError::Internal(format!("installing signal handlers: {e}")))?;
+            .map_err(RunError::internal("installing signal handlers"))?;
         let (s, b) = (stop.clone(), by_signal.clone());
         std::thread::Builder::new()
             .name("conelab-signals".into())
@@ -120,7 +120,7 @@ impl Signals {
                     }
                 }
             })
-            .map_err(|e| RunError::Internal(format!("starting the signal thread: {e}")))?;
+            .map_err(RunError::internal("starting the signal thread"))?;
         Ok(Self { stop, by_signal })
     }
 }
@@ -157,10 +157,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         .map(|line| format!("conelab: {}: {line}", dir.display()))
         .collect();
     let start_step = trainer.state().step;
-    let internal = |what: &str| {
-        let what = what.to_string();
-        move |e: std::io::Error| RunError::Internal(format!("{what}: {e}"))
-    };
+    let internal = RunError::internal::<std::io::Error>;
 
     // The store: opened (and its writer lock taken), cut back to the step the run starts from.
     let mut writer =
@@ -225,8 +222,8 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
 
     // The socket, before any thread that creates files starts (see server::bind).
     let socket = server::socket_path(&dir).map_err(internal("choosing the control socket"))?;
-    let listener = server::bind(&socket)
-        .map_err(|e| RunError::Internal(format!("{}: {e}", socket.display())))?;
+    let listener =
+        server::bind(&socket).map_err(RunError::internal(socket.display().to_string()))?;
     live::announce(&dir, &socket)?;
 
     // The engine: checkpoints wait for the store; a divergence pauses only while someone watches.

@@ -314,7 +314,8 @@ fn check_run(name: &str, args: &[String]) -> Result<(), SweepError> {
         .map_err(|e| invalid(format!("run {name}: {e}")))?;
     opts.validate()
         .map_err(|e| invalid(format!("run {name}: {e}")))?;
-    crate::launch::check(&opts).map_err(|e| invalid(format!("run {name}: {e}")))
+    crate::launch::check(&opts)
+        .map_err(|e| invalid(format!("run {name}: {}", conelab_base::error::chain(&e))))
 }
 
 /// The folder of run `name` in sweep folder `out`.

@@ -76,15 +76,14 @@ impl CheckpointSink for Checkpointer {
         Some(self.run.path().to_path_buf())
     }
 
-    fn save(&mut self, trainer: &Trainer) -> Result<SavedCheckpoint, String> {
+    fn save(&mut self, trainer: &Trainer) -> Result<SavedCheckpoint, CheckpointError> {
         let keep = trainer.config().keep_checkpoints;
-        let staging = write_staged(self.run.path(), trainer).map_err(|e| e.to_string())?;
+        let staging = write_staged(self.run.path(), trainer)?;
         if self.defer {
             return Ok(SavedCheckpoint::Staged { staging, keep });
         }
         commit(self.run.path(), trainer.state().step, &staging, keep)
             .map(SavedCheckpoint::Committed)
-            .map_err(|e| e.to_string())
     }
 }
 

@@ -56,7 +56,7 @@ pub fn evaluate(
     let mut state: Option<RecurrentState> = None;
     let read_f32 = |t: Tensor<1>, what: &str| {
         t.try_into_vec_as::<f32>()
-            .map_err(|e| EngineError::Backend(format!("reading {what}: {e:?}")))
+            .map_err(EngineError::backend(format!("reading {what}")))
     };
     let mut score = |inputs: Vec<u32>,
                      targets: Vec<u32>,
@@ -68,7 +68,7 @@ pub fn evaluate(
         let on_host = if host_lstm {
             model
                 .hidden_on_host(x.clone(), &mut state, None)
-                .map_err(|e| EngineError::Backend(e.to_string()))?
+                .map_err(EngineError::backend("the LSTM on the host"))?
         } else {
             None
         };
@@ -84,9 +84,9 @@ pub fn evaluate(
             let [_, vocab] = logits.dims();
             let values = logits
                 .try_into_vec_as::<f32>()
-                .map_err(|e| EngineError::Backend(format!("reading the logits: {e:?}")))?;
+                .map_err(EngineError::backend("reading the logits"))?;
             let out = host_outputs(&values, vocab, &targets)
-                .map_err(|e| EngineError::Backend(e.to_string()))?;
+                .map_err(EngineError::backend("the output metrics on the host"))?;
             acc.add(OutputBatch {
                 targets: &targets,
                 target_log_probs: &out.target_log_probs,
@@ -95,7 +95,7 @@ pub fn evaluate(
                 argmax: &out.argmax,
                 prob_sum: &out.prob_sum,
             })
-            .map_err(|e| EngineError::Backend(e.to_string()))?;
+            .map_err(EngineError::backend("the output metrics"))?;
             return Ok(next);
         }
         let y = Tensor::<1, Int>::from_data(
@@ -106,7 +106,7 @@ pub fn evaluate(
         let argmax = out
             .argmax
             .try_into_vec_as::<i64>()
-            .map_err(|e| EngineError::Backend(format!("reading argmax: {e:?}")))?
+            .map_err(EngineError::backend("reading argmax"))?
             .into_iter()
             .map(|a| a as u32)
             .collect::<Vec<_>>();
@@ -118,7 +118,7 @@ pub fn evaluate(
             argmax: &argmax,
             prob_sum: &read_f32(out.prob_sum, "probability sums")?,
         })
-        .map_err(|e| EngineError::Backend(e.to_string()))?;
+        .map_err(EngineError::backend("the output metrics"))?;
         Ok(next)
     };
     for batch in batcher.iter() {

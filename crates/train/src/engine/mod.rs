@@ -30,6 +30,8 @@ pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 use crate::model::DeviceError;
 use crate::objective::{FreezeConfig, ObjectiveChange};
 use analysis::{AnalysisWorker, LatestAnalysis};
+use conelab_base::error::{BoxError, chain};
+use conelab_core::run_dir::CheckpointError;
 use conelab_data::DataError;
 use conelab_metrics::RowGroups;
 
@@ -41,12 +43,41 @@ pub enum EngineError {
     Device(#[from] DeviceError),
     #[error(transparent)]
     Data(#[from] DataError),
-    #[error("checkpoint: {0}")]
-    Checkpoint(String),
+    #[error("checkpoint: {what}")]
+    Checkpoint {
+        what: &'static str,
+        #[source]
+        source: CheckpointError,
+    },
     #[error("loss is {loss} at step {step}")]
     Diverged { step: u64, loss: f64 },
-    #[error("backend error: {0}")]
-    Backend(String),
+    /// The backend refused (reading a tensor back, a device, a thread), with its own error
+    /// where it gave one.
+    #[error("backend error: {what}")]
+    Backend {
+        what: String,
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl EngineError {
+    /// For `map_err`: the backend's error, with what was being done.
+    pub fn backend<E: Into<BoxError>>(what: impl Into<String>) -> impl FnOnce(E) -> Self {
+        let what = what.into();
+        move |e| EngineError::Backend {
+            what,
+            source: Some(e.into()),
+        }
+    }
+
+    /// A backend failure no library error stands behind (a number that is not finite).
+    pub fn backend_says(what: impl Into<String>) -> Self {
+        EngineError::Backend {
+            what: what.into(),
+            source: None,
+        }
+    }
 }
 
 /// Where a checkpoint went.
@@ -64,7 +95,7 @@ pub trait CheckpointSink: Send {
     /// The run directory, reported in [`Event::Started`].
     fn run_dir(&self) -> Option<PathBuf>;
     /// Writes a checkpoint of the trainer at its current step.
-    fn save(&mut self, trainer: &Trainer) -> Result<SavedCheckpoint, String>;
+    fn save(&mut self, trainer: &Trainer) -> Result<SavedCheckpoint, CheckpointError>;
 }
 
 /// How an engine is wired to its owner.
@@ -194,7 +225,7 @@ pub fn spawn(trainer: Trainer, options: EngineOptions) -> std::io::Result<Engine
                     engine.analysis.finish();
                     engine.emit(Event::Failed {
                         step,
-                        message: e.to_string(),
+                        message: chain(&e),
                     })
                 }
                 Err(panic) => {
@@ -378,7 +409,10 @@ impl Engine {
         self.analysis.finish();
         let message = match saved {
             Ok(()) => message,
-            Err(e) => format!("{message}; the checkpoint could not be written: {e}"),
+            Err(e) => format!(
+                "{message}; the checkpoint could not be written: {}",
+                chain(&e)
+            ),
         };
         let step = self.step();
         self.emit(Event::Failed { step, message });
@@ -418,7 +452,7 @@ impl Engine {
                 if let Err(e) = self.save() {
                     self.emit(Event::Warning {
                         step,
-                        message: format!("checkpoint failed: {e}; training goes on"),
+                        message: format!("checkpoint failed: {}; training goes on", chain(&e)),
                     });
                 }
                 Flow::Continue
@@ -428,7 +462,10 @@ impl Engine {
                     self.analysis.finish();
                     self.emit(Event::Failed {
                         step,
-                        message: format!("stopped, but the checkpoint could not be written: {e}"),
+                        message: format!(
+                            "stopped, but the checkpoint could not be written: {}",
+                            chain(&e)
+                        ),
                     });
                     return Ok(Flow::Stop);
                 }
@@ -462,7 +499,8 @@ impl Engine {
             self.emit(Event::Warning {
                 step,
                 message: format!(
-                    "checkpoint failed: {e}; training goes on (the newest checkpoint is the one before)"
+                    "checkpoint failed: {}; training goes on (the newest checkpoint is the one before)",
+                    chain(&e)
                 ),
             });
         }
@@ -495,8 +533,9 @@ impl Engine {
         self.emit(Event::Eval(test));
         self.take_snapshot()?;
         if self.last_saved != Some(step) {
-            self.save().map_err(|e| {
-                EngineError::Checkpoint(format!("the final checkpoint could not be written: {e}"))
+            self.save().map_err(|source| EngineError::Checkpoint {
+                what: "the final checkpoint could not be written",
+                source,
             })?;
         }
         // The last snapshot's metrics come before Finished.
@@ -517,7 +556,7 @@ impl Engine {
         Ok(())
     }
 
-    fn save(&mut self) -> Result<(), String> {
+    fn save(&mut self) -> Result<(), CheckpointError> {
         let Some(sink) = &mut self.checkpoints else {
             return Ok(());
         };

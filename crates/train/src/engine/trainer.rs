@@ -320,7 +320,7 @@ impl Trainer {
         let host_window = if self.host_lstm {
             self.model
                 .hidden_on_host(inputs.clone(), &mut carried, spectral.then(|| w.clone()))
-                .map_err(|e| EngineError::Backend(e.to_string()))?
+                .map_err(EngineError::backend("the LSTM on the host"))?
         } else {
             None
         };
@@ -465,7 +465,7 @@ impl Trainer {
         };
         let values = Tensor::cat(vec![data_loss, penalty_sum, norm_on_device], 0)
             .try_into_vec_as::<f64>()
-            .map_err(|e| EngineError::Backend(format!("reading the loss: {e:?}")))?;
+            .map_err(EngineError::backend("reading the loss"))?;
         let (loss_value, penalty_value) = (values[0], values[1]);
         if !(loss_value.is_finite() && penalty_value.is_finite()) {
             return Err(EngineError::Diverged {
@@ -540,7 +540,7 @@ impl Trainer {
         let host = self
             .model
             .host_lstm_backward(window, &raw, lookup_leaf.clone())
-            .map_err(|e| EngineError::Backend(e.to_string()))?;
+            .map_err(EngineError::backend("the LSTM's backward on the host"))?;
         let mut grads = GradientsParams::from_grads(raw, &self.model);
         // `None`: the loss never read the hidden states, and the layers get no gradient at all
         // (as in burn's graph: no zeros for AdamW to count and decay).
@@ -619,7 +619,7 @@ impl Trainer {
             w_outside_graph,
         };
         full_softmax_head(hidden, w, bias, targets, terms)
-            .map_err(|e| EngineError::Backend(e.to_string()))
+            .map_err(EngineError::backend("the softmax head"))
     }
 
     /// The gates of this step: gradient-part freezing's static ones, or AGG's from the counter
@@ -725,7 +725,7 @@ impl Trainer {
         let [n, d] = w.dims();
         let weights = w
             .try_into_vec_as::<f32>()
-            .map_err(|e| EngineError::Backend(format!("reading W: {e:?}")))?;
+            .map_err(EngineError::backend("reading W"))?;
         Ok(Snapshot {
             step: self.state.step,
             n,
@@ -1105,5 +1105,5 @@ fn mean_of<const D: usize>(values: Tensor<D>) -> Result<f64, EngineError> {
         .ok()
         .and_then(|v| v.first().copied())
         .filter(|v| v.is_finite())
-        .ok_or_else(|| EngineError::Backend("mean log Z is not a finite number".into()))
+        .ok_or_else(|| EngineError::backend_says("mean log Z is not a finite number"))
 }
