@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::slurm::TaskStates;
 use super::{PlannedRun, Sweep, SweepError, run_dir};
 use crate::list::{RunRow, plain_table, row, step_cell};
 
@@ -27,7 +26,7 @@ pub struct SweepRecord {
     pub runs: Vec<RecordedRun>,
     /// The SLURM job array it was submitted as, if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slurm: Option<super::slurm::SlurmJob>,
+    pub slurm: Option<SlurmJob>,
 }
 
 impl SweepRecord {
@@ -93,6 +92,23 @@ pub fn status(record: &SweepRecord) -> Vec<(RecordedRun, Option<RunRow>)> {
             (r.clone(), row)
         })
         .collect()
+}
+
+/// A SLURM sweep's submitted job, kept in `sweep.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SlurmJob {
+    pub job_id: String,
+    pub script: std::path::PathBuf,
+}
+
+/// What SLURM says of each array task, by index: its `squeue` state while queued or running,
+/// and its last accounting record (`sacct`: state and exit code) where an accounting database
+/// answers.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskStates {
+    pub queue: Vec<(usize, String)>,
+    /// None when `sacct` does not answer (no accounting database, or not a SLURM host).
+    pub accounting: Option<Vec<(usize, String)>>,
 }
 
 /// The status table of `conelab sweep status`; with `slurm` (a SLURM sweep: what squeue and

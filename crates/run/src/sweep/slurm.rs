@@ -10,10 +10,11 @@
 use std::path::Path;
 use std::process::Command;
 
-use serde::{Deserialize, Serialize};
-
 use super::SweepError;
+// The job and the tasks' states are part of the record (sweep.json, `sweep status`); this
+// module asks SLURM for them.
 use super::record::SweepRecord;
+pub use super::record::{SlurmJob, TaskStates};
 
 /// What `sbatch` is asked for besides the array itself.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -26,13 +27,6 @@ pub struct SlurmOptions {
     pub mem: Option<String>,
     /// More `#SBATCH` lines, as given (`--sbatch-arg=--qos=high`).
     pub extra: Vec<String>,
-}
-
-/// The submitted job, kept in `sweep.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SlurmJob {
-    pub job_id: String,
-    pub script: std::path::PathBuf,
 }
 
 /// The batch script's file in a sweep folder.
@@ -182,16 +176,6 @@ pub fn queue_states(job: &SlurmJob) -> Vec<(usize, String)> {
             Some((task, state.to_string()))
         })
         .collect()
-}
-
-/// What SLURM says of each array task, by index: its `squeue` state while queued or running,
-/// and its last accounting record (`sacct`: state and exit code) where an accounting database
-/// answers.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TaskStates {
-    pub queue: Vec<(usize, String)>,
-    /// None when `sacct` does not answer (no accounting database, or not a SLURM host).
-    pub accounting: Option<Vec<(usize, String)>>,
 }
 
 /// Asks `squeue` and `sacct` about `job`'s tasks.

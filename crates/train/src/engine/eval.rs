@@ -78,7 +78,7 @@ pub fn evaluate(
         };
         let mut logits = model.logits(hidden);
         if squash {
-            logits = crate::objective::and::squash(logits);
+            logits = crate::objective::squash::squash(logits);
         }
         if host {
             let [_, vocab] = logits.dims();

@@ -13,20 +13,8 @@
 use burn::prelude::*;
 
 use super::self_norm::sampled_log_z_penalty;
+use super::squash::{SQUASH_WIDTH, squash};
 use crate::model::output::{log_partition, target_scores};
-
-/// Bound of the squashed scores: s ∈ (−10, 10).
-pub const SQUASH_BOUND: f64 = 10.0;
-/// Width of the squashing: 10·tanh(s/5) has slope 2 at 0.
-pub const SQUASH_WIDTH: f64 = 5.0;
-
-/// s → 10·tanh(s/5), element-wise.
-pub fn squash<const D: usize>(scores: Tensor<D>) -> Tensor<D> {
-    scores
-        .div_scalar(SQUASH_WIDTH)
-        .tanh()
-        .mul_scalar(SQUASH_BOUND)
-}
 
 /// The two terms of the AND loss, kept apart so the step reports the data term and the penalty.
 pub struct AndTerms {
@@ -104,22 +92,6 @@ mod tests {
     use crate::model::DeviceSpec;
     use crate::model::DeviceSpecExt;
 
-    #[test]
-    fn squash_is_ten_tanh_of_a_fifth() {
-        let dev = DeviceSpec::Cpu.training_device().expect("cpu");
-        let x = [-100.0f32, -5.0, 0.0, 1.0, 5.0, 100.0];
-        let got = squash(Tensor::<1>::from_data(
-            TensorData::new(x.to_vec(), [6]),
-            &dev,
-        ))
-        .try_into_vec_as::<f64>()
-        .expect("f64");
-        for (g, &x) in got.iter().zip(&x) {
-            let want = 10.0 * (x as f64 / 5.0).tanh();
-            assert!((g - want).abs() < 1e-5, "squash({x}) = {g}, want {want}");
-        }
-        assert!(got[0] > -10.0 - 1e-6 && got[5] < 10.0 + 1e-6);
-    }
     fn scores(rows: usize, cols: usize, values: Vec<f32>) -> Tensor<2> {
         let dev = DeviceSpec::Cpu.training_device().expect("cpu");
         Tensor::from_data(TensorData::new(values, [rows, cols]), &dev)

@@ -15,6 +15,7 @@ pub mod laplacian;
 pub mod mle;
 pub mod self_norm;
 pub mod spectrum;
+pub mod squash;
 pub mod unlikelihood;
 
 pub use conelab_core::objective::*;

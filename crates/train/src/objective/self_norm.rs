@@ -16,7 +16,7 @@
 use burn::prelude::*;
 use burn::tensor::activation::softplus;
 
-use super::and::squash;
+use super::squash::squash;
 use crate::model::output::{log_partition, target_scores, tied_logits};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
