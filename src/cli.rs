@@ -22,7 +22,6 @@ use conelab::metrics::Similarity;
 use conelab::model::{DeviceSpec, Preset};
 use conelab::run::launch::with_window;
 use conelab::run::say;
-use conelab::run::serve::{Reporting, ServeOptions};
 use conelab::run::{self, RunError, TrainOptions};
 use conelab::store;
 use conelab::store::export::{self, StepChoice};
@@ -741,23 +740,13 @@ fn sweep_run_cmd(
     dry_run: bool,
     slurm: Option<SbatchArgs>,
 ) -> Result<ExitStatus> {
-    use conelab::sweep::{Sweep, local::Outcome, record::SweepRecord};
-    if local == 0 {
-        return Err(RunError::Usage("--local 0: at least one run at a time".into()).into());
-    }
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| RunError::Usage(format!("{}: {e}", file.display())))?;
-    let stem = file
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "sweep".into());
-    let sweep = Sweep::parse(&text, &stem).map_err(|e| RunError::Usage(e.to_string()))?;
-    let out = out.unwrap_or_else(|| PathBuf::from("sweeps").join(&stem));
-    let mut record = SweepRecord::new(&sweep, &out);
-    let exe = std::env::current_exe().context("finding the conelab binary")?;
-    if let Some(sbatch) = slurm {
-        use conelab::sweep::slurm;
-        let options = slurm::SlurmOptions {
+    use conelab::sweep::start::{SweepRun, start};
+    let request = SweepRun {
+        file: file.to_path_buf(),
+        out,
+        local,
+        dry_run,
+        slurm: slurm.map(|sbatch| conelab::sweep::slurm::SlurmOptions {
             partition: sbatch.partition,
             gres: sbatch.gres,
             time: sbatch.time,
@@ -765,65 +754,11 @@ fn sweep_run_cmd(
             cpus_per_task: sbatch.cpus_per_task,
             mem: sbatch.mem,
             extra: sbatch.sbatch_arg,
-        };
-        let script = slurm::script(&record, &out, &exe, &stem, &options);
-        if dry_run {
-            return print_stdout(&format!(
-                "{} runs as a job array; the batch script:\n{script}",
-                record.runs.len()
-            ))
-            .map(|()| ExitStatus::Success);
-        }
-        record.write(&out)?;
-        let job = slurm::submit(&script, &out)?;
-        let id = job.job_id.clone();
-        record.slurm = Some(job);
-        record.write(&out)?;
-        print_stdout(&format!(
-            "submitted job array {id}: {} tasks, one per run — `conelab sweep status {}`\n",
-            record.runs.len(),
-            out.display()
-        ))?;
-        return Ok(ExitStatus::Success);
-    }
-    if dry_run {
-        let mut text = format!(
-            "{} runs into {}, {local} at a time:\n",
-            record.runs.len(),
-            out.display()
-        );
-        for r in &record.runs {
-            let args = conelab::sweep::local::train_args(r);
-            text.push_str(&format!("  {}: conelab {}\n", r.name, args.join(" ")));
-        }
-        return print_stdout(&text).map(|()| ExitStatus::Success);
-    }
-    record.write(&out)?;
-    let outcomes = conelab::sweep::local::run(&record, &out, &exe, local, |line| {
-        say(&format!("conelab sweep: {line}"));
-    })?;
-    let failed = outcomes
-        .iter()
-        .filter(|(_, o)| matches!(o, Outcome::Failed { .. }))
-        .count();
-    let stopped = outcomes
-        .iter()
-        .filter(|(_, o)| matches!(o, Outcome::Stopped))
-        .count();
-    print_stdout(&format!(
-        "{} runs: {} completed, {stopped} stopped, {failed} failed — `conelab sweep status {}`, `conelab export {}/runs/* --table groups --aggregate seeds`\n",
-        outcomes.len(),
-        outcomes.len() - failed - stopped,
-        out.display(),
-        out.display()
-    ))?;
-    Ok(if failed > 0 {
-        ExitStatus::Failed
-    } else if stopped > 0 {
-        ExitStatus::Stopped
-    } else {
-        ExitStatus::Success
-    })
+        }),
+    };
+    let done = start(&request, |line| say(&format!("conelab sweep: {line}")))?;
+    print_stdout(&done.text)?;
+    Ok(done.status)
 }
 
 fn sweep_status_cmd(dir: &Path) -> Result<()> {
@@ -954,7 +889,7 @@ fn train(opts: TrainOptions) -> Result<ExitStatus> {
     opts.validate().map_err(RunError::Usage)?;
     let tty = std::io::stdout().is_terminal();
     if opts.internal_detached {
-        return serve_here(&opts, false, true);
+        return Ok(run::serve::serve_here(&opts, false, true)?);
     }
     if opts.detach {
         let ready = run::detach::spawn(run::detach::child_args())?;
@@ -968,11 +903,11 @@ fn train(opts: TrainOptions) -> Result<ExitStatus> {
         return Ok(ExitStatus::Success);
     }
     if !tty || opts.headless {
-        return serve_here(&opts, tty, false);
+        return Ok(run::serve::serve_here(&opts, tty, false)?);
     }
     // The workbench: the run is a process of its own; this one is its first viewer.
     let reference = match &opts.compare {
-        Some(other) => Some(reference_spectrum(other)?),
+        Some(other) => Some(conelab::checkpoint::matrix::reference_spectrum(other)?),
         None => None,
     };
     let ready = run::detach::spawn(run::detach::child_args())?;
@@ -988,93 +923,7 @@ fn train(opts: TrainOptions) -> Result<ExitStatus> {
         read_only: None,
     };
     let exit = conelab::tui::run_viewer(opened.link, opened.hello, setup)?;
-    Ok(after_viewer(&ready.dir, exit))
-}
-
-/// Runs the run in this process: headless (a progress bar on a terminal, lines otherwise), or as
-/// the background run (`detached`: tells its starter when it is ready, then writes output.log).
-fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<ExitStatus> {
-    if let Some(other) = &opts.compare {
-        // Only the workbench draws it, but a bad path is still a bad path.
-        reference_spectrum(other)?;
-    }
-    let prepared = run::launch::prepare(opts)?;
-    let log_every = opts
-        .log_every
-        .unwrap_or_else(|| (prepared.trainer.config().steps / 100).max(1));
-    let reporting = if tty && !detached {
-        Reporting::Progress
-    } else {
-        Reporting::Lines { log_every }
-    };
-    let on_ready: Option<run::serve::OnReady> = if detached {
-        Some(Box::new(run::detach::announce_ready))
-    } else {
-        None
-    };
-    let exit = run::serve::serve(
-        prepared,
-        ServeOptions {
-            reporting,
-            log_format: opts.log_format,
-            log_every,
-            flush: std::time::Duration::from_secs_f64(opts.store_flush_secs),
-            on_ready,
-            on_hub: None,
-        },
-    )?;
-    let status = exit.status();
-    match &exit.outcome {
-        conelab::headless::Outcome::Diverged { step, loss } => say(&format!(
-            "conelab: training diverged at step {step} (loss {loss}); the last good checkpoint is kept"
-        )),
-        conelab::headless::Outcome::Failed { message } => {
-            say(&format!("conelab: training failed: {message}"))
-        }
-        _ if exit.by_signal => say(&format!(
-            "conelab: stopped by a signal after saving a checkpoint: `conelab train --resume {}` continues it",
-            exit.dir.display()
-        )),
-        _ => {}
-    }
-    Ok(status)
-}
-
-/// After a viewer of `dir`: how to come back when it detached; the run's exit status when the
-/// user watched it end.
-fn after_viewer(dir: &std::path::Path, exit: conelab::tui::ViewerExit) -> ExitStatus {
-    use conelab::tui::ViewerExit;
-    match exit {
-        ViewerExit::Detached => {
-            // The terminal may be gone (that is one way to detach): then nobody reads this.
-            let _ = writeln!(
-                std::io::stdout(),
-                "conelab: detached from {}: training goes on. Come back with `conelab attach {}`; `conelab runs` lists runs.",
-                dir.display(),
-                dir.display()
-            );
-            ExitStatus::Success
-        }
-        ViewerExit::Left(status) if !status.is_live() => {
-            // The run writes how it ended as it exits: wait for it a little.
-            let start = std::time::Instant::now();
-            while start.elapsed() < std::time::Duration::from_secs(10) {
-                if let Ok(Some(f)) = run::live::read_final(dir) {
-                    return u8::try_from(f.exit_code)
-                        .map_or(ExitStatus::Failed, ExitStatus::from_code);
-                }
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            match status {
-                conelab::tui::app::RunStatus::Finished { reason } => match reason {
-                    conelab::engine::FinishReason::Diverged => ExitStatus::Diverged,
-                    _ => ExitStatus::Success,
-                },
-                _ => ExitStatus::Failed,
-            }
-        }
-        ViewerExit::Left(_) => ExitStatus::Success,
-    }
+    Ok(conelab::tui::after_viewer(&ready.dir, exit))
 }
 
 fn attach_cmd(args: AttachArgs) -> Result<ExitStatus> {
@@ -1119,7 +968,7 @@ fn attach_cmd(args: AttachArgs) -> Result<ExitStatus> {
     let live = opened.read_only.is_none();
     let exit = conelab::tui::run_viewer(opened.link, opened.hello, setup)?;
     if live && exit == conelab::tui::ViewerExit::Detached {
-        after_viewer(&dir, exit);
+        conelab::tui::after_viewer(&dir, exit);
     }
     // A viewer exits 0 however it leaves (the run's own status is the run's).
     Ok(ExitStatus::Success)
@@ -1196,28 +1045,6 @@ fn runs_cmd(args: RunsArgs) -> Result<()> {
         return print_stdout(&format!("no runs under {}\n", args.dir.display()));
     }
     print_stdout(&run::list::render(&rows))
-}
-
-/// The normalised singular values of another run's newest checkpoint (or a matrix), labelled by
-/// its folder or file name.
-fn reference_spectrum(path: &std::path::Path) -> Result<(String, Vec<f64>)> {
-    let m = load_matrix(path, None)?;
-    let w = conelab::metrics::Embeddings::new(m.n, m.d, &m.data)?;
-    let panel = conelab::metrics::EmbeddingPanel::compute(
-        w,
-        None,
-        &conelab::metrics::PanelOptions {
-            projection: None,
-            also_centred: false,
-            scale_free: true,
-            threads: conelab::metrics::Threads::All,
-        },
-    )?;
-    let label = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_else(|| "other".into());
-    Ok((label, panel.total.sv_norm))
 }
 
 fn export_cmd(args: ExportArgs) -> Result<()> {
@@ -1320,25 +1147,10 @@ fn bench_tui_cmd(args: BenchTuiArgs) -> Result<()> {
         let v = serde_json::json!({ "frames": frames, "throughput": throughput });
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&v)?));
     }
-    let mut out = format!(
-        "frame time, W {}×{}, 2,000 steps of history (TestBackend, full redraw)\n{:<34} {:>9} {:>10} {:>8} {:>8}\n",
-        args.n, args.d, "layout", "size", "median ms", "p95 ms", "max ms"
-    );
-    for r in &frames {
-        out.push_str(&format!(
-            "{:<34} {:>9} {:>10.2} {:>8.2} {:>8.2}\n",
-            r.what,
-            format!("{}×{}", r.width, r.height),
-            r.median_ms,
-            r.p95_ms,
-            r.max_ms
-        ));
-    }
+    let mut out = conelab::bench::tui::render_frames(args.n, args.d, &frames);
     if let Some(t) = throughput {
-        out.push_str(&format!(
-            "\ntraining throughput, {} N={} ({} steps × {} rounds, alternated)\nheadless {:.0} tok/s, under the TUI {:.0} tok/s: ratio {:.3} (median of per-round ratios; {} frames drawn)\n",
-            t.model, t.vocab, t.steps_per_round, t.rounds, t.headless_tokens_per_sec, t.tui_tokens_per_sec, t.ratio, t.frames_drawn
-        ));
+        out.push('\n');
+        out.push_str(&t.render());
     }
     print_stdout(&out)
 }
@@ -1360,35 +1172,7 @@ fn bench_attach_cmd(args: BenchAttachArgs) -> Result<()> {
     if args.json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
-    let mut out = format!(
-        "training {} ({} timed steps per run), tokens/s without viewers vs with two `conelab attach` viewers (200×60 pseudo-terminals), alternated\n{:<8} {:>12} {:>12} {:>8}\n",
-        r.model, r.steps, "round", "none", "two", "ratio"
-    );
-    for (i, round) in r.rounds.iter().enumerate() {
-        out.push_str(&format!(
-            "{:<8} {:>12.0} {:>12.0} {:>8.3}\n",
-            i + 1,
-            round.without_viewers,
-            round.with_two_viewers,
-            round.ratio
-        ));
-    }
-    out.push_str(&format!(
-        "median ratio {:.3} (goal ≥ 0.97)\nrun process RSS: {:.0} MiB without viewers, {:.0} MiB with two; a viewer of a live run {:.0} MiB; an idle viewer {:.0} MiB\nCPU, % of one core over a process's life ({} cores here): the run {:.0} without viewers, {:.0} with two; a viewer of the live run {:.1}\nattach to a first frame, {} steps of history: finished run {:.0} ms, live run {:.0} ms (goal ≤ 1000 ms)\n",
-        r.ratio,
-        r.run_rss_mib_without_viewers,
-        r.run_rss_mib_with_two_viewers,
-        r.viewer_rss_mib,
-        r.idle_viewer_rss_mib,
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        r.run_cpu_percent_without_viewers,
-        r.run_cpu_percent_with_two_viewers,
-        r.viewer_cpu_percent,
-        r.history_steps,
-        r.attach_finished_ms,
-        r.attach_live_ms
-    ));
-    print_stdout(&out)
+    print_stdout(&r.render())
 }
 
 fn bench_store_cmd(args: BenchStoreArgs) -> Result<()> {
@@ -1404,24 +1188,7 @@ fn bench_store_cmd(args: BenchStoreArgs) -> Result<()> {
     if args.json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
-    let mut out = format!(
-        "{:<64} {:>10} {:>10} {:>8}\n",
-        "operation", "median ms", "min ms", "goal ms"
-    );
-    for row in &r.rows {
-        let goal = row
-            .goal_ms
-            .map_or_else(|| "-".to_owned(), |g| format!("{g:.0}"));
-        out.push_str(&format!(
-            "{:<64} {:>10.2} {:>10.2} {:>8}\n",
-            row.what, row.ms, row.min_ms, goal
-        ));
-    }
-    out.push_str(&format!(
-        "long run: {} rows in {} segments before compaction, {:.1} MiB compacted\n",
-        r.long_run_rows, r.long_run_segments, r.long_run_mib
-    ));
-    print_stdout(&out)
+    print_stdout(&r.render())
 }
 
 fn bench_objectives_cmd(args: BenchObjectivesArgs) -> Result<()> {
@@ -1469,31 +1236,7 @@ fn bench_train_cmd(args: BenchTrainArgs) -> Result<()> {
     if args.json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
-    print_stdout(&format!(
-        "{:<9} {:<6} {:<13} {:>5} {:>5} {:>7} {:>11} {:>11} {:>9} {:>9} {:>10}\n{:<9} {:<6} {:<13} {:>5} {:>5} {:>7} {:>11} {:>11.0} {:>9.1} {:>9.1} {:>10.0}\n",
-        "engine",
-        "model",
-        "device",
-        "B",
-        "T",
-        "N",
-        "params",
-        "tokens/s",
-        "ms/step",
-        "± std",
-        "peak MiB",
-        r.engine,
-        r.model,
-        r.device,
-        r.batch,
-        r.window,
-        r.vocab,
-        r.parameters,
-        r.tokens_per_sec,
-        r.ms_per_step,
-        r.ms_per_step_std,
-        r.peak_rss_mib
-    ))
+    print_stdout(&r.render())
 }
 
 fn eval_cmd(args: EvalArgs) -> Result<()> {
@@ -1612,20 +1355,7 @@ fn bench_metrics_cmd(args: BenchMetricsArgs) -> Result<()> {
     if args.json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
-    let mut out = format!(
-        "W: {} x {} f32 ({:.1} MiB), {} threads\n{:<56} {:>10} {:>10} {:>14}\n",
-        r.n, r.d, r.w_mib, r.threads, "operation", "median ms", "min ms", "peak extra/W"
-    );
-    for row in &r.rows {
-        let mem = row
-            .peak_extra_w
-            .map_or_else(|| "-".to_owned(), |m| format!("{m:.2}x"));
-        out.push_str(&format!(
-            "{:<56} {:>10.2} {:>10.2} {:>14}\n",
-            row.what, row.ms, row.min_ms, mem
-        ));
-    }
-    print_stdout(&out)
+    print_stdout(&r.render())
 }
 
 fn data_stats(args: StatsArgs) -> Result<()> {

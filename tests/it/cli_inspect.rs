@@ -430,3 +430,25 @@ fn inspect_foreign_matrices() {
         &["not supported"],
     );
 }
+
+#[test]
+fn the_reference_spectrum_is_the_normalised_singular_values_and_a_bad_file_one_error() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    // Rows (3, 0), (0, −1), (0, 0): singular values 3 and 1, so 1 and 1/3 once divided by the
+    // largest.
+    let path = tmp.path().join("w.npy");
+    write_npy(&path, 3, 2, &[3.0, 0.0, 0.0, -1.0, 0.0, 0.0]);
+    let (label, sv) =
+        conelab::checkpoint::matrix::reference_spectrum(&path).expect("a reference spectrum");
+    assert_eq!(label, "w.npy");
+    assert_eq!(sv.len(), 2);
+    assert!(
+        (sv[0] - 1.0).abs() < 1e-6 && (sv[1] - 1.0 / 3.0).abs() < 1e-6,
+        "{sv:?}"
+    );
+    // A file that is not a matrix: an error that names it.
+    let bad = tmp.path().join("w.txt");
+    std::fs::write(&bad, "not a matrix").expect("write");
+    let e = conelab::checkpoint::matrix::reference_spectrum(&bad).expect_err("refused");
+    assert!(e.to_string().contains("w.txt"), "{e}");
+}

@@ -21,7 +21,7 @@ use super::launch::Prepared;
 use super::protocol::RunHello;
 use super::server::{self, Server};
 use super::view::{RunInfo, RunStatus, RunView, Vocabulary};
-use super::{RunError, live};
+use super::{RunError, TrainOptions, live};
 use crate::headless::{self, Outcome};
 use conelab_store::{self as store, FlushPolicy, RunRecord, StoreWriter};
 use conelab_train::checkpoint::{Checkpointer, CorpusSpec};
@@ -377,4 +377,53 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
     }
     drop(lock);
     Ok(exit)
+}
+
+/// Runs the run in this process: headless (a progress bar on a terminal, lines otherwise), or as
+/// the background run (`detached`: tells its starter when it is ready, then writes output.log).
+pub fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<ExitStatus, RunError> {
+    if let Some(other) = &opts.compare {
+        // Only the workbench draws it, but a bad path is still a bad path.
+        conelab_core::run_dir::matrix::reference_spectrum(other)?;
+    }
+    let prepared = crate::launch::prepare(opts)?;
+    let log_every = opts
+        .log_every
+        .unwrap_or_else(|| (prepared.trainer.config().steps / 100).max(1));
+    let reporting = if tty && !detached {
+        Reporting::Progress
+    } else {
+        Reporting::Lines { log_every }
+    };
+    let on_ready: Option<OnReady> = if detached {
+        Some(Box::new(crate::detach::announce_ready))
+    } else {
+        None
+    };
+    let exit = serve(
+        prepared,
+        ServeOptions {
+            reporting,
+            log_format: opts.log_format,
+            log_every,
+            flush: std::time::Duration::from_secs_f64(opts.store_flush_secs),
+            on_ready,
+            on_hub: None,
+        },
+    )?;
+    let status = exit.status();
+    match &exit.outcome {
+        crate::headless::Outcome::Diverged { step, loss } => crate::say(&format!(
+            "conelab: training diverged at step {step} (loss {loss}); the last good checkpoint is kept"
+        )),
+        crate::headless::Outcome::Failed { message } => {
+            crate::say(&format!("conelab: training failed: {message}"))
+        }
+        _ if exit.by_signal => crate::say(&format!(
+            "conelab: stopped by a signal after saving a checkpoint: `conelab train --resume {}` continues it",
+            exit.dir.display()
+        )),
+        _ => {}
+    }
+    Ok(status)
 }

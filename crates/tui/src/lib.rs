@@ -18,6 +18,7 @@ pub mod ui;
 use std::io;
 use std::sync::Arc;
 
+use conelab_base::exit::ExitStatus;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 
@@ -114,6 +115,44 @@ impl Outgoing {
             },
             Request::Vocabulary => ClientMessage::Vocabulary { id },
         }
+    }
+}
+
+/// After a viewer of `dir`: how to come back when it detached (said on stdout, like zellij's exit
+/// reason); the run's exit status when the user watched it end (from its `final.json`, waited
+/// for a little, else from what the view last knew).
+pub fn after_viewer(dir: &std::path::Path, exit: ViewerExit) -> ExitStatus {
+    use std::io::Write;
+    match exit {
+        ViewerExit::Detached => {
+            // The terminal may be gone (that is one way to detach): then nobody reads this.
+            let _ = writeln!(
+                std::io::stdout(),
+                "conelab: detached from {}: training goes on. Come back with `conelab attach {}`; `conelab runs` lists runs.",
+                dir.display(),
+                dir.display()
+            );
+            ExitStatus::Success
+        }
+        ViewerExit::Left(status) if !status.is_live() => {
+            // The run writes how it ended as it exits: wait for it a little.
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_secs(10) {
+                if let Ok(Some(f)) = conelab_link::live::read_final(dir) {
+                    return u8::try_from(f.exit_code)
+                        .map_or(ExitStatus::Failed, ExitStatus::from_code);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            match status {
+                RunStatus::Finished { reason } => match reason {
+                    conelab_core::events::FinishReason::Diverged => ExitStatus::Diverged,
+                    _ => ExitStatus::Success,
+                },
+                _ => ExitStatus::Failed,
+            }
+        }
+        ViewerExit::Left(_) => ExitStatus::Success,
     }
 }
 

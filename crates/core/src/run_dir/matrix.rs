@@ -23,6 +23,12 @@ pub enum MatrixFileError {
     Invalid { path: PathBuf, reason: String },
     #[error(transparent)]
     Checkpoint(#[from] super::CheckpointError),
+    #[error("{}", path.display())]
+    Matrix {
+        path: PathBuf,
+        #[source]
+        source: conelab_metrics::MatrixError,
+    },
 }
 
 fn invalid(path: &Path, reason: impl Into<String>) -> MatrixFileError {
@@ -187,6 +193,35 @@ fn load_run(path: &Path) -> Result<LoadedMatrix, MatrixFileError> {
         step,
         group_bounds: Some(run.spec().group_bounds),
     })
+}
+
+/// The normalised singular values of another run's newest checkpoint (or a matrix file),
+/// labelled by its folder or file name: the reference curve `--compare` puts in the Spectrum
+/// pane.
+pub fn reference_spectrum(path: &Path) -> Result<(String, Vec<f64>), MatrixFileError> {
+    use conelab_metrics::{EmbeddingPanel, Embeddings, PanelOptions, Threads};
+    let matrix_error = |source| MatrixFileError::Matrix {
+        path: path.to_path_buf(),
+        source,
+    };
+    let m = load_matrix(path, None)?;
+    let w = Embeddings::new(m.n, m.d, &m.data).map_err(matrix_error)?;
+    let panel = EmbeddingPanel::compute(
+        w,
+        None,
+        &PanelOptions {
+            projection: None,
+            also_centred: false,
+            scale_free: true,
+            threads: Threads::All,
+        },
+    )
+    .map_err(matrix_error)?;
+    let label = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "other".into());
+    Ok((label, panel.total.sv_norm))
 }
 
 /// Word classes of a run's vocabulary: regenerated for the synthetic corpus (it is a pure

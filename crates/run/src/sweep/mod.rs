@@ -19,11 +19,12 @@
 //! (`seed-1_reg-cos=1`), labelled (`--name`) by that name without its seed part, so that the seeds
 //! of one setting share a label and `export --aggregate seeds` puts them in one row. [`local`]
 //! runs them on this machine, [`slurm`] as a job array; [`record`] keeps `sweep.json` and tells
-//! their state.
+//! their state; [`start`] is `conelab sweep run`, from the file to the exit status.
 
 pub mod local;
 pub mod record;
 pub mod slurm;
+pub mod start;
 
 use std::path::{Path, PathBuf};
 
@@ -41,6 +42,8 @@ pub enum SweepError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("finding the conelab binary")]
+    Exe(#[source] std::io::Error),
 }
 
 fn invalid(text: impl Into<String>) -> SweepError {

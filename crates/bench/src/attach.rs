@@ -21,13 +21,13 @@ use ratatui::backend::TestBackend;
 use serde::Serialize;
 
 use super::median;
-use crate::data::{FrequencyGroups, GroupBounds};
-use crate::metrics::RowGroups;
-use crate::objective::Objectives;
-use crate::run::RunError;
-use crate::run::attach::Opened;
-use crate::run::protocol::{ClientMessage, ServerMessage};
-use crate::store::{self, col, split};
+use conelab_data::{FrequencyGroups, GroupBounds};
+use conelab_metrics::RowGroups;
+use conelab_run::RunError;
+use conelab_run::attach::Opened;
+use conelab_run::protocol::{ClientMessage, ServerMessage};
+use conelab_store::{self as store, col, split};
+use conelab_train::objective::Objectives;
 use conelab_tui::app::{App, ViewOptions};
 
 #[derive(Debug, Clone)]
@@ -254,7 +254,7 @@ fn timed_run(
     tokens_per_step: f64,
 ) -> Result<TimedRun, RunError> {
     let run_start = Instant::now();
-    let ready = crate::run::detach::spawn(train_args(b, dir, b.warmup + b.steps))?;
+    let ready = conelab_run::detach::spawn(train_args(b, dir, b.warmup + b.steps))?;
     let stop = Arc::new(AtomicBool::new(false));
     let run_rss = sample_rss(ready.pid, stop.clone());
     let mut scripts = Vec::new();
@@ -268,7 +268,7 @@ fn timed_run(
     let mut viewer_max: f64 = 0.0;
     let mut run_cpu = CpuShare::default();
     let start = Instant::now();
-    while crate::run::live::read_final(&ready.dir)
+    while conelab_run::live::read_final(&ready.dir)
         .ok()
         .flatten()
         .is_none()
@@ -357,7 +357,7 @@ pub fn bench_attach(b: &AttachBench) -> Result<AttachBenchResult, RunError> {
 }
 
 fn run_all(b: &AttachBench, tmp: &Path) -> Result<AttachBenchResult, RunError> {
-    let preset: crate::model::Preset = clap::ValueEnum::from_str(&b.model, true)
+    let preset: conelab_train::model::Preset = clap::ValueEnum::from_str(&b.model, true)
         .map_err(|e| RunError::Usage(format!("--model {}: {e}", b.model)))?;
     let window = b.bptt.unwrap_or_else(|| preset.config().window());
     let tokens_per_step = (b.batch * window) as f64;
@@ -429,8 +429,8 @@ fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError
     }
     // ... then its store is given a long history and its checkpoint the step that ends it.
     std::fs::remove_dir_all(dir.join(store::STORE_DIR)).map_err(internal("clearing the store"))?;
-    crate::bench::simulate_run(&dir, b.history)?;
-    let ckpt = dir.join(crate::checkpoint::step_dir_name(2));
+    crate::simulate_run(&dir, b.history)?;
+    let ckpt = dir.join(conelab_train::checkpoint::step_dir_name(2));
     let state_path = ckpt.join("state.json");
     let mut state: serde_json::Value = serde_json::from_slice(
         &std::fs::read(&state_path).map_err(internal("reading state.json"))?,
@@ -438,11 +438,14 @@ fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError
     .map_err(RunError::internal("timing the attach"))?;
     state["step"] = b.history.into();
     std::fs::write(&state_path, state.to_string()).map_err(internal("writing state.json"))?;
-    std::fs::rename(&ckpt, dir.join(crate::checkpoint::step_dir_name(b.history)))
-        .map_err(internal("renaming the checkpoint"))?;
+    std::fs::rename(
+        &ckpt,
+        dir.join(conelab_train::checkpoint::step_dir_name(b.history)),
+    )
+    .map_err(internal("renaming the checkpoint"))?;
     let mut finished = Vec::new();
     for _ in 0..3 {
-        finished.push(first_frame(|| crate::run::attach::open(&dir))?);
+        finished.push(first_frame(|| conelab_run::attach::open(&dir))?);
     }
     // An idle viewer: attached to the finished run, nothing arriving.
     let mut script = spawn_viewer(&dir)?;
@@ -464,10 +467,10 @@ fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError
         "--steps".into(),
         (b.history + 1_000_000).to_string().into(),
     ];
-    let ready = crate::run::detach::spawn(resume)?;
+    let ready = conelab_run::detach::spawn(resume)?;
     let mut live = Vec::new();
     for _ in 0..3 {
-        match first_frame(|| crate::run::attach::connect(&ready.socket)) {
+        match first_frame(|| conelab_run::attach::connect(&ready.socket)) {
             Ok(ms) => live.push(ms),
             Err(e) => {
                 // SAFETY: kill(2) on the run we started.
@@ -483,12 +486,47 @@ fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError
         libc::kill(ready.pid as i32, libc::SIGTERM);
     }
     let start = Instant::now();
-    while crate::run::live::read_final(&dir).ok().flatten().is_none()
+    while conelab_run::live::read_final(&dir).ok().flatten().is_none()
         && start.elapsed() < Duration::from_secs(60)
     {
         std::thread::sleep(Duration::from_millis(100));
     }
     Ok((median(finished), median(live), idle))
+}
+
+impl AttachBenchResult {
+    /// The table `conelab bench attach` prints.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "training {} ({} timed steps per run), tokens/s without viewers vs with two `conelab attach` viewers (200×60 pseudo-terminals), alternated\n{:<8} {:>12} {:>12} {:>8}\n",
+            self.model, self.steps, "round", "none", "two", "ratio"
+        );
+        for (i, round) in self.rounds.iter().enumerate() {
+            out.push_str(&format!(
+                "{:<8} {:>12.0} {:>12.0} {:>8.3}\n",
+                i + 1,
+                round.without_viewers,
+                round.with_two_viewers,
+                round.ratio
+            ));
+        }
+        out.push_str(&format!(
+            "median ratio {:.3} (goal ≥ 0.97)\nrun process RSS: {:.0} MiB without viewers, {:.0} MiB with two; a viewer of a live run {:.0} MiB; an idle viewer {:.0} MiB\nCPU, % of one core over a process's life ({} cores here): the run {:.0} without viewers, {:.0} with two; a viewer of the live run {:.1}\nattach to a first frame, {} steps of history: finished run {:.0} ms, live run {:.0} ms (goal ≤ 1000 ms)\n",
+            self.ratio,
+            self.run_rss_mib_without_viewers,
+            self.run_rss_mib_with_two_viewers,
+            self.viewer_rss_mib,
+            self.idle_viewer_rss_mib,
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            self.run_cpu_percent_without_viewers,
+            self.run_cpu_percent_with_two_viewers,
+            self.viewer_cpu_percent,
+            self.history_steps,
+            self.attach_finished_ms,
+            self.attach_live_ms
+        ));
+        out
+    }
 }
 
 #[cfg(test)]

@@ -10,10 +10,10 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::data::{Corpus, LoadOptions, SplitText};
-use crate::engine::{EngineError, TrainConfig, Trainer};
-use crate::model::{DeviceSpec, ModelConfig};
-use crate::objective::Objectives;
+use conelab_data::{Corpus, LoadOptions, SplitText};
+use conelab_train::engine::{EngineError, TrainConfig, Trainer};
+use conelab_train::model::{DeviceSpec, ModelConfig};
+use conelab_train::objective::Objectives;
 
 #[derive(Debug, Clone)]
 pub struct TrainBench {
@@ -222,7 +222,7 @@ fn time_it<T>(repeats: usize, w_mib: f64, mut f: impl FnMut() -> T) -> (Vec<f64>
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let t = Instant::now();
-    let (last, peak) = crate::alloc_count::peak_extra_bytes(&mut f);
+    let (last, peak) = conelab_base::alloc_count::peak_extra_bytes(&mut f);
     times.push(t.elapsed().as_secs_f64() * 1e3);
     let extra = peak.map(|bytes| bytes as f64 / (1024.0 * 1024.0) / w_mib);
     (times, extra, last)
@@ -238,9 +238,9 @@ fn summarise(what: &str, mut times: Vec<f64>, peak_extra_w: Option<f64>) -> Metr
     }
 }
 
-pub fn bench_metrics(b: &MetricsBench) -> Result<MetricsBenchResult, crate::metrics::MatrixError> {
-    use crate::data::{FrequencyGroups, GroupBounds};
-    use crate::metrics::{
+pub fn bench_metrics(b: &MetricsBench) -> Result<MetricsBenchResult, conelab_metrics::MatrixError> {
+    use conelab_data::{FrequencyGroups, GroupBounds};
+    use conelab_metrics::{
         EmbeddingPanel, Embeddings, NeighborIndex, PanelOptions, ProjectionMode, RowGroups,
         Similarity, Threads,
     };
@@ -364,7 +364,7 @@ pub struct ObjectivesBenchResult {
 
 /// The objectives compared, with their goals (ratio to MLE).
 fn bench_objective_set(tokens_per_update: usize, vocab: usize) -> Vec<(Objectives, Option<f64>)> {
-    use crate::objective::{GateParts, LossKind};
+    use conelab_train::objective::{GateParts, LossKind};
     let with = |f: &dyn Fn(&mut Objectives)| {
         let mut o = Objectives::default();
         f(&mut o);
@@ -583,8 +583,8 @@ const STEP_METRICS: [&str; 7] = [
 pub(crate) fn simulate_run(
     dir: &std::path::Path,
     steps: u64,
-) -> Result<(usize, usize), crate::store::StoreError> {
-    use crate::store::{GROUPS, RunRecord, StoreWriter, split};
+) -> Result<(usize, usize), conelab_store::StoreError> {
+    use conelab_store::{GROUPS, RunRecord, StoreWriter, split};
     let record = RunRecord::new("bench", String::new(), "synthetic".into(), "cpu".into());
     let mut w = StoreWriter::open(dir, &record)?;
     let mut rows = 0;
@@ -627,7 +627,7 @@ pub(crate) fn simulate_run(
                 }
             }
             for k in 0..128 {
-                let name = crate::store::writer::spectrum_metric(k);
+                let name = conelab_store::writer::spectrum_metric(k);
                 w.push_metric_at(
                     step,
                     epoch,
@@ -655,8 +655,8 @@ pub(crate) fn simulate_run(
     Ok((rows, segments))
 }
 
-pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, crate::store::StoreError> {
-    use crate::store::{self, query};
+pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, conelab_store::StoreError> {
+    use conelab_store::{self as store, query};
     let root = std::env::temp_dir().join(format!("conelab-bench-store-{}", std::process::id()));
     let result = (|| {
         let mut rows = Vec::new();
@@ -779,6 +779,88 @@ pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, crate::store::Sto
     })();
     let _ = std::fs::remove_dir_all(&root);
     result
+}
+
+impl StoreBenchResult {
+    /// The table `conelab bench store` prints.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "{:<64} {:>10} {:>10} {:>8}\n",
+            "operation", "median ms", "min ms", "goal ms"
+        );
+        for row in &self.rows {
+            let goal = row
+                .goal_ms
+                .map_or_else(|| "-".to_owned(), |g| format!("{g:.0}"));
+            out.push_str(&format!(
+                "{:<64} {:>10.2} {:>10.2} {:>8}\n",
+                row.what, row.ms, row.min_ms, goal
+            ));
+        }
+        out.push_str(&format!(
+            "long run: {} rows in {} segments before compaction, {:.1} MiB compacted\n",
+            self.long_run_rows, self.long_run_segments, self.long_run_mib
+        ));
+        out
+    }
+}
+
+impl MetricsBenchResult {
+    /// The table `conelab bench metrics` prints.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "W: {} x {} f32 ({:.1} MiB), {} threads\n{:<56} {:>10} {:>10} {:>14}\n",
+            self.n,
+            self.d,
+            self.w_mib,
+            self.threads,
+            "operation",
+            "median ms",
+            "min ms",
+            "peak extra/W"
+        );
+        for row in &self.rows {
+            let mem = row
+                .peak_extra_w
+                .map_or_else(|| "-".to_owned(), |m| format!("{m:.2}x"));
+            out.push_str(&format!(
+                "{:<56} {:>10.2} {:>10.2} {:>14}\n",
+                row.what, row.ms, row.min_ms, mem
+            ));
+        }
+        out
+    }
+}
+
+impl TrainBenchResult {
+    /// The one-row table `conelab bench train` prints.
+    pub fn render(&self) -> String {
+        format!(
+            "{:<9} {:<6} {:<13} {:>5} {:>5} {:>7} {:>11} {:>11} {:>9} {:>9} {:>10}\n{:<9} {:<6} {:<13} {:>5} {:>5} {:>7} {:>11} {:>11.0} {:>9.1} {:>9.1} {:>10.0}\n",
+            "engine",
+            "model",
+            "device",
+            "B",
+            "T",
+            "N",
+            "params",
+            "tokens/s",
+            "ms/step",
+            "± std",
+            "peak MiB",
+            self.engine,
+            self.model,
+            self.device,
+            self.batch,
+            self.window,
+            self.vocab,
+            self.parameters,
+            self.tokens_per_sec,
+            self.ms_per_step,
+            self.ms_per_step_std,
+            self.peak_rss_mib
+        )
+    }
 }
 
 #[cfg(test)]

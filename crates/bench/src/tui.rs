@@ -10,15 +10,15 @@ use ratatui::backend::TestBackend;
 use serde::Serialize;
 
 use super::median;
-use crate::data::{FrequencyGroups, GroupBounds};
-use crate::engine::analysis::EmbeddingAnalysis;
-use crate::engine::{
-    self, AppliedCommand, Command, EmbeddingStats, EngineError, EngineOptions, EvalStats, Event,
-    Snapshot, StepStats, TrainConfig, Trainer,
-};
-use crate::metrics::{
+use conelab_data::{FrequencyGroups, GroupBounds};
+use conelab_metrics::{
     EmbeddingPanel, Embeddings, MatrixError, OutputAccumulator, OutputBatch, PanelOptions,
     RowGroups, Threads,
+};
+use conelab_train::engine::analysis::EmbeddingAnalysis;
+use conelab_train::engine::{
+    self, AppliedCommand, Command, EmbeddingStats, EngineError, EngineOptions, EvalStats, Event,
+    Snapshot, StepStats, TrainConfig, Trainer,
 };
 use conelab_tui::app::{App, Pane, ViewOptions};
 use conelab_tui::ui;
@@ -35,8 +35,8 @@ impl From<std::convert::Infallible> for BenchError {
         match e {}
     }
 }
-use crate::model::{DeviceSpec, ModelConfig};
-use crate::objective::{ObjectiveChange, Objectives, Term};
+use conelab_train::model::{DeviceSpec, ModelConfig};
+use conelab_train::objective::{ObjectiveChange, Objectives, Term};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct FrameRow {
@@ -257,7 +257,7 @@ pub fn bench_frames(n: usize, d: usize, frames: usize) -> Result<Vec<FrameRow>, 
 /// frame), otherwise it only drains events.
 fn timed_run(
     model: &ModelConfig,
-    corpus: Arc<crate::data::Corpus>,
+    corpus: Arc<conelab_data::Corpus>,
     steps: u64,
     tui: bool,
     frames: &mut usize,
@@ -357,7 +357,7 @@ pub fn bench_throughput(
     rounds: usize,
 ) -> Result<ThroughputResult, EngineError> {
     let window = model.window();
-    let corpus = Arc::new(crate::bench::random_corpus(
+    let corpus = Arc::new(crate::random_corpus(
         vocab,
         (steps as usize + 2) * 16 * window,
         1,
@@ -393,4 +393,39 @@ pub fn bench_throughput(
         ratio: median(ratios),
         frames_drawn: frames,
     })
+}
+/// The frame-time table of `conelab bench tui` (W `n`×`d`).
+pub fn render_frames(n: usize, d: usize, frames: &[FrameRow]) -> String {
+    let mut out = format!(
+        "frame time, W {n}×{d}, 2,000 steps of history (TestBackend, full redraw)\n{:<34} {:>9} {:>10} {:>8} {:>8}\n",
+        "layout", "size", "median ms", "p95 ms", "max ms"
+    );
+    for r in frames {
+        out.push_str(&format!(
+            "{:<34} {:>9} {:>10.2} {:>8.2} {:>8.2}\n",
+            r.what,
+            format!("{}×{}", r.width, r.height),
+            r.median_ms,
+            r.p95_ms,
+            r.max_ms
+        ));
+    }
+    out
+}
+
+impl ThroughputResult {
+    /// Headless vs under the workbench, as `conelab bench tui` prints it.
+    pub fn render(&self) -> String {
+        format!(
+            "training throughput, {} N={} ({} steps × {} rounds, alternated)\nheadless {:.0} tok/s, under the TUI {:.0} tok/s: ratio {:.3} (median of per-round ratios; {} frames drawn)\n",
+            self.model,
+            self.vocab,
+            self.steps_per_round,
+            self.rounds,
+            self.headless_tokens_per_sec,
+            self.tui_tokens_per_sec,
+            self.ratio,
+            self.frames_drawn
+        )
+    }
 }
