@@ -1,5 +1,5 @@
-//! The options of `conelab train`: the clap definitions (parsed in `cli.rs`) and their checks,
-//! made before anything is created on disk.
+//! The options of `conelab train`: the clap definitions (parsed by the binary's command line)
+//! and their checks, made before anything is created on disk.
 
 use std::path::PathBuf;
 

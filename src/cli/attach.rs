@@ -1,0 +1,108 @@
+//! `conelab attach`: the workbench on a run (live or over); several runs go to `compare`.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use conelab::base::exit::ExitStatus;
+
+use conelab::run::{self};
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// A run directory, or the name of a run under checkpoints/ [default: the live run there; a
+    /// list to pick from when there are several]. Several runs open the compare view (as
+    /// `conelab compare` does).
+    #[arg(value_name = "RUN")]
+    pub runs: Vec<PathBuf>,
+    /// Attach through this socket instead (a run's socket forwarded from another host with
+    /// `ssh -L LOCAL:REMOTE HOST`).
+    #[arg(long, value_name = "PATH", conflicts_with = "runs")]
+    pub socket: Option<PathBuf>,
+    /// Draw the embedding scatter with ASCII density glyphs instead of braille.
+    #[arg(long)]
+    pub ascii: bool,
+    /// Leave the mouse to the terminal, so text can be selected (over SSH too); `M` switches
+    /// capture on and off in the workbench.
+    #[arg(long)]
+    pub no_mouse: bool,
+    /// Colours for a dark or a light terminal background.
+    #[arg(long, value_enum, default_value = "dark")]
+    pub theme: run::options::Theme,
+}
+
+pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
+    if args.runs.len() > 1 {
+        return super::compare::exec(super::compare::CompareArgs {
+            runs: args.runs,
+            x: super::compare::XAxisArg::Step,
+            smoothing: conelab::tui::compare::DEFAULT_SMOOTHING,
+            log_y: false,
+            curve: "loss".into(),
+            theme: args.theme,
+        });
+    }
+    // Reach the run first (a refusal is worth saying as such), then the terminal.
+    let opened = match &args.socket {
+        Some(socket) => run::attach::connect(socket)?,
+        None => {
+            let root = PathBuf::from("checkpoints");
+            let dir = match run::attach::resolve(args.runs.first().map(PathBuf::as_path), &root)? {
+                run::attach::Resolved::One(d) => d,
+                run::attach::Resolved::Several(list) => pick(&list)?,
+            };
+            run::attach::open(&dir)?
+        }
+    };
+    if !std::io::stdout().is_terminal() {
+        bail!(
+            "attach needs a terminal (stdout is not one); `conelab runs --json` and `conelab export` read runs without one"
+        );
+    }
+    let dir = opened.hello.dir.clone();
+    let setup = conelab::tui::ViewerSetup {
+        view: conelab::tui::app::ViewOptions {
+            no_color: conelab_widgets::no_color_from_env(),
+            ascii: args.ascii,
+            no_mouse: args.no_mouse,
+            light: args.theme == run::options::Theme::Light,
+        },
+        reference: None,
+        read_only: opened.read_only.clone(),
+    };
+    let live = opened.read_only.is_none();
+    let exit = conelab::tui::run_viewer(opened.link, opened.hello, setup)?;
+    if live && exit == conelab::tui::ViewerExit::Detached {
+        conelab::tui::after_viewer(&dir, exit);
+    }
+    // A viewer exits 0 however it leaves (the run's own status is the run's).
+    Ok(ExitStatus::Success)
+}
+
+/// Several live runs: the user picks one by number.
+fn pick(list: &[PathBuf]) -> Result<PathBuf> {
+    let mut err = std::io::stderr();
+    let _ = writeln!(err, "Several runs are live:");
+    for (i, p) in list.iter().enumerate() {
+        let _ = writeln!(err, "  {}  {}", i + 1, p.display());
+    }
+    let _ = write!(err, "Attach to which? [1-{}] ", list.len());
+    let _ = err.flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("reading the choice")?;
+    let n: usize = line
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n| (1..=list.len()).contains(n))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "no run chosen ({:?}): name it: conelab attach RUN",
+                line.trim()
+            )
+        })?;
+    Ok(list[n - 1].clone())
+}

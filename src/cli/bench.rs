@@ -1,0 +1,334 @@
+//! `conelab bench …`: the benchmarks, each a table or JSON.
+
+use anyhow::{Result, bail};
+use clap::{Args, Subcommand};
+
+use conelab::bench::{
+    MetricsBench, ObjectivesBench, StoreBench, TrainBench, bench_metrics, bench_objectives,
+    bench_store, bench_train,
+};
+use conelab::model::{DeviceSpec, Preset};
+use conelab::run::launch::with_window;
+
+use super::print_stdout;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Training throughput (tokens/s, ms/step, peak memory) on random tokens, after warm-up.
+    Train(BenchTrainArgs),
+    /// The embedding-metric panel and neighbour queries on a random W of WikiText-2 size.
+    Metrics(BenchMetricsArgs),
+    /// Step time of every objective relative to MLE: one trainer each, stepped round-robin.
+    Objectives(BenchObjectivesArgs),
+    /// The metrics store: appending rows, loading a long run, a decimated history.
+    Store(BenchStoreArgs),
+    /// The workbench: frame time (TestBackend) and training throughput under the TUI vs headless.
+    Tui(BenchTuiArgs),
+    /// What viewers cost a run (tokens/s with two `conelab attach` viewers vs none, alternated;
+    /// memory) and what attaching costs (hello to a first frame on a long history).
+    Attach(BenchAttachArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchAttachArgs {
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub model: Preset,
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Window length T [default: the preset's].
+    #[arg(long)]
+    pub bptt: Option<usize>,
+    /// Untimed steps per run (the viewers attach during them).
+    #[arg(long, default_value_t = 15)]
+    pub warmup: u64,
+    /// Timed steps per run.
+    #[arg(long, default_value_t = 40)]
+    pub steps: u64,
+    /// Pairs of runs (without viewers, with two), alternating which goes first.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Steps in the store of the attach benchmark.
+    #[arg(long, default_value_t = 100_000)]
+    pub history: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchTuiArgs {
+    /// Rows of W in the drawn state (the vocabulary size).
+    #[arg(long, default_value_t = 10_000)]
+    pub n: usize,
+    /// Columns of W in the drawn state.
+    #[arg(long, default_value_t = 128)]
+    pub d: usize,
+    /// Frames drawn per layout.
+    #[arg(long, default_value_t = 200)]
+    pub frames: usize,
+    /// Model of the throughput comparison.
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub model: Preset,
+    /// Vocabulary of the throughput comparison.
+    #[arg(long, default_value_t = 10_000)]
+    pub vocab: usize,
+    /// Steps per run of the throughput comparison.
+    #[arg(long, default_value_t = 30)]
+    pub steps: u64,
+    /// Headless/TUI pairs of runs (the median ratio is reported).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Only the frame times.
+    #[arg(long)]
+    pub frames_only: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchStoreArgs {
+    /// Rows appended in the append benchmark.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub rows: usize,
+    /// Training steps of the simulated long run.
+    #[arg(long, default_value_t = 100_000)]
+    pub steps: u64,
+    /// Points of the decimated history.
+    #[arg(long, default_value_t = 1_000)]
+    pub points: usize,
+    /// Timed repeats (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchObjectivesArgs {
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub model: Preset,
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceSpec,
+    /// Vocabulary sizes N, one table each (10,000 = PTB, 33,278 = WikiText-2).
+    #[arg(long, value_delimiter = ',', default_value = "10000,33278")]
+    pub vocab: Vec<usize>,
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Window length T [default: the preset's].
+    #[arg(long)]
+    pub bptt: Option<usize>,
+    /// Rounds over all objectives (the ratio is the median over rounds of the per-round ratio).
+    #[arg(long, default_value_t = 10)]
+    pub rounds: usize,
+    /// Timed steps per objective per round.
+    #[arg(long, default_value_t = 1)]
+    pub steps: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// LSTM models: run the layers in burn's autodiff graph instead of on the host (for
+    /// side-by-side comparisons).
+    #[arg(long)]
+    pub graph_lstm: bool,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchMetricsArgs {
+    /// Rows of W (vocabulary size).
+    #[arg(long, default_value_t = 33_278)]
+    pub n: usize,
+    /// Columns of W (embedding size).
+    #[arg(long, default_value_t = 400)]
+    pub d: usize,
+    /// Timed repeats of each panel computation (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
+    /// Neighbour queries timed.
+    #[arg(long, default_value_t = 200)]
+    pub queries: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also time faer's thin SVD of W in f64 (the usual way to get the spectrum) for comparison.
+    #[arg(long)]
+    pub reference: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchTrainArgs {
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub model: Preset,
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceSpec,
+    /// Timed steps (after warm-up).
+    #[arg(long, default_value_t = 20)]
+    pub steps: u64,
+    /// Untimed warm-up steps.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: u64,
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Window length T [default: the preset's].
+    #[arg(long)]
+    pub bptt: Option<usize>,
+    /// Vocabulary size N.
+    #[arg(long, default_value_t = 10_000)]
+    pub vocab: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// LSTM models: run the layers in burn's autodiff graph instead of on the host (what the
+    /// default CPU build did before; for side-by-side comparisons).
+    #[arg(long)]
+    pub graph_lstm: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn tui(args: BenchTuiArgs) -> Result<()> {
+    if args.n < 2 || args.d == 0 || args.frames == 0 || args.steps < 4 || args.vocab < 3 {
+        bail!("--n ≥ 2, --d ≥ 1, --frames ≥ 1, --steps ≥ 4 and --vocab ≥ 3 are needed");
+    }
+    let frames = conelab::bench::tui::bench_frames(args.n, args.d, args.frames)?;
+    let throughput = if args.frames_only {
+        None
+    } else {
+        let model = args.model.config();
+        Some(conelab::bench::tui::bench_throughput(
+            args.model.name(),
+            &model,
+            args.vocab,
+            args.steps,
+            args.rounds,
+        )?)
+    };
+    if args.json {
+        let v = serde_json::json!({ "frames": frames, "throughput": throughput });
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&v)?));
+    }
+    let mut out = conelab::bench::tui::render_frames(args.n, args.d, &frames);
+    if let Some(t) = throughput {
+        out.push('\n');
+        out.push_str(&t.render());
+    }
+    print_stdout(&out)
+}
+
+fn attach(args: BenchAttachArgs) -> Result<()> {
+    if args.steps < 2 || args.warmup < 1 || args.history < 10 || args.batch == 0 {
+        bail!("--steps ≥ 2, --warmup ≥ 1, --history ≥ 10 and --batch ≥ 1 are needed");
+    }
+    let r = conelab::bench::attach::bench_attach(&conelab::bench::attach::AttachBench {
+        model: args.model.name().to_owned(),
+        batch: args.batch,
+        bptt: args.bptt,
+        warmup: args.warmup,
+        steps: args.steps,
+        rounds: args.rounds.max(1),
+        history: args.history,
+        work: std::env::temp_dir(),
+    })?;
+    if args.json {
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
+    }
+    print_stdout(&r.render())
+}
+
+fn store(args: BenchStoreArgs) -> Result<()> {
+    if args.rows == 0 || args.steps == 0 || args.points == 0 {
+        bail!("--rows, --steps and --points must be at least 1");
+    }
+    let r = bench_store(&StoreBench {
+        rows: args.rows,
+        steps: args.steps,
+        points: args.points,
+        repeats: args.repeats.max(1),
+    })?;
+    if args.json {
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
+    }
+    print_stdout(&r.render())
+}
+
+fn objectives(args: BenchObjectivesArgs) -> Result<()> {
+    if args.rounds == 0 || args.steps == 0 || args.vocab.is_empty() {
+        bail!("--rounds, --steps and --vocab must be at least 1");
+    }
+    let mut results = Vec::new();
+    for &vocab in &args.vocab {
+        let bench = ObjectivesBench {
+            model_name: args.model.name().to_owned(),
+            model: with_window(args.model.config(), args.bptt),
+            device: args.device,
+            batch: args.batch,
+            vocab,
+            rounds: args.rounds,
+            steps: args.steps,
+            seed: args.seed,
+            graph_lstm: args.graph_lstm,
+        };
+        let r = bench_objectives(&bench)?;
+        if !args.json {
+            print_stdout(&format!("{}\n", r.render()))?;
+        }
+        results.push(r);
+    }
+    if args.json {
+        print_stdout(&format!("{}\n", serde_json::to_string_pretty(&results)?))?;
+    }
+    Ok(())
+}
+
+fn train(args: BenchTrainArgs) -> Result<()> {
+    let bench = TrainBench {
+        model_name: args.model.name().to_owned(),
+        model: with_window(args.model.config(), args.bptt),
+        device: args.device,
+        batch: args.batch,
+        vocab: args.vocab,
+        warmup: args.warmup,
+        steps: args.steps.max(1),
+        seed: args.seed,
+        graph_lstm: args.graph_lstm,
+    };
+    let r = bench_train(&bench)?;
+    if args.json {
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
+    }
+    print_stdout(&r.render())
+}
+
+fn metrics(args: BenchMetricsArgs) -> Result<()> {
+    if args.n < 2 || args.d == 0 {
+        bail!("--n must be at least 2 and --d at least 1");
+    }
+    let r = bench_metrics(&MetricsBench {
+        n: args.n,
+        d: args.d,
+        repeats: args.repeats.max(1),
+        queries: args.queries.max(1),
+        seed: args.seed,
+        reference: args.reference,
+    })?;
+    if args.json {
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
+    }
+    print_stdout(&r.render())
+}
+
+pub fn exec(command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Train(args) => train(args),
+        BenchCommand::Objectives(args) => objectives(args),
+        BenchCommand::Metrics(args) => metrics(args),
+        BenchCommand::Store(args) => store(args),
+        BenchCommand::Tui(args) => tui(args),
+        BenchCommand::Attach(args) => attach(args),
+    }
+}

@@ -1,0 +1,76 @@
+//! `conelab compare`: several runs side by side, followed from their folders.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use clap::Args;
+use conelab::base::exit::ExitStatus;
+
+use conelab::run::{self};
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Run directories, or names of runs under checkpoints/ (live or over; 12 colours on a
+    /// dark background, 5 on a light one, then they repeat).
+    #[arg(required = true, value_name = "RUN")]
+    pub runs: Vec<PathBuf>,
+    /// Draw the curves against the step or against wall-clock time since each run began.
+    #[arg(long, value_enum, default_value = "step")]
+    pub x: XAxisArg,
+    /// TensorBoard's smoothing weight, 0 (raw) to 0.99; `+`/`-` change it in the view.
+    #[arg(long, default_value_t = conelab::tui::compare::DEFAULT_SMOOTHING,
+        allow_negative_numbers = true, value_parser = smoothing_weight)]
+    pub smoothing: f64,
+    /// A logarithmic y axis (`l` in the view).
+    #[arg(long)]
+    pub log_y: bool,
+    /// Colours for a dark or a light terminal background.
+    #[arg(long, value_enum, default_value = "dark")]
+    pub theme: run::options::Theme,
+    /// The curve shown first (↑/↓ in the view).
+    #[arg(long, default_value = "loss", value_parser = clap::builder::PossibleValuesParser::new(
+        conelab::tui::compare::CURVES.map(|c| c.name)))]
+    pub curve: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum XAxisArg {
+    Step,
+    Time,
+}
+
+/// `--smoothing`: a weight from 0 (raw) to the view's maximum.
+fn smoothing_weight(text: &str) -> std::result::Result<f64, String> {
+    let max = conelab::tui::compare::MAX_SMOOTHING;
+    text.parse::<f64>()
+        .ok()
+        .filter(|w| (0.0..=max).contains(w))
+        .ok_or_else(|| format!("a weight from 0 (raw) to {max}"))
+}
+
+pub fn exec(args: CompareArgs) -> Result<ExitStatus> {
+    use conelab::tui::compare::{CompareOptions, Curve, XAxis};
+    let dirs = run::attach::resolve_many(&args.runs, &PathBuf::from("checkpoints"))?;
+    if !std::io::stdout().is_terminal() {
+        bail!(
+            "compare needs a terminal (stdout is not one); `conelab export --table groups RUN…` and `--table curves` give the same numbers as tables"
+        );
+    }
+    let options = CompareOptions {
+        view: conelab::tui::app::ViewOptions {
+            no_color: conelab_widgets::no_color_from_env(),
+            light: args.theme == run::options::Theme::Light,
+            ..Default::default()
+        },
+        x_axis: match args.x {
+            XAxisArg::Step => XAxis::Step,
+            XAxisArg::Time => XAxis::Time,
+        },
+        smoothing: args.smoothing,
+        log_y: args.log_y,
+        curve: Curve::by_name(&args.curve).unwrap_or(0),
+    };
+    conelab::tui::compare::run_compare(dirs, options, std::time::Duration::from_secs(1))?;
+    Ok(ExitStatus::Success)
+}

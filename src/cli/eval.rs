@@ -1,0 +1,100 @@
+//! `conelab eval`: every model-output and embedding metric of a checkpoint on a split.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+
+use conelab::analysis::{EvalOptions, evaluate_checkpoint};
+use conelab::data::Split;
+use conelab::model::DeviceSpec;
+
+use super::print_stdout;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HeldOutSplit {
+    Valid,
+    Test,
+}
+
+/// Where the shifted model's shift is measured: the validation split only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShiftSource {
+    Valid,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Run directories (their newest checkpoint) or `step-NNNNNN` checkpoint folders; several
+    /// are compared side by side.
+    #[arg(required = true, num_args = 1..)]
+    pub runs: Vec<PathBuf>,
+
+    /// The split to evaluate [default: valid; test with --shift-from].
+    #[arg(long, value_enum)]
+    pub split: Option<HeldOutSplit>,
+
+    /// Also report Goldberger & Melamud's shifted model: the scores minus the mean log Z (μ_z)
+    /// of this split, under `shifted` in --json (keys shift, ppl, unnormalised_ppl, mu_z,
+    /// sigma_z) and as a line of the table; several runs get a self-normalisation table
+    /// (their Tables 3/4). The shift comes from the validation split, as in the paper, never
+    /// from the split evaluated on (test by default): a shift fitted on test would flatter it.
+    #[arg(long, value_enum, value_name = "SPLIT")]
+    pub shift_from: Option<ShiftSource>,
+
+    /// Device to evaluate on [default: the run's own].
+    #[arg(long)]
+    pub device: Option<DeviceSpec>,
+
+    /// Nearest neighbours per word, as everywhere `-k` is: here those the same-class
+    /// precision@k counts (runs on a corpus with word classes); 0 skips it.
+    #[arg(short, long, default_value_t = 10)]
+    pub k: usize,
+
+    /// Print JSON instead of tables (an array for several runs).
+    #[arg(long, conflicts_with = "markdown")]
+    pub json: bool,
+
+    /// One Markdown table, a row per run: PPL and I1 per group, Uniq, mean cosine (the default
+    /// for several runs).
+    #[arg(long)]
+    pub markdown: bool,
+}
+
+pub fn exec(args: EvalArgs) -> Result<()> {
+    let split_of = |s: HeldOutSplit| match s {
+        HeldOutSplit::Valid => Split::Valid,
+        HeldOutSplit::Test => Split::Test,
+    };
+    let default_split = match args.shift_from {
+        Some(_) => HeldOutSplit::Test,
+        None => HeldOutSplit::Valid,
+    };
+    let options = EvalOptions {
+        split: split_of(args.split.unwrap_or(default_split)),
+        device: args.device,
+        k: args.k,
+        shift_from: args.shift_from.map(|ShiftSource::Valid| Split::Valid),
+    };
+    let reports = args
+        .runs
+        .iter()
+        .map(|run| evaluate_checkpoint(run, &options))
+        .collect::<Result<Vec<_>, _>>()?;
+    if args.json {
+        let json = match reports.as_slice() {
+            [one] => one.to_json(),
+            many => serde_json::Value::Array(many.iter().map(|r| r.to_json()).collect()),
+        };
+        print_stdout(&format!("{}\n", serde_json::to_string_pretty(&json)?))
+    } else if args.markdown || reports.len() > 1 {
+        let mut out = conelab::analysis::comparison_markdown(&reports);
+        if args.shift_from.is_some() {
+            out.push('\n');
+            out.push_str(&conelab::analysis::self_normalisation_markdown(&reports));
+        }
+        print_stdout(&out)
+    } else {
+        print_stdout(&reports[0].render())
+    }
+}

@@ -1,0 +1,146 @@
+//! `conelab export`: tables from runs' stores for papers and other tools.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+
+use conelab::run::say;
+use conelab::store::export::{self, StepChoice};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportTableArg {
+    /// The long table: run_id, step, epoch, wall_time, split, group, metric, value.
+    Metrics,
+    /// One row per run: Freq / Med / Rare / Total × PPL, Uniq, I(W) (Yu et al. Table 3).
+    Groups,
+    /// Chosen metrics (--metric) by step, one column each.
+    Curves,
+    /// Interventions, checkpoints, warnings, each with its step.
+    Events,
+    /// Top-k neighbours of --words at a checkpoint, runs side by side (Yu et al. Table 13).
+    Neighbors,
+    /// Each run's resolved configuration, flattened to dotted keys, a row per run; the keys whose
+    /// values differ between the runs come first.
+    Config,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormatArg {
+    Csv,
+    Parquet,
+    Json,
+    #[value(alias = "markdown")]
+    Md,
+    #[value(alias = "tex")]
+    Latex,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Run directories; several are compared in one table.
+    #[arg(required = true, num_args = 1..)]
+    pub runs: Vec<PathBuf>,
+    #[arg(long, value_enum, default_value = "groups")]
+    pub table: ExportTableArg,
+    /// Output format [default: from the --out extension, else md].
+    #[arg(long, value_enum)]
+    pub format: Option<ExportFormatArg>,
+    /// `last`, `best` (lowest total PPL on --split) or a step number [default: last; all steps
+    /// for --table metrics].
+    #[arg(long, value_parser = parse_step_choice)]
+    pub step: Option<StepChoice>,
+    /// Held-out split of the groups table and of `best` (valid or test); a filter on the split
+    /// column for --table metrics (train, valid, test, embedding, spectrum).
+    #[arg(long)]
+    pub split: Option<String>,
+    /// Curves to export, SPLIT/METRIC or SPLIT/GROUP/METRIC (e.g. valid/ppl,embedding/rare/i1)
+    /// [default: train/loss, valid/ppl, embedding/i1].
+    #[arg(long = "metric", value_delimiter = ',')]
+    pub metrics: Vec<String>,
+    /// Words whose neighbours --table neighbors lists.
+    #[arg(long, value_delimiter = ',')]
+    pub words: Vec<String>,
+    /// Neighbours per word.
+    #[arg(short = 'k', long, default_value_t = 10)]
+    pub k: usize,
+    /// Write here (atomically) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// --table groups: one row per set of runs that differ only by seed (same run.toml but the
+    /// seed, same objectives at the step, same step): mean ± sample std, and the count where a
+    /// run lacks a value; CSV, JSON and Parquet get _mean, _std and _n columns.
+    #[arg(long, value_enum)]
+    pub aggregate: Option<AggregateArg>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AggregateArg {
+    Seeds,
+}
+
+fn parse_step_choice(s: &str) -> Result<StepChoice, String> {
+    s.parse()
+}
+
+pub fn exec(args: ExportArgs) -> Result<()> {
+    let format = match (args.format, &args.out) {
+        (Some(f), _) => f,
+        (None, Some(out)) => match out.extension().and_then(|e| e.to_str()) {
+            Some("csv") => ExportFormatArg::Csv,
+            Some("parquet") => ExportFormatArg::Parquet,
+            Some("json") => ExportFormatArg::Json,
+            Some("tex") => ExportFormatArg::Latex,
+            _ => ExportFormatArg::Md,
+        },
+        (None, None) => ExportFormatArg::Md,
+    };
+    let format = match format {
+        ExportFormatArg::Csv => export::Format::Csv,
+        ExportFormatArg::Parquet => export::Format::Parquet,
+        ExportFormatArg::Json => export::Format::Json,
+        ExportFormatArg::Md => export::Format::Markdown,
+        ExportFormatArg::Latex => export::Format::Latex,
+    };
+    if format.is_binary() && args.out.is_none() && std::io::stdout().is_terminal() {
+        bail!("Parquet is binary: give --out FILE or redirect stdout");
+    }
+    if args.aggregate.is_some() && args.table != ExportTableArg::Groups {
+        bail!("--aggregate seeds applies to --table groups only");
+    }
+    let request = export::ExportRequest {
+        runs: args.runs,
+        table: match args.table {
+            ExportTableArg::Metrics => export::Table::Metrics,
+            ExportTableArg::Groups => export::Table::Groups,
+            ExportTableArg::Curves => export::Table::Curves,
+            ExportTableArg::Events => export::Table::Events,
+            ExportTableArg::Neighbors => export::Table::Neighbors,
+            ExportTableArg::Config => export::Table::Config,
+        },
+        format,
+        step: args.step,
+        split: args.split,
+        metrics: args.metrics,
+        words: args.words,
+        k: args.k,
+        aggregate_seeds: args.aggregate == Some(AggregateArg::Seeds),
+    };
+    let table = export::build(&request)?;
+    for w in &table.warnings {
+        say(&format!("conelab: warning: {w}"));
+    }
+    let bytes = export::render(&table, format)?;
+    match &args.out {
+        Some(path) => conelab::atomic::write_file_as("export", path, &bytes)
+            .with_context(|| format!("writing {}", path.display())),
+        None => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(&bytes).and_then(|()| out.flush()) {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                other => other.context("writing to stdout"),
+            }
+        }
+    }
+}

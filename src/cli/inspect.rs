@@ -1,0 +1,155 @@
+//! `conelab inspect`: embedding metrics and neighbours of a checkpoint or a foreign matrix;
+//! the browser on a terminal.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+
+use conelab::analysis::{InspectRequest, inspect};
+use conelab::checkpoint::matrix::{load_matrix, read_counts_file, read_vocab_file};
+use conelab::data::GroupBounds;
+use conelab::metrics::Similarity;
+use conelab::run::{self};
+
+use super::print_stdout;
+
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Embedding metrics (I1, I2, singular spectrum, effective rank, cone statistics; per \
+frequency group when training counts are known) and exact nearest-neighbour tables.\n\nPATH is a \
+conelab run directory or step-NNNNNN folder (vocabulary, counts and groups come with it), or a \
+foreign matrix: a .safetensors file (pick the tensor with --tensor) or a .npy file (float32 or \
+float64, 2-D), one row per token.\n\nJSON keys (stable): n, d, i1, i2, i1_unit, i2_unit, isoscore \
+(I1/I2 of the row-normalised matrix and IsoScore: scale-free, unlike i1), mean_norm, sv_norm, sv_max, \
+effective_rank, mean_cos, mean_cos_to_mean, groups.{frequent,medium,rare}.{same keys + rows}, \
+rare_frequent_cos, neighbors.{WORD: [{token, cosine|distance, id, group, count}]}, \
+class_precision.\n\nOn a terminal (and without --json or --headless) it opens the browser: the \
+workbench's embedding scatter, neighbour search, spectrum and group metrics; --compare OTHER puts \
+a second matrix beside it."
+)]
+pub struct InspectArgs {
+    pub path: PathBuf,
+
+    /// Tensor name inside a .safetensors file (e.g. embeddings.word_embeddings.weight).
+    #[arg(long)]
+    pub tensor: Option<String>,
+
+    /// One token per line, line i naming row i.
+    #[arg(long, value_name = "FILE")]
+    pub vocab: Option<PathBuf>,
+
+    /// Training count per row, one per line (or token<TAB>count); enables the frequency groups.
+    #[arg(long, value_name = "FILE")]
+    pub counts: Option<PathBuf>,
+
+    /// Words whose neighbours to list, comma-separated (`#ROW` names a row by number); the same
+    /// flag as `export --words` (`--neighbors` is its older name).
+    #[arg(
+        long,
+        value_name = "W1,W2,…",
+        value_delimiter = ',',
+        visible_alias = "neighbors"
+    )]
+    pub words: Vec<String>,
+
+    /// Neighbours per word.
+    #[arg(short, long, default_value_t = 10)]
+    pub k: usize,
+
+    /// Neighbour similarity.
+    #[arg(long, value_enum, default_value = "cosine")]
+    pub metric: NeighborMetric,
+
+    /// Group boundaries for --counts (see `data stats --help`) [default: the run's, else 0.3,0.8].
+    #[arg(long, value_name = "MEDIUM,RARE")]
+    pub groups: Option<GroupBounds>,
+
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+
+    /// A second checkpoint or matrix to show beside PATH (same loading rules; --tensor, --vocab
+    /// and --counts apply to PATH only).
+    #[arg(long, value_name = "OTHER")]
+    pub compare: Option<PathBuf>,
+
+    /// Print the tables even on a terminal (no browser), as `train --headless` runs without the
+    /// workbench.
+    #[arg(long, visible_alias = "no-tui")]
+    pub headless: bool,
+
+    /// The browser's colours for a dark or a light terminal background.
+    #[arg(long, value_enum, default_value = "dark")]
+    pub theme: run::options::Theme,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NeighborMetric {
+    Cosine,
+    Euclidean,
+}
+
+pub fn exec(args: InspectArgs) -> Result<()> {
+    let mut m = load_matrix(&args.path, args.tensor.as_deref())?;
+    if let Some(v) = &args.vocab {
+        m.tokens = Some(read_vocab_file(v, m.n)?);
+    }
+    if let Some(c) = &args.counts {
+        m.counts = Some(read_counts_file(c, m.n)?);
+    }
+    let bounds_of = |m: &conelab::checkpoint::matrix::LoadedMatrix| -> Result<GroupBounds> {
+        Ok(match (args.groups, m.group_bounds) {
+            (Some(b), _) => b,
+            (None, Some([a, b])) => GroupBounds::new(a, b)?,
+            (None, None) => GroupBounds::default(),
+        })
+    };
+    let bounds = bounds_of(&m)?;
+    let other = match &args.compare {
+        Some(p) => Some(load_matrix(p, None)?),
+        None => None,
+    };
+    if !args.json && !args.headless && std::io::stdout().is_terminal() {
+        let view = conelab::tui::app::ViewOptions {
+            no_color: conelab_widgets::no_color_from_env(),
+            ascii: false,
+            no_mouse: false,
+            light: args.theme == run::options::Theme::Light,
+        };
+        let mut sides = vec![conelab::tui::browser::Side::new(&m, bounds, view)?];
+        if let Some(o) = &other {
+            sides.push(conelab::tui::browser::Side::new(o, bounds_of(o)?, view)?);
+        }
+        conelab::tui::run_browser(conelab::tui::browser::Browser::new(sides))?;
+        return Ok(());
+    }
+    let request = InspectRequest {
+        queries: args.words.clone(),
+        k: args.k,
+        similarity: match args.metric {
+            NeighborMetric::Cosine => Similarity::Cosine,
+            NeighborMetric::Euclidean => Similarity::Euclidean,
+        },
+    };
+    let report = inspect(&m, bounds, &request)?;
+    let other = match &other {
+        Some(o) => Some(inspect(o, bounds_of(o)?, &request)?),
+        None => None,
+    };
+    if args.json {
+        let value = match &other {
+            Some(o) => serde_json::json!([report.to_json(), o.to_json()]),
+            None => report.to_json(),
+        };
+        print_stdout(&format!("{}\n", serde_json::to_string_pretty(&value)?))
+    } else {
+        let mut text = report.render();
+        if let Some(o) = &other {
+            text.push('\n');
+            text.push_str(&o.render());
+        }
+        print_stdout(&text)
+    }
+}

@@ -1,0 +1,153 @@
+//! The command line: clap definitions, one file per subcommand (parse, call, print — cargo's
+//! `src/bin/cargo/commands`), and the dispatch to them.
+
+mod attach;
+mod bench;
+mod compare;
+mod completions;
+mod data;
+mod eval;
+mod export;
+mod inspect;
+mod labels;
+mod man;
+mod runs;
+mod store;
+mod sweep;
+mod train;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use conelab::base::exit::ExitStatus;
+use conelab::run::TrainOptions;
+
+use attach::AttachArgs;
+use bench::BenchCommand;
+use compare::CompareArgs;
+use data::DataCommand;
+use eval::EvalArgs;
+use export::ExportArgs;
+use inspect::InspectArgs;
+use runs::RunsArgs;
+use store::StoreCommand;
+use sweep::SweepCommand;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "conelab",
+    version,
+    about = "Train language models and watch their tied token embeddings degenerate — or not",
+    long_about = "conelab trains word-level language models with tied input/output embeddings and \
+measures, per frequency group (frequent / medium / rare), how the embedding matrix degenerates \
+into a narrow cone.\n\nA CORPUS is a directory holding train.txt, valid.txt and test.txt (or \
+WikiText's wiki.{train,valid,test}.tokens, or PTB's ptb.{train,valid,test}.txt), or the word \
+`synthetic` for the built-in corpus generated in memory."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Train a language model with tied embeddings: on a terminal the workbench attached to the
+    /// run (which is a process of its own: it outlives the terminal); --headless reports on
+    /// stdout; --detach starts it in the background.
+    Train(Box<TrainOptions>),
+    /// Open the workbench on a run: a live one (steer it; several viewers at once) or one that is
+    /// over (read-only, its whole history).
+    Attach(AttachArgs),
+    /// Several runs side by side: overlaid curves (train loss, validation PPL in total and per
+    /// group, I1, its unit-row form, IsoScore, mean cosine and norm, effective rank) by step or
+    /// wall time with TensorBoard's smoothing, the Groups table with a row per run and every
+    /// run's spectrum. Runs are read from their folders as they grow: live ones update live.
+    Compare(CompareArgs),
+    /// List the runs under a folder with their status.
+    Runs(RunsArgs),
+    /// A grid of training runs from one TOML file: `sweep run FILE` expands and runs it on this
+    /// machine (`--local N` at a time; again: completed runs kept, unfinished ones resumed);
+    /// `sweep status DIR` shows every run's state.
+    #[command(subcommand)]
+    Sweep(SweepCommand),
+    /// Corpora: statistics of a corpus, and the built-in synthetic generator.
+    #[command(subcommand)]
+    Data(DataCommand),
+    /// Every model-output and embedding metric of a checkpoint on a split (methods.md §2).
+    Eval(EvalArgs),
+    /// Embedding metrics and nearest neighbours of a checkpoint or a foreign matrix.
+    Inspect(InspectArgs),
+    /// Tables from runs' metrics stores for papers and other tools: CSV, Parquet, JSON,
+    /// Markdown, LaTeX.
+    Export(ExportArgs),
+    /// Maintenance of a run's metrics store.
+    #[command(subcommand)]
+    Store(StoreCommand),
+    /// Benchmarks that print a table (or JSON).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Tag a run: `+T` (or `T`) adds a tag, `-T` takes it off; with none, print its tags. A live
+    /// run changes its own run.json; one that is over is edited in place.
+    Tag {
+        /// The run's folder.
+        run: PathBuf,
+        #[arg(allow_hyphen_values = true, num_args = 0.., value_name = "+TAG|-TAG")]
+        changes: Vec<String>,
+    },
+    /// Set a run's notes (replacing them; "" clears them, - reads them from stdin).
+    Note {
+        run: PathBuf,
+        #[arg(allow_hyphen_values = true)]
+        text: String,
+    },
+    /// Name a run: the label `conelab runs`, the workbench and exports show ("" takes it away).
+    Rename { run: PathBuf, name: String },
+    /// Print a shell completion script: e.g. `conelab completions bash >
+    /// ~/.local/share/bash-completion/completions/conelab`, or `source <(conelab completions
+    /// zsh)`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) of conelab and its subcommands: `conelab man | man -l -`, or
+    /// `conelab man --dir DIR` writes conelab.1 and one page per subcommand (conelab-train.1, …).
+    Man {
+        /// Write every page into this folder instead of printing the main one.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Runs the command; its exit status (0 unless a run says otherwise).
+pub fn run(cli: Cli) -> Result<ExitStatus> {
+    let done = |r: Result<()>| r.map(|()| ExitStatus::Success);
+    match cli.command {
+        Command::Train(options) => train::exec(*options),
+        Command::Attach(args) => attach::exec(args),
+        Command::Compare(args) => compare::exec(args),
+        Command::Runs(args) => done(runs::exec(args)),
+        Command::Sweep(command) => sweep::exec(command),
+        Command::Data(command) => done(data::exec(command)),
+        Command::Eval(args) => done(eval::exec(args)),
+        Command::Inspect(args) => done(inspect::exec(args)),
+        Command::Export(args) => done(export::exec(args)),
+        Command::Store(command) => done(store::exec(command)),
+        Command::Bench(command) => done(bench::exec(command)),
+        Command::Tag { run, changes } => done(labels::tag(&run, &changes)),
+        Command::Note { run, text } => done(labels::note(&run, text)),
+        Command::Rename { run, name } => done(labels::rename(&run, name)),
+        Command::Completions { shell } => done(completions::exec(shell)),
+        Command::Man { dir } => done(man::exec(dir)),
+    }
+}
+
+/// Writes to stdout; a closed pipe (`conelab … | head`) is a normal end, not an error.
+fn print_stdout(s: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing to stdout"),
+    }
+}
