@@ -26,7 +26,7 @@ use conelab_metrics::RowGroups;
 use conelab_run::RunError;
 use conelab_run::attach::Opened;
 use conelab_run::protocol::{ClientMessage, ServerMessage};
-use conelab_store::{self as store, col, split};
+use conelab_store::{self as store, split};
 use conelab_train::objective::Objectives;
 use conelab_tui::app::{App, ViewOptions};
 
@@ -216,14 +216,10 @@ fn store_throughput(dir: &Path, warmup: u64, tokens_per_step: f64) -> Result<f64
     let st = store::load(dir)?;
     let df = &st.metrics;
     let key = store::series_key(split::TRAIN, "total", "loss");
-    let keys = df.column(col::KEY)?.i64()?;
-    let steps = df.column(col::STEP)?.u64()?;
-    let times = df.column(col::WALL_TIME)?.f64()?;
-    let mut rows: Vec<(u64, f64)> = keys
-        .iter()
-        .zip(steps.iter())
-        .zip(times.iter())
-        .filter_map(|((k, s), t)| (k == Some(key)).then_some((s?, t?)))
+    let mut rows: Vec<(u64, f64)> = store::rows::metric_rows(df)?
+        .into_iter()
+        .filter(|r| r.key == key)
+        .filter_map(|r| Some((r.step, r.wall_time?)))
         .collect();
     rows.sort_by_key(|r| r.0);
     let start = rows.iter().find(|r| r.0 >= warmup);

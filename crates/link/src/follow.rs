@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Duration;
 
-use polars::prelude::*;
 use rustc_hash::FxHashSet;
 
 use super::live::{self, Liveness};
@@ -168,27 +167,19 @@ fn follow(
     }
 }
 
-fn rows(df: &DataFrame, wanted: &FxHashSet<i64>) -> Result<Vec<Row>, StoreError> {
-    let keys = df.column(col::KEY)?.i64()?;
-    let steps = df.column(col::STEP)?.u64()?;
-    let walls = df.column(col::WALL_TIME)?.f64()?;
-    let values = df.column(col::VALUE)?.f64()?;
-    let mut out = Vec::new();
-    for i in 0..df.height() {
-        let Some(key) = keys.get(i).filter(|k| wanted.contains(k)) else {
-            continue;
-        };
-        let (Some(step), Some(value)) = (steps.get(i), values.get(i)) else {
-            continue;
-        };
-        out.push(Row {
-            key,
-            step,
-            wall: walls.get(i).unwrap_or(f64::NAN),
-            value,
-        });
-    }
-    Ok(out)
+fn rows(df: &conelab_store::Frame, wanted: &FxHashSet<i64>) -> Result<Vec<Row>, StoreError> {
+    Ok(conelab_store::rows::metric_rows(df)?
+        .into_iter()
+        .filter(|r| wanted.contains(&r.key))
+        .filter_map(|r| {
+            Some(Row {
+                key: r.key,
+                step: r.step,
+                wall: r.wall_time.unwrap_or(f64::NAN),
+                value: r.value?,
+            })
+        })
+        .collect())
 }
 
 /// The run's label: its name (else its folder's), then its tags.

@@ -52,8 +52,6 @@ pub enum RunError {
     /// A matrix named on the command line (`--compare`) that cannot be read.
     #[error(transparent)]
     Matrix(#[from] conelab_core::run_dir::matrix::MatrixFileError),
-    #[error("metrics store: {0}")]
-    Polars(#[from] polars::prelude::PolarsError),
     /// The OS refused something the run needs (a thread, a socket), with its error where it
     /// gave one.
     #[error("{what}")]

@@ -572,32 +572,20 @@ fn last_per_step<T>(v: &mut Vec<(u64, T)>) {
 impl Rows {
     /// From the key, step, value and epoch columns of a metrics table, in arrival order
     /// (deduplicated or not).
-    fn of(df: &polars::prelude::DataFrame) -> Result<Self, StoreError> {
-        let keys = df.column(col::KEY)?.i64()?;
-        let steps = df.column(col::STEP)?.u64()?;
-        let values = df.column(col::VALUE)?.f64()?;
-        let epochs = df.column(col::EPOCH)?.f64()?;
+    fn of(df: &store::Frame) -> Result<Self, StoreError> {
         let train_loss = series_key(split::TRAIN, "total", "loss");
         let mut series: HashMap<i64, Vec<(u64, f64)>, BuildHasherDefault<SeriesKeyHasher>> =
             HashMap::default();
         let mut epoch_of = Vec::new();
-        for (((k, s), v), e) in keys
-            .iter()
-            .zip(steps.iter())
-            .zip(values.iter())
-            .zip(epochs.iter())
-        {
-            let (Some(k), Some(s)) = (k, s) else {
-                continue;
-            };
+        for r in store::rows::metric_rows(df)? {
             series
-                .entry(k)
+                .entry(r.key)
                 .or_default()
-                .push((s, v.unwrap_or(f64::NAN)));
-            if k == train_loss
-                && let Some(e) = e
+                .push((r.step, r.value.unwrap_or(f64::NAN)));
+            if r.key == train_loss
+                && let Some(e) = r.epoch
             {
-                epoch_of.push((s, e));
+                epoch_of.push((r.step, e));
             }
         }
         for v in series.values_mut() {

@@ -27,6 +27,7 @@ pub mod labels;
 pub mod projection;
 pub mod query;
 pub mod recorder;
+pub mod rows;
 pub mod segment;
 pub mod tail;
 pub mod writer;
@@ -37,6 +38,9 @@ use polars::prelude::*;
 use serde::{Deserialize, Serialize};
 
 pub use buffer::{empty_events, empty_metrics};
+/// A table read from the store. Readers outside the store take its rows through [`rows`] and
+/// never name polars themselves.
+pub type Frame = polars::prelude::DataFrame;
 pub use query::{History, LastValue};
 pub use segment::Compaction;
 pub use writer::{FlushPolicy, StoreWriter};
