@@ -109,7 +109,7 @@ fn run(
 
 fn status(dir: &Path) -> Result<()> {
     use conelab::sweep::record::{SweepRecord, render_status, status};
-    let record = SweepRecord::read(dir).map_err(|e| RunError::Usage(e.to_string()))?;
+    let record = SweepRecord::read(dir).map_err(RunError::bad_input)?;
     let slurm = record
         .slurm
         .as_ref()
@@ -121,8 +121,7 @@ fn status(dir: &Path) -> Result<()> {
 /// passes on reaches the run itself.
 fn task(dir: &Path, index: usize) -> Result<ExitStatus> {
     use std::os::unix::process::CommandExt;
-    let record = conelab::sweep::record::SweepRecord::read(dir)
-        .map_err(|e| RunError::Usage(e.to_string()))?;
+    let record = conelab::sweep::record::SweepRecord::read(dir).map_err(RunError::bad_input)?;
     let run = record.runs.get(index).ok_or_else(|| {
         RunError::Usage(format!(
             "task {index}: the sweep in {} has {} runs",

@@ -354,7 +354,7 @@ pub fn bench_attach(b: &AttachBench) -> Result<AttachBenchResult, RunError> {
 
 fn run_all(b: &AttachBench, tmp: &Path) -> Result<AttachBenchResult, RunError> {
     let preset: conelab_train::model::Preset = clap::ValueEnum::from_str(&b.model, true)
-        .map_err(|e| RunError::Usage(format!("--model {}: {e}", b.model)))?;
+        .map_err(RunError::bad_input_at(format!("--model {}", b.model)))?;
     let window = b.bptt.unwrap_or_else(|| preset.config().window());
     let tokens_per_step = (b.batch * window) as f64;
     let mut rounds = Vec::new();

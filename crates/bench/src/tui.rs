@@ -279,7 +279,7 @@ fn timed_run(
     let mut app = App::new(Objectives::default(), ViewOptions::default());
     let mut analysed = None;
     let mut terminal = Terminal::new(TestBackend::new(200, 60))
-        .map_err(|e| EngineError::Config(format!("test backend: {e}")))?;
+        .map_err(EngineError::invalid("a test terminal"))?;
     let mut first: Option<(u64, Instant)> = None;
     let mut last: Option<(u64, Instant)> = None;
     let mut done = false;
@@ -331,7 +331,7 @@ fn timed_run(
             if dirty {
                 terminal
                     .draw(|f| ui::render(f, &app, Some(&rows)))
-                    .map_err(|e| EngineError::Config(format!("draw: {e}")))?;
+                    .map_err(EngineError::invalid("drawing into the test terminal"))?;
                 *frames += 1;
             }
             if !done {

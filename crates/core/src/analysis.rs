@@ -15,7 +15,7 @@ use std::time::Instant;
 use crate::events::{EmbeddingStats, Event, ProjectionFrame, Snapshot};
 use crate::run_fault::Fault;
 use conelab_metrics::{
-    EmbeddingPanel, Embeddings, PanelOptions, ProjectionMode, RowGroups, Threads,
+    EmbeddingPanel, Embeddings, MatrixError, PanelOptions, ProjectionMode, RowGroups, Threads,
 };
 
 /// A snapshot with its full analysis (including the 2-D projections).
@@ -65,16 +65,18 @@ pub struct AnalysisWorker {
 }
 
 /// Analyses one snapshot (one thread: the cores belong to training).
-pub fn analyse(snapshot: Arc<Snapshot>, groups: &RowGroups) -> Result<EmbeddingAnalysis, String> {
-    let w =
-        Embeddings::new(snapshot.n, snapshot.d, &snapshot.weights).map_err(|e| e.to_string())?;
+pub fn analyse(
+    snapshot: Arc<Snapshot>,
+    groups: &RowGroups,
+) -> Result<EmbeddingAnalysis, MatrixError> {
+    let w = Embeddings::new(snapshot.n, snapshot.d, &snapshot.weights)?;
     let options = PanelOptions {
         projection: Some(ProjectionMode::Uncentred),
         also_centred: true,
         scale_free: true,
         threads: Threads::Sequential,
     };
-    let panel = EmbeddingPanel::compute(w, Some(groups), &options).map_err(|e| e.to_string())?;
+    let panel = EmbeddingPanel::compute(w, Some(groups), &options)?;
     Ok(EmbeddingAnalysis { snapshot, panel })
 }
 
@@ -106,7 +108,10 @@ impl AnalysisWorker {
                         Ok(Err(e)) => {
                             let warning = Event::Warning {
                                 step,
-                                message: format!("embedding metrics skipped: {e}"),
+                                message: format!(
+                                    "embedding metrics skipped: {}",
+                                    conelab_base::error::chain(&e)
+                                ),
                             };
                             if events.send(warning).is_err() {
                                 break;

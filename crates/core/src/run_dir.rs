@@ -51,6 +51,13 @@ pub enum CheckpointError {
     Corrupt { path: PathBuf, reason: String },
     #[error("{}: {reason}", path.display())]
     Mismatch { path: PathBuf, reason: String },
+    /// Something of the model could not be written out (a backend or encoder refused).
+    #[error("{}: cannot be encoded", path.display())]
+    Encode {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The training engine's error (building or restoring a trainer), kept whole.
     #[error(transparent)]
     Engine(Box<dyn std::error::Error + Send + Sync>),

@@ -102,9 +102,9 @@ pub struct Opened {
 
 /// Connects to a live run's socket (a path: the run's own, or one forwarded with `ssh -L`).
 pub fn connect(socket: &Path) -> Result<Opened, RunError> {
-    let mut link = SocketLink::connect(socket).map_err(|e| RunError::Usage(e.to_string()))?;
+    let mut link = SocketLink::connect(socket).map_err(RunError::bad_input)?;
     let hello = handshake(&mut link, "conelab attach", Duration::from_secs(10))
-        .map_err(|e| RunError::Usage(format!("{}: {e}", socket.display())))?;
+        .map_err(RunError::bad_input_at(socket.display().to_string()))?;
     Ok(Opened {
         link: Box::new(link),
         hello,
@@ -191,8 +191,9 @@ pub fn open(dir: &Path) -> Result<Opened, RunError> {
 pub fn stored(dir: &Path, status: RunStatus, why: String) -> Result<Opened, RunError> {
     let run = RunDir::open(dir)?;
     let spec = run.spec();
-    let vocab = Vocabulary::read_tsv(&dir.join("vocab.tsv"))
-        .map_err(|e| RunError::Usage(format!("{}: {e}", dir.join("vocab.tsv").display())))?;
+    let vocab = Vocabulary::read_tsv(&dir.join("vocab.tsv")).map_err(RunError::bad_input_at(
+        dir.join("vocab.tsv").display().to_string(),
+    ))?;
     // The objectives in force at the end: the newest checkpoint's, else the configured ones.
     let objectives = run
         .checkpoints()

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::RunError;
+use super::client::LinkError;
 use super::live::{self, Liveness};
 use super::protocol::{ClientMessage, ServerMessage};
 use conelab_base::lockfile::host_name;
@@ -59,18 +60,18 @@ pub fn edit(dir: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
 }
 
 fn ask_the_run(socket: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
-    let usage = |e: String| RunError::Usage(format!("{}: {e}", socket.display()));
+    let at_socket = || RunError::bad_input_at::<LinkError>(socket.display().to_string());
     let mut link = super::attach::connect(socket)?.link;
     const ID: u64 = 1;
     link.send(ClientMessage::Labels {
         id: ID,
         edit: edit.clone(),
     })
-    .map_err(|e| usage(e.to_string()))?;
+    .map_err(at_socket())?;
     let start = Instant::now();
     loop {
         let left = ANSWER_WITHIN.saturating_sub(start.elapsed());
-        match link.recv_timeout(left).map_err(|e| usage(e.to_string()))? {
+        match link.recv_timeout(left).map_err(at_socket())? {
             Some(ServerMessage::Labels { id: ID, labels }) => {
                 let _ = link.send(ClientMessage::Bye);
                 return Ok(labels);
@@ -80,7 +81,12 @@ fn ask_the_run(socket: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
                 message,
             }) => return Err(RunError::Usage(message)),
             Some(_) => {}
-            None => return Err(usage("the run did not answer within 10 s".into())),
+            None => {
+                return Err(RunError::Usage(format!(
+                    "{}: the run did not answer within 10 s",
+                    socket.display()
+                )));
+            }
         }
     }
 }

@@ -43,6 +43,17 @@ pub enum RunError {
     /// Bad input: an option, a corpus, a folder (exit 2).
     #[error("{0}")]
     Usage(String),
+    /// Bad input that another error explains: a config file, a corpus, a trainer that cannot be
+    /// built from the options (exit 2).
+    #[error(transparent)]
+    BadInput(conelab_base::error::BoxError),
+    /// The same, with what was being read (a folder, a socket).
+    #[error("{what}")]
+    BadInputAt {
+        what: String,
+        #[source]
+        source: conelab_base::error::BoxError,
+    },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
@@ -75,6 +86,22 @@ impl RunError {
         move |e| RunError::Internal {
             what,
             source: Some(e.into()),
+        }
+    }
+
+    /// For `map_err`: bad input that `e` explains.
+    pub fn bad_input<E: Into<conelab_base::error::BoxError>>(e: E) -> Self {
+        RunError::BadInput(e.into())
+    }
+
+    /// For `map_err`: bad input at `what` (a path, a socket), explained by the error.
+    pub fn bad_input_at<E: Into<conelab_base::error::BoxError>>(
+        what: impl Into<String>,
+    ) -> impl FnOnce(E) -> Self {
+        let what = what.into();
+        move |e| RunError::BadInputAt {
+            what,
+            source: e.into(),
         }
     }
 

@@ -57,7 +57,7 @@ fn looks_like_run(p: &Path) -> bool {
 /// The runs under `root`, newest first by start time (then by name).
 pub fn list(root: &Path) -> Result<Vec<RunRow>, RunError> {
     let entries =
-        std::fs::read_dir(root).map_err(|e| RunError::Usage(format!("{}: {e}", root.display())))?;
+        std::fs::read_dir(root).map_err(RunError::bad_input_at(root.display().to_string()))?;
     let mut rows: Vec<RunRow> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_dir() && looks_like_run(p))

@@ -101,7 +101,7 @@ struct Settings {
 
 fn settings(opts: &TrainOptions) -> Result<Settings, RunError> {
     let file = match &opts.config {
-        Some(p) => ConfigFile::read(p).map_err(|e| RunError::Usage(e.to_string()))?,
+        Some(p) => ConfigFile::read(p).map_err(RunError::bad_input)?,
         None => ConfigFile::default(),
     };
     let mut labels = file.labels.clone();
@@ -111,14 +111,10 @@ fn settings(opts: &TrainOptions) -> Result<Settings, RunError> {
     labels.notes = flags.notes.or(labels.notes);
     RunLabels::default()
         .apply(&labels)
-        .map_err(|e| RunError::Usage(format!("[run] in the config file: {e}")))?;
+        .map_err(RunError::bad_input_at("[run] in the config file"))?;
     let preset = opts.model.or(file.preset).unwrap_or(Preset::Tiny);
-    let model = with_window(
-        file.model(preset)
-            .map_err(|e| RunError::Usage(e.to_string()))?,
-        opts.bptt,
-    );
-    let mut train = file.train().map_err(|e| RunError::Usage(e.to_string()))?;
+    let model = with_window(file.model(preset).map_err(RunError::bad_input)?, opts.bptt);
+    let mut train = file.train().map_err(RunError::bad_input)?;
     set(&mut train.batch, opts.batch);
     set(&mut train.lr, opts.lr);
     set(&mut train.optimizer, opts.optimizer);
@@ -176,7 +172,7 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
             ..LoadOptions::default()
         },
     )
-    .map_err(|e| RunError::Usage(e.to_string()))?;
+    .map_err(RunError::bad_input)?;
     let corpus_name = match &source {
         CorpusSource::Synthetic(_) => "synthetic".to_owned(),
         CorpusSource::Dir(p) => p
@@ -185,8 +181,8 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
             .unwrap_or_else(|| "corpus".into()),
     };
     let device = opts.device.unwrap_or(conelab_train::model::DeviceSpec::Cpu);
-    let mut trainer = Trainer::new(Arc::new(corpus), model, train, device)
-        .map_err(|e| RunError::Usage(e.to_string()))?;
+    let mut trainer =
+        Trainer::new(Arc::new(corpus), model, train, device).map_err(RunError::bad_input)?;
     if let Some(epochs) = opts.epochs {
         let steps = (epochs * trainer.windows_per_epoch() as f64)
             .ceil()
@@ -198,8 +194,7 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
         .run_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from("checkpoints").join(&name));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| RunError::Usage(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir).map_err(RunError::bad_input_at(dir.display().to_string()))?;
     let lock = live::hold(&dir)?;
     if dir.join("run.toml").exists() {
         // A folder whose run never reached a checkpoint may be started again; one with a

@@ -21,6 +21,7 @@ use crate::model::{
     DeviceError, DeviceSpec, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding,
 };
 use conelab_base::atomic::sync_dir;
+use conelab_base::error::BoxError;
 
 /// What a checkpoint holds besides the model.
 pub struct Loaded {
@@ -126,7 +127,10 @@ fn write_checkpoint_files(dir: &Path, trainer: &Trainer) -> Result<(), Checkpoin
     fs::write(&state_path, json).map_err(io(&state_path))?;
     if let Some(layers) = carried {
         let rec_path = dir.join("recurrent.safetensors");
-        let bytes = recurrent_to_bytes(layers).map_err(|e| corrupt(&rec_path, e))?;
+        let bytes = recurrent_to_bytes(layers).map_err(|source| CheckpointError::Encode {
+            path: rec_path.clone(),
+            source,
+        })?;
         fs::write(&rec_path, bytes).map_err(io(&rec_path))?;
     }
     for entry in fs::read_dir(dir).map_err(io(dir))? {
@@ -261,7 +265,7 @@ pub fn restore_trainer(
         None => spec
             .device
             .parse()
-            .map_err(|e: DeviceError| EngineError::Config(e.to_string()))?,
+            .map_err(EngineError::invalid::<DeviceError>("--device"))?,
     };
     let mut trainer = Trainer::new(Arc::new(corpus), spec.model.clone(), train, device)?;
     let Some(step_dir) = step_dir else {
@@ -297,16 +301,12 @@ fn describe(cfg: &ModelConfig, vocab: usize) -> String {
     }
 }
 
-fn recurrent_to_bytes(layers: &RecurrentState) -> Result<Vec<u8>, String> {
+fn recurrent_to_bytes(layers: &RecurrentState) -> Result<Vec<u8>, BoxError> {
     let mut named = Vec::new();
     for (i, s) in layers.iter().enumerate() {
         for (part, t) in [("cell", &s.cell), ("hidden", &s.hidden)] {
             let shape = t.dims().to_vec();
-            let values = t
-                .clone()
-                .inner()
-                .try_into_vec_as::<f32>()
-                .map_err(|e| format!("{e:?}"))?;
+            let values = t.clone().inner().try_into_vec_as::<f32>()?;
             let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
             named.push((format!("layer{i}.{part}"), shape, bytes));
         }
@@ -316,10 +316,9 @@ fn recurrent_to_bytes(layers: &RecurrentState) -> Result<Vec<u8>, String> {
         .map(|(n, shape, bytes)| {
             safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
                 .map(|v| (n.clone(), v))
-                .map_err(|e| e.to_string())
         })
         .collect::<Result<_, _>>()?;
-    safetensors::serialize(views, None).map_err(|e| e.to_string())
+    Ok(safetensors::serialize(views, None)?)
 }
 
 /// The carried LSTM state; `expected` = (layers, [batch, hidden]) checks it fits the run.

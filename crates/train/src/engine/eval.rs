@@ -51,7 +51,7 @@ pub fn evaluate(
     let model = model.valid();
     let tokens = corpus.split(split);
     let batcher = StreamBatcher::new(tokens, streams, window, PartialWindow::Keep)
-        .map_err(|e| EngineError::Config(format!("{split} split: {e}")))?;
+        .map_err(EngineError::invalid(format!("{split} split")))?;
     let mut acc = OutputAccumulator::new(*corpus.groups());
     let mut state: Option<RecurrentState> = None;
     let read_f32 = |t: Tensor<1>, what: &str| {

@@ -39,6 +39,13 @@ use conelab_metrics::RowGroups;
 pub enum EngineError {
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A configuration another error refuses (a split too short for the batch, a test terminal).
+    #[error("invalid configuration: {what}")]
+    Invalid {
+        what: String,
+        #[source]
+        source: BoxError,
+    },
     #[error(transparent)]
     Device(#[from] DeviceError),
     #[error(transparent)]
@@ -68,6 +75,15 @@ impl EngineError {
         move |e| EngineError::Backend {
             what,
             source: Some(e.into()),
+        }
+    }
+
+    /// For `map_err`: `what` is not a configuration that can work, as the error says.
+    pub fn invalid<E: Into<BoxError>>(what: impl Into<String>) -> impl FnOnce(E) -> Self {
+        let what = what.into();
+        move |e| EngineError::Invalid {
+            what,
+            source: e.into(),
         }
     }
 

@@ -77,7 +77,7 @@ impl Trainer {
         let window = model_config.window();
         let train = corpus.split(Split::Train);
         let windows_per_epoch = StreamBatcher::new(train, config.batch, window, PartialWindow::Drop)
-            .map_err(|e| EngineError::Config(e.to_string()))?
+            .map_err(EngineError::invalid("the train split"))?
             .num_windows() as u64;
         if windows_per_epoch == 0 {
             return Err(EngineError::Config(format!(
@@ -94,7 +94,7 @@ impl Trainer {
                 window,
                 PartialWindow::Keep,
             )
-            .map_err(|e| EngineError::Config(format!("{split} split: {e}")))?;
+            .map_err(EngineError::invalid(format!("{split} split")))?;
         }
         let objectives = config.objectives.clone();
         objectives
