@@ -62,12 +62,7 @@ pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
     }
     let dir = opened.hello.dir.clone();
     let setup = conelab::tui::ViewerSetup {
-        view: conelab::tui::app::ViewOptions {
-            no_color: conelab_widgets::no_color_from_env(),
-            ascii: args.ascii,
-            no_mouse: args.no_mouse,
-            light: args.theme == run::options::Theme::Light,
-        },
+        view: super::view_options(args.theme, args.ascii, args.no_mouse),
         reference: None,
         read_only: opened.read_only.clone(),
     };

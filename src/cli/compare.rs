@@ -58,11 +58,7 @@ pub fn exec(args: CompareArgs) -> Result<ExitStatus> {
         );
     }
     let options = CompareOptions {
-        view: conelab::tui::app::ViewOptions {
-            no_color: conelab_widgets::no_color_from_env(),
-            light: args.theme == run::options::Theme::Light,
-            ..Default::default()
-        },
+        view: super::view_options(args.theme, false, false),
         x_axis: match args.x {
             XAxisArg::Step => XAxis::Step,
             XAxisArg::Time => XAxis::Time,

@@ -112,12 +112,7 @@ pub fn exec(args: InspectArgs) -> Result<()> {
         None => None,
     };
     if !args.json && !args.headless && std::io::stdout().is_terminal() {
-        let view = conelab::tui::app::ViewOptions {
-            no_color: conelab_widgets::no_color_from_env(),
-            ascii: false,
-            no_mouse: false,
-            light: args.theme == run::options::Theme::Light,
-        };
+        let view = super::view_options(args.theme, false, false);
         let mut sides = vec![conelab::tui::browser::Side::new(&m, bounds, view)?];
         if let Some(o) = &other {
             sides.push(conelab::tui::browser::Side::new(o, bounds_of(o)?, view)?);

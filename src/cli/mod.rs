@@ -1,5 +1,11 @@
 //! The command line: clap definitions, one file per subcommand (parse, call, print — cargo's
 //! `src/bin/cargo/commands`), and the dispatch to them.
+//!
+//! Value lists follow one rule: the options of `conelab train` are the run crate's own types
+//! (`TrainOptions` and the enums it names derive clap, because sweep files are parsed with the
+//! same definitions); every other command's value lists are enums of its file here, mapped to the
+//! library's types where the command runs, so that export, metrics and the viewer stay free of
+//! clap.
 
 mod attach;
 mod bench;
@@ -140,6 +146,20 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Rename { run, name } => done(labels::rename(&run, name)),
         Command::Completions { shell } => done(completions::exec(shell)),
         Command::Man { dir } => done(man::exec(dir)),
+    }
+}
+
+/// How a view draws: the theme and switches of its command, and NO_COLOR from the environment.
+fn view_options(
+    theme: conelab::run::options::Theme,
+    ascii: bool,
+    no_mouse: bool,
+) -> conelab::tui::app::ViewOptions {
+    conelab::tui::app::ViewOptions {
+        no_color: conelab_widgets::no_color_from_env(),
+        ascii,
+        no_mouse,
+        light: theme == conelab::run::options::Theme::Light,
     }
 }
 

@@ -40,12 +40,7 @@ pub fn exec(opts: TrainOptions) -> Result<ExitStatus> {
     let ready = run::detach::spawn(run::detach::child_args())?;
     let opened = run::attach::connect(&ready.socket)?;
     let setup = conelab::tui::ViewerSetup {
-        view: conelab::tui::app::ViewOptions {
-            no_color: conelab_widgets::no_color_from_env(),
-            ascii: opts.ascii,
-            no_mouse: opts.no_mouse,
-            light: opts.theme == run::options::Theme::Light,
-        },
+        view: super::view_options(opts.theme, opts.ascii, opts.no_mouse),
         reference,
         read_only: None,
     };
