@@ -1,6 +1,7 @@
 //! The workbench: a viewer of a run (gitui/bottom style). State ← the run's messages (`app.rs`);
-//! key → action → command (`keys.rs`); render = pure function of the state (`ui.rs`); one loop
-//! for every view (`event_loop.rs`).
+//! key → action → command (`keys.rs`); render = pure function of the state (`ui/`: the layout
+//! and header, `panes.rs`, `overlays.rs`, the browser's `browser.rs`); one loop for every view
+//! (`event_loop.rs`).
 //!
 //! The viewer talks to its run through a [`RunLink`] — the run's socket, or a finished run's
 //! folder — and never waits on it: the link hands each message to the loop's one channel from

@@ -4,12 +4,12 @@
 //! TensorBoard's exponential smoothing (debiased, the raw curve faint behind); the Groups table
 //! with a row per run; every run's spectrum in one plot.
 //!
-//! State and its updates here, keys in [`action_for`], drawing in [`ui`] (a pure function of the
+//! State and its updates here, keys in [`action_for`], drawing in [`render`] (a pure function of the
 //! state). The numbers come from [`conelab_link::follow`]: the runs' stores read as they grow, so
 //! live runs update live (with their store's flush interval) and finished ones are shown whole;
 //! comparing never talks to a run, so it costs a live run nothing and needs no socket.
 
-pub mod ui;
+pub mod render;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -571,7 +571,7 @@ impl View for CompareApp {
     }
 
     fn render(&self, frame: &mut Frame) {
-        ui::render(frame, self);
+        render::render(frame, self);
     }
 
     fn terminal_gone(&mut self) {}

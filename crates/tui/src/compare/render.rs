@@ -62,12 +62,12 @@ const NO_COLOR_MARKERS: [(Marker, &str); 5] = [
 /// Legend lines at most (more runs: the rest are summed up in one line).
 const LEGEND_LINES: usize = 8;
 
-struct Palette {
+struct RunColours {
     no_color: bool,
     light: bool,
 }
 
-impl Palette {
+impl RunColours {
     fn run(&self, i: usize) -> Style {
         if self.no_color {
             Style::default()
@@ -133,7 +133,7 @@ pub fn render(frame: &mut Frame, app: &CompareApp) {
     if too_small(frame, area) {
         return;
     }
-    let pal = Palette {
+    let pal = RunColours {
         no_color: app.view.no_color,
         light: app.view.light,
     };
@@ -212,7 +212,7 @@ fn header_line(app: &CompareApp) -> String {
 
 /// A line per run: its colour, number (the key that hides it), label, status, step and the
 /// newest value of the curve shown.
-fn legend_text(app: &CompareApp, pal: &Palette) -> Vec<Line<'static>> {
+fn legend_text(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
     let curve = app.curve();
     let width = app
         .runs
@@ -269,7 +269,7 @@ fn legend_text(app: &CompareApp, pal: &Palette) -> Vec<Line<'static>> {
     lines
 }
 
-fn curves(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &Palette) {
+fn curves(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
     let [list, chart] =
         Layout::horizontal([Constraint::Length(18), Constraint::Min(0)]).areas(area);
     let items: Vec<Line> = CURVES
@@ -295,7 +295,7 @@ struct Drawn {
     smooth: Option<Vec<(f64, f64)>>,
 }
 
-fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &Palette) {
+fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
     let curve = app.curve();
     let key = curve.key();
     let y_of = |v: f64| {
@@ -446,7 +446,7 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &Palette) {
 
 /// One row per run: the newest validation PPL per group, Uniq, I(W) and IsoScore of the whole
 /// vocabulary.
-fn groups(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &Palette) {
+fn groups(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
     let cell = |v: Option<(u64, f64)>, digits: usize| match v {
         // A PPL in the tens of thousands (a rare group early on) keeps to its column.
         Some((_, v)) if v.is_finite() && v.abs() >= 1e4 => format!("{v:.0}"),
@@ -498,7 +498,7 @@ fn groups(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &Palette) {
     frame.render_widget(Table::new(rows, widths).header(header), area);
 }
 
-fn spectrum(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &Palette) {
+fn spectrum(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
     let names: Vec<String> = app
         .runs
         .iter()

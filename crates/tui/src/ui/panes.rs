@@ -1,0 +1,646 @@
+//! The workbench's panes, each drawn from the app's state into its area.
+
+use super::*;
+
+/// Search box, the selected word's top-k neighbours, the pinned words' nearest few.
+pub(super) fn neighbors_pane(
+    frame: &mut Frame,
+    app: &App,
+    groups: Option<&RowGroups>,
+    area: Rect,
+    pal: &Palette,
+) {
+    let Some(vocab) = &app.vocab else {
+        frame.render_widget(Paragraph::new("no vocabulary"), area);
+        return;
+    };
+    let nb = &app.neighbors;
+    let group_name = |id: u32| match group_index(groups, id) {
+        Some(0) => "freq",
+        Some(1) => "med",
+        Some(2) => "rare",
+        _ => "",
+    };
+    let word_style = |id: u32| pal.group(group_index(groups, id).unwrap_or(3));
+    let mut lines: Vec<Line> = Vec::new();
+    let search = if nb.editing {
+        Line::from(vec![
+            Span::raw("/ "),
+            Span::styled(
+                format!("{}▏", nb.query),
+                Style::default().add_modifier(Modifier::BOLD),
+            ),
+        ])
+    } else {
+        Line::styled("/ search a word · w watch/unwatch", pal.fg(Color::DarkGray))
+    };
+    lines.push(search);
+    if nb.editing {
+        if nb.matches.is_empty() && !nb.query.is_empty() {
+            lines.push(Line::styled("  no match", pal.fg(Color::DarkGray)));
+        }
+        for (i, &id) in nb.matches.iter().enumerate() {
+            let marker = if i == nb.cursor { "▸ " } else { "  " };
+            let style = if i == nb.cursor {
+                word_style(id).add_modifier(Modifier::REVERSED)
+            } else {
+                word_style(id)
+            };
+            lines.push(Line::from(vec![
+                Span::raw(marker),
+                Span::styled(vocab.token(id).to_string(), style),
+                Span::styled(
+                    format!("  {} ×{}", group_name(id), vocab.count(id)),
+                    pal.fg(Color::DarkGray),
+                ),
+            ]));
+        }
+    }
+    if nb.results.is_empty() {
+        if !nb.editing {
+            let hint = if app.run.projection_steps.is_empty() && app.analysis.is_none() {
+                "neighbours appear with the first snapshot"
+            } else {
+                "type / and a word"
+            };
+            lines.push(Line::styled(hint, pal.fg(Color::DarkGray)));
+        }
+    } else {
+        for (ri, (id, list)) in nb.results.iter().enumerate() {
+            let pinned = nb.pinned.contains(id);
+            let head = format!(
+                "{}{} · {} ×{} · step {}",
+                if pinned { "★ " } else { "" },
+                vocab.token(*id),
+                group_name(*id),
+                vocab.count(*id),
+                nb.step.unwrap_or(0)
+            );
+            lines.push(Line::styled(
+                head,
+                word_style(*id).add_modifier(Modifier::BOLD),
+            ));
+            // The selected word gets its full list; pinned ones one line each.
+            if ri == 0 && nb.selected == Some(*id) {
+                for (rank, n) in list.iter().enumerate() {
+                    lines.push(Line::from(vec![
+                        Span::raw(format!("{:>3} ", rank + 1)),
+                        Span::styled(format!("{:<14}", vocab.token(n.id)), word_style(n.id)),
+                        Span::raw(format!("{:>6.3} ", n.score)),
+                        Span::styled(
+                            format!("{:<4} ×{}", group_name(n.id), vocab.count(n.id)),
+                            pal.fg(Color::DarkGray),
+                        ),
+                    ]));
+                }
+            } else {
+                let mut spans = vec![Span::raw("   ")];
+                for n in list.iter().take(5) {
+                    spans.push(Span::styled(
+                        vocab.token(n.id).to_string(),
+                        word_style(n.id),
+                    ));
+                    spans.push(Span::raw(format!(" {:.2}  ", n.score)));
+                }
+                lines.push(Line::from(spans));
+            }
+        }
+    }
+    frame.render_widget(Paragraph::new(lines), area);
+}
+
+/// The newest evaluation's self-normalisation: μ_z, σ_z, and where (entropy, log Z) fall.
+pub(super) fn self_norm(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
+    let Some(e) = &app.run.last_eval else {
+        frame.render_widget(
+            Paragraph::new("appears with the first validation evaluation"),
+            area,
+        );
+        return;
+    };
+    let o = &e.outputs;
+    let [text, plot] = Layout::vertical([Constraint::Length(2), Constraint::Min(0)]).areas(area);
+    frame.render_widget(
+        Paragraph::new(vec![
+            Line::raw(format!(
+                "step {} · μ_z {:.3} · σ_z {:.3} · corr(H, log Z) {:.3}",
+                e.step, o.mu_z, o.sigma_z, o.entropy_log_z_corr
+            )),
+            Line::styled(
+                format!(
+                    "PPL {:.2} · unnormalised PPL {:.2}",
+                    o.ppl, o.unnormalised_ppl
+                ),
+                pal.fg(Color::DarkGray),
+            ),
+        ]),
+        text,
+    );
+    let h = &o.histogram;
+    frame.render_widget(
+        HeatMap::from_counts(&h.counts, h.log_z_bins, h.entropy_bins)
+            .scale(HeatMapScale::Log)
+            .x_range(h.entropy_range[0], h.entropy_range[1])
+            .y_range(h.log_z_range[0], h.log_z_range[1])
+            .x_title("entropy H")
+            .y_title("log Z")
+            .no_color(pal.no_color),
+        plot,
+    );
+}
+
+pub(super) fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
+    let [text, chart] = Layout::vertical([Constraint::Length(2), Constraint::Min(0)]).areas(area);
+    let s = app.run.last_step;
+    let valid = app
+        .run
+        .last_eval
+        .as_ref()
+        .map(|e| format!("valid ppl {:.2}", e.ppl))
+        .unwrap_or_else(|| "valid ppl –".into());
+    let line1 = match s {
+        Some(s) => format!(
+            "loss {:.4}{}  {valid}  {} tok/s  {:.0} ms/step",
+            s.loss,
+            if s.penalty != 0.0 {
+                format!(" ({:+.4})", s.penalty)
+            } else {
+                String::new()
+            },
+            format_compact(s.tokens_per_sec),
+            s.step_ms
+        ),
+        None => "waiting for the first step…".into(),
+    };
+    let line2 = match s {
+        Some(s) => format!(
+            "lr {:.2e}  grad norm {:.3}  params {}{}",
+            s.lr,
+            s.grad_norm,
+            format_compact(app.run.info.parameters as f64),
+            s.rare_tokens
+                .map(|r| format!("  rare set {r}"))
+                .unwrap_or_default()
+                + &s.rare_g1
+                    .map(|g| format!(" (mean g1 {g:.3})"))
+                    .unwrap_or_default()
+        ),
+        None => String::new(),
+    };
+    frame.render_widget(
+        Paragraph::new(vec![Line::raw(line1), Line::raw(line2)]),
+        text,
+    );
+    if chart.height < 3 || app.run.loss.is_empty() {
+        return;
+    }
+    let transform = |v: f64| if app.log_y { v.max(1e-12).ln() } else { v };
+    let train: Vec<(f64, f64)> = smooth(&app.run.loss, app.smoothing)
+        .into_iter()
+        .map(|(x, y)| (x, transform(y)))
+        .collect();
+    let valid: Vec<(f64, f64)> = app
+        .run
+        .valid_loss
+        .iter()
+        .map(|&(x, y)| (x, transform(y)))
+        .collect();
+    let (mut lo, mut hi) = train
+        .iter()
+        .chain(&valid)
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+            (a.min(p.1), b.max(p.1))
+        });
+    if !(lo.is_finite() && hi.is_finite()) {
+        return;
+    }
+    if hi - lo < 1e-9 {
+        hi += 0.5;
+        lo -= 0.5;
+    }
+    let x_max = (app.run.info.total_steps.max(1)) as f64;
+    let marks: Vec<(f64, f64)> = app
+        .run
+        .interventions
+        .iter()
+        .flat_map(|&s| (0..8).map(move |k| (s as f64, lo + (hi - lo) * k as f64 / 7.0)))
+        .collect();
+    let mut datasets = vec![
+        Dataset::default()
+            .name("train")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(pal.fg(Color::Cyan))
+            .data(&train),
+    ];
+    if !valid.is_empty() {
+        datasets.push(
+            Dataset::default()
+                .name("valid")
+                .marker(Marker::Dot)
+                .graph_type(GraphType::Scatter)
+                .style(pal.fg(Color::Yellow))
+                .data(&valid),
+        );
+    }
+    if !marks.is_empty() {
+        datasets.push(
+            Dataset::default()
+                .name("change")
+                .marker(Marker::Dot)
+                .graph_type(GraphType::Scatter)
+                .style(pal.fg(Color::Magenta))
+                .data(&marks),
+        );
+    }
+    let y_title = if app.log_y { "ln loss" } else { "loss" };
+    let chart_widget = Chart::new(datasets)
+        .x_axis(
+            Axis::default()
+                .bounds([0.0, x_max])
+                .labels(["0".to_string(), format_compact(x_max)]),
+        )
+        .y_axis(
+            Axis::default()
+                .title(y_title)
+                .bounds([lo, hi])
+                .labels([format!("{lo:.2}"), format!("{hi:.2}")]),
+        );
+    frame.render_widget(chart_widget, chart);
+}
+
+/// Exponential moving average (α = 0.1) when on.
+pub(super) fn smooth(points: &[(f64, f64)], on: bool) -> Vec<(f64, f64)> {
+    if !on {
+        return points.to_vec();
+    }
+    let mut ema: Option<f64> = None;
+    points
+        .iter()
+        .map(|&(x, y)| {
+            let v = match ema {
+                Some(e) => 0.9 * e + 0.1 * y,
+                None => y,
+            };
+            ema = Some(v);
+            (x, v)
+        })
+        .collect()
+}
+
+pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
+    let [table_area, sparks] =
+        Layout::horizontal([Constraint::Length(52), Constraint::Min(0)]).areas(area);
+    let eval = app.run.last_eval.as_ref();
+    let emb = app.run.last_embedding.as_ref();
+    let cell = |v: Option<f64>, digits: usize| match v {
+        Some(v) if v.is_finite() => format!("{v:.digits$}"),
+        _ => "–".into(),
+    };
+    let emb_row = |name: &'static str, metric: EmbeddingMetric, digits: usize| {
+        let values: Vec<String> = (0..4)
+            .map(|g| {
+                cell(
+                    emb.map(|e| {
+                        let s = if g < 3 { &e.groups[g] } else { &e.total };
+                        match metric {
+                            EmbeddingMetric::I1 => s.i1,
+                            EmbeddingMetric::I2 => s.i2,
+                            EmbeddingMetric::MeanCos => s.mean_cos,
+                            EmbeddingMetric::MeanNorm => s.mean_norm,
+                            EmbeddingMetric::I1Unit => s.i1_unit,
+                            EmbeddingMetric::I2Unit => s.i2_unit,
+                            EmbeddingMetric::IsoScore => s.isoscore,
+                        }
+                    }),
+                    digits,
+                )
+            })
+            .collect();
+        (name, values)
+    };
+    let ppl: Vec<String> = (0..4)
+        .map(|g| cell(eval.map(|e| if g < 3 { e.groups[g].0 } else { e.ppl }), 1))
+        .collect();
+    let uniq: Vec<String> = (0..4)
+        .map(|g| {
+            eval.map(|e| {
+                if g < 3 {
+                    e.outputs.groups[g].uniq.to_string()
+                } else {
+                    e.outputs.uniq.to_string()
+                }
+            })
+            .unwrap_or_else(|| "–".into())
+        })
+        .collect();
+    // I(W) is scale-dependent: the mean norm and IsoScore (scale-free) come right after it, in
+    // the rows a short pane still shows; the rest on a tall terminal or zoomed.
+    let rows = [
+        ("PPL", ppl),
+        ("Uniq", uniq),
+        emb_row("I1", EmbeddingMetric::I1, 3),
+        emb_row("mean norm", EmbeddingMetric::MeanNorm, 3),
+        emb_row("IsoScore", EmbeddingMetric::IsoScore, 3),
+        emb_row("mean cos", EmbeddingMetric::MeanCos, 3),
+        emb_row("I1 unit", EmbeddingMetric::I1Unit, 3),
+        emb_row("I2", EmbeddingMetric::I2, 3),
+        emb_row("I2 unit", EmbeddingMetric::I2Unit, 3),
+    ];
+    let header = Row::new(
+        std::iter::once(Cell::from("")).chain(
+            GROUP_NAMES
+                .iter()
+                .enumerate()
+                .map(|(g, n)| Cell::from(*n).style(pal.group(g).add_modifier(Modifier::BOLD))),
+        ),
+    );
+    let table = Table::new(
+        rows.into_iter().map(|(name, values)| {
+            Row::new(std::iter::once(Cell::from(name)).chain(values.into_iter().map(Cell::from)))
+        }),
+        [
+            Constraint::Length(10),
+            Constraint::Length(10),
+            Constraint::Length(10),
+            Constraint::Length(10),
+            Constraint::Length(10),
+        ],
+    )
+    .header(header);
+    frame.render_widget(table, table_area);
+    if sparks.width < 20 || app.run.embedding.is_empty() {
+        return;
+    }
+    // Histories of the isotropy per group and the total mean cosine, with the change since the
+    // last intervention.
+    let since = app.since_intervention();
+    let i1: Vec<Vec<f64>> = (0..4)
+        .map(|g| app.embedding_metric(EmbeddingMetric::I1, g))
+        .collect();
+    let cos = app.embedding_metric(EmbeddingMetric::MeanCos, 3);
+    let delta = |h: &[f64]| -> String {
+        match (since, h.last()) {
+            (Some(i), Some(last)) if i < h.len() => format!("{:+.3}", last - h[i]),
+            _ => String::new(),
+        }
+    };
+    // A group nothing is known of (a matrix without counts) gets no history row.
+    let mut rows: Vec<SparkRow> = (0..4)
+        .filter(|&g| i1[g].iter().any(|v| v.is_finite()))
+        .map(|g| {
+            SparkRow::new(
+                format!("I1 {}", GROUP_NAMES[g]),
+                &i1[g],
+                format!("{:.3}", i1[g].last().copied().unwrap_or(f64::NAN)),
+            )
+            .delta(delta(&i1[g]))
+            .spark_style(pal.group(g))
+        })
+        .collect();
+    rows.push(
+        SparkRow::new(
+            "cos Total",
+            &cos,
+            format!("{:.3}", cos.last().copied().unwrap_or(f64::NAN)),
+        )
+        .delta(delta(&cos)),
+    );
+    frame.render_widget(
+        SparklineTable::new(rows)
+            .header("", "history", "now", "Δ change")
+            .no_color(pal.no_color),
+        sparks,
+    );
+}
+
+pub(super) fn scatter(
+    frame: &mut Frame,
+    app: &App,
+    groups: Option<&RowGroups>,
+    area: Rect,
+    pal: &Palette,
+) {
+    let Some(shown) = app.scatter_frame() else {
+        frame.render_widget(Paragraph::new("no snapshot yet"), area);
+        return;
+    };
+    let projection = if app.centred {
+        shown.centred.as_ref().or(shown.uncentred.as_ref())
+    } else {
+        shown.uncentred.as_ref()
+    };
+    let Some(projection) = projection else {
+        frame.render_widget(Paragraph::new("no projection"), area);
+        return;
+    };
+    let group_of = |i: usize| -> u8 { group_index(groups, i as u32).unwrap_or(0) as u8 };
+    let points: Vec<ScatterPoint> = projection
+        .points
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (f64::from(p[0]), f64::from(p[1]), group_of(i)))
+        .collect();
+    let [title, plot] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
+    frame.render_widget(
+        Paragraph::new(format!(
+            "step {} · {:?} · axes {:.0}%/{:.0}%{}",
+            shown.step,
+            projection.mode,
+            100.0 * projection.explained[0],
+            100.0 * projection.explained[1],
+            match app.scrub {
+                Some(i) => format!(" · {}/{}", i + 1, app.run.projection_steps.len()),
+                None if app.run.projection_steps.len() > 1 => " · live".to_string(),
+                None => String::new(),
+            }
+        ))
+        .style(pal.fg(Color::DarkGray)),
+        title,
+    );
+    let layers = match groups {
+        Some(_) => vec![
+            Layer::new("freq", pal.group(0)).glyph('f').priority(0),
+            Layer::new("med", pal.group(1)).glyph('m').priority(1),
+            // Rare on top: it is the group that drifts.
+            Layer::new("rare", pal.group(2)).glyph('r').priority(2),
+        ],
+        // No counts (a foreign matrix): one set, named as such.
+        None => vec![Layer::new("all", pal.group(3)).glyph('o').priority(0)],
+    };
+    frame.render_widget(
+        Scatter::new(&points)
+            .layers(layers)
+            .highlight(
+                app.neighbors
+                    .selected
+                    .map(|i| i as usize)
+                    .filter(|&i| i < points.len()),
+            )
+            .mode(if app.view.ascii {
+                ScatterMode::Ascii
+            } else {
+                ScatterMode::Braille
+            })
+            .legend(true)
+            .no_color(pal.no_color),
+        plot,
+    );
+}
+
+pub(super) fn spectrum(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
+    let now = match (&app.analysis, &app.run.last_embedding) {
+        (Some(a), _) => &a.panel.total.sv_norm,
+        (None, Some(e)) if !e.total.sv_norm.is_empty() => &e.total.sv_norm,
+        _ => {
+            frame.render_widget(Paragraph::new("no snapshot yet"), area);
+            return;
+        }
+    };
+    let mut series = vec![Series::new("now", now).style(pal.fg(Color::Green))];
+    if let Some((label, values)) = &app.spectrum_reference {
+        series.push(Series::new(label.as_str(), values).style(pal.fg(Color::Yellow)));
+    }
+    if let Some(first) = &app.run.first_spectrum {
+        series.push(Series::new("start", first).style(pal.fg(Color::DarkGray)));
+    }
+    frame.render_widget(
+        SpectrumPlot::new(series)
+            .legend(true)
+            .no_color(pal.no_color),
+        area,
+    );
+}
+
+pub(super) fn controls(frame: &mut Frame, app: &App, area: Rect) {
+    // A run that takes no commands says why first; its settings stay visible below, dimmed.
+    let (area, dim) = match &app.read_only {
+        Some(why) => {
+            let text = Paragraph::new(why.as_str())
+                .wrap(ratatui::widgets::Wrap { trim: true })
+                .style(Style::default().fg(Color::Yellow));
+            let lines = (wrapped_lines(why, area.width) as u16).min(area.height);
+            let [top, rest] =
+                Layout::vertical([Constraint::Length(lines), Constraint::Min(0)]).areas(area);
+            frame.render_widget(text, top);
+            (rest, true)
+        }
+        None => (area, false),
+    };
+    let o = &app.run.objectives;
+    let check = |on: bool| if on { "[x]" } else { "[ ]" };
+    let lines: Vec<Line> = Control::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let text = match c {
+                Control::Term(t) => {
+                    let (on, w) = o.term(*t);
+                    let name = match t {
+                        Term::Cos => "CosReg γ",
+                        Term::Lap => "LapReg λ",
+                        Term::Agg => "AGG α",
+                        Term::Spectrum => "Spectrum λ",
+                        Term::Dev => "DEV α",
+                        Term::Ul => "Unlikelihood α",
+                    };
+                    format!("{} {name:<15}{:>9}", check(on), format_compact(w))
+                }
+                Control::Freeze(g) => {
+                    format!("{} freeze {g}", check(o.freeze.is_frozen(*g)))
+                }
+                Control::GateFreeze => format!("    gate-freeze: {}", o.gate_freeze.name()),
+                Control::Pause => match app.run.status {
+                    RunStatus::Paused => "    resume".into(),
+                    _ => "    pause".into(),
+                },
+                Control::Checkpoint => "    checkpoint now".into(),
+                Control::Loss => {
+                    let current = LossChoice::of(o).name();
+                    match app.pending_loss {
+                        Some(choice) => {
+                            let arrow = if app.view.ascii { "->" } else { "→" };
+                            format!("    loss: {current} {arrow} {}?", choice.name())
+                        }
+                        None => format!("    loss: {current}"),
+                    }
+                }
+                Control::LearningRate => format!(
+                    "    lr {:>19}",
+                    app.run
+                        .lr
+                        .map(|l| format!("{l:.3e}"))
+                        .unwrap_or_else(|| "–".into())
+                ),
+            };
+            let selected = app.focus == Pane::Controls && i == app.controls_cursor && !dim;
+            let style = if selected {
+                Style::default().add_modifier(Modifier::REVERSED)
+            } else if dim {
+                Style::default().add_modifier(Modifier::DIM)
+            } else {
+                Style::default()
+            };
+            Line::styled(text, style)
+        })
+        .collect();
+    // Keep the cursor visible in a short pane.
+    let height = area.height as usize;
+    let offset = app.controls_cursor.saturating_sub(height.saturating_sub(1));
+    frame.render_widget(Paragraph::new(lines).scroll((offset as u16, 0)), area);
+}
+
+pub(super) fn events(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
+    let height = area.height as usize;
+    let lines: Vec<Line> = app
+        .run
+        .log
+        .iter()
+        .rev()
+        .take(height)
+        .rev()
+        .map(|l| {
+            let color = match l.kind {
+                LogKind::Info => Color::Gray,
+                LogKind::Intervention => Color::Magenta,
+                LogKind::Eval => Color::Cyan,
+                LogKind::Checkpoint => Color::Green,
+                LogKind::Warning => Color::Yellow,
+                LogKind::Error => Color::Red,
+            };
+            Line::from(vec![
+                Span::styled(format!("{:>6} ", l.step), pal.fg(Color::DarkGray)),
+                Span::styled(l.text.clone(), pal.fg(color)),
+            ])
+        })
+        .collect();
+    frame.render_widget(Paragraph::new(lines), area);
+}
+
+/// Lines `text` takes when word-wrapped at `width` (greedy, as the Paragraph wraps).
+pub(super) fn wrapped_lines(text: &str, width: u16) -> usize {
+    let width = usize::from(width.max(1));
+    let mut lines = 1;
+    let mut used = 0;
+    for word in text.split_whitespace() {
+        let w = word.chars().count();
+        let need = if used == 0 { w } else { used + 1 + w };
+        if need <= width {
+            used = need;
+        } else {
+            lines += 1 + w.saturating_sub(1) / width;
+            used = w % width;
+        }
+    }
+    lines
+}
+
+pub(super) fn group_index(groups: Option<&RowGroups>, id: u32) -> Option<usize> {
+    groups
+        .filter(|g| (id as usize) < g.len())
+        .map(|g| match g.group_of(id as usize) {
+            Group::Frequent => 0,
+            Group::Medium => 1,
+            Group::Rare => 2,
+        })
+}
