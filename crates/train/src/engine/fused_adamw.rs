@@ -24,7 +24,9 @@
 //! step); on CUDA, and for a state this pass does not handle (AMSGrad's running maximum),
 //! burn's AdamW does the step.
 
-use burn::optim::{AdamW, AdamWConfig, AdamWState, AdaptiveMomentumState, LearningRate, Optimizer};
+#[cfg(feature = "flex")]
+use burn::optim::AdaptiveMomentumState;
+use burn::optim::{AdamW, AdamWConfig, AdamWState, LearningRate, Optimizer};
 use burn::prelude::*;
 #[cfg(any(feature = "flex", feature = "tch"))]
 use burn::tensor::DType;

@@ -1,0 +1,382 @@
+//! The groups table (Yu et al. Table 3): a row per run, or per set of seeds with mean ± std.
+
+use super::*;
+
+/// The column of an aggregated table listing the runs of each row.
+pub(crate) const RUN_IDS: &str = "run_ids";
+
+pub(crate) const GROUP_HEADERS: [(&str, &str); 4] = [
+    ("frequent", "Freq"),
+    ("medium", "Med"),
+    ("rare", "Rare"),
+    ("total", "Total"),
+];
+
+/// Which value of a column is the best of the runs (shown in bold).
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Best {
+    Lowest,
+    Highest,
+    /// A scale or a shape, not a score: nothing in bold.
+    None,
+}
+
+/// One column of the groups table, repeated per group: (stored metric, column suffix, header,
+/// decimals, best, read from the embedding snapshot at or before the step).
+pub(crate) type GroupColumn = (&'static str, &'static str, &'static str, usize, Best, bool);
+
+/// I(W) is scale-dependent: the mean row norm, the mean cosine and IsoScore (scale-free) beside it
+/// say whether two runs' I(W) can be compared.
+pub(crate) const GROUP_COLUMNS: [GroupColumn; 6] = [
+    ("ppl", "ppl", "PPL", 2, Best::Lowest, false),
+    ("uniq", "uniq", "Uniq", 0, Best::Highest, false),
+    ("i1", "i_w", "I(W)", 3, Best::Highest, true),
+    ("mean_norm", "mean_norm", "Norm", 3, Best::None, true),
+    ("mean_cos", "mean_cos", "Cos", 3, Best::None, true),
+    ("isoscore", "isoscore", "IsoScore", 3, Best::Highest, true),
+];
+
+/// The column of `uniq` in GROUP_COLUMNS (where the Human row's reference goes).
+pub(crate) const UNIQ_COLUMN: usize = 1;
+
+/// One run's row of the groups table.
+pub(crate) struct GroupRow {
+    label: String,
+    id: String,
+    step: u64,
+    /// For each group, the GROUP_COLUMNS.
+    values: Vec<Option<f64>>,
+    /// What the run is apart from its seed (`--aggregate seeds`).
+    setting: String,
+    /// Its name, if it has one: runs of one name are seeds of one setting too.
+    name: Option<String>,
+}
+
+/// Yu et al. Table 3: one row per run, Freq / Med / Rare / Total × PPL, Uniq, I(W), mean norm,
+/// mean cosine, IsoScore; a `Human` row with the reference text's Uniq.
+pub(crate) fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, StoreError> {
+    let split = held_out(req)?;
+    let choice = req.step.unwrap_or(StepChoice::Last);
+    let mut rows = Vec::new();
+    let mut human: Vec<Option<f64>> = vec![None; 4];
+    for s in stores {
+        let step = resolve_step(s, split, choice)?;
+        let metrics = &s.metrics;
+        let mut values = Vec::new();
+        for (gi, (group, _)) in GROUP_HEADERS.iter().enumerate() {
+            for (metric, _, _, _, _, embedding) in GROUP_COLUMNS {
+                values.push(if embedding {
+                    value_at_or_before(metrics, split::EMBEDDING, group, metric, step)?.map(|v| v.1)
+                } else {
+                    value_at(metrics, split, group, metric, step)?
+                });
+            }
+            if human[gi].is_none() {
+                human[gi] = value_at(metrics, split, group, "human_uniq", step)?;
+            }
+        }
+        let label = run_label(s, step)?;
+        // The objectives in force, not the name: seeds named apart are still one setting.
+        let objectives = query::objective_at(&s.events, Some(step))?.unwrap_or_default();
+        rows.push(GroupRow {
+            setting: setting_without_seed(&s.run.config_toml, &objectives, step),
+            name: s.run.labels.name.clone(),
+            label,
+            id: s.run.run_id.clone(),
+            step,
+            values,
+        });
+    }
+    let mut out = if req.aggregate_seeds {
+        seed_groups_table(rows, &human)?
+    } else {
+        run_groups_table(rows, &human)?
+    };
+    out.warnings = warnings_of(stores);
+    Ok(out)
+}
+
+/// A run's configuration with what a seed sweep varies taken out (the seed, the run's name and
+/// the version that wrote it), plus the objectives in force and the step the table takes: runs
+/// with equal settings are seeds of one experiment.
+pub(crate) fn setting_without_seed(config_toml: &str, objectives: &str, step: u64) -> String {
+    let config = match config_toml.parse::<toml::Table>() {
+        Ok(mut t) => {
+            t.remove("name");
+            t.remove("conelab_version");
+            if let Some(toml::Value::Table(train)) = t.get_mut("train") {
+                train.remove("seed");
+            }
+            t.to_string()
+        }
+        // Unreadable: it groups with nothing but itself.
+        Err(_) => config_toml.to_string(),
+    };
+    format!("{config}\n{objectives}\n{step}")
+}
+
+/// The spanning headers of a groups table: `lead` columns without a group, then each group's.
+pub(crate) fn group_spans(lead: usize, per_group: usize) -> Vec<(String, usize)> {
+    let mut spans = vec![(String::new(), lead)];
+    spans.extend(
+        GROUP_HEADERS
+            .iter()
+            .map(|(_, s)| (s.to_string(), per_group)),
+    );
+    spans
+}
+
+/// `bold[row][lead + ci]` for the best of each value column among the first `rows` rows (not the
+/// Human row), `values[row][ci]` being what is compared.
+pub(crate) fn best_cells(
+    values: &[Vec<Option<f64>>],
+    rows: usize,
+    height: usize,
+    width: usize,
+    column_of: impl Fn(usize) -> usize,
+) -> Vec<Vec<bool>> {
+    let per_group = GROUP_COLUMNS.len();
+    let mut bold = vec![vec![false; width]; height];
+    let n_values = GROUP_HEADERS.len() * per_group;
+    for ci in 0..n_values {
+        let best_is = GROUP_COLUMNS[ci % per_group].4;
+        if best_is == Best::None || rows < 2 {
+            continue;
+        }
+        let lower_is_better = best_is == Best::Lowest;
+        let col_values: Vec<Option<f64>> = values[..rows].iter().map(|r| r[ci]).collect();
+        let best = col_values
+            .iter()
+            .flatten()
+            .filter(|v| v.is_finite())
+            .copied()
+            .reduce(|a, b| if lower_is_better { a.min(b) } else { a.max(b) });
+        // A column where every run ties (Uniq 0 in every Rare cell) has no best.
+        let all_tie = col_values.iter().flatten().all(|v| Some(*v) == best);
+        if let Some(best) = best.filter(|_| !all_tie) {
+            for (ri, v) in col_values.iter().enumerate() {
+                if *v == Some(best) {
+                    bold[ri][column_of(ci)] = true;
+                }
+            }
+        }
+    }
+    bold
+}
+
+/// The Human row's values: the reference text's Uniq per group, nothing else.
+pub(crate) fn human_values(human: &[Option<f64>]) -> Option<Vec<Option<f64>>> {
+    let per_group = GROUP_COLUMNS.len();
+    human.iter().any(Option::is_some).then(|| {
+        let mut row = vec![None; GROUP_HEADERS.len() * per_group];
+        for (gi, h) in human.iter().enumerate() {
+            row[gi * per_group + UNIQ_COLUMN] = *h;
+        }
+        row
+    })
+}
+
+/// One row per run.
+pub(crate) fn run_groups_table(
+    rows: Vec<GroupRow>,
+    human: &[Option<f64>],
+) -> Result<Exported, StoreError> {
+    let per_group = GROUP_COLUMNS.len();
+    let runs = rows.len();
+    let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+    let mut run_col = unique_names(rows.iter().map(|r| r.label.clone()).collect(), &ids);
+    let mut id_col = ids;
+    let mut step_col: Vec<Option<u64>> = rows.iter().map(|r| Some(r.step)).collect();
+    let mut values: Vec<Vec<Option<f64>>> = rows.into_iter().map(|r| r.values).collect();
+    if let Some(row) = human_values(human) {
+        run_col.push("Human".into());
+        id_col.push(String::new());
+        step_col.push(None);
+        values.push(row);
+    }
+    let height = run_col.len();
+    let mut columns = vec![
+        Column::new("run".into(), run_col),
+        Column::new(c::RUN_ID.into(), id_col),
+        Column::new(c::STEP.into(), step_col),
+    ];
+    let mut headers = vec!["Run".to_string(), "run id".into(), "Step".into()];
+    let mut decimals: Vec<Option<usize>> = vec![None, None, Some(0)];
+    for (gi, (group, _)) in GROUP_HEADERS.iter().enumerate() {
+        for (mi, (_, suffix, header, digits, _, _)) in GROUP_COLUMNS.into_iter().enumerate() {
+            let v: Vec<Option<f64>> = values.iter().map(|r| r[gi * per_group + mi]).collect();
+            columns.push(Column::new(format!("{group}_{suffix}").into(), v));
+            headers.push(header.into());
+            decimals.push(Some(digits));
+        }
+    }
+    let frame = DataFrame::new(height, columns)?;
+    // Best per column among the runs (not the Human row): lowest PPL; highest Uniq, I(W) and
+    // IsoScore.
+    let bold = best_cells(&values, runs, height, headers.len(), |ci| 3 + ci);
+    Ok(Exported {
+        frame,
+        layout: Layout {
+            groups: group_spans(3, per_group),
+            headers,
+            decimals,
+            bold,
+            ..Layout::default()
+        },
+        warnings: Vec::new(),
+    })
+}
+
+/// The values of one cell over a set of seeds.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Spread {
+    pub mean: Option<f64>,
+    /// Sample standard deviation (n − 1); none for a single value.
+    pub std: Option<f64>,
+    /// How many finite values there were.
+    pub n: u32,
+}
+
+/// Mean, sample standard deviation and count of the finite values among `values`.
+pub fn mean_std(values: impl IntoIterator<Item = Option<f64>>) -> Spread {
+    let xs: Vec<f64> = values
+        .into_iter()
+        .flatten()
+        .filter(|v| v.is_finite())
+        .collect();
+    let n = xs.len();
+    if n == 0 {
+        return Spread::default();
+    }
+    let mean = xs.iter().sum::<f64>() / n as f64;
+    let std = (n > 1)
+        .then(|| (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt());
+    Spread {
+        mean: Some(mean),
+        std,
+        n: n as u32,
+    }
+}
+
+/// One row per set of runs that differ only by seed — the same name, or the same setting — in the
+/// order their first run was given: every cell the mean, sample std and count of the runs' values.
+pub(crate) fn seed_groups_table(
+    rows: Vec<GroupRow>,
+    human: &[Option<f64>],
+) -> Result<Exported, StoreError> {
+    let per_group = GROUP_COLUMNS.len();
+    let n_values = GROUP_HEADERS.len() * per_group;
+    let mut sets: Vec<Vec<GroupRow>> = Vec::new();
+    for row in rows {
+        let same = |other: &GroupRow| {
+            other.setting == row.setting || (row.name.is_some() && other.name == row.name)
+        };
+        match sets.iter_mut().find(|set| set.iter().any(same)) {
+            Some(set) => set.push(row),
+            None => sets.push(vec![row]),
+        }
+    }
+    let firsts: Vec<String> = sets.iter().map(|set| set[0].id.clone()).collect();
+    let mut run_col = unique_names(
+        sets.iter().map(|set| set[0].label.clone()).collect(),
+        &firsts,
+    );
+    let mut seeds_col: Vec<Option<u32>> = sets.iter().map(|set| Some(set.len() as u32)).collect();
+    let mut ids_col: Vec<String> = sets
+        .iter()
+        .map(|set| {
+            set.iter()
+                .map(|r| r.id.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    let mut step_col: Vec<Option<u64>> = sets.iter().map(|set| Some(set[0].step)).collect();
+    // stats[row][ci]
+    let mut stats: Vec<Vec<Spread>> = sets
+        .iter()
+        .map(|set| {
+            (0..n_values)
+                .map(|ci| mean_std(set.iter().map(|r| r.values[ci])))
+                .collect()
+        })
+        .collect();
+    let aggregated = sets.len();
+    if let Some(row) = human_values(human) {
+        run_col.push("Human".into());
+        seeds_col.push(None);
+        ids_col.push(String::new());
+        step_col.push(None);
+        stats.push(
+            row.into_iter()
+                .map(|v| Spread {
+                    mean: v,
+                    std: None,
+                    n: u32::from(v.is_some()),
+                })
+                .collect(),
+        );
+    }
+    let height = run_col.len();
+    let mut columns = vec![
+        Column::new("run".into(), run_col),
+        Column::new("seeds".into(), seeds_col),
+        Column::new(RUN_IDS.into(), ids_col),
+        Column::new(c::STEP.into(), step_col),
+    ];
+    const LEAD: usize = 4;
+    let mut headers = vec![
+        "Run".to_string(),
+        "Seeds".into(),
+        "run ids".into(),
+        "Step".into(),
+    ];
+    let mut decimals: Vec<Option<usize>> = vec![None, Some(0), None, Some(0)];
+    let mut spread = BTreeMap::new();
+    for (gi, (group, _)) in GROUP_HEADERS.iter().enumerate() {
+        for (mi, (_, suffix, header, digits, _, _)) in GROUP_COLUMNS.into_iter().enumerate() {
+            let ci = gi * per_group + mi;
+            let at = columns.len();
+            let name = format!("{group}_{suffix}");
+            columns.push(Column::new(
+                format!("{name}_mean").into(),
+                stats.iter().map(|r| r[ci].mean).collect::<Vec<_>>(),
+            ));
+            columns.push(Column::new(
+                format!("{name}_std").into(),
+                stats.iter().map(|r| r[ci].std).collect::<Vec<_>>(),
+            ));
+            columns.push(Column::new(
+                format!("{name}_n").into(),
+                stats.iter().map(|r| r[ci].n).collect::<Vec<_>>(),
+            ));
+            headers.extend([
+                header.to_string(),
+                format!("{header} std"),
+                format!("{header} n"),
+            ]);
+            decimals.extend([Some(digits), Some(digits), Some(0)]);
+            spread.insert(at, (at + 1, at + 2));
+        }
+    }
+    let frame = DataFrame::new(height, columns)?;
+    let means: Vec<Vec<Option<f64>>> = stats
+        .iter()
+        .map(|r| r.iter().map(|c| c.mean).collect())
+        .collect();
+    let bold = best_cells(&means, aggregated, height, headers.len(), |ci| {
+        LEAD + 3 * ci
+    });
+    Ok(Exported {
+        frame,
+        layout: Layout {
+            groups: group_spans(LEAD, 3 * per_group),
+            headers,
+            decimals,
+            bold,
+            spread,
+            row_count: Some(1),
+        },
+        warnings: Vec::new(),
+    })
+}

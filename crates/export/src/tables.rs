@@ -1,0 +1,179 @@
+//! The long tables: every metric row, chosen curves by step, each run's resolved configuration.
+
+use super::*;
+
+/// One row per run: `run` (its id), then every key of its `run.toml` flattened to a dotted path
+/// (`train.lr`, `model.transformer.layers`, `corpus.dir.path`), values as TOML writes them
+/// (strings bare). Keys whose values differ between the runs, or that some runs lack, come first;
+/// both parts sorted.
+pub(crate) fn config_table(stores: &[LoadedStore]) -> Result<Exported, StoreError> {
+    let mut flat = Vec::new();
+    for s in stores {
+        let table: toml::Table = s.run.config_toml.parse().map_err(|e: toml::de::Error| {
+            StoreError::Invalid(format!(
+                "run {}: its recorded configuration is not TOML: {}",
+                s.run.run_id,
+                e.message()
+            ))
+        })?;
+        let mut keys = BTreeMap::new();
+        flatten_toml("", &toml::Value::Table(table), &mut keys);
+        flat.push(keys);
+    }
+    let all: std::collections::BTreeSet<&String> = flat.iter().flat_map(|k| k.keys()).collect();
+    let (differ, same): (Vec<&String>, Vec<&String>) = all.into_iter().partition(|key| {
+        let first = flat[0].get(*key);
+        flat.iter().any(|k| k.get(*key) != first)
+    });
+    let height = stores.len();
+    let mut columns = vec![Column::new(
+        "run".into(),
+        stores
+            .iter()
+            .map(|s| s.run.run_id.clone())
+            .collect::<Vec<_>>(),
+    )];
+    for key in differ.iter().chain(&same) {
+        let values: Vec<Option<String>> = flat.iter().map(|k| k.get(*key).cloned()).collect();
+        columns.push(Column::new(key.as_str().into(), values));
+    }
+    let mut out = plain(DataFrame::new(height, columns)?);
+    out.warnings = warnings_of(stores);
+    Ok(out)
+}
+
+/// `value`'s leaves under dotted keys below `prefix`; array elements as `key[i]`.
+pub(crate) fn flatten_toml(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>) {
+    let join = |key: &str| {
+        if prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{prefix}.{key}")
+        }
+    };
+    match value {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                flatten_toml(&join(k), v, out);
+            }
+        }
+        toml::Value::Array(items) if items.iter().any(|v| v.is_table()) => {
+            for (i, v) in items.iter().enumerate() {
+                flatten_toml(&format!("{prefix}[{i}]"), v, out);
+            }
+        }
+        toml::Value::String(text) => {
+            out.insert(prefix.to_string(), text.clone());
+        }
+        other => {
+            out.insert(prefix.to_string(), other.to_string());
+        }
+    }
+}
+
+pub(crate) fn metrics_table(
+    stores: &[LoadedStore],
+    req: &ExportRequest,
+) -> Result<Exported, StoreError> {
+    let split = req.split.as_deref();
+    let df = match req.step {
+        None => query::metric_rows(&query::cross_run(stores)?, split, None)?,
+        Some(StepChoice::At(n)) => query::metric_rows(&query::cross_run(stores)?, split, Some(n))?,
+        Some(choice) => {
+            // last/best are per run: the step each run is taken at.
+            let held = held_out(req)?;
+            let mut out = conelab_store::empty_metrics();
+            for s in stores {
+                let step = resolve_step(s, held, choice)?;
+                out.vstack_mut(&query::metric_rows(&s.metrics, split, Some(step))?)?;
+            }
+            out
+        }
+    };
+    let mut out = plain(df.select(conelab_store::METRIC_COLUMNS)?);
+    out.warnings = warnings_of(stores);
+    Ok(out)
+}
+
+/// A curve name: `SPLIT/METRIC` (group total) or `SPLIT/GROUP/METRIC`.
+pub(crate) fn parse_curve(name: &str) -> Result<(String, String, String), StoreError> {
+    let parts: Vec<&str> = name.split('/').collect();
+    match parts.as_slice() {
+        [s, m] if !s.is_empty() && !m.is_empty() => {
+            Ok((s.to_string(), "total".into(), m.to_string()))
+        }
+        [s, g, m] if !s.is_empty() && !g.is_empty() && !m.is_empty() => {
+            Ok((s.to_string(), g.to_string(), m.to_string()))
+        }
+        _ => Err(StoreError::Invalid(format!(
+            "'{name}' is not a curve: use SPLIT/METRIC or SPLIT/GROUP/METRIC, e.g. valid/ppl or embedding/rare/i1"
+        ))),
+    }
+}
+
+/// Known curve names of a set of runs, for error messages.
+pub(crate) fn known_curves(stores: &[LoadedStore]) -> Result<Vec<String>, StoreError> {
+    let mut names = std::collections::BTreeSet::new();
+    for s in stores {
+        for v in query::last_values_vec(&s.metrics)? {
+            if v.split == split::SPECTRUM {
+                continue;
+            }
+            names.insert(if v.group == "total" {
+                format!("{}/{}", v.split, v.metric)
+            } else {
+                format!("{}/{}/{}", v.split, v.group, v.metric)
+            });
+        }
+    }
+    Ok(names.into_iter().collect())
+}
+
+pub(crate) fn curves(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, StoreError> {
+    let names: Vec<String> = if req.metrics.is_empty() {
+        DEFAULT_CURVES.iter().map(|s| s.to_string()).collect()
+    } else {
+        req.metrics.clone()
+    };
+    let parsed = names
+        .iter()
+        .map(|n| parse_curve(n))
+        .collect::<Result<Vec<_>, _>>()?;
+    // (run index, step) → value per curve.
+    let mut rows: BTreeMap<(usize, u64), Vec<Option<f64>>> = BTreeMap::new();
+    for (ci, (sp, g, m)) in parsed.iter().enumerate() {
+        let mut found = false;
+        for (ri, s) in stores.iter().enumerate() {
+            let h = query::history(&s.metrics, sp, g, m, 0)?;
+            found |= !h.is_empty();
+            for (step, v) in h.steps.iter().zip(&h.values) {
+                rows.entry((ri, *step))
+                    .or_insert_with(|| vec![None; parsed.len()])[ci] = Some(*v);
+            }
+        }
+        if !found && !req.metrics.is_empty() {
+            let known = known_curves(stores)?;
+            return Err(StoreError::Invalid(format!(
+                "unknown metric '{}' (known: {})",
+                names[ci],
+                known.join(", ")
+            )));
+        }
+    }
+    let ids: Vec<&str> = rows
+        .keys()
+        .map(|(r, _)| stores[*r].run.run_id.as_str())
+        .collect();
+    let steps: Vec<u64> = rows.keys().map(|(_, s)| *s).collect();
+    let mut columns = vec![
+        Column::new(c::RUN_ID.into(), ids),
+        Column::new(c::STEP.into(), steps),
+    ];
+    for (ci, name) in names.iter().enumerate() {
+        let v: Vec<Option<f64>> = rows.values().map(|r| r[ci]).collect();
+        columns.push(Column::new(name.as_str().into(), v));
+    }
+    let mut out = plain(DataFrame::new(rows.len(), columns)?);
+    out.warnings = warnings_of(stores);
+    Ok(out)
+}
