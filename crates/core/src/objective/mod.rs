@@ -6,12 +6,20 @@
 //! (so a resumed run continues with the settings it had), and is changed between two optimizer
 //! steps by an [`ObjectiveChange`] sent through the engine's command channel. The tensor functions
 //! that implement them live in the training crate, one file each.
+//!
+//! Here the settings themselves; their checks in [`validate`](Objectives::validate)
+//! (`validate.rs`); the command line's `--objective`, `--reg` and `--freeze` in `args.rs`.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 use conelab_data::Group;
+
+mod args;
+mod validate;
+
+pub use args::LossArg;
 
 /// The data term of the loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
@@ -42,51 +50,6 @@ impl LossKind {
     /// Whether the loss needs the full softmax over the vocabulary.
     pub fn is_full_softmax(self) -> bool {
         self == LossKind::Mle
-    }
-}
-
-/// `--objective`: the data term, and for AND whether its scores are squashed: `mle`, `nce`,
-/// `nce-r`, `and`, `and:squash` or `and:nosquash`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LossArg {
-    pub kind: LossKind,
-    /// AND's squashing when named (`and:squash` / `and:nosquash`); plain `and` keeps what the
-    /// configuration says.
-    pub squash: Option<bool>,
-}
-
-impl LossArg {
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let (name, option) = match s.split_once(':') {
-            Some((n, o)) => (n.trim(), Some(o.trim())),
-            None => (s.trim(), None),
-        };
-        let kind = [LossKind::Mle, LossKind::Nce, LossKind::NceR, LossKind::And]
-            .into_iter()
-            .find(|k| k.name() == name)
-            .ok_or_else(|| {
-                format!("unknown objective `{name}` (expected mle, nce, nce-r, and or and:squash)")
-            })?;
-        let squash = match (kind, option) {
-            (_, None) => None,
-            (LossKind::And, Some("squash")) => Some(true),
-            (LossKind::And, Some("nosquash")) => Some(false),
-            (LossKind::And, Some(o)) => {
-                return Err(format!(
-                    "and:{o}: the only options are squash and nosquash (and:squash, and:nosquash)"
-                ));
-            }
-            (k, Some(o)) => return Err(format!("{}:{o}: {} takes no option", k.name(), k.name())),
-        };
-        Ok(Self { kind, squash })
-    }
-
-    /// Sets the loss; for AND also the squashing where it is named.
-    pub fn apply(self, o: &mut Objectives) {
-        o.loss = self.kind;
-        if let Some(squash) = self.squash {
-            o.and_lm.squash = squash;
-        }
     }
 }
 
@@ -141,7 +104,7 @@ impl Term {
         }
     }
 
-    fn parse(name: &str) -> Option<Term> {
+    pub(crate) fn parse(name: &str) -> Option<Term> {
         Term::ALL
             .into_iter()
             .find(|t| t.name() == name)
@@ -588,7 +551,7 @@ impl Objectives {
         }
     }
 
-    fn term_mut(&mut self, term: Term) -> (&mut bool, &mut f64) {
+    pub(crate) fn term_mut(&mut self, term: Term) -> (&mut bool, &mut f64) {
         match term {
             Term::Cos => (&mut self.cos.enabled, &mut self.cos.weight),
             Term::Lap => (&mut self.lap.enabled, &mut self.lap.weight),
@@ -702,206 +665,6 @@ impl Objectives {
             parts.remove(0);
         }
         parts.join(" + ")
-    }
-
-    /// Checks weights and combinations; the message names the setting.
-    pub fn validate(&self, group_sizes: [usize; 3]) -> Result<(), String> {
-        let finite_nonneg = |what: &str, x: f64| {
-            if x.is_finite() && x >= 0.0 {
-                Ok(())
-            } else {
-                Err(format!("{what} weight {x} must be a finite number ≥ 0"))
-            }
-        };
-        for term in Term::ALL {
-            let (_, w) = self.term(term);
-            finite_nonneg(term.name(), w)?;
-        }
-        finite_nonneg("nce-r alpha", self.nce.alpha)?;
-        finite_nonneg("and alpha", self.and_lm.alpha)?;
-        if !(self.and_lm.gamma > 0.0 && self.and_lm.gamma <= 1.0) {
-            return Err(format!(
-                "and fraction γ = {} must be in (0, 1]",
-                self.and_lm.gamma
-            ));
-        }
-        finite_nonneg("spectrum lambda_orth", self.spectrum.lambda_orth)?;
-        finite_nonneg("spectrum lambda_spec", self.spectrum.lambda_spec)?;
-        if self.agg.alpha <= 0.0 {
-            return Err(format!("agg α = {} must be > 0", self.agg.alpha));
-        }
-        if self.agg.memory == Some(0) {
-            return Err("agg memory must be at least 1 update".into());
-        }
-        if self.nce.noise == 0 {
-            return Err("nce noise samples k must be at least 1".into());
-        }
-        if !(self.nce.fraction > 0.0 && self.nce.fraction <= 1.0) {
-            return Err(format!(
-                "nce fraction γ = {} must be in (0, 1]",
-                self.nce.fraction
-            ));
-        }
-        if !(self.spectrum.gamma.is_finite() && self.spectrum.gamma > 0.0) {
-            return Err(format!("spectrum γ = {} must be > 0", self.spectrum.gamma));
-        }
-        if !(self.spectrum.c2.is_finite() && self.spectrum.c2 > 0.0) {
-            return Err(format!("spectrum c2 = {} must be > 0", self.spectrum.c2));
-        }
-        if let SpectrumC1::Fixed(c1) = self.spectrum.c1
-            && !(c1.is_finite() && c1 > 0.0)
-        {
-            return Err(format!(
-                "spectrum c1 = {c1} must be a number > 0 (or auto: σ_1 at switch-on)"
-            ));
-        }
-        if self.loss == LossKind::And && self.and_lm.alpha == 0.0 && !self.and_lm.squash {
-            return Err("and with α = 0 and no squash has no bound: −s[y] alone drives the scores to infinity (give α > 0 or use and:squash)".into());
-        }
-        let gated = self.agg.enabled || self.gate_freeze != GateParts::None;
-        if !self.loss.is_full_softmax() {
-            let name = self.loss.name();
-            if gated {
-                return Err(format!(
-                    "{name} cannot be combined with gradient gating (agg, gate-freeze): gates act on the full-softmax gradient"
-                ));
-            }
-            if self.ul.enabled {
-                return Err(format!(
-                    "{name} cannot be combined with unlikelihood: it needs the full softmax"
-                ));
-            }
-            if self.dev.enabled {
-                return Err(format!(
-                    "{name} cannot be combined with dev: NCE fixes log Z at 0, NCE-R and AND carry their own (log Z)² term"
-                ));
-            }
-        }
-        if self.agg.enabled && self.gate_freeze != GateParts::None {
-            return Err("agg and gate-freeze cannot both be on: gate-freeze is AGG with static groups and gates 0".into());
-        }
-        if self.spectrum.enabled && self.freeze.any() {
-            return Err("spectrum control and group freezing cannot both be on: under spectrum control W = U·diag(σ)·Vᵀ has no rows of its own to freeze".into());
-        }
-        for (group, size) in Group::ALL.into_iter().zip(group_sizes) {
-            if self.freeze.is_frozen(group) && size == 0 {
-                return Err(format!("cannot freeze the {group} group: it is empty"));
-            }
-        }
-        if self.gate_freeze != GateParts::None && group_sizes[2] == 0 {
-            return Err("gate-freeze acts on the rare group, which is empty".into());
-        }
-        Ok(())
-    }
-
-    /// Applies one `--reg` argument: `NAME=WEIGHT[:OPTION…]` or `NAME=off`. Names: cos, lap, agg
-    /// (options g1, g2, static, memory=K, warm, paper), sc (options exp|poly, gamma=, c2=,
-    /// c1=auto|X, orth=, spec=), dev, ul.
-    pub fn apply_reg_arg(&mut self, arg: &str) -> Result<(), String> {
-        let (name, value) = arg
-            .split_once('=')
-            .ok_or_else(|| format!("--reg {arg}: expected NAME=WEIGHT, e.g. cos=1.0"))?;
-        let term = Term::parse(name.trim()).ok_or_else(|| {
-            format!(
-                "--reg {arg}: unknown regulariser `{name}` (expected cos, lap, agg, sc, dev or ul)"
-            )
-        })?;
-        let mut fields = value.split(':');
-        let first = fields.next().unwrap_or_default().trim();
-        if first == "off" {
-            *self.term_mut(term).0 = false;
-            return Ok(());
-        }
-        let parse_num = |s: &str, what: &str| -> Result<f64, String> {
-            s.trim()
-                .parse::<f64>()
-                .map_err(|_| format!("--reg {arg}: {what} `{s}` is not a number"))
-        };
-        // Spectrum control spells its prior first: sc=exp:1.0 (the form) or sc=1.0:exp.
-        let mut options: Vec<&str> = fields.collect();
-        let weight = if term == Term::Spectrum && (first == "exp" || first == "poly") {
-            let w = options
-                .first()
-                .copied()
-                .ok_or_else(|| format!("--reg {arg}: expected sc=exp:λ or sc=poly:λ"))?;
-            options.remove(0);
-            options.insert(0, first);
-            parse_num(w, "weight")?
-        } else {
-            parse_num(first, "weight")?
-        };
-        {
-            let (on, w) = self.term_mut(term);
-            *on = true;
-            *w = weight;
-        }
-        for opt in options {
-            let opt = opt.trim();
-            let (key, val) = match opt.split_once('=') {
-                Some((k, v)) => (k, Some(v)),
-                None => (opt, None),
-            };
-            let bad = || format!("--reg {arg}: unknown option `{opt}` for {name}");
-            match (term, key, val) {
-                (Term::Agg, "g1", None) => self.agg.gates = GateSet::G1,
-                (Term::Agg, "g2", None) => self.agg.gates = GateSet::G2,
-                (Term::Agg, "static", None) => self.agg.static_groups = true,
-                (Term::Agg, "warm", None) => self.agg.counter = AggCounter::Warm,
-                (Term::Agg, "paper", None) => self.agg.counter = AggCounter::Paper,
-                (Term::Agg, "memory", Some(v)) => {
-                    self.agg.memory = Some(v.trim().parse().map_err(|_| {
-                        format!("--reg {arg}: memory `{v}` is not a whole number of updates")
-                    })?)
-                }
-                (Term::Spectrum, "exp", None) => self.spectrum.prior = Prior::Exponential,
-                (Term::Spectrum, "poly", None) => self.spectrum.prior = Prior::Polynomial,
-                (Term::Spectrum, "gamma", Some(v)) => self.spectrum.gamma = parse_num(v, "gamma")?,
-                (Term::Spectrum, "c2", Some(v)) => self.spectrum.c2 = parse_num(v, "c2")?,
-                (Term::Spectrum, "c1", Some(v)) => {
-                    self.spectrum.c1 = SpectrumC1::parse(v).ok_or_else(|| {
-                        format!("--reg {arg}: c1 `{v}` is neither auto nor a number")
-                    })?
-                }
-                (Term::Spectrum, "orth", Some(v)) => {
-                    self.spectrum.lambda_orth = parse_num(v, "orth")?
-                }
-                (Term::Spectrum, "spec", Some(v)) => {
-                    self.spectrum.lambda_spec = parse_num(v, "spec")?
-                }
-                _ => return Err(bad()),
-            }
-        }
-        Ok(())
-    }
-
-    /// Applies one `--freeze GROUP[@UNTIL_STEP]` argument.
-    pub fn apply_freeze_arg(&mut self, arg: &str) -> Result<(), String> {
-        let (group, until) = match arg.split_once('@') {
-            Some((g, u)) => (
-                g,
-                Some(
-                    u.trim()
-                        .parse::<u64>()
-                        .map_err(|_| format!("--freeze {arg}: `{u}` is not a step number"))?,
-                ),
-            ),
-            None => (arg, None),
-        };
-        let group = match group.trim() {
-            "frequent" | "freq" => Group::Frequent,
-            "medium" | "med" => Group::Medium,
-            "rare" => Group::Rare,
-            other => {
-                return Err(format!(
-                    "--freeze {arg}: unknown group `{other}` (expected frequent, medium or rare)"
-                ));
-            }
-        };
-        self.freeze.set(group, true);
-        if until.is_some() {
-            self.freeze.until = until;
-        }
-        Ok(())
     }
 }
 
