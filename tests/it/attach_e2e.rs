@@ -119,7 +119,10 @@ fn no_process_left(run: &Path) {
 }
 
 fn read_exit(path: &Path) -> String {
-    wait_until(&format!("{}", path.display()), || path.is_file());
+    // `echo $? > FILE` creates the file before it writes the line: wait for the whole line.
+    wait_until(&format!("{}", path.display()), || {
+        std::fs::read_to_string(path).is_ok_and(|t| t.ends_with('\n'))
+    });
     std::fs::read_to_string(path)
         .expect("exit status")
         .trim()

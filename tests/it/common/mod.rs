@@ -216,7 +216,14 @@ impl Tmux {
     /// Waits (90 s at most) for the shell to write conelab's exit status into `file`; returns it.
     pub fn wait_for_exit(&self, file: &Path) -> String {
         let start = Instant::now();
-        while !file.exists() {
+        // `echo $? > FILE` creates the file before it writes the line: wait for the whole line
+        // (reading at creation gave "" once in CI).
+        loop {
+            if let Ok(text) = std::fs::read_to_string(file)
+                && text.ends_with('\n')
+            {
+                return text.trim().to_string();
+            }
             assert!(
                 start.elapsed() < Duration::from_secs(90),
                 "conelab did not exit; the screen:\n{}",
@@ -224,10 +231,6 @@ impl Tmux {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        std::fs::read_to_string(file)
-            .expect("exit status")
-            .trim()
-            .to_string()
     }
 
     /// Polls the screen until it contains `needle`.
