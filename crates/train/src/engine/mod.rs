@@ -10,6 +10,7 @@ pub mod fused_adamw;
 mod grad_norm;
 mod trainer;
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
@@ -62,7 +63,7 @@ pub enum EngineError {
     /// where it gave one.
     #[error("backend error: {what}")]
     Backend {
-        what: String,
+        what: Cow<'static, str>,
         #[source]
         source: Option<BoxError>,
     },
@@ -70,7 +71,11 @@ pub enum EngineError {
 
 impl EngineError {
     /// For `map_err`: the backend's error, with what was being done.
-    pub fn backend<E: Into<BoxError>>(what: impl Into<String>) -> impl FnOnce(E) -> Self {
+    /// `what` is borrowed when it is a literal: the steps call this on every read-back, and a
+    /// step that succeeds allocates nothing for it.
+    pub fn backend<E: Into<BoxError>>(
+        what: impl Into<Cow<'static, str>>,
+    ) -> impl FnOnce(E) -> Self {
         let what = what.into();
         move |e| EngineError::Backend {
             what,
@@ -88,7 +93,7 @@ impl EngineError {
     }
 
     /// A backend failure no library error stands behind (a number that is not finite).
-    pub fn backend_says(what: impl Into<String>) -> Self {
+    pub fn backend_says(what: impl Into<Cow<'static, str>>) -> Self {
         EngineError::Backend {
             what: what.into(),
             source: None,
