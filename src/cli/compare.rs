@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::Args;
+use conelab::base::error::Invalid;
 use conelab::base::exit::ExitStatus;
 
 use conelab::run::{self};
@@ -41,12 +42,17 @@ pub enum XAxisArg {
 }
 
 /// `--smoothing`: a weight from 0 (raw) to the view's maximum.
-fn smoothing_weight(text: &str) -> std::result::Result<f64, String> {
+fn smoothing_weight(text: &str) -> std::result::Result<f64, Invalid> {
     let max = conelab::tui::compare::MAX_SMOOTHING;
-    text.parse::<f64>()
-        .ok()
-        .filter(|w| (0.0..=max).contains(w))
-        .ok_or_else(|| format!("a weight from 0 (raw) to {max}"))
+    let expected = format!("a weight from 0 (raw) to {max}");
+    let w = text
+        .parse::<f64>()
+        .map_err(Invalid::because(expected.as_str()))?;
+    if (0.0..=max).contains(&w) {
+        Ok(w)
+    } else {
+        Err(expected.into())
+    }
 }
 
 pub fn exec(args: CompareArgs) -> Result<ExitStatus> {

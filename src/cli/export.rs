@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
+use conelab::base::error::Invalid;
+
 use conelab::run::say;
 use conelab::store::export::{self, StepChoice};
 
@@ -80,7 +82,7 @@ pub enum AggregateArg {
     Seeds,
 }
 
-fn parse_step_choice(s: &str) -> Result<StepChoice, String> {
+fn parse_step_choice(s: &str) -> Result<StepChoice, Invalid> {
     s.parse()
 }
 

@@ -123,11 +123,14 @@ fn task(dir: &Path, index: usize) -> Result<ExitStatus> {
     use std::os::unix::process::CommandExt;
     let record = conelab::sweep::record::SweepRecord::read(dir).map_err(RunError::bad_input)?;
     let run = record.runs.get(index).ok_or_else(|| {
-        RunError::Usage(format!(
-            "task {index}: the sweep in {} has {} runs",
-            dir.display(),
-            record.runs.len()
-        ))
+        RunError::Usage(
+            format!(
+                "task {index}: the sweep in {} has {} runs",
+                dir.display(),
+                record.runs.len()
+            )
+            .into(),
+        )
     })?;
     let Some(args) = conelab::sweep::local::task_args(run) else {
         print_stdout(&format!("{}: completed before, kept\n", run.name))?;

@@ -562,7 +562,12 @@ fn a_command_whose_side_effect_fails_changes_nothing() {
         })
     });
     let reason = refused.expect_err("refused");
-    assert!(reason.contains("factorise"), "{reason}");
+    assert!(reason.to_string().contains("factorise"), "{reason}");
+    // The injected I/O error is kept as the refusal's cause, not folded into its text.
+    let cause = std::error::Error::source(&reason)
+        .and_then(|c| c.downcast_ref::<std::io::Error>())
+        .expect("the I/O error is the cause");
+    assert_eq!(cause.raw_os_error(), Some(5), "EIO");
     assert_eq!(t.objectives(), &before);
     assert!(!t.objectives().spectrum.enabled);
     assert!(t.model().spectral().is_none());

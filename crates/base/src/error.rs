@@ -23,6 +23,53 @@ pub fn chain(error: &(dyn Error + 'static)) -> String {
     line
 }
 
+/// Input that cannot work — an option, a setting, a change asked of a run, a line of a file — in
+/// a user's words, with the parser's or the library's own error behind it where one stands
+/// behind it (a number that does not parse, a tensor that cannot be read back).
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct Invalid {
+    what: String,
+    #[source]
+    source: Option<BoxError>,
+}
+
+impl Invalid {
+    /// A refusal no other error stands behind.
+    pub fn new(what: impl Into<String>) -> Self {
+        Self {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    /// For `map_err`: `what` is refused because of the error passed in, which is kept.
+    pub fn because<E: Into<BoxError>>(what: impl Into<String>) -> impl FnOnce(E) -> Self {
+        let what = what.into();
+        move |e| Self {
+            what,
+            source: Some(e.into()),
+        }
+    }
+
+    /// What is wrong, without the cause.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+}
+
+impl From<String> for Invalid {
+    fn from(what: String) -> Self {
+        Self::new(what)
+    }
+}
+
+impl From<&str> for Invalid {
+    fn from(what: &str) -> Self {
+        Self::new(what)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +93,22 @@ mod tests {
         );
         let plain = std::io::Error::other("alone");
         assert_eq!(chain(&plain), "alone");
+    }
+
+    #[test]
+    fn a_refusal_keeps_the_parsers_error() {
+        let parse = "1e".parse::<f64>().expect_err("not a number");
+        let e = Invalid::because("--reg cos=1e: the weight is not a number")(parse.clone());
+        // The line a user sees names the refusal first and the parser's words after it.
+        assert_eq!(e.to_string(), "--reg cos=1e: the weight is not a number");
+        assert_eq!(chain(&e), format!("{}: {parse}", e.what()));
+        let source = e.source().expect("the cause is kept");
+        assert_eq!(
+            source.downcast_ref::<std::num::ParseFloatError>(),
+            Some(&parse)
+        );
+        let plain = Invalid::from("lr must be positive");
+        assert!(plain.source().is_none());
+        assert_eq!(chain(&plain), "lr must be positive");
     }
 }

@@ -13,6 +13,8 @@
 //! (an analysis), `store.panic` (the recorder, at a step's rows), `spectrum.switch` (factorising
 //! W fails).
 
+use crate::error::Invalid;
+use crate::error::chain;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
@@ -33,7 +35,7 @@ struct Plan {
 }
 
 impl Plan {
-    fn parse(text: &str) -> Result<Self, String> {
+    fn parse(text: &str) -> Result<Self, Invalid> {
         let mut rules = Vec::new();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let bad = || format!("CONELAB_FAULT: {part:?}: expected POINT:N:ERRNO");
@@ -41,19 +43,19 @@ impl Plan {
             let (Some(point), Some(n), Some(err), None) =
                 (it.next(), it.next(), it.next(), it.next())
             else {
-                return Err(bad());
+                return Err(bad().into());
             };
             let (n, and_later) = match n.strip_suffix('+') {
                 Some(n) => (n, true),
                 None => (n, false),
             };
-            let nth: u64 = n.parse().map_err(|_| bad())?;
+            let nth: u64 = n.parse().map_err(|e| Invalid::because(bad())(e))?;
             let errno = match err {
                 "ENOSPC" => libc::ENOSPC,
                 "EIO" => libc::EIO,
                 "EACCES" => libc::EACCES,
                 "ENOENT" => libc::ENOENT,
-                _ => return Err(bad()),
+                _ => return Err(bad().into()),
             };
             rules.push(Rule {
                 point: point.to_string(),
@@ -90,7 +92,7 @@ fn global() -> &'static Mutex<Plan> {
             .map(|t| Plan::parse(&t))
             .transpose()
             .unwrap_or_else(|e| {
-                eprintln!("conelab: warning: {e}; no faults injected");
+                eprintln!("conelab: warning: {}; no faults injected", chain(&e));
                 None
             })
             .unwrap_or_default();

@@ -54,9 +54,9 @@ pub fn random_corpus(
     seed: u64,
 ) -> Result<Corpus, EngineError> {
     if vocab < 3 {
-        return Err(EngineError::Config(format!(
-            "vocabulary {vocab} must be at least 3 (<eos>, <unk> and one word)"
-        )));
+        return Err(EngineError::Config(
+            format!("vocabulary {vocab} must be at least 3 (<eos>, <unk> and one word)").into(),
+        ));
     }
     let words = vocab - 2;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -758,9 +758,9 @@ pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, conelab_store::St
             },
         )?;
         if points == 0 || points > b.points {
-            return Err(store::StoreError::Invalid(format!(
-                "history has {points} points"
-            )));
+            return Err(store::StoreError::Invalid(
+                format!("history has {points} points").into(),
+            ));
         }
         let mib = std::fs::read_dir(long.join(store::STORE_DIR))
             .map(|d| {

@@ -309,7 +309,9 @@ fn timed_run(
                     last = Some((s.step, now));
                 }
                 Event::Finished { .. } => done = true,
-                Event::Failed { message, .. } => return Err(EngineError::Config(message.clone())),
+                Event::Failed { message, .. } => {
+                    return Err(EngineError::Config(message.as_str().into()));
+                }
                 _ => {}
             }
             if tui {

@@ -145,7 +145,7 @@ impl ModelConfig {
     }
 
     /// Checks the shape parameters; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), conelab_base::error::Invalid> {
         let positive = |name: &str, v: usize| {
             if v == 0 {
                 Err(format!("model.{name} must be at least 1"))
@@ -172,10 +172,11 @@ impl ModelConfig {
                     return Err(format!(
                         "model.d_model {} is not divisible by model.heads {}",
                         t.d_model, t.heads
-                    ));
+                    )
+                    .into());
                 }
                 if !(t.init_std.is_finite() && t.init_std > 0.0) {
-                    return Err(format!("model.init_std {} must be positive", t.init_std));
+                    return Err(format!("model.init_std {} must be positive", t.init_std).into());
                 }
             }
             ModelConfig::Lstm(l) => {
@@ -185,10 +186,9 @@ impl ModelConfig {
                 positive("bptt", l.bptt)?;
                 dropout(l.dropout)?;
                 if !(l.init_range.is_finite() && l.init_range > 0.0) {
-                    return Err(format!(
-                        "model.init_range {} must be positive",
-                        l.init_range
-                    ));
+                    return Err(
+                        format!("model.init_range {} must be positive", l.init_range).into(),
+                    );
                 }
             }
         }

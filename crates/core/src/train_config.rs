@@ -89,7 +89,7 @@ impl Default for TrainConfig {
 
 impl TrainConfig {
     /// Checks every setting; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), conelab_base::error::Invalid> {
         let check = |ok: bool, what: String| if ok { Ok(()) } else { Err(what) };
         check(
             self.batch >= 1,
@@ -223,11 +223,11 @@ mod tests {
             lr: -1.0,
             ..TrainConfig::default()
         };
-        assert!(bad.validate().unwrap_err().contains("lr"));
+        assert!(bad.validate().unwrap_err().to_string().contains("lr"));
         let bad = TrainConfig {
             batch: 0,
             ..TrainConfig::default()
         };
-        assert!(bad.validate().unwrap_err().contains("batch"));
+        assert!(bad.validate().unwrap_err().to_string().contains("batch"));
     }
 }

@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use polars::prelude::*;
 use polars_io::prelude::*;
 
+use conelab_base::error::Invalid;
 use conelab_core::run_dir::matrix::load_matrix;
 use conelab_data::GroupBounds;
 use conelab_metrics::matrix::{Embeddings, RowGroups};
@@ -78,15 +79,17 @@ pub enum StepChoice {
 }
 
 impl std::str::FromStr for StepChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
         match s {
             "last" => Ok(StepChoice::Last),
             "best" => Ok(StepChoice::Best),
             n => n
                 .parse()
                 .map(StepChoice::At)
-                .map_err(|_| format!("'{s}' is not a step: use last, best or a number")),
+                .map_err(Invalid::because(format!(
+                    "'{s}' is not a step: use last, best or a number"
+                ))),
         }
     }
 }
@@ -166,10 +169,9 @@ fn load_stores(runs: &[PathBuf]) -> Result<Vec<LoadedStore>, StoreError> {
     runs.iter()
         .map(|r| {
             if !r.is_dir() {
-                return Err(StoreError::Invalid(format!(
-                    "{}: no such run directory",
-                    r.display()
-                )));
+                return Err(StoreError::Invalid(
+                    format!("{}: no such run directory", r.display()).into(),
+                ));
             }
             conelab_store::load(r)
         })
@@ -195,9 +197,9 @@ fn held_out(req: &ExportRequest) -> Result<&str, StoreError> {
     match req.split.as_deref() {
         None => Ok(split::VALID),
         Some(s @ (split::VALID | split::TEST)) => Ok(s),
-        Some(other) => Err(StoreError::Invalid(format!(
-            "unknown split '{other}': use valid or test"
-        ))),
+        Some(other) => Err(StoreError::Invalid(
+            format!("unknown split '{other}': use valid or test").into(),
+        )),
     }
 }
 
@@ -215,9 +217,9 @@ pub fn resolve_step(
     let evals = eval_steps(store, split)?;
     let run = &store.run.run_id;
     if evals.is_empty() {
-        return Err(StoreError::Invalid(format!(
-            "run {run} has no {split} evaluation in its store"
-        )));
+        return Err(StoreError::Invalid(
+            format!("run {run} has no {split} evaluation in its store").into(),
+        ));
     }
     match choice {
         StepChoice::Last => Ok(evals.iter().map(|e| e.0).max().unwrap_or(0)),
@@ -232,10 +234,13 @@ pub fn resolve_step(
                 Ok(n)
             } else {
                 let known: Vec<String> = evals.iter().map(|e| e.0.to_string()).collect();
-                Err(StoreError::Invalid(format!(
-                    "run {run} has no {split} evaluation at step {n} (evaluated at {})",
-                    abbreviate(&known)
-                )))
+                Err(StoreError::Invalid(
+                    format!(
+                        "run {run} has no {split} evaluation at step {n} (evaluated at {})",
+                        abbreviate(&known)
+                    )
+                    .into(),
+                ))
             }
         }
     }
@@ -319,9 +324,14 @@ mod tests {
 
     #[test]
     fn step_choices_parse() {
-        assert_eq!("last".parse(), Ok(StepChoice::Last));
-        assert_eq!("best".parse(), Ok(StepChoice::Best));
-        assert_eq!("500".parse(), Ok(StepChoice::At(500)));
-        assert!("soon".parse::<StepChoice>().is_err());
+        let step = |s: &str| s.parse::<StepChoice>().ok();
+        assert_eq!(step("last"), Some(StepChoice::Last));
+        assert_eq!(step("best"), Some(StepChoice::Best));
+        assert_eq!(step("500"), Some(StepChoice::At(500)));
+        let e = "soon".parse::<StepChoice>().expect_err("not a step");
+        assert_eq!(e.to_string(), "'soon' is not a step: use last, best or a number");
+        // The integer parser's own error is kept behind ours.
+        let cause = std::error::Error::source(&e).expect("the parser's error");
+        assert!(cause.downcast_ref::<std::num::ParseIntError>().is_some(), "{cause}");
     }
 }

@@ -18,15 +18,13 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
     let mut table: Vec<Vec<Vec<(String, f32, String)>>> = Vec::new();
     for run in &req.runs {
         let checkpoint = checkpoint_for(run, req)?;
-        let m = load_matrix(&checkpoint, None).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let m = load_matrix(&checkpoint, None).map_err(StoreError::bad_input)?;
         let tokens = m.tokens.as_deref().ok_or_else(|| {
-            StoreError::Invalid(format!(
-                "{}: checkpoint has no vocabulary",
-                checkpoint.display()
-            ))
+            StoreError::Invalid(
+                format!("{}: checkpoint has no vocabulary", checkpoint.display()).into(),
+            )
         })?;
-        let w =
-            Embeddings::new(m.n, m.d, &m.data).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let w = Embeddings::new(m.n, m.d, &m.data).map_err(StoreError::bad_input)?;
         let bounds = m
             .group_bounds
             .and_then(|[a, b]| GroupBounds::new(a, b).ok())
@@ -39,7 +37,7 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
         let mut per_word = Vec::new();
         for word in &req.words {
             let id = conelab_train::analysis::resolve_word(word, Some(tokens), m.n)
-                .map_err(|e| StoreError::Invalid(format!("{}: {e}", run.display())))?;
+                .map_err(|e| StoreError::Invalid(Invalid::because(run.display().to_string())(e)))?;
             per_word.push(
                 index
                     .query(id, req.k, Similarity::Cosine)
@@ -142,11 +140,8 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
 
 /// The checkpoint folder of a run for the chosen step.
 pub(crate) fn checkpoint_for(run: &Path, req: &ExportRequest) -> Result<PathBuf, StoreError> {
-    let dir =
-        conelab_core::run_dir::RunDir::open(run).map_err(|e| StoreError::Invalid(e.to_string()))?;
-    let all = dir
-        .checkpoints()
-        .map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let dir = conelab_core::run_dir::RunDir::open(run).map_err(StoreError::bad_input)?;
+    let all = dir.checkpoints().map_err(StoreError::bad_input)?;
     let step_of = |p: &PathBuf| {
         p.file_name()
             .and_then(|n| n.to_str())
@@ -155,9 +150,7 @@ pub(crate) fn checkpoint_for(run: &Path, req: &ExportRequest) -> Result<PathBuf,
     };
     let want = match req.step.unwrap_or(StepChoice::Last) {
         StepChoice::Last => {
-            return dir
-                .latest_checkpoint()
-                .map_err(|e| StoreError::Invalid(e.to_string()));
+            return dir.latest_checkpoint().map_err(StoreError::bad_input);
         }
         StepChoice::At(n) => n,
         StepChoice::Best => {
@@ -174,14 +167,17 @@ pub(crate) fn checkpoint_for(run: &Path, req: &ExportRequest) -> Result<PathBuf,
                 .filter_map(step_of)
                 .map(|s| s.to_string())
                 .collect();
-            StoreError::Invalid(format!(
-                "{}: no checkpoint at step {want} (checkpoints: {})",
-                run.display(),
-                if have.is_empty() {
-                    "none".into()
-                } else {
-                    have.join(", ")
-                }
-            ))
+            StoreError::Invalid(
+                format!(
+                    "{}: no checkpoint at step {want} (checkpoints: {})",
+                    run.display(),
+                    if have.is_empty() {
+                        "none".into()
+                    } else {
+                        have.join(", ")
+                    }
+                )
+                .into(),
+            )
         })
 }

@@ -10,11 +10,14 @@ pub(crate) fn config_table(stores: &[LoadedStore]) -> Result<Exported, StoreErro
     let mut flat = Vec::new();
     for s in stores {
         let table: toml::Table = s.run.config_toml.parse().map_err(|e: toml::de::Error| {
-            StoreError::Invalid(format!(
-                "run {}: its recorded configuration is not TOML: {}",
-                s.run.run_id,
-                e.message()
-            ))
+            StoreError::Invalid(
+                format!(
+                    "run {}: its recorded configuration is not TOML: {}",
+                    s.run.run_id,
+                    e.message()
+                )
+                .into(),
+            )
         })?;
         let mut keys = BTreeMap::new();
         flatten_toml("", &toml::Value::Table(table), &mut keys);
@@ -107,7 +110,7 @@ pub(crate) fn parse_curve(name: &str) -> Result<(String, String, String), StoreE
         }
         _ => Err(StoreError::Invalid(format!(
             "'{name}' is not a curve: use SPLIT/METRIC or SPLIT/GROUP/METRIC, e.g. valid/ppl or embedding/rare/i1"
-        ))),
+        ).into())),
     }
 }
 
@@ -153,11 +156,14 @@ pub(crate) fn curves(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
         }
         if !found && !req.metrics.is_empty() {
             let known = known_curves(stores)?;
-            return Err(StoreError::Invalid(format!(
-                "unknown metric '{}' (known: {})",
-                names[ci],
-                known.join(", ")
-            )));
+            return Err(StoreError::Invalid(
+                format!(
+                    "unknown metric '{}' (known: {})",
+                    names[ci],
+                    known.join(", ")
+                )
+                .into(),
+            ));
         }
     }
     let ids: Vec<&str> = rows

@@ -34,11 +34,14 @@ pub fn resolve(arg: Option<&Path>, root: &Path) -> Result<Resolved, RunError> {
         if under.is_dir() {
             return Ok(Resolved::One(under));
         }
-        return Err(RunError::Usage(format!(
-            "{}: no such run (neither a folder nor a run under {})",
-            a.display(),
-            root.display()
-        )));
+        return Err(RunError::Usage(
+            format!(
+                "{}: no such run (neither a folder nor a run under {})",
+                a.display(),
+                root.display()
+            )
+            .into(),
+        ));
     }
     let rows = super::list::list(root)?;
     let mut live: Vec<PathBuf> = rows
@@ -50,7 +53,7 @@ pub fn resolve(arg: Option<&Path>, root: &Path) -> Result<Resolved, RunError> {
         0 => Err(RunError::Usage(format!(
             "no live run under {} (`conelab runs` lists them all; `conelab attach RUN` opens a finished one)",
             root.display()
-        ))),
+        ).into())),
         1 => Ok(Resolved::One(live.remove(0))),
         _ => Ok(Resolved::Several(live)),
     }
@@ -64,10 +67,9 @@ pub fn resolve_many(args: &[PathBuf], root: &Path) -> Result<Vec<PathBuf>, RunEr
         let dir = match resolve(Some(a), root)? {
             Resolved::One(dir) => dir,
             Resolved::Several(_) => {
-                return Err(RunError::Usage(format!(
-                    "{}: names several runs; name one folder",
-                    a.display()
-                )));
+                return Err(RunError::Usage(
+                    format!("{}: names several runs; name one folder", a.display()).into(),
+                ));
             }
         };
         let is_run = dir.join("run.toml").is_file()
@@ -75,17 +77,22 @@ pub fn resolve_many(args: &[PathBuf], root: &Path) -> Result<Vec<PathBuf>, RunEr
                 .join(conelab_store::RUN_RECORD)
                 .is_file();
         if !is_run {
-            return Err(RunError::Usage(format!(
-                "{}: not a conelab run (no run.toml, no metrics store)",
-                dir.display()
-            )));
+            return Err(RunError::Usage(
+                format!(
+                    "{}: not a conelab run (no run.toml, no metrics store)",
+                    dir.display()
+                )
+                .into(),
+            ));
         }
         let same = |d: &PathBuf| match (d.canonicalize(), dir.canonicalize()) {
             (Ok(x), Ok(y)) => x == y,
             _ => *d == dir,
         };
         if out.iter().any(same) {
-            return Err(RunError::Usage(format!("{}: named twice", dir.display())));
+            return Err(RunError::Usage(
+                format!("{}: named twice", dir.display()).into(),
+            ));
         }
         out.push(dir);
     }
@@ -131,7 +138,7 @@ pub fn open(dir: &Path) -> Result<Opened, RunError> {
                         rec.socket.display(),
                         rec.host,
                         rec.pid
-                    )));
+                    ).into()));
                 }
                 return connect(&rec.socket);
             }
@@ -141,10 +148,13 @@ pub fn open(dir: &Path) -> Result<Opened, RunError> {
             } => {
                 // Starting: its live record comes once its socket is bound.
                 if start.elapsed() > Duration::from_secs(30) {
-                    return Err(RunError::Usage(format!(
-                        "{} is held by {holder} but does not say where its socket is",
-                        dir.display()
-                    )));
+                    return Err(RunError::Usage(
+                        format!(
+                            "{} is held by {holder} but does not say where its socket is",
+                            dir.display()
+                        )
+                        .into(),
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }

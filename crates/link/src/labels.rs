@@ -20,10 +20,9 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 pub fn edit(dir: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
     let store_dir = store::store_dir(dir);
     if !dir.is_dir() {
-        return Err(RunError::Usage(format!(
-            "{}: no such run directory",
-            dir.display()
-        )));
+        return Err(RunError::Usage(
+            format!("{}: no such run directory", dir.display()).into(),
+        ));
     }
     // Not a run at all: say so before anything else.
     let record = store::read_run_record(&store_dir)?;
@@ -36,22 +35,28 @@ pub fn edit(dir: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
         } => {
             let here = host_name();
             if rec.host != here {
-                return Err(RunError::Usage(format!(
-                    "{} is live on host {} (pid {}): change its labels there",
-                    dir.display(),
-                    rec.host,
-                    rec.pid
-                )));
+                return Err(RunError::Usage(
+                    format!(
+                        "{} is live on host {} (pid {}): change its labels there",
+                        dir.display(),
+                        rec.host,
+                        rec.pid
+                    )
+                    .into(),
+                ));
             }
             ask_the_run(&rec.socket, edit)
         }
         Liveness::Live {
             holder,
             record: None,
-        } => Err(RunError::Usage(format!(
-            "{} is starting ({holder}): try again in a moment",
-            dir.display()
-        ))),
+        } => Err(RunError::Usage(
+            format!(
+                "{} is starting ({holder}): try again in a moment",
+                dir.display()
+            )
+            .into(),
+        )),
         Liveness::Ended(_) | Liveness::Crashed => {
             let _lock = lock_store(&store_dir)?;
             Ok(edit_record(&store_dir, edit)?)
@@ -79,13 +84,12 @@ fn ask_the_run(socket: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
             Some(ServerMessage::Error {
                 id: Some(ID) | None,
                 message,
-            }) => return Err(RunError::Usage(message)),
+            }) => return Err(RunError::Usage(message.into())),
             Some(_) => {}
             None => {
-                return Err(RunError::Usage(format!(
-                    "{}: the run did not answer within 10 s",
-                    socket.display()
-                )));
+                return Err(RunError::Usage(
+                    format!("{}: the run did not answer within 10 s", socket.display()).into(),
+                ));
             }
         }
     }

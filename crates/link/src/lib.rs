@@ -24,6 +24,7 @@ pub mod protocol;
 pub mod server;
 pub mod view;
 
+use conelab_base::error::Invalid;
 use conelab_base::exit::ExitStatus;
 use conelab_core::run_dir::CheckpointError;
 use conelab_store::StoreError;
@@ -40,20 +41,14 @@ pub fn say(line: &str) {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// Bad input: an option, a corpus, a folder (exit 2).
-    #[error("{0}")]
-    Usage(String),
+    /// Bad input: an option, a corpus, a folder (exit 2), with what read it and refused it
+    /// (a config file's parser, a socket) where something did.
+    #[error(transparent)]
+    Usage(Invalid),
     /// Bad input that another error explains: a config file, a corpus, a trainer that cannot be
     /// built from the options (exit 2).
     #[error(transparent)]
     BadInput(conelab_base::error::BoxError),
-    /// The same, with what was being read (a folder, a socket).
-    #[error("{what}")]
-    BadInputAt {
-        what: String,
-        #[source]
-        source: conelab_base::error::BoxError,
-    },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
@@ -99,10 +94,7 @@ impl RunError {
         what: impl Into<String>,
     ) -> impl FnOnce(E) -> Self {
         let what = what.into();
-        move |e| RunError::BadInputAt {
-            what,
-            source: e.into(),
-        }
+        move |e| RunError::Usage(Invalid::because(what)(e))
     }
 
     /// Something went wrong that no library error stands behind.

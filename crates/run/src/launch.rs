@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::options::TrainOptions;
 use super::{RunError, live};
 use crate::run_config::ConfigFile;
+use conelab_base::error::Invalid;
 use conelab_base::lockfile::LockFile;
 use conelab_data::{Corpus, CorpusSource, LoadOptions};
 use conelab_store::labels::{LabelEdit, RunLabels};
@@ -33,7 +34,7 @@ pub struct Prepared {
 }
 
 /// The objective flags on top of `o`; errors name the flag.
-pub fn apply_objective_flags(o: &mut Objectives, opts: &TrainOptions) -> Result<(), String> {
+pub fn apply_objective_flags(o: &mut Objectives, opts: &TrainOptions) -> Result<(), Invalid> {
     if let Some(arg) = opts.objective {
         arg.apply(o);
     }
@@ -53,14 +54,14 @@ pub fn apply_objective_flags(o: &mut Objectives, opts: &TrainOptions) -> Result<
     if let Some(spec) = &opts.nce_r {
         let bad = || format!("--nce-r {spec}: expected ALPHA,GAMMA, e.g. 1.0,0.1");
         let (a, g) = spec.split_once(',').ok_or_else(bad)?;
-        o.nce.alpha = a.trim().parse().map_err(|_| bad())?;
-        o.nce.fraction = g.trim().parse().map_err(|_| bad())?;
+        o.nce.alpha = a.trim().parse().map_err(|e| Invalid::because(bad())(e))?;
+        o.nce.fraction = g.trim().parse().map_err(|e| Invalid::because(bad())(e))?;
     }
     if let Some(spec) = &opts.and_lm {
         let bad = || format!("--and {spec}: expected ALPHA,GAMMA, e.g. 1.0,0.1");
         let (a, g) = spec.split_once(',').ok_or_else(bad)?;
-        o.and_lm.alpha = a.trim().parse().map_err(|_| bad())?;
-        o.and_lm.gamma = g.trim().parse().map_err(|_| bad())?;
+        o.and_lm.alpha = a.trim().parse().map_err(|e| Invalid::because(bad())(e))?;
+        o.and_lm.gamma = g.trim().parse().map_err(|e| Invalid::because(bad())(e))?;
     }
     Ok(())
 }
@@ -148,10 +149,9 @@ pub fn check(opts: &TrainOptions) -> Result<(), RunError> {
     if let CorpusSource::Dir(p) = CorpusSource::parse(corpus_arg)
         && !p.is_dir()
     {
-        return Err(RunError::Usage(format!(
-            "{}: no such corpus folder",
-            p.display()
-        )));
+        return Err(RunError::Usage(
+            format!("{}: no such corpus folder", p.display()).into(),
+        ));
     }
     Ok(())
 }
@@ -207,7 +207,7 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
                 "{} already holds a run: continue it with --resume {}, or choose another --run-dir",
                 dir.display(),
                 dir.display()
-            )));
+            ).into()));
         }
     }
     let spec = RunSpec {
@@ -274,10 +274,13 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
             .max(1.0) as u64;
     }
     if next.steps < at {
-        return Err(RunError::Usage(format!(
-            "--steps {} is behind the run, which is at step {at}",
-            next.steps
-        )));
+        return Err(RunError::Usage(
+            format!(
+                "--steps {} is behind the run, which is at step {at}",
+                next.steps
+            )
+            .into(),
+        ));
     }
     for (key, before, after) in [
         ("eval_every", cfg.eval_every, next.eval_every),

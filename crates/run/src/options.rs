@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use conelab_base::error::Invalid;
+
 use conelab_data::GroupBounds;
 use conelab_train::engine::{OptimizerKind, Schedule};
 use conelab_train::model::{DeviceSpec, Preset};
@@ -242,19 +244,20 @@ pub struct TrainOptions {
 
 impl TrainOptions {
     /// Checks every number before anything is created: one line naming the flag.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         let f = self.store_flush_secs;
         if !(f.is_finite() && (0.0..=MAX_FLUSH_SECS).contains(&f)) {
             return Err(format!(
                 "--store-flush-secs must be a number of seconds from 0 to {MAX_FLUSH_SECS}, got {f}"
-            ));
+            )
+            .into());
         }
         if let Some(e) = self.epochs
             && !(e.is_finite() && e > 0.0 && e <= 1e6)
         {
-            return Err(format!(
-                "invalid --epochs {e}: must be a positive number (at most 1e6)"
-            ));
+            return Err(
+                format!("invalid --epochs {e}: must be a positive number (at most 1e6)").into(),
+            );
         }
         if self.steps == Some(0) {
             return Err("--steps must be at least 1".into());
@@ -268,7 +271,7 @@ impl TrainOptions {
         if let Some(lr) = self.lr
             && !(lr.is_finite() && lr > 0.0)
         {
-            return Err(format!("--lr {lr}: must be a positive number"));
+            return Err(format!("--lr {lr}: must be a positive number").into());
         }
         if self.resume.is_some() {
             self.refuse_on_resume()?;
@@ -288,7 +291,7 @@ impl TrainOptions {
     }
 
     /// What a resumed run cannot change: the model, its data and its optimizer's shape.
-    fn refuse_on_resume(&self) -> Result<(), String> {
+    fn refuse_on_resume(&self) -> Result<(), Invalid> {
         let given: [(&str, bool); 12] = [
             ("CORPUS", self.corpus.is_some()),
             ("--model", self.model.is_some()),
@@ -306,7 +309,7 @@ impl TrainOptions {
         if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
             return Err(format!(
                 "{flag} cannot change when a run is resumed (the model, its data and its optimizer stay as they were); start a new run to change it"
-            ));
+            ).into());
         }
         if self.groups != GroupBounds::default() {
             return Err("--groups cannot change when a run is resumed".into());

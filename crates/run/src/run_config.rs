@@ -140,22 +140,35 @@ impl ConfigFile {
     }
 }
 
+/// Why a table's fields cannot go on top of the defaults.
+#[derive(Debug, thiserror::Error)]
+enum MergeError {
+    #[error("`arch` comes from the preset; choose another preset instead")]
+    Arch,
+    /// The field's error, kept whole; only its one-line message is shown (toml's `Display` spans
+    /// lines and quotes the file, which the config error already names).
+    #[error("{}", .0.message())]
+    Field(toml::de::Error),
+    #[error(transparent)]
+    Encode(#[from] toml::ser::Error),
+}
+
 /// Serialises `base`, overwrites the given keys, deserialises again (unknown keys are errors
 /// because the config types deny them).
 fn merge<T: serde::Serialize + serde::de::DeserializeOwned>(
     base: T,
     overrides: &toml::Table,
-) -> Result<T, String> {
-    let mut table = toml::Table::try_from(base).map_err(|e| e.to_string())?;
+) -> Result<T, MergeError> {
+    let mut table = toml::Table::try_from(base)?;
     for (k, v) in overrides {
         if k == "arch" {
-            return Err("`arch` comes from the preset; choose another preset instead".into());
+            return Err(MergeError::Arch);
         }
         table.insert(k.clone(), v.clone());
     }
     toml::Value::Table(table)
         .try_into()
-        .map_err(|e: toml::de::Error| e.message().to_owned())
+        .map_err(MergeError::Field)
 }
 
 #[cfg(test)]
@@ -207,7 +220,8 @@ mod tests {
             .expect("train")
             .objectives
             .validate([1, 1, 1])
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("and fraction"), "{e}");
         let typo =
             ConfigFile::parse("[objectives]\nand = { gama = 0.1 }\n", "t.toml").expect("parses");

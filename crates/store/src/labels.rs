@@ -9,6 +9,8 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use conelab_base::error::Invalid;
+
 use super::{RUN_RECORD, StoreError, io_error, read_run_record};
 
 /// The longest name (characters).
@@ -65,12 +67,12 @@ impl LabelEdit {
 }
 
 /// Why a tag cannot be one: it is written unquoted in tables, CSV cells and the command line.
-fn check_tag(tag: &str) -> Result<(), String> {
+fn check_tag(tag: &str) -> Result<(), Invalid> {
     if tag.is_empty() {
         return Err("a tag cannot be empty".into());
     }
     if tag.chars().count() > MAX_TAG {
-        return Err(format!("tag `{tag}` is longer than {MAX_TAG} characters"));
+        return Err(format!("tag `{tag}` is longer than {MAX_TAG} characters").into());
     }
     if let Some(c) = tag
         .chars()
@@ -78,22 +80,23 @@ fn check_tag(tag: &str) -> Result<(), String> {
     {
         return Err(format!(
             "tag `{tag}` contains {c:?}: tags are single words (no spaces, commas, +, \" or |)"
-        ));
+        )
+        .into());
     }
     if tag.starts_with('-') {
-        return Err(format!("tag `{tag}` cannot start with -"));
+        return Err(format!("tag `{tag}` cannot start with -").into());
     }
     Ok(())
 }
 
 impl RunLabels {
     /// `edit` applied; the labels stay as they were when it is refused.
-    pub fn apply(&mut self, edit: &LabelEdit) -> Result<(), String> {
+    pub fn apply(&mut self, edit: &LabelEdit) -> Result<(), Invalid> {
         let mut next = self.clone();
         if let Some(name) = &edit.name {
             let name = name.trim();
             if name.chars().count() > MAX_NAME {
-                return Err(format!("a name is at most {MAX_NAME} characters"));
+                return Err(format!("a name is at most {MAX_NAME} characters").into());
             }
             if name.chars().any(char::is_control) {
                 return Err("a name is one line without control characters".into());
@@ -109,7 +112,7 @@ impl RunLabels {
                 } else {
                     format!("it has {}", self.tags.join(", "))
                 };
-                return Err(format!("the run has no tag `{tag}` ({on})"));
+                return Err(format!("the run has no tag `{tag}` ({on})").into());
             }
         }
         for tag in &edit.add {
@@ -119,7 +122,7 @@ impl RunLabels {
             }
         }
         if next.tags.len() > MAX_TAGS {
-            return Err(format!("a run has at most {MAX_TAGS} tags"));
+            return Err(format!("a run has at most {MAX_TAGS} tags").into());
         }
         if let Some(notes) = &edit.notes {
             if notes.len() > MAX_NOTES {
@@ -127,7 +130,8 @@ impl RunLabels {
                     "notes are at most {} KiB (these are {} bytes)",
                     MAX_NOTES / 1024,
                     notes.len()
-                ));
+                )
+                .into());
             }
             if notes
                 .chars()
@@ -157,7 +161,7 @@ pub fn edit_record(store_dir: &Path, edit: &LabelEdit) -> Result<RunLabels, Stor
     let mut record = read_run_record(store_dir)?;
     record.labels.apply(edit).map_err(StoreError::Invalid)?;
     let json = serde_json::to_string_pretty(&record)
-        .map_err(|e| StoreError::Invalid(format!("encoding {RUN_RECORD}: {e}")))?;
+        .map_err(|e| StoreError::Invalid(Invalid::because(format!("encoding {RUN_RECORD}"))(e)))?;
     let path = store_dir.join(RUN_RECORD);
     conelab_base::atomic::write_file_as("labels", &path, json.as_bytes())
         .map_err(io_error(&path))?;
@@ -180,7 +184,10 @@ mod tests {
         assert_eq!(l.tags, ["baseline", "seed1"]);
         l.apply(&tags(&["-seed1", "+ptb"])).expect("edit");
         assert_eq!(l.tags, ["baseline", "ptb"]);
-        let e = l.apply(&tags(&["-nope", "+x"])).expect_err("absent tag");
+        let e = l
+            .apply(&tags(&["-nope", "+x"]))
+            .expect_err("absent tag")
+            .to_string();
         assert!(
             e.contains("no tag `nope`") && e.contains("baseline, ptb"),
             "{e}"

@@ -32,6 +32,7 @@ pub mod segment;
 pub mod tail;
 pub mod writer;
 
+use conelab_base::error::{BoxError, Invalid, chain};
 use std::path::{Path, PathBuf};
 
 use polars::prelude::*;
@@ -63,8 +64,20 @@ pub enum StoreError {
     Corrupt { path: PathBuf, reason: String },
     #[error("metrics store: {0}")]
     Polars(#[from] PolarsError),
-    #[error("{0}")]
-    Invalid(String),
+    /// Bad input in our words (an option, a step, a table), with the parser's error where one
+    /// stands behind it.
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    /// Bad input another library's error explains (a checkpoint, a matrix file).
+    #[error(transparent)]
+    BadInput(BoxError),
+}
+
+impl StoreError {
+    /// For `map_err`: bad input that `e` explains.
+    pub fn bad_input<E: Into<BoxError>>(e: E) -> Self {
+        StoreError::BadInput(e.into())
+    }
 }
 
 pub(crate) fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -266,9 +279,13 @@ pub fn compact(run_dir: &Path) -> Result<Compaction, StoreError> {
     // A live writer's next segment could be numbered below the compaction and be superseded:
     // compaction holds the writer lock while it works.
     let _lock = writer::lock_store(&dir).map_err(|e| match e {
-        StoreError::Invalid(m) => StoreError::Invalid(format!(
-            "{m}; a training process compacts its store itself when it ends"
-        )),
+        StoreError::Invalid(m) => StoreError::Invalid(
+            format!(
+                "{}; a training process compacts its store itself when it ends",
+                chain(&m)
+            )
+            .into(),
+        ),
         other => other,
     })?;
     segment::compact(&dir, segment::Keep::All)

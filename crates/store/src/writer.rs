@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use super::buffer::{EventBuffer, MetricBuffer};
 use super::segment::{self, Compaction, Keep, Kind};
 use super::{RUN_RECORD, RunRecord, STORE_DIR, StoreError, io_error, split, unix_now};
+use conelab_base::error::Invalid;
 use conelab_base::lockfile::{LockError, LockFile};
 use conelab_core::events::{Command, EmbeddingStats, EvalStats, Event, StepStats};
 use conelab_core::objective::ObjectiveChange;
@@ -40,13 +41,16 @@ pub fn live_writer(store_dir: &Path) -> Result<Option<String>, StoreError> {
 fn lock_error(path: &Path, e: LockError) -> StoreError {
     match e {
         LockError::Io { path, source } => StoreError::Io { path, source },
-        LockError::Held { holder } => StoreError::Invalid(format!(
-            "{}: another conelab process ({holder}) is writing this store",
-            path.parent()
-                .and_then(Path::parent)
-                .unwrap_or(path)
-                .display()
-        )),
+        LockError::Held { holder } => StoreError::Invalid(
+            format!(
+                "{}: another conelab process ({holder}) is writing this store",
+                path.parent()
+                    .and_then(Path::parent)
+                    .unwrap_or(path)
+                    .display()
+            )
+            .into(),
+        ),
     }
 }
 
@@ -86,8 +90,9 @@ impl StoreWriter {
         let run_id = if record_path.exists() {
             super::read_run_record(&dir)?.run_id
         } else {
-            let json = serde_json::to_string_pretty(record)
-                .map_err(|e| StoreError::Invalid(format!("encoding {RUN_RECORD}: {e}")))?;
+            let json = serde_json::to_string_pretty(record).map_err(|e| {
+                StoreError::Invalid(Invalid::because(format!("encoding {RUN_RECORD}"))(e))
+            })?;
             conelab_base::atomic::write_file(&record_path, json.as_bytes())
                 .map_err(io_error(&record_path))?;
             record.run_id.clone()

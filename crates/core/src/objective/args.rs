@@ -14,7 +14,7 @@ pub struct LossArg {
 }
 
 impl LossArg {
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, Invalid> {
         let (name, option) = match s.split_once(':') {
             Some((n, o)) => (n.trim(), Some(o.trim())),
             None => (s.trim(), None),
@@ -32,9 +32,12 @@ impl LossArg {
             (LossKind::And, Some(o)) => {
                 return Err(format!(
                     "and:{o}: the only options are squash and nosquash (and:squash, and:nosquash)"
-                ));
+                )
+                .into());
             }
-            (k, Some(o)) => return Err(format!("{}:{o}: {} takes no option", k.name(), k.name())),
+            (k, Some(o)) => {
+                return Err(format!("{}:{o}: {} takes no option", k.name(), k.name()).into());
+            }
         };
         Ok(Self { kind, squash })
     }
@@ -52,7 +55,7 @@ impl Objectives {
     /// Applies one `--reg` argument: `NAME=WEIGHT[:OPTION…]` or `NAME=off`. Names: cos, lap, agg
     /// (options g1, g2, static, memory=K, warm, paper), sc (options exp|poly, gamma=, c2=,
     /// c1=auto|X, orth=, spec=), dev, ul.
-    pub fn apply_reg_arg(&mut self, arg: &str) -> Result<(), String> {
+    pub fn apply_reg_arg(&mut self, arg: &str) -> Result<(), Invalid> {
         let (name, value) = arg
             .split_once('=')
             .ok_or_else(|| format!("--reg {arg}: expected NAME=WEIGHT, e.g. cos=1.0"))?;
@@ -67,10 +70,10 @@ impl Objectives {
             *self.term_mut(term).0 = false;
             return Ok(());
         }
-        let parse_num = |s: &str, what: &str| -> Result<f64, String> {
-            s.trim()
-                .parse::<f64>()
-                .map_err(|_| format!("--reg {arg}: {what} `{s}` is not a number"))
+        let parse_num = |s: &str, what: &str| -> Result<f64, Invalid> {
+            s.trim().parse::<f64>().map_err(Invalid::because(format!(
+                "--reg {arg}: {what} `{s}` is not a number"
+            )))
         };
         // Spectrum control spells its prior first: sc=exp:1.0 (the form) or sc=1.0:exp.
         let mut options: Vec<&str> = fields.collect();
@@ -104,9 +107,9 @@ impl Objectives {
                 (Term::Agg, "warm", None) => self.agg.counter = AggCounter::Warm,
                 (Term::Agg, "paper", None) => self.agg.counter = AggCounter::Paper,
                 (Term::Agg, "memory", Some(v)) => {
-                    self.agg.memory = Some(v.trim().parse().map_err(|_| {
-                        format!("--reg {arg}: memory `{v}` is not a whole number of updates")
-                    })?)
+                    self.agg.memory = Some(v.trim().parse().map_err(Invalid::because(format!(
+                        "--reg {arg}: memory `{v}` is not a whole number of updates"
+                    )))?)
                 }
                 (Term::Spectrum, "exp", None) => self.spectrum.prior = Prior::Exponential,
                 (Term::Spectrum, "poly", None) => self.spectrum.prior = Prior::Polynomial,
@@ -123,22 +126,20 @@ impl Objectives {
                 (Term::Spectrum, "spec", Some(v)) => {
                     self.spectrum.lambda_spec = parse_num(v, "spec")?
                 }
-                _ => return Err(bad()),
+                _ => return Err(bad().into()),
             }
         }
         Ok(())
     }
 
     /// Applies one `--freeze GROUP[@UNTIL_STEP]` argument.
-    pub fn apply_freeze_arg(&mut self, arg: &str) -> Result<(), String> {
+    pub fn apply_freeze_arg(&mut self, arg: &str) -> Result<(), Invalid> {
         let (group, until) = match arg.split_once('@') {
             Some((g, u)) => (
                 g,
-                Some(
-                    u.trim()
-                        .parse::<u64>()
-                        .map_err(|_| format!("--freeze {arg}: `{u}` is not a step number"))?,
-                ),
+                Some(u.trim().parse::<u64>().map_err(Invalid::because(format!(
+                    "--freeze {arg}: `{u}` is not a step number"
+                )))?),
             ),
             None => (arg, None),
         };
@@ -149,7 +150,8 @@ impl Objectives {
             other => {
                 return Err(format!(
                     "--freeze {arg}: unknown group `{other}` (expected frequent, medium or rare)"
-                ));
+                )
+                .into());
             }
         };
         self.freeze.set(group, true);

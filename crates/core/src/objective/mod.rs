@@ -14,6 +14,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use conelab_base::error::Invalid;
+
 use conelab_data::Group;
 
 mod args;
@@ -568,7 +570,7 @@ impl Objectives {
         &mut self,
         change: &ObjectiveChange,
         group_sizes: [usize; 3],
-    ) -> Result<(), String> {
+    ) -> Result<(), Invalid> {
         let mut next = self.clone();
         match change {
             &ObjectiveChange::Enable { term, on } => *next.term_mut(term).0 = on,
@@ -745,7 +747,7 @@ mod tests {
         for bad in ["and:sqush", "nce:squash", "mle:x", "softmax", ""] {
             assert!(LossArg::parse(bad).is_err(), "{bad} accepted");
         }
-        let e = LossArg::parse("and:sqush").expect_err("typo");
+        let e = LossArg::parse("and:sqush").expect_err("typo").to_string();
         assert!(e.contains("only options are squash and nosquash"), "{e}");
     }
 
@@ -782,16 +784,26 @@ mod tests {
             ..Objectives::default()
         };
         o.agg.enabled = true;
-        assert!(o.validate(SIZES).unwrap_err().contains("gating"));
+        assert!(
+            o.validate(SIZES)
+                .unwrap_err()
+                .to_string()
+                .contains("gating")
+        );
         let mut o = Objectives::default();
         o.cos.weight = -1.0;
-        assert!(o.validate(SIZES).unwrap_err().contains("cos"));
+        assert!(o.validate(SIZES).unwrap_err().to_string().contains("cos"));
         let mut o = Objectives::default();
         o.agg.alpha = 0.0;
-        assert!(o.validate(SIZES).unwrap_err().contains("α"));
+        assert!(o.validate(SIZES).unwrap_err().to_string().contains("α"));
         let mut o = Objectives::default();
         o.apply_freeze_arg("rare").expect("rare");
-        assert!(o.validate([3, 5, 0]).unwrap_err().contains("empty"));
+        assert!(
+            o.validate([3, 5, 0])
+                .unwrap_err()
+                .to_string()
+                .contains("empty")
+        );
         assert!(o.validate(SIZES).is_ok());
         o.spectrum.enabled = true;
         assert!(o.validate(SIZES).is_err());
@@ -868,7 +880,10 @@ mod tests {
         }
         for bad in [0.0, -1.0, f64::INFINITY] {
             o.spectrum.c1 = SpectrumC1::Fixed(bad);
-            assert!(o.validate(SIZES).unwrap_err().contains("c1"), "c1 = {bad}");
+            assert!(
+                o.validate(SIZES).unwrap_err().to_string().contains("c1"),
+                "c1 = {bad}"
+            );
         }
     }
 

@@ -4,7 +4,7 @@ use super::*;
 
 impl Objectives {
     /// Checks weights and combinations; the message names the setting.
-    pub fn validate(&self, group_sizes: [usize; 3]) -> Result<(), String> {
+    pub fn validate(&self, group_sizes: [usize; 3]) -> Result<(), Invalid> {
         let finite_nonneg = |what: &str, x: f64| {
             if x.is_finite() && x >= 0.0 {
                 Ok(())
@@ -19,15 +19,12 @@ impl Objectives {
         finite_nonneg("nce-r alpha", self.nce.alpha)?;
         finite_nonneg("and alpha", self.and_lm.alpha)?;
         if !(self.and_lm.gamma > 0.0 && self.and_lm.gamma <= 1.0) {
-            return Err(format!(
-                "and fraction γ = {} must be in (0, 1]",
-                self.and_lm.gamma
-            ));
+            return Err(format!("and fraction γ = {} must be in (0, 1]", self.and_lm.gamma).into());
         }
         finite_nonneg("spectrum lambda_orth", self.spectrum.lambda_orth)?;
         finite_nonneg("spectrum lambda_spec", self.spectrum.lambda_spec)?;
         if self.agg.alpha <= 0.0 {
-            return Err(format!("agg α = {} must be > 0", self.agg.alpha));
+            return Err(format!("agg α = {} must be > 0", self.agg.alpha).into());
         }
         if self.agg.memory == Some(0) {
             return Err("agg memory must be at least 1 update".into());
@@ -36,23 +33,21 @@ impl Objectives {
             return Err("nce noise samples k must be at least 1".into());
         }
         if !(self.nce.fraction > 0.0 && self.nce.fraction <= 1.0) {
-            return Err(format!(
-                "nce fraction γ = {} must be in (0, 1]",
-                self.nce.fraction
-            ));
+            return Err(format!("nce fraction γ = {} must be in (0, 1]", self.nce.fraction).into());
         }
         if !(self.spectrum.gamma.is_finite() && self.spectrum.gamma > 0.0) {
-            return Err(format!("spectrum γ = {} must be > 0", self.spectrum.gamma));
+            return Err(format!("spectrum γ = {} must be > 0", self.spectrum.gamma).into());
         }
         if !(self.spectrum.c2.is_finite() && self.spectrum.c2 > 0.0) {
-            return Err(format!("spectrum c2 = {} must be > 0", self.spectrum.c2));
+            return Err(format!("spectrum c2 = {} must be > 0", self.spectrum.c2).into());
         }
         if let SpectrumC1::Fixed(c1) = self.spectrum.c1
             && !(c1.is_finite() && c1 > 0.0)
         {
             return Err(format!(
                 "spectrum c1 = {c1} must be a number > 0 (or auto: σ_1 at switch-on)"
-            ));
+            )
+            .into());
         }
         if self.loss == LossKind::And && self.and_lm.alpha == 0.0 && !self.and_lm.squash {
             return Err("and with α = 0 and no squash has no bound: −s[y] alone drives the scores to infinity (give α > 0 or use and:squash)".into());
@@ -63,17 +58,18 @@ impl Objectives {
             if gated {
                 return Err(format!(
                     "{name} cannot be combined with gradient gating (agg, gate-freeze): gates act on the full-softmax gradient"
-                ));
+                ).into());
             }
             if self.ul.enabled {
                 return Err(format!(
                     "{name} cannot be combined with unlikelihood: it needs the full softmax"
-                ));
+                )
+                .into());
             }
             if self.dev.enabled {
                 return Err(format!(
                     "{name} cannot be combined with dev: NCE fixes log Z at 0, NCE-R and AND carry their own (log Z)² term"
-                ));
+                ).into());
             }
         }
         if self.agg.enabled && self.gate_freeze != GateParts::None {
@@ -84,7 +80,7 @@ impl Objectives {
         }
         for (group, size) in Group::ALL.into_iter().zip(group_sizes) {
             if self.freeze.is_frozen(group) && size == 0 {
-                return Err(format!("cannot freeze the {group} group: it is empty"));
+                return Err(format!("cannot freeze the {group} group: it is empty").into());
             }
         }
         if self.gate_freeze != GateParts::None && group_sizes[2] == 0 {

@@ -316,7 +316,7 @@ fn check_run(name: &str, args: &[String]) -> Result<(), SweepError> {
     let opts = TrainOptions::from_arg_matches(&matches)
         .map_err(|e| invalid(format!("run {name}: {e}")))?;
     opts.validate()
-        .map_err(|e| invalid(format!("run {name}: {e}")))?;
+        .map_err(|e| invalid(format!("run {name}: {}", conelab_base::error::chain(&e))))?;
     crate::launch::check(&opts)
         .map_err(|e| invalid(format!("run {name}: {}", conelab_base::error::chain(&e))))
 }

@@ -21,7 +21,7 @@ use crate::model::{
     DeviceError, DeviceSpec, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding,
 };
 use conelab_base::atomic::sync_dir;
-use conelab_base::error::BoxError;
+use conelab_base::error::{BoxError, Invalid, chain};
 
 /// What a checkpoint holds besides the model.
 pub struct Loaded {
@@ -211,7 +211,10 @@ pub fn load(
             ModelConfig::Lstm(l) => Some((l.layers, [train.batch, l.hidden])),
             ModelConfig::Transformer(_) => None,
         };
-        Some(recurrent_from_bytes(&bytes, device, expected).map_err(|e| corrupt(&rec_path, e))?)
+        Some(
+            recurrent_from_bytes(&bytes, device, expected)
+                .map_err(|e| corrupt(&rec_path, chain(&e)))?,
+        )
     } else {
         None
     };
@@ -326,8 +329,9 @@ fn recurrent_from_bytes(
     bytes: &[u8],
     device: &Device,
     expected: Option<(usize, [usize; 2])>,
-) -> Result<RecurrentState, String> {
-    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| e.to_string())?;
+) -> Result<RecurrentState, Invalid> {
+    let st = safetensors::SafeTensors::deserialize(bytes)
+        .map_err(Invalid::because("not a safetensors file"))?;
     let layers = st.names().len() / 2;
     if let Some((want, _)) = expected
         && (layers != want || st.names().len() != 2 * want)
@@ -335,24 +339,25 @@ fn recurrent_from_bytes(
         return Err(format!(
             "{} tensors, not a cell and a hidden state for each of the model's {want} layers",
             st.names().len()
-        ));
+        )
+        .into());
     }
     (0..layers)
         .map(|i| {
-            let read = |part: &str| -> Result<Tensor<2>, String> {
-                let view = st
-                    .tensor(&format!("layer{i}.{part}"))
-                    .map_err(|e| e.to_string())?;
+            let read = |part: &str| -> Result<Tensor<2>, Invalid> {
+                let name = format!("layer{i}.{part}");
+                let view = st.tensor(&name).map_err(Invalid::because(name))?;
                 let shape = view.shape();
                 if view.dtype() != safetensors::Dtype::F32 || shape.len() != 2 {
-                    return Err(format!("layer{i}.{part}: expected a 2-D f32 tensor"));
+                    return Err(format!("layer{i}.{part}: expected a 2-D f32 tensor").into());
                 }
                 if let Some((_, want)) = expected
                     && shape != want
                 {
                     return Err(format!(
                         "layer{i}.{part} is {shape:?}, the run's is {want:?} (batch, hidden)"
-                    ));
+                    )
+                    .into());
                 }
                 let values: Vec<f32> = view
                     .data()

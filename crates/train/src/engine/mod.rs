@@ -31,22 +31,17 @@ pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 use crate::model::DeviceError;
 use crate::objective::{FreezeConfig, ObjectiveChange};
 use analysis::{AnalysisWorker, LatestAnalysis};
-use conelab_base::error::{BoxError, chain};
+use conelab_base::error::{BoxError, Invalid, chain};
 use conelab_core::run_dir::CheckpointError;
 use conelab_data::DataError;
 use conelab_metrics::RowGroups;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// A setting, a corpus or a change that cannot work; where another error refuses it (a split
+    /// too short for the batch, a test terminal), that error is its source.
     #[error("invalid configuration: {0}")]
-    Config(String),
-    /// A configuration another error refuses (a split too short for the batch, a test terminal).
-    #[error("invalid configuration: {what}")]
-    Invalid {
-        what: String,
-        #[source]
-        source: BoxError,
-    },
+    Config(#[source] Invalid),
     #[error(transparent)]
     Device(#[from] DeviceError),
     #[error(transparent)]
@@ -86,10 +81,7 @@ impl EngineError {
     /// For `map_err`: `what` is not a configuration that can work, as the error says.
     pub fn invalid<E: Into<BoxError>>(what: impl Into<String>) -> impl FnOnce(E) -> Self {
         let what = what.into();
-        move |e| EngineError::Invalid {
-            what,
-            source: e.into(),
-        }
+        move |e| EngineError::Config(Invalid::because(what)(e))
     }
 
     /// A backend failure no library error stands behind (a number that is not finite).
@@ -444,12 +436,12 @@ impl Engine {
         let Envelope { command, ticket } = envelope;
         let mut applied = match self.trainer.apply(&command) {
             Ok(a) => a,
-            Err(reason) => {
+            Err(refused) => {
                 let step = self.step() + 1;
                 self.emit(Event::Rejected {
                     step,
                     command,
-                    reason,
+                    reason: chain(&refused),
                     ticket,
                 });
                 return Ok(Flow::Continue);

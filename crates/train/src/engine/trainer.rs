@@ -34,6 +34,7 @@ use crate::objective::{
     GateParts, LossKind, ObjectiveChange, Objectives, SpectrumC1, Term, cosreg, laplacian,
     unlikelihood,
 };
+use conelab_base::error::Invalid;
 use conelab_data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
 
 pub struct Trainer {
@@ -80,12 +81,15 @@ impl Trainer {
             .map_err(EngineError::invalid("the train split"))?
             .num_windows() as u64;
         if windows_per_epoch == 0 {
-            return Err(EngineError::Config(format!(
-                "the train split has {} tokens: too few for batch {} × window {}",
-                train.len(),
-                config.batch,
-                window
-            )));
+            return Err(EngineError::Config(
+                format!(
+                    "the train split has {} tokens: too few for batch {} × window {}",
+                    train.len(),
+                    config.batch,
+                    window
+                )
+                .into(),
+            ));
         }
         for split in [Split::Valid, Split::Test] {
             StreamBatcher::new(
@@ -281,7 +285,7 @@ impl Trainer {
         let k = (self.state.step % self.windows_per_epoch) as usize;
         let batch = self
             .window(k)
-            .ok_or_else(|| EngineError::Config(format!("no training window {k}")))?;
+            .ok_or_else(|| EngineError::Config(format!("no training window {k}").into()))?;
         if k == 0 {
             // A new epoch starts the streams from the beginning: no state to carry.
             self.carried = None;
@@ -677,7 +681,7 @@ impl Trainer {
             let k = ((s - 1) % self.windows_per_epoch) as usize;
             let batch = self
                 .window(k)
-                .ok_or_else(|| EngineError::Config(format!("no training window {k}")))?;
+                .ok_or_else(|| EngineError::Config(format!("no training window {k}").into()))?;
             counter.push(&batch.targets);
         }
         Ok(counter)
@@ -735,7 +739,7 @@ impl Trainer {
     }
 
     /// Applies a command between two steps. Returns the record, or why it was refused.
-    pub fn apply(&mut self, command: &Command) -> Result<AppliedCommand, String> {
+    pub fn apply(&mut self, command: &Command) -> Result<AppliedCommand, Invalid> {
         let step = self.state.step + 1;
         let record = |before: String, after: String| AppliedCommand {
             step,
@@ -747,7 +751,7 @@ impl Trainer {
         let applied = match command {
             Command::SetLr { lr } => {
                 if !(lr.is_finite() && *lr > 0.0) {
-                    return Err(format!("learning rate {lr} must be a positive number"));
+                    return Err(format!("learning rate {lr} must be a positive number").into());
                 }
                 let before = self.current_lr();
                 self.state.lr_override = Some(*lr);
@@ -794,7 +798,7 @@ impl Trainer {
 
     /// Replaces the objectives wholesale between two steps (benchmarks, tests), with the same
     /// side effects and checks as a change by command.
-    pub fn set_objectives(&mut self, objectives: Objectives) -> Result<(), String> {
+    pub fn set_objectives(&mut self, objectives: Objectives) -> Result<(), Invalid> {
         objectives.validate(group_sizes(&self.corpus))?;
         self.self_normalising_bias(&objectives)?;
         let spectrum_on = objectives.spectrum.enabled;
@@ -811,7 +815,7 @@ impl Trainer {
     /// Applies an objective change between two steps, with its side effects (spectrum control
     /// factorises or collapses W). All or nothing: when a side effect fails, the objectives stay
     /// as they were and the change is refused.
-    fn change_objectives(&mut self, change: &ObjectiveChange) -> Result<(), String> {
+    fn change_objectives(&mut self, change: &ObjectiveChange) -> Result<(), Invalid> {
         let sizes = group_sizes(&self.corpus);
         let mut next = self.state.objectives.clone();
         next.apply(change, sizes)?;
@@ -852,16 +856,17 @@ impl Trainer {
     /// it was, while log Z starts near 0 instead of having to be learnt down from log N. Under
     /// AND's squash the bias sits inside 10·tanh(·/5), where −μ_z does not centre log Z: the
     /// bias is the b with mean log Σ exp(squash(s + b)) = 0 instead (`and::squashed_centring`).
-    fn self_normalising_bias(&mut self, next: &Objectives) -> Result<(), String> {
+    fn self_normalising_bias(&mut self, next: &Objectives) -> Result<(), Invalid> {
         let self_normalising = next.loss != LossKind::Mle || next.dev.enabled;
         if !self_normalising || self.model.output_bias().is_some() {
             return Ok(());
         }
-        let logits = self.window_logits().map_err(|e| e.to_string())?;
+        let refused = "self-normalisation could not centre log Z";
+        let logits = self.window_logits().map_err(Invalid::because(refused))?;
         let shift = if next.squashed_scores() {
             squashed_centring(logits).ok_or("the scores are not finite numbers")?
         } else {
-            -mean_of(log_partition(logits)).map_err(|e| e.to_string())?
+            -mean_of(log_partition(logits)).map_err(Invalid::because(refused))?
         };
         let vocab = self.corpus.vocab().len();
         let bias = Tensor::<1>::full([vocab], shift, &self.device);
@@ -888,7 +893,7 @@ impl Trainer {
         let k = (self.state.step % self.windows_per_epoch) as usize;
         let batch = self
             .window(k)
-            .ok_or_else(|| EngineError::Config(format!("no training window {k}")))?;
+            .ok_or_else(|| EngineError::Config(format!("no training window {k}").into()))?;
         let device = self.device.clone().inner();
         let model = self.model.valid();
         let inputs = Tensor::<2, Int>::from_data(
@@ -902,23 +907,23 @@ impl Trainer {
     /// Spectrum control on: W = U·diag(σ)·Vᵀ from the SVD of the current W (the model's outputs do
     /// not change), c1 = σ_1 (`auto`) or the configured number. Off: W = U·diag(σ)·Vᵀ written back
     /// into the plain embedding.
-    fn switch_spectrum(&mut self, on: bool, c1_setting: SpectrumC1) -> Result<(), String> {
-        conelab_base::fault::check("spectrum.switch")
-            .map_err(|e| format!("spectrum control could not factorise W: {e}"))?;
+    fn switch_spectrum(&mut self, on: bool, c1_setting: SpectrumC1) -> Result<(), Invalid> {
+        let refused = "spectrum control could not factorise W";
+        conelab_base::fault::check("spectrum.switch").map_err(Invalid::because(refused))?;
         if on {
-            let snapshot = self.snapshot().map_err(|e| e.to_string())?;
+            let snapshot = self.snapshot().map_err(Invalid::because(refused))?;
             let factors = SpectralEmbedding::from_matrix(
                 &snapshot.weights,
                 snapshot.n,
                 snapshot.d,
                 &self.device,
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(Invalid::because(refused))?;
             let sigma = factors
                 .sigma
                 .val()
                 .try_into_vec_as::<f64>()
-                .map_err(|e| format!("reading σ: {e:?}"))?;
+                .map_err(Invalid::because("spectrum control could not read σ"))?;
             let c1 = match c1_setting {
                 SpectrumC1::Auto => sigma.first().copied().unwrap_or(0.0),
                 SpectrumC1::Fixed(c1) => c1,
