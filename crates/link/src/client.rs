@@ -25,6 +25,7 @@ use super::protocol::{
     ServerMessage, encode, read_line_limited,
 };
 use super::view::RunView;
+use conelab_base::error::{Invalid, chain};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
@@ -107,7 +108,7 @@ pub fn handshake(
 pub struct SocketLink {
     stream: UnixStream,
     /// `None` once the link listens.
-    incoming: Option<Receiver<Result<ServerMessage, String>>>,
+    incoming: Option<Receiver<Result<ServerMessage, Invalid>>>,
 }
 
 impl SocketLink {
@@ -139,18 +140,23 @@ impl SocketLink {
 
 /// A message as the socket's reader thread passes it on: one it could not read becomes an
 /// error message shown to the user, not the end of the link.
-fn read_item(item: Result<ServerMessage, String>) -> ServerMessage {
-    item.unwrap_or_else(|message| ServerMessage::Error { id: None, message })
+fn read_item(item: Result<ServerMessage, Invalid>) -> ServerMessage {
+    item.unwrap_or_else(|e| ServerMessage::Error {
+        id: None,
+        message: chain(&e),
+    })
 }
 
-fn read_lines(stream: UnixStream, out: SyncSender<Result<ServerMessage, String>>) {
+fn read_lines(stream: UnixStream, out: SyncSender<Result<ServerMessage, Invalid>>) {
     let mut reader = BufReader::new(stream);
     loop {
         let item = match read_line_limited(&mut reader, MAX_SERVER_LINE) {
             Ok(Line::Text(t)) if t.trim().is_empty() => continue,
             Ok(Line::Text(t)) => serde_json::from_str::<ServerMessage>(&t)
-                .map_err(|e| format!("unreadable message from the run: {e}")),
-            Ok(Line::TooLong(n)) => Err(format!("a {n}-byte message from the run was skipped")),
+                .map_err(Invalid::because("unreadable message from the run")),
+            Ok(Line::TooLong(n)) => {
+                Err(format!("a {n}-byte message from the run was skipped").into())
+            }
             Ok(Line::Eof) | Err(_) => return,
         };
         if out.send(item).is_err() {
@@ -209,19 +215,17 @@ fn forward<T: Send + 'static>(
     convert: fn(T) -> ServerMessage,
     closes: bool,
 ) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("conelab-link-deliver".into())
-        .spawn(move || {
-            for item in from {
-                if !deliver(Ok(convert(item))) {
-                    return;
-                }
-            }
+    let end = deliver.clone();
+    conelab_base::pump::pump(
+        "conelab-link-deliver",
+        from,
+        move |item| deliver(Ok(convert(item))),
+        move || {
             if closes {
-                deliver(Err(LinkError::Closed));
+                end(Err(LinkError::Closed));
             }
-        })?;
-    Ok(())
+        },
+    )
 }
 
 impl Drop for SocketLink {

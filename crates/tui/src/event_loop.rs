@@ -105,18 +105,15 @@ impl<M: Send + 'static> Events<M> {
         from: Receiver<T>,
         convert: fn(T) -> M,
     ) -> io::Result<()> {
-        let tx = self.sender();
-        std::thread::Builder::new()
-            .name("conelab-source".into())
-            .spawn(move || {
-                for item in from {
-                    if tx.send(ViewerEvent::Source(convert(item))).is_err() {
-                        return;
-                    }
-                }
-                let _ = tx.send(ViewerEvent::SourceGone);
-            })?;
-        Ok(())
+        let (tx, end) = (self.sender(), self.sender());
+        conelab_base::pump::pump(
+            "conelab-source",
+            from,
+            move |item| tx.send(ViewerEvent::Source(convert(item))).is_ok(),
+            move || {
+                let _ = end.send(ViewerEvent::SourceGone);
+            },
+        )
     }
 }
 
@@ -166,9 +163,12 @@ pub fn drive<V: View, B: Backend>(
     let mut dirty = true;
     let mut last_draw: Option<Instant> = None;
     loop {
-        if dirty {
-            let due = last_draw.map_or(Duration::ZERO, |t| FRAME.saturating_sub(t.elapsed()));
-            if due.is_zero() {
+        // A changed view is drawn once its frame is due; until then the loop waits for the
+        // next event no longer than that.
+        let due =
+            dirty.then(|| last_draw.map_or(Duration::ZERO, |t| FRAME.saturating_sub(t.elapsed())));
+        let event = match due {
+            Some(due) if due.is_zero() => {
                 if terminal.draw(|frame| view.render(frame)).is_err() {
                     return view.terminal_gone();
                 }
@@ -176,19 +176,15 @@ pub fn drive<V: View, B: Backend>(
                 last_draw = Some(Instant::now());
                 continue;
             }
-        }
-        let event = if dirty {
-            let due = last_draw.map_or(Duration::ZERO, |t| FRAME.saturating_sub(t.elapsed()));
-            match rx.recv_timeout(due) {
+            Some(due) => match rx.recv_timeout(due) {
                 Ok(e) => e,
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => return view.terminal_gone(),
-            }
-        } else {
-            match rx.recv() {
+            },
+            None => match rx.recv() {
                 Ok(e) => e,
                 Err(_) => return view.terminal_gone(),
-            }
+            },
         };
         let screen = match terminal.size() {
             Ok(s) => Rect::new(0, 0, s.width, s.height),
