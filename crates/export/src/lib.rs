@@ -329,9 +329,15 @@ mod tests {
         assert_eq!(step("best"), Some(StepChoice::Best));
         assert_eq!(step("500"), Some(StepChoice::At(500)));
         let e = "soon".parse::<StepChoice>().expect_err("not a step");
-        assert_eq!(e.to_string(), "'soon' is not a step: use last, best or a number");
+        assert_eq!(
+            e.to_string(),
+            "'soon' is not a step: use last, best or a number"
+        );
         // The integer parser's own error is kept behind ours.
         let cause = std::error::Error::source(&e).expect("the parser's error");
-        assert!(cause.downcast_ref::<std::num::ParseIntError>().is_some(), "{cause}");
+        assert!(
+            cause.downcast_ref::<std::num::ParseIntError>().is_some(),
+            "{cause}"
+        );
     }
 }

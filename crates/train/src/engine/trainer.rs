@@ -37,6 +37,35 @@ use crate::objective::{
 use conelab_base::error::Invalid;
 use conelab_data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
 
+/// One step's forward pass, as the objective and the backward pass need it.
+struct Forward {
+    /// The last layer's hidden states, a row per position.
+    hidden: Tensor<2>,
+    /// The recurrent state to carry into the next window (an LSTM's).
+    state: Option<RecurrentState>,
+    /// The host LSTM's saved activations, for its written-out backward.
+    host_window: Option<HostLstmWindow>,
+    /// W as the step reads it; a leaf of its own under spectrum control with the host LSTM
+    /// (`spectral_leaf`), else the model's W itself (`w_composed`).
+    w: Tensor<2>,
+    w_composed: Tensor<2>,
+    /// Spectrum control is on: W = U·diag(σ)·Vᵀ.
+    spectral: bool,
+    spectral_leaf: bool,
+}
+
+/// One step's objective.
+struct StepObjective {
+    /// The data term's value, detached (reported).
+    data_loss: Tensor<1>,
+    /// What is differentiated: the data term's graph and every penalty.
+    graph: Tensor<1>,
+    /// Each penalty, detached (their sum is reported).
+    penalties: Vec<Tensor<1>>,
+    /// W's output-side gradient when the head hands it back outside the graph.
+    w_from_head: Option<Tensor<2>>,
+}
+
 pub struct Trainer {
     corpus: Arc<Corpus>,
     model_config: ModelConfig,
@@ -267,8 +296,9 @@ impl Trainer {
             * self.state.lr_scale
     }
 
-    /// One optimizer step on the next training window, with the objectives in force. A NaN or
-    /// infinite loss is reported as [`EngineError::Diverged`] and the step is not applied.
+    /// One optimizer step on the next training window: the forward pass, the step's objective,
+    /// the gradients, one host read of the loss, the update. A loss that is not finite leaves
+    /// the model as it was ([`EngineError::Diverged`]).
     pub fn train_step(&mut self) -> Result<StepStats, EngineError> {
         let start = Instant::now();
         let next = self.state.step + 1;
@@ -291,19 +321,87 @@ impl Trainer {
             self.carried = None;
         }
         let objectives = self.state.objectives.clone();
-        let vocab = self.corpus.vocab().len();
         let positions = batch.batch * batch.time;
         let frozen = frozen_ranges(self.corpus.groups(), objectives.freeze.at_step(next));
         let gates = self.step_gates(next, &batch.targets, &objectives)?;
         let rare_tokens = gates.as_ref().map(|g| g.rare_count);
         let rare_g1 = gates.as_ref().and_then(Gates::mean_rare_g1);
-
-        let inputs = Tensor::<2, Int>::from_data(
-            TensorData::new(batch.inputs.clone(), [batch.batch, batch.time]),
-            &self.device,
-        );
         let targets = Tensor::<1, Int>::from_data(
             TensorData::new(batch.targets.clone(), [positions]),
+            &self.device,
+        );
+
+        let forward = self.forward(&batch)?;
+        let objective =
+            self.objective(&objectives, &batch, &forward, targets, gates.as_ref(), next)?;
+        let penalty_sum = objective
+            .penalties
+            .into_iter()
+            .reduce(|a, b| a + b)
+            .unwrap_or_else(|| Tensor::zeros([1], &self.device));
+        let Forward {
+            state,
+            host_window,
+            w,
+            w_composed,
+            spectral_leaf,
+            ..
+        } = forward;
+        let grads = self.gradients(
+            objective.graph,
+            host_window,
+            spectral_leaf.then_some((&w, &w_composed)),
+            objective.w_from_head,
+            &frozen,
+        )?;
+
+        // One host read per step, queued after the backward pass so an accelerator runs forward
+        // and backward without waiting on the host: data loss, the sum of the penalties and the
+        // squared gradient norm. A non-finite loss still leaves the model untouched.
+        let squared_norm = squared_grad_norm(&self.model, &grads);
+        let norm_on_device = match &squared_norm {
+            Some(SquaredNorm::Device(t)) => (**t).clone(),
+            _ => Tensor::zeros([1], &self.device),
+        };
+        let values = Tensor::cat(vec![objective.data_loss, penalty_sum, norm_on_device], 0)
+            .try_into_vec_as::<f64>()
+            .map_err(EngineError::backend("reading the loss"))?;
+        let (loss_value, penalty_value) = (values[0], values[1]);
+        if !(loss_value.is_finite() && penalty_value.is_finite()) {
+            return Err(EngineError::Diverged {
+                step: next,
+                loss: loss_value + penalty_value,
+            });
+        }
+        let grad_norm = match squared_norm {
+            Some(SquaredNorm::Host(s)) => s,
+            _ => values[2],
+        }
+        .sqrt();
+        let grads = scale_to_norm(&self.model, grads, grad_norm, self.config.clip_norm);
+        let lr = self.current_lr();
+        self.update(grads, lr, &frozen);
+        self.carried = state.map(detach_state);
+        self.state.step = next;
+        let seconds = start.elapsed().as_secs_f64();
+        Ok(StepStats {
+            step: next,
+            epoch: next as f64 / self.windows_per_epoch as f64,
+            loss: loss_value,
+            penalty: penalty_value,
+            lr,
+            grad_norm,
+            tokens_per_sec: positions as f64 / seconds,
+            step_ms: seconds * 1e3,
+            rare_tokens,
+            rare_g1,
+        })
+    }
+
+    /// The forward pass over `batch` up to the last hidden states, with W as the step reads it.
+    fn forward(&mut self, batch: &Batch) -> Result<Forward, EngineError> {
+        let inputs = Tensor::<2, Int>::from_data(
+            TensorData::new(batch.inputs.clone(), [batch.batch, batch.time]),
             &self.device,
         );
         let w_composed = self.model.embedding();
@@ -337,23 +435,52 @@ impl Trainer {
                 (hidden, state, None)
             }
         };
-        let bias = self.model.output_bias();
+        Ok(Forward {
+            hidden,
+            state,
+            host_window,
+            w,
+            w_composed,
+            spectral,
+            spectral_leaf,
+        })
+    }
 
+    /// The step's objective: the data term of the run's loss (MLE with the head's terms, NCE,
+    /// NCE-R, AND) and the regularisers on W and the hidden states.
+    fn objective(
+        &mut self,
+        objectives: &Objectives,
+        batch: &Batch,
+        forward: &Forward,
+        targets: Tensor<1, Int>,
+        gates: Option<&Gates>,
+        next: u64,
+    ) -> Result<StepObjective, EngineError> {
+        let Forward {
+            hidden,
+            w,
+            spectral,
+            ..
+        } = forward;
+        let vocab = self.corpus.vocab().len();
+        let positions = batch.batch * batch.time;
+        let bias = self.model.output_bias();
         // The data term: its value (reported) and a graph whose gradient is the step's.
         let mut penalties: Vec<Tensor<1>> = Vec::new();
         // W's output-side gradient when the head hands it back outside the graph (W is then the
         // parameter itself: no spectrum control), added to W's gradient after the backward pass.
         let mut w_from_head: Option<Tensor<2>> = None;
-        let (data_loss, mut objective) = match objectives.loss {
+        let (data_loss, objective) = match objectives.loss {
             LossKind::Mle => {
                 let head = self.full_softmax_terms(
-                    &objectives,
-                    &batch,
+                    objectives,
+                    batch,
                     hidden.clone(),
                     w.clone(),
                     bias.clone(),
                     targets.clone(),
-                    gates.as_ref(),
+                    gates,
                     !spectral,
                 )?;
                 penalties.extend(head.penalties);
@@ -408,7 +535,27 @@ impl Trainer {
             }
         };
 
-        // Regularisers on W (and the detached hidden states).
+        let objective = self.regularised(objectives, forward, targets, objective, &mut penalties);
+        Ok(StepObjective {
+            data_loss,
+            graph: objective,
+            penalties,
+            w_from_head,
+        })
+    }
+
+    /// `objective` plus the regularisers on W (and the detached hidden states) that are on;
+    /// each term's value is added to `penalties`.
+    fn regularised(
+        &self,
+        objectives: &Objectives,
+        forward: &Forward,
+        targets: Tensor<1, Int>,
+        mut objective: Tensor<1>,
+        penalties: &mut Vec<Tensor<1>>,
+    ) -> Tensor<1> {
+        let Forward { hidden, w, .. } = forward;
+        let vocab = self.corpus.vocab().len();
         let mut add = |objective: Tensor<1>, term: Tensor<1>| {
             penalties.push(term.clone().detach());
             objective + term
@@ -420,7 +567,7 @@ impl Trainer {
             );
         }
         if objectives.lap.enabled && objectives.lap.weight > 0.0 {
-            let a = w.clone().select(0, targets.clone());
+            let a = w.clone().select(0, targets);
             objective = add(
                 objective,
                 laplacian::laplacian_penalty(hidden.clone(), a, vocab)
@@ -433,17 +580,23 @@ impl Trainer {
             let pen = spectrum_penalty(s, &objectives.spectrum, &targets);
             objective = add(objective, pen);
         }
+        objective
+    }
 
-        let penalty_sum = penalties
-            .into_iter()
-            .reduce(|a, b| a + b)
-            .unwrap_or_else(|| Tensor::zeros([1], &self.device));
-        let raw = objective.backward();
+    /// The step's gradients: backward through `graph` (and the host LSTM's layers), W's
+    /// gradient from the head added where it came outside the graph, frozen rows zeroed.
+    fn gradients(
+        &self,
+        graph: Tensor<1>,
+        host_window: Option<HostLstmWindow>,
+        spectral_leaf: Option<(&Tensor<2>, &Tensor<2>)>,
+        w_from_head: Option<Tensor<2>>,
+        frozen: &[std::ops::Range<usize>],
+    ) -> Result<GradientsParams, EngineError> {
+        let raw = graph.backward();
         let mut grads = match host_window {
             None => GradientsParams::from_grads(raw, &self.model),
-            Some(window) => {
-                self.host_lstm_gradients(window, raw, spectral_leaf.then_some((&w, &w_composed)))?
-            }
+            Some(window) => self.host_lstm_gradients(window, raw, spectral_leaf)?,
         };
         let w_id = self.model.embedding_param_id();
         if let Some(from_head) = w_from_head {
@@ -457,33 +610,14 @@ impl Trainer {
         if !frozen.is_empty()
             && let Some(g) = grads.remove::<2>(w_id)
         {
-            grads.register(w_id, zero_rows(g, &frozen));
+            grads.register(w_id, zero_rows(g, frozen));
         }
-        // One host read per step, queued after the backward pass so an accelerator runs forward
-        // and backward without waiting on the host: data loss, the sum of the penalties and the
-        // squared gradient norm. A non-finite loss still leaves the model untouched.
-        let squared_norm = squared_grad_norm(&self.model, &grads);
-        let norm_on_device = match &squared_norm {
-            Some(SquaredNorm::Device(t)) => (**t).clone(),
-            _ => Tensor::zeros([1], &self.device),
-        };
-        let values = Tensor::cat(vec![data_loss, penalty_sum, norm_on_device], 0)
-            .try_into_vec_as::<f64>()
-            .map_err(EngineError::backend("reading the loss"))?;
-        let (loss_value, penalty_value) = (values[0], values[1]);
-        if !(loss_value.is_finite() && penalty_value.is_finite()) {
-            return Err(EngineError::Diverged {
-                step: next,
-                loss: loss_value + penalty_value,
-            });
-        }
-        let grad_norm = match squared_norm {
-            Some(SquaredNorm::Host(s)) => s,
-            _ => values[2],
-        }
-        .sqrt();
-        let mut grads = scale_to_norm(&self.model, grads, grad_norm, self.config.clip_norm);
-        let lr = self.current_lr();
+        Ok(grads)
+    }
+
+    /// The optimizer step at `lr`: the model's parameters, the spectral factors with their own
+    /// optimizer under spectrum control, and the frozen rows of W put back as they were.
+    fn update(&mut self, mut grads: GradientsParams, lr: f64, frozen: &[std::ops::Range<usize>]) {
         let w_before = (!frozen.is_empty()).then(|| constant(self.model.embedding()));
         let spectral_grads = self.model.spectral().map(|s| {
             let mut g = GradientsParams::new();
@@ -508,24 +642,9 @@ impl Trainer {
             self.model = model.set_spectral_raw(factors);
         }
         if let Some(old) = w_before {
-            let new = restore_rows(constant(self.model.embedding()), old, &frozen);
+            let new = restore_rows(constant(self.model.embedding()), old, frozen);
             self.model = self.model.clone().replace_embedding_weight(new);
         }
-        self.carried = state.map(detach_state);
-        self.state.step = next;
-        let seconds = start.elapsed().as_secs_f64();
-        Ok(StepStats {
-            step: next,
-            epoch: next as f64 / self.windows_per_epoch as f64,
-            loss: loss_value,
-            penalty: penalty_value,
-            lr,
-            grad_norm,
-            tokens_per_sec: positions as f64 / seconds,
-            step_ms: seconds * 1e3,
-            rare_tokens,
-            rare_g1,
-        })
     }
 
     /// The step's gradients when its LSTM layers ran on the host: those of the loss (`raw`,
