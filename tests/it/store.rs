@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use conelab::engine::Event;
+use conelab::engine::{Event, RunStarted};
 use conelab::store::{self, FlushPolicy, RunRecord, StoreWriter, query, split};
 use polars::prelude::*;
 
@@ -200,7 +200,7 @@ fn a_resumed_run_drops_the_lost_timeline_and_has_no_duplicates() {
     // Second life: resumed from the checkpoint at 10; steps 11.. are recomputed.
     let mut w = writer(run);
     w.start_at(10).expect("cut back to the checkpoint");
-    let started = Event::Started {
+    let started = Event::Started(Box::new(RunStarted {
         step: 10,
         total_steps: 20,
         windows_per_epoch: 5,
@@ -208,8 +208,8 @@ fn a_resumed_run_drops_the_lost_timeline_and_has_no_duplicates() {
         device: "cpu".into(),
         run_dir: None,
         objective: "MLE".into(),
-        objectives: Box::default(),
-    };
+        objectives: Default::default(),
+    }));
     assert!(!w.record(&started).expect("record"));
     push_losses(&mut w, 11..=20, |s| 100.0 + s as f64);
     w.flush().expect("flush");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use conelab::engine::{
     AppliedCommand, Command, CommandSender, DivergencePolicy, EmbeddingStats, Envelope, Event,
-    Fault, FinishReason, ProjectionFrame, StepStats,
+    Fault, FinishReason, ProjectionFrame, RunStarted, StepStats,
 };
 use conelab::metrics::embedding::SetStats;
 use conelab::objective::{ObjectiveChange, Objectives, Term};
@@ -143,7 +143,7 @@ fn the_socket_and_the_in_process_viewer_see_the_same_run() {
 
     // History before anyone attaches.
     let send = |e: Event| hub_tx.send(HubInput::Event(e)).expect("hub");
-    send(Event::Started {
+    send(Event::Started(Box::new(RunStarted {
         step: 0,
         total_steps: 100,
         windows_per_epoch: 10,
@@ -151,8 +151,8 @@ fn the_socket_and_the_in_process_viewer_see_the_same_run() {
         device: "cpu".into(),
         run_dir: Some("runs/t".into()),
         objective: "MLE".into(),
-        objectives: Box::default(),
-    });
+        objectives: Default::default(),
+    })));
     for s in 1..=20 {
         send(step(s));
     }

@@ -18,7 +18,7 @@ use conelab_metrics::{
 use conelab_train::engine::analysis::EmbeddingAnalysis;
 use conelab_train::engine::{
     self, AppliedCommand, Command, EmbeddingStats, EngineError, EngineOptions, EvalStats, Event,
-    Snapshot, StepStats, TrainConfig, Trainer,
+    RunStarted, Snapshot, StepStats, TrainConfig, Trainer,
 };
 use conelab_tui::app::{App, Pane, ViewOptions};
 use conelab_tui::ui;
@@ -149,7 +149,7 @@ fn eval(step: u64, groups: &FrequencyGroups) -> Event {
 pub fn demo_app(n: usize, d: usize, steps: u64) -> Result<(App, FrequencyGroups), MatrixError> {
     let groups = FrequencyGroups::new(n, GroupBounds::default());
     let mut app = App::new(Objectives::default(), ViewOptions::default());
-    app.on_event(Event::Started {
+    app.on_event(Event::Started(Box::new(RunStarted {
         step: 0,
         total_steps: steps * 2,
         windows_per_epoch: 1_000,
@@ -157,8 +157,8 @@ pub fn demo_app(n: usize, d: usize, steps: u64) -> Result<(App, FrequencyGroups)
         device: "cpu".into(),
         run_dir: Some("checkpoints/tiny-synthetic-bench".into()),
         objective: "MLE".into(),
-        objectives: Box::new(Objectives::default()),
-    });
+        objectives: Objectives::default(),
+    })));
     let every = (steps / 10).max(1);
     for s in 1..=steps {
         app.on_event(Event::Step(StepStats {

@@ -228,22 +228,28 @@ impl<S: EventSink + ?Sized> EventSink for &mut S {
     }
 }
 
+/// What a run starts with: where it stands and what it trains. A struct of its own so that
+/// each sink reads the fields it wants; on the wire it is the `started` event's fields, as
+/// before.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunStarted {
+    pub step: u64,
+    pub total_steps: u64,
+    pub windows_per_epoch: u64,
+    pub parameters: usize,
+    pub device: String,
+    pub run_dir: Option<PathBuf>,
+    /// The objectives in force, as a label (`MLE`, `CosReg γ=1 + freeze rare`, …).
+    pub objective: String,
+    /// The same objectives in full (a viewer's Controls pane mirrors them).
+    pub objectives: Objectives,
+}
+
 /// Everything the engine reports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Event {
-    Started {
-        step: u64,
-        total_steps: u64,
-        windows_per_epoch: u64,
-        parameters: usize,
-        device: String,
-        run_dir: Option<PathBuf>,
-        /// The objectives in force, as a label (`MLE`, `CosReg γ=1 + freeze rare`, …).
-        objective: String,
-        /// The same objectives in full (a viewer's Controls pane mirrors them).
-        objectives: Box<Objectives>,
-    },
+    Started(Box<RunStarted>),
     /// A setting changed when the run was resumed (`--eval-every`, `--steps`, `--device`, …).
     ConfigChanged {
         step: u64,
@@ -317,8 +323,8 @@ impl Event {
     /// The step an event belongs to (a projection's: its snapshot's).
     pub fn step(&self) -> u64 {
         match self {
-            Event::Started { step, .. }
-            | Event::ConfigChanged { step, .. }
+            Event::Started(s) => s.step,
+            Event::ConfigChanged { step, .. }
             | Event::Snapshot { step }
             | Event::Rejected { step, .. }
             | Event::Checkpoint { step, .. }
@@ -412,6 +418,30 @@ impl CommandSender {
 mod tests {
     use super::*;
     use std::convert::Infallible;
+
+    #[test]
+    fn the_started_event_keeps_its_wire_form() {
+        // The fields as a run of an earlier version wrote them, flat beside the tag.
+        let line = serde_json::json!({
+            "event": "started",
+            "step": 7,
+            "total_steps": 100,
+            "windows_per_epoch": 10,
+            "parameters": 42,
+            "device": "cpu",
+            "run_dir": "runs/t",
+            "objective": "MLE",
+            "objectives": Objectives::default(),
+        });
+        let read: Event = serde_json::from_value(line.clone()).expect("an old line reads");
+        let Event::Started(s) = &read else {
+            panic!("read as {read:?}");
+        };
+        assert_eq!((s.step, s.total_steps, s.parameters), (7, 100, 42));
+        assert_eq!(s.run_dir.as_deref(), Some(std::path::Path::new("runs/t")));
+        assert_eq!(read.step(), 7);
+        assert_eq!(serde_json::to_value(&read).expect("writes"), line);
+    }
 
     /// Writes the steps it sees into a shared journal, under its name.
     struct Journal<'a>(&'static str, &'a std::cell::RefCell<Vec<String>>);

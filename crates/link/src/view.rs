@@ -242,31 +242,23 @@ impl RunView {
     /// Folds one engine event into the view.
     pub fn on_event(&mut self, event: &Event) {
         match event {
-            Event::Started {
-                step,
-                total_steps,
-                windows_per_epoch,
-                parameters,
-                device,
-                run_dir,
-                objective,
-                objectives,
-            } => {
+            Event::Started(s) => {
                 self.info = RunInfo {
-                    name: run_dir
+                    name: s
+                        .run_dir
                         .as_ref()
                         .and_then(|d| d.file_name())
                         .map(|n| n.to_string_lossy().into_owned())
                         .unwrap_or_else(|| "run".into()),
-                    device: device.clone(),
-                    total_steps: *total_steps,
-                    windows_per_epoch: *windows_per_epoch,
-                    parameters: *parameters,
-                    run_dir: run_dir.clone(),
+                    device: s.device.clone(),
+                    total_steps: s.total_steps,
+                    windows_per_epoch: s.windows_per_epoch,
+                    parameters: s.parameters,
+                    run_dir: s.run_dir.clone(),
                 };
-                self.objectives = (**objectives).clone();
+                self.objectives = s.objectives.clone();
                 self.status = RunStatus::Running;
-                self.log(*step, LogKind::Info, format!("started: {objective}"));
+                self.log(s.step, LogKind::Info, format!("started: {}", s.objective));
             }
             Event::ConfigChanged {
                 step,

@@ -11,7 +11,7 @@ use conelab_base::exit::ExitStatus;
 use conelab_core::events::EventSink;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use conelab_train::engine::{EmbeddingStats, EvalStats, Event, FinishReason};
+use conelab_train::engine::{EmbeddingStats, EvalStats, Event, FinishReason, RunStarted};
 
 /// How the run ended, for the exit status.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,16 +115,17 @@ impl EventSink for Reporter {
 
     fn on_event(&mut self, event: &Event) -> Result<(), Infallible> {
         match event {
-            Event::Started {
-                step,
-                total_steps,
-                windows_per_epoch,
-                parameters,
-                device,
-                run_dir,
-                objective,
-                ..
-            } => {
+            Event::Started(s) => {
+                let RunStarted {
+                    step,
+                    total_steps,
+                    windows_per_epoch,
+                    parameters,
+                    device,
+                    run_dir,
+                    objective,
+                    ..
+                } = &**s;
                 if let Some(b) = &self.bar {
                     b.set_length(*total_steps);
                     b.set_position(*step);

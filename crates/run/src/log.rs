@@ -120,22 +120,15 @@ impl EventSink for RunLog {
 
 fn emit(event: &Event, every: u64) {
     match event {
-        Event::Started {
-            step,
-            total_steps,
-            windows_per_epoch,
-            parameters,
-            device,
-            run_dir,
-            objective,
-            ..
-        } => {
-            let dir = run_dir
+        Event::Started(s) => {
+            let dir = s
+                .run_dir
                 .as_ref()
                 .map(|d| d.display().to_string())
                 .unwrap_or_default();
-            info!(target: "conelab::run", step, total_steps, windows_per_epoch, parameters,
-                device = %device, run_dir = %dir, objective = %objective, "start");
+            info!(target: "conelab::run", step = s.step, total_steps = s.total_steps,
+                windows_per_epoch = s.windows_per_epoch, parameters = s.parameters,
+                device = %s.device, run_dir = %dir, objective = %s.objective, "start");
         }
         Event::ConfigChanged {
             step,

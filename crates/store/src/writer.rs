@@ -283,22 +283,14 @@ impl StoreWriter {
             panic!("injected recorder panic at step {}", s.step);
         }
         match event {
-            Event::Started {
-                step,
-                total_steps,
-                windows_per_epoch,
-                parameters,
-                device,
-                objective,
-                ..
-            } => {
-                self.push_event(*step, "start", objective, "", device);
+            Event::Started(s) => {
+                self.push_event(s.step, "start", &s.objective, "", &s.device);
                 for (metric, value) in [
-                    ("total_steps", *total_steps as f64),
-                    ("windows_per_epoch", *windows_per_epoch as f64),
-                    ("parameters", *parameters as f64),
+                    ("total_steps", s.total_steps as f64),
+                    ("windows_per_epoch", s.windows_per_epoch as f64),
+                    ("parameters", s.parameters as f64),
                 ] {
-                    self.push_metric(*step, split::RUN, "total", metric, value);
+                    self.push_metric(s.step, split::RUN, "total", metric, value);
                 }
             }
             Event::ConfigChanged {

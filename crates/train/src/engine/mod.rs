@@ -23,7 +23,7 @@ pub use conelab_core::{analysis, events as protocol, train_config as config};
 pub use config::{OptimizerKind, Schedule, TrainConfig};
 pub use protocol::{
     AppliedCommand, Command, EmbeddingStats, EvalStats, Event, FinishReason, ProjectionFrame,
-    Snapshot, StepStats,
+    RunStarted, Snapshot, StepStats,
 };
 pub use trainer::{Trainer, clip_global_norm};
 pub(crate) use trainer::{build_optimizer, spectral_optimizer};
@@ -298,7 +298,7 @@ impl Engine {
 
     fn run(&mut self, commands: Receiver<Envelope>) -> Result<(), EngineError> {
         let objectives = self.trainer.objectives().clone();
-        self.emit(Event::Started {
+        self.emit(Event::Started(Box::new(RunStarted {
             step: self.step(),
             total_steps: self.trainer.config().steps,
             windows_per_epoch: self.trainer.windows_per_epoch(),
@@ -306,8 +306,8 @@ impl Engine {
             device: self.trainer.device_spec().to_string(),
             run_dir: self.checkpoints.as_ref().and_then(|c| c.run_dir()),
             objective: objectives.label(),
-            objectives: Box::new(objectives),
-        });
+            objectives,
+        })));
         for event in std::mem::take(&mut self.announce) {
             self.emit(event);
         }

@@ -305,7 +305,7 @@ mod tests {
     use conelab_core::analysis::EmbeddingAnalysis;
     use conelab_core::events::EmbeddingStats;
     use conelab_core::events::{
-        AppliedCommand, Command, EvalStats, Event, FinishReason, Snapshot, StepStats,
+        AppliedCommand, Command, EvalStats, Event, FinishReason, RunStarted, Snapshot, StepStats,
     };
     use conelab_core::objective::{ObjectiveChange, Objectives, Term};
     use conelab_data::{FrequencyGroups, GroupBounds};
@@ -424,7 +424,7 @@ mod tests {
                 light: false,
             },
         );
-        app.on_event(Event::Started {
+        app.on_event(Event::Started(Box::new(RunStarted {
             step: 0,
             total_steps: 200,
             windows_per_epoch: 100,
@@ -432,8 +432,8 @@ mod tests {
             device: "cpu".into(),
             run_dir: Some("checkpoints/tiny-synthetic-test".into()),
             objective: "MLE".into(),
-            objectives: Box::new(Objectives::default()),
-        });
+            objectives: Objectives::default(),
+        })));
         for s in 1..=80u64 {
             app.on_event(step(s, 8.0 - 3.0 * (s as f64 / 80.0).sqrt()));
             if s == 40 {
