@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: conelab (LibTorch CUDA) against the PyTorch reference
-# (bench/reference_torch.py, run on that machine's own PyTorch), same model, batch, dtype, steps.
-# Prints tokens/s, ms/step, peak GPU memory (nvidia-smi, sampled every 100 ms, above the idle
-# level, the same way for both) and MFU (6·params·tokens/s over the GPU's dense peak).
+# (bench/reference_torch.py, run on that machine's own PyTorch) in each of its modes — composed,
+# fp32 (eager with SDPA, foreach AdamW), bf16 (autocast, fused AdamW), compile — same model, batch,
+# steps. Prints tokens/s, ms/step, peak GPU memory (nvidia-smi, sampled every 100 ms, above the
+# idle level, the same way for all) and MFU (6·params·tokens/s over the GPU's dense peak).
 #
-#   bench/compare_gpu.sh [--models small,gpt2-small] [--dtypes fp32] [--steps 50] [--warmup 10]
-#                        [--vocab 33278] [--batch 16] [--rounds 2] [--peak-tflops 494.7]
+#   bench/compare_gpu.sh [--models small,gpt2-small] [--modes fp32,bf16,compile] [--steps 50]
+#                        [--warmup 10] [--vocab 33278] [--batch 16] [--rounds 2] [--peak-tflops 494.7]
 #
 # CONELAB: the binary (default gpu-bin/conelab from scripts/build-gpu-binary.sh);
 # PYTHON: the python with torch (default /opt/torch/.venv/bin/python, else python3).
 # --peak-tflops: dense TF32 peak of an H100 SXM (494.7); use 989.4 for bf16, 66.9 for plain fp32.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models=small,gpt2-small dtypes=fp32 steps=50 warmup=10 vocab=33278 batch=16 rounds=2 peak=494.7
+models=small,gpt2-small modes=fp32,bf16,compile steps=50 warmup=10 vocab=33278 batch=16 rounds=2 peak=494.7
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models=$2; shift 2 ;;
-    --dtypes) dtypes=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --vocab) vocab=$2; shift 2 ;;
@@ -52,20 +53,17 @@ js, mem = line.rsplit("\t", 1)
 r = json.loads(js)
 peak = float(sys.argv[1]) * 1e12
 mfu = 6 * r["parameters"] * r["tokens_per_sec"] / peak if r.get("parameters") else float("nan")
-print(f"{r['"'"'engine'"'"']:<18} {r['"'"'model'"'"']:<11} {sys.argv[2]:<5} {r['"'"'tokens_per_sec'"'"']:>11.0f} {r['"'"'ms_per_step'"'"']:>9.2f} {int(mem):>9} {100*mfu:>6.1f}%")
+print(f"{r['"'"'engine'"'"']:<18} {r['"'"'model'"'"']:<11} {sys.argv[2]:<8} {r['"'"'tokens_per_sec'"'"']:>11.0f} {r['"'"'ms_per_step'"'"']:>9.2f} {int(mem):>9} {100*mfu:>6.1f}%")
 '
-printf '%-18s %-11s %-5s %11s %9s %9s %7s\n' engine model dtype tokens/s ms/step "peak MiB" MFU
+printf '%-18s %-11s %-8s %11s %9s %9s %7s\n' engine model mode tokens/s ms/step "peak MiB" MFU
 for round in $(seq "$rounds"); do
   for model in ${models//,/ }; do
-    for dtype in ${dtypes//,/ }; do
-      args=(--model "$model" --steps "$steps" --warmup "$warmup" --vocab "$vocab" --batch "$batch")
-      if [ "$dtype" = fp32 ]; then
-        sampled "$conelab" bench train "${args[@]}" --device cuda --json | "$python" -c "$row_py" "$peak" "$dtype"
-      else
-        echo "conelab            $model $dtype: not implemented (fp32 only)"
-      fi
-      sampled "$python" bench/reference_torch.py "${args[@]}" --device cuda --dtype "$dtype" --json \
-        | "$python" -c "$row_py" "$peak" "$dtype"
+    args=(--model "$model" --steps "$steps" --warmup "$warmup" --vocab "$vocab" --batch "$batch")
+    sampled "$conelab" bench train "${args[@]}" --device cuda --json | "$python" -c "$row_py" "$peak" fp32
+    echo "conelab            $model bf16: not built yet (--precision bf16)"
+    for mode in ${modes//,/ }; do
+      sampled "$python" bench/reference_torch.py "${args[@]}" --device cuda --mode "$mode" --json \
+        | "$python" -c "$row_py" "$peak" "$mode"
     done
   done
 done

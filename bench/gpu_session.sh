@@ -57,7 +57,7 @@ stage_smoke() {
 
 stage_compare() {
   # Neither engine turns TF32 on, so fp32 matmuls run on the CUDA cores: H100 SXM 66.9 TFLOP/s.
-  CONELAB="$conelab" bench/compare_gpu.sh --models small,gpt2-small --dtypes fp32 --rounds 1 \
+  CONELAB="$conelab" bench/compare_gpu.sh --models small,gpt2-small --modes fp32,bf16,compile --rounds 1 \
     --steps 50 --warmup 10 --peak-tflops 66.9 2>&1 | tee "$out/compare.txt"
 }
 
