@@ -262,6 +262,67 @@ fn the_host_lstm_trains_exactly_as_burns_graph() {
     }
 }
 
+/// `Trainer::use_device_paths` (the paths `bench ops` counts, CUDA's): an LSTM in burn's graph
+/// and AdamW in burn's tensor ops train as the host paths do. Dropout off: burn draws other
+/// masks than the host's.
+#[test]
+fn the_device_paths_train_as_the_host_paths() {
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let without_dropout = |model: ModelConfig| match model {
+        ModelConfig::Lstm(mut l) => {
+            l.dropout = 0.0;
+            ModelConfig::Lstm(l)
+        }
+        ModelConfig::Transformer(mut t) => {
+            t.dropout = 0.0;
+            ModelConfig::Transformer(t)
+        }
+    };
+    for model in [small_transformer(), small_lstm()].map(without_dropout) {
+        let run = |device_paths: bool| {
+            let mut trainer = Trainer::new(
+                corpus.clone(),
+                model.clone(),
+                train_config(4),
+                DeviceSpec::Cpu,
+            )
+            .expect("trainer");
+            if device_paths {
+                trainer.use_device_paths();
+            }
+            let losses: Vec<f64> = (0..4)
+                .map(|_| trainer.train_step().expect("step").loss)
+                .collect();
+            let lstm = matches!(model, ModelConfig::Lstm(_));
+            assert_eq!(
+                trainer.lstm_on_host(),
+                lstm && !device_paths,
+                "the path taken"
+            );
+            (losses, parameters(trainer.model()))
+        };
+        let (host, device) = (run(false), run(true));
+        for (step, (a, b)) in host.0.iter().zip(&device.0).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * a.abs().max(1.0),
+                "step {step}: loss {a} (host paths) vs {b} (device paths)"
+            );
+        }
+        let worst = host
+            .1
+            .iter()
+            .flatten()
+            .zip(device.1.iter().flatten())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            worst < 1e-5,
+            "parameters differ by {worst} after four steps"
+        );
+    }
+}
+
 #[test]
 fn tiny_beats_the_unigram_model_on_the_synthetic_corpus() {
     let _turn = one_trainer();

@@ -194,7 +194,7 @@ pub fn load(
     let spectral_path = step_dir.join("spectral-optimizer.bpk");
     let spectral_optimizer = if spectral_path.is_file() {
         Some(
-            crate::engine::spectral_optimizer(train)
+            crate::engine::spectral_optimizer(train, true)
                 .load(&spectral_path)
                 .map_err(|e| corrupt(&spectral_path, format!("{e:?}")))?,
         )

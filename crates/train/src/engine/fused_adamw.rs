@@ -47,6 +47,10 @@ pub struct FusedAdamW {
     beta_2: f32,
     epsilon: f32,
     weight_decay: f32,
+    /// Whether the update may take the host pass where the buffers allow it (the default), or
+    /// always burn's tensor ops, as on a device whose memory the host does not see
+    /// (`Trainer::use_device_paths`).
+    host_pass: bool,
     /// The same optimizer in burn's tensor ops, for devices whose memory the host does not see.
     burn: AdamW,
 }
@@ -58,12 +62,21 @@ impl FusedAdamW {
             beta_2,
             epsilon,
             weight_decay,
+            host_pass: true,
             burn: AdamWConfig::new()
                 .with_beta_1(beta_1)
                 .with_beta_2(beta_2)
                 .with_epsilon(epsilon)
                 .with_weight_decay(weight_decay)
                 .build(),
+        }
+    }
+
+    /// The same optimizer, with or without the host pass.
+    pub fn with_host_pass(self, on: bool) -> Self {
+        Self {
+            host_pass: on,
+            ..self
         }
     }
 }
@@ -376,6 +389,9 @@ impl Optimizer for FusedAdamW {
         grad: Tensor<D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
+        if !self.host_pass {
+            return self.burn.step(lr, tensor, grad, state);
+        }
         #[cfg(feature = "flex")]
         let (tensor, grad, state) = match self.flex_step(lr, tensor, grad, state) {
             Ok((tensor, state)) => return (tensor, Some(state)),
@@ -448,13 +464,16 @@ mod tests {
     #[test]
     fn one_parameter_follows_the_formulas() {
         for spec in fused_devices() {
-            one_parameter_follows_the_formulas_on(spec);
+            // The host pass, and burn's tensor ops as on CUDA (`Trainer::use_device_paths`).
+            for host_pass in [true, false] {
+                one_parameter_follows_the_formulas_on(spec, host_pass);
+            }
         }
     }
 
-    fn one_parameter_follows_the_formulas_on(spec: DeviceSpec) {
+    fn one_parameter_follows_the_formulas_on(spec: DeviceSpec, host_pass: bool) {
         let device = spec.device().expect("device");
-        let optim = FusedAdamW::new(BETAS.0, BETAS.1, EPSILON, 0.1);
+        let optim = FusedAdamW::new(BETAS.0, BETAS.1, EPSILON, 0.1).with_host_pass(host_pass);
         let theta0 = [0.5f32, -1.25, 3.0];
         let grads = [
             [0.3f32, -2.0, 1e-3],
@@ -474,8 +493,8 @@ mod tests {
         assert_eq!(state.as_ref().map(|s| s.momentum.time), Some(4));
         assert_eq!(
             fused_steps() - before,
-            4,
-            "{spec}: every step took the fused pass"
+            if host_pass { 4 } else { 0 },
+            "{spec}: every step took the host pass, or none did (host_pass = {host_pass})"
         );
         let got = values(theta);
         for (i, &x0) in theta0.iter().enumerate() {
@@ -483,7 +502,7 @@ mod tests {
             let want = reference(x0 as f64, &gs, lr, 0.1);
             assert!(
                 (got[i] as f64 - want).abs() < 1e-6,
-                "{spec} θ{i}: {} against {want}",
+                "{spec} (host pass {host_pass}) θ{i}: {} against {want}",
                 got[i]
             );
         }

@@ -88,6 +88,9 @@ pub struct Trainer {
     /// An LSTM's layers run on the host (`model/lstm_host.rs`): where the tensors already live in
     /// host memory (burn-flex, LibTorch CPU: `DeviceSpec::host_memory`); CUDA keeps burn's graph.
     host_lstm: bool,
+    /// Host paths where the tensors live in host memory: an LSTM's layers (with `host_lstm`),
+    /// dropout masks drawn on the host, AdamW's host pass. Off: the paths CUDA takes.
+    host_paths: bool,
 }
 
 /// Salts of the step seed for the objectives' own random draws.
@@ -167,6 +170,7 @@ impl Trainer {
             static_gates: None,
             sampler: None,
             host_lstm: device_spec.host_memory(),
+            host_paths: device_spec.host_memory(),
         };
         if spectrum_on {
             let c1 = trainer.state.objectives.spectrum.c1;
@@ -190,7 +194,7 @@ impl Trainer {
         self.optim = optim;
         self.spectral_optim = match (&state.spectrum_c1, spectral_optim) {
             (Some(_), Some(o)) => Some(o),
-            (Some(_), None) => Some(spectral_optimizer(&self.config)),
+            (Some(_), None) => Some(spectral_optimizer(&self.config, self.host_paths)),
             (None, _) => None,
         };
         if self.model.output_bias().is_some() {
@@ -235,7 +239,21 @@ impl Trainer {
     /// compares them); the graph stays selectable for that comparison and for `bench train
     /// --graph-lstm`.
     pub fn set_host_lstm(&mut self, on: bool) {
-        self.host_lstm = on && self.device_spec.host_memory();
+        self.host_lstm = on && self.host_paths;
+    }
+
+    /// From the next step on, the paths a CUDA device takes, where the tensors live in host
+    /// memory too: an LSTM in burn's graph, burn's dropout (other masks than the host's), AdamW
+    /// in burn's tensor ops. The same computation, dispatched as the ATen operators a GPU would
+    /// launch (`conelab bench ops` counts them). The optimizers start afresh: call it before
+    /// the first step.
+    pub fn use_device_paths(&mut self) {
+        self.host_paths = false;
+        self.host_lstm = false;
+        self.optim = optimizer(&self.config, false);
+        if self.spectral_optim.is_some() {
+            self.spectral_optim = Some(spectral_optimizer(&self.config, false));
+        }
     }
 
     /// Whether the next step runs an LSTM's layers on the host (after a first step: the host
@@ -311,7 +329,7 @@ impl Trainer {
         // (model/dropout.rs), the same masks on both; on CUDA by the device.
         let seed = step_seed(self.config.seed, next);
         self.device.seed(seed);
-        crate::model::dropout::seed_host_masks(self.device_spec.host_memory().then_some(seed));
+        crate::model::dropout::seed_host_masks(self.host_paths.then_some(seed));
         let k = (self.state.step % self.windows_per_epoch) as usize;
         let batch = self
             .window(k)
@@ -637,7 +655,7 @@ impl Trainer {
             let (model, factors) = self.model.clone().take_spectral();
             let optim = self
                 .spectral_optim
-                .get_or_insert_with(|| spectral_optimizer(&self.config));
+                .get_or_insert_with(|| spectral_optimizer(&self.config, self.host_paths));
             let factors = factors.map(|f| optim.step(lr, f, g));
             self.model = model.set_spectral_raw(factors);
         }
@@ -1061,23 +1079,34 @@ impl Trainer {
 
 /// The optimizer of U, σ, V: the run's, without weight decay (decay would shrink U and V away from
 /// the orthonormality their penalties hold them to).
-pub(crate) fn spectral_optimizer(config: &TrainConfig) -> ModuleOptimizer {
-    build_optimizer(&TrainConfig {
-        weight_decay: 0.0,
-        ..config.clone()
-    })
+pub(crate) fn spectral_optimizer(config: &TrainConfig, host_pass: bool) -> ModuleOptimizer {
+    optimizer(
+        &TrainConfig {
+            weight_decay: 0.0,
+            ..config.clone()
+        },
+        host_pass,
+    )
 }
 
 pub(crate) fn build_optimizer(config: &TrainConfig) -> ModuleOptimizer {
+    optimizer(config, true)
+}
+
+/// The run's optimizer; `host_pass`: AdamW may take its host pass (`fused_adamw.rs`).
+fn optimizer(config: &TrainConfig, host_pass: bool) -> ModuleOptimizer {
     match config.optimizer {
         // burn's AdamW with its update fused into one pass on burn-flex and LibTorch CPU
         // (fused_adamw.rs); the same state, so checkpoints load into either.
-        OptimizerKind::Adamw => ModuleOptimizer::from(FusedAdamW::new(
-            config.beta1 as f32,
-            config.beta2 as f32,
-            config.epsilon as f32,
-            config.weight_decay as f32,
-        )),
+        OptimizerKind::Adamw => ModuleOptimizer::from(
+            FusedAdamW::new(
+                config.beta1 as f32,
+                config.beta2 as f32,
+                config.epsilon as f32,
+                config.weight_decay as f32,
+            )
+            .with_host_pass(host_pass),
+        ),
         OptimizerKind::Sgd => SgdConfig::new()
             .with_momentum((config.momentum > 0.0).then(|| {
                 MomentumConfig::new()

@@ -90,11 +90,10 @@ pub fn flex_buffer<const D: usize>(
         .then_some(flex)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "tch")))]
 mod tests {
     use super::*;
 
-    #[cfg(not(feature = "tch"))]
     #[test]
     fn libtorch_without_the_feature_is_an_error_naming_it() {
         let err = DeviceSpec::Cuda(0).device().unwrap_err().to_string();
