@@ -3,6 +3,7 @@
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 
+use conelab::bench::ops::{OpsBench, Reference, ReferenceMode, bench_ops};
 use conelab::bench::{
     MetricsBench, ObjectivesBench, StoreBench, TrainBench, bench_metrics, bench_objectives,
     bench_store, bench_train,
@@ -27,6 +28,45 @@ pub enum BenchCommand {
     /// What viewers cost a run (tokens/s with two `conelab attach` viewers vs none, alternated;
     /// memory) and what attaching costs (hello to a first frame on a long history).
     Attach(BenchAttachArgs),
+    /// The top-level ATen operators of one training step, by kind, beside PyTorch's for the same
+    /// model (LibTorch builds; the trainer takes CUDA's paths, so it counts what a GPU launches).
+    Ops(BenchOpsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchOpsArgs {
+    #[arg(long, value_enum, default_value = "small")]
+    pub model: Preset,
+    #[arg(long, default_value = "libtorch-cpu")]
+    pub device: DeviceSpec,
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Window length T [default: the preset's].
+    #[arg(long)]
+    pub bptt: Option<usize>,
+    /// Vocabulary size N.
+    #[arg(long, default_value_t = 10_000)]
+    pub vocab: usize,
+    /// Steps before the counted one.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The PyTorch reference script.
+    #[arg(long, value_name = "PATH", default_value = "bench/reference_torch.py")]
+    pub reference: std::path::PathBuf,
+    /// Its mode.
+    #[arg(long, value_enum, default_value = "fp32")]
+    pub reference_mode: ReferenceMode,
+    /// The Python that runs it [default: $CONELAB_TORCH_PYTHON, else python3].
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<std::path::PathBuf>,
+    /// Count conelab only.
+    #[arg(long)]
+    pub no_reference: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -304,6 +344,39 @@ fn train(args: BenchTrainArgs) -> Result<()> {
     print_stdout(&r.render())
 }
 
+fn ops(args: BenchOpsArgs) -> Result<()> {
+    if args.batch == 0 || args.vocab < 3 {
+        bail!("--batch must be at least 1 and --vocab at least 3");
+    }
+    let python = args
+        .python
+        .or_else(|| std::env::var_os("CONELAB_TORCH_PYTHON").map(Into::into))
+        .unwrap_or_else(|| "python3".into());
+    let bench = OpsBench {
+        model_name: args.model.name().to_owned(),
+        model: with_window(args.model.config(), args.bptt),
+        device: args.device,
+        batch: args.batch,
+        vocab: args.vocab,
+        warmup: args.warmup,
+        seed: args.seed,
+        reference: (!args.no_reference).then_some(Reference {
+            python,
+            script: args.reference,
+            mode: args.reference_mode,
+        }),
+    };
+    let r = bench_ops(&bench)?;
+    if args.json {
+        return print_stdout(&format!(
+            "{}
+",
+            serde_json::to_string_pretty(&r)?
+        ));
+    }
+    print_stdout(&r.render())
+}
+
 fn metrics(args: BenchMetricsArgs) -> Result<()> {
     if args.n < 2 || args.d == 0 {
         bail!("--n must be at least 2 and --d at least 1");
@@ -325,6 +398,7 @@ fn metrics(args: BenchMetricsArgs) -> Result<()> {
 pub fn exec(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Train(args) => train(args),
+        BenchCommand::Ops(args) => ops(args),
         BenchCommand::Objectives(args) => objectives(args),
         BenchCommand::Metrics(args) => metrics(args),
         BenchCommand::Store(args) => store(args),

@@ -428,3 +428,36 @@ fn the_workbench_drives_a_libtorch_run() {
         "{kinds:?}"
     );
 }
+
+/// `bench ops` on LibTorch CPU, CUDA's paths: every product of the step is one top-level
+/// operator. A Transformer's forward has six products a layer (qkv, q·kᵀ, attention·v, the
+/// output projection, the two MLP layers) and the tied head one; the backward takes two for
+/// each (the gradient of either factor): 3 · (6 · layers + 1), counted independently of the
+/// code. Nothing runs on the host paths, so AdamW's update shows as operators too.
+#[test]
+fn bench_ops_counts_the_products_of_a_step() {
+    use conelab::bench::ops::{OpsBench, bench_ops};
+    let layers = 2;
+    let b = OpsBench {
+        model_name: "test".into(),
+        model: transformer(),
+        device: DeviceSpec::LibtorchCpu,
+        batch: 2,
+        vocab: 120,
+        warmup: 1,
+        seed: 3,
+        reference: None,
+    };
+    let r = bench_ops(&b).expect("counted");
+    let ours = &r.conelab;
+    assert_eq!(
+        ours.by_kind.get("matmul").copied(),
+        Some(3 * (6 * layers + 1)),
+        "{}",
+        r.render()
+    );
+    assert_eq!(ours.total, ours.by_name.values().sum::<u64>());
+    // burn's AdamW, not the host pass: its square roots are operators of the step.
+    assert!(ours.by_name.contains_key("aten::sqrt"), "{}", r.render());
+    assert!(r.reference.is_none());
+}
