@@ -28,16 +28,16 @@ pub enum OpCountError {
 /// Counts of the ATen operators dispatched by name.
 pub type OpCounts = BTreeMap<String, u64>;
 
-/// Runs `f` and counts the top-level ATen operators this thread dispatched meanwhile: those no
-/// other ATen operator called (a composite such as `aten::linear` counts once, not with the
-/// `aten::t` and `aten::addmm` it calls). Operators of other threads are not counted. One count
-/// at a time in a process.
+/// Without LibTorch there is nothing to count: `f` does not run.
 #[cfg(not(feature = "tch"))]
 pub fn count_ops<T>(_f: impl FnOnce() -> T) -> Result<(T, OpCounts), OpCountError> {
     Err(OpCountError::NoTch)
 }
 
-/// See the other `count_ops`: this one counts.
+/// Runs `f` and counts the top-level ATen operators this thread dispatched meanwhile: those no
+/// other ATen operator called (a composite such as `aten::linear` counts once, not with the
+/// `aten::t` and `aten::addmm` it calls). Operators of other threads are not counted. One count
+/// at a time in a process.
 #[cfg(feature = "tch")]
 pub fn count_ops<T>(f: impl FnOnce() -> T) -> Result<(T, OpCounts), OpCountError> {
     let mut err = [0 as c_char; 256];
