@@ -410,6 +410,16 @@ fn inspect_foreign_matrices() {
         &["row 9"],
     );
     assert_one_line_error(&conelab(&["bench", "metrics", "--n", "1"]), &["--n"]);
+    // bench ops: flex has no ATen operators; impossible sizes; a missing reference script.
+    assert_one_line_error(
+        &conelab(&["bench", "ops", "--device", "cpu"]),
+        &["--device libtorch-cpu"],
+    );
+    assert_one_line_error(&conelab(&["bench", "ops", "--batch", "0"]), &["--batch"]);
+    assert_one_line_error(
+        &conelab(&["bench", "ops", "--reference", "/nonexistent/ref.py"]),
+        &["no such script"],
+    );
     // A .npy that is not 2-D, and one of integers.
     std::fs::write(
         dir.path().join("flat.npy"),

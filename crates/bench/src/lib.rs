@@ -95,20 +95,40 @@ pub fn random_corpus(
     )?)
 }
 
-pub fn bench_train(b: &TrainBench) -> Result<TrainBenchResult, EngineError> {
-    let window = b.model.window();
-    let needed = (b.warmup + b.steps + 2) as usize * b.batch * window;
-    let corpus = Arc::new(random_corpus(b.vocab, needed, b.seed)?);
+/// A trainer of `model` for `steps` steps on random tokens (enough for all of them), with no
+/// evaluation, checkpoint or snapshot to time along.
+pub(crate) fn random_trainer(
+    model: &ModelConfig,
+    device: DeviceSpec,
+    batch: usize,
+    vocab: usize,
+    seed: u64,
+    steps: u64,
+) -> Result<Trainer, EngineError> {
+    let needed = (steps + 2) as usize * batch * model.window();
+    let corpus = Arc::new(random_corpus(vocab, needed, seed)?);
     let config = TrainConfig {
-        batch: b.batch,
-        steps: b.warmup + b.steps,
-        seed: b.seed,
+        batch,
+        steps,
+        seed,
         eval_every: 0,
         checkpoint_every: 0,
         snapshot_every: 0,
         ..TrainConfig::default()
     };
-    let mut trainer = Trainer::new(corpus, b.model.clone(), config, b.device)?;
+    Trainer::new(corpus, model.clone(), config, device)
+}
+
+pub fn bench_train(b: &TrainBench) -> Result<TrainBenchResult, EngineError> {
+    let window = b.model.window();
+    let mut trainer = random_trainer(
+        &b.model,
+        b.device,
+        b.batch,
+        b.vocab,
+        b.seed,
+        b.warmup + b.steps,
+    )?;
     trainer.set_host_lstm(!b.graph_lstm);
     for _ in 0..b.warmup {
         trainer.train_step()?;

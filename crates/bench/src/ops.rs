@@ -3,18 +3,16 @@
 //! figure the GPU engine's fusions move, measurable on LibTorch CPU: the trainer takes the paths a
 //! CUDA device takes (`Trainer::use_device_paths`), so it counts what a GPU would launch.
 
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Arc;
-
-use serde::Serialize;
 
 use conelab_train::aten::{OpCountError, OpCounts, count_ops};
-use conelab_train::engine::{EngineError, TrainConfig, Trainer};
+use conelab_train::engine::EngineError;
 use conelab_train::model::{DeviceSpec, ModelConfig};
 
-use crate::random_corpus;
+use crate::random_trainer;
 
 /// What kind of work each ATen operator is (`bench/op_kinds.tsv`, which the Python reference
 /// reads too, so both sides sort their operators the same way).
@@ -119,6 +117,16 @@ pub struct Reference {
     pub mode: ReferenceMode,
 }
 
+impl Reference {
+    /// The reference could not be counted, and why.
+    fn refused(&self, why: String) -> OpsBenchError {
+        OpsBenchError::Reference {
+            what: format!("{} {}", self.python.display(), self.script.display()),
+            why,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct OpsBench {
     pub model_name: String,
@@ -160,20 +168,16 @@ pub fn bench_ops(b: &OpsBench) -> Result<OpsBenchResult, OpsBenchError> {
     if !matches!(b.device, DeviceSpec::LibtorchCpu | DeviceSpec::Cuda(_)) {
         return Err(OpsBenchError::NotLibtorch(b.device));
     }
+    // A missing script is said before a minute of training, not after.
+    if let Some(r) = &b.reference
+        && !r.script.is_file()
+    {
+        return Err(
+            r.refused("no such script (run from the repository, or give --reference PATH)".into())
+        );
+    }
     let window = b.model.window();
-    let steps = b.warmup + 1;
-    let needed = (steps + 2) as usize * b.batch * window;
-    let corpus = Arc::new(random_corpus(b.vocab, needed, b.seed)?);
-    let config = TrainConfig {
-        batch: b.batch,
-        steps,
-        seed: b.seed,
-        eval_every: 0,
-        checkpoint_every: 0,
-        snapshot_every: 0,
-        ..TrainConfig::default()
-    };
-    let mut trainer = Trainer::new(corpus, b.model.clone(), config, b.device)?;
+    let mut trainer = random_trainer(&b.model, b.device, b.batch, b.vocab, b.seed, b.warmup + 1)?;
     trainer.use_device_paths();
     let vocab = trainer.corpus().vocab().len();
     for _ in 0..b.warmup {
@@ -199,15 +203,7 @@ pub fn bench_ops(b: &OpsBench) -> Result<OpsBenchResult, OpsBenchError> {
 /// Runs the reference script with `--count-ops --json` and reads its operators by name (their
 /// kinds are summed here, by the same table).
 fn reference_ops(b: &OpsBench, r: &Reference, window: usize) -> Result<OpSummary, OpsBenchError> {
-    let fail = |why: String| OpsBenchError::Reference {
-        what: format!("{} {}", r.python.display(), r.script.display()),
-        why,
-    };
-    if !r.script.is_file() {
-        return Err(fail(
-            "no such script (run from the repository, or give --reference PATH)".into(),
-        ));
-    }
+    let fail = |why: String| r.refused(why);
     let device = match b.device {
         DeviceSpec::Cuda(n) => format!("cuda:{n}"),
         _ => "cpu".into(),
@@ -390,5 +386,30 @@ mod tests {
         };
         let e = bench_ops(&b).expect_err("flex has no ATen operators");
         assert!(e.to_string().contains("--device libtorch-cpu"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_reference_script_is_said_before_any_training() {
+        let b = OpsBench {
+            model_name: "tiny".into(),
+            model: conelab_train::model::Preset::Tiny.config(),
+            device: DeviceSpec::LibtorchCpu,
+            batch: 2,
+            vocab: 50,
+            warmup: 0,
+            seed: 1,
+            reference: Some(Reference {
+                python: "python3".into(),
+                script: "/nonexistent/reference_torch.py".into(),
+                mode: ReferenceMode::Fp32,
+            }),
+        };
+        // In a build without LibTorch the trainer would fail too: the script is checked first.
+        let e = bench_ops(&b).expect_err("no script");
+        assert!(
+            matches!(e, OpsBenchError::Reference { .. })
+                && e.to_string().contains("no such script"),
+            "{e}"
+        );
     }
 }
