@@ -6,14 +6,17 @@
 # idle level, the same way for all) and MFU (6·params·tokens/s over the GPU's dense peak).
 #
 #   bench/compare_gpu.sh [--models small,gpt2-small] [--modes fp32,bf16,compile] [--steps 50]
-#                        [--warmup 10] [--vocab 33278] [--batch 16] [--rounds 2] [--peak-tflops 494.7]
+#                        [--warmup 10] [--vocab 33278] [--batch 16] [--rounds 2] [--peak-tflops 66.9]
+#                        [--peak-tflops-bf16 989.4]
 #
 # CONELAB: the binary (default gpu-bin/conelab from scripts/build-gpu-binary.sh);
 # PYTHON: the python with torch (default /opt/torch/.venv/bin/python, else python3).
-# --peak-tflops: dense TF32 peak of an H100 SXM (494.7); use 989.4 for bf16, 66.9 for plain fp32.
+# --peak-tflops: the dense peak the fp32 rows' MFU is taken against: 66.9 (an H100/H200 SXM's fp32 on
+# the CUDA cores; neither engine turns TF32 on), 494.7 if TF32 is on. --peak-tflops-bf16: the bf16
+# and compile rows' peak (989.4, an H100/H200 SXM's dense bf16 tensor cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models=small,gpt2-small modes=fp32,bf16,compile steps=50 warmup=10 vocab=33278 batch=16 rounds=2 peak=494.7
+models=small,gpt2-small modes=fp32,bf16,compile steps=50 warmup=10 vocab=33278 batch=16 rounds=2 peak=66.9 peak_bf16=989.4
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models=$2; shift 2 ;;
@@ -24,6 +27,7 @@ while [ $# -gt 0 ]; do
     --batch) batch=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --peak-tflops) peak=$2; shift 2 ;;
+    --peak-tflops-bf16) peak_bf16=$2; shift 2 ;;
     *) echo "compare_gpu.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -59,11 +63,13 @@ printf '%-18s %-11s %-8s %11s %9s %9s %7s\n' engine model mode tokens/s ms/step 
 for round in $(seq "$rounds"); do
   for model in ${models//,/ }; do
     args=(--model "$model" --steps "$steps" --warmup "$warmup" --vocab "$vocab" --batch "$batch")
-    sampled "$conelab" bench train "${args[@]}" --device cuda --json | "$python" -c "$row_py" "$peak" fp32
+    sampled "$conelab" bench train "${args[@]}" --device cuda --json | "$python" -c "$row_py" "$peak" fp32 \
+      || echo "conelab            $model fp32: failed (its error above)"
     echo "conelab            $model bf16: not built yet (--precision bf16)"
     for mode in ${modes//,/ }; do
       sampled "$python" bench/reference_torch.py "${args[@]}" --device cuda --mode "$mode" --json \
-        | "$python" -c "$row_py" "$peak" "$mode"
+        | "$python" -c "$row_py" "$([ "$mode" = bf16 ] || [ "$mode" = compile ] && echo "$peak_bf16" || echo "$peak")" "$mode" \
+        || echo "PyTorch            $model $mode: failed (its error above)"
     done
   done
 done

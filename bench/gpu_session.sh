@@ -6,6 +6,9 @@
 #
 #   bench/gpu_session.sh smoke                 # 200 steps of tiny on cuda, a mid-run unfreeze; eval
 #   bench/gpu_session.sh compare               # bench/compare_gpu.sh, fp32, small and gpt2-small
+#   bench/gpu_session.sh engine                # the gpu-engine matrix: small, gpt2-small at B = 16 and 64,
+#                                              # lstm, awd at B = 64, every reference mode; ops per step
+#                                              # on CUDA; kernels per step (ncu)
 #   bench/gpu_session.sh objectives            # conelab bench objectives on the device
 #   bench/gpu_session.sh wt2 SECONDS [sc]      # start or continue the WikiText-2 runs for SECONDS;
 #                                              # `sc` switches spectrum control on in run `sc`
@@ -59,6 +62,40 @@ stage_compare() {
   # Neither engine turns TF32 on, so fp32 matmuls run on the CUDA cores: H100 SXM 66.9 TFLOP/s.
   CONELAB="$conelab" bench/compare_gpu.sh --models small,gpt2-small --modes fp32,bf16,compile --rounds 1 \
     --steps 50 --warmup 10 --peak-tflops 66.9 2>&1 | tee "$out/compare.txt"
+}
+
+stage_engine() {
+  local py=/opt/torch/.venv/bin/python
+  [ -x "$py" ] || py=python3
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 || true
+  "$conelab" --version
+  ldd "$conelab" | grep -i 'not found' || echo "ldd: every library resolved"
+  "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  # What the CUDA path dispatches, beside what `bench ops --device libtorch-cpu` counts on a CPU.
+  for model in small lstm; do
+    "$conelab" bench ops --model "$model" --device cuda --batch 16 --warmup 1 --python "$py" \
+      2>&1 | tee "$out/ops-$model-cuda.txt"
+  done
+  local common=(--rounds 1 --steps 40 --warmup 8)
+  CONELAB="$conelab" bench/compare_gpu.sh --models small,gpt2-small --batch 16 \
+    --modes composed,fp32,bf16 "${common[@]}" 2>&1 | tee "$out/compare-b16.txt"
+  CONELAB="$conelab" bench/compare_gpu.sh --models small,gpt2-small --batch 64 \
+    --modes fp32,bf16 "${common[@]}" 2>&1 | tee "$out/compare-b64.txt"
+  CONELAB="$conelab" bench/compare_gpu.sh --models lstm,awd --batch 64 \
+    --modes fp32,bf16 "${common[@]}" 2>&1 | tee "$out/compare-lstm.txt"
+  CONELAB="$conelab" bench/compare_gpu.sh --models small,gpt2-small --batch 16 \
+    --modes compile "${common[@]}" 2>&1 | tee "$out/compare-compile.txt"
+  # Every kernel of one warm-up and one timed step of `small`, each engine (kernels per step).
+  if command -v ncu >/dev/null; then
+    local args=(--model small --steps 1 --warmup 1 --vocab 33278 --batch 16)
+    timeout 120 ncu --csv --metrics gpu__time_duration.sum --log-file "$out/ncu-conelab.csv" \
+      "$conelab" bench train "${args[@]}" --device cuda > /dev/null 2>&1
+    echo "ncu conelab: exit $?"
+    timeout 90 ncu --csv --metrics gpu__time_duration.sum --log-file "$out/ncu-torch.csv" \
+      "$py" bench/reference_torch.py "${args[@]}" --device cuda --mode fp32 > /dev/null 2>&1
+    echo "ncu torch: exit $?"
+    xz -f "$out"/ncu-*.csv 2>/dev/null || true
+  fi
 }
 
 stage_objectives() {
@@ -117,8 +154,9 @@ shift || true
 case "$stage" in
   smoke) stage_smoke ;;
   compare) stage_compare ;;
+  engine) stage_engine ;;
   objectives) stage_objectives ;;
   wt2) stage_wt2 "$@" ;;
   collect) stage_collect ;;
-  *) sed -n '2,16p' "$0"; exit 2 ;;
+  *) sed -n '2,19p' "$0"; exit 2 ;;
 esac
