@@ -39,6 +39,7 @@ mod extension {
             .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
             .flag("-DGLOG_USE_GLOG_EXPORT")
             .file("csrc/opcount.cpp")
+            .file("csrc/optim.cpp")
             .compile("conelab_aten");
     }
 }

@@ -1,6 +1,8 @@
 //! conelab's own ATen extension (`csrc/`, compiled by `build.rs` under the `tch` feature): what
-//! tch does not bind. Today: the operator counter behind `conelab bench ops`. Without the `tch`
-//! feature the functions are here and say that LibTorch is missing.
+//! tch does not bind. The operator counter behind `conelab bench ops` (`opcount.cpp`), and the
+//! multi-tensor optimizer operators (`optim.cpp`): one fused AdamW over all parameters, the
+//! global-norm clip's norm and scaling as foreach operators. Without the `tch` feature the
+//! counter is here and says that LibTorch is missing.
 
 use std::collections::BTreeMap;
 #[cfg(feature = "tch")]
@@ -23,6 +25,14 @@ pub enum OpCountError {
         "counting ATen operators needs LibTorch, but this conelab was built without the `tch` feature (see docs/GPU.md)"
     )]
     NoTch,
+}
+
+/// A multi-tensor operator of the extension refused its inputs or libtorch failed in it.
+#[derive(Debug, thiserror::Error)]
+#[error("{op}: {why}")]
+pub struct AtenError {
+    pub op: &'static str,
+    pub why: String,
 }
 
 /// Counts of the ATen operators dispatched by name.
@@ -84,6 +94,175 @@ pub fn count_ops<T>(f: impl FnOnce() -> T) -> Result<(T, OpCounts), OpCountError
     Ok((out, counts))
 }
 
+#[cfg(feature = "tch")]
+unsafe extern "C" {
+    fn conelab_fused_adamw(
+        params: *const *mut torch_sys::C_tensor,
+        grads: *const *mut torch_sys::C_tensor,
+        exp_avgs: *const *mut torch_sys::C_tensor,
+        exp_avg_sqs: *const *mut torch_sys::C_tensor,
+        n: usize,
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        weight_decay: f64,
+        eps: f64,
+        step: f64,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+    fn conelab_foreach_squared_norm(
+        ts: *const *mut torch_sys::C_tensor,
+        n: usize,
+        out: *mut *mut torch_sys::C_tensor,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+    fn conelab_foreach_copy_(
+        dst: *const *mut torch_sys::C_tensor,
+        src: *const *mut torch_sys::C_tensor,
+        n: usize,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+    fn conelab_foreach_mul_(
+        ts: *const *mut torch_sys::C_tensor,
+        n: usize,
+        factor: f64,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+}
+
+/// The extension's handles for a list of tensors (what tch's `C_tensor` points to).
+#[cfg(feature = "tch")]
+fn handles(ts: &[&tch::Tensor]) -> Vec<*mut torch_sys::C_tensor> {
+    ts.iter().map(|t| t.as_ptr() as *mut _).collect()
+}
+
+/// Runs one extension call with an error buffer; its message on failure.
+#[cfg(feature = "tch")]
+fn call(op: &'static str, f: impl FnOnce(*mut c_char, usize) -> i32) -> Result<(), AtenError> {
+    let mut err = [0 as c_char; 512];
+    if f(err.as_mut_ptr(), err.len()) == 0 {
+        return Ok(());
+    }
+    // SAFETY: the extension NUL-terminates what it writes, within the buffer (zeroed before).
+    let why = unsafe { CStr::from_ptr(err.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    Err(AtenError { op, why })
+}
+
+/// AdamW's hyper-parameters for [`fused_adamw`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWStep {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub weight_decay: f64,
+    pub epsilon: f64,
+    /// The step count after its increment (1 on a first step).
+    pub step: usize,
+}
+
+/// One AdamW step over all `params` at once, in place (`aten::_fused_adamw_`): the parameters
+/// and both moments are written, the gradients only read. Torch's formula is burn's
+/// (θ ← θ·(1 − η·λ) − η·m̂/(√v̂ + ε), ε outside the root of the bias-corrected v̂ in both); the
+/// order of the f32 operations differs (torch: `m.lerp_(g, 1 − β₁)`, η/(1 − β₁ᵗ) as one factor,
+/// √v / √(1 − β₂ᵗ)), so the two agree to a few ulps of the update, not bit for bit.
+#[cfg(feature = "tch")]
+pub fn fused_adamw(
+    params: &[&tch::Tensor],
+    grads: &[&tch::Tensor],
+    exp_avgs: &[&tch::Tensor],
+    exp_avg_sqs: &[&tch::Tensor],
+    h: AdamWStep,
+) -> Result<(), AtenError> {
+    let n = params.len();
+    if [grads.len(), exp_avgs.len(), exp_avg_sqs.len()] != [n; 3] {
+        return Err(AtenError {
+            op: "fused AdamW",
+            why: "as many gradients and moments as parameters are needed".into(),
+        });
+    }
+    let (p, g, m, v) = (
+        handles(params),
+        handles(grads),
+        handles(exp_avgs),
+        handles(exp_avg_sqs),
+    );
+    call("fused AdamW", |err, len| {
+        // SAFETY: four arrays of n live tensor handles (borrowed for the call); the extension
+        // checks what they hold and writes only the tensors' data.
+        unsafe {
+            conelab_fused_adamw(
+                p.as_ptr(),
+                g.as_ptr(),
+                m.as_ptr(),
+                v.as_ptr(),
+                n,
+                h.lr,
+                h.beta1,
+                h.beta2,
+                h.weight_decay,
+                h.epsilon,
+                h.step as f64,
+                err,
+                len,
+            )
+        }
+    })
+}
+
+/// Σ over all tensors of Σ x², a new one-element tensor (shape [1]) on their device: one
+/// `_foreach_norm`, a stack, a square and a sum, whatever the number of tensors.
+#[cfg(feature = "tch")]
+pub fn foreach_squared_norm(ts: &[&tch::Tensor]) -> Result<tch::Tensor, AtenError> {
+    let h = handles(ts);
+    let mut out: *mut torch_sys::C_tensor = std::ptr::null_mut();
+    call("foreach norm", |err, len| {
+        // SAFETY: an array of live handles and an out-pointer to our local.
+        unsafe { conelab_foreach_squared_norm(h.as_ptr(), h.len(), &mut out, err, len) }
+    })?;
+    if out.is_null() {
+        return Err(AtenError {
+            op: "foreach norm",
+            why: "no result".into(),
+        });
+    }
+    // SAFETY: the extension handed over a tensor it allocated (`new at::Tensor`); tch owns it now.
+    Ok(unsafe { tch::Tensor::from_ptr(out) })
+}
+
+/// `dst[i] ← src[i]` for every i: one `_foreach_copy_`. The caller makes sure nothing else
+/// holds the destinations' storage.
+#[cfg(feature = "tch")]
+pub fn foreach_copy_(dst: &[&tch::Tensor], src: &[&tch::Tensor]) -> Result<(), AtenError> {
+    if dst.len() != src.len() {
+        return Err(AtenError {
+            op: "foreach copy",
+            why: "as many destinations as sources are needed".into(),
+        });
+    }
+    let (d, s) = (handles(dst), handles(src));
+    call("foreach copy", |err, len| {
+        // SAFETY: two arrays of n live handles; the extension writes only the destinations' data.
+        unsafe { conelab_foreach_copy_(d.as_ptr(), s.as_ptr(), d.len(), err, len) }
+    })
+}
+
+/// Every tensor multiplied by `factor` in place: one `_foreach_mul_`. The caller makes sure
+/// nothing else holds their storage.
+#[cfg(feature = "tch")]
+pub fn foreach_mul_(ts: &[&tch::Tensor], factor: f64) -> Result<(), AtenError> {
+    let h = handles(ts);
+    call("foreach scale", |err, len| {
+        // SAFETY: an array of live handles; the extension writes only their data.
+        unsafe { conelab_foreach_mul_(h.as_ptr(), h.len(), factor, err, len) }
+    })
+}
+
 #[cfg(all(test, feature = "tch"))]
 mod tests {
     use super::*;
@@ -134,5 +313,150 @@ mod tests {
         .expect("counted");
         assert_eq!(counts.get("aten::sqrt"), Some(&1), "{counts:?}");
         assert!(!counts.contains_key("aten::exp"), "{counts:?}");
+    }
+
+    fn refs(ts: &[Tensor]) -> Vec<&Tensor> {
+        ts.iter().collect()
+    }
+
+    fn values(t: &Tensor) -> Vec<f32> {
+        Vec::<f32>::try_from(t.flatten(0, -1)).expect("f32 values")
+    }
+
+    /// Deterministic values of mixed sign and scale.
+    fn filled(n: usize, salt: f32) -> Tensor {
+        let v: Vec<f32> = (0..n)
+            .map(|i| (i as f32 * 0.73 + salt).sin() * (1.0 + (i % 5) as f32))
+            .collect();
+        Tensor::from_slice(&v)
+    }
+
+    /// AdamW in f64, burn's formula written out: the independent reference.
+    fn adamw_reference(theta: &mut [f64], m: &mut [f64], v: &mut [f64], g: &[f64], h: AdamWStep) {
+        let t = h.step as i32;
+        for i in 0..theta.len() {
+            m[i] = h.beta1 * m[i] + (1.0 - h.beta1) * g[i];
+            v[i] = h.beta2 * v[i] + (1.0 - h.beta2) * g[i] * g[i];
+            let m_hat = m[i] / (1.0 - h.beta1.powi(t));
+            let v_hat = v[i] / (1.0 - h.beta2.powi(t));
+            theta[i] = theta[i] * (1.0 - h.lr * h.weight_decay)
+                - h.lr * m_hat / (v_hat.sqrt() + h.epsilon);
+        }
+    }
+
+    #[test]
+    fn fused_adamw_follows_the_formula_over_several_tensors_and_steps() {
+        let sizes = [7usize, 33, 1];
+        let params: Vec<Tensor> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| filled(n, k as f32))
+            .collect();
+        let moments = |_: usize| -> Vec<Tensor> {
+            sizes
+                .iter()
+                .map(|&n| Tensor::zeros([n as i64], (Kind::Float, Device::Cpu)))
+                .collect()
+        };
+        let (m, v) = (moments(0), moments(1));
+        let mut expect: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = params
+            .iter()
+            .map(|p| {
+                let n = p.numel();
+                (
+                    values(p).iter().map(|&x| x as f64).collect(),
+                    vec![0.0; n],
+                    vec![0.0; n],
+                )
+            })
+            .collect();
+        for step in 1..=4 {
+            let grads: Vec<Tensor> = sizes
+                .iter()
+                .enumerate()
+                .map(|(k, &n)| filled(n, 10.0 * step as f32 + k as f32))
+                .collect();
+            let h = AdamWStep {
+                lr: 1e-2,
+                beta1: 0.9,
+                beta2: 0.999,
+                weight_decay: 0.01,
+                epsilon: 1e-8,
+                step,
+            };
+            let grads_before: Vec<Vec<f32>> = grads.iter().map(values).collect();
+            fused_adamw(&refs(&params), &refs(&grads), &refs(&m), &refs(&v), h)
+                .expect("one fused step");
+            // The gradients are only read.
+            assert_eq!(grads.iter().map(values).collect::<Vec<_>>(), grads_before);
+            for (k, (theta, mm, vv)) in expect.iter_mut().enumerate() {
+                let g: Vec<f64> = values(&grads[k]).iter().map(|&x| x as f64).collect();
+                adamw_reference(theta, mm, vv, &g, h);
+            }
+        }
+        for (k, (theta, _, _)) in expect.iter().enumerate() {
+            for (got, want) in values(&params[k]).iter().zip(theta) {
+                assert!(
+                    (*got as f64 - want).abs() <= 1e-6 * want.abs().max(1.0),
+                    "parameter {k}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bad_inputs_are_errors_not_aborts() {
+        let a = Tensor::zeros([3], (Kind::Float, Device::Cpu));
+        let b = Tensor::zeros([4], (Kind::Float, Device::Cpu));
+        let d = Tensor::zeros([3], (Kind::Double, Device::Cpu));
+        let h = AdamWStep {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            weight_decay: 0.0,
+            epsilon: 1e-8,
+            step: 1,
+        };
+        let e = fused_adamw(&[&a], &[&b], &[&a], &[&a], h).expect_err("shapes differ");
+        assert!(e.to_string().contains("differ in shape"), "{e}");
+        let e = fused_adamw(&[&a], &[&d], &[&a], &[&a], h).expect_err("not f32");
+        assert!(e.to_string().contains("not f32"), "{e}");
+        let e = fused_adamw(&[], &[], &[], &[], h).expect_err("nothing");
+        assert!(e.to_string().contains("no tensors"), "{e}");
+        let e = fused_adamw(&[&a], &[&a], &[&a], &[&a], AdamWStep { step: 0, ..h })
+            .expect_err("step 0");
+        assert!(e.to_string().contains("starts at 1"), "{e}");
+        let e = fused_adamw(&[&a], &[], &[&a], &[&a], h).expect_err("lengths");
+        assert!(e.to_string().contains("as many"), "{e}");
+        assert!(foreach_squared_norm(&[]).is_err());
+        assert!(foreach_mul_(&[&d], 2.0).is_err());
+        let e = foreach_copy_(&[&a], &[&b]).expect_err("shapes differ");
+        assert!(e.to_string().contains("differs in shape"), "{e}");
+    }
+
+    #[test]
+    fn foreach_norm_and_scale_against_sums_of_their_values() {
+        let ts = [filled(5, 0.5), filled(64, 1.5), filled(3, 2.5)];
+        let all = refs(&ts);
+        let want: f64 = ts
+            .iter()
+            .flat_map(values)
+            .map(|x| (x as f64) * (x as f64))
+            .sum();
+        let got = foreach_squared_norm(&all).expect("a norm");
+        assert_eq!(got.size(), vec![1]);
+        let got = got.double_value(&[0]);
+        assert!((got - want).abs() <= 1e-5 * want, "{got} vs {want}");
+        let before: Vec<Vec<f32>> = ts.iter().map(values).collect();
+        foreach_mul_(&all, 0.25).expect("scaled");
+        for (t, b) in ts.iter().zip(&before) {
+            let scaled: Vec<f32> = b.iter().map(|x| x * 0.25).collect();
+            assert_eq!(values(t), scaled);
+        }
+        let copies: Vec<Tensor> = ts.iter().map(|t| t.zeros_like()).collect();
+        foreach_copy_(&refs(&copies), &refs(&ts)).expect("copied");
+        for (c, t) in copies.iter().zip(&ts) {
+            assert_eq!(values(c), values(t));
+        }
     }
 }
