@@ -129,7 +129,7 @@ fn lstm_resumes_exactly_with_its_carried_state() {
 }
 
 /// Every float parameter of a model, in visit order.
-fn parameters(model: &conelab::model::LanguageModel) -> Vec<Vec<f32>> {
+pub(crate) fn parameters(model: &conelab::model::LanguageModel) -> Vec<Vec<f32>> {
     use burn::module::{Module, ModuleVisitor, Param};
     use burn::prelude::Tensor;
     struct Collect(Vec<Vec<f32>>);

@@ -186,6 +186,8 @@ mod libtorch {
     use burn::tensor::DType;
 
     use super::{FusedAdamW, StepBuffers, step_buffers, update_in_chunks};
+    use crate::aten::{self, AdamWStep, AtenError};
+    use std::cell::RefCell;
 
     /// One f32 tensor of LibTorch in host memory (`--device libtorch-cpu`), contiguous, with `n`
     /// elements.
@@ -208,6 +210,164 @@ mod libtorch {
             t
         } else {
             TchTensor::new(t.tensor.copy())
+        }
+    }
+
+    /// One parameter's update, queued by `queue_step` until its batch is flushed.
+    struct Queued {
+        /// θ as the model held it: only read.
+        old: tch::Tensor,
+        /// The fresh buffer the new θ goes to, already in the model the step handed back.
+        new: tch::Tensor,
+        grad: tch::Tensor,
+        m: tch::Tensor,
+        v: tch::Tensor,
+        h: AdamWStep,
+    }
+
+    thread_local! {
+        /// The open batch's queue on this thread (`None`: no batch, steps are not deferred).
+        static QUEUE: RefCell<Option<Vec<Queued>>> = const { RefCell::new(None) };
+    }
+
+    /// AdamW over all parameters at once on LibTorch (the paths CUDA takes): while a batch is
+    /// open on this thread, [`FusedAdamW`]'s step queues each LibTorch parameter and hands back
+    /// a fresh buffer for its new value and the state's moments, all to be written by
+    /// [`AdamWBatch::flush`]: per group of equal hyper-parameters, step count and device, one
+    /// `_foreach_copy_` (θ into the fresh buffers) and one `_fused_adamw_`, instead of about a
+    /// dozen ATen operators per parameter. θ's own storage is only read, so a model held
+    /// elsewhere (a checkpoint being written, the frozen rows' copy) keeps its values; a moment
+    /// shared with another holder is copied first. Until the flush the handed-back values are
+    /// not yet written: flush before anything reads the model. Not nested; one per step.
+    #[must_use = "flush the batch: until then the stepped parameters hold no values"]
+    pub struct AdamWBatch(std::marker::PhantomData<*const ()>);
+
+    impl AdamWBatch {
+        pub fn open() -> Self {
+            QUEUE.with(|q| *q.borrow_mut() = Some(Vec::new()));
+            Self(std::marker::PhantomData)
+        }
+
+        /// Writes every queued update; how many parameters it updated.
+        pub fn flush(self) -> Result<usize, AtenError> {
+            let queued = QUEUE.with(|q| q.borrow_mut().take()).unwrap_or_default();
+            let mut groups: Vec<(AdamWStep, tch::Device, Vec<&Queued>)> = Vec::new();
+            for item in &queued {
+                let device = item.old.device();
+                match groups
+                    .iter_mut()
+                    .find(|(h, d, _)| *h == item.h && *d == device)
+                {
+                    Some((_, _, items)) => items.push(item),
+                    None => groups.push((item.h, device, vec![item])),
+                }
+            }
+            for (h, _, items) in &groups {
+                let column = |f: fn(&Queued) -> &tch::Tensor| -> Vec<&tch::Tensor> {
+                    items.iter().map(|q| f(q)).collect()
+                };
+                aten::foreach_copy_(&column(|q| &q.new), &column(|q| &q.old))?;
+                aten::fused_adamw(
+                    &column(|q| &q.new),
+                    &column(|q| &q.grad),
+                    &column(|q| &q.m),
+                    &column(|q| &q.v),
+                    *h,
+                )?;
+            }
+            Ok(queued.len())
+        }
+    }
+
+    impl Drop for AdamWBatch {
+        fn drop(&mut self) {
+            QUEUE.with(|q| q.borrow_mut().take());
+        }
+    }
+
+    /// `t` made contiguous where it is not (the fused kernels read dense buffers).
+    fn dense(t: TchTensor) -> TchTensor {
+        if t.tensor.is_contiguous() {
+            t
+        } else {
+            TchTensor::new(t.tensor.contiguous())
+        }
+    }
+
+    impl FusedAdamW {
+        /// Queues the step of one LibTorch parameter in this thread's open [`AdamWBatch`];
+        /// `Err` gives the inputs back untouched where no batch is open or the tensors are not
+        /// f32 LibTorch tensors of one shape (or the state is AMSGrad's).
+        #[allow(clippy::type_complexity, clippy::result_large_err)]
+        pub(super) fn queue_step<const D: usize>(
+            &self,
+            lr: LearningRate,
+            tensor: Tensor<D>,
+            grad: Tensor<D>,
+            state: Option<AdamWState<D>>,
+        ) -> Result<(Tensor<D>, AdamWState<D>), (Tensor<D>, Tensor<D>, Option<AdamWState<D>>)>
+        {
+            let open = QUEUE.with(|q| q.borrow().is_some());
+            let shape = tensor.shape();
+            let fits = |t: &Tensor<D>| t.dtype() == DType::F32 && t.shape() == shape;
+            let amsgrad = state
+                .as_ref()
+                .is_some_and(|s| s.momentum.max_moment_2.is_some());
+            let moments_fit = state
+                .as_ref()
+                .is_none_or(|s| fits(&s.momentum.moment_1) && fits(&s.momentum.moment_2));
+            if !open || amsgrad || !fits(&tensor) || !fits(&grad) || !moments_fit {
+                return Err((tensor, grad, state));
+            }
+            let libtorch = |t: &Tensor<D>| t.clone().try_into_primitive::<LibTorch>().ok();
+            let moments = match &state {
+                None => None,
+                Some(s) => match (
+                    libtorch(&s.momentum.moment_1),
+                    libtorch(&s.momentum.moment_2),
+                ) {
+                    (Some(m), Some(v)) => Some((m, v)),
+                    _ => return Err((tensor, grad, state)),
+                },
+            };
+            let (Some(theta), Some(g)) = (libtorch(&tensor), libtorch(&grad)) else {
+                return Err((tensor, grad, state));
+            };
+            let time = state.as_ref().map_or(0, |s| s.momentum.time);
+            // The handles these came from let go, so that a moment held nowhere else counts so.
+            drop((tensor, grad, state));
+            let (m, v) = match moments {
+                Some((m, v)) => (dense(tch_writable(m)), dense(tch_writable(v))),
+                None => {
+                    let zeros = || TchTensor::new(theta.tensor.zeros_like());
+                    (zeros(), zeros())
+                }
+            };
+            let (theta, g) = (dense(theta), dense(g));
+            let new = TchTensor::new(theta.tensor.empty_like());
+            let h = AdamWStep {
+                lr,
+                beta1: self.beta_1 as f64,
+                beta2: self.beta_2 as f64,
+                weight_decay: self.weight_decay as f64,
+                epsilon: self.epsilon as f64,
+                step: time + 1,
+            };
+            QUEUE.with(|q| {
+                if let Some(queue) = q.borrow_mut().as_mut() {
+                    queue.push(Queued {
+                        old: theta.tensor.shallow_clone(),
+                        new: new.tensor.shallow_clone(),
+                        grad: g.tensor.shallow_clone(),
+                        m: m.tensor.shallow_clone(),
+                        v: v.tensor.shallow_clone(),
+                        h,
+                    });
+                }
+            });
+            let rebuild = |t: TchTensor| Tensor::<D>::from_primitive::<LibTorch>(t);
+            let momentum = AdaptiveMomentumState::new(time + 1, rebuild(m), rebuild(v));
+            Ok((rebuild(new), AdamWState::new(momentum)))
         }
     }
 
@@ -289,6 +449,9 @@ mod libtorch {
         }
     }
 }
+
+#[cfg(feature = "tch")]
+pub use libtorch::AdamWBatch;
 
 #[cfg(any(feature = "flex", feature = "tch"))]
 impl FusedAdamW {
@@ -389,16 +552,26 @@ impl Optimizer for FusedAdamW {
         grad: Tensor<D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
-        if !self.host_pass {
-            return self.burn.step(lr, tensor, grad, state);
-        }
         #[cfg(feature = "flex")]
-        let (tensor, grad, state) = match self.flex_step(lr, tensor, grad, state) {
-            Ok((tensor, state)) => return (tensor, Some(state)),
-            Err(inputs) => inputs,
+        let (tensor, grad, state) = match self.host_pass {
+            true => match self.flex_step(lr, tensor, grad, state) {
+                Ok((tensor, state)) => return (tensor, Some(state)),
+                Err(inputs) => inputs,
+            },
+            false => (tensor, grad, state),
         };
         #[cfg(feature = "tch")]
-        let (tensor, grad, state) = match self.tch_step(lr, tensor, grad, state) {
+        let (tensor, grad, state) = match self.host_pass {
+            true => match self.tch_step(lr, tensor, grad, state) {
+                Ok((tensor, state)) => return (tensor, Some(state)),
+                Err(inputs) => inputs,
+            },
+            false => (tensor, grad, state),
+        };
+        // LibTorch off the host pass (CUDA; LibTorch CPU on the device paths): queued for one
+        // multi-tensor update when the caller opened a batch.
+        #[cfg(feature = "tch")]
+        let (tensor, grad, state) = match self.queue_step(lr, tensor, grad, state) {
             Ok((tensor, state)) => return (tensor, Some(state)),
             Err(inputs) => inputs,
         };
@@ -599,6 +772,133 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// On LibTorch off the host pass (CUDA's path), steps queued in a batch and written by one
+    /// `_fused_adamw_` follow the formulas and burn's AdamW, and each optimizer's saved state is
+    /// continued by the other. Torch's AdamW is burn's formula (ε outside the root of the
+    /// bias-corrected v̂ in both) with its f32 operations in another order, so the tolerance is
+    /// a few ulps of θ: 1e-6 relative, as between the host pass and burn's.
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    #[test]
+    fn batched_libtorch_steps_follow_the_formulas_and_burns_adamw() {
+        let spec = DeviceSpec::LibtorchCpu;
+        let plain = spec.device().expect("device");
+        let optim = FusedAdamW::new(BETAS.0, BETAS.1, EPSILON, 0.1).with_host_pass(false);
+        let theta0 = [0.5f32, -1.25, 3.0];
+        let grads = [[0.3f32, -2.0, 1e-3], [0.1, 0.5, -4.0], [-0.7, 0.0, 2.5]];
+        let mut theta = Tensor::<1>::from_floats(theta0, &plain);
+        let mut state = None;
+        for g in grads {
+            let batch = AdamWBatch::open();
+            let (next, s) = optim.step(0.01, theta, Tensor::<1>::from_floats(g, &plain), state);
+            assert_eq!(batch.flush().expect("flushed"), 1, "the step was queued");
+            (theta, state) = (next, s);
+        }
+        assert_eq!(state.as_ref().map(|s| s.momentum.time), Some(3));
+        let got = values(theta);
+        for (i, &x0) in theta0.iter().enumerate() {
+            let gs: Vec<f64> = grads.iter().map(|g| g[i] as f64).collect();
+            let want = reference(x0 as f64, &gs, 0.01, 0.1);
+            assert!(
+                (got[i] as f64 - want).abs() < 1e-6,
+                "θ{i}: {} against {want}",
+                got[i]
+            );
+        }
+
+        let device = spec.training_device().expect("device");
+        for decay in [0.0, 0.01] {
+            let burns = || {
+                AdamWConfig::new()
+                    .with_beta_1(BETAS.0)
+                    .with_beta_2(BETAS.1)
+                    .with_epsilon(EPSILON)
+                    .with_weight_decay(decay)
+                    .init()
+            };
+            let ours = || {
+                ModuleOptimizer::from(
+                    FusedAdamW::new(BETAS.0, BETAS.1, EPSILON, decay).with_host_pass(false),
+                )
+            };
+            let batched = |opt: &mut ModuleOptimizer, layer: &Linear, k: usize, lr: f64| {
+                let batch = AdamWBatch::open();
+                let next = opt.step(lr, layer.clone(), gradients(layer, k, &device));
+                assert_eq!(batch.flush().expect("flushed"), 2, "weight and bias queued");
+                next
+            };
+            let (mut a, mut b) = (linear(&device), linear(&device));
+            let (mut opt_a, mut opt_b) = (ours(), burns());
+            let start = weights(&a);
+            for k in 0..5 {
+                let lr = 0.02 / (k + 1) as f64;
+                a = batched(&mut opt_a, &a, k, lr);
+                b = opt_b.step(lr, b.clone(), gradients(&b, k, &device));
+                for (x, y) in weights(&a).iter().zip(weights(&b)) {
+                    assert!(
+                        (x - y).abs() <= 1e-6 * (1.0 + y.abs()),
+                        "step {k}: {x} against {y}"
+                    );
+                }
+            }
+            let moved = weights(&a)
+                .iter()
+                .zip(&start)
+                .filter(|(x, y)| x != y)
+                .count();
+            assert!(moved > 1_000, "the steps moved the weights ({moved})");
+            let cross_a = burns().load_record(opt_a.to_record());
+            let mut cross_b = ours().load_record(opt_b.to_record());
+            let next = opt_a.step(0.01, a.clone(), gradients(&a, 9, &device));
+            let crossed = batched(&mut cross_b, &b, 9, 0.01);
+            let from_b = opt_b.step(0.01, b.clone(), gradients(&b, 9, &device));
+            let mut cross_a = cross_a;
+            let crossed_a = cross_a.step(0.01, a.clone(), gradients(&a, 9, &device));
+            for (x, y) in weights(&next).iter().zip(weights(&crossed_a)) {
+                assert!((x - y).abs() <= 1e-6 * (1.0 + y.abs()), "{x} against {y}");
+            }
+            for (x, y) in weights(&crossed).iter().zip(weights(&from_b)) {
+                assert!((x - y).abs() <= 1e-6 * (1.0 + y.abs()), "{x} against {y}");
+            }
+        }
+    }
+
+    /// A model held elsewhere while the batch writes (a checkpoint being saved, the frozen rows'
+    /// copy) keeps its values: θ's storage is only read; a dropped batch leaves nothing queued;
+    /// no batch open, no queue (burn's AdamW steps).
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    #[test]
+    fn the_batch_writes_no_buffer_held_elsewhere_and_leaves_nothing_behind() {
+        let device = DeviceSpec::LibtorchCpu.training_device().expect("device");
+        let mut opt = ModuleOptimizer::from(
+            FusedAdamW::new(BETAS.0, BETAS.1, EPSILON, 0.01).with_host_pass(false),
+        );
+        let layer = linear(&device);
+        let held = layer.clone();
+        let before = weights(&held);
+        let batch = AdamWBatch::open();
+        let next = opt.step(0.01, layer.clone(), gradients(&layer, 0, &device));
+        batch.flush().expect("flushed");
+        assert_eq!(weights(&held), before, "the held copy is untouched");
+        assert_ne!(weights(&next), before, "the step moved the new parameters");
+        // The saved optimizer state, held while the next step runs, is not written either.
+        let bytes = |r: burn::optim::OptimizerRecord| r.into_bytes().expect("bytes").to_vec();
+        let saved = bytes(opt.to_record());
+        let held = opt.to_record();
+        let batch = AdamWBatch::open();
+        let next = opt.step(0.01, next.clone(), gradients(&next, 1, &device));
+        batch.flush().expect("flushed");
+        assert_eq!(bytes(held), saved, "the held moments are untouched");
+        assert_ne!(bytes(opt.to_record()), saved, "the step wrote new moments");
+        // Queued, then dropped unflushed: the next batch starts empty.
+        let dropped = AdamWBatch::open();
+        let _ = opt.step(0.01, next.clone(), gradients(&next, 2, &device));
+        drop(dropped);
+        assert_eq!(AdamWBatch::open().flush().expect("flushed"), 0);
+        // No batch: burn's AdamW, nothing queued for a later batch.
+        let _ = opt.step(0.01, next.clone(), gradients(&next, 3, &device));
+        assert_eq!(AdamWBatch::open().flush().expect("flushed"), 0);
     }
 
     /// The AVX2 build of the update and the plain one give the same bits (no FMA contraction),

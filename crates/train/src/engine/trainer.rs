@@ -245,14 +245,15 @@ impl Trainer {
     /// From the next step on, the paths a CUDA device takes, where the tensors live in host
     /// memory too: an LSTM in burn's graph, burn's dropout (other masks than the host's), AdamW
     /// in burn's tensor ops. The same computation, dispatched as the ATen operators a GPU would
-    /// launch (`conelab bench ops` counts them). The optimizers start afresh: call it before
-    /// the first step.
+    /// launch (`conelab bench ops` counts them). The optimizers keep their state (a resumed
+    /// run continues on the device paths).
     pub fn use_device_paths(&mut self) {
         self.host_paths = false;
         self.host_lstm = false;
-        self.optim = optimizer(&self.config, false);
-        if self.spectral_optim.is_some() {
-            self.spectral_optim = Some(spectral_optimizer(&self.config, false));
+        self.optim = optimizer(&self.config, false).load_record(self.optim.to_record());
+        if let Some(spectral) = &self.spectral_optim {
+            self.spectral_optim =
+                Some(spectral_optimizer(&self.config, false).load_record(spectral.to_record()));
         }
     }
 
@@ -398,7 +399,7 @@ impl Trainer {
         .sqrt();
         let grads = scale_to_norm(&self.model, grads, grad_norm, self.config.clip_norm);
         let lr = self.current_lr();
-        self.update(grads, lr, &frozen);
+        self.update(grads, lr, &frozen)?;
         self.carried = state.map(detach_state);
         self.state.step = next;
         let seconds = start.elapsed().as_secs_f64();
@@ -635,7 +636,16 @@ impl Trainer {
 
     /// The optimizer step at `lr`: the model's parameters, the spectral factors with their own
     /// optimizer under spectrum control, and the frozen rows of W put back as they were.
-    fn update(&mut self, mut grads: GradientsParams, lr: f64, frozen: &[std::ops::Range<usize>]) {
+    fn update(
+        &mut self,
+        mut grads: GradientsParams,
+        lr: f64,
+        frozen: &[std::ops::Range<usize>],
+    ) -> Result<(), EngineError> {
+        // On LibTorch off the host pass, AdamW's steps below are queued and written at once by
+        // the flush (`fused_adamw::AdamWBatch`), before anything reads the new parameters.
+        #[cfg(feature = "tch")]
+        let batch = super::fused_adamw::AdamWBatch::open();
         let w_before = (!frozen.is_empty()).then(|| constant(self.model.embedding()));
         let spectral_grads = self.model.spectral().map(|s| {
             let mut g = GradientsParams::new();
@@ -659,10 +669,15 @@ impl Trainer {
             let factors = factors.map(|f| optim.step(lr, f, g));
             self.model = model.set_spectral_raw(factors);
         }
+        #[cfg(feature = "tch")]
+        batch
+            .flush()
+            .map_err(EngineError::backend("the optimizer step"))?;
         if let Some(old) = w_before {
             let new = restore_rows(constant(self.model.embedding()), old, frozen);
             self.model = self.model.clone().replace_embedding_weight(new);
         }
+        Ok(())
     }
 
     /// The step's gradients when its LSTM layers ran on the host: those of the loss (`raw`,
@@ -1213,6 +1228,10 @@ fn squared_grad_norm(model: &LanguageModel, grads: &GradientsParams) -> Option<S
         Some(s) => return Some(SquaredNorm::Host(s)),
         None => {}
     }
+    #[cfg(feature = "tch")]
+    if let Some(norm) = libtorch_grads::squared_norm(model, grads) {
+        return Some(SquaredNorm::Device(Box::new(norm)));
+    }
     let mut norms = SquaredNorms {
         grads,
         parts: Vec::new(),
@@ -1225,7 +1244,7 @@ fn squared_grad_norm(model: &LanguageModel, grads: &GradientsParams) -> Option<S
 /// Scales the gradients, whose global norm is `norm`, down to `max_norm` when above it (0 = never).
 fn scale_to_norm(
     model: &LanguageModel,
-    mut grads: GradientsParams,
+    grads: GradientsParams,
     norm: f64,
     max_norm: f64,
 ) -> GradientsParams {
@@ -1241,13 +1260,134 @@ fn scale_to_norm(
         }
     }
     if max_norm > 0.0 && norm > max_norm {
+        let factor = max_norm / (norm + 1e-6);
+        #[cfg(feature = "tch")]
+        let grads = match libtorch_grads::scale(model, grads, factor) {
+            Ok(scaled) => return scaled,
+            Err(grads) => grads,
+        };
+        let mut grads = grads;
         let mut scale = Scale {
             grads: &mut grads,
-            factor: max_norm / (norm + 1e-6),
+            factor,
         };
         model.visit(&mut scale);
+        return grads;
     }
     grads
+}
+
+/// The clip's norm and scaling over LibTorch's gradients as foreach operators (`crate::aten`):
+/// a handful of ATen operators per step instead of two or three per parameter.
+#[cfg(feature = "tch")]
+#[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
+mod libtorch_grads {
+    use burn::backend::{LibTorch, libtorch::TchTensor};
+    use burn::module::{ModuleVisitor, Param};
+    use burn::optim::GradientsParams;
+    use burn::prelude::*;
+
+    use crate::model::LanguageModel;
+
+    /// Σ g² over every gradient, a one-element tensor on their device; `None` when there is none
+    /// or one is not a LibTorch tensor, or libtorch refused (the caller's per-tensor ops then say
+    /// what is wrong, if anything is).
+    pub(super) fn squared_norm(
+        model: &LanguageModel,
+        grads: &GradientsParams,
+    ) -> Option<Tensor<1>> {
+        struct Collect<'a> {
+            grads: &'a GradientsParams,
+            all: Option<Vec<TchTensor>>,
+        }
+        impl ModuleVisitor for Collect<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                if let (Some(all), Some(g)) = (self.all.as_mut(), self.grads.get::<D>(param.id)) {
+                    match g.try_into_primitive::<LibTorch>() {
+                        Ok(t) => all.push(t),
+                        Err(_) => self.all = None,
+                    }
+                }
+            }
+        }
+        let mut collect = Collect {
+            grads,
+            all: Some(Vec::new()),
+        };
+        model.visit(&mut collect);
+        let all = collect.all.filter(|a| !a.is_empty())?;
+        let refs: Vec<&tch::Tensor> = all.iter().map(|t| &t.tensor).collect();
+        let norm = crate::aten::foreach_squared_norm(&refs).ok()?;
+        Some(Tensor::from_primitive::<LibTorch>(TchTensor::new(norm)))
+    }
+
+    /// Every gradient times `factor`, in place by one `_foreach_mul_` (a gradient another holder
+    /// shares is copied first); `Err` hands the gradients back untouched where one is not a
+    /// LibTorch tensor or libtorch refused.
+    pub(super) fn scale(
+        model: &LanguageModel,
+        mut grads: GradientsParams,
+        factor: f64,
+    ) -> Result<GradientsParams, GradientsParams> {
+        struct AllLibTorch<'a> {
+            grads: &'a GradientsParams,
+            yes: bool,
+        }
+        impl ModuleVisitor for AllLibTorch<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                if let Some(g) = self.grads.get::<D>(param.id) {
+                    self.yes &= g.try_into_primitive::<LibTorch>().is_ok();
+                }
+            }
+        }
+        let mut check = AllLibTorch {
+            grads: &grads,
+            yes: true,
+        };
+        model.visit(&mut check);
+        if !check.yes {
+            return Err(grads);
+        }
+        // Each gradient taken out, made its holder's own, and put back; the shallow handles
+        // kept here write into the same storage.
+        struct Own<'a> {
+            grads: &'a mut GradientsParams,
+            handles: Vec<tch::Tensor>,
+        }
+        impl ModuleVisitor for Own<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                let Some(g) = self.grads.remove::<D>(param.id) else {
+                    return;
+                };
+                let Ok(t) = g.try_into_primitive::<LibTorch>() else {
+                    return; // checked above: never
+                };
+                let t = if t.can_mut() && t.tensor.is_contiguous() {
+                    t
+                } else {
+                    TchTensor::new(t.tensor.contiguous().copy())
+                };
+                self.handles.push(t.tensor.shallow_clone());
+                self.grads
+                    .register(param.id, Tensor::<D>::from_primitive::<LibTorch>(t));
+            }
+        }
+        let mut own = Own {
+            grads: &mut grads,
+            handles: Vec::new(),
+        };
+        model.visit(&mut own);
+        let handles = own.handles;
+        if handles.is_empty() {
+            return Ok(grads);
+        }
+        let refs: Vec<&tch::Tensor> = handles.iter().collect();
+        match crate::aten::foreach_mul_(&refs, factor) {
+            Ok(()) => Ok(grads),
+            // Nothing was scaled (the extension checks before it writes): burn's ops then.
+            Err(_) => Err(grads),
+        }
+    }
 }
 
 /// The mean of a tensor as a finite f64.
