@@ -263,7 +263,7 @@ fn the_host_lstm_trains_exactly_as_burns_graph() {
 }
 
 /// `Trainer::use_device_paths` (the paths `bench ops` counts, CUDA's): an LSTM in burn's graph
-/// and AdamW in burn's tensor ops train as the host paths do. Dropout off: burn draws other
+/// and AdamW in burn's tensor ops (burn-flex) train as the host paths do. Dropout off: burn draws other
 /// masks than the host's.
 #[test]
 fn the_device_paths_train_as_the_host_paths() {

@@ -21,8 +21,9 @@
 //! The state is burn's own `AdamWState`, so checkpoints written with either optimizer load into
 //! the other. On LibTorch CPU the same pass runs over LibTorch's buffers, which live in host
 //! memory (burn's AdamW there: about a dozen ATen kernels per parameter, 38–47 ms of an `lstm`
-//! step); on CUDA, and for a state this pass does not handle (AMSGrad's running maximum),
-//! burn's AdamW does the step.
+//! step). On CUDA (and LibTorch CPU on the device paths) the steps of one update are queued
+//! and written by one multi-tensor `_fused_adamw_` (`AdamWBatch`, our ATen extension); for a
+//! state neither handles (AMSGrad's running maximum), burn's AdamW does the step.
 
 #[cfg(feature = "flex")]
 use burn::optim::AdaptiveMomentumState;
