@@ -599,3 +599,63 @@ fn a_run_resumes_exactly_on_the_device_paths() {
         "the parameters after step 5"
     );
 }
+
+/// Dropout with its masks drawn on the device (burn's, the path CUDA takes) and on the host
+/// (burn-flex and LibTorch CPU): the masks differ, so the comparison is statistical. Over
+/// n = 200,000 ones at p = 0.3 each path drops a share p of the elements and keeps the
+/// expectation 1 (the kept ones scaled by 1/(1 − p)): a binomial share's standard deviation is
+/// √(p(1 − p)/n) ≈ 0.0010 and the mean's √(p/((1 − p)·n)) ≈ 0.0015; the bounds are five of
+/// them. And the two paths' masks are not the same draw.
+#[test]
+fn dropout_drops_at_its_rate_on_the_device_and_host_paths() {
+    use burn::nn::DropoutConfig;
+    use conelab::model::dropout;
+    let (n, p) = (200_000usize, 0.3f64);
+    let layer = DropoutConfig::new(p).init();
+    let draw = |spec: DeviceSpec, host_seed: Option<u64>| -> Vec<f32> {
+        let device = spec.training_device().expect("device");
+        dropout::seed_host_masks(host_seed);
+        let y = dropout::forward(&layer, Tensor::<1>::ones([n], &device));
+        dropout::seed_host_masks(None);
+        y.try_into_vec_as::<f32>().expect("values")
+    };
+    let device_masks = draw(DeviceSpec::LibtorchCpu, None);
+    let paths = [
+        ("LibTorch, device masks", device_masks.clone()),
+        (
+            "LibTorch, host masks",
+            draw(DeviceSpec::LibtorchCpu, Some(7)),
+        ),
+        ("burn-flex, host masks", draw(DeviceSpec::Cpu, Some(7))),
+    ];
+    let sd_share = (p * (1.0 - p) / n as f64).sqrt();
+    let sd_mean = (p / ((1.0 - p) * n as f64)).sqrt();
+    for (name, y) in &paths {
+        let dropped = y.iter().filter(|&&v| v == 0.0).count() as f64 / n as f64;
+        let mean = y.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+        assert!(
+            (dropped - p).abs() < 5.0 * sd_share,
+            "{name}: dropped {dropped}"
+        );
+        assert!((mean - 1.0).abs() < 5.0 * sd_mean, "{name}: mean {mean}");
+        let kept = 1.0 / (1.0 - p);
+        assert!(
+            y.iter()
+                .all(|&v| v == 0.0 || ((v as f64) - kept).abs() < 1e-6),
+            "{name}: every element is dropped or scaled by 1/(1 − p)"
+        );
+    }
+    // The host masks are one draw on either backend; the device's is another.
+    assert_eq!(paths[1].1, paths[2].1, "host masks agree across backends");
+    let same = device_masks
+        .iter()
+        .zip(&paths[1].1)
+        .filter(|(a, b)| (**a == 0.0) == (**b == 0.0))
+        .count() as f64
+        / n as f64;
+    // Independent masks agree where both drop or both keep: p² + (1 − p)² = 0.58.
+    assert!(
+        (same - 0.58).abs() < 0.01,
+        "device and host masks agree on {same}"
+    );
+}
