@@ -40,6 +40,7 @@ mod extension {
             .flag("-DGLOG_USE_GLOG_EXPORT")
             .file("csrc/opcount.cpp")
             .file("csrc/optim.cpp")
+            .file("csrc/version.cpp")
             .compile("conelab_aten");
     }
 }

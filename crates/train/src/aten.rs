@@ -263,6 +263,135 @@ pub fn foreach_mul_(ts: &[&tch::Tensor], factor: f64) -> Result<(), AtenError> {
     })
 }
 
+#[cfg(feature = "tch")]
+unsafe extern "C" {
+    fn conelab_libtorch_built() -> *const c_char;
+    fn conelab_libtorch_config(buf: *mut c_char, len: usize) -> usize;
+}
+
+/// conelab compiled against one libtorch and loaded another.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "conelab was built against libtorch {built}, but the libtorch loaded at run time is {loaded}: \
+     rebuild it against {loaded} (scripts/build-gpu-binary.sh --torch {loaded}) or load libtorch \
+     {built} (its lib/ first in LD_LIBRARY_PATH)"
+)]
+pub struct LibtorchMismatch {
+    pub built: String,
+    pub loaded: String,
+}
+
+/// The libtorch version a configuration text names (`at::show_config()`'s build setting
+/// `TORCH_VERSION=2.11.0, …`).
+pub fn version_in_config(config: &str) -> Option<&str> {
+    let start = config.find("TORCH_VERSION=")? + "TORCH_VERSION=".len();
+    let rest = &config[start..];
+    let end = rest
+        .find(|c: char| c == ',' || c.is_whitespace())
+        .unwrap_or(rest.len());
+    Some(&rest[..end]).filter(|v| !v.is_empty())
+}
+
+/// Whether two libtorch versions are one release: major.minor.patch equal, a local tag
+/// (`+cu130`, `+cpu`) aside.
+pub fn same_release(a: &str, b: &str) -> bool {
+    let release = |v: &str| v.split('+').next().unwrap_or(v).trim().to_owned();
+    release(a) == release(b)
+}
+
+/// Built against `built`, loaded `loaded` (where the loaded libtorch names itself).
+pub fn compare_libtorch(built: &str, loaded: Option<&str>) -> Result<(), LibtorchMismatch> {
+    match loaded {
+        Some(loaded) if !same_release(built, loaded) => Err(LibtorchMismatch {
+            built: built.to_owned(),
+            loaded: loaded.to_owned(),
+        }),
+        // A libtorch that does not name its version is not refused: nothing to compare.
+        _ => Ok(()),
+    }
+}
+
+/// The libtorch version conelab was compiled against.
+#[cfg(feature = "tch")]
+pub fn libtorch_built() -> String {
+    // SAFETY: a pointer to a string literal of the extension, NUL-terminated, never freed.
+    unsafe { CStr::from_ptr(conelab_libtorch_built()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The loaded libtorch's configuration text (`at::show_config()`), where it gives one.
+#[cfg(feature = "tch")]
+pub fn libtorch_config() -> Option<String> {
+    let mut buf = vec![0 as c_char; 16 * 1024];
+    // SAFETY: the buffer and its length are ours; the extension writes at most `len` bytes.
+    let n = unsafe { conelab_libtorch_config(buf.as_mut_ptr(), buf.len()) };
+    if n == 0 {
+        return None;
+    }
+    if n >= buf.len() {
+        buf = vec![0 as c_char; n + 1];
+        // SAFETY: as above, with room for the whole text.
+        unsafe { conelab_libtorch_config(buf.as_mut_ptr(), buf.len()) };
+    }
+    // SAFETY: NUL-terminated by the extension within the buffer.
+    Some(
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+/// Refuses a libtorch at run time other than the one conelab was compiled against (its ATen
+/// extension and tch's bindings assume the headers' layouts); checked once a process.
+#[cfg(feature = "tch")]
+pub fn check_libtorch() -> Result<(), LibtorchMismatch> {
+    static CHECKED: std::sync::OnceLock<Result<(), LibtorchMismatch>> = std::sync::OnceLock::new();
+    CHECKED
+        .get_or_init(|| {
+            let config = libtorch_config();
+            compare_libtorch(
+                &libtorch_built(),
+                config.as_deref().and_then(version_in_config),
+            )
+        })
+        .clone()
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    #[test]
+    fn the_loaded_version_is_read_from_the_build_settings() {
+        let config = "PyTorch built with:\n  - C++ Version: 201703\n  - Build settings: \
+            BLAS_INFO=mkl, BUILD_TYPE=Release, TORCH_VERSION=2.11.0, USE_CUDA=ON, \n";
+        assert_eq!(version_in_config(config), Some("2.11.0"));
+        assert_eq!(version_in_config("TORCH_VERSION=2.9.0"), Some("2.9.0"));
+        assert_eq!(version_in_config("no version here"), None);
+        assert_eq!(version_in_config("TORCH_VERSION=, X=1"), None);
+    }
+
+    #[test]
+    fn a_mismatch_names_both_versions_and_how_to_come_back() {
+        assert!(same_release("2.11.0", "2.11.0+cu130"));
+        assert!(!same_release("2.9.0", "2.11.0"));
+        assert_eq!(compare_libtorch("2.9.0", Some("2.9.0")), Ok(()));
+        assert_eq!(compare_libtorch("2.9.0", None), Ok(()));
+        let e = compare_libtorch("2.9.0", Some("2.11.0")).expect_err("a mismatch");
+        let line = e.to_string();
+        assert!(!line.contains('\n'), "one line: {line}");
+        for part in [
+            "2.9.0",
+            "2.11.0",
+            "build-gpu-binary.sh --torch 2.11.0",
+            "LD_LIBRARY_PATH",
+        ] {
+            assert!(line.contains(part), "{part} in: {line}");
+        }
+    }
+}
+
 #[cfg(all(test, feature = "tch"))]
 mod tests {
     use super::*;
@@ -458,5 +587,17 @@ mod tests {
         for (c, t) in copies.iter().zip(&ts) {
             assert_eq!(values(c), values(t));
         }
+    }
+
+    /// The test build links the libtorch it was compiled against: the check passes, and the two
+    /// versions it compares were both read (the headers' and the library's own).
+    #[test]
+    fn the_linked_libtorch_is_the_one_compiled_against() {
+        let built = libtorch_built();
+        let config = libtorch_config().expect("libtorch describes itself");
+        let loaded = version_in_config(&config).expect("its TORCH_VERSION");
+        assert!(built.starts_with("2."), "{built}");
+        assert!(same_release(&built, loaded), "{built} vs {loaded}");
+        assert_eq!(check_libtorch(), Ok(()));
     }
 }

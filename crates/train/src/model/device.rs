@@ -50,10 +50,14 @@ impl DeviceSpecExt for DeviceSpec {
             #[cfg(feature = "tch")]
             #[allow(deprecated)]
             // burn-tch is deprecated upstream; it is our LibTorch path.
-            DeviceSpec::LibtorchCpu => Ok(Device::libtorch()),
+            DeviceSpec::LibtorchCpu => {
+                libtorch_matches(self)?;
+                Ok(Device::libtorch())
+            }
             #[cfg(feature = "tch")]
             #[allow(deprecated)]
             DeviceSpec::Cuda(n) => {
+                libtorch_matches(self)?;
                 let count = tch::Cuda::device_count();
                 if !tch::Cuda::is_available() || n as i64 >= count {
                     return Err(DeviceError::Unavailable {
@@ -99,4 +103,13 @@ mod tests {
         let err = DeviceSpec::Cuda(0).device().unwrap_err().to_string();
         assert!(err.contains("`tch` feature"), "{err}");
     }
+}
+
+/// The libtorch loaded is the one conelab was compiled against (`aten::check_libtorch`).
+#[cfg(feature = "tch")]
+fn libtorch_matches(spec: DeviceSpec) -> Result<(), DeviceError> {
+    crate::aten::check_libtorch().map_err(|e| DeviceError::Unavailable {
+        spec,
+        reason: e.to_string(),
+    })
 }
