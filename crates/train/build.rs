@@ -41,6 +41,7 @@ mod extension {
             .file("csrc/opcount.cpp")
             .file("csrc/optim.cpp")
             .file("csrc/version.cpp")
+            .file("csrc/norm.cpp")
             .compile("conelab_aten");
     }
 }

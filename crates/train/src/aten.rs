@@ -265,6 +265,125 @@ pub fn foreach_mul_(ts: &[&tch::Tensor], factor: f64) -> Result<(), AtenError> {
 
 #[cfg(feature = "tch")]
 unsafe extern "C" {
+    fn conelab_layer_norm(
+        x: *mut torch_sys::C_tensor,
+        w: *mut torch_sys::C_tensor,
+        b: *mut torch_sys::C_tensor,
+        eps: f64,
+        out: *mut *mut torch_sys::C_tensor,
+        mean: *mut *mut torch_sys::C_tensor,
+        rstd: *mut *mut torch_sys::C_tensor,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+    #[allow(clippy::too_many_arguments)]
+    fn conelab_layer_norm_backward(
+        grad_out: *mut torch_sys::C_tensor,
+        x: *mut torch_sys::C_tensor,
+        mean: *mut torch_sys::C_tensor,
+        rstd: *mut torch_sys::C_tensor,
+        w: *mut torch_sys::C_tensor,
+        b: *mut torch_sys::C_tensor,
+        want_x: i32,
+        want_w: i32,
+        want_b: i32,
+        g_x: *mut *mut torch_sys::C_tensor,
+        g_w: *mut *mut torch_sys::C_tensor,
+        g_b: *mut *mut torch_sys::C_tensor,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+}
+
+/// A tensor the extension allocated (`new at::Tensor`), now tch's; `None` for a null handle.
+#[cfg(feature = "tch")]
+fn adopt(t: *mut torch_sys::C_tensor) -> Option<tch::Tensor> {
+    // SAFETY: a non-null handle the extension allocated for us and no one else holds.
+    (!t.is_null()).then(|| unsafe { tch::Tensor::from_ptr(t) })
+}
+
+/// The forward of [`layer_norm`]: the output and the statistics its backward reads.
+#[cfg(feature = "tch")]
+pub struct LayerNormForward {
+    pub out: tch::Tensor,
+    pub mean: tch::Tensor,
+    pub rstd: tch::Tensor,
+}
+
+/// y = (x − μ)·r·γ + β over x's last dimension (μ its mean, r = 1/√(biased variance + ε)):
+/// one `aten::native_layer_norm`.
+#[cfg(feature = "tch")]
+pub fn layer_norm(
+    x: &tch::Tensor,
+    gamma: &tch::Tensor,
+    beta: &tch::Tensor,
+    eps: f64,
+) -> Result<LayerNormForward, AtenError> {
+    let h = handles(&[x, gamma, beta]);
+    let mut out = [std::ptr::null_mut(); 3];
+    let [o, m, r] = &mut out;
+    call("layer norm", |err, len| {
+        // SAFETY: three live handles, three out-pointers to our locals.
+        unsafe { conelab_layer_norm(h[0], h[1], h[2], eps, o, m, r, err, len) }
+    })?;
+    match (adopt(out[0]), adopt(out[1]), adopt(out[2])) {
+        (Some(out), Some(mean), Some(rstd)) => Ok(LayerNormForward { out, mean, rstd }),
+        _ => Err(AtenError {
+            op: "layer norm",
+            why: "no result".into(),
+        }),
+    }
+}
+
+/// The gradients of x, γ and β (each only where `want` asks) from the output's, given the
+/// forward's statistics: one `aten::native_layer_norm_backward`.
+#[cfg(feature = "tch")]
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_backward(
+    grad_out: &tch::Tensor,
+    x: &tch::Tensor,
+    mean: &tch::Tensor,
+    rstd: &tch::Tensor,
+    gamma: &tch::Tensor,
+    beta: &tch::Tensor,
+    want: [bool; 3],
+) -> Result<[Option<tch::Tensor>; 3], AtenError> {
+    let h = handles(&[grad_out, x, mean, rstd, gamma, beta]);
+    let mut out = [std::ptr::null_mut(); 3];
+    let [gx, gw, gb] = &mut out;
+    call("layer norm backward", |err, len| {
+        // SAFETY: six live handles, three out-pointers to our locals.
+        unsafe {
+            conelab_layer_norm_backward(
+                h[0],
+                h[1],
+                h[2],
+                h[3],
+                h[4],
+                h[5],
+                i32::from(want[0]),
+                i32::from(want[1]),
+                i32::from(want[2]),
+                gx,
+                gw,
+                gb,
+                err,
+                len,
+            )
+        }
+    })?;
+    let grads = out.map(adopt);
+    if want.iter().zip(&grads).any(|(w, g)| *w && g.is_none()) {
+        return Err(AtenError {
+            op: "layer norm backward",
+            why: "a gradient asked for is missing".into(),
+        });
+    }
+    Ok(grads)
+}
+
+#[cfg(feature = "tch")]
+unsafe extern "C" {
     fn conelab_libtorch_built() -> *const c_char;
     fn conelab_libtorch_config(buf: *mut c_char, len: usize) -> usize;
 }
@@ -393,14 +512,14 @@ mod version_tests {
 }
 
 #[cfg(all(test, feature = "tch"))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tch::{Device, Kind, Tensor};
 
-    /// One count at a time in a process: the tests take turns.
+    /// One count at a time in a process: the tests (of every module) take turns.
     static ONE_COUNT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    fn turn() -> std::sync::MutexGuard<'static, ()> {
+    pub(crate) fn turn() -> std::sync::MutexGuard<'static, ()> {
         ONE_COUNT.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -5,6 +5,7 @@
 mod device;
 pub mod dropout;
 pub mod gelu;
+pub mod layer_norm;
 pub mod lstm;
 mod lstm_host;
 pub mod output;

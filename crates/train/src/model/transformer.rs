@@ -113,7 +113,7 @@ impl TransformerLm {
         for block in &self.blocks {
             x = block.forward(x, [b, t], mask.clone());
         }
-        self.ln_f.forward(x)
+        super::layer_norm::layer_norm(&self.ln_f, x)
     }
 }
 
@@ -125,7 +125,7 @@ impl Block {
         let dh = d / h;
         let qkv = self
             .qkv
-            .forward(self.ln_attn.forward(x.clone()))
+            .forward(super::layer_norm::layer_norm(&self.ln_attn, x.clone()))
             .reshape([b, t, 3, h, dh])
             .permute([2, 0, 3, 1, 4]); // [3, b, h, t, dh]
         let q = qkv.clone().narrow(0, 0, 1).reshape([b, h, t, dh]);
@@ -140,7 +140,8 @@ impl Block {
         let x = x + super::dropout::forward(&self.dropout, self.proj.forward(ctx));
         let mlp = self.fc_out.forward(super::gelu::forward(
             &self.gelu,
-            self.fc.forward(self.ln_mlp.forward(x.clone())),
+            self.fc
+                .forward(super::layer_norm::layer_norm(&self.ln_mlp, x.clone())),
         ));
         x + super::dropout::forward(&self.dropout, mlp)
     }
