@@ -42,6 +42,7 @@ mod extension {
             .file("csrc/optim.cpp")
             .file("csrc/version.cpp")
             .file("csrc/norm.cpp")
+            .file("csrc/lstm.cpp")
             .compile("conelab_aten");
     }
 }

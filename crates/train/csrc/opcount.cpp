@@ -34,9 +34,17 @@ Counter& counter() {
 // no other ATen operator (a composite's implementation) dispatched it.
 thread_local int depth = 0;
 
+// Only ATen operators count and nest; other records (torch's autograd engine evaluating a
+// backward node, user scopes) are transparent, as in bench/reference_torch.py's count: the
+// operators a backward node runs are top-level.
+bool is_aten(const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  return name != nullptr && std::strncmp(name, "aten::", 6) == 0;
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   Counter& c = counter();
-  if (std::this_thread::get_id() != c.owner) {
+  if (std::this_thread::get_id() != c.owner || !is_aten(fn)) {
     return nullptr;
   }
   if (depth == 0) {
@@ -49,8 +57,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   return nullptr;
 }
 
-void on_end(const at::RecordFunction&, at::ObserverContext*) {
-  if (std::this_thread::get_id() == counter().owner && depth > 0) {
+void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (std::this_thread::get_id() == counter().owner && is_aten(fn) && depth > 0) {
     depth -= 1;
   }
 }

@@ -384,6 +384,162 @@ pub fn layer_norm_backward(
 
 #[cfg(feature = "tch")]
 unsafe extern "C" {
+    #[allow(clippy::too_many_arguments)]
+    fn conelab_lstm_layer(
+        x: *mut torch_sys::C_tensor,
+        h0: *mut torch_sys::C_tensor,
+        c0: *mut torch_sys::C_tensor,
+        w_ih: *mut torch_sys::C_tensor,
+        w_hh: *mut torch_sys::C_tensor,
+        b_ih: *mut torch_sys::C_tensor,
+        b_hh: *mut torch_sys::C_tensor,
+        track: i32,
+        out: *mut *mut torch_sys::C_tensor,
+        h_n: *mut *mut torch_sys::C_tensor,
+        c_n: *mut *mut torch_sys::C_tensor,
+        island: *mut *mut std::ffi::c_void,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+    fn conelab_island_backward(
+        island: *mut std::ffi::c_void,
+        grad_out: *mut torch_sys::C_tensor,
+        want: *const i32,
+        grads: *mut *mut torch_sys::C_tensor,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+    fn conelab_island_free(island: *mut std::ffi::c_void);
+}
+
+/// The inputs of [`lstm_layer`], in the order the island keeps them (and its backward's
+/// gradients come back in).
+#[cfg(feature = "tch")]
+pub const LSTM_INPUTS: usize = 7;
+
+/// A forward pass run under torch's own autograd (`csrc/lstm.cpp`): its leaves and output,
+/// held until [`Island::backward`] takes the gradients, or freed when dropped unused.
+#[cfg(feature = "tch")]
+pub struct Island(std::ptr::NonNull<std::ffi::c_void>);
+
+// SAFETY: the island is a heap object of the extension touched only through these functions,
+// each a whole call; libtorch's tensors and graphs may move between threads.
+#[cfg(feature = "tch")]
+unsafe impl Send for Island {}
+#[cfg(feature = "tch")]
+unsafe impl Sync for Island {}
+
+#[cfg(feature = "tch")]
+impl std::fmt::Debug for Island {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Island")
+    }
+}
+
+#[cfg(feature = "tch")]
+impl Drop for Island {
+    fn drop(&mut self) {
+        // SAFETY: the extension allocated it; this is its only owner.
+        unsafe { conelab_island_free(self.0.as_ptr()) }
+    }
+}
+
+#[cfg(feature = "tch")]
+impl Island {
+    /// The gradients of the island's inputs (in [`lstm_layer`]'s order) from its output's, each
+    /// where `want` asks for it. Once: the island's graph is freed.
+    pub fn backward(
+        &self,
+        grad_out: &tch::Tensor,
+        want: [bool; LSTM_INPUTS],
+    ) -> Result<[Option<tch::Tensor>; LSTM_INPUTS], AtenError> {
+        let want = want.map(i32::from);
+        let mut out = [std::ptr::null_mut(); LSTM_INPUTS];
+        let g = grad_out.as_ptr() as *mut _;
+        call("LSTM layer backward", |err, len| {
+            // SAFETY: our island, a live handle, `want` and `out` of the island's length.
+            unsafe {
+                conelab_island_backward(
+                    self.0.as_ptr(),
+                    g,
+                    want.as_ptr(),
+                    out.as_mut_ptr(),
+                    err,
+                    len,
+                )
+            }
+        })?;
+        Ok(out.map(adopt))
+    }
+}
+
+/// One LSTM layer's forward: its output and final state, and the island where tracked.
+#[cfg(feature = "tch")]
+pub struct LstmLayerForward {
+    pub out: tch::Tensor,
+    pub h_n: tch::Tensor,
+    pub c_n: tch::Tensor,
+    pub island: Option<Island>,
+}
+
+/// One batch-first LSTM layer as `aten::lstm` (cuDNN on CUDA): x [B, T, D] from (h0, c0)
+/// [B, H], torch's weights w_ih [4H, D], w_hh [4H, H] and biases [4H] in torch's gate order
+/// (input, forget, cell, output). With `track`, under torch's autograd, keeping an [`Island`]
+/// for the backward.
+#[cfg(feature = "tch")]
+#[allow(clippy::too_many_arguments)]
+pub fn lstm_layer(
+    x: &tch::Tensor,
+    h0: &tch::Tensor,
+    c0: &tch::Tensor,
+    w_ih: &tch::Tensor,
+    w_hh: &tch::Tensor,
+    b_ih: &tch::Tensor,
+    b_hh: &tch::Tensor,
+    track: bool,
+) -> Result<LstmLayerForward, AtenError> {
+    let h = handles(&[x, h0, c0, w_ih, w_hh, b_ih, b_hh]);
+    let mut outs = [std::ptr::null_mut(); 3];
+    let mut island: *mut std::ffi::c_void = std::ptr::null_mut();
+    let [o, hn, cn] = &mut outs;
+    call("LSTM layer", |err, len| {
+        // SAFETY: seven live handles and out-pointers to our locals.
+        unsafe {
+            conelab_lstm_layer(
+                h[0],
+                h[1],
+                h[2],
+                h[3],
+                h[4],
+                h[5],
+                h[6],
+                i32::from(track),
+                o,
+                hn,
+                cn,
+                &mut island,
+                err,
+                len,
+            )
+        }
+    })?;
+    let island = std::ptr::NonNull::new(island).map(Island);
+    match (adopt(outs[0]), adopt(outs[1]), adopt(outs[2])) {
+        (Some(out), Some(h_n), Some(c_n)) if island.is_some() == track => Ok(LstmLayerForward {
+            out,
+            h_n,
+            c_n,
+            island,
+        }),
+        _ => Err(AtenError {
+            op: "LSTM layer",
+            why: "no result".into(),
+        }),
+    }
+}
+
+#[cfg(feature = "tch")]
+unsafe extern "C" {
     fn conelab_libtorch_built() -> *const c_char;
     fn conelab_libtorch_config(buf: *mut c_char, len: usize) -> usize;
 }
@@ -541,6 +697,26 @@ pub(crate) mod tests {
         assert_eq!(counts.get("aten::sum"), Some(&1), "{counts:?}");
         assert!(!counts.contains_key("aten::addmm"), "nested: {counts:?}");
         assert!(!counts.contains_key("aten::t"), "nested: {counts:?}");
+    }
+
+    /// torch's autograd engine's own records (evaluating a backward node, accumulating a
+    /// leaf's gradient) are not operators: the ATen operators the nodes run count instead.
+    #[test]
+    fn the_operators_of_torchs_backward_nodes_count_not_the_engines_records() {
+        let _turn = turn();
+        let a = Tensor::ones([4], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let loss = (&a * &a).sum(Kind::Float);
+        let ((), counts) = count_ops(|| loss.backward()).expect("counted");
+        assert!(
+            counts.keys().all(|k| k.starts_with("aten::")),
+            "only ATen operators: {counts:?}"
+        );
+        // MulBackward0 multiplies the incoming gradient by each factor.
+        assert!(
+            counts.get("aten::mul").is_some_and(|&n| n >= 1),
+            "{counts:?}"
+        );
+        assert!(a.grad().defined());
     }
 
     #[test]

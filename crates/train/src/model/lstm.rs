@@ -100,6 +100,19 @@ pub fn lstm_forward(
     x: Tensor<3>,
     state: Option<LstmState<2>>,
 ) -> (Tensor<3>, LstmState<2>) {
+    #[cfg(feature = "tch")]
+    if let Some(done) = fused::lstm_layer(layer, &x, &state) {
+        return done;
+    }
+    lstm_composed(layer, x, state)
+}
+
+/// [`lstm_forward`] in burn's ops (every backend; LibTorch takes the fused node where it can).
+fn lstm_composed(
+    layer: &Lstm,
+    x: Tensor<3>,
+    state: Option<LstmState<2>>,
+) -> (Tensor<3>, LstmState<2>) {
     use burn::tensor::activation::sigmoid;
     let Some(gates) = side_by_side(layer) else {
         return layer.forward(x, state);
@@ -151,6 +164,156 @@ pub fn lstm_forward(
         outputs.push(hidden.clone());
     }
     (Tensor::stack(outputs, 1), LstmState::new(cell, hidden))
+}
+
+/// One LSTM layer as one node of burn's graph on LibTorch: `aten::lstm` (cuDNN on CUDA) for
+/// the whole window under torch's own autograd, whose backward (`_cudnn_rnn_backward` on CUDA)
+/// the node's backward runs (`csrc/lstm.cpp`). burn's parameters are as they are (checkpoints
+/// unchanged): the four gates' weights go side by side, in torch's gate order (input, forget,
+/// cell, output), by a few ops of burn's graph per layer and step, not per time step. The final
+/// state comes out as a constant of the graph: truncated BPTT carries it into the next window
+/// detached, so no gradient flows through it (the output's does, to x, the weights and the
+/// initial state).
+#[cfg(feature = "tch")]
+#[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
+mod fused {
+    use std::sync::Arc;
+
+    use burn::backend::AutodiffBackend;
+    use burn::backend::autodiff::checkpoint::base::Checkpointer;
+    use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+    use burn::backend::autodiff::grads::Gradients;
+    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+    use burn::backend::{Autodiff, LibTorch, libtorch::TchTensor};
+    use burn::nn::{GateController, Linear, Lstm, LstmState};
+    use burn::prelude::*;
+
+    use crate::aten::{self, Island, LSTM_INPUTS};
+
+    type Ad = Autodiff<LibTorch>;
+
+    #[derive(Debug)]
+    struct LstmBackward;
+
+    /// The island, and burn's handles on the tensors torch's graph saved (the inputs and the
+    /// output): held while the node lives, so that burn-tch, which writes in place into a
+    /// tensor nothing else holds, leaves them as the backward needs them.
+    #[derive(Clone, Debug)]
+    struct Saved {
+        island: Arc<Island>,
+        _held: Vec<TchTensor>,
+    }
+
+    impl Backward<LibTorch, LSTM_INPUTS> for LstmBackward {
+        type State = Saved;
+
+        fn backward(
+            self,
+            ops: Ops<Saved, LSTM_INPUTS>,
+            grads: &mut Gradients,
+            _: &mut Checkpointer,
+        ) {
+            let grad_out: TchTensor = grads.consume::<LibTorch>(&ops.node);
+            let want = ops.parents.each_ref().map(Option::is_some);
+            // The forward checked the same tensors: a failure here is libtorch failing (out of
+            // memory), which burn's own backward ops panic on as well.
+            let computed = match ops.state.island.backward(&grad_out.tensor, want) {
+                Ok(g) => g,
+                Err(e) => panic!("{e}"),
+            };
+            for (parent, grad) in ops.parents.into_iter().zip(computed) {
+                if let (Some(node), Some(grad)) = (parent, grad) {
+                    grads.register::<LibTorch>(node.id, TchTensor::new(grad));
+                }
+            }
+        }
+    }
+
+    /// The layer over `x` from `state` where the tensors are LibTorch's; `None` elsewhere, for
+    /// a layer configured otherwise than conelab's, or where libtorch refuses (the composed
+    /// path then runs, and says what is wrong if anything is).
+    pub(super) fn lstm_layer(
+        layer: &Lstm,
+        x: &Tensor<3>,
+        state: &Option<LstmState<2>>,
+    ) -> Option<(Tensor<3>, LstmState<2>)> {
+        let device = x.device();
+        if !device.is_autodiff() {
+            return None;
+        }
+        let [input, forget, output, cell] = super::side_by_side(layer)?;
+        let gates = [input, forget, cell, output];
+        let stacked = |f: &dyn Fn(&GateController) -> Tensor<2>| {
+            Tensor::cat(gates.iter().map(|g| f(g)).collect(), 1).transpose()
+        };
+        let bias = |l: &Linear| l.bias.as_ref().map(|b| b.val());
+        let biases = |f: &dyn Fn(&GateController) -> Option<Tensor<1>>| {
+            gates
+                .iter()
+                .map(|g| f(g))
+                .collect::<Option<Vec<_>>>()
+                .map(|b| Tensor::cat(b, 0))
+        };
+        let b_ih = biases(&|g| bias(&g.input_transform))?;
+        let b_hh = biases(&|g| bias(&g.hidden_transform))?;
+        let w_ih = stacked(&|g| g.input_transform.weight.val());
+        let w_hh = stacked(&|g| g.hidden_transform.weight.val());
+        let [b, _, _] = x.dims();
+        let h = layer.d_hidden;
+        let (c0, h0) = match state {
+            Some(s) => (s.cell.clone(), s.hidden.clone()),
+            None => (
+                Tensor::zeros([b, h], &device),
+                Tensor::zeros([b, h], &device),
+            ),
+        };
+        let ad3 = |t: Tensor<3>| t.try_into_primitive::<Ad>().ok();
+        let ad2 = |t: Tensor<2>| t.try_into_primitive::<Ad>().ok();
+        let ad1 = |t: Tensor<1>| t.try_into_primitive::<Ad>().ok();
+        let inputs = [
+            ad3(x.clone())?,
+            ad2(w_ih)?,
+            ad2(w_hh)?,
+            ad1(b_ih)?,
+            ad1(b_hh)?,
+            ad2(h0)?,
+            ad2(c0)?,
+        ];
+        let run = |track: bool| {
+            let [x, wi, wh, bi, bh, h0, c0] = inputs.each_ref().map(|t| &t.primitive().tensor);
+            aten::lstm_layer(x, h0, c0, wi, wh, bi, bh, track).ok()
+        };
+        let nodes = inputs.each_ref().map(|t| t.node());
+        let (out, h_n, c_n) = match LstmBackward
+            .prepare::<NoCheckpointing>(nodes)
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let f = run(true)?;
+                let out = TchTensor::new(f.out);
+                let mut held: Vec<TchTensor> =
+                    inputs.iter().map(|t| t.primitive().clone()).collect();
+                held.push(out.clone());
+                let saved = Saved {
+                    island: Arc::new(f.island?),
+                    _held: held,
+                };
+                (prep.finish(saved, out), f.h_n, f.c_n)
+            }
+            OpsKind::UnTracked(prep) => {
+                let f = run(false)?;
+                (prep.finish(TchTensor::new(f.out)), f.h_n, f.c_n)
+            }
+        };
+        // The final state is carried into the next window detached: constants of the graph.
+        let constant =
+            |t: tch::Tensor| Tensor::<2>::from_primitive::<Ad>(Ad::from_inner(TchTensor::new(t)));
+        Some((
+            Tensor::from_primitive::<Ad>(out),
+            LstmState::new(constant(c_n), constant(h_n)),
+        ))
+    }
 }
 
 /// The four gates of a layer configured as conelab's (batch first, forward, no clipping or
@@ -622,6 +785,117 @@ mod tests {
             }
             assert!(
                 burn.1.iter().any(|g| g.abs() > 1e-3),
+                "the gradients are not all zero"
+            );
+        }
+    }
+
+    /// On LibTorch the layer is one node (`aten::lstm` under torch's autograd): the same output
+    /// and final state as burn's composed ops, and the same gradients of the input, of every
+    /// one of the sixteen gate parameters and of the initial state, within 1e-5; and the node
+    /// ran (one `aten::lstm` in the step, where the composed path dispatches none).
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    #[test]
+    fn the_libtorch_node_matches_the_composed_layer() {
+        use burn::module::{Module, ModuleVisitor, Param};
+        let device = crate::model::DeviceSpec::LibtorchCpu
+            .training_device()
+            .expect("libtorch");
+        let layer = BurnLstmConfig::new(5, 7, true)
+            .with_initializer(Initializer::Uniform {
+                min: -0.4,
+                max: 0.4,
+            })
+            .init(&device);
+        let wave = |n: usize, salt: f32| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i as f32) * 0.37 + salt).sin() * 0.8)
+                .collect()
+        };
+        let x0 = Tensor::<3>::from_data(TensorData::new(wave(90, 0.1), [3, 6, 5]), &device);
+        let h0 = Tensor::<2>::from_data(TensorData::new(wave(21, 0.7), [3, 7]), &device);
+        let c0 = Tensor::<2>::from_data(TensorData::new(wave(21, 1.3), [3, 7]), &device);
+        let weights = Tensor::<3>::from_data(TensorData::new(wave(126, 2.0), [3, 6, 7]), &device);
+        struct Grads<'a>(&'a burn::tensor::Gradients, Vec<f32>, usize);
+        impl ModuleVisitor for Grads<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                let g = param
+                    .val()
+                    .grad(self.0)
+                    .expect("every parameter has a gradient");
+                self.1.extend(g.try_into_vec_as::<f32>().expect("grad"));
+                self.2 += 1;
+            }
+        }
+        for carried in [false, true] {
+            let run = |fused: bool| {
+                let x = x0.clone().detach().require_grad();
+                let (h, c) = (
+                    h0.clone().detach().require_grad(),
+                    c0.clone().detach().require_grad(),
+                );
+                let state = carried.then(|| LstmState::new(c.clone(), h.clone()));
+                let _turn = crate::aten::tests::turn();
+                let ((y, s), ops) = crate::aten::count_ops(|| {
+                    if fused {
+                        lstm_forward(&layer, x.clone(), state)
+                    } else {
+                        lstm_composed(&layer, x.clone(), state)
+                    }
+                })
+                .expect("counted");
+                assert_eq!(
+                    ops.get("aten::lstm").copied().unwrap_or(0),
+                    u64::from(fused),
+                    "the path taken (fused: {fused})"
+                );
+                let values: Vec<f32> = Tensor::cat(
+                    vec![y.clone().reshape([3, 42]), s.cell.clone(), s.hidden.clone()],
+                    1,
+                )
+                .try_into_vec_as::<f32>()
+                .expect("values");
+                let grads = (y * weights.clone()).sum().backward();
+                let mut g = Grads(&grads, Vec::new(), 0);
+                layer.visit(&mut g);
+                assert_eq!(g.2, 16, "four gates × (two weights, two biases)");
+                let mut all = g.1;
+                all.extend(
+                    x.grad(&grads)
+                        .expect("∂x")
+                        .try_into_vec_as::<f32>()
+                        .expect("∂x"),
+                );
+                if carried {
+                    for t in [&h, &c] {
+                        all.extend(
+                            t.grad(&grads)
+                                .expect("∂state")
+                                .try_into_vec_as::<f32>()
+                                .expect("∂state"),
+                        );
+                    }
+                }
+                (values, all)
+            };
+            let (composed, fused) = (run(false), run(true));
+            for (what, a, b) in [
+                ("values", &composed.0, &fused.0),
+                ("gradients", &composed.1, &fused.1),
+            ] {
+                assert_eq!(a.len(), b.len(), "{what}");
+                let worst = a
+                    .iter()
+                    .zip(b)
+                    .map(|(p, q)| (p - q).abs())
+                    .fold(0f32, f32::max);
+                assert!(
+                    worst < 1e-5,
+                    "{what} (carried state: {carried}): max difference {worst}"
+                );
+            }
+            assert!(
+                composed.1.iter().any(|g| g.abs() > 1e-3),
                 "the gradients are not all zero"
             );
         }

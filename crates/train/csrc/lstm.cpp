@@ -1,0 +1,177 @@
+// conelab's ATen extension: one LSTM layer as `aten::lstm` (cuDNN on CUDA) under torch's own
+// autograd, for a node of burn's graph. The forward detaches its inputs into leaves that
+// require gradients, runs the layer with grad mode on and keeps the leaves and the output in an
+// "island" (an opaque handle burn's node holds); the node's backward hands the output's
+// gradient to `torch::autograd::grad` over the leaves it wants, once. Compiled by
+// crates/train/build.rs; every entry point reports what libtorch throws in `err`.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+struct Island {
+  std::vector<at::Tensor> leaves;  // x, w_ih, w_hh, b_ih, b_hh, h0, c0
+  at::Tensor out;                  // the layer's output, with its graph back to the leaves
+};
+
+// cuDNN wants a layer's weights in one flat buffer; burn keeps them apart, so cuDNN compacts
+// them at every call (a copy of the layer's weights, microseconds on a GPU) and libtorch warns
+// of it every time. That one warning is dropped here; any other goes to the handler in force.
+class CompactionWarningFilter : public c10::WarningHandler {
+ public:
+  explicit CompactionWarningFilter(c10::WarningHandler* next) : next_(next) {}
+  void process(const c10::Warning& warning) override {
+    if (warning.msg().find("single contiguous chunk of memory") != std::string::npos) {
+      return;
+    }
+    if (next_ != nullptr) {
+      next_->process(warning);
+    }
+  }
+
+ private:
+  c10::WarningHandler* next_;
+};
+
+void say(char* err, size_t len, const char* what) {
+  if (err != nullptr && len > 0) {
+    std::strncpy(err, what, len - 1);
+    err[len - 1] = '\0';
+  }
+}
+
+template <typename F>
+int guarded(char* err, size_t err_len, F f) {
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    say(err, err_len, e.what());
+    return -1;
+  } catch (...) {
+    say(err, err_len, "libtorch threw an unknown exception");
+    return -1;
+  }
+}
+
+const at::Tensor& checked(at::Tensor* t, const char* what, int64_t dims) {
+  if (t == nullptr || !t->defined()) {
+    throw std::invalid_argument(std::string("LSTM layer: no ") + what);
+  }
+  if (t->scalar_type() != at::kFloat) {
+    throw std::invalid_argument(std::string("LSTM layer: ") + what + " is not f32");
+  }
+  if (t->dim() != dims) {
+    throw std::invalid_argument(std::string("LSTM layer: ") + what + " has " + std::to_string(t->dim()) +
+                                " dimensions, not " + std::to_string(dims));
+  }
+  return *t;
+}
+
+}  // namespace
+
+extern "C" {
+
+// One batch-first LSTM layer over x [B, T, D] from state (h0, c0) [B, H] with torch's weights
+// w_ih [4H, D], w_hh [4H, H], b_ih, b_hh [4H] (gates in torch's order: input, forget, cell,
+// output). New tensors in *out [B, T, H], *h_n, *c_n [B, H] (no graph). With `track`, *island
+// receives the handle the backward needs (free it with conelab_island_free); else null.
+int conelab_lstm_layer(at::Tensor* x, at::Tensor* h0, at::Tensor* c0, at::Tensor* w_ih,
+                       at::Tensor* w_hh, at::Tensor* b_ih, at::Tensor* b_hh, int track,
+                       at::Tensor** out, at::Tensor** h_n, at::Tensor** c_n, void** island,
+                       char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    const at::Tensor& xt = checked(x, "input", 3);
+    const at::Tensor& h = checked(h0, "hidden state", 2);
+    const at::Tensor& c = checked(c0, "cell state", 2);
+    const at::Tensor& wi = checked(w_ih, "input weights", 2);
+    const at::Tensor& wh = checked(w_hh, "hidden weights", 2);
+    const at::Tensor& bi = checked(b_ih, "input bias", 1);
+    const at::Tensor& bh = checked(b_hh, "hidden bias", 1);
+    int64_t b = xt.size(0), d = xt.size(2), hid = h.size(1);
+    bool shapes = h.size(0) == b && c.sizes() == h.sizes() && wi.size(0) == 4 * hid &&
+                  wi.size(1) == d && wh.size(0) == 4 * hid && wh.size(1) == hid &&
+                  bi.size(0) == 4 * hid && bh.size(0) == 4 * hid;
+    if (!shapes) {
+      throw std::invalid_argument("LSTM layer: the weights, biases and states do not fit the input");
+    }
+    for (const at::Tensor* t : {&h, &c, &wi, &wh, &bi, &bh}) {
+      if (t->device() != xt.device()) {
+        throw std::invalid_argument("LSTM layer: tensors on different devices");
+      }
+    }
+    if (out == nullptr || h_n == nullptr || c_n == nullptr || island == nullptr) {
+      throw std::invalid_argument("LSTM layer: nowhere to put the results");
+    }
+    at::AutoGradMode grad_mode(track != 0);
+    CompactionWarningFilter filter(c10::WarningUtils::get_warning_handler());
+    c10::WarningUtils::WarningHandlerGuard quiet(&filter);
+    std::vector<at::Tensor> leaves;
+    for (const at::Tensor* t : {&xt, &wi, &wh, &bi, &bh, &h, &c}) {
+      at::Tensor leaf = t->detach();
+      if (track != 0) {
+        leaf.requires_grad_(true);
+      }
+      leaves.push_back(leaf);
+    }
+    auto r = at::lstm(leaves[0], {leaves[5].unsqueeze(0), leaves[6].unsqueeze(0)},
+                      {leaves[1], leaves[2], leaves[3], leaves[4]}, /*has_biases=*/true,
+                      /*num_layers=*/1, /*dropout=*/0.0, /*train=*/track != 0,
+                      /*bidirectional=*/false, /*batch_first=*/true);
+    at::Tensor o = std::get<0>(r);
+    *out = new at::Tensor(o.detach());
+    *h_n = new at::Tensor(std::get<1>(r).squeeze(0).detach());
+    *c_n = new at::Tensor(std::get<2>(r).squeeze(0).detach());
+    *island = track != 0 ? new Island{std::move(leaves), o} : nullptr;
+  });
+}
+
+// The gradients of the island's leaves (x, w_ih, w_hh, b_ih, b_hh, h0, c0) from its output's,
+// each only where want[i] is nonzero (else grads[i] is null). The island's graph is freed.
+int conelab_island_backward(void* island, at::Tensor* grad_out, const int* want, at::Tensor** grads,
+                            char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    auto* is = static_cast<Island*>(island);
+    if (is == nullptr || !is->out.defined()) {
+      throw std::invalid_argument("LSTM layer backward: no island (already taken?)");
+    }
+    if (grad_out == nullptr || !grad_out->defined() || grad_out->sizes() != is->out.sizes()) {
+      throw std::invalid_argument("LSTM layer backward: the output gradient's shape is not the output's");
+    }
+    if (want == nullptr || grads == nullptr) {
+      throw std::invalid_argument("LSTM layer backward: nowhere to put the results");
+    }
+    std::vector<at::Tensor> inputs;
+    std::vector<size_t> at_index;
+    for (size_t i = 0; i < is->leaves.size(); ++i) {
+      grads[i] = nullptr;
+      if (want[i] != 0) {
+        inputs.push_back(is->leaves[i]);
+        at_index.push_back(i);
+      }
+    }
+    if (!inputs.empty()) {
+      CompactionWarningFilter filter(c10::WarningUtils::get_warning_handler());
+      c10::WarningUtils::WarningHandlerGuard quiet(&filter);
+      auto g = torch::autograd::grad({is->out}, inputs, {*grad_out}, /*retain_graph=*/false,
+                                     /*create_graph=*/false, /*allow_unused=*/true);
+      for (size_t k = 0; k < g.size(); ++k) {
+        grads[at_index[k]] = g[k].defined() ? new at::Tensor(g[k]) : nullptr;
+      }
+    }
+    is->out = at::Tensor();
+    is->leaves.clear();
+  });
+}
+
+void conelab_island_free(void* island) { delete static_cast<Island*>(island); }
+
+}  // extern "C"
