@@ -243,8 +243,9 @@ impl Trainer {
     }
 
     /// From the next step on, the paths a CUDA device takes, where the tensors live in host
-    /// memory too: an LSTM in burn's graph, burn's dropout (other masks than the host's), AdamW
-    /// as one multi-tensor step on LibTorch (burn's tensor ops on burn-flex). The same
+    /// memory too: an LSTM in burn's graph (one `aten::lstm` node a layer on LibTorch), burn's
+    /// dropout (other masks than the host's), AdamW as one multi-tensor step on LibTorch (burn's
+    /// tensor ops on burn-flex). The same
     /// computation, dispatched as the ATen operators a GPU would
     /// launch (`conelab bench ops` counts them). The optimizers keep their state (a resumed
     /// run continues on the device paths).
