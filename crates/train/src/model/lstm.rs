@@ -238,9 +238,6 @@ mod fused {
         state: &Option<LstmState<2>>,
     ) -> Option<(Tensor<3>, LstmState<2>)> {
         let device = x.device();
-        if !device.is_autodiff() {
-            return None;
-        }
         let [input, forget, output, cell] = super::side_by_side(layer)?;
         let gates = [input, forget, cell, output];
         let stacked = |f: &dyn Fn(&GateController) -> Tensor<2>| {
@@ -267,6 +264,31 @@ mod fused {
                 Tensor::zeros([b, h], &device),
             ),
         };
+        if !device.is_autodiff() {
+            // Evaluation: the same kernel, no graph.
+            let lt2 = |t: Tensor<2>| t.try_into_primitive::<LibTorch>().ok();
+            let lt1 = |t: Tensor<1>| t.try_into_primitive::<LibTorch>().ok();
+            let x = x.clone().try_into_primitive::<LibTorch>().ok()?;
+            let (wi, wh, bi, bh, h0, c0) = (
+                lt2(w_ih)?,
+                lt2(w_hh)?,
+                lt1(b_ih)?,
+                lt1(b_hh)?,
+                lt2(h0)?,
+                lt2(c0)?,
+            );
+            let f = aten::lstm_layer(
+                &x.tensor, &h0.tensor, &c0.tensor, &wi.tensor, &wh.tensor, &bi.tensor, &bh.tensor,
+                false,
+            )
+            .ok()?;
+            let plain2 =
+                |t: tch::Tensor| Tensor::<2>::from_primitive::<LibTorch>(TchTensor::new(t));
+            return Some((
+                Tensor::from_primitive::<LibTorch>(TchTensor::new(f.out)),
+                LstmState::new(plain2(f.c_n), plain2(f.h_n)),
+            ));
+        }
         let ad3 = |t: Tensor<3>| t.try_into_primitive::<Ad>().ok();
         let ad2 = |t: Tensor<2>| t.try_into_primitive::<Ad>().ok();
         let ad1 = |t: Tensor<1>| t.try_into_primitive::<Ad>().ok();
@@ -899,5 +921,50 @@ mod tests {
                 "the gradients are not all zero"
             );
         }
+    }
+
+    /// Without autodiff (evaluation) the layer is the same kernel and the same values.
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    #[test]
+    fn the_libtorch_layer_evaluates_as_the_composed_one() {
+        let device = crate::model::DeviceSpec::LibtorchCpu
+            .device()
+            .expect("libtorch");
+        let layer = BurnLstmConfig::new(4, 6, true)
+            .with_initializer(Initializer::Uniform {
+                min: -0.5,
+                max: 0.5,
+            })
+            .init(&device);
+        let x = Tensor::<3>::from_data(
+            TensorData::new(
+                (0..40)
+                    .map(|i| ((i as f32) * 0.3).cos())
+                    .collect::<Vec<_>>(),
+                [2, 5, 4],
+            ),
+            &device,
+        );
+        let _turn = crate::aten::tests::turn();
+        let ((y, s), ops) =
+            crate::aten::count_ops(|| lstm_forward(&layer, x.clone(), None)).expect("counted");
+        assert_eq!(
+            ops.get("aten::lstm").copied(),
+            Some(1),
+            "the fused kernel ran"
+        );
+        let (y2, s2) = lstm_composed(&layer, x, None);
+        let flat = |a: Tensor<3>, s: LstmState<2>| -> Vec<f32> {
+            Tensor::cat(vec![a.reshape([2, 30]), s.cell, s.hidden], 1)
+                .try_into_vec_as::<f32>()
+                .expect("values")
+        };
+        let (a, b) = (flat(y, s), flat(y2, s2));
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-5, "max difference {worst}");
     }
 }
