@@ -42,7 +42,7 @@ mod extension {
             .file("csrc/optim.cpp")
             .file("csrc/version.cpp")
             .file("csrc/norm.cpp")
-            .file("csrc/lstm.cpp")
+            .file("csrc/island.cpp")
             .compile("conelab_aten");
     }
 }

@@ -430,10 +430,12 @@ fn the_workbench_drives_a_libtorch_run() {
 }
 
 /// `bench ops` on LibTorch CPU, CUDA's paths: every product of the step is one top-level
-/// operator. A Transformer's forward has six products a layer (qkv, q·kᵀ, attention·v, the
+/// operator. A Transformer's forward has four products a layer outside attention (qkv, the
 /// output projection, the two MLP layers) and the tied head one; the backward takes two for
-/// each (the gradient of either factor): 3 · (6 · layers + 1), counted independently of the
-/// code. Nothing runs on the host paths, so AdamW's update shows as operators too.
+/// each (the gradient of either factor): 3 · (4 · layers + 1), counted independently of the
+/// code. Attention's two products are inside one fused `scaled_dot_product_attention` a layer,
+/// the norms (two a layer and the final one) are one `native_layer_norm` each and one backward
+/// each, and nothing runs on the host paths, so AdamW's update shows as operators too.
 #[test]
 fn bench_ops_counts_the_products_of_a_step() {
     use conelab::bench::ops::{OpsBench, bench_ops};
@@ -452,10 +454,22 @@ fn bench_ops_counts_the_products_of_a_step() {
     let ours = &r.conelab;
     assert_eq!(
         ours.by_kind.get("matmul").copied(),
-        Some(3 * (6 * layers + 1)),
+        Some(3 * (4 * layers + 1)),
         "{}",
         r.render()
     );
+    for (op, n) in [
+        ("aten::scaled_dot_product_attention", layers),
+        ("aten::native_layer_norm", 2 * layers + 1),
+        ("aten::native_layer_norm_backward", 2 * layers + 1),
+    ] {
+        assert_eq!(
+            ours.by_name.get(op).copied(),
+            Some(n),
+            "{op}: {}",
+            r.render()
+        );
+    }
     assert_eq!(ours.total, ours.by_name.values().sum::<u64>());
     // Not the host pass: AdamW is one multi-tensor update for all parameters (θ copied into
     // fresh buffers, then torch's fused AdamW), and the clip's norm one foreach norm.

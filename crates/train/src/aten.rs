@@ -401,9 +401,21 @@ unsafe extern "C" {
         err: *mut c_char,
         err_len: usize,
     ) -> i32;
+    fn conelab_causal_attention(
+        q: *mut torch_sys::C_tensor,
+        k: *mut torch_sys::C_tensor,
+        v: *mut torch_sys::C_tensor,
+        dropout_p: f64,
+        track: i32,
+        out: *mut *mut torch_sys::C_tensor,
+        island: *mut *mut std::ffi::c_void,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
     fn conelab_island_backward(
         island: *mut std::ffi::c_void,
         grad_out: *mut torch_sys::C_tensor,
+        n: usize,
         want: *const i32,
         grads: *mut *mut torch_sys::C_tensor,
         err: *mut c_char,
@@ -446,22 +458,24 @@ impl Drop for Island {
 
 #[cfg(feature = "tch")]
 impl Island {
-    /// The gradients of the island's inputs (in [`lstm_layer`]'s order) from its output's, each
-    /// where `want` asks for it. Once: the island's graph is freed.
-    pub fn backward(
+    /// The gradients of the island's `N` inputs (in the order of the function that made it)
+    /// from its output's, each where `want` asks for it. Once: the island's graph is freed.
+    pub fn backward<const N: usize>(
         &self,
         grad_out: &tch::Tensor,
-        want: [bool; LSTM_INPUTS],
-    ) -> Result<[Option<tch::Tensor>; LSTM_INPUTS], AtenError> {
+        want: [bool; N],
+    ) -> Result<[Option<tch::Tensor>; N], AtenError> {
         let want = want.map(i32::from);
-        let mut out = [std::ptr::null_mut(); LSTM_INPUTS];
+        let mut out = [std::ptr::null_mut(); N];
         let g = grad_out.as_ptr() as *mut _;
-        call("LSTM layer backward", |err, len| {
-            // SAFETY: our island, a live handle, `want` and `out` of the island's length.
+        call("backward", |err, len| {
+            // SAFETY: our island, a live handle, `want` and `out` of length N (the extension
+            // checks N against the island's inputs).
             unsafe {
                 conelab_island_backward(
                     self.0.as_ptr(),
                     g,
+                    N,
                     want.as_ptr(),
                     out.as_mut_ptr(),
                     err,
@@ -470,6 +484,47 @@ impl Island {
             }
         })?;
         Ok(out.map(adopt))
+    }
+}
+
+/// Causal attention softmax(q·kᵀ/√d + causal mask)·v, dropout `dropout_p` on the attention
+/// weights inside (libtorch's generator), q, k, v [B, heads, T, d]: one
+/// `aten::scaled_dot_product_attention` (flash or memory-efficient kernels on CUDA). With
+/// `track`, under torch's autograd, keeping an [`Island`] of the three inputs for the backward.
+#[cfg(feature = "tch")]
+pub fn causal_attention(
+    q: &tch::Tensor,
+    k: &tch::Tensor,
+    v: &tch::Tensor,
+    dropout_p: f64,
+    track: bool,
+) -> Result<(tch::Tensor, Option<Island>), AtenError> {
+    let h = handles(&[q, k, v]);
+    let mut out = std::ptr::null_mut();
+    let mut island: *mut std::ffi::c_void = std::ptr::null_mut();
+    call("attention", |err, len| {
+        // SAFETY: three live handles and out-pointers to our locals.
+        unsafe {
+            conelab_causal_attention(
+                h[0],
+                h[1],
+                h[2],
+                dropout_p,
+                i32::from(track),
+                &mut out,
+                &mut island,
+                err,
+                len,
+            )
+        }
+    })?;
+    let island = std::ptr::NonNull::new(island).map(Island);
+    match adopt(out) {
+        Some(out) if island.is_some() == track => Ok((out, island)),
+        _ => Err(AtenError {
+            op: "attention",
+            why: "no result".into(),
+        }),
     }
 }
 

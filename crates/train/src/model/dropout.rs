@@ -79,6 +79,17 @@ fn drops(layer: &Dropout, device: &Device) -> bool {
     layer.prob > 0.0 && device.is_autodiff() && layer.training.is_enabled()
 }
 
+/// The dropout probability a fused kernel should draw its own mask with for `layer` on
+/// `device`: `Some(p)` where the device draws the step's masks (burn's dropout, CUDA's path),
+/// `Some(0.0)` where nothing drops (evaluation, p = 0), `None` where this step's masks are drawn
+/// on the host (the caller must apply [`forward`]'s mask itself, to draw the same sequence).
+pub fn device_drop_probability(layer: &Dropout, device: &Device) -> Option<f64> {
+    if !drops(layer, device) {
+        return Some(0.0);
+    }
+    HOST_MASKS.get().is_none().then_some(layer.prob)
+}
+
 /// Whether [`forward`] draws its masks on the host for `layer` (or drops nothing at all): then
 /// [`next_host_mask`] gives the mask it would have drawn next.
 pub fn host_masks_cover(layer: &Dropout, device: &Device) -> bool {

@@ -180,54 +180,16 @@ mod fused {
     use std::sync::Arc;
 
     use burn::backend::AutodiffBackend;
-    use burn::backend::autodiff::checkpoint::base::Checkpointer;
     use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
-    use burn::backend::autodiff::grads::Gradients;
-    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+    use burn::backend::autodiff::ops::{Backward, OpsKind};
     use burn::backend::{Autodiff, LibTorch, libtorch::TchTensor};
     use burn::nn::{GateController, Linear, Lstm, LstmState};
     use burn::prelude::*;
 
-    use crate::aten::{self, Island, LSTM_INPUTS};
+    use crate::aten::{self, LSTM_INPUTS};
+    use crate::model::island::{IslandBackward, Saved};
 
     type Ad = Autodiff<LibTorch>;
-
-    #[derive(Debug)]
-    struct LstmBackward;
-
-    /// The island, and burn's handles on the tensors torch's graph saved (the inputs and the
-    /// output): held while the node lives, so that burn-tch, which writes in place into a
-    /// tensor nothing else holds, leaves them as the backward needs them.
-    #[derive(Clone, Debug)]
-    struct Saved {
-        island: Arc<Island>,
-        _held: Vec<TchTensor>,
-    }
-
-    impl Backward<LibTorch, LSTM_INPUTS> for LstmBackward {
-        type State = Saved;
-
-        fn backward(
-            self,
-            ops: Ops<Saved, LSTM_INPUTS>,
-            grads: &mut Gradients,
-            _: &mut Checkpointer,
-        ) {
-            let grad_out: TchTensor = grads.consume::<LibTorch>(&ops.node);
-            let want = ops.parents.each_ref().map(Option::is_some);
-            // The forward checked the same tensors: a failure here is libtorch failing (out of
-            // memory), which burn's own backward ops panic on as well.
-            let computed = match ops.state.island.backward(&grad_out.tensor, want) {
-                Ok(g) => g,
-                Err(e) => panic!("{e}"),
-            };
-            for (parent, grad) in ops.parents.into_iter().zip(computed) {
-                if let (Some(node), Some(grad)) = (parent, grad) {
-                    grads.register::<LibTorch>(node.id, TchTensor::new(grad));
-                }
-            }
-        }
-    }
 
     /// The layer over `x` from `state` where the tensors are LibTorch's; `None` elsewhere, for
     /// a layer configured otherwise than conelab's, or where libtorch refuses (the composed
@@ -306,7 +268,7 @@ mod fused {
             aten::lstm_layer(x, h0, c0, wi, wh, bi, bh, track).ok()
         };
         let nodes = inputs.each_ref().map(|t| t.node());
-        let (out, h_n, c_n) = match LstmBackward
+        let (out, h_n, c_n) = match IslandBackward::<LSTM_INPUTS>
             .prepare::<NoCheckpointing>(nodes)
             .compute_bound()
             .stateful()

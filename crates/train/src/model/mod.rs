@@ -2,9 +2,13 @@
 //!
 //! Everything backend-specific lives here and in `engine/`: the rest of conelab sees plain numbers.
 
+pub mod attention;
 mod device;
 pub mod dropout;
 pub mod gelu;
+#[cfg(feature = "tch")]
+#[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
+mod island;
 pub mod layer_norm;
 pub mod lstm;
 mod lstm_host;

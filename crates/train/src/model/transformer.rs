@@ -7,7 +7,6 @@ use burn::nn::{
     LayerNormConfig, Linear, LinearConfig,
 };
 use burn::prelude::*;
-use burn::tensor::activation::softmax;
 
 use super::spectral::SpectralEmbedding;
 use conelab_core::model::TransformerConfig;
@@ -131,12 +130,9 @@ impl Block {
         let q = qkv.clone().narrow(0, 0, 1).reshape([b, h, t, dh]);
         let k = qkv.clone().narrow(0, 1, 1).reshape([b, h, t, dh]);
         let v = qkv.narrow(0, 2, 1).reshape([b, h, t, dh]);
-        let scores = q
-            .matmul(k.transpose())
-            .mul_scalar(1.0 / (dh as f64).sqrt())
-            .mask_fill(causal_mask, f32::NEG_INFINITY);
-        let attn = super::dropout::forward(&self.dropout, softmax(scores, 3));
-        let ctx = attn.matmul(v).swap_dims(1, 2).reshape([b * t, d]);
+        let ctx = super::attention::causal_attention(q, k, v, &self.dropout, causal_mask)
+            .swap_dims(1, 2)
+            .reshape([b * t, d]);
         let x = x + super::dropout::forward(&self.dropout, self.proj.forward(ctx));
         let mlp = self.fc_out.forward(super::gelu::forward(
             &self.gelu,

@@ -1,9 +1,11 @@
-// conelab's ATen extension: one LSTM layer as `aten::lstm` (cuDNN on CUDA) under torch's own
-// autograd, for a node of burn's graph. The forward detaches its inputs into leaves that
-// require gradients, runs the layer with grad mode on and keeps the leaves and the output in an
-// "island" (an opaque handle burn's node holds); the node's backward hands the output's
-// gradient to `torch::autograd::grad` over the leaves it wants, once. Compiled by
-// crates/train/build.rs; every entry point reports what libtorch throws in `err`.
+// conelab's ATen extension: computations run under torch's own autograd for a node of burn's
+// graph ("islands"): one LSTM layer as `aten::lstm` (cuDNN on CUDA), and causal attention as
+// `aten::scaled_dot_product_attention` (flash or memory-efficient kernels on CUDA, dropout
+// inside). The forward detaches its inputs into leaves that require gradients, runs with grad
+// mode on and keeps the leaves and the output in an island (an opaque handle burn's node
+// holds); the node's backward hands the output's gradient to `torch::autograd::grad` over the
+// leaves it wants, once. Compiled by crates/train/build.rs; every entry point reports what
+// libtorch throws in `err`.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
@@ -18,8 +20,8 @@
 namespace {
 
 struct Island {
-  std::vector<at::Tensor> leaves;  // x, w_ih, w_hh, b_ih, b_hh, h0, c0
-  at::Tensor out;                  // the layer's output, with its graph back to the leaves
+  std::vector<at::Tensor> leaves;  // the inputs, in the order of the function that made it
+  at::Tensor out;                  // the output, with its graph back to the leaves
 };
 
 // cuDNN wants a layer's weights in one flat buffer; burn keeps them apart, so cuDNN compacts
@@ -134,20 +136,59 @@ int conelab_lstm_layer(at::Tensor* x, at::Tensor* h0, at::Tensor* c0, at::Tensor
   });
 }
 
-// The gradients of the island's leaves (x, w_ih, w_hh, b_ih, b_hh, h0, c0) from its output's,
-// each only where want[i] is nonzero (else grads[i] is null). The island's graph is freed.
-int conelab_island_backward(void* island, at::Tensor* grad_out, const int* want, at::Tensor** grads,
-                            char* err, size_t err_len) {
+// Causal attention softmax(q·kᵀ/√d + causal mask)·v with dropout `dropout_p` on the attention
+// weights (drawn from libtorch's generator), q, k, v [B, heads, T, d]: the output [B, heads, T,
+// d] in *out, and with `track` the island in *island.
+int conelab_causal_attention(at::Tensor* q, at::Tensor* k, at::Tensor* v, double dropout_p,
+                             int track, at::Tensor** out, void** island, char* err,
+                             size_t err_len) {
+  return guarded(err, err_len, [&] {
+    const at::Tensor& qt = checked(q, "query", 4);
+    const at::Tensor& kt = checked(k, "key", 4);
+    const at::Tensor& vt = checked(v, "value", 4);
+    if (qt.sizes() != kt.sizes() || qt.sizes() != vt.sizes()) {
+      throw std::invalid_argument("attention: query, key and value differ in shape");
+    }
+    if (kt.device() != qt.device() || vt.device() != qt.device()) {
+      throw std::invalid_argument("attention: tensors on different devices");
+    }
+    if (!(dropout_p >= 0.0 && dropout_p < 1.0)) {
+      throw std::invalid_argument("attention: the dropout probability must be in [0, 1)");
+    }
+    if (out == nullptr || island == nullptr) {
+      throw std::invalid_argument("attention: nowhere to put the results");
+    }
+    at::AutoGradMode grad_mode(track != 0);
+    std::vector<at::Tensor> leaves;
+    for (const at::Tensor* t : {&qt, &kt, &vt}) {
+      at::Tensor leaf = t->detach();
+      if (track != 0) {
+        leaf.requires_grad_(true);
+      }
+      leaves.push_back(leaf);
+    }
+    at::Tensor o = at::scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], {},
+                                                    dropout_p, /*is_causal=*/true);
+    *out = new at::Tensor(o.detach());
+    *island = track != 0 ? new Island{std::move(leaves), o} : nullptr;
+  });
+}
+
+// The gradients of the island's `n` leaves (in the order of the function that made it) from
+// its output's, each only where want[i] is nonzero (else grads[i] is null). The island's graph
+// is freed.
+int conelab_island_backward(void* island, at::Tensor* grad_out, size_t n, const int* want,
+                            at::Tensor** grads, char* err, size_t err_len) {
   return guarded(err, err_len, [&] {
     auto* is = static_cast<Island*>(island);
     if (is == nullptr || !is->out.defined()) {
-      throw std::invalid_argument("LSTM layer backward: no island (already taken?)");
+      throw std::invalid_argument("backward: no island (already taken?)");
     }
     if (grad_out == nullptr || !grad_out->defined() || grad_out->sizes() != is->out.sizes()) {
-      throw std::invalid_argument("LSTM layer backward: the output gradient's shape is not the output's");
+      throw std::invalid_argument("backward: the output gradient's shape is not the output's");
     }
-    if (want == nullptr || grads == nullptr) {
-      throw std::invalid_argument("LSTM layer backward: nowhere to put the results");
+    if (want == nullptr || grads == nullptr || n != is->leaves.size()) {
+      throw std::invalid_argument("backward: not one slot per input of the island");
     }
     std::vector<at::Tensor> inputs;
     std::vector<size_t> at_index;
