@@ -1367,7 +1367,13 @@ mod libtorch_grads {
                 let t = if t.can_mut() && t.tensor.is_contiguous() {
                     t
                 } else {
-                    TchTensor::new(t.tensor.contiguous().copy())
+                    // A view of another gradient (the gate weights' slices of one product's
+                    // gradient) or a strided one: one dense copy of our own (a single copy
+                    // kernel), which the foreach scale then writes and AdamW reads as is.
+                    let mut fresh =
+                        tch::Tensor::empty(t.tensor.size(), (t.tensor.kind(), t.tensor.device()));
+                    fresh.copy_(&t.tensor);
+                    TchTensor::new(fresh)
                 };
                 self.handles.push(t.tensor.shallow_clone());
                 self.grads
