@@ -17,6 +17,11 @@
 #include <tuple>
 #include <vector>
 
+#include "extension.h"
+
+using conelab::checked_f32;
+using conelab::guarded;
+
 namespace {
 
 struct Island {
@@ -43,41 +48,6 @@ class CompactionWarningFilter : public c10::WarningHandler {
   c10::WarningHandler* next_;
 };
 
-void say(char* err, size_t len, const char* what) {
-  if (err != nullptr && len > 0) {
-    std::strncpy(err, what, len - 1);
-    err[len - 1] = '\0';
-  }
-}
-
-template <typename F>
-int guarded(char* err, size_t err_len, F f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    say(err, err_len, e.what());
-    return -1;
-  } catch (...) {
-    say(err, err_len, "libtorch threw an unknown exception");
-    return -1;
-  }
-}
-
-const at::Tensor& checked(at::Tensor* t, const char* what, int64_t dims) {
-  if (t == nullptr || !t->defined()) {
-    throw std::invalid_argument(std::string("LSTM layer: no ") + what);
-  }
-  if (t->scalar_type() != at::kFloat) {
-    throw std::invalid_argument(std::string("LSTM layer: ") + what + " is not f32");
-  }
-  if (t->dim() != dims) {
-    throw std::invalid_argument(std::string("LSTM layer: ") + what + " has " + std::to_string(t->dim()) +
-                                " dimensions, not " + std::to_string(dims));
-  }
-  return *t;
-}
-
 }  // namespace
 
 extern "C" {
@@ -91,13 +61,13 @@ int conelab_lstm_layer(at::Tensor* x, at::Tensor* h0, at::Tensor* c0, at::Tensor
                        at::Tensor** out, at::Tensor** h_n, at::Tensor** c_n, void** island,
                        char* err, size_t err_len) {
   return guarded(err, err_len, [&] {
-    const at::Tensor& xt = checked(x, "input", 3);
-    const at::Tensor& h = checked(h0, "hidden state", 2);
-    const at::Tensor& c = checked(c0, "cell state", 2);
-    const at::Tensor& wi = checked(w_ih, "input weights", 2);
-    const at::Tensor& wh = checked(w_hh, "hidden weights", 2);
-    const at::Tensor& bi = checked(b_ih, "input bias", 1);
-    const at::Tensor& bh = checked(b_hh, "hidden bias", 1);
+    const at::Tensor& xt = checked_f32(x, "LSTM layer", "input", 3);
+    const at::Tensor& h = checked_f32(h0, "LSTM layer", "hidden state", 2);
+    const at::Tensor& c = checked_f32(c0, "LSTM layer", "cell state", 2);
+    const at::Tensor& wi = checked_f32(w_ih, "LSTM layer", "input weights", 2);
+    const at::Tensor& wh = checked_f32(w_hh, "LSTM layer", "hidden weights", 2);
+    const at::Tensor& bi = checked_f32(b_ih, "LSTM layer", "input bias", 1);
+    const at::Tensor& bh = checked_f32(b_hh, "LSTM layer", "hidden bias", 1);
     int64_t b = xt.size(0), d = xt.size(2), hid = h.size(1);
     bool shapes = h.size(0) == b && c.sizes() == h.sizes() && wi.size(0) == 4 * hid &&
                   wi.size(1) == d && wh.size(0) == 4 * hid && wh.size(1) == hid &&
@@ -143,9 +113,9 @@ int conelab_causal_attention(at::Tensor* q, at::Tensor* k, at::Tensor* v, double
                              int track, at::Tensor** out, void** island, char* err,
                              size_t err_len) {
   return guarded(err, err_len, [&] {
-    const at::Tensor& qt = checked(q, "query", 4);
-    const at::Tensor& kt = checked(k, "key", 4);
-    const at::Tensor& vt = checked(v, "value", 4);
+    const at::Tensor& qt = checked_f32(q, "attention", "query", 4);
+    const at::Tensor& kt = checked_f32(k, "attention", "key", 4);
+    const at::Tensor& vt = checked_f32(v, "attention", "value", 4);
     if (qt.sizes() != kt.sizes() || qt.sizes() != vt.sizes()) {
       throw std::invalid_argument("attention: query, key and value differ in shape");
     }

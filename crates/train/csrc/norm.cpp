@@ -9,37 +9,15 @@
 #include <string>
 #include <tuple>
 
+#include "extension.h"
+
+using conelab::checked_f32;
+using conelab::guarded;
+
 namespace {
 
-void say(char* err, size_t len, const char* what) {
-  if (err != nullptr && len > 0) {
-    std::strncpy(err, what, len - 1);
-    err[len - 1] = '\0';
-  }
-}
-
-template <typename F>
-int guarded(char* err, size_t err_len, F f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    say(err, err_len, e.what());
-    return -1;
-  } catch (...) {
-    say(err, err_len, "libtorch threw an unknown exception");
-    return -1;
-  }
-}
-
 const at::Tensor& checked(at::Tensor* t, const char* what) {
-  if (t == nullptr || !t->defined()) {
-    throw std::invalid_argument(std::string("layer norm: no ") + what);
-  }
-  if (t->scalar_type() != at::kFloat) {
-    throw std::invalid_argument(std::string("layer norm: ") + what + " is not f32");
-  }
-  return *t;
+  return checked_f32(t, "layer norm", what);
 }
 
 // γ and β are vectors of x's last dimension, on x's device.

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "extension.h"
+
 namespace {
 
 struct Counter {
@@ -63,13 +65,6 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   }
 }
 
-void say(char* err, size_t len, const char* what) {
-  if (err != nullptr && len > 0) {
-    std::strncpy(err, what, len - 1);
-    err[len - 1] = '\0';
-  }
-}
-
 }  // namespace
 
 extern "C" {
@@ -79,12 +74,11 @@ extern "C" {
 // reason in `err` (NUL-terminated, at most `err_len` bytes) when counting is already on or
 // libtorch refused the callback.
 int conelab_opcount_start(char* err, size_t err_len) {
-  try {
+  return conelab::guarded(err, err_len, [&] {
     Counter& c = counter();
     std::lock_guard<std::mutex> g(c.lock);
     if (c.active) {
-      say(err, err_len, "operators are already being counted");
-      return -1;
+      throw std::runtime_error("operators are already being counted");
     }
     c.counts.clear();
     c.owner = std::this_thread::get_id();
@@ -94,14 +88,7 @@ int conelab_opcount_start(char* err, size_t err_len) {
                                          .needsOutputs(false)
                                          .scopes({at::RecordScope::FUNCTION}));
     c.active = true;
-    return 0;
-  } catch (const std::exception& e) {
-    say(err, err_len, e.what());
-    return -1;
-  } catch (...) {
-    say(err, err_len, "libtorch threw an unknown exception");
-    return -1;
-  }
+  });
 }
 
 // Stops counting (removing the callback, so uncounted operators pay nothing for it); the

@@ -12,14 +12,11 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "extension.h"
 
-void say(char* err, size_t len, const char* what) {
-  if (err != nullptr && len > 0) {
-    std::strncpy(err, what, len - 1);
-    err[len - 1] = '\0';
-  }
-}
+using conelab::guarded;
+
+namespace {
 
 // The `n` tensors behind `handles`, checked: defined, f32, on one device (that of the first).
 std::vector<at::Tensor> tensors(at::Tensor** handles, size_t n, const char* what) {
@@ -42,20 +39,6 @@ std::vector<at::Tensor> tensors(at::Tensor** handles, size_t n, const char* what
     out.push_back(t);
   }
   return out;
-}
-
-template <typename F>
-int guarded(char* err, size_t err_len, F f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    say(err, err_len, e.what());
-    return -1;
-  } catch (...) {
-    say(err, err_len, "libtorch threw an unknown exception");
-    return -1;
-  }
 }
 
 }  // namespace

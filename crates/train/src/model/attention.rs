@@ -49,8 +49,6 @@ pub fn composed(
 #[cfg(feature = "tch")]
 #[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
 mod libtorch {
-    use std::sync::Arc;
-
     use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
     use burn::backend::autodiff::ops::{Backward, OpsKind};
     use burn::backend::{Autodiff, LibTorch, libtorch::TchTensor};
@@ -95,13 +93,8 @@ mod libtorch {
             OpsKind::Tracked(prep) => {
                 let (out, island) = run(true)?;
                 let out = TchTensor::new(out);
-                let mut held: Vec<TchTensor> =
-                    inputs.iter().map(|t| t.primitive().clone()).collect();
-                held.push(out.clone());
-                let saved = Saved {
-                    island: Arc::new(island?),
-                    _held: held,
-                };
+                let held = inputs.iter().map(|t| t.primitive().clone()).collect();
+                let saved = Saved::new(island?, held, &out);
                 prep.finish(saved, out)
             }
             OpsKind::UnTracked(prep) => prep.finish(TchTensor::new(run(false)?.0)),

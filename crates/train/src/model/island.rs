@@ -25,6 +25,17 @@ pub(super) struct Saved {
     pub _held: Vec<TchTensor>,
 }
 
+impl Saved {
+    /// The island, holding burn's handles on the node's inputs (`held`) and on its output.
+    pub fn new(island: Island, mut held: Vec<TchTensor>, out: &TchTensor) -> Self {
+        held.push(out.clone());
+        Self {
+            island: Arc::new(island),
+            _held: held,
+        }
+    }
+}
+
 impl<const N: usize> Backward<LibTorch, N> for IslandBackward<N> {
     type State = Saved;
 

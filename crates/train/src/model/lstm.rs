@@ -177,7 +177,6 @@ fn lstm_composed(
 #[cfg(feature = "tch")]
 #[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
 mod fused {
-    use std::sync::Arc;
 
     use burn::backend::AutodiffBackend;
     use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -276,13 +275,8 @@ mod fused {
             OpsKind::Tracked(prep) => {
                 let f = run(true)?;
                 let out = TchTensor::new(f.out);
-                let mut held: Vec<TchTensor> =
-                    inputs.iter().map(|t| t.primitive().clone()).collect();
-                held.push(out.clone());
-                let saved = Saved {
-                    island: Arc::new(f.island?),
-                    _held: held,
-                };
+                let held = inputs.iter().map(|t| t.primitive().clone()).collect();
+                let saved = Saved::new(f.island?, held, &out);
                 (prep.finish(saved, out), f.h_n, f.c_n)
             }
             OpsKind::UnTracked(prep) => {
