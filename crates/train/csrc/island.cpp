@@ -86,9 +86,12 @@ int conelab_lstm_layer(at::Tensor* x, at::Tensor* h0, at::Tensor* c0, at::Tensor
     at::AutoGradMode grad_mode(track != 0);
     CompactionWarningFilter filter(c10::WarningUtils::get_warning_handler());
     c10::WarningUtils::WarningHandlerGuard quiet(&filter);
+    // Contiguous leaves: cuDNN copies each weight into its flat buffer through `view_as`, which a
+    // transposed weight (burn's [D, 4H] seen as [4H, D]) cannot give, and it refuses a strided
+    // hidden state; the CPU kernel takes either. One copy of each weight, as cuDNN makes anyway.
     std::vector<at::Tensor> leaves;
     for (const at::Tensor* t : {&xt, &wi, &wh, &bi, &bh, &h, &c}) {
-      at::Tensor leaf = t->detach();
+      at::Tensor leaf = t->detach().contiguous();
       if (track != 0) {
         leaf.requires_grad_(true);
       }

@@ -35,6 +35,42 @@ pub struct AtenError {
     pub why: String,
 }
 
+impl AtenError {
+    /// The fused node's result where libtorch gave one; `None` where it refused, after saying
+    /// once per process and operator why, on stderr: the node's composed path then runs (the same
+    /// values, several times the kernels), and a silent fall-back would hide a several-fold
+    /// slowdown from the user (as it hid cuDNN's refusal of the LSTM layer's weights).
+    pub fn or_composed<T>(result: Result<T, AtenError>) -> Option<T> {
+        match result {
+            Ok(v) => Some(v),
+            Err(e) => {
+                Self::say_once(&e);
+                None
+            }
+        }
+    }
+
+    fn say_once(e: &AtenError) {
+        if Self::first_refusal(e.op) {
+            eprintln!("conelab: warning: {e}; the composed path runs instead (slower)");
+        }
+    }
+
+    /// Whether `op` refuses for the first time in this process (the operators are a handful of
+    /// static names: the list is bounded by the code).
+    fn first_refusal(op: &'static str) -> bool {
+        static SAID: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+        let mut said = SAID
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let first = !said.contains(&op);
+        if first {
+            said.push(op);
+        }
+        first
+    }
+}
+
 /// Counts of the ATen operators dispatched by name.
 pub type OpCounts = BTreeMap<String, u64>;
 
@@ -691,6 +727,19 @@ pub fn check_libtorch() -> Result<(), LibtorchMismatch> {
 #[cfg(test)]
 mod version_tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_gives_the_composed_path_and_is_said_once_per_operator() {
+        let refused = || AtenError {
+            op: "test: refusing operator",
+            why: "no".into(),
+        };
+        assert_eq!(AtenError::or_composed(Ok::<u8, AtenError>(7)), Some(7));
+        assert_eq!(AtenError::or_composed::<u8>(Err(refused())), None);
+        assert!(!AtenError::first_refusal("test: refusing operator"));
+        assert!(AtenError::first_refusal("test: another operator"));
+        assert!(!AtenError::first_refusal("test: another operator"));
+    }
 
     #[test]
     fn the_loaded_version_is_read_from_the_build_settings() {

@@ -55,7 +55,7 @@ mod libtorch {
     use burn::nn::Dropout;
     use burn::prelude::*;
 
-    use crate::aten;
+    use crate::aten::{self, AtenError};
     use crate::model::island::{IslandBackward, Saved};
 
     type Ad = Autodiff<LibTorch>;
@@ -74,15 +74,16 @@ mod libtorch {
         if !device.is_autodiff() {
             let lt = |t: &Tensor<4>| t.clone().try_into_primitive::<LibTorch>().ok();
             let (q, k, v) = (lt(q)?, lt(k)?, lt(v)?);
-            let (out, _) =
-                aten::causal_attention(&q.tensor, &k.tensor, &v.tensor, 0.0, false).ok()?;
+            let (out, _) = AtenError::or_composed(aten::causal_attention(
+                &q.tensor, &k.tensor, &v.tensor, 0.0, false,
+            ))?;
             return Some(Tensor::from_primitive::<LibTorch>(TchTensor::new(out)));
         }
         let ad = |t: &Tensor<4>| t.clone().try_into_primitive::<Ad>().ok();
         let inputs = [ad(q)?, ad(k)?, ad(v)?];
         let run = |track: bool| {
             let [q, k, v] = inputs.each_ref().map(|t| &t.primitive().tensor);
-            aten::causal_attention(q, k, v, p, track).ok()
+            AtenError::or_composed(aten::causal_attention(q, k, v, p, track))
         };
         let nodes = inputs.each_ref().map(|t| t.node());
         let out = match IslandBackward::<3>

@@ -42,7 +42,7 @@ mod libtorch {
     use burn::prelude::*;
 
     use super::EPSILON;
-    use crate::aten;
+    use crate::aten::{self, AtenError};
 
     type Ad = Autodiff<LibTorch>;
 
@@ -101,13 +101,12 @@ mod libtorch {
                 gamma.try_into_primitive::<Ad>().ok()?,
                 beta.try_into_primitive::<Ad>().ok()?,
             );
-            let f = aten::layer_norm(
+            let f = AtenError::or_composed(aten::layer_norm(
                 &x.primitive().tensor,
                 &gamma.primitive().tensor,
                 &beta.primitive().tensor,
                 EPSILON,
-            )
-            .ok()?;
+            ))?;
             let out = TchTensor::new(f.out);
             let node = match LayerNormBackward
                 .prepare::<NoCheckpointing>([x.node(), gamma.node(), beta.node()])
@@ -133,7 +132,12 @@ mod libtorch {
             gamma.try_into_primitive::<LibTorch>().ok()?,
             beta.try_into_primitive::<LibTorch>().ok()?,
         );
-        let f = aten::layer_norm(&x.tensor, &gamma.tensor, &beta.tensor, EPSILON).ok()?;
+        let f = AtenError::or_composed(aten::layer_norm(
+            &x.tensor,
+            &gamma.tensor,
+            &beta.tensor,
+            EPSILON,
+        ))?;
         Some(Tensor::from_primitive::<LibTorch>(TchTensor::new(f.out)))
     }
 }

@@ -185,7 +185,7 @@ mod fused {
     use burn::nn::{GateController, Linear, Lstm, LstmState};
     use burn::prelude::*;
 
-    use crate::aten::{self, LSTM_INPUTS};
+    use crate::aten::{self, AtenError, LSTM_INPUTS};
     use crate::model::island::{IslandBackward, Saved};
 
     type Ad = Autodiff<LibTorch>;
@@ -238,11 +238,10 @@ mod fused {
                 lt2(h0)?,
                 lt2(c0)?,
             );
-            let f = aten::lstm_layer(
+            let f = AtenError::or_composed(aten::lstm_layer(
                 &x.tensor, &h0.tensor, &c0.tensor, &wi.tensor, &wh.tensor, &bi.tensor, &bh.tensor,
                 false,
-            )
-            .ok()?;
+            ))?;
             let plain2 =
                 |t: tch::Tensor| Tensor::<2>::from_primitive::<LibTorch>(TchTensor::new(t));
             return Some((
@@ -264,7 +263,7 @@ mod fused {
         ];
         let run = |track: bool| {
             let [x, wi, wh, bi, bh, h0, c0] = inputs.each_ref().map(|t| &t.primitive().tensor);
-            aten::lstm_layer(x, h0, c0, wi, wh, bi, bh, track).ok()
+            AtenError::or_composed(aten::lstm_layer(x, h0, c0, wi, wh, bi, bh, track))
         };
         let nodes = inputs.each_ref().map(|t| t.node());
         let (out, h_n, c_n) = match IslandBackward::<LSTM_INPUTS>
