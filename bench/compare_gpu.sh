@@ -65,7 +65,9 @@ for round in $(seq "$rounds"); do
     args=(--model "$model" --steps "$steps" --warmup "$warmup" --vocab "$vocab" --batch "$batch")
     sampled "$conelab" bench train "${args[@]}" --device cuda --json | "$python" -c "$row_py" "$peak" fp32 \
       || echo "conelab            $model fp32: failed (its error above)"
-    echo "conelab            $model bf16: not built yet (--precision bf16)"
+    sampled "$conelab" bench train "${args[@]}" --device cuda --precision bf16 --json \
+      | "$python" -c "$row_py" "$peak_bf16" bf16 \
+      || echo "conelab            $model bf16: failed (its error above)"
     for mode in ${modes//,/ }; do
       sampled "$python" bench/reference_torch.py "${args[@]}" --device cuda --mode "$mode" --json \
         | "$python" -c "$row_py" "$([ "$mode" = bf16 ] || [ "$mode" = compile ] && echo "$peak_bf16" || echo "$peak")" "$mode" \

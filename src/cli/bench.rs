@@ -8,6 +8,7 @@ use conelab::bench::{
     MetricsBench, ObjectivesBench, StoreBench, TrainBench, bench_metrics, bench_objectives,
     bench_store, bench_train,
 };
+use conelab::engine::config::Precision;
 use conelab::model::{DeviceSpec, Preset};
 use conelab::run::launch::with_window;
 
@@ -226,6 +227,9 @@ pub struct BenchTrainArgs {
     /// default CPU build did before; for side-by-side comparisons).
     #[arg(long)]
     pub graph_lstm: bool,
+    /// fp32, or bf16 mixed precision (LibTorch only; see `train --help`).
+    #[arg(long, value_enum, default_value = "fp32")]
+    pub precision: Precision,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -336,6 +340,7 @@ fn train(args: BenchTrainArgs) -> Result<()> {
         steps: args.steps.max(1),
         seed: args.seed,
         graph_lstm: args.graph_lstm,
+        precision: args.precision,
     };
     let r = bench_train(&bench)?;
     if args.json {

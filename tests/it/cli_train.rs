@@ -376,6 +376,9 @@ fn impossible_settings_are_one_line_errors() {
             &["unlikelihood"],
         ),
         (&["--store-flush-secs", "-1"], &["--store-flush-secs"]),
+        // The default device is burn-flex, which computes in fp32 only.
+        (&["--precision", "bf16"], &["--precision bf16", "LibTorch"]),
+        (&["--precision", "fp16"], &["fp16"]),
         (&["--compare", "/no/such/run"], &["/no/such/run"]),
     ] {
         let out = f.train("bad", args);

@@ -263,6 +263,7 @@ fn resume_applies_what_can_change_and_refuses_what_cannot() {
         ("--model", "lstm"),
         ("--seed", "9"),
         ("--optimizer", "sgd"),
+        ("--precision", "fp32"),
     ] {
         let out = conelab(&["train", "--resume", s(&run), flag, value]);
         assert_one_line_error(&out, &[flag, "cannot change"]);

@@ -12,6 +12,7 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 use serde::Serialize;
 
 use conelab_data::{Corpus, LoadOptions, SplitText};
+use conelab_train::engine::config::Precision;
 use conelab_train::engine::{EngineError, TrainConfig, Trainer};
 use conelab_train::model::{DeviceSpec, ModelConfig};
 use conelab_train::objective::Objectives;
@@ -29,6 +30,7 @@ pub struct TrainBench {
     pub seed: u64,
     /// LSTM layers in burn's graph instead of on the host (`Trainer::set_host_lstm`).
     pub graph_lstm: bool,
+    pub precision: Precision,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -36,6 +38,7 @@ pub struct TrainBenchResult {
     pub engine: String,
     pub model: String,
     pub device: String,
+    pub precision: String,
     pub batch: usize,
     pub window: usize,
     pub vocab: usize,
@@ -104,6 +107,7 @@ pub(crate) fn random_trainer(
     vocab: usize,
     seed: u64,
     steps: u64,
+    precision: Precision,
 ) -> Result<Trainer, EngineError> {
     let needed = (steps + 2) as usize * batch * model.window();
     let corpus = Arc::new(random_corpus(vocab, needed, seed)?);
@@ -114,6 +118,7 @@ pub(crate) fn random_trainer(
         eval_every: 0,
         checkpoint_every: 0,
         snapshot_every: 0,
+        precision,
         ..TrainConfig::default()
     };
     Trainer::new(corpus, model.clone(), config, device)
@@ -128,6 +133,7 @@ pub fn bench_train(b: &TrainBench) -> Result<TrainBenchResult, EngineError> {
         b.vocab,
         b.seed,
         b.warmup + b.steps,
+        b.precision,
     )?;
     trainer.set_host_lstm(!b.graph_lstm);
     for _ in 0..b.warmup {
@@ -151,6 +157,7 @@ pub fn bench_train(b: &TrainBench) -> Result<TrainBenchResult, EngineError> {
         },
         model: b.model_name.clone(),
         device: b.device.to_string(),
+        precision: b.precision.to_string(),
         batch: b.batch,
         window,
         vocab: trainer.corpus().vocab().len(),

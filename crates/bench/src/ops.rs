@@ -10,6 +10,7 @@ use std::process::Command;
 
 use conelab_train::aten::{OpCountError, OpCounts, count_ops};
 use conelab_train::engine::EngineError;
+use conelab_train::engine::config::Precision;
 use conelab_train::model::{DeviceSpec, ModelConfig};
 
 use crate::random_trainer;
@@ -177,7 +178,15 @@ pub fn bench_ops(b: &OpsBench) -> Result<OpsBenchResult, OpsBenchError> {
         );
     }
     let window = b.model.window();
-    let mut trainer = random_trainer(&b.model, b.device, b.batch, b.vocab, b.seed, b.warmup + 1)?;
+    let mut trainer = random_trainer(
+        &b.model,
+        b.device,
+        b.batch,
+        b.vocab,
+        b.seed,
+        b.warmup + 1,
+        Precision::Fp32,
+    )?;
     trainer.use_device_paths();
     let vocab = trainer.corpus().vocab().len();
     for _ in 0..b.warmup {

@@ -27,6 +27,28 @@ pub enum Schedule {
     Plateau,
 }
 
+/// The arithmetic of a training step's matrix products.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// Everything in fp32.
+    #[default]
+    Fp32,
+    /// Mixed precision (LibTorch only): the model's matrix products, attention and LSTM layers
+    /// in bfloat16 with fp32 results; softmax, layer norm, the loss, gradients, the optimizer,
+    /// the weights and checkpoints in fp32.
+    Bf16,
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Fp32 => "fp32",
+            Self::Bf16 => "bf16",
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
@@ -55,6 +77,8 @@ pub struct TrainConfig {
     /// Emit a snapshot of W every this many steps (0 = never).
     pub snapshot_every: u64,
     pub seed: u64,
+    /// fp32, or bf16 mixed precision (runs written before it existed are fp32).
+    pub precision: Precision,
     /// The loss and regularisers at the start of the run (TOML table `[objectives]`).
     pub objectives: Objectives,
 }
@@ -82,6 +106,7 @@ impl Default for TrainConfig {
             keep_checkpoints: 3,
             snapshot_every: 50,
             seed: 1,
+            precision: Precision::Fp32,
             objectives: Objectives::default(),
         }
     }

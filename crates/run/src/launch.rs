@@ -123,6 +123,7 @@ fn settings(opts: &TrainOptions) -> Result<Settings, RunError> {
     set(&mut train.warmup, opts.warmup);
     set(&mut train.weight_decay, opts.weight_decay);
     set(&mut train.clip_norm, opts.clip);
+    set(&mut train.precision, opts.precision);
     set(&mut train.eval_every, opts.eval_every);
     set(&mut train.checkpoint_every, opts.checkpoint_every);
     set(&mut train.keep_checkpoints, opts.keep);

@@ -8,6 +8,7 @@ use clap::Args;
 use conelab_base::error::Invalid;
 
 use conelab_data::GroupBounds;
+use conelab_train::engine::config::Precision;
 use conelab_train::engine::{OptimizerKind, Schedule};
 use conelab_train::model::{DeviceSpec, Preset};
 use conelab_train::objective::LossArg;
@@ -86,6 +87,12 @@ pub struct TrainOptions {
     /// Clip gradients to this global L2 norm; 0 turns clipping off [default: 1.0].
     #[arg(long, allow_negative_numbers = true)]
     pub clip: Option<f64>,
+
+    /// Arithmetic of the matrix products: fp32, or bf16 mixed precision (LibTorch only: the
+    /// model's products, attention and LSTM layers in bfloat16; softmax, layer norm, the loss,
+    /// gradients, AdamW, weights and checkpoints in fp32) [default: fp32].
+    #[arg(long, value_enum)]
+    pub precision: Option<Precision>,
 
     /// Evaluate exact validation PPL (total and per group) every N steps; 0 = only at the end [default: 200].
     #[arg(long)]
@@ -292,7 +299,7 @@ impl TrainOptions {
 
     /// What a resumed run cannot change: the model, its data and its optimizer's shape.
     fn refuse_on_resume(&self) -> Result<(), Invalid> {
-        let given: [(&str, bool); 12] = [
+        let given: [(&str, bool); 13] = [
             ("CORPUS", self.corpus.is_some()),
             ("--model", self.model.is_some()),
             ("--config", self.config.is_some()),
@@ -303,6 +310,7 @@ impl TrainOptions {
             ("--warmup", self.warmup.is_some()),
             ("--weight-decay", self.weight_decay.is_some()),
             ("--clip", self.clip.is_some()),
+            ("--precision", self.precision.is_some()),
             ("--seed", self.seed.is_some()),
             ("--run-dir", self.run_dir.is_some()),
         ];

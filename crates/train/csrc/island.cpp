@@ -54,11 +54,13 @@ extern "C" {
 
 // One batch-first LSTM layer over x [B, T, D] from state (h0, c0) [B, H] with torch's weights
 // w_ih [4H, D], w_hh [4H, H], b_ih, b_hh [4H] (gates in torch's order: input, forget, cell,
-// output). New tensors in *out [B, T, H], *h_n, *c_n [B, H] (no graph). With `track`, *island
-// receives the handle the backward needs (free it with conelab_island_free); else null.
+// output). New tensors in *out [B, T, H], *h_n, *c_n [B, H] (no graph, fp32). With `track`,
+// *island receives the handle the backward needs (free it with conelab_island_free); else null.
+// With `lower`, the layer runs in bfloat16 (inputs cast inside the graph, results cast back to
+// fp32, so the leaves' gradients are fp32).
 int conelab_lstm_layer(at::Tensor* x, at::Tensor* h0, at::Tensor* c0, at::Tensor* w_ih,
                        at::Tensor* w_hh, at::Tensor* b_ih, at::Tensor* b_hh, int track,
-                       at::Tensor** out, at::Tensor** h_n, at::Tensor** c_n, void** island,
+                       int lower, at::Tensor** out, at::Tensor** h_n, at::Tensor** c_n, void** island,
                        char* err, size_t err_len) {
   return guarded(err, err_len, [&] {
     const at::Tensor& xt = checked_f32(x, "LSTM layer", "input", 3);
@@ -97,23 +99,28 @@ int conelab_lstm_layer(at::Tensor* x, at::Tensor* h0, at::Tensor* c0, at::Tensor
       }
       leaves.push_back(leaf);
     }
-    auto r = at::lstm(leaves[0], {leaves[5].unsqueeze(0), leaves[6].unsqueeze(0)},
-                      {leaves[1], leaves[2], leaves[3], leaves[4]}, /*has_biases=*/true,
+    std::vector<at::Tensor> in;
+    for (const at::Tensor& leaf : leaves) {
+      in.push_back(lower != 0 ? leaf.to(at::kBFloat16) : leaf);
+    }
+    auto r = at::lstm(in[0], {in[5].unsqueeze(0), in[6].unsqueeze(0)},
+                      {in[1], in[2], in[3], in[4]}, /*has_biases=*/true,
                       /*num_layers=*/1, /*dropout=*/0.0, /*train=*/track != 0,
                       /*bidirectional=*/false, /*batch_first=*/true);
-    at::Tensor o = std::get<0>(r);
+    at::Tensor o = std::get<0>(r).to(at::kFloat);
     *out = new at::Tensor(o.detach());
-    *h_n = new at::Tensor(std::get<1>(r).squeeze(0).detach());
-    *c_n = new at::Tensor(std::get<2>(r).squeeze(0).detach());
+    *h_n = new at::Tensor(std::get<1>(r).squeeze(0).to(at::kFloat).detach());
+    *c_n = new at::Tensor(std::get<2>(r).squeeze(0).to(at::kFloat).detach());
     *island = track != 0 ? new Island{std::move(leaves), o} : nullptr;
   });
 }
 
 // Causal attention softmax(q·kᵀ/√d + causal mask)·v with dropout `dropout_p` on the attention
 // weights (drawn from libtorch's generator), q, k, v [B, heads, T, d]: the output [B, heads, T,
-// d] in *out, and with `track` the island in *island.
+// d] in *out (fp32), and with `track` the island in *island. With `lower`, in bfloat16 (cast
+// inside the graph, as the LSTM layer).
 int conelab_causal_attention(at::Tensor* q, at::Tensor* k, at::Tensor* v, double dropout_p,
-                             int track, at::Tensor** out, void** island, char* err,
+                             int track, int lower, at::Tensor** out, void** island, char* err,
                              size_t err_len) {
   return guarded(err, err_len, [&] {
     const at::Tensor& qt = checked_f32(q, "attention", "query", 4);
@@ -140,8 +147,10 @@ int conelab_causal_attention(at::Tensor* q, at::Tensor* k, at::Tensor* v, double
       }
       leaves.push_back(leaf);
     }
-    at::Tensor o = at::scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], {},
-                                                    dropout_p, /*is_causal=*/true);
+    auto in = [&](const at::Tensor& t) { return lower != 0 ? t.to(at::kBFloat16) : t; };
+    at::Tensor o = at::scaled_dot_product_attention(in(leaves[0]), in(leaves[1]), in(leaves[2]),
+                                                    {}, dropout_p, /*is_causal=*/true)
+                       .to(at::kFloat);
     *out = new at::Tensor(o.detach());
     *island = track != 0 ? new Island{std::move(leaves), o} : nullptr;
   });

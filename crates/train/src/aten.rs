@@ -430,6 +430,7 @@ unsafe extern "C" {
         b_ih: *mut torch_sys::C_tensor,
         b_hh: *mut torch_sys::C_tensor,
         track: i32,
+        lower: i32,
         out: *mut *mut torch_sys::C_tensor,
         h_n: *mut *mut torch_sys::C_tensor,
         c_n: *mut *mut torch_sys::C_tensor,
@@ -443,6 +444,7 @@ unsafe extern "C" {
         v: *mut torch_sys::C_tensor,
         dropout_p: f64,
         track: i32,
+        lower: i32,
         out: *mut *mut torch_sys::C_tensor,
         island: *mut *mut std::ffi::c_void,
         err: *mut c_char,
@@ -534,6 +536,7 @@ pub fn causal_attention(
     v: &tch::Tensor,
     dropout_p: f64,
     track: bool,
+    lower: bool,
 ) -> Result<(tch::Tensor, Option<Island>), AtenError> {
     let h = handles(&[q, k, v]);
     let mut out = std::ptr::null_mut();
@@ -547,6 +550,7 @@ pub fn causal_attention(
                 h[2],
                 dropout_p,
                 i32::from(track),
+                i32::from(lower),
                 &mut out,
                 &mut island,
                 err,
@@ -588,6 +592,7 @@ pub fn lstm_layer(
     b_ih: &tch::Tensor,
     b_hh: &tch::Tensor,
     track: bool,
+    lower: bool,
 ) -> Result<LstmLayerForward, AtenError> {
     let h = handles(&[x, h0, c0, w_ih, w_hh, b_ih, b_hh]);
     let mut outs = [std::ptr::null_mut(); 3];
@@ -605,6 +610,7 @@ pub fn lstm_layer(
                 h[5],
                 h[6],
                 i32::from(track),
+                i32::from(lower),
                 o,
                 hn,
                 cn,

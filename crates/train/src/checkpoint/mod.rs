@@ -246,7 +246,7 @@ pub fn resume_on(
     } else {
         run.latest_checkpoint()?
     };
-    let trainer = restore_trainer(&run, Some(&step_dir), steps, device)?;
+    let trainer = restore_trainer_as(&run, Some(&step_dir), steps, device, true)?;
     Ok((trainer, run))
 }
 
@@ -256,6 +256,18 @@ pub fn restore_trainer(
     step_dir: Option<&Path>,
     steps: Option<u64>,
     device: Option<DeviceSpec>,
+) -> Result<Trainer, CheckpointError> {
+    restore_trainer_as(run, step_dir, steps, device, false)
+}
+
+/// [`restore_trainer`]; with `fp32_fallback` (evaluation) a bf16 run opened on burn-flex computes
+/// in fp32 (its weights are fp32) instead of refusing, as training it there must.
+fn restore_trainer_as(
+    run: &RunDir,
+    step_dir: Option<&Path>,
+    steps: Option<u64>,
+    device: Option<DeviceSpec>,
+    fp32_fallback: bool,
 ) -> Result<Trainer, CheckpointError> {
     let spec = run.spec().clone();
     let corpus = load_corpus(run)?;
@@ -270,6 +282,13 @@ pub fn restore_trainer(
             .parse()
             .map_err(EngineError::invalid::<DeviceError>("--device"))?,
     };
+    use crate::engine::config::Precision;
+    if fp32_fallback
+        && train.precision == Precision::Bf16
+        && crate::model::check_bf16(device).is_err()
+    {
+        train.precision = Precision::Fp32;
+    }
     let mut trainer = Trainer::new(Arc::new(corpus), spec.model.clone(), train, device)?;
     let Some(step_dir) = step_dir else {
         return Ok(trainer);

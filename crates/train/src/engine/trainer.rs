@@ -11,13 +11,14 @@ use burn::optim::{GradientsParams, ModuleOptimizer, SgdConfig};
 use burn::prelude::*;
 use burn::tensor::Gradients;
 
-use super::config::{OptimizerKind, Schedule, TrainConfig};
+use super::config::{OptimizerKind, Precision, Schedule, TrainConfig};
 use super::fused_adamw::FusedAdamW;
 use super::protocol::{AppliedCommand, Command, EvalStats, Snapshot, StepStats};
 use super::{EngineError, RunState, eval, grad_norm};
 use crate::model::DeviceSpecExt;
 use crate::model::lstm::detach_state;
 use crate::model::output::log_partition;
+use crate::model::precision::Autocast;
 use crate::model::{
     DeviceSpec, HostLstmWindow, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding,
     constant,
@@ -142,6 +143,11 @@ impl Trainer {
             // The papers' self-normalising models have an output bias, initialised to −log N.
             model_config.set_output_bias(true);
         }
+        if config.precision == Precision::Bf16 {
+            crate::model::check_bf16(device_spec).map_err(|why| {
+                EngineError::Config(format!("--precision bf16 on `{device_spec}`: {why}").into())
+            })?;
+        }
         let device = device_spec.training_device()?;
         device.seed(config.seed);
         let vocab = corpus.vocab().len();
@@ -172,6 +178,11 @@ impl Trainer {
             host_lstm: device_spec.host_memory(),
             host_paths: device_spec.host_memory(),
         };
+        if trainer.config.precision == Precision::Bf16 {
+            // bf16 takes the paths CUDA takes on LibTorch CPU too (the fused LSTM and attention
+            // nodes in bf16, AdamW as one fused step): the host paths compute in fp32.
+            trainer.use_device_paths();
+        }
         if spectrum_on {
             let c1 = trainer.state.objectives.spectrum.c1;
             trainer
@@ -205,6 +216,10 @@ impl Trainer {
         self.carried = carried;
         self.counter = None;
         self.static_gates = None;
+        if !self.host_paths {
+            // A checkpoint's optimizers load with the host pass; keep the paths in force.
+            self.use_device_paths();
+        }
     }
 
     pub fn corpus(&self) -> &Arc<Corpus> {
@@ -352,6 +367,8 @@ impl Trainer {
             &self.device,
         );
 
+        // The model's products in the run's precision, forward and backward (model/precision.rs).
+        let autocast = Autocast::enter(self.config.precision);
         let forward = self.forward(&batch)?;
         let objective =
             self.objective(&objectives, &batch, &forward, targets, gates.as_ref(), next)?;
@@ -375,6 +392,7 @@ impl Trainer {
             objective.w_from_head,
             &frozen,
         )?;
+        drop(autocast);
 
         // One host read per step, queued after the backward pass so an accelerator runs forward
         // and backward without waiting on the host: data loss, the sum of the penalties and the
@@ -843,6 +861,7 @@ impl Trainer {
 
     /// Exact perplexity over a whole split, total and per group.
     pub fn evaluate(&self, split: Split) -> Result<EvalStats, EngineError> {
+        let _autocast = Autocast::enter(self.config.precision);
         let stats = eval::evaluate(
             &self.model,
             &self.device.clone().inner(),

@@ -39,11 +39,11 @@ pub fn composed(
     causal_mask: Tensor<4, Bool>,
 ) -> Tensor<4> {
     let dh = q.dims()[3];
-    let scores = q
-        .matmul(k.transpose())
+    let matmul = super::precision::matmul;
+    let scores = matmul(q, k.transpose())
         .mul_scalar(1.0 / (dh as f64).sqrt())
         .mask_fill(causal_mask, f32::NEG_INFINITY);
-    super::dropout::forward(dropout, softmax(scores, 3)).matmul(v)
+    matmul(super::dropout::forward(dropout, softmax(scores, 3)), v)
 }
 
 #[cfg(feature = "tch")]
@@ -75,7 +75,12 @@ mod libtorch {
             let lt = |t: &Tensor<4>| t.clone().try_into_primitive::<LibTorch>().ok();
             let (q, k, v) = (lt(q)?, lt(k)?, lt(v)?);
             let (out, _) = AtenError::or_composed(aten::causal_attention(
-                &q.tensor, &k.tensor, &v.tensor, 0.0, false,
+                &q.tensor,
+                &k.tensor,
+                &v.tensor,
+                0.0,
+                false,
+                crate::model::precision::lower(),
             ))?;
             return Some(Tensor::from_primitive::<LibTorch>(TchTensor::new(out)));
         }
@@ -83,7 +88,8 @@ mod libtorch {
         let inputs = [ad(q)?, ad(k)?, ad(v)?];
         let run = |track: bool| {
             let [q, k, v] = inputs.each_ref().map(|t| &t.primitive().tensor);
-            AtenError::or_composed(aten::causal_attention(q, k, v, p, track))
+            let lower = crate::model::precision::lower();
+            AtenError::or_composed(aten::causal_attention(q, k, v, p, track, lower))
         };
         let nodes = inputs.each_ref().map(|t| t.node());
         let out = match IslandBackward::<3>

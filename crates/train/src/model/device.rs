@@ -75,6 +75,35 @@ impl DeviceSpecExt for DeviceSpec {
     }
 }
 
+/// Whether `spec` can run `--precision bf16`: LibTorch only (burn-flex computes in fp32), and a
+/// device whose bf16 matrix product works (one tiny product, tried: a GPU without bf16 says so
+/// here in one line instead of failing inside the first step). `Err`: why not. A spec this
+/// build cannot open at all passes, for `training_device` to name the missing feature.
+pub fn check_bf16(spec: DeviceSpec) -> Result<(), String> {
+    match spec {
+        DeviceSpec::Cpu => Err(
+            "burn-flex computes in fp32 only; bf16 needs LibTorch (--device libtorch-cpu or cuda)"
+                .into(),
+        ),
+        #[cfg(feature = "tch")]
+        DeviceSpec::LibtorchCpu | DeviceSpec::Cuda(_) => {
+            let device = match spec {
+                DeviceSpec::Cuda(n) if tch::Cuda::is_available() => tch::Device::Cuda(n),
+                // Unavailable CUDA: `training_device` says why, in its own words.
+                DeviceSpec::Cuda(_) => return Ok(()),
+                _ => tch::Device::Cpu,
+            };
+            let a = tch::Tensor::f_ones([2, 2], (tch::Kind::BFloat16, device))
+                .map_err(|e| format!("this device has no bfloat16 tensors ({e})"))?;
+            a.f_matmul(&a)
+                .map(drop)
+                .map_err(|e| format!("this device cannot multiply bfloat16 matrices ({e})"))
+        }
+        #[cfg(not(feature = "tch"))]
+        DeviceSpec::LibtorchCpu | DeviceSpec::Cuda(_) => Ok(()),
+    }
+}
+
 /// One f32 tensor of burn-flex (not an autodiff wrapper: `inner()` first) as a contiguous buffer
 /// from its start, or `None`: host passes read and write burn-flex's storage in place.
 #[cfg(feature = "flex")]

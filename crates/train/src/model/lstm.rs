@@ -81,7 +81,7 @@ impl LstmLm {
             x = super::dropout::forward(&self.dropout, y);
         }
         if let Some(p) = &self.projection {
-            x = p.forward(x);
+            x = super::precision::linear3(p, x);
         }
         let d = x.dims()[2];
         (x.reshape([b * t, d]), next)
@@ -134,7 +134,8 @@ fn lstm_composed(
     let [b, t, d_in] = x.dims();
     let h_dim = layer.d_hidden;
     let device = x.device();
-    let mut projected = x.reshape([b * t, d_in]).matmul(w_in);
+    let matmul = super::precision::matmul;
+    let mut projected = matmul(x.reshape([b * t, d_in]), w_in);
     if biases.len() == 8 {
         // Each gate's input and hidden biases add up; side by side, one row of 4H.
         let pairs: Vec<Tensor<2>> = biases
@@ -155,7 +156,7 @@ fn lstm_composed(
     let mut outputs = Vec::with_capacity(t);
     for step in 0..t {
         let pre = projected.clone().narrow(1, step, 1).reshape([b, 4 * h_dim])
-            + hidden.matmul(w_hidden.clone());
+            + matmul(hidden, w_hidden.clone());
         let gate = |k: usize| pre.clone().narrow(1, k * h_dim, h_dim);
         let (input, forget, output) = (sigmoid(gate(0)), sigmoid(gate(1)), sigmoid(gate(2)));
         let candidate = gate(3).tanh();
@@ -239,8 +240,15 @@ mod fused {
                 lt2(c0)?,
             );
             let f = AtenError::or_composed(aten::lstm_layer(
-                &x.tensor, &h0.tensor, &c0.tensor, &wi.tensor, &wh.tensor, &bi.tensor, &bh.tensor,
+                &x.tensor,
+                &h0.tensor,
+                &c0.tensor,
+                &wi.tensor,
+                &wh.tensor,
+                &bi.tensor,
+                &bh.tensor,
                 false,
+                crate::model::precision::lower(),
             ))?;
             let plain2 =
                 |t: tch::Tensor| Tensor::<2>::from_primitive::<LibTorch>(TchTensor::new(t));
@@ -263,7 +271,8 @@ mod fused {
         ];
         let run = |track: bool| {
             let [x, wi, wh, bi, bh, h0, c0] = inputs.each_ref().map(|t| &t.primitive().tensor);
-            AtenError::or_composed(aten::lstm_layer(x, h0, c0, wi, wh, bi, bh, track))
+            let lower = crate::model::precision::lower();
+            AtenError::or_composed(aten::lstm_layer(x, h0, c0, wi, wh, bi, bh, track, lower))
         };
         let nodes = inputs.each_ref().map(|t| t.node());
         let (out, h_n, c_n) = match IslandBackward::<LSTM_INPUTS>
@@ -540,7 +549,7 @@ impl LstmLm {
         };
         let mut out = super::dropout::forward(&self.dropout, leaf.clone());
         if let Some(p) = &self.projection {
-            out = p.forward(out);
+            out = super::precision::linear3(p, out);
         }
         let d = out.dims()[2];
         Ok(Some((

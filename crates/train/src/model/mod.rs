@@ -13,6 +13,7 @@ pub mod layer_norm;
 pub mod lstm;
 mod lstm_host;
 pub mod output;
+pub mod precision;
 pub mod spectral;
 pub mod transformer;
 
@@ -23,7 +24,7 @@ use burn::prelude::*;
 pub use conelab_core::model::{LstmConfig, ModelConfig, Preset, TransformerConfig};
 #[cfg(feature = "flex")]
 pub use device::flex_buffer;
-pub use device::{DeviceError, DeviceSpec, DeviceSpecExt, is_flex};
+pub use device::{DeviceError, DeviceSpec, DeviceSpecExt, check_bf16, is_flex};
 pub use lstm::{HostLstmError, HostLstmGradients, HostLstmWindow, LstmLm, RecurrentState};
 pub use spectral::{SPECTRAL_PARAM_IDS, SpectralEmbedding, SvdError};
 pub use transformer::TransformerLm;

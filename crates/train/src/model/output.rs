@@ -9,7 +9,7 @@ use conelab_metrics::fastmath::{exp_shifted_in_place, max_f32};
 
 /// `logits = h · Wᵀ (+ b)`: `hidden` is `[positions, d]`, `w` is the tied embedding `[N, d]`.
 pub fn tied_logits(hidden: Tensor<2>, w: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<2> {
-    let logits = hidden.matmul(w.transpose());
+    let logits = super::precision::matmul(hidden, w.transpose());
     match bias {
         Some(b) => logits + b.unsqueeze::<2>(),
         None => logits,

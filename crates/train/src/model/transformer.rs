@@ -122,23 +122,30 @@ impl Block {
         let d = x.dims()[1];
         let h = self.heads;
         let dh = d / h;
-        let qkv = self
-            .qkv
-            .forward(super::layer_norm::layer_norm(&self.ln_attn, x.clone()))
-            .reshape([b, t, 3, h, dh])
-            .permute([2, 0, 3, 1, 4]); // [3, b, h, t, dh]
+        let linear = super::precision::linear;
+        let qkv = linear(
+            &self.qkv,
+            super::layer_norm::layer_norm(&self.ln_attn, x.clone()),
+        )
+        .reshape([b, t, 3, h, dh])
+        .permute([2, 0, 3, 1, 4]); // [3, b, h, t, dh]
         let q = qkv.clone().narrow(0, 0, 1).reshape([b, h, t, dh]);
         let k = qkv.clone().narrow(0, 1, 1).reshape([b, h, t, dh]);
         let v = qkv.narrow(0, 2, 1).reshape([b, h, t, dh]);
         let ctx = super::attention::causal_attention(q, k, v, &self.dropout, causal_mask)
             .swap_dims(1, 2)
             .reshape([b * t, d]);
-        let x = x + super::dropout::forward(&self.dropout, self.proj.forward(ctx));
-        let mlp = self.fc_out.forward(super::gelu::forward(
-            &self.gelu,
-            self.fc
-                .forward(super::layer_norm::layer_norm(&self.ln_mlp, x.clone())),
-        ));
+        let x = x + super::dropout::forward(&self.dropout, linear(&self.proj, ctx));
+        let mlp = linear(
+            &self.fc_out,
+            super::gelu::forward(
+                &self.gelu,
+                linear(
+                    &self.fc,
+                    super::layer_norm::layer_norm(&self.ln_mlp, x.clone()),
+                ),
+            ),
+        );
         x + super::dropout::forward(&self.dropout, mlp)
     }
 }

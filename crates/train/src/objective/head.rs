@@ -193,7 +193,7 @@ fn explicit_gradients(
     gates: Option<RowGates>,
 ) -> (Tensor<2>, Tensor<2>) {
     let h_fixed = constant(hidden.clone());
-    let to_hidden = g.clone().matmul(constant(w.clone()));
+    let to_hidden = crate::model::precision::matmul(g.clone(), constant(w.clone()));
     let to_w = match gates {
         None => mle::output_gradient(g.clone(), h_fixed),
         Some(gates) => gated_output_gradient(g.clone(), h_fixed, targets, gates),

@@ -18,5 +18,5 @@ pub fn nll_from_log_probs(log_probs: Tensor<2>, targets: Tensor<1, Int>) -> Tens
 /// The output-side gradient of W from the logits' gradient `g` `[P, N]` and the (detached)
 /// hidden states `[P, d]`: gᵀ·h, `[N, d]`.
 pub fn output_gradient(g: Tensor<2>, hidden: Tensor<2>) -> Tensor<2> {
-    g.transpose().matmul(hidden)
+    crate::model::precision::matmul(g.transpose(), hidden)
 }
