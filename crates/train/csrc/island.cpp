@@ -20,6 +20,7 @@
 #include "extension.h"
 
 using conelab::checked_f32;
+using conelab::checked_float;
 using conelab::guarded;
 
 namespace {
@@ -116,18 +117,21 @@ int conelab_lstm_layer(at::Tensor* x, at::Tensor* h0, at::Tensor* c0, at::Tensor
 }
 
 // Causal attention softmax(q·kᵀ/√d + causal mask)·v with dropout `dropout_p` on the attention
-// weights (drawn from libtorch's generator), q, k, v [B, heads, T, d]: the output [B, heads, T,
-// d] in *out (fp32), and with `track` the island in *island. With `lower`, in bfloat16 (cast
-// inside the graph, as the LSTM layer).
+// weights (drawn from libtorch's generator), q, k, v [B, heads, T, d] (fp32 or bf16, all one
+// type): the output [B, heads, T, d] in *out, in their type, and with `track` the island in
+// *island. With `lower`, in bfloat16 (fp32 inputs cast inside the graph; a bf16 output).
 int conelab_causal_attention(at::Tensor* q, at::Tensor* k, at::Tensor* v, double dropout_p,
                              int track, int lower, at::Tensor** out, void** island, char* err,
                              size_t err_len) {
   return guarded(err, err_len, [&] {
-    const at::Tensor& qt = checked_f32(q, "attention", "query", 4);
-    const at::Tensor& kt = checked_f32(k, "attention", "key", 4);
-    const at::Tensor& vt = checked_f32(v, "attention", "value", 4);
+    const at::Tensor& qt = checked_float(q, "attention", "query", 4);
+    const at::Tensor& kt = checked_float(k, "attention", "key", 4);
+    const at::Tensor& vt = checked_float(v, "attention", "value", 4);
     if (qt.sizes() != kt.sizes() || qt.sizes() != vt.sizes()) {
       throw std::invalid_argument("attention: query, key and value differ in shape");
+    }
+    if (kt.scalar_type() != qt.scalar_type() || vt.scalar_type() != qt.scalar_type()) {
+      throw std::invalid_argument("attention: query, key and value differ in type");
     }
     if (kt.device() != qt.device() || vt.device() != qt.device()) {
       throw std::invalid_argument("attention: tensors on different devices");
@@ -147,10 +151,10 @@ int conelab_causal_attention(at::Tensor* q, at::Tensor* k, at::Tensor* v, double
       }
       leaves.push_back(leaf);
     }
+    // The output stays in the computation's type: bf16 feeds the projection, a product too.
     auto in = [&](const at::Tensor& t) { return lower != 0 ? t.to(at::kBFloat16) : t; };
     at::Tensor o = at::scaled_dot_product_attention(in(leaves[0]), in(leaves[1]), in(leaves[2]),
-                                                    {}, dropout_p, /*is_causal=*/true)
-                       .to(at::kFloat);
+                                                    {}, dropout_p, /*is_causal=*/true);
     *out = new at::Tensor(o.detach());
     *island = track != 0 ? new Island{std::move(leaves), o} : nullptr;
   });

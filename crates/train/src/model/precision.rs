@@ -5,7 +5,9 @@
 //!
 //! The products (every linear layer, the tied output layer and the head's two gradient products
 //! G·W and Gᵀ·h) go through [`matmul`] and [`linear`]; the fused attention and LSTM nodes read
-//! [`lower`] and cast inside torch's graph (`csrc/island.cpp`). Everything else stays fp32:
+//! [`lower`] and cast inside torch's graph (`csrc/island.cpp`). As autocast, a product whose
+//! result feeds only another product or GELU keeps it in bf16 ([`linear_low`]: q, k, v and
+//! attention's output; the MLP's hidden layer and its GELU). Everything else stays fp32:
 //! softmax and the loss, layer norm, dropout, the residual stream, the gradients (burn's cast
 //! node hands each product's gradient back in fp32, so they accumulate in fp32), the optimizer
 //! and its state, the weights and so the checkpoints and every metric of W. Why a thread-local
@@ -70,6 +72,25 @@ pub fn linear(layer: &Linear, x: Tensor<2>) -> Tensor<2> {
     let y = matmul(x, layer.weight.val());
     match &layer.bias {
         Some(b) => y + b.val().unsqueeze::<2>(),
+        None => y,
+    }
+}
+
+/// [`linear`] with its result left in bfloat16 inside a bf16 region (the bias cast and added in
+/// bf16, as autocast's `addmm`): for a product whose result only feeds another product or an
+/// operation that runs in bf16 (q, k and v into attention; the MLP's hidden layer into GELU and
+/// the next product), so that neither a cast to fp32 and back nor an fp32 copy of the activation
+/// is made. Its consumer's product takes it as it is (a cast to the same dtype is no operation);
+/// its gradient comes back in bf16 and leaves as fp32 through `x`'s and the weight's casts.
+pub fn linear_low(layer: &Linear, x: Tensor<2>) -> Tensor<2> {
+    if !lower() {
+        return layer.forward(x);
+    }
+    let y = x
+        .cast(FloatDType::BF16)
+        .matmul(layer.weight.val().cast(FloatDType::BF16));
+    match &layer.bias {
+        Some(b) => y + b.val().cast(FloatDType::BF16).unsqueeze::<2>(),
         None => y,
     }
 }
@@ -161,6 +182,51 @@ mod tests {
             let scale: f64 = (0..n).map(|j| (b[l * n + j] as f64).abs()).sum();
             assert!((da[l] as f64 - want).abs() <= scale / 128.0, "da[0,{l}]");
         }
+    }
+
+    /// `linear_low` leaves its result in bf16 (bias added in bf16), `linear` takes such a result
+    /// as it is and gives fp32, and the parameters' gradients through both come back in fp32:
+    /// y = linear(linear_low(x)) = (x·W₁ + b₁)·W₂ + b₂, its gradient for b₁ is Σ_rows W₂ summed
+    /// over the output columns.
+    #[cfg(feature = "tch")]
+    #[test]
+    fn a_low_product_feeds_the_next_in_bf16_and_the_gradients_are_fp32() {
+        use crate::model::{DeviceSpec, DeviceSpecExt};
+        use burn::nn::LinearConfig;
+        let device = DeviceSpec::LibtorchCpu
+            .training_device()
+            .expect("LibTorch CPU");
+        let (first, second) = (
+            LinearConfig::new(4, 3).init(&device),
+            LinearConfig::new(3, 2).init(&device),
+        );
+        let x = Tensor::<2>::from_data(
+            TensorData::new((0..20).map(|i| i as f32 * 0.1).collect::<Vec<_>>(), [5, 4]),
+            &device,
+        );
+        let (hidden, y) = {
+            let _bf16 = Autocast::enter(Precision::Bf16);
+            let hidden = linear_low(&first, x);
+            (hidden.clone(), linear(&second, hidden))
+        };
+        assert_eq!(hidden.dtype(), burn::tensor::DType::BF16);
+        assert_eq!(y.dtype(), burn::tensor::DType::F32);
+        let grads = y.sum().backward();
+        let bias = first.bias.as_ref().expect("a bias");
+        let db = bias.grad(&grads).expect("b₁'s gradient");
+        assert_eq!(db.dtype(), burn::tensor::DType::F32);
+        let w2 = second.weight.val().try_into_vec_as::<f32>().expect("W₂");
+        let db = db.try_into_vec_as::<f32>().expect("read");
+        for (j, got) in db.iter().enumerate() {
+            // Five rows, each contributing Σ_k W₂[j, k] (in bf16: a relative 2⁻⁸).
+            let want = 5.0 * (w2[j * 2] + w2[j * 2 + 1]);
+            assert!(
+                (got - want).abs() <= 0.02 * want.abs().max(0.1),
+                "db₁[{j}] = {got}, want {want}"
+            );
+        }
+        let dw = first.weight.grad(&grads).expect("W₁'s gradient");
+        assert_eq!(dw.dtype(), burn::tensor::DType::F32);
     }
 
     #[test]

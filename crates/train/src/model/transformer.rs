@@ -122,8 +122,10 @@ impl Block {
         let d = x.dims()[1];
         let h = self.heads;
         let dh = d / h;
-        let linear = super::precision::linear;
-        let qkv = linear(
+        let (linear, linear_low) = (super::precision::linear, super::precision::linear_low);
+        // In bf16 (model/precision.rs), q, k and v, attention's output and the MLP's hidden
+        // layer stay in bf16 between their products, as autocast keeps them.
+        let qkv = linear_low(
             &self.qkv,
             super::layer_norm::layer_norm(&self.ln_attn, x.clone()),
         )
@@ -140,7 +142,7 @@ impl Block {
             &self.fc_out,
             super::gelu::forward(
                 &self.gelu,
-                linear(
+                linear_low(
                     &self.fc,
                     super::layer_norm::layer_norm(&self.ln_mlp, x.clone()),
                 ),
