@@ -360,6 +360,49 @@ fn an_engine_panic_fails_the_run_with_the_real_step_and_status_4() {
     steps_are_contiguous_and_once(&run, 7);
 }
 
+/// A device out of memory at the first step (libtorch's CUDA allocator error, as tch panics
+/// with it: injected): one line that says so and what needs less, exit status 4, and nothing
+/// written beyond what a failed start writes (no checkpoint, no step in the store).
+#[test]
+fn out_of_memory_at_the_first_step_is_one_line_and_status_4() {
+    let f = Fixture::new();
+    let child = spawn_train_env(
+        &f,
+        "run",
+        &["--steps", "50", "--eval-every", "0"],
+        &[("CONELAB_FAULT", "engine.panic:1:ENOMEM")],
+    );
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(
+        lines[0].contains("ran out of memory: CUDA out of memory. Tried to allocate 4.06 GiB")
+            && lines[0].contains("--batch"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("Exception raised"), "{stderr}");
+    let run = f.path("run");
+    let fin = wait_final(&run);
+    assert_eq!(fin["status"], "failed");
+    let checkpoints = std::fs::read_dir(&run)
+        .expect("run dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("step-"))
+        .count();
+    assert_eq!(checkpoints, 0, "a checkpoint of a run that never stepped");
+    assert!(store_losses(&run).is_empty(), "no step recorded");
+    // The failure itself is in the store, at step 0 (the step the run had reached).
+    assert!(
+        store_events(&run)
+            .iter()
+            .any(|(k, step, _)| k == "failed" && *step == 0),
+        "{:?}",
+        store_events(&run)
+    );
+}
+
 #[test]
 fn a_dead_metrics_thread_or_recorder_ends_the_run_with_a_checkpoint_and_the_store_flushed() {
     for (fault, needle) in [

@@ -2,14 +2,16 @@
 //! segment, a checkpoint, an export). Never active unless asked for.
 //!
 //! A plan is a comma-separated list of `POINT:N:ERRNO` — the N-th call (1-based) at POINT fails
-//! with ERRNO (`ENOSPC`, `EIO`, `EACCES`, `ENOENT`); `N+` fails that call and every later one.
+//! with ERRNO (`ENOSPC`, `EIO`, `EACCES`, `ENOENT`, `ENOMEM`); `N+` fails that call and every
+//! later one.
 //! It comes from the environment variable `CONELAB_FAULT` (read once, for tests that run the
 //! binary) or, in unit tests, from [`with_plan`] on the current thread.
 //!
 //! Points: `atomic.write` (any crash-safe file write: half the bytes are written, then the
 //! error), `atomic.rename`, `segment.write`, `segment.rename`, `segment.read`,
 //! `checkpoint.write`, `checkpoint.commit`, `export.write`, `projection.write`, `log.write` (a
-//! line of train.log); and, to kill a thread, `engine.panic` (a training step), `metrics.panic`
+//! line of train.log); and, to kill a thread, `engine.panic` (a training step; with `ENOMEM`
+//! the panic is libtorch's CUDA out-of-memory as tch raises it), `metrics.panic`
 //! (an analysis), `store.panic` (the recorder, at a step's rows), `spectrum.switch` (factorising
 //! W fails).
 
@@ -55,6 +57,7 @@ impl Plan {
                 "EIO" => libc::EIO,
                 "EACCES" => libc::EACCES,
                 "ENOENT" => libc::ENOENT,
+                "ENOMEM" => libc::ENOMEM,
                 _ => return Err(bad().into()),
             };
             rules.push(Rule {

@@ -17,7 +17,7 @@ use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 
 pub use conelab_core::events::{CommandSender, DivergencePolicy, Envelope};
-pub use conelab_core::run_fault::{Fault, panic_message};
+pub use conelab_core::run_fault::{Fault, backend_panic_message, panic_message};
 pub use conelab_core::state::{RunState, STATE_FORMAT};
 pub use conelab_core::{analysis, events as protocol, train_config as config};
 pub use config::{OptimizerKind, Schedule, TrainConfig};
@@ -245,10 +245,7 @@ pub fn spawn(trainer: Trainer, options: EngineOptions) -> std::io::Result<Engine
                     engine.analysis.finish();
                     engine.emit(Event::Failed {
                         step,
-                        message: format!(
-                            "the training backend panicked: {}",
-                            panic_message(panic.as_ref())
-                        ),
+                        message: backend_panic_message(panic.as_ref()),
                     });
                 }
             }

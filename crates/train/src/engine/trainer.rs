@@ -339,7 +339,15 @@ impl Trainer {
         let start = Instant::now();
         let next = self.state.step + 1;
         // Tests of the failure paths: a backend that panics mid-run (e.g. CUDA out of memory).
-        if conelab_base::fault::check("engine.panic").is_err() {
+        if let Err(e) = conelab_base::fault::check("engine.panic") {
+            if e.kind() == std::io::ErrorKind::OutOfMemory {
+                // What tch's unwrap of libtorch's CUDA allocator error carries.
+                panic!(
+                    "called `Result::unwrap()` on an `Err` value: Torch(\"CUDA out of memory. \
+                     Tried to allocate 4.06 GiB (injected at step {next}).\\nException raised \
+                     from malloc at CUDACachingAllocator.cpp:1335\")"
+                );
+            }
             panic!("injected backend panic at step {next}");
         }
         // Dropout masks depend only on (seed, step): a resumed run draws the same ones. Where
