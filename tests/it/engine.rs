@@ -644,3 +644,37 @@ fn the_clip_takes_the_f64_norm_of_every_gradient_and_scales_to_the_bound() {
         "clipped to {after}, bound {bound}"
     );
 }
+
+/// `weights_check` (what may be checkpointed): a fresh model passes with its largest |w| (read
+/// back on the host independently), and one step at an lr of 1e30 takes the weights beyond the
+/// bound while the step's own loss was finite.
+#[test]
+fn the_weights_check_gives_the_largest_weight_and_refuses_a_blow_up() {
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let model = Preset::Tiny.config();
+    let trainer = Trainer::new(
+        corpus.clone(),
+        model.clone(),
+        train_config(2),
+        DeviceSpec::Cpu,
+    )
+    .expect("trainer");
+    let want = parameters(trainer.model())
+        .iter()
+        .flatten()
+        .fold(0f32, |m, w| m.max(w.abs())) as f64;
+    let got = trainer.weights_check().expect("a fresh model passes");
+    assert_eq!(got, want);
+    let config = TrainConfig {
+        lr: 1e30,
+        warmup: 0,
+        clip_norm: 0.0,
+        ..train_config(2)
+    };
+    let mut blown = Trainer::new(corpus, model, config, DeviceSpec::Cpu).expect("trainer");
+    let stats = blown.train_step().expect("the first step's loss is finite");
+    assert!(stats.loss.is_finite());
+    let why = blown.weights_check().expect_err("weights of ~1e30");
+    assert!(why.contains("beyond the bound 1e6"), "{why}");
+}

@@ -788,3 +788,113 @@ fn runs_lists_every_status_and_never_fails_on_one_folder() {
     signal(pid, libc::SIGTERM);
     wait_until("the live run to stop", || process_gone(pid));
 }
+
+/// The poisoned-checkpoint repro (issue: "the last good checkpoint can be poisoned"): at an lr of
+/// 1e30 the first step's loss is finite but its update takes the weights to ~1e30, and the next
+/// loss is not finite. With a checkpoint due after every step, that first checkpoint is refused
+/// (a warning that names the step and the bound) instead of being committed as the newest.
+#[test]
+fn weights_beyond_the_bound_are_never_checkpointed() {
+    let f = Fixture::new();
+    let out = f.train(
+        "run",
+        &[
+            "--steps",
+            "5",
+            "--lr",
+            "1e30",
+            "--clip",
+            "0",
+            "--warmup",
+            "0",
+            "--eval-every",
+            "0",
+            "--checkpoint-every",
+            "1",
+            "--log-every",
+            "1",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "diverged: {stdout}");
+    assert!(
+        stdout.contains("weights at step 1 are not checkpointed")
+            && stdout.contains("beyond the bound 1e6"),
+        "{stdout}"
+    );
+    let run = f.path("run");
+    assert!(
+        !run.join("step-000001").exists(),
+        "the blown-up weights were committed"
+    );
+}
+
+/// Resume skips newer checkpoints that cannot be used (an empty `step-N/` folder, a truncated
+/// model file) for the newest intact one, says which and why, and trains the skipped steps again:
+/// the store ends with every step exactly once.
+#[test]
+fn resume_falls_back_to_the_newest_intact_checkpoint() {
+    let f = Fixture::new();
+    assert!(
+        f.train(
+            "run",
+            &[
+                "--steps",
+                "6",
+                "--eval-every",
+                "0",
+                "--checkpoint-every",
+                "2",
+                "--keep",
+                "3"
+            ],
+        )
+        .status
+        .success()
+    );
+    let run = f.path("run");
+    // The newest checkpoint's folder left empty, the one before it truncated.
+    for entry in std::fs::read_dir(run.join("step-000006")).expect("step 6") {
+        std::fs::remove_file(entry.expect("entry").path()).expect("rm");
+    }
+    let model = run.join("step-000004/model.safetensors");
+    let bytes = std::fs::read(&model).expect("read");
+    std::fs::write(&model, &bytes[..bytes.len() / 3]).expect("truncate");
+    let out = conelab(&[
+        "train",
+        "--resume",
+        s(&run),
+        "--steps",
+        "8",
+        "--log-every",
+        "1",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("start step=2 total=8"), "{stdout}");
+    let warning = stdout
+        .lines()
+        .find(|l| l.contains("resumed from step 2"))
+        .unwrap_or_else(|| panic!("no warning: {stdout}"));
+    assert!(
+        warning.contains("step-000006") && warning.contains("step-000004"),
+        "{warning}"
+    );
+    steps_are_contiguous_and_once(&run, 8);
+    // Nothing intact at all: the newest checkpoint's error, in one line.
+    for entry in std::fs::read_dir(&run).expect("run") {
+        let dir = entry.expect("entry").path();
+        if dir
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("step-"))
+        {
+            std::fs::remove_file(dir.join("model.safetensors")).expect("rm");
+        }
+    }
+    let out = conelab(&["train", "--resume", s(&run)]);
+    assert_one_line_error(&out, &["step-000008", "model.safetensors"]);
+}

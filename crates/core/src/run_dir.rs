@@ -58,6 +58,9 @@ pub enum CheckpointError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The weights at `step` are not fit to be a checkpoint (not finite, or beyond the bound).
+    #[error("the weights at step {step} are not checkpointed: {reason}")]
+    Unhealthy { step: u64, reason: String },
     /// The training engine's error (building or restoring a trainer), kept whole.
     #[error(transparent)]
     Engine(Box<dyn std::error::Error + Send + Sync>),

@@ -239,15 +239,29 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     let lock = live::hold(run.path())?;
     // Before choosing the checkpoint: a re-save interrupted by a kill may have set one aside.
     let recovered = run.recover()?;
-    let step_dir = if path.join("model.safetensors").exists() {
-        Some(path.to_path_buf())
+    let (mut trainer, skipped) = if path.join("model.safetensors").exists() {
+        // A checkpoint named explicitly is that one or nothing.
+        let trainer = checkpoint::restore_trainer(&run, Some(path), None, opts.device)?;
+        (trainer, Vec::new())
     } else {
-        run.checkpoints()?.pop()
+        newest_intact(&run, opts)?
     };
-    let mut trainer = checkpoint::restore_trainer(&run, step_dir.as_deref(), None, opts.device)?;
     let at = trainer.state().step;
     let mut commands = Vec::new();
     let mut announcements = Vec::new();
+    if !skipped.is_empty() {
+        let why: Vec<String> = skipped
+            .iter()
+            .map(|(dir, why)| format!("{} ({why})", dir.display()))
+            .collect();
+        announcements.push(Event::Warning {
+            step: at,
+            message: format!(
+                "resumed from step {at}, not from the newer checkpoint(s) {}: the steps after {at} are trained again",
+                why.join("; ")
+            ),
+        });
+    }
     let mut config_change = |key: &str, before: String, after: String| {
         if before != after {
             announcements.push(Event::ConfigChanged {
@@ -336,6 +350,55 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
         recovered,
         labels: opts.label_edit(),
     })
+}
+
+/// The run restored from its newest checkpoint that loads and whose weights pass
+/// [`Trainer::weights_check`], with the newer ones skipped and why. A failure that is not the
+/// checkpoint's own (the corpus, the device) ends the search; when no checkpoint is intact, the
+/// newest one's error is the answer. A run without a checkpoint starts from `run.toml`.
+fn newest_intact(
+    run: &RunDir,
+    opts: &TrainOptions,
+) -> Result<(Trainer, Vec<(PathBuf, String)>), RunError> {
+    let candidates = run.checkpoints()?;
+    if candidates.is_empty() {
+        return Ok((
+            checkpoint::restore_trainer(run, None, None, opts.device)?,
+            Vec::new(),
+        ));
+    }
+    let mut skipped = Vec::new();
+    let mut first_error = None;
+    for dir in candidates.iter().rev() {
+        let error = match checkpoint::restore_trainer(run, Some(dir), None, opts.device) {
+            Ok(trainer) => match trainer.weights_check() {
+                Ok(_) => return Ok((trainer, skipped)),
+                Err(reason) => checkpoint::CheckpointError::Unhealthy {
+                    step: trainer.state().step,
+                    reason,
+                },
+            },
+            Err(e) if concerns(&e, dir) => e,
+            Err(e) => return Err(e.into()),
+        };
+        skipped.push((dir.clone(), conelab_base::error::chain(&error)));
+        first_error.get_or_insert(error);
+    }
+    Err(first_error
+        .map(RunError::from)
+        .unwrap_or_else(|| RunError::Usage("no checkpoint".into())))
+}
+
+/// Whether `e` is about a file of the checkpoint folder `dir` (so an older checkpoint may do).
+fn concerns(e: &checkpoint::CheckpointError, dir: &Path) -> bool {
+    use checkpoint::CheckpointError as E;
+    match e {
+        E::Io { path, .. }
+        | E::Corrupt { path, .. }
+        | E::Mismatch { path, .. }
+        | E::Encode { path, .. } => path.starts_with(dir),
+        _ => false,
+    }
 }
 
 /// `YYYYmmdd-HHMMSS` in UTC, for run names.

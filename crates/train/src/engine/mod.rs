@@ -25,7 +25,7 @@ pub use protocol::{
     AppliedCommand, Command, EmbeddingStats, EvalStats, Event, FinishReason, ProjectionFrame,
     RunStarted, Snapshot, StepStats,
 };
-pub use trainer::{Trainer, clip_global_norm};
+pub use trainer::{Trainer, WEIGHT_BOUND, clip_global_norm};
 pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 
 use crate::model::DeviceError;
@@ -567,11 +567,18 @@ impl Engine {
     }
 
     fn save(&mut self) -> Result<(), CheckpointError> {
+        if self.checkpoints.is_none() {
+            return Ok(());
+        }
+        let step = self.step();
+        // Never commit weights that a resume could not train from (Trainer::weights_check).
+        self.trainer
+            .weights_check()
+            .map_err(|reason| CheckpointError::Unhealthy { step, reason })?;
         let Some(sink) = &mut self.checkpoints else {
             return Ok(());
         };
         let saved = sink.save(&self.trainer)?;
-        let step = self.step();
         self.last_saved = Some(step);
         match saved {
             SavedCheckpoint::Committed(path) => self.emit(Event::Checkpoint { step, path }),

@@ -94,6 +94,11 @@ pub struct Trainer {
     host_paths: bool,
 }
 
+/// The largest |weight| a checkpoint may hold ([`Trainer::weights_check`]). A language model's
+/// weights are O(1)–O(10) (embeddings, layer norms' gains, LSTM gates; a self-normalising bias
+/// near −log N); 1e6 is far beyond any of them and far below what a blow-up reaches.
+pub const WEIGHT_BOUND: f64 = 1e6;
+
 /// Salts of the step seed for the objectives' own random draws.
 const NCE_NOISE_SALT: u64 = 0x4E43_455F_4E4F_4953;
 const NCE_POSITIONS_SALT: u64 = 0x4E43_455F_504F_5353;
@@ -316,6 +321,43 @@ impl Trainer {
 
     pub fn parameters(&self) -> usize {
         self.model.num_params()
+    }
+
+    /// Whether the weights may be checkpointed: every parameter finite and none beyond
+    /// [`WEIGHT_BOUND`] in absolute value. A blow-up whose own step loss is still finite (an lr
+    /// of 1e30 takes one step to weights of 1e30 before the next loss is NaN) must not become
+    /// the newest checkpoint, which every resume would then start from. On the device, one
+    /// reduction per parameter and one read. `Ok`: the largest |w|; `Err`: what is wrong.
+    pub fn weights_check(&self) -> Result<f64, String> {
+        struct Extremes {
+            parts: Vec<Tensor<1>>,
+        }
+        impl ModuleVisitor for Extremes {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                let w = param.val().inner();
+                // The sum is NaN where any weight is (a maximum may skip NaN on some backends).
+                self.parts.push(w.clone().abs().max().reshape([1]));
+                self.parts.push(w.sum().reshape([1]));
+            }
+        }
+        let mut extremes = Extremes { parts: Vec::new() };
+        self.model.visit(&mut extremes);
+        if extremes.parts.is_empty() {
+            return Ok(0.0);
+        }
+        let values = Tensor::cat(extremes.parts, 0)
+            .try_into_vec_as::<f64>()
+            .map_err(|e| format!("the weights could not be read: {e:?}"))?;
+        if values.iter().any(|v| !v.is_finite()) {
+            return Err("the weights are not finite".into());
+        }
+        let max_abs = values.iter().step_by(2).fold(0f64, |m, v| m.max(*v));
+        if max_abs > WEIGHT_BOUND {
+            return Err(format!(
+                "a weight reaches {max_abs:.3e}, beyond the bound {WEIGHT_BOUND:.0e}"
+            ));
+        }
+        Ok(max_abs)
     }
 
     pub fn is_done(&self) -> bool {
