@@ -379,6 +379,11 @@ fn impossible_settings_are_one_line_errors() {
         // The default device is burn-flex, which computes in fp32 only.
         (&["--precision", "bf16"], &["--precision bf16", "LibTorch"]),
         (&["--precision", "fp16"], &["fp16"]),
+        (
+            &["--objective", "nce", "--nce-noise", "10000000000000"],
+            &["at most the vocabulary size"],
+        ),
+        (&["--reg", "cos=1e300"], &["cos", "1e6"]),
         (&["--compare", "/no/such/run"], &["/no/such/run"]),
     ] {
         let out = f.train("bad", args);

@@ -678,3 +678,37 @@ fn the_weights_check_gives_the_largest_weight_and_refuses_a_blow_up() {
     let why = blown.weights_check().expect_err("weights of ~1e30");
     assert!(why.contains("beyond the bound 1e6"), "{why}");
 }
+
+/// A command over the socket goes through the same bounds as the flags (issue: `--nce-noise`
+/// 10¹³ sent to a live run was acknowledged and ate memory): refused, the objectives unchanged.
+#[test]
+fn a_command_beyond_the_bounds_is_refused_and_changes_nothing() {
+    use conelab::objective::{LossKind, ObjectiveChange};
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let mut trainer = Trainer::new(
+        corpus,
+        Preset::Tiny.config(),
+        train_config(2),
+        DeviceSpec::Cpu,
+    )
+    .expect("trainer");
+    let before = trainer.objectives().clone();
+    let mut huge = before.clone();
+    huge.loss = LossKind::Nce;
+    huge.nce.noise = 10_000_000_000_000;
+    let refused = trainer
+        .apply(&Command::Objective {
+            change: ObjectiveChange::Set {
+                objectives: Box::new(huge),
+            },
+        })
+        .expect_err("k beyond N");
+    assert!(
+        refused.to_string().contains("at most the vocabulary size"),
+        "{refused}"
+    );
+    assert_eq!(trainer.objectives(), &before);
+    let step = trainer.train_step().expect("training goes on");
+    assert!(step.loss.is_finite());
+}

@@ -20,6 +20,7 @@ use conelab_data::Group;
 
 mod args;
 mod validate;
+pub use validate::MAX_WEIGHT;
 
 pub use args::LossArg;
 
@@ -807,6 +808,38 @@ mod tests {
         assert!(o.validate(SIZES).is_ok());
         o.spectrum.enabled = true;
         assert!(o.validate(SIZES).is_err());
+    }
+
+    /// The bounds a flag or a socket command cannot pass (issue: `--nce-noise 10¹³` passed and
+    /// asked for 40 TB at the first step): NCE's k at most N, every weight at most 10⁶.
+    #[test]
+    fn numbers_beyond_their_range_are_refused() {
+        let vocab: usize = SIZES.iter().sum();
+        let mut o = Objectives {
+            loss: LossKind::Nce,
+            ..Objectives::default()
+        };
+        o.nce.noise = vocab;
+        assert!(o.validate(SIZES).is_ok(), "k = N is allowed");
+        o.nce.noise = vocab + 1;
+        assert!(o.validate(SIZES).is_err(), "k = N + 1 is not");
+        o.nce.noise = 10_000_000_000_000;
+        let why = o.validate(SIZES).unwrap_err().to_string();
+        assert!(
+            why.contains("at most the vocabulary size") && why.contains(&vocab.to_string()),
+            "{why}"
+        );
+        let mut o = Objectives::default();
+        o.cos.weight = MAX_WEIGHT;
+        assert!(o.validate(SIZES).is_ok());
+        o.cos.weight = 1e300;
+        assert!(o.validate(SIZES).unwrap_err().to_string().contains("cos"));
+        let mut o = Objectives::default();
+        o.agg.alpha = 1e9;
+        assert!(o.validate(SIZES).unwrap_err().to_string().contains("agg"));
+        let mut o = Objectives::default();
+        o.spectrum.c2 = f64::INFINITY;
+        assert!(o.validate(SIZES).unwrap_err().to_string().contains("c2"));
     }
 
     #[test]

@@ -2,14 +2,22 @@
 
 use super::*;
 
+/// The largest weight any term or coefficient may be given: far above every useful value (the
+/// papers' are ≤ 10), far below what overflows a loss.
+pub const MAX_WEIGHT: f64 = 1e6;
+
 impl Objectives {
-    /// Checks weights and combinations; the message names the setting.
+    /// Checks weights and combinations; the message names the setting. The CLI and a command
+    /// over the socket go through the same checks, so neither can ask for what the other
+    /// refuses: every weight lies in [0, [`MAX_WEIGHT`]], NCE's k in [1, N].
     pub fn validate(&self, group_sizes: [usize; 3]) -> Result<(), Invalid> {
         let finite_nonneg = |what: &str, x: f64| {
-            if x.is_finite() && x >= 0.0 {
+            if x.is_finite() && (0.0..=MAX_WEIGHT).contains(&x) {
                 Ok(())
             } else {
-                Err(format!("{what} weight {x} must be a finite number ≥ 0"))
+                Err(format!(
+                    "{what} weight {x} must be a number ≥ 0 and at most {MAX_WEIGHT:.0e}"
+                ))
             }
         };
         for term in Term::ALL {
@@ -23,8 +31,12 @@ impl Objectives {
         }
         finite_nonneg("spectrum lambda_orth", self.spectrum.lambda_orth)?;
         finite_nonneg("spectrum lambda_spec", self.spectrum.lambda_spec)?;
-        if self.agg.alpha <= 0.0 {
-            return Err(format!("agg α = {} must be > 0", self.agg.alpha).into());
+        if !(self.agg.alpha > 0.0 && self.agg.alpha <= MAX_WEIGHT) {
+            return Err(format!(
+                "agg α = {} must be > 0 and at most {MAX_WEIGHT:.0e}",
+                self.agg.alpha
+            )
+            .into());
         }
         if self.agg.memory == Some(0) {
             return Err("agg memory must be at least 1 update".into());
@@ -35,14 +47,23 @@ impl Objectives {
         if !(self.nce.fraction > 0.0 && self.nce.fraction <= 1.0) {
             return Err(format!("nce fraction γ = {} must be in (0, 1]", self.nce.fraction).into());
         }
-        if !(self.spectrum.gamma.is_finite() && self.spectrum.gamma > 0.0) {
-            return Err(format!("spectrum γ = {} must be > 0", self.spectrum.gamma).into());
+        let positive = |x: f64| x > 0.0 && x <= MAX_WEIGHT;
+        if !positive(self.spectrum.gamma) {
+            return Err(format!(
+                "spectrum γ = {} must be > 0 and at most {MAX_WEIGHT:.0e}",
+                self.spectrum.gamma
+            )
+            .into());
         }
-        if !(self.spectrum.c2.is_finite() && self.spectrum.c2 > 0.0) {
-            return Err(format!("spectrum c2 = {} must be > 0", self.spectrum.c2).into());
+        if !positive(self.spectrum.c2) {
+            return Err(format!(
+                "spectrum c2 = {} must be > 0 and at most {MAX_WEIGHT:.0e}",
+                self.spectrum.c2
+            )
+            .into());
         }
         if let SpectrumC1::Fixed(c1) = self.spectrum.c1
-            && !(c1.is_finite() && c1 > 0.0)
+            && !positive(c1)
         {
             return Err(format!(
                 "spectrum c1 = {c1} must be a number > 0 (or auto: σ_1 at switch-on)"
@@ -85,6 +106,17 @@ impl Objectives {
         }
         if self.gate_freeze != GateParts::None && group_sizes[2] == 0 {
             return Err("gate-freeze acts on the rare group, which is empty".into());
+        }
+        // k noise words per position are drawn and scored: beyond the vocabulary they only
+        // repeat words, at k·B·T·d floats (10¹³ asked for 40 TB at the first step).
+        let vocab: usize = group_sizes.iter().sum();
+        let samples_noise = matches!(self.loss, LossKind::Nce | LossKind::NceR);
+        if samples_noise && vocab > 0 && self.nce.noise > vocab {
+            return Err(format!(
+                "nce noise samples k = {} must be at most the vocabulary size N = {vocab}",
+                self.nce.noise
+            )
+            .into());
         }
         Ok(())
     }
