@@ -263,10 +263,10 @@ fn resume_applies_what_can_change_and_refuses_what_cannot() {
         ("--model", "lstm"),
         ("--seed", "9"),
         ("--optimizer", "sgd"),
-        ("--precision", "fp32"),
+        ("--precision", "bf16"),
     ] {
         let out = conelab(&["train", "--resume", s(&run), flag, value]);
-        assert_one_line_error(&out, &[flag, "cannot change"]);
+        assert_one_line_error(&out, &[flag, "differs from the run's own", "cannot change"]);
     }
     let out = conelab(&["train", "--resume", s(&run), "--steps", "3"]);
     assert_one_line_error(&out, &["--steps 3", "step 6"]);
@@ -897,4 +897,29 @@ fn resume_falls_back_to_the_newest_intact_checkpoint() {
     }
     let out = conelab(&["train", "--resume", s(&run)]);
     assert_one_line_error(&out, &["step-000008", "model.safetensors"]);
+}
+
+/// The run's own command line with `--resume` appended (a requeue script that reruns the job's
+/// command): corpus, config file, run folder and seed given again with the run's own values are
+/// accepted; one different value is refused, naming the flag and both values.
+#[test]
+fn resume_accepts_the_runs_own_values_given_again() {
+    let f = Fixture::new();
+    let first = ["--eval-every", "0", "--seed", "1"];
+    assert!(
+        f.train("run", &[&first[..], &["--steps", "4"]].concat())
+            .status
+            .success()
+    );
+    let run = f.path("run");
+    let again = [&first[..], &["--resume", s(&run), "--steps", "6"]].concat();
+    let own = f.train("run", &again);
+    assert!(
+        own.status.success(),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+    steps_are_contiguous_and_once(&run, 6);
+    let out = f.train("run", &["--seed", "2", "--resume", s(&run), "--steps", "8"]);
+    assert_one_line_error(&out, &["--seed 2 differs from the run's own 1"]);
 }

@@ -236,6 +236,20 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
 
 fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     let mut run = RunDir::open(path)?;
+    // What cannot change may be given again with the run's own value (a requeue script).
+    let resolved = settings(opts)?;
+    let corpus = opts
+        .corpus
+        .as_deref()
+        .map(|c| CorpusSpec::from_source(&CorpusSource::parse(c)));
+    opts.refuse_changes(
+        run.spec(),
+        &resolved.model,
+        &resolved.train,
+        corpus.as_ref(),
+        run.path(),
+    )
+    .map_err(RunError::Usage)?;
     let lock = live::hold(run.path())?;
     // Before choosing the checkpoint: a re-save interrupted by a kill may have set one aside.
     let recovered = run.recover()?;

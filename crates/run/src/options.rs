@@ -125,8 +125,10 @@ pub struct TrainOptions {
     /// Continue the run in DIR (a run directory or one of its step-NNNNNN folders) exactly where its
     /// newest checkpoint left off. What can change at a step boundary may be given again and is
     /// recorded at the resume step: the objective flags, --lr, --eval-every, --checkpoint-every,
-    /// --snapshot-every, --keep, --steps/--epochs, --device. The model, corpus and data settings
-    /// cannot change (refused, naming the flag).
+    /// --snapshot-every, --keep, --steps/--epochs, --device. The model, corpus, data, optimizer,
+    /// precision and seed cannot change: given again with the run's own values they are accepted,
+    /// a different value is refused (naming the flag and both values). Without a step-NNNNNN
+    /// folder named, the newest checkpoint that loads and whose weights are sound is used.
     #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
 
@@ -280,9 +282,6 @@ impl TrainOptions {
         {
             return Err(format!("--lr {lr}: must be a positive number").into());
         }
-        if self.resume.is_some() {
-            self.refuse_on_resume()?;
-        }
         conelab_store::labels::RunLabels::default().apply(&self.label_edit())?;
         Ok(())
     }
@@ -297,30 +296,115 @@ impl TrainOptions {
         }
     }
 
-    /// What a resumed run cannot change: the model, its data and its optimizer's shape.
-    fn refuse_on_resume(&self) -> Result<(), Invalid> {
-        let given: [(&str, bool); 13] = [
-            ("CORPUS", self.corpus.is_some()),
-            ("--model", self.model.is_some()),
-            ("--config", self.config.is_some()),
-            ("--batch", self.batch.is_some()),
-            ("--bptt", self.bptt.is_some()),
-            ("--optimizer", self.optimizer.is_some()),
-            ("--schedule", self.schedule.is_some()),
-            ("--warmup", self.warmup.is_some()),
-            ("--weight-decay", self.weight_decay.is_some()),
-            ("--clip", self.clip.is_some()),
-            ("--precision", self.precision.is_some()),
-            ("--seed", self.seed.is_some()),
-            ("--run-dir", self.run_dir.is_some()),
-        ];
-        if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
-            return Err(format!(
-                "{flag} cannot change when a run is resumed (the model, its data and its optimizer stay as they were); start a new run to change it"
-            ).into());
+    /// Whether a flag given to `--resume` for what cannot change (the model, its data and its
+    /// optimizer) differs from the run's own value, `spec`; `resolved` is what the flags and the
+    /// config file resolve to, `corpus` the corpus they name and `run_dir` the run's folder. The
+    /// same value is accepted (a requeue script that appends `--resume` to the run's own command
+    /// line works); a different one is refused, naming the flag and both values.
+    pub fn refuse_changes(
+        &self,
+        spec: &conelab_train::checkpoint::RunSpec,
+        resolved_model: &conelab_train::model::ModelConfig,
+        resolved_train: &conelab_train::engine::TrainConfig,
+        corpus: Option<&conelab_train::checkpoint::CorpusSpec>,
+        run_dir: &std::path::Path,
+    ) -> Result<(), Invalid> {
+        let refuse = |flag: &str, given: String, own: String| -> Result<(), Invalid> {
+            if given == own {
+                return Ok(());
+            }
+            Err(format!(
+                "{flag} {given} differs from the run's own {own}: the model, its data and its optimizer cannot change when a run is resumed; start a new run to change it"
+            )
+            .into())
+        };
+        if let Some(c) = corpus {
+            refuse("CORPUS", format!("{c:?}"), format!("{:?}", spec.corpus))?;
         }
-        if self.groups != GroupBounds::default() {
-            return Err("--groups cannot change when a run is resumed".into());
+        let by_file = self.config.is_some();
+        if self.model.is_some() || by_file {
+            let mut model = resolved_model.clone();
+            // The trainer turns an output bias on for a self-normalising objective.
+            if spec.model.output_bias() {
+                model.set_output_bias(true);
+            }
+            let flag = if by_file { "--config" } else { "--model" };
+            refuse(flag, format!("{model:?}"), format!("{:?}", spec.model))?;
+        } else if let Some(t) = self.bptt {
+            refuse("--bptt", t.to_string(), spec.model.window().to_string())?;
+        }
+        let (r, own) = (resolved_train, &spec.train);
+        let fields: [(&str, bool, String, String); 8] = [
+            (
+                "--batch",
+                self.batch.is_some(),
+                r.batch.to_string(),
+                own.batch.to_string(),
+            ),
+            (
+                "--optimizer",
+                self.optimizer.is_some(),
+                format!("{:?}", r.optimizer),
+                format!("{:?}", own.optimizer),
+            ),
+            (
+                "--schedule",
+                self.schedule.is_some(),
+                format!("{:?}", r.schedule),
+                format!("{:?}", own.schedule),
+            ),
+            (
+                "--warmup",
+                self.warmup.is_some(),
+                r.warmup.to_string(),
+                own.warmup.to_string(),
+            ),
+            (
+                "--weight-decay",
+                self.weight_decay.is_some(),
+                r.weight_decay.to_string(),
+                own.weight_decay.to_string(),
+            ),
+            (
+                "--clip",
+                self.clip.is_some(),
+                r.clip_norm.to_string(),
+                own.clip_norm.to_string(),
+            ),
+            (
+                "--precision",
+                self.precision.is_some(),
+                r.precision.to_string(),
+                own.precision.to_string(),
+            ),
+            (
+                "--seed",
+                self.seed.is_some(),
+                r.seed.to_string(),
+                own.seed.to_string(),
+            ),
+        ];
+        for (flag, given, value, own_value) in fields {
+            if given || by_file {
+                refuse(flag, value, own_value)?;
+            }
+        }
+        if let Some(dir) = &self.run_dir {
+            let canonical =
+                |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+            refuse(
+                "--run-dir",
+                canonical(dir).display().to_string(),
+                canonical(run_dir).display().to_string(),
+            )?;
+        }
+        let bounds = [self.groups.medium_start(), self.groups.rare_start()];
+        if self.groups != GroupBounds::default() && bounds != spec.group_bounds {
+            refuse(
+                "--groups",
+                format!("{bounds:?}"),
+                format!("{:?}", spec.group_bounds),
+            )?;
         }
         Ok(())
     }

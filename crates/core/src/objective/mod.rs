@@ -840,6 +840,14 @@ mod tests {
         let mut o = Objectives::default();
         o.spectrum.c2 = f64::INFINITY;
         assert!(o.validate(SIZES).unwrap_err().to_string().contains("c2"));
+        // A viewer replaying applied changes knows no group sizes (usize::MAX each): no bound
+        // from the vocabulary, and no overflow summing them.
+        let mut o = Objectives {
+            loss: LossKind::Nce,
+            ..Objectives::default()
+        };
+        o.nce.noise = 1_000_000;
+        assert!(o.validate([usize::MAX; 3]).is_ok());
     }
 
     #[test]

@@ -109,7 +109,8 @@ impl Objectives {
         }
         // k noise words per position are drawn and scored: beyond the vocabulary they only
         // repeat words, at k·B·T·d floats (10¹³ asked for 40 TB at the first step).
-        let vocab: usize = group_sizes.iter().sum();
+        // Saturating: a caller that knows no group sizes passes usize::MAX for each.
+        let vocab = group_sizes.iter().fold(0usize, |n, s| n.saturating_add(*s));
         let samples_noise = matches!(self.loss, LossKind::Nce | LossKind::NceR);
         if samples_noise && vocab > 0 && self.nce.noise > vocab {
             return Err(format!(
