@@ -61,7 +61,13 @@ fn main() -> ExitCode {
             let status = e
                 .downcast_ref::<conelab::run::RunError>()
                 .map_or(ExitStatus::BadInput, |r| r.exit_status());
-            say(&format!("conelab: error: {e:#}"));
+            // Each cause once: an error whose message already ends with its source's text
+            // (thiserror's `{0}` beside `#[source]`) would otherwise print that text twice.
+            let error: &(dyn std::error::Error + 'static) = e.as_ref();
+            say(&format!(
+                "conelab: error: {}",
+                conelab::base::error::chain(error)
+            ));
             status.into()
         }
     }

@@ -61,6 +61,13 @@ pub fn assert_one_line_error(out: &Output, needles: &[&str]) -> String {
         "{stderr}"
     );
     assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+    // Each cause once (issue: "No space left on device (os error 28): No space left on device
+    // (os error 28)").
+    let parts: Vec<&str> = stderr.trim_end().split(": ").collect();
+    assert!(
+        parts.windows(2).all(|w| w[0] != w[1]),
+        "a cause printed twice: {stderr}"
+    );
     for n in needles {
         assert!(stderr.contains(n), "stderr lacks {n:?}: {stderr}");
     }
