@@ -61,6 +61,7 @@ fn main() -> ExitCode {
             let status = e
                 .downcast_ref::<conelab::run::RunError>()
                 .map_or(ExitStatus::BadInput, |r| r.exit_status());
+            let status = conelab::base::exit::status_for(e.as_ref(), status);
             // Each cause once: an error whose message already ends with its source's text
             // (thiserror's `{0}` beside `#[source]`) would otherwise print that text twice.
             let error: &(dyn std::error::Error + 'static) = e.as_ref();

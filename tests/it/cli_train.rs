@@ -536,3 +536,40 @@ fn compare_refuses_what_it_cannot_show_in_one_line() {
         &["not a conelab run"],
     );
 }
+
+/// A full disk under `export --out` is the machine's failure, not the user's input: exit 4 (not
+/// 2), one line, the cause once; the file is not left half-written.
+#[test]
+fn a_full_disk_under_an_export_is_status_4_in_one_line() {
+    let f = Fixture::new();
+    assert!(
+        f.train("run", &["--steps", "2", "--eval-every", "0"])
+            .status
+            .success()
+    );
+    let file = f.path("curves.csv");
+    let out = Command::new(env!("CARGO_BIN_EXE_conelab"))
+        .args([
+            "export",
+            s(&f.path("run")),
+            "--table",
+            "curves",
+            "--out",
+            s(&file),
+        ])
+        .env("CONELAB_FAULT", "export.write:1:ENOSPC")
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert_eq!(
+        stderr.matches("No space left on device").count(),
+        1,
+        "the cause once: {stderr}"
+    );
+    assert!(!file.exists(), "a half-written export was left");
+}

@@ -56,6 +56,45 @@ impl ExitStatus {
     }
 }
 
+/// The status an error ends the process with: `given` (the caller's reading of the error: bad
+/// input for most), except that a failure of the machine rather than of the input — a full
+/// disk, an I/O error, a read-only or over-quota file system, no memory or no file handles, as
+/// an `io::Error` anywhere in the chain — is `Failed` (4): the input was fine, a retry elsewhere
+/// may succeed, and a scheduler must not read it as the user's mistake.
+pub fn status_for(error: &(dyn std::error::Error + 'static), given: ExitStatus) -> ExitStatus {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && machine_failure(io)
+        {
+            return ExitStatus::Failed;
+        }
+        cause = e.source();
+    }
+    given
+}
+
+fn machine_failure(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::ENOSPC
+                | libc::EIO
+                | libc::EDQUOT
+                | libc::EROFS
+                | libc::ENOMEM
+                | libc::EMFILE
+                | libc::ENFILE
+        )
+    ) || matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull
+            | std::io::ErrorKind::OutOfMemory
+            | std::io::ErrorKind::ReadOnlyFilesystem
+            | std::io::ErrorKind::QuotaExceeded
+    )
+}
+
 impl fmt::Display for ExitStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -78,7 +117,30 @@ impl From<ExitStatus> for std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::ExitStatus;
+    use super::{ExitStatus, status_for};
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("writing the export")]
+    struct Wrapped(#[source] std::io::Error);
+
+    #[test]
+    fn a_machine_failure_anywhere_in_the_chain_is_status_4() {
+        let full = Wrapped(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(status_for(&full, ExitStatus::BadInput), ExitStatus::Failed);
+        let eio = std::io::Error::from_raw_os_error(libc::EIO);
+        assert_eq!(status_for(&eio, ExitStatus::BadInput), ExitStatus::Failed);
+        // A path the user named that is not there, or not theirs, is their input.
+        let missing = Wrapped(std::io::Error::from_raw_os_error(libc::ENOENT));
+        assert_eq!(
+            status_for(&missing, ExitStatus::BadInput),
+            ExitStatus::BadInput
+        );
+        let denied = std::io::Error::from_raw_os_error(libc::EACCES);
+        assert_eq!(
+            status_for(&denied, ExitStatus::BadInput),
+            ExitStatus::BadInput
+        );
+    }
 
     #[test]
     fn the_documented_numbers() {
