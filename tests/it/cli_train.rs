@@ -241,6 +241,33 @@ fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("start step=0 total=2"), "{stdout}");
+    // The earlier run's store is not deleted: set aside, and said where.
+    assert!(stdout.contains("its earlier store is kept in"), "{stdout}");
+    assert_eq!(set_aside_stores(&empty), 1);
+    // Nor when the folder is given to a new run instead (no --resume).
+    std::fs::remove_dir_all(empty.join("step-000002")).expect("rm");
+    let out = conelab(&[
+        "train",
+        s(&f.path("corpus")),
+        "--config",
+        s(&f.path("small.toml")),
+        "--run-dir",
+        s(&empty),
+        "--steps",
+        "2",
+        "--eval-every",
+        "0",
+        "--log-every",
+        "1",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("its store is kept in"), "{stdout}");
+    assert_eq!(set_aside_stores(&empty), 2);
     assert_one_line_error(
         &conelab(&["train", "--resume", "/no/such/run"]),
         &["/no/such/run"],
@@ -572,4 +599,19 @@ fn a_full_disk_under_an_export_is_status_4_in_one_line() {
         "the cause once: {stderr}"
     );
     assert!(!file.exists(), "a half-written export was left");
+}
+
+/// The `store.before-*` folders of a run folder that each hold the segments of an earlier run.
+fn set_aside_stores(run: &Path) -> usize {
+    std::fs::read_dir(run)
+        .expect("run folder")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("store.before-"))
+        .filter(|e| {
+            std::fs::read_dir(e.path()).is_ok_and(|d| {
+                d.filter_map(Result::ok)
+                    .any(|f| f.file_name().to_string_lossy().ends_with(".parquet"))
+            })
+        })
+        .count()
 }

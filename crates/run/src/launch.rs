@@ -211,6 +211,7 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
             ).into()));
         }
     }
+    let set_aside = set_aside_store(&dir)?;
     let spec = RunSpec {
         conelab_version: env!("CARGO_PKG_VERSION").to_owned(),
         name,
@@ -223,12 +224,22 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
     };
     let run = RunDir::create(&dir, spec, trainer.corpus().vocab())?;
     let recovered = run.recover()?;
+    let announcements = set_aside
+        .map(|aside| Event::Warning {
+            step: 0,
+            message: format!(
+                "this folder's earlier run never reached a checkpoint: it starts again, and its store is kept in {}",
+                aside.display()
+            ),
+        })
+        .into_iter()
+        .collect();
     Ok(Prepared {
         trainer,
         run,
         lock,
         commands: Vec::new(),
-        announcements: Vec::new(),
+        announcements,
         recovered,
         labels,
     })
@@ -253,6 +264,12 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     let lock = live::hold(run.path())?;
     // Before choosing the checkpoint: a re-save interrupted by a kill may have set one aside.
     let recovered = run.recover()?;
+    // No checkpoint at all: the run starts again from its run.toml, its earlier store set aside.
+    let set_aside = if !path.join("model.safetensors").exists() && run.checkpoints()?.is_empty() {
+        set_aside_store(run.path())?
+    } else {
+        None
+    };
     let (mut trainer, skipped) = if path.join("model.safetensors").exists() {
         // A checkpoint named explicitly is that one or nothing.
         let trainer = checkpoint::restore_trainer(&run, Some(path), None, opts.device)?;
@@ -263,6 +280,15 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     let at = trainer.state().step;
     let mut commands = Vec::new();
     let mut announcements = Vec::new();
+    if let Some(aside) = set_aside {
+        announcements.push(Event::Warning {
+            step: at,
+            message: format!(
+                "no checkpoint to resume from: the run starts again from step 0, and its earlier store is kept in {}",
+                aside.display()
+            ),
+        });
+    }
     if !skipped.is_empty() {
         let why: Vec<String> = skipped
             .iter()
@@ -364,6 +390,37 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
         recovered,
         labels: opts.label_edit(),
     })
+}
+
+/// A run folder whose run never reached a checkpoint is started again from step 0: its store
+/// (the rows that run recorded) is moved aside, never deleted, to `store.before-<UTC time>/`;
+/// where it went, or `None` when there was no store with anything in it.
+fn set_aside_store(dir: &Path) -> Result<Option<PathBuf>, RunError> {
+    let store = dir.join(conelab_store::STORE_DIR);
+    let holds_something = std::fs::read_dir(&store).is_ok_and(|mut d| d.next().is_some());
+    if !holds_something {
+        return Ok(None);
+    }
+    let stamp = utc_stamp();
+    let aside = (0..)
+        .map(|i| {
+            let suffix = if i == 0 {
+                String::new()
+            } else {
+                format!("-{i}")
+            };
+            dir.join(format!(
+                "{}.before-{stamp}{suffix}",
+                conelab_store::STORE_DIR
+            ))
+        })
+        .find(|p| !p.exists())
+        .unwrap_or_else(|| dir.join("store.before"));
+    std::fs::rename(&store, &aside).map_err(|e| RunError::Internal {
+        what: format!("moving the earlier store {} aside", store.display()),
+        source: Some(Box::new(e)),
+    })?;
+    Ok(Some(aside))
 }
 
 /// The run restored from its newest checkpoint that loads and whose weights pass
