@@ -515,3 +515,42 @@ fn a_folder_without_a_store_is_a_clear_error() {
     let err = store::load(tmp.path()).expect_err("corrupt record");
     assert!(err.to_string().contains("corrupt"), "{err}");
 }
+
+/// What killed writers left (temporary files of segments and of the run record) is deleted when
+/// the next writer opens the store; the segments and the record are untouched.
+#[test]
+fn stale_temporary_files_are_removed_when_a_writer_opens() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path();
+    {
+        let mut w = writer(run);
+        w.push_metric(1, "train", "all", "loss", loss(1));
+        w.flush().expect("flush");
+    }
+    let store_dir = run.join("store");
+    let stale = [".metrics-000002.parquet.tmp-4242-0", ".run.json.tmp-4242-1"];
+    for name in stale {
+        std::fs::write(store_dir.join(name), b"half a segment").expect("write");
+    }
+    let before: Vec<String> = names(&store_dir)
+        .into_iter()
+        .filter(|n| !stale.contains(&n.as_str()))
+        .collect();
+    drop(writer(run));
+    let after = names(&store_dir);
+    for name in stale {
+        assert!(!after.contains(&name.to_string()), "{name} is still there");
+    }
+    for name in &before {
+        assert!(after.contains(name), "{name} was removed");
+    }
+    assert_eq!(store::load(run).expect("load").metrics.height(), 1);
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}

@@ -79,6 +79,23 @@ pub struct StoreWriter {
     _lock: LockFile,
 }
 
+/// Deletes what killed writers left: temporary files (`.NAME.tmp-PID-N`, `atomic::temp_name`)
+/// of segments, projections and the run record that never became the file they were for. Only
+/// with the writer lock held: no other process writes here then, so none of them is in use. A
+/// file that cannot be removed stays (it is ignored by every reader anyway).
+fn remove_stale_temps(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.contains(".tmp-") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 impl StoreWriter {
     /// Opens the store of `run_dir`, creating it with `record` if it has none (an existing
     /// store keeps its record: a resumed run continues it). Holds the store's writer lock until
@@ -97,6 +114,7 @@ impl StoreWriter {
                 .map_err(io_error(&record_path))?;
             record.run_id.clone()
         };
+        remove_stale_temps(&dir);
         let next_seq = segment::next_seq(&dir)?;
         Ok(Self {
             dir,
