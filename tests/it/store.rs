@@ -554,3 +554,27 @@ fn names(dir: &Path) -> Vec<String> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect()
 }
+
+/// A segment that vanishes between the listing and its read (a compaction replaced it: the
+/// issue's `export` racing `store compact`) makes the reader list again, not fail; one that
+/// never comes back fails after a bounded number of lists, naming the file.
+#[test]
+fn a_reader_lists_again_when_a_segment_vanishes_under_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path();
+    {
+        let mut w = writer(run);
+        for step in 1..=3 {
+            w.push_metric(step, "train", "all", "loss", loss(step));
+            w.flush().expect("flush");
+        }
+    }
+    let loaded = conelab::fault::with_plan("segment.read:2:ENOENT", || store::load(run))
+        .expect("read again after the vanished segment");
+    assert_eq!(loaded.metrics.height(), 3);
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    let Err(gone) = conelab::fault::with_plan("segment.read:1+:ENOENT", || store::load(run)) else {
+        panic!("a segment that never comes back was read");
+    };
+    assert!(gone.to_string().contains("metrics-"), "{gone}");
+}

@@ -278,7 +278,31 @@ fn read_live(dir: &Path, kind: Kind) -> Result<(DataFrame, Vec<(PathBuf, String)
     read_live_projected(dir, kind, None)
 }
 
+/// How often a reader lists the segments again when one it listed vanished before it was read:
+/// a compaction replaced it by a new base in between (each retry sees a newer generation).
+const RELISTS: usize = 8;
+
 fn read_live_projected(
+    dir: &Path,
+    kind: Kind,
+    columns: Option<&[&str]>,
+) -> Result<(DataFrame, Vec<(PathBuf, String)>), StoreError> {
+    let mut attempt = 0;
+    loop {
+        match read_live_once(dir, kind, columns) {
+            Err(StoreError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && attempt < RELISTS =>
+            {
+                attempt += 1;
+                // Let the compaction that removed it finish publishing its new base.
+                std::thread::sleep(std::time::Duration::from_millis(20 << attempt.min(4)));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn read_live_once(
     dir: &Path,
     kind: Kind,
     columns: Option<&[&str]>,
