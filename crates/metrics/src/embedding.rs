@@ -611,15 +611,21 @@ fn row_sums(w: Embeddings<'_>, threads: Threads) -> RowSums {
         a.add(&b);
         a
     };
-    match threads {
-        Threads::Sequential => w.data().chunks_exact(d).fold(empty(), add_row),
-        Threads::All => w
-            .data()
-            .par_chunks_exact(d)
-            .fold(empty, add_row)
-            .reduce(empty, merge),
-    }
+    // Fixed blocks summed in row order, each block's rows in order: the same additions in the
+    // same order whatever the threads, so the same W gives the same bits on every evaluation
+    // (rayon's fold/reduce splits adaptively, and two evaluations of one matrix differed in the
+    // last digit).
+    let block = d.max(1) * ROWS_PER_SUM_BLOCK;
+    let sum_block = |rows: &[f32]| rows.chunks_exact(d.max(1)).fold(empty(), add_row);
+    let blocks: Vec<RowSums> = match threads {
+        Threads::Sequential => w.data().chunks(block).map(sum_block).collect(),
+        Threads::All => w.data().par_chunks(block).map(sum_block).collect(),
+    };
+    blocks.into_iter().fold(empty(), merge)
 }
+
+/// Rows per block of [`row_sums`] (a task's work and the unit of its fixed summation order).
+const ROWS_PER_SUM_BLOCK: usize = 512;
 
 /// WᵀW and (with `unit`) ŴᵀŴ (rows scaled to unit norm, zero rows left as zeros) in f64: rows converted in
 /// blocks, so the extra memory is two blocks, not a copy of W.
