@@ -739,11 +739,11 @@ fn the_same_matrix_gives_bit_identical_metrics_every_time() {
     };
     let first = run(Threads::All);
     for round in 0..6 {
-        assert_eq!(
-            run(Threads::All),
-            first,
-            "evaluation {round} on all threads"
+        // Compared whole, reported briefly (the panel's text is long).
+        assert!(
+            run(Threads::All) == first,
+            "evaluation {round} on all threads differs"
         );
     }
-    assert_eq!(run(Threads::Sequential), first, "one thread");
+    assert!(run(Threads::Sequential) == first, "one thread differs");
 }
