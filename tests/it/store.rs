@@ -578,3 +578,34 @@ fn a_reader_lists_again_when_a_segment_vanishes_under_it() {
     };
     assert!(gone.to_string().contains("metrics-"), "{gone}");
 }
+
+/// A store whose `run.json` was deleted still loads when its segments are intact: every row, and
+/// a warning that names the missing record (issue: export refused the whole store).
+#[test]
+fn a_store_without_its_run_record_still_gives_its_rows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path().join("my-run");
+    {
+        let mut w = writer(&run);
+        for step in 1..=4 {
+            w.push_metric(step, "train", "all", "loss", loss(step));
+        }
+        w.flush().expect("flush");
+    }
+    std::fs::remove_file(run.join("store/run.json")).expect("rm run.json");
+    let loaded = store::load(&run).expect("the rows load");
+    assert_eq!(loaded.metrics.height(), 4);
+    assert_eq!(loaded.run.run_id, "my-run");
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .any(|w| w.contains("run.json") && w.contains("missing")),
+        "{:?}",
+        loaded.warnings
+    );
+    // A folder with neither record nor rows is still not a store.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(empty.join("store")).expect("mkdir");
+    assert!(store::load(&empty).is_err());
+}

@@ -237,8 +237,19 @@ pub fn load_columns(run_dir: &Path, columns: &[&str]) -> Result<LoadedStore, Sto
 /// The run record, the metrics (all columns, or `columns`) and the events, rows as on disk.
 fn read_rows(run_dir: &Path, columns: Option<&[&str]>) -> Result<LoadedStore, StoreError> {
     let dir = store_dir(run_dir);
-    let run = read_run_record(&dir)?;
     let mut warnings = Vec::new();
+    let run = match read_run_record(&dir) {
+        // The record lost (deleted, or a kill during a rewrite by tag/note) with the rows
+        // intact: the rows are read, and the record is what the run folder still tells.
+        Err(StoreError::NoStore(_)) if !segment::list(&dir)?.is_empty() => {
+            warnings.push(format!(
+                "{}: missing; the run's name, tags and notes are unknown (its rows are intact)",
+                dir.join(RUN_RECORD).display()
+            ));
+            record_without_run_json(&dir)
+        }
+        other => other?,
+    };
     let metrics = match columns {
         Some(c) => segment::read_all_columns(&dir, segment::Kind::Metrics, c, &mut warnings)?,
         None => segment::read_all(&dir, segment::Kind::Metrics, &mut warnings)?,
@@ -268,6 +279,21 @@ pub fn read_run_record(dir: &Path) -> Result<RunRecord, StoreError> {
         path,
         reason: e.to_string(),
     })
+}
+
+/// A stand-in record for a store whose `run.json` is gone: the run's id is its folder's name and
+/// its configuration the folder's `run.toml` where that is still there.
+fn record_without_run_json(dir: &Path) -> RunRecord {
+    let run_dir = dir.parent().unwrap_or(dir);
+    let id = run_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "unknown".into());
+    let config = std::fs::read_to_string(run_dir.join("run.toml")).unwrap_or_default();
+    let mut record = RunRecord::new(&id, config, "unknown".into(), "unknown".into());
+    record.started_unix = 0.0;
+    record.git_revision = "unknown".into();
+    record
 }
 
 /// Rewrites a run's store as one segment per table (deduplicated). Safe to interrupt: the
