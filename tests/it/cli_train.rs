@@ -420,6 +420,19 @@ fn impossible_settings_are_one_line_errors() {
             "{args:?} wrote a run"
         );
     }
+    // A model no machine holds: refused from its configuration, before anything is allocated.
+    let huge = f.path("huge.toml");
+    std::fs::write(&huge, "[model]\nd_model = 1000000\nheads = 2\nlayers = 1\n").expect("write");
+    let out = conelab(&[
+        "train",
+        s(&f.path("corpus")),
+        "--config",
+        s(&huge),
+        "--run-dir",
+        s(&f.path("huge-run")),
+    ]);
+    assert_one_line_error(&out, &["needs at least", "GiB", "available"]);
+    assert!(!f.path("huge-run").join("run.toml").exists());
     let bad_config = f.path("bad.toml");
     std::fs::write(&bad_config, "[model]\nheads = 3\n").expect("write");
     let out = conelab(&[

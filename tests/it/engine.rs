@@ -712,3 +712,27 @@ fn a_command_beyond_the_bounds_is_refused_and_changes_nothing() {
     let step = trainer.train_step().expect("training goes on");
     assert!(step.loss.is_finite());
 }
+
+/// The parameter count written out from the configuration (what the start-time memory bound
+/// uses, before anything is allocated) is the built model's, for every preset, with and without
+/// an output bias.
+#[test]
+fn the_parameter_count_from_the_configuration_is_the_models() {
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let vocab = corpus.vocab().len();
+    for preset in [Preset::Tiny, Preset::Small, Preset::Lstm, Preset::Awd] {
+        for bias in [false, true] {
+            let mut model = preset.config();
+            model.set_output_bias(bias);
+            let trainer = Trainer::new(corpus.clone(), model, train_config(1), DeviceSpec::Cpu)
+                .expect("trainer");
+            assert_eq!(
+                trainer.model_config().parameter_count(vocab),
+                trainer.parameters() as f64,
+                "{} (output bias {bias})",
+                preset.name()
+            );
+        }
+    }
+}

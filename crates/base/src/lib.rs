@@ -19,3 +19,27 @@ pub mod jsonfloat;
 pub mod lockfile;
 pub mod pump;
 pub mod revision;
+
+/// The memory the kernel says new work can take without swapping (`MemAvailable` of
+/// /proc/meminfo), in bytes; `None` where it does not say (not Linux, no /proc).
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    available_in_meminfo(&text)
+}
+
+fn available_in_meminfo(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+#[cfg(test)]
+mod meminfo_tests {
+    #[test]
+    fn mem_available_is_read_in_bytes() {
+        let text = "MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:   20480000 kB\n";
+        assert_eq!(super::available_in_meminfo(text), Some(20_480_000 * 1024));
+        assert_eq!(super::available_in_meminfo("MemTotal: 1 kB\n"), None);
+        assert_eq!(super::available_in_meminfo("MemAvailable: lots kB\n"), None);
+    }
+}

@@ -122,6 +122,46 @@ impl ModelConfig {
         }
     }
 
+    /// The model's trainable parameters for a vocabulary of `vocab`, written out from the
+    /// architecture (before anything is allocated), as an f64 so that an absurd configuration
+    /// cannot overflow.
+    pub fn parameter_count(&self, vocab: usize) -> f64 {
+        let f = |x: usize| x as f64;
+        match self {
+            ModelConfig::Transformer(t) => {
+                let (d, ff) = (f(t.d_model), f(t.d_ff));
+                // qkv, projection, two MLP layers (weights and biases), two layer norms.
+                let block =
+                    (3.0 * d * d + 3.0 * d) + (d * d + d) + (d * ff + ff) + (ff * d + d) + 4.0 * d;
+                f(vocab) * d
+                    + f(t.context) * d
+                    + f(t.layers) * block
+                    + 2.0 * d
+                    + if t.output_bias { f(vocab) } else { 0.0 }
+            }
+            ModelConfig::Lstm(l) => {
+                let (e, h) = (f(l.embed), f(l.hidden));
+                let layers: f64 = (0..l.layers)
+                    .map(|i| {
+                        let input = if i == 0 { e } else { h };
+                        4.0 * h * (input + h) + 8.0 * h
+                    })
+                    .sum();
+                let projection = if l.hidden != l.embed { h * e + e } else { 0.0 };
+                f(vocab) * e + layers + projection + if l.output_bias { f(vocab) } else { 0.0 }
+            }
+        }
+    }
+
+    /// A lower bound on the bytes one training step at `batch` holds: the parameters, their
+    /// gradients and AdamW's two moments in fp32 (16 bytes a parameter), and the `[B·T, N]` logits
+    /// with their gradient (8 bytes an entry). The activations come on top; a configuration
+    /// beyond this bound cannot train on a machine with less memory, whatever else it needs.
+    pub fn training_bytes_at_least(&self, vocab: usize, batch: usize) -> f64 {
+        16.0 * self.parameter_count(vocab)
+            + 8.0 * (batch as f64) * (self.window() as f64) * (vocab as f64)
+    }
+
     /// Embedding width d (columns of W).
     pub fn embed_dim(&self) -> usize {
         match self {

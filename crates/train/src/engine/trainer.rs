@@ -142,6 +142,26 @@ impl Trainer {
         objectives
             .validate(group_sizes(&corpus))
             .map_err(EngineError::Config)?;
+        // In host memory, a model that cannot fit is refused before anything is allocated (a
+        // CUDA device's own memory is not read here: its allocator's error says it in one line).
+        if matches!(device_spec, DeviceSpec::Cpu | DeviceSpec::LibtorchCpu)
+            && let Some(available) = conelab_base::available_memory()
+        {
+            let need = model_config.training_bytes_at_least(corpus.vocab().len(), config.batch);
+            if need > available as f64 {
+                let gib = |b: f64| b / f64::from(1u32 << 30);
+                return Err(EngineError::Config(
+                    format!(
+                        "this model needs at least {:.1} GiB to train at batch {} ({:.3e} parameters with their gradients and AdamW's moments, and the logits), and the machine has {:.1} GiB available",
+                        gib(need),
+                        config.batch,
+                        model_config.parameter_count(corpus.vocab().len()),
+                        gib(available as f64)
+                    )
+                    .into(),
+                ));
+            }
+        }
         let mut model_config = model_config;
         let self_normalising = objectives.loss != LossKind::Mle || objectives.dev.enabled;
         if self_normalising {
