@@ -588,20 +588,17 @@ fn a_full_disk_under_an_export_is_status_4_in_one_line() {
             .success()
     );
     let file = f.path("curves.csv");
-    let out = Command::new(env!("CARGO_BIN_EXE_conelab"))
-        .args([
+    let out = crate::common::conelab_env(
+        &[
             "export",
             s(&f.path("run")),
             "--table",
             "curves",
             "--out",
             s(&file),
-        ])
-        .env("CONELAB_FAULT", "export.write:1:ENOSPC")
-        .env_remove("RUST_BACKTRACE")
-        .stdin(Stdio::null())
-        .output()
-        .expect("runs");
+        ],
+        &[("CONELAB_FAULT", "export.write:1:ENOSPC")],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");

@@ -402,20 +402,18 @@ fn set_aside_store(dir: &Path) -> Result<Option<PathBuf>, RunError> {
         return Ok(None);
     }
     let stamp = utc_stamp();
-    let aside = (0..)
-        .map(|i| {
-            let suffix = if i == 0 {
-                String::new()
-            } else {
-                format!("-{i}")
-            };
-            dir.join(format!(
-                "{}.before-{stamp}{suffix}",
-                conelab_store::STORE_DIR
-            ))
-        })
-        .find(|p| !p.exists())
-        .unwrap_or_else(|| dir.join("store.before"));
+    let name = |i: u32| match i {
+        0 => format!("{}.before-{stamp}", conelab_store::STORE_DIR),
+        i => format!("{}.before-{stamp}-{i}", conelab_store::STORE_DIR),
+    };
+    // Two restarts within a second get -1, -2, …: the first free name.
+    let mut aside = dir.join(name(0));
+    for i in 1.. {
+        if !aside.exists() {
+            break;
+        }
+        aside = dir.join(name(i));
+    }
     std::fs::rename(&store, &aside).map_err(|e| RunError::Internal {
         what: format!("moving the earlier store {} aside", store.display()),
         source: Some(Box::new(e)),

@@ -38,12 +38,19 @@ pub fn shared_dataset(name: &str) -> Option<PathBuf> {
 
 /// Runs the `conelab` binary with no stdin.
 pub fn conelab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_conelab"))
-        .args(args)
+    conelab_env(args, &[])
+}
+
+/// [`conelab`] with environment variables set (a fault plan, …).
+pub fn conelab_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_conelab"));
+    c.args(args)
         .stdin(std::process::Stdio::null())
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("the conelab binary runs")
+        .env_remove("RUST_BACKTRACE");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("the conelab binary runs")
 }
 
 /// Asserts the run failed the way every bad input must: exit status 2 and exactly one line on
