@@ -268,6 +268,32 @@ fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
     );
     assert!(stdout.contains("its store is kept in"), "{stdout}");
     assert_eq!(set_aside_stores(&empty), 2);
+    // The move aside fails (an I/O error): nothing starts, the store stays where it was, exit 4.
+    std::fs::remove_dir_all(empty.join("step-000002")).expect("rm");
+    let rows_before = crate::common::store_losses(&empty).len();
+    let out = crate::common::conelab_env(
+        &[
+            "train",
+            s(&f.path("corpus")),
+            "--config",
+            s(&f.path("small.toml")),
+            "--run-dir",
+            s(&empty),
+            "--steps",
+            "2",
+        ],
+        &[("CONELAB_FAULT", "store.set_aside:1:EIO")],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("moving the earlier store"), "{stderr}");
+    assert_eq!(set_aside_stores(&empty), 2, "nothing moved");
+    assert_eq!(
+        crate::common::store_losses(&empty).len(),
+        rows_before,
+        "no row lost"
+    );
     assert_one_line_error(
         &conelab(&["train", "--resume", "/no/such/run"]),
         &["/no/such/run"],

@@ -9,7 +9,8 @@
 //!
 //! Points: `atomic.write` (any crash-safe file write: half the bytes are written, then the
 //! error), `atomic.rename`, `segment.write`, `segment.rename`, `segment.read`,
-//! `checkpoint.write`, `checkpoint.commit`, `export.write`, `projection.write`, `log.write` (a
+//! `checkpoint.write`, `checkpoint.commit`, `export.write`, `projection.write`, `store.set_aside`
+//! (moving an unfinished run's store aside before a restart), `log.write` (a
 //! line of train.log); and, to kill a thread, `engine.panic` (a training step; with `ENOMEM`
 //! the panic is libtorch's CUDA out-of-memory as tch raises it), `metrics.panic`
 //! (an analysis), `store.panic` (the recorder, at a step's rows), `spectrum.switch` (factorising

@@ -414,10 +414,12 @@ fn set_aside_store(dir: &Path) -> Result<Option<PathBuf>, RunError> {
         }
         aside = dir.join(name(i));
     }
-    std::fs::rename(&store, &aside).map_err(|e| RunError::Internal {
-        what: format!("moving the earlier store {} aside", store.display()),
-        source: Some(Box::new(e)),
-    })?;
+    conelab_base::fault::check("store.set_aside")
+        .and_then(|()| std::fs::rename(&store, &aside))
+        .map_err(|e| RunError::Internal {
+            what: format!("moving the earlier store {} aside", store.display()),
+            source: Some(Box::new(e)),
+        })?;
     Ok(Some(aside))
 }
 
