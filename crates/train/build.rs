@@ -43,6 +43,7 @@ mod extension {
             .file("csrc/version.cpp")
             .file("csrc/norm.cpp")
             .file("csrc/island.cpp")
+            .file("csrc/step.cpp")
             .compile("conelab_aten");
     }
 }

@@ -230,6 +230,10 @@ pub struct BenchTrainArgs {
     /// fp32, or bf16 mixed precision (LibTorch only; see `train --help`).
     #[arg(long, value_enum, default_value = "fp32")]
     pub precision: Precision,
+    /// Read every step's loss back before the next step is dispatched, as conelab did before
+    /// steps were pipelined on LibTorch devices (for side-by-side comparisons).
+    #[arg(long)]
+    pub step_sync: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -341,6 +345,7 @@ fn train(args: BenchTrainArgs) -> Result<()> {
         seed: args.seed,
         graph_lstm: args.graph_lstm,
         precision: args.precision,
+        step_sync: args.step_sync,
     };
     let r = bench_train(&bench)?;
     if args.json {

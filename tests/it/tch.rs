@@ -555,7 +555,6 @@ fn saved_at_step_zero_in(
     steps: u64,
     precision: Precision,
 ) -> (tempfile::TempDir, conelab::checkpoint::RunDir) {
-    use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
     let train = TrainConfig {
         batch: 4,
         steps,
@@ -567,6 +566,17 @@ fn saved_at_step_zero_in(
         precision,
         ..TrainConfig::default()
     };
+    saved_at_step_zero_with(model, train)
+}
+
+/// A run of `model` with `train`, saved before its first step: trainers resumed from it start
+/// from the same weights (LibTorch draws them from its one generator, which the tests running
+/// beside draw from too).
+fn saved_at_step_zero_with(
+    model: ModelConfig,
+    train: TrainConfig,
+) -> (tempfile::TempDir, conelab::checkpoint::RunDir) {
+    use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
     let dir = tempfile::tempdir().expect("tempdir");
     let spec = RunSpec {
         conelab_version: "test".into(),
@@ -746,4 +756,289 @@ fn bf16_training_follows_the_fp32_loss_curve() {
             .any(|(x, y)| x.to_bits() != y.to_bits()),
         "bf16 gave fp32's bits"
     );
+}
+
+/// Trainers on the paths CUDA takes (LibTorch CPU), where steps pipeline (AdamW as one fused
+/// step, the step's guard on the device), all from the same weights. A small clip (0.05) so
+/// that every step is clipped. Without dropout: its masks come from LibTorch's one generator on
+/// these paths, which the tests running beside draw from too.
+fn pipelining_trainers<const N: usize>(model: ModelConfig) -> (tempfile::TempDir, [Trainer; N]) {
+    let train = TrainConfig {
+        batch: 4,
+        steps: 40,
+        lr: 3e-3,
+        warmup: 1,
+        eval_every: 0,
+        checkpoint_every: 0,
+        snapshot_every: 0,
+        clip_norm: 0.05,
+        ..TrainConfig::default()
+    };
+    let (dir, _run) = saved_at_step_zero_with(model, train);
+    let trainers = std::array::from_fn(|_| {
+        let (mut t, _) =
+            conelab::checkpoint::resume_on(dir.path(), None, Some(DeviceSpec::LibtorchCpu))
+                .expect("resume");
+        t.use_device_paths();
+        assert!(t.pipelines(), "the device paths on LibTorch pipeline");
+        t
+    });
+    (dir, trainers)
+}
+
+/// `a == b`, without printing a model's worth of numbers when not.
+fn same<T: PartialEq>(a: &T, b: &T, what: &str) {
+    assert!(a == b, "{what} differ");
+}
+
+/// `step_pipelined` reports each step one call late, and the steps are the synchronous ones:
+/// the same losses, gradient norms (before the clip, which the device applied) and learning
+/// rates bit for bit, the same parameters and optimizer state at the end — the guard and the
+/// clip's divisor computed on the device, never read by the host within a step.
+#[test]
+fn pipelined_steps_are_the_synchronous_steps_read_one_step_late() {
+    for model in [transformer(), lstm()] {
+        let (_dir, [mut sync, mut piped]) = pipelining_trainers(model);
+        sync.set_pipelining(false);
+        let want: Vec<_> = (0..8).map(|_| sync.train_step().expect("step")).collect();
+        let mut got = Vec::new();
+        for call in 1..=8u64 {
+            let back = piped.step_pipelined().expect("a pipelined step");
+            assert!(back.diverged.is_none());
+            // The first call reads nothing back; call n reads step n − 1.
+            let steps: Vec<u64> = back.steps.iter().map(|s| s.step).collect();
+            let expected: Vec<u64> = if call == 1 { vec![] } else { vec![call - 1] };
+            assert_eq!(steps, expected);
+            assert_eq!(piped.state().step, call, "one step dispatched per call");
+            got.extend(back.steps);
+        }
+        got.extend(piped.settle().expect("the last step"));
+        assert!(piped.settle().expect("nothing left").is_none());
+        assert_eq!(got.len(), 8);
+        for (a, b) in want.iter().zip(&got) {
+            assert_eq!(a.step, b.step);
+            assert_eq!(a.loss.to_bits(), b.loss.to_bits(), "step {}: loss", a.step);
+            assert_eq!(
+                a.grad_norm.to_bits(),
+                b.grad_norm.to_bits(),
+                "step {}",
+                a.step
+            );
+            assert_eq!(a.lr.to_bits(), b.lr.to_bits());
+            assert!(a.grad_norm > 0.05, "step {}: the clip acted", a.step);
+        }
+        same(
+            &crate::engine::parameters(sync.model()),
+            &crate::engine::parameters(piped.model()),
+            "the parameters",
+        );
+        // AdamW's moments and counts: the next step depends on them all.
+        let (a, b) = (
+            sync.train_step().expect("step"),
+            piped.train_step().expect("step"),
+        );
+        assert_eq!(a.loss.to_bits(), b.loss.to_bits());
+        same(
+            &crate::engine::parameters(sync.model()),
+            &crate::engine::parameters(piped.model()),
+            "the parameters after another step",
+        );
+    }
+}
+
+/// A step whose loss is not finite (fault point `engine.nan`, the 4th step dispatched), on
+/// both paths: the synchronous step says so at once; the pipelined one one call later, at the
+/// same step, with the step after it already queued. Both leave the trainer where it stood
+/// before the step — parameters, AdamW's moments and step counts (`rewind`), the step count, the
+/// LSTM's carried state — so that the steps that follow are the same bits on both, and the same
+/// as a run that never met the fault from that point (the fault fires once).
+#[test]
+fn a_pipelined_divergence_is_reported_at_its_step_and_undone() {
+    use conelab::engine::EngineError;
+    for model in [lstm(), transformer()] {
+        let (_dir, [mut sync, mut piped]) = pipelining_trainers(model);
+        sync.set_pipelining(false);
+        let sync_after = conelab::fault::with_plan("engine.nan:4:EIO", || {
+            for _ in 0..3 {
+                sync.train_step().expect("step");
+            }
+            match sync.train_step() {
+                Err(EngineError::Diverged { step, loss }) => {
+                    assert_eq!(step, 4);
+                    assert!(loss.is_nan());
+                }
+                other => panic!("expected a divergence, got {other:?}"),
+            }
+            assert_eq!(sync.state().step, 3);
+            let at_divergence = crate::engine::parameters(sync.model());
+            let after: Vec<_> = (0..3).map(|_| sync.train_step().expect("step")).collect();
+            (at_divergence, after)
+        });
+        let piped_after = conelab::fault::with_plan("engine.nan:4:EIO", || {
+            let mut read = Vec::new();
+            for _ in 0..4 {
+                let back = piped.step_pipelined().expect("step");
+                assert!(back.diverged.is_none());
+                read.extend(back.steps.iter().map(|s| s.step));
+            }
+            assert_eq!(read, vec![1, 2, 3]);
+            // The 5th call queues step 5 and reads step 4: the divergence, at step 4.
+            let back = piped.step_pipelined().expect("step");
+            assert!(back.steps.is_empty());
+            let (step, loss) = back.diverged.expect("the divergence");
+            assert_eq!(step, 4);
+            assert!(loss.is_nan());
+            assert_eq!(piped.state().step, 3, "put back before step 4");
+            assert!(piped.settle().expect("nothing queued").is_none());
+            let at_divergence = crate::engine::parameters(piped.model());
+            let mut after = Vec::new();
+            while after.len() < 3 {
+                after.extend(piped.step_pipelined().expect("step").steps);
+            }
+            after.extend(piped.settle().expect("settled"));
+            (at_divergence, after)
+        });
+        same(&sync_after.0, &piped_after.0, "the parameters");
+        let piped_steps: Vec<u64> = piped_after.1.iter().map(|s| s.step).collect();
+        assert_eq!(piped_steps[..3], [4, 5, 6]);
+        for (a, b) in sync_after.1.iter().zip(&piped_after.1) {
+            assert_eq!(a.step, b.step);
+            assert!(a.loss.is_finite());
+            assert_eq!(a.loss.to_bits(), b.loss.to_bits(), "step {}: loss", a.step);
+            assert_eq!(a.grad_norm.to_bits(), b.grad_norm.to_bits());
+        }
+    }
+}
+
+/// Against a run that never met the fault: after the divergence is undone, the next steps are
+/// that run's steps 4, 5, 6 bit for bit — nothing of the skipped steps is left anywhere (a step
+/// count off by the two skipped steps would change AdamW's bias corrections).
+#[test]
+fn an_undone_divergence_leaves_no_trace() {
+    let (_dir, [mut clean, mut piped]) = pipelining_trainers(lstm());
+    let want: Vec<_> = (0..6).map(|_| clean.train_step().expect("step")).collect();
+    let got = conelab::fault::with_plan("engine.nan:4:EIO", || {
+        let mut got = Vec::new();
+        let mut diverged = 0;
+        while got.len() < 6 {
+            let back = piped.step_pipelined().expect("step");
+            diverged += usize::from(back.diverged.is_some());
+            got.extend(back.steps);
+        }
+        assert_eq!(diverged, 1);
+        got
+    });
+    for (a, b) in want.iter().zip(&got) {
+        assert_eq!(a.step, b.step);
+        assert_eq!(a.loss.to_bits(), b.loss.to_bits(), "step {}", a.step);
+    }
+}
+
+/// The engine over a pipelined trainer (the paths CUDA takes, on LibTorch CPU): every step is
+/// reported once, in order, one step late; an evaluation or snapshot at step s comes after
+/// step s's stats (the engine reads the queued step back first); a command sent meanwhile
+/// applies at a step boundary; the run ends with every step reported.
+#[test]
+fn a_pipelined_engine_reports_every_step_once_and_in_order() {
+    let (_dir, [mut trainer]) = pipelining_trainers(transformer());
+    trainer.set_total_steps(12);
+    {
+        let c = trainer.config_mut();
+        c.eval_every = 5;
+        c.snapshot_every = 4;
+        c.eval_batch = 4;
+    }
+    let handle = engine::spawn(trainer, engine::EngineOptions::default()).expect("engine");
+    let mut log: Vec<(&str, u64)> = Vec::new();
+    let mut lrs = std::collections::BTreeMap::new();
+    let mut applied = None;
+    loop {
+        match handle
+            .events()
+            .recv_timeout(Duration::from_secs(120))
+            .expect("event")
+        {
+            Event::Step(s) => {
+                assert!(s.loss.is_finite() && s.grad_norm.is_finite());
+                lrs.insert(s.step, s.lr);
+                log.push(("step", s.step));
+                if s.step == 3 {
+                    handle.send(Command::SetLr { lr: 0.0042 });
+                }
+            }
+            Event::Eval(e) if e.split == "valid" => log.push(("eval", e.step)),
+            Event::Snapshot { step } => log.push(("snapshot", step)),
+            Event::Applied(a) => applied = Some(a.step),
+            Event::Finished { step, .. } => {
+                log.push(("finished", step));
+                break;
+            }
+            Event::Failed { message, .. } => panic!("{message}"),
+            _ => {}
+        }
+    }
+    handle.join();
+    let steps: Vec<u64> = log
+        .iter()
+        .filter(|(k, _)| *k == "step")
+        .map(|(_, s)| *s)
+        .collect();
+    assert_eq!(steps, (1..=12).collect::<Vec<_>>(), "{log:?}");
+    for (i, (kind, at)) in log.iter().enumerate() {
+        if matches!(*kind, "eval" | "snapshot" | "finished") {
+            let last_step = log[..i].iter().rev().find(|(k, _)| *k == "step");
+            assert_eq!(
+                last_step.map(|(_, s)| *s),
+                Some(*at),
+                "{kind} at {at}: {log:?}"
+            );
+        }
+    }
+    assert!(log.contains(&("eval", 5)) && log.contains(&("eval", 10)));
+    assert!(log.contains(&("snapshot", 4)) && log.contains(&("snapshot", 8)));
+    let step = applied.expect("acknowledged");
+    assert_eq!(lrs[&step], 0.0042);
+    assert_ne!(lrs[&(step - 1)], 0.0042);
+}
+
+/// A blow-up in a pipelined run that nobody watches (`set-lr 1e30`): the divergence is
+/// reported at the step whose loss was not finite, no stats of it or of any later step are,
+/// and the run ends there, its step count put back before the divergence.
+#[test]
+fn a_pipelined_engine_reports_a_divergence_at_its_step() {
+    let (_dir, [mut trainer]) = pipelining_trainers(transformer());
+    trainer.set_total_steps(30);
+    let options = engine::EngineOptions {
+        divergence: engine::DivergencePolicy::end_run(),
+        ..engine::EngineOptions::default()
+    };
+    let handle = engine::spawn(trainer, options).expect("engine");
+    let mut steps = Vec::new();
+    let mut diverged = None;
+    let finished = loop {
+        match handle
+            .events()
+            .recv_timeout(Duration::from_secs(120))
+            .expect("event")
+        {
+            Event::Step(s) => {
+                assert!(diverged.is_none(), "stats after the divergence");
+                steps.push(s.step);
+                if s.step == 2 {
+                    handle.send(Command::SetLr { lr: 1e30 });
+                }
+            }
+            Event::Diverged { step, loss } => {
+                assert!(!loss.is_finite());
+                diverged = Some(step);
+            }
+            Event::Finished { step, reason } => break (step, reason),
+            Event::Failed { message, .. } => panic!("{message}"),
+            _ => {}
+        }
+    };
+    handle.join();
+    let at = diverged.expect("a divergence");
+    assert_eq!(steps, (1..at).collect::<Vec<_>>());
+    assert_eq!(finished, (at - 1, conelab::engine::FinishReason::Diverged));
 }

@@ -12,7 +12,8 @@
 //! `checkpoint.write`, `checkpoint.commit`, `export.write`, `projection.write`, `store.set_aside`
 //! (moving an unfinished run's store aside before a restart), `log.write` (a
 //! line of train.log); and, to kill a thread, `engine.panic` (a training step; with `ENOMEM`
-//! the panic is libtorch's CUDA out-of-memory as tch raises it), `metrics.panic`
+//! the panic is libtorch's CUDA out-of-memory as tch raises it), `engine.nan` (a training
+//! step's loss and gradients made NaN: a divergence, whatever the errno), `metrics.panic`
 //! (an analysis), `store.panic` (the recorder, at a step's rows), `spectrum.switch` (factorising
 //! W fails).
 

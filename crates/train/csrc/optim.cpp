@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -49,9 +50,16 @@ extern "C" {
 // parameters at once, in place: params, exp_avgs and exp_avg_sqs are written, grads are only
 // read. Every parameter is at step `step` (counted from 1, after the increment). One
 // `aten::_fused_adamw_` (CPU and CUDA kernels in libtorch ≥ 2.4). 0, or -1 with the reason.
+//
+// `found_inf` (may be null): a one-element f32 tensor on the parameters' device; where it holds
+// 1 the kernel writes nothing at all (parameters and moments stay as they were), decided on the
+// device, so a step whose loss the host has not read yet can still be left undone.
+// `grad_scale` (may be null): a one-element f32 tensor there too; the kernel reads every
+// gradient divided by it (the global-norm clip, with no pass of its own over the gradients).
 int conelab_fused_adamw(at::Tensor** params, at::Tensor** grads, at::Tensor** exp_avgs,
                         at::Tensor** exp_avg_sqs, size_t n, double lr, double beta1, double beta2,
-                        double weight_decay, double eps, double step, char* err, size_t err_len) {
+                        double weight_decay, double eps, double step, at::Tensor* found_inf,
+                        at::Tensor* grad_scale, char* err, size_t err_len) {
   return guarded(err, err_len, [&] {
     auto p = tensors(params, n, "fused AdamW (parameters)");
     auto g = tensors(grads, n, "fused AdamW (gradients)");
@@ -72,8 +80,22 @@ int conelab_fused_adamw(at::Tensor** params, at::Tensor** grads, at::Tensor** ex
     // One step count for all (the kernel reads it, the caller counts): a single scalar tensor.
     at::Tensor steps = at::full({}, step, at::TensorOptions().dtype(at::kFloat).device(p[0].device()));
     std::vector<at::Tensor> state_steps(n, steps);
+    auto scalar = [&](at::Tensor* t, const char* what) -> std::optional<at::Tensor> {
+      if (t == nullptr) {
+        return std::nullopt;
+      }
+      const at::Tensor& f = conelab::checked_f32(t, "fused AdamW", what);
+      if (f.numel() != 1 || f.device() != p[0].device()) {
+        throw std::invalid_argument(std::string("fused AdamW: ") + what +
+                                    " is not one element on the parameters' device");
+      }
+      return f;
+    };
+    std::optional<at::Tensor> skip = scalar(found_inf, "found_inf");
+    std::optional<at::Tensor> divide = scalar(grad_scale, "grad_scale");
     at::_fused_adamw_(p, g, m, v, {}, state_steps, lr, beta1, beta2, weight_decay, eps,
-                      /*amsgrad=*/false, /*maximize=*/false);
+                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/divide,
+                      /*found_inf=*/skip);
   });
 }
 

@@ -144,6 +144,8 @@ unsafe extern "C" {
         weight_decay: f64,
         eps: f64,
         step: f64,
+        found_inf: *mut torch_sys::C_tensor,
+        grad_scale: *mut torch_sys::C_tensor,
         err: *mut c_char,
         err_len: usize,
     ) -> i32;
@@ -168,6 +170,28 @@ unsafe extern "C" {
         err: *mut c_char,
         err_len: usize,
     ) -> i32;
+    #[allow(clippy::too_many_arguments)]
+    fn conelab_step_guard(
+        loss: *mut torch_sys::C_tensor,
+        penalty: *mut torch_sys::C_tensor,
+        sq: *mut torch_sys::C_tensor,
+        sticky: *mut torch_sys::C_tensor,
+        max_norm: f64,
+        found: *mut *mut torch_sys::C_tensor,
+        divisor: *mut *mut torch_sys::C_tensor,
+        values: *mut *mut torch_sys::C_tensor,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+    fn conelab_host_copy_async(
+        t: *mut torch_sys::C_tensor,
+        out: *mut *mut torch_sys::C_tensor,
+        event: *mut *mut std::ffi::c_void,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+    fn conelab_event_wait(event: *mut std::ffi::c_void, err: *mut c_char, err_len: usize) -> i32;
+    fn conelab_event_free(event: *mut std::ffi::c_void);
 }
 
 /// The extension's handles for a list of tensors (what tch's `C_tensor` points to).
@@ -203,10 +227,11 @@ pub struct AdamWStep {
 }
 
 /// One AdamW step over all `params` at once, in place (`aten::_fused_adamw_`): the parameters
-/// and both moments are written, the gradients only read. Torch's formula is burn's
+/// and both moments are written, the gradients only read (but see `DeviceGuard::grad_scale`). Torch's formula is burn's
 /// (θ ← θ·(1 − η·λ) − η·m̂/(√v̂ + ε), ε outside the root of the bias-corrected v̂ in both); the
 /// order of the f32 operations differs (torch: `m.lerp_(g, 1 − β₁)`, η/(1 − β₁ᵗ) as one factor,
 /// √v / √(1 − β₂ᵗ)), so the two agree to a few ulps of the update, not bit for bit.
+/// `guard`: what the device decided about the step ([`step_guard`]), read by the kernel.
 #[cfg(feature = "tch")]
 pub fn fused_adamw(
     params: &[&tch::Tensor],
@@ -214,6 +239,7 @@ pub fn fused_adamw(
     exp_avgs: &[&tch::Tensor],
     exp_avg_sqs: &[&tch::Tensor],
     h: AdamWStep,
+    guard: DeviceGuard<'_>,
 ) -> Result<(), AtenError> {
     let n = params.len();
     if [grads.len(), exp_avgs.len(), exp_avg_sqs.len()] != [n; 3] {
@@ -244,11 +270,31 @@ pub fn fused_adamw(
                 h.weight_decay,
                 h.epsilon,
                 h.step as f64,
+                handle_or_null(guard.found_inf),
+                handle_or_null(guard.grad_scale),
                 err,
                 len,
             )
         }
     })
+}
+
+/// What the device decided about a step, for [`fused_adamw`] to read there: one-element f32
+/// tensors on the parameters' device, or none.
+#[cfg(feature = "tch")]
+#[derive(Clone, Copy, Default)]
+pub struct DeviceGuard<'a> {
+    /// Where it holds 1, nothing is written (a step found bad on the device).
+    pub found_inf: Option<&'a tch::Tensor>,
+    /// Every gradient is read divided by it (the global-norm clip, [`StepGuard::divisor`]),
+    /// and written back so divided (torch's AMP unscaling): the gradients must be the step's
+    /// own, read by nothing after it.
+    pub grad_scale: Option<&'a tch::Tensor>,
+}
+
+#[cfg(feature = "tch")]
+fn handle_or_null(t: Option<&tch::Tensor>) -> *mut torch_sys::C_tensor {
+    t.map_or(std::ptr::null_mut(), |t| t.as_ptr() as *mut _)
 }
 
 /// Σ over all tensors of Σ x², a new one-element tensor (shape [1]) on their device: one
@@ -919,8 +965,15 @@ pub(crate) mod tests {
                 step,
             };
             let grads_before: Vec<Vec<f32>> = grads.iter().map(values).collect();
-            fused_adamw(&refs(&params), &refs(&grads), &refs(&m), &refs(&v), h)
-                .expect("one fused step");
+            fused_adamw(
+                &refs(&params),
+                &refs(&grads),
+                &refs(&m),
+                &refs(&v),
+                h,
+                DeviceGuard::default(),
+            )
+            .expect("one fused step");
             // The gradients are only read.
             assert_eq!(grads.iter().map(values).collect::<Vec<_>>(), grads_before);
             for (k, (theta, mm, vv)) in expect.iter_mut().enumerate() {
@@ -951,21 +1004,159 @@ pub(crate) mod tests {
             epsilon: 1e-8,
             step: 1,
         };
-        let e = fused_adamw(&[&a], &[&b], &[&a], &[&a], h).expect_err("shapes differ");
+        let e = fused_adamw(&[&a], &[&b], &[&a], &[&a], h, DeviceGuard::default())
+            .expect_err("shapes differ");
         assert!(e.to_string().contains("differ in shape"), "{e}");
-        let e = fused_adamw(&[&a], &[&d], &[&a], &[&a], h).expect_err("not f32");
+        let e = fused_adamw(&[&a], &[&d], &[&a], &[&a], h, DeviceGuard::default())
+            .expect_err("not f32");
         assert!(e.to_string().contains("not f32"), "{e}");
-        let e = fused_adamw(&[], &[], &[], &[], h).expect_err("nothing");
+        let e = fused_adamw(&[], &[], &[], &[], h, DeviceGuard::default()).expect_err("nothing");
         assert!(e.to_string().contains("no tensors"), "{e}");
-        let e = fused_adamw(&[&a], &[&a], &[&a], &[&a], AdamWStep { step: 0, ..h })
-            .expect_err("step 0");
+        let e = fused_adamw(
+            &[&a],
+            &[&a],
+            &[&a],
+            &[&a],
+            AdamWStep { step: 0, ..h },
+            DeviceGuard::default(),
+        )
+        .expect_err("step 0");
         assert!(e.to_string().contains("starts at 1"), "{e}");
-        let e = fused_adamw(&[&a], &[], &[&a], &[&a], h).expect_err("lengths");
+        let e =
+            fused_adamw(&[&a], &[], &[&a], &[&a], h, DeviceGuard::default()).expect_err("lengths");
         assert!(e.to_string().contains("as many"), "{e}");
         assert!(foreach_squared_norm(&[]).is_err());
         assert!(foreach_mul_(&[&d], 2.0).is_err());
         let e = foreach_copy_(&[&a], &[&b]).expect_err("shapes differ");
         assert!(e.to_string().contains("differs in shape"), "{e}");
+    }
+
+    fn skip(flag: &Tensor) -> DeviceGuard<'_> {
+        DeviceGuard {
+            found_inf: Some(flag),
+            grad_scale: None,
+        }
+    }
+
+    /// `grad_scale` divides the gradients as the kernel reads them: the same step as with the
+    /// gradients divided beforehand (within an ulp: torch divides in its own order). Torch's
+    /// kernel also writes the divided gradients back (AMP's in-place unscaling).
+    #[test]
+    fn grad_scale_is_the_step_on_divided_gradients() {
+        let h = AdamWStep {
+            lr: 1e-2,
+            beta1: 0.9,
+            beta2: 0.999,
+            weight_decay: 0.01,
+            epsilon: 1e-8,
+            step: 2,
+        };
+        let state = || (filled(33, 0.3), filled(33, 0.1), filled(33, 0.2).abs());
+        let g = filled(33, 0.7);
+        let divisor = Tensor::from_slice(&[4.0f32]);
+        let (p, m, v) = state();
+        let g_before = values(&g);
+        let guard = DeviceGuard {
+            found_inf: None,
+            grad_scale: Some(&divisor),
+        };
+        fused_adamw(&[&p], &[&g], &[&m], &[&v], h, guard).expect("a step");
+        let quarter: Vec<f32> = g_before.iter().map(|x| x / 4.0).collect();
+        assert_eq!(values(&g), quarter, "the gradients are written divided");
+        let (p2, m2, v2) = state();
+        let divided = Tensor::from_slice(&quarter);
+        fused_adamw(
+            &[&p2],
+            &[&divided],
+            &[&m2],
+            &[&v2],
+            h,
+            DeviceGuard::default(),
+        )
+        .expect("a step");
+        for (a, b) in [(&p, &p2), (&m, &m2), (&v, &v2)] {
+            for (x, y) in values(a).iter().zip(values(b)) {
+                assert!((x - y).abs() <= 1e-6 * y.abs().max(1e-3), "{x} vs {y}");
+            }
+        }
+    }
+
+    #[test]
+    fn found_inf_leaves_parameters_and_moments_untouched_and_zero_changes_nothing() {
+        let h = AdamWStep {
+            lr: 1e-2,
+            beta1: 0.9,
+            beta2: 0.999,
+            weight_decay: 0.01,
+            epsilon: 1e-8,
+            step: 3,
+        };
+        let fresh = || {
+            (
+                filled(17, 0.3),
+                filled(17, 0.7),
+                filled(17, 0.1),
+                filled(17, 0.2).abs(), // v ≥ 0, as a second moment is
+            )
+        };
+        let (p, g, m, v) = fresh();
+        let before = [values(&p), values(&m), values(&v)];
+        let one = Tensor::ones([1], (Kind::Float, Device::Cpu));
+        fused_adamw(&[&p], &[&g], &[&m], &[&v], h, skip(&one)).expect("a skipped step");
+        assert_eq!([values(&p), values(&m), values(&v)], before);
+        // found_inf = 0 is the plain step, bit for bit.
+        let (p0, g0, m0, v0) = fresh();
+        let zero = Tensor::zeros([1], (Kind::Float, Device::Cpu));
+        fused_adamw(&[&p0], &[&g0], &[&m0], &[&v0], h, skip(&zero)).expect("a step");
+        fused_adamw(&[&p], &[&g], &[&m], &[&v], h, DeviceGuard::default()).expect("a step");
+        assert_ne!(values(&p), before[0], "the step moved θ");
+        assert_eq!(
+            [values(&p0), values(&m0), values(&v0)],
+            [values(&p), values(&m), values(&v)]
+        );
+        let two = Tensor::zeros([2], (Kind::Float, Device::Cpu));
+        let e = fused_adamw(&[&p], &[&g], &[&m], &[&v], h, skip(&two)).expect_err("two elements");
+        assert!(e.to_string().contains("one element"), "{e}");
+    }
+
+    #[test]
+    fn the_step_guard_decides_on_the_device_what_the_host_would() {
+        let scalar = |x: f32| Tensor::from_slice(&[x]);
+        // ‖g‖ = 5 above a clip of 2: the gradients divided by (5 + 1e-6)/2; the values come
+        // back in order.
+        let g = step_guard(&scalar(2.5), &scalar(0.5), &scalar(25.0), None, 2.0).expect("a guard");
+        assert_eq!(values(&g.values), vec![2.5, 0.5, 25.0]);
+        assert_eq!(values(&g.found_inf), vec![0.0]);
+        let divisor = |g: &StepGuard| values(g.divisor.as_ref().expect("a clip's divisor"))[0];
+        assert!((divisor(&g) as f64 - (5.0 + 1e-6) / 2.0).abs() < 1e-6);
+        // Below the clip: divided by 1; no clip: no divisor.
+        let g = step_guard(&scalar(2.5), &scalar(0.0), &scalar(0.25), None, 1.0).expect("a guard");
+        assert_eq!(divisor(&g), 1.0);
+        let g = step_guard(&scalar(2.5), &scalar(0.0), &scalar(25.0), None, 0.0).expect("a guard");
+        assert!(g.divisor.is_none());
+        // A non-finite loss or penalty sets the flag; the flag is sticky.
+        for (loss, pen) in [
+            (f32::NAN, 0.0),
+            (1.0, f32::INFINITY),
+            (f32::NEG_INFINITY, 0.0),
+        ] {
+            let g =
+                step_guard(&scalar(loss), &scalar(pen), &scalar(1.0), None, 1.0).expect("a guard");
+            assert_eq!(values(&g.found_inf), vec![1.0], "{loss} {pen}");
+        }
+        let bad = scalar(1.0);
+        let g =
+            step_guard(&scalar(2.0), &scalar(0.0), &scalar(1.0), Some(&bad), 1.0).expect("a guard");
+        assert_eq!(values(&g.found_inf), vec![1.0], "sticky");
+        let good = scalar(0.0);
+        let g = step_guard(&scalar(2.0), &scalar(0.0), &scalar(1.0), Some(&good), 1.0)
+            .expect("a guard");
+        assert_eq!(values(&g.found_inf), vec![0.0]);
+        let two = Tensor::zeros([2], (Kind::Float, Device::Cpu));
+        assert!(step_guard(&two, &scalar(0.0), &scalar(1.0), None, 1.0).is_err());
+        // The host copy on the CPU is done when it returns.
+        let copy = HostCopy::start(&g.values).expect("a copy");
+        assert_eq!(copy.wait().expect("its values"), vec![2.0, 0.0, 1.0]);
     }
 
     #[test]
@@ -1004,5 +1195,136 @@ pub(crate) mod tests {
         assert!(built.starts_with("2."), "{built}");
         assert!(same_release(&built, loaded), "{built} vs {loaded}");
         assert_eq!(check_libtorch(), Ok(()));
+    }
+}
+
+/// A step's guard, decided on the device ([`step_guard`]).
+#[cfg(feature = "tch")]
+pub struct StepGuard {
+    /// 1.0 where this step or an earlier one still unread went wrong (a non-finite loss or
+    /// penalty), else 0.0: AdamW writes nothing where it holds 1 ([`fused_adamw`]).
+    pub found_inf: tch::Tensor,
+    /// The global-norm clip as AdamW's kernel takes it (`grad_scale`, which it divides the
+    /// gradients by): `max(1, (‖g‖ + 1e-6) / max_norm)`, torch's `clip_grad_norm_` factor's
+    /// inverse; `None` without a clip.
+    pub divisor: Option<tch::Tensor>,
+    /// `[loss, penalty, ‖g‖²]`, for the host to read when it gets to it.
+    pub values: tch::Tensor,
+}
+
+/// The step's guard from its loss, penalty sum and squared gradient norm (one-element f32
+/// tensors on one device), computed there without a host read; `sticky`: the previous unread
+/// step's `found_inf`, which this one keeps.
+#[cfg(feature = "tch")]
+pub fn step_guard(
+    loss: &tch::Tensor,
+    penalty: &tch::Tensor,
+    squared_norm: &tch::Tensor,
+    sticky: Option<&tch::Tensor>,
+    max_norm: f64,
+) -> Result<StepGuard, AtenError> {
+    let mut out = [std::ptr::null_mut::<torch_sys::C_tensor>(); 3];
+    let [found, divisor, values] = &mut out;
+    call("step guard", |err, len| {
+        // SAFETY: live handles (or null for `sticky`) and out-pointers to our locals.
+        unsafe {
+            conelab_step_guard(
+                loss.as_ptr() as *mut _,
+                penalty.as_ptr() as *mut _,
+                squared_norm.as_ptr() as *mut _,
+                sticky.map_or(std::ptr::null_mut(), |s| s.as_ptr() as *mut _),
+                max_norm,
+                found,
+                divisor,
+                values,
+                err,
+                len,
+            )
+        }
+    })?;
+    // SAFETY: the extension handed over the tensors it allocated (null: none); tch owns them now.
+    let [found_inf, divisor, values] =
+        out.map(|p| (!p.is_null()).then(|| unsafe { tch::Tensor::from_ptr(p) }));
+    let (Some(found_inf), Some(values)) = (found_inf, values) else {
+        return Err(AtenError {
+            op: "step guard",
+            why: "no result".into(),
+        });
+    };
+    if (max_norm > 0.0) != divisor.is_some() {
+        return Err(AtenError {
+            op: "step guard",
+            why: "no clip's divisor".into(),
+        });
+    }
+    Ok(StepGuard {
+        found_inf,
+        divisor,
+        values,
+    })
+}
+
+/// A copy of a tensor on its way to host memory ([`HostCopy::start`]).
+#[cfg(feature = "tch")]
+pub struct HostCopy {
+    host: tch::Tensor,
+    /// Recorded after the copy on a CUDA stream; null where the copy was done at once.
+    event: *mut std::ffi::c_void,
+}
+
+#[cfg(feature = "tch")]
+impl HostCopy {
+    /// Queues the copy of `t` behind the device's queued work and returns at once (on CUDA,
+    /// into pinned memory; elsewhere the copy is made here).
+    pub fn start(t: &tch::Tensor) -> Result<Self, AtenError> {
+        let mut out: *mut torch_sys::C_tensor = std::ptr::null_mut();
+        let mut event: *mut std::ffi::c_void = std::ptr::null_mut();
+        call("host copy", |err, len| {
+            // SAFETY: a live handle and out-pointers to our locals.
+            unsafe { conelab_host_copy_async(t.as_ptr() as *mut _, &mut out, &mut event, err, len) }
+        })?;
+        if out.is_null() {
+            if !event.is_null() {
+                // SAFETY: an event the extension allocated, not freed elsewhere.
+                unsafe { conelab_event_free(event) };
+            }
+            return Err(AtenError {
+                op: "host copy",
+                why: "no result".into(),
+            });
+        }
+        // SAFETY: a tensor the extension allocated; tch owns it now.
+        let host = unsafe { tch::Tensor::from_ptr(out) };
+        Ok(Self { host, event })
+    }
+
+    /// Waits for the copy (only for the work queued before it), then its values as f64.
+    pub fn wait(self) -> Result<Vec<f64>, AtenError> {
+        let event = self.event;
+        call("host copy", |err, len| {
+            // SAFETY: null or our live event.
+            unsafe { conelab_event_wait(event, err, len) }
+        })?;
+        Vec::<f64>::try_from(self.host.to_kind(tch::Kind::Double).reshape([-1])).map_err(|e| {
+            AtenError {
+                op: "host copy",
+                why: e.to_string(),
+            }
+        })
+    }
+}
+
+// SAFETY: a CUDA event may be waited on and destroyed from any thread; the copy's tensor is Send.
+#[cfg(feature = "tch")]
+unsafe impl Send for HostCopy {}
+
+#[cfg(feature = "tch")]
+impl Drop for HostCopy {
+    fn drop(&mut self) {
+        if !self.event.is_null() {
+            // SAFETY: our event, freed once (the pointer is cleared).
+            unsafe { conelab_event_free(self.event) };
+            self.event = std::ptr::null_mut();
+        }
     }
 }

@@ -251,6 +251,14 @@ mod libtorch {
 
         /// Writes every queued update; how many parameters it updated.
         pub fn flush(self) -> Result<usize, AtenError> {
+            self.flush_guarded(aten::DeviceGuard::default())
+        }
+
+        /// [`AdamWBatch::flush`], reading what the device decided about the step
+        /// (`aten::fused_adamw`): where `found_inf` holds 1, no parameter or moment is written
+        /// (the new parameters are the old values); the gradients are read divided by
+        /// `grad_scale` (the clip).
+        pub fn flush_guarded(self, guard: aten::DeviceGuard<'_>) -> Result<usize, AtenError> {
             let queued = QUEUE.with(|q| q.borrow_mut().take()).unwrap_or_default();
             let mut groups: Vec<(AdamWStep, tch::Device, Vec<&Queued>)> = Vec::new();
             for item in &queued {
@@ -274,6 +282,7 @@ mod libtorch {
                     &column(|q| &q.m),
                     &column(|q| &q.v),
                     *h,
+                    guard,
                 )?;
             }
             Ok(queued.len())
@@ -543,6 +552,52 @@ fn update_in_chunks(out: &mut [f32], theta: &[f32], m: &mut [f32], v: &mut [f32]
         });
 }
 
+thread_local! {
+    /// While set on this thread, a step of [`FusedAdamW`] takes one step back instead
+    /// ([`rewind`]).
+    static REWINDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Takes back one step of `optim` (a [`FusedAdamW`]'s) for the parameters `ids` of `module`
+/// whose update the device skipped (`AdamWBatch::flush_unless`): the skipped update left the
+/// parameters and moments as they were, but burn's state counted the step (its `time`, which
+/// sets the bias corrections). Each state's count goes back by one, and a state that the skipped
+/// step created (count 0 again, its moments the zeros they started as) is dropped, as if the
+/// step had never been taken. Nothing is computed: the parameters' own values stand in for the
+/// gradients burn's stepping wants.
+pub fn rewind<M: Module>(
+    optim: &mut burn::optim::ModuleOptimizer,
+    module: M,
+    ids: &[burn::module::ParamId],
+) -> M {
+    use burn::module::{ModuleVisitor, Param, ParamId};
+    struct Own<'a> {
+        ids: &'a [ParamId],
+        grads: burn::optim::GradientsParams,
+    }
+    impl ModuleVisitor for Own<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if self.ids.contains(&param.id) {
+                self.grads.register(param.id, param.val().detach());
+            }
+        }
+    }
+    let mut own = Own {
+        ids,
+        grads: burn::optim::GradientsParams::new(),
+    };
+    module.visit(&mut own);
+    REWINDING.with(|r| r.set(true));
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            REWINDING.with(|r| r.set(false));
+        }
+    }
+    let _reset = Reset;
+    optim.step(0.0, module, own.grads)
+}
+
 impl Optimizer for FusedAdamW {
     type State<const D: usize> = AdamWState<D>;
 
@@ -553,6 +608,19 @@ impl Optimizer for FusedAdamW {
         grad: Tensor<D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
+        if REWINDING.with(std::cell::Cell::get) {
+            drop(grad);
+            let state = state.and_then(|s| {
+                let m = s.momentum;
+                (m.time > 1).then(|| {
+                    AdamWState::new(burn::optim::AdaptiveMomentumState {
+                        time: m.time - 1,
+                        ..m
+                    })
+                })
+            });
+            return (tensor, state);
+        }
         #[cfg(feature = "flex")]
         let (tensor, grad, state) = match self.host_pass {
             true => match self.flex_step(lr, tensor, grad, state) {

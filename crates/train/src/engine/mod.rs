@@ -25,7 +25,7 @@ pub use protocol::{
     AppliedCommand, Command, EmbeddingStats, EvalStats, Event, FinishReason, ProjectionFrame,
     RunStarted, Snapshot, StepStats,
 };
-pub use trainer::{Trainer, WEIGHT_BOUND, clip_global_norm};
+pub use trainer::{ReadBack, Trainer, WEIGHT_BOUND, clip_global_norm};
 pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 
 use crate::model::DeviceError;
@@ -322,10 +322,17 @@ impl Engine {
         }
         loop {
             if let Some(message) = self.fault.get() {
+                // The step still queued is read first: only a finite one is saved.
+                if let Ok(Flow::Stop) = self.settle() {
+                    return Ok(());
+                }
                 return self.fail_after_saving(message);
             }
             if self.orphaned {
                 // Nobody records or shows anything any more: keep what was trained and end.
+                if let Ok(Flow::Stop) = self.settle() {
+                    return Ok(());
+                }
                 let _ = self.save();
                 self.analysis.finish();
                 return Ok(());
@@ -349,6 +356,12 @@ impl Engine {
                         Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                     }
                 };
+                // A command applies to a step whose loss is known: the one queued is read first.
+                match self.settle()? {
+                    Flow::Pause => paused = true,
+                    Flow::Stop => return Ok(()),
+                    Flow::Continue | Flow::Resume => {}
+                }
                 match self.handle(envelope)? {
                     Flow::Continue => {}
                     Flow::Pause => paused = true,
@@ -360,41 +373,95 @@ impl Engine {
                 continue;
             }
             if self.trainer.is_done() {
+                match self.settle()? {
+                    Flow::Pause => {
+                        paused = true;
+                        continue;
+                    }
+                    Flow::Stop => return Ok(()),
+                    // A divergence at the last step put the run back before it.
+                    _ if !self.trainer.is_done() => continue,
+                    Flow::Continue | Flow::Resume => {}
+                }
                 self.finish()?;
                 return Ok(());
             }
             // Thawing only lifts a constraint, so it is never refused (and never repeated).
             if let Some(change) = self.freeze_expiry() {
+                match self.settle()? {
+                    Flow::Pause => {
+                        paused = true;
+                        continue;
+                    }
+                    Flow::Stop => return Ok(()),
+                    Flow::Continue | Flow::Resume => {}
+                }
                 let command = Command::Objective { change };
                 self.handle(Envelope {
                     command,
                     ticket: None,
                 })?;
             }
-            match self.trainer.train_step() {
-                Ok(stats) => self.emit(Event::Step(stats)),
-                Err(EngineError::Diverged { step, loss }) => {
-                    self.emit(Event::Diverged { step, loss });
-                    if self.divergence.pauses() {
-                        self.diverged = true;
-                        let at = self.step();
-                        self.emit(Event::Paused { step: at });
-                        paused = true;
-                        continue;
-                    }
-                    // Nobody watches: end now, keeping the last good checkpoint as it is.
-                    self.analysis.finish();
-                    let at = self.step();
-                    self.emit(Event::Finished {
-                        step: at,
-                        reason: FinishReason::Diverged,
-                    });
-                    return Ok(());
+            // Step n is queued on a GPU while step n − 1's values are read back
+            // (`Trainer::step_pipelined`): a viewer sees each step one step late.
+            let back = self.trainer.step_pipelined()?;
+            match self.report(back) {
+                Flow::Continue | Flow::Resume => {}
+                Flow::Pause => {
+                    paused = true;
+                    continue;
                 }
-                Err(e) => return Err(e),
+                Flow::Stop => return Ok(()),
             }
-            self.after_step()?;
+            match self.after_step()? {
+                Flow::Continue | Flow::Resume => {}
+                Flow::Pause => paused = true,
+                Flow::Stop => return Ok(()),
+            }
         }
+    }
+
+    /// Emits the steps the trainer read back; a divergence pauses the run (someone watches)
+    /// or ends it.
+    fn report(&mut self, back: ReadBack) -> Flow {
+        for stats in back.steps {
+            self.emit(Event::Step(stats));
+        }
+        let Some((step, loss)) = back.diverged else {
+            return Flow::Continue;
+        };
+        self.emit(Event::Diverged { step, loss });
+        if self.divergence.pauses() {
+            self.diverged = true;
+            let at = self.step();
+            self.emit(Event::Paused { step: at });
+            return Flow::Pause;
+        }
+        // Nobody watches: end now, keeping the last good checkpoint as it is.
+        self.analysis.finish();
+        let at = self.step();
+        self.emit(Event::Finished {
+            step: at,
+            reason: FinishReason::Diverged,
+        });
+        Flow::Stop
+    }
+
+    /// Reads back the step still queued on the device, if any ([`Trainer::settle`]), and
+    /// reports it: before every checkpoint, evaluation, snapshot, command and the end.
+    fn settle(&mut self) -> Result<Flow, EngineError> {
+        let back = match self.trainer.settle() {
+            Ok(stats) => ReadBack {
+                steps: stats.into_iter().collect(),
+                diverged: None,
+            },
+            Err(EngineError::Diverged { step, loss }) => ReadBack {
+                steps: Vec::new(),
+                diverged: Some((step, loss)),
+            },
+            Err(e) => return Err(e),
+        };
+        Ok(self.report(back))
     }
 
     /// `--freeze GROUP@N` ends at step N. The trainer would thaw the groups by itself
@@ -491,12 +558,22 @@ impl Engine {
         })
     }
 
-    fn after_step(&mut self) -> Result<(), EngineError> {
+    fn after_step(&mut self) -> Result<Flow, EngineError> {
         let step = self.step();
         let cfg = self.trainer.config();
         let (eval_every, snapshot_every, checkpoint_every) =
             (cfg.eval_every, cfg.snapshot_every, cfg.checkpoint_every);
         let due = |every: u64| every > 0 && step.is_multiple_of(every);
+        if [eval_every, snapshot_every, checkpoint_every]
+            .into_iter()
+            .any(due)
+        {
+            // Only a step known to be finite is evaluated, analysed or saved.
+            match self.settle()? {
+                Flow::Continue | Flow::Resume => {}
+                other => return Ok(other),
+            }
+        }
         if due(eval_every) {
             self.evaluate_valid()?;
         }
@@ -514,7 +591,7 @@ impl Engine {
                 ),
             });
         }
-        Ok(())
+        Ok(Flow::Continue)
     }
 
     fn evaluate_valid(&mut self) -> Result<(), EngineError> {

@@ -67,6 +67,176 @@ struct StepObjective {
     w_from_head: Option<Tensor<2>>,
 }
 
+/// What [`Trainer::step_pipelined`] read back: each step read, in order, and the divergence
+/// that ended the call, if one did (the trainer then stands before that step).
+#[derive(Debug, Default)]
+pub struct ReadBack {
+    pub steps: Vec<StepStats>,
+    /// (step, loss + penalty) of a step whose loss or penalties were not finite.
+    pub diverged: Option<(u64, f64)>,
+}
+
+impl ReadBack {
+    /// Takes in one step's outcome: `Ok(true)` to go on, `Ok(false)` after a divergence.
+    fn take(&mut self, outcome: Result<StepStats, EngineError>) -> Result<bool, EngineError> {
+        match outcome {
+            Ok(stats) => {
+                self.steps.push(stats);
+                Ok(true)
+            }
+            Err(EngineError::Diverged { step, loss }) => {
+                self.diverged = Some((step, loss));
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A step up to its host read.
+enum Dispatched {
+    /// Read at once: the guard ran on the host (burn-flex, the host paths) or nothing was
+    /// pipelined.
+    Read(StepStats),
+    /// Queued on the device, its values on their way to the host.
+    #[cfg_attr(not(feature = "tch"), allow(dead_code))]
+    Queued(Box<Pending>),
+}
+
+/// The training split on the device, laid out as the step's windows read it: row b is stream b
+/// (`StreamBatcher`: tokens b·L .. b·L + L, and one more for the last target), so window k's
+/// inputs are columns kT .. kT + T and its targets the same shifted by one.
+struct ResidentSplit {
+    streams: Tensor<2, Int>,
+    batch: usize,
+    window: usize,
+    windows: usize,
+}
+
+/// The most the training split may take on the device as [`ResidentSplit`] (8 bytes a token):
+/// 128 M tokens (WikiText-103 fits); a larger split is copied window by window.
+const RESIDENT_SPLIT_BYTES: usize = 1 << 30;
+
+impl ResidentSplit {
+    fn upload(
+        tokens: &[u32],
+        batch: usize,
+        window: usize,
+        windows: u64,
+        device: &Device,
+    ) -> Option<Self> {
+        let sb = StreamBatcher::new(tokens, batch, window, PartialWindow::Drop).ok()?;
+        let len = sb.stream_len();
+        if batch.checked_mul(len + 1)?.checked_mul(8)? > RESIDENT_SPLIT_BYTES {
+            return None;
+        }
+        let mut rows = Vec::with_capacity(batch * (len + 1));
+        for b in 0..batch {
+            rows.extend_from_slice(tokens.get(b * len..b * len + len + 1)?);
+        }
+        Some(Self {
+            streams: Tensor::<2, Int>::from_data(TensorData::new(rows, [batch, len + 1]), device),
+            batch,
+            window,
+            windows: windows as usize,
+        })
+    }
+
+    /// Window `k`'s inputs [B, T] and targets [B·T], where the split was laid out for B and T.
+    fn window(
+        &self,
+        batch: usize,
+        window: usize,
+        k: usize,
+    ) -> Option<(Tensor<2, Int>, Tensor<1, Int>)> {
+        if self.batch != batch || self.window != window || k >= self.windows {
+            return None;
+        }
+        let (b, t, start) = (batch, window, k * window);
+        let inputs = self.streams.clone().slice([0..b, start..start + t]);
+        let targets = self
+            .streams
+            .clone()
+            .slice([0..b, start + 1..start + t + 1])
+            .reshape([b * t]);
+        Some((inputs, targets))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DeviceSpec, DeviceSpecExt};
+
+    /// Every window sliced from the split on the device is `StreamBatcher`'s window, for
+    /// several B and T (a leftover after the last stream, a partial last window dropped).
+    #[test]
+    fn the_resident_split_gives_the_batchers_windows() {
+        let tokens: Vec<u32> = (0..1_003).map(|i| (i * 7 + 3) % 101).collect();
+        let device = DeviceSpec::Cpu.training_device().expect("device");
+        for (b, t) in [(1, 7), (3, 5), (4, 10), (16, 35)] {
+            let sb = StreamBatcher::new(&tokens, b, t, PartialWindow::Drop).expect("batcher");
+            let windows = sb.num_windows();
+            let r =
+                ResidentSplit::upload(&tokens, b, t, windows as u64, &device).expect("uploaded");
+            for k in 0..windows {
+                let want = sb.window(k).expect("window");
+                let (inputs, targets) = r.window(b, t, k).expect("resident window");
+                assert_eq!(inputs.dims(), [b, t]);
+                let ints = |v: Vec<i64>| v.into_iter().map(|x| x as u32).collect::<Vec<_>>();
+                let inputs = inputs.try_into_vec_as::<i64>().expect("inputs");
+                let targets = targets.try_into_vec_as::<i64>().expect("targets");
+                assert_eq!(ints(inputs), want.inputs, "B {b}, T {t}, window {k}");
+                assert_eq!(ints(targets), want.targets, "B {b}, T {t}, window {k}");
+            }
+            assert!(r.window(b, t, windows).is_none());
+            assert!(r.window(b + 1, t, 0).is_none());
+        }
+    }
+}
+
+/// A step's stats completed with what the host read back.
+trait ReadStats {
+    fn read(self, values: &[f64], grad_norm: f64, positions: usize, seconds: f64) -> Self;
+}
+
+impl ReadStats for StepStats {
+    /// `values`: the data loss and the penalties' sum (then the squared norm, unused here).
+    fn read(self, values: &[f64], grad_norm: f64, positions: usize, seconds: f64) -> Self {
+        let seconds = seconds.max(1e-9);
+        StepStats {
+            loss: values[0],
+            penalty: values[1],
+            grad_norm,
+            tokens_per_sec: positions as f64 / seconds,
+            step_ms: seconds * 1e3,
+            ..self
+        }
+    }
+}
+
+/// The parameters a step's optimizers stepped (what to take back if the device skipped it).
+#[derive(Default)]
+struct SteppedParams {
+    main: Vec<burn::module::ParamId>,
+    spectral: Vec<burn::module::ParamId>,
+}
+
+/// A step queued on the device and not read back yet.
+#[cfg_attr(not(feature = "tch"), allow(dead_code))]
+struct Pending {
+    /// Its stats, but for the values still on their way.
+    stats: StepStats,
+    started: Instant,
+    positions: usize,
+    values: HostCopy,
+    /// 1 on the device where this step or one before it still unread went wrong.
+    found_inf: DeviceFlag,
+    /// The recurrent state the step started from (what to carry again if it is taken back).
+    carried_before: Option<RecurrentState>,
+    stepped: SteppedParams,
+}
+
 pub struct Trainer {
     corpus: Arc<Corpus>,
     model_config: ModelConfig,
@@ -92,6 +262,16 @@ pub struct Trainer {
     /// Host paths where the tensors live in host memory: an LSTM's layers (with `host_lstm`),
     /// dropout masks drawn on the host, AdamW's host pass. Off: the paths CUDA takes.
     host_paths: bool,
+    /// [`Trainer::step_pipelined`] may pipeline (`set_pipelining`).
+    pipelining: bool,
+    /// The step queued on the device, not read back yet.
+    pending: Option<Box<Pending>>,
+    /// A step read back early (by `dispatch`), for `step_pipelined` to report first.
+    early: Option<StepStats>,
+    /// When the last step was read back: a pipelined step's time is the time between reads.
+    last_read: Option<Instant>,
+    /// The training split on the device (the paths a GPU takes), uploaded at the first step.
+    resident: Option<ResidentSplit>,
 }
 
 /// The largest |weight| a checkpoint may hold ([`Trainer::weights_check`]). A language model's
@@ -202,6 +382,11 @@ impl Trainer {
             sampler: None,
             host_lstm: device_spec.host_memory(),
             host_paths: device_spec.host_memory(),
+            pipelining: true,
+            pending: None,
+            early: None,
+            last_read: None,
+            resident: None,
         };
         if trainer.config.precision == Precision::Bf16 {
             // bf16 takes the paths CUDA takes on LibTorch CPU too (the fused LSTM and attention
@@ -396,8 +581,93 @@ impl Trainer {
 
     /// One optimizer step on the next training window: the forward pass, the step's objective,
     /// the gradients, one host read of the loss, the update. A loss that is not finite leaves
-    /// the model as it was ([`EngineError::Diverged`]).
+    /// the model as it was ([`EngineError::Diverged`]). A step still queued by
+    /// [`Trainer::step_pipelined`] is read back first and its stats dropped: a pipelined
+    /// trainer is driven by `step_pipelined` and `settle`.
     pub fn train_step(&mut self) -> Result<StepStats, EngineError> {
+        self.settle()?;
+        match self.dispatch(false)? {
+            Dispatched::Read(stats) => Ok(stats),
+            Dispatched::Queued(pending) => self.read_back(*pending, None),
+        }
+    }
+
+    /// One optimizer step, pipelined where the run allows it ([`Trainer::pipelines`]): the
+    /// step is queued on the device without the host waiting for it, and what comes back is
+    /// the step before, read meanwhile (nothing after the first). So the host never waits on
+    /// the device within a step, and an accelerator runs step n while the host dispatches step
+    /// n + 1. A step whose loss turns out not to be finite is still reported at its own step
+    /// (`ReadBack::diverged`): the device left it and every later step undone (the sticky flag
+    /// of `aten::step_guard`), and the trainer is put back as it stood before it (step count,
+    /// carried state, AdamW's counts), exactly as `train_step` leaves it. Elsewhere this is
+    /// `train_step`. Every call dispatches exactly one step, unless a divergence is reported.
+    pub fn step_pipelined(&mut self) -> Result<ReadBack, EngineError> {
+        let mut back = ReadBack::default();
+        let pipelined = self.pipelines();
+        if !pipelined && let Some(p) = self.pending.take() {
+            // Pipelining went off: the step still queued is read first.
+            if !back.take(self.read_back(*p, None))? {
+                return Ok(back);
+            }
+        }
+        // The step before stays pending while this one is dispatched: its flag is this one's
+        // sticky start (`device_guard`).
+        match self.dispatch(pipelined) {
+            Ok(Dispatched::Queued(now)) if pipelined => {
+                if let Some(b) = self.pending.take()
+                    && !back.take(self.read_back(*b, Some(&now)))?
+                {
+                    return Ok(back); // `now` was left undone by the device with it
+                }
+                self.pending = Some(now);
+            }
+            Ok(Dispatched::Queued(now)) => {
+                back.take(self.read_back(*now, None))?;
+            }
+            Ok(Dispatched::Read(stats)) => {
+                back.steps.extend(self.early.take());
+                back.steps.push(stats);
+            }
+            Err(e) => {
+                back.take(Err(e))?;
+            }
+        }
+        Ok(back)
+    }
+
+    /// Reads back the step still queued by [`Trainer::step_pipelined`], if any: its stats, or
+    /// [`EngineError::Diverged`] with the trainer put back as it stood before it. Every
+    /// checkpoint, evaluation, snapshot, command and pause comes after this, so none of them
+    /// sees a step whose loss is not known to be finite.
+    pub fn settle(&mut self) -> Result<Option<StepStats>, EngineError> {
+        match self.pending.take() {
+            None => Ok(None),
+            Some(p) => self.read_back(*p, None).map(Some),
+        }
+    }
+
+    /// Whether [`Trainer::step_pipelined`] pipelines: AdamW as one fused step on a LibTorch
+    /// device (CUDA; LibTorch CPU on the device paths), and pipelining not switched off.
+    pub fn pipelines(&self) -> bool {
+        cfg!(feature = "tch")
+            && self.pipelining
+            && !self.host_paths
+            && self.config.optimizer == OptimizerKind::Adamw
+            && matches!(
+                self.device_spec,
+                DeviceSpec::LibtorchCpu | DeviceSpec::Cuda(_)
+            )
+    }
+
+    /// Pipelining on (the default) or off ([`Trainer::step_pipelined`]): off, every step is
+    /// read back before the next is dispatched (`bench train --step-sync` times both).
+    pub fn set_pipelining(&mut self, on: bool) {
+        self.pipelining = on;
+    }
+
+    /// One step up to the host read: read at once (`Read`) where the step's guard runs on the
+    /// host or `pipelined` is off, else queued with its values on their way to the host.
+    fn dispatch(&mut self, pipelined: bool) -> Result<Dispatched, EngineError> {
         let start = Instant::now();
         let next = self.state.step + 1;
         // Tests of the failure paths: a backend that panics mid-run (e.g. CUDA out of memory).
@@ -422,6 +692,7 @@ impl Trainer {
         let batch = self
             .window(k)
             .ok_or_else(|| EngineError::Config(format!("no training window {k}").into()))?;
+        let carried_before = self.carried.clone();
         if k == 0 {
             // A new epoch starts the streams from the beginning: no state to carry.
             self.carried = None;
@@ -432,16 +703,18 @@ impl Trainer {
         let gates = self.step_gates(next, &batch.targets, &objectives)?;
         let rare_tokens = gates.as_ref().map(|g| g.rare_count);
         let rare_g1 = gates.as_ref().and_then(Gates::mean_rare_g1);
-        let targets = Tensor::<1, Int>::from_data(
-            TensorData::new(batch.targets.clone(), [positions]),
-            &self.device,
-        );
+        let (inputs, targets) = self.window_tensors(k, &batch);
 
         // The model's products in the run's precision, forward and backward (model/precision.rs).
         let autocast = Autocast::enter(self.config.precision);
-        let forward = self.forward(&batch)?;
-        let objective =
+        let forward = self.forward(inputs)?;
+        let mut objective =
             self.objective(&objectives, &batch, &forward, targets, gates.as_ref(), next)?;
+        if conelab_base::fault::check("engine.nan").is_err() {
+            // Tests of a divergence: this step's loss and gradients not finite, as in a blow-up.
+            objective.data_loss = objective.data_loss.mul_scalar(f32::NAN);
+            objective.graph = objective.graph.mul_scalar(f32::NAN);
+        }
         let penalty_sum = objective
             .penalties
             .into_iter()
@@ -463,11 +736,88 @@ impl Trainer {
             &frozen,
         )?;
         drop(autocast);
+        let lr = self.current_lr();
+        let stats = StepStats {
+            step: next,
+            epoch: next as f64 / self.windows_per_epoch as f64,
+            loss: f64::NAN,
+            penalty: f64::NAN,
+            lr,
+            grad_norm: f64::NAN,
+            tokens_per_sec: 0.0,
+            step_ms: 0.0,
+            rare_tokens,
+            rare_g1,
+        };
+        let squared_norm = squared_grad_norm(&self.model, &grads);
+
+        // On a LibTorch device the step's guard — finite or not, and the clip's factor — is
+        // decided there, and the host reads the values when it gets to them.
+        #[cfg(feature = "tch")]
+        if !self.host_paths
+            && let Some(SquaredNorm::Device(sq)) = &squared_norm
+            && let Some(guard) =
+                self.device_guard(&objective.data_loss, &penalty_sum, sq, pipelined)?
+        {
+            let state = state.map(detach_state);
+            let values =
+                HostCopy::start(&guard.values).map_err(EngineError::backend("reading the loss"))?;
+            if !pipelined {
+                // The step's one host read, before its update.
+                let values = values
+                    .wait()
+                    .map_err(EngineError::backend("reading the loss"))?;
+                if let Err(diverged) = Self::check_finite(next, &values) {
+                    self.carried = carried_before;
+                    return Err(diverged);
+                }
+                let grad_norm = values[2].sqrt();
+                let device_guard = crate::aten::DeviceGuard {
+                    found_inf: None,
+                    grad_scale: guard.divisor.as_ref(),
+                };
+                self.update(grads, lr, &frozen, Some(device_guard))?;
+                self.carried = state;
+                self.state.step = next;
+                self.last_read = Some(Instant::now());
+                return Ok(Dispatched::Read(stats.read(
+                    &values,
+                    grad_norm,
+                    positions,
+                    start.elapsed().as_secs_f64(),
+                )));
+            }
+            // The clip is AdamW's kernel dividing the gradients as it reads them; the flag
+            // leaves the update undone where this step or the one before went wrong.
+            let device_guard = crate::aten::DeviceGuard {
+                found_inf: Some(&guard.found_inf),
+                grad_scale: guard.divisor.as_ref(),
+            };
+            let stepped = self.update(grads, lr, &frozen, Some(device_guard))?;
+            self.carried = state;
+            self.state.step = next;
+            return Ok(Dispatched::Queued(Box::new(Pending {
+                stats,
+                started: start,
+                positions,
+                values,
+                found_inf: guard.found_inf,
+                carried_before,
+                stepped,
+            })));
+        }
+        if let Some(p) = self.pending.take() {
+            // No guard on the device for this step (never on the models conelab builds: their
+            // gradients are all LibTorch's), so the step before is read before this one's
+            // update: a divergence there ends here, this step's work dropped with it.
+            let earlier = self.read_back(*p, None)?;
+            self.early = Some(earlier);
+        }
+        let _ = (pipelined, &carried_before);
 
         // One host read per step, queued after the backward pass so an accelerator runs forward
         // and backward without waiting on the host: data loss, the sum of the penalties and the
         // squared gradient norm. A non-finite loss still leaves the model untouched.
-        let squared_norm = squared_grad_norm(&self.model, &grads);
         let norm_on_device = match &squared_norm {
             Some(SquaredNorm::Device(t)) => (**t).clone(),
             _ => Tensor::zeros([1], &self.device),
@@ -475,12 +825,10 @@ impl Trainer {
         let values = Tensor::cat(vec![objective.data_loss, penalty_sum, norm_on_device], 0)
             .try_into_vec_as::<f64>()
             .map_err(EngineError::backend("reading the loss"))?;
-        let (loss_value, penalty_value) = (values[0], values[1]);
-        if !(loss_value.is_finite() && penalty_value.is_finite()) {
-            return Err(EngineError::Diverged {
-                step: next,
-                loss: loss_value + penalty_value,
-            });
+        if let Err(diverged) = Self::check_finite(next, &values) {
+            // Left as it was: the model, the step count and the state the step started from.
+            self.carried = carried_before;
+            return Err(diverged);
         }
         let grad_norm = match squared_norm {
             Some(SquaredNorm::Host(s)) => s,
@@ -488,31 +836,152 @@ impl Trainer {
         }
         .sqrt();
         let grads = scale_to_norm(&self.model, grads, grad_norm, self.config.clip_norm);
-        let lr = self.current_lr();
-        self.update(grads, lr, &frozen)?;
+        self.update(grads, lr, &frozen, None)?;
         self.carried = state.map(detach_state);
         self.state.step = next;
-        let seconds = start.elapsed().as_secs_f64();
-        Ok(StepStats {
-            step: next,
-            epoch: next as f64 / self.windows_per_epoch as f64,
-            loss: loss_value,
-            penalty: penalty_value,
-            lr,
+        self.last_read = Some(Instant::now());
+        Ok(Dispatched::Read(stats.read(
+            &values,
             grad_norm,
-            tokens_per_sec: positions as f64 / seconds,
-            step_ms: seconds * 1e3,
-            rare_tokens,
-            rare_g1,
-        })
+            positions,
+            start.elapsed().as_secs_f64(),
+        )))
     }
 
-    /// The forward pass over `batch` up to the last hidden states, with W as the step reads it.
-    fn forward(&mut self, batch: &Batch) -> Result<Forward, EngineError> {
-        let inputs = Tensor::<2, Int>::from_data(
-            TensorData::new(batch.inputs.clone(), [batch.batch, batch.time]),
-            &self.device,
-        );
+    /// `Diverged` at `step` where the loss or the penalties (`values[0..2]`) are not finite.
+    fn check_finite(step: u64, values: &[f64]) -> Result<(), EngineError> {
+        let (loss, penalty) = (values[0], values[1]);
+        if loss.is_finite() && penalty.is_finite() {
+            Ok(())
+        } else {
+            Err(EngineError::Diverged {
+                step,
+                loss: loss + penalty,
+            })
+        }
+    }
+
+    /// The step's guard on the device (`aten::step_guard`); `None` where the values are not
+    /// LibTorch tensors (the host then reads them).
+    #[cfg(feature = "tch")]
+    #[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
+    fn device_guard(
+        &self,
+        loss: &Tensor<1>,
+        penalty: &Tensor<1>,
+        squared_norm: &Tensor<1>,
+        pipelined: bool,
+    ) -> Result<Option<crate::aten::StepGuard>, EngineError> {
+        use burn::backend::LibTorch;
+        let tch = |t: &Tensor<1>| {
+            // The loss and penalties are autodiff tensors (detached); the norm is not.
+            let t = if t.is_autodiff() {
+                t.clone().inner()
+            } else {
+                t.clone()
+            };
+            t.try_into_primitive::<LibTorch>().ok().map(|t| t.tensor)
+        };
+        let (Some(loss), Some(penalty), Some(sq)) = (tch(loss), tch(penalty), tch(squared_norm))
+        else {
+            return Ok(None);
+        };
+        let sticky = match (&self.pending, pipelined) {
+            (Some(p), true) => Some(&p.found_inf),
+            _ => None,
+        };
+        crate::aten::step_guard(&loss, &penalty, &sq, sticky, self.config.clip_norm)
+            .map(Some)
+            .map_err(EngineError::backend("the step's guard"))
+    }
+
+    /// Reads a queued step's values (waiting only for that step's work on the device): its
+    /// stats, or `Diverged` with the trainer put back as it stood before the step (`later`: a
+    /// step queued after it, which the device left undone too).
+    fn read_back(
+        &mut self,
+        pending: Pending,
+        later: Option<&Pending>,
+    ) -> Result<StepStats, EngineError> {
+        let Pending {
+            stats,
+            started,
+            positions,
+            values,
+            carried_before,
+            stepped,
+            ..
+        } = pending;
+        let values = values
+            .wait()
+            .map_err(EngineError::backend("reading the loss"))?;
+        if let Err(diverged) = Self::check_finite(stats.step, &values) {
+            // The device wrote none of this step's update nor any later one's; burn's
+            // AdamW state counted them all: take them back, the latest first.
+            let mut undo = vec![&stepped];
+            undo.extend(later.map(|l| &l.stepped));
+            for ids in undo.into_iter().rev() {
+                self.rewind(ids);
+            }
+            self.state.step = stats.step - 1;
+            self.carried = carried_before;
+            self.last_read = None;
+            return Err(diverged);
+        }
+        // The time between two reads is the step's in a pipeline (the device's pace); the first
+        // is timed from its dispatch.
+        let now = Instant::now();
+        let since = match self.last_read {
+            Some(t) if t > started => t,
+            _ => started,
+        };
+        self.last_read = Some(now);
+        let seconds = now.duration_since(since).as_secs_f64();
+        Ok(stats.read(&values, values[2].sqrt(), positions, seconds))
+    }
+
+    /// Takes back AdamW's count of a step the device skipped, for the parameters it stepped.
+    fn rewind(&mut self, stepped: &SteppedParams) {
+        self.model = super::fused_adamw::rewind(&mut self.optim, self.model.clone(), &stepped.main);
+        if let (Some(optim), false) = (self.spectral_optim.as_mut(), stepped.spectral.is_empty()) {
+            let (model, factors) = self.model.clone().take_spectral();
+            let factors = factors.map(|f| super::fused_adamw::rewind(optim, f, &stepped.spectral));
+            self.model = model.set_spectral_raw(factors);
+        }
+    }
+
+    /// Window `k`'s inputs [B, T] and targets [B·T] on the device: slices of the training split
+    /// kept there ([`ResidentSplit`]) on the paths a GPU takes, so that no step waits on a copy
+    /// from host memory (a blocking one, from pageable memory, would wait for the step before
+    /// to finish); elsewhere copied from `batch`.
+    fn window_tensors(&mut self, k: usize, batch: &Batch) -> (Tensor<2, Int>, Tensor<1, Int>) {
+        let (b, t) = (batch.batch, batch.time);
+        if !self.host_paths && self.resident.is_none() {
+            self.resident = ResidentSplit::upload(
+                self.corpus.split(Split::Train),
+                b,
+                t,
+                self.windows_per_epoch,
+                &self.device,
+            );
+        }
+        if let Some(window) = self.resident.as_ref().and_then(|r| r.window(b, t, k)) {
+            return window;
+        }
+        (
+            Tensor::<2, Int>::from_data(
+                TensorData::new(batch.inputs.clone(), [b, t]),
+                &self.device,
+            ),
+            Tensor::<1, Int>::from_data(
+                TensorData::new(batch.targets.clone(), [b * t]),
+                &self.device,
+            ),
+        )
+    }
+
+    /// The forward pass over `inputs` up to the last hidden states, with W as the step reads it.
+    fn forward(&mut self, inputs: Tensor<2, Int>) -> Result<Forward, EngineError> {
         let w_composed = self.model.embedding();
         let spectral = self.model.spectral().is_some();
         // Under spectrum control with the host LSTM, the step sees W as a leaf and the gradient
@@ -726,12 +1195,22 @@ impl Trainer {
 
     /// The optimizer step at `lr`: the model's parameters, the spectral factors with their own
     /// optimizer under spectrum control, and the frozen rows of W put back as they were.
+    ///
+    /// `guard` (a LibTorch device): what the device decided about the step, which the fused
+    /// AdamW reads there — the clip's divisor, and for a pipelined step the flag that leaves
+    /// it undone. Every parameter must then take the fused step. The parameters stepped are
+    /// returned, for taking a skipped step back.
     fn update(
         &mut self,
         mut grads: GradientsParams,
         lr: f64,
         frozen: &[std::ops::Range<usize>],
-    ) -> Result<(), EngineError> {
+        guard: Option<DeviceGuard<'_>>,
+    ) -> Result<SteppedParams, EngineError> {
+        let mut stepped = SteppedParams::default();
+        if guard.is_some() {
+            stepped.main = ids_with_gradients(&self.model, &grads);
+        }
         // On LibTorch off the host pass, AdamW's steps below are queued and written at once by
         // the flush (`fused_adamw::AdamWBatch`), before anything reads the new parameters.
         #[cfg(feature = "tch")]
@@ -748,6 +1227,13 @@ impl Trainer {
             if let Some(t) = grads.remove::<2>(s.v.id) {
                 g.register(s.v.id, t);
             }
+            if guard.is_some() {
+                stepped.spectral = [s.u.id, s.sigma.id, s.v.id]
+                    .into_iter()
+                    .filter(|id| stepped.main.contains(id))
+                    .collect();
+                stepped.main.retain(|id| !stepped.spectral.contains(id));
+            }
             g
         });
         self.model = self.optim.step(lr, self.model.clone(), grads);
@@ -760,14 +1246,25 @@ impl Trainer {
             self.model = model.set_spectral_raw(factors);
         }
         #[cfg(feature = "tch")]
-        batch
-            .flush()
-            .map_err(EngineError::backend("the optimizer step"))?;
+        {
+            let expected = stepped.main.len() + stepped.spectral.len();
+            let flushed = batch
+                .flush_guarded(guard.unwrap_or_default())
+                .map_err(EngineError::backend("the optimizer step"))?;
+            if guard.is_some() && flushed != expected {
+                // A parameter burn's AdamW stepped outside the fused step: neither the clip
+                // nor the device's flag reached it. Never so for conelab's models (all f32
+                // LibTorch parameters, AdamW).
+                return Err(EngineError::backend_says(format!(
+                    "the fused optimizer step updated {flushed} of {expected} parameters"
+                )));
+            }
+        }
         if let Some(old) = w_before {
             let new = restore_rows(constant(self.model.embedding()), old, frozen);
             self.model = self.model.clone().replace_embedding_weight(new);
         }
-        Ok(())
+        Ok(stepped)
     }
 
     /// The step's gradients when its LSTM layers ran on the host: those of the loss (`raw`,
@@ -1248,6 +1745,58 @@ pub fn clip_global_norm(
         Some(SquaredNorm::Device(t)) => (t.into_scalar::<f32>() as f64).sqrt(),
     };
     (scale_to_norm(model, grads, norm, max_norm), norm)
+}
+
+/// A flag on the device that a pipelined step's update reads (`aten::StepGuard::found_inf`).
+#[cfg(feature = "tch")]
+type DeviceFlag = tch::Tensor;
+#[cfg(not(feature = "tch"))]
+type DeviceFlag = std::convert::Infallible;
+
+#[cfg(feature = "tch")]
+use crate::aten::DeviceGuard;
+/// Without LibTorch there is no guard on a device.
+#[cfg(not(feature = "tch"))]
+#[derive(Clone, Copy)]
+enum DeviceGuard<'a> {
+    #[allow(dead_code)]
+    Never(std::convert::Infallible, std::marker::PhantomData<&'a ()>),
+}
+
+#[cfg(feature = "tch")]
+use crate::aten::HostCopy;
+/// Without LibTorch no step is ever queued.
+#[cfg(not(feature = "tch"))]
+enum HostCopy {}
+#[cfg(not(feature = "tch"))]
+impl HostCopy {
+    fn wait(self) -> Result<Vec<f64>, std::convert::Infallible> {
+        match self {}
+    }
+}
+
+/// The parameters of `model` that have a gradient in `grads`.
+fn ids_with_gradients(
+    model: &LanguageModel,
+    grads: &GradientsParams,
+) -> Vec<burn::module::ParamId> {
+    struct Ids<'a> {
+        grads: &'a GradientsParams,
+        ids: Vec<burn::module::ParamId>,
+    }
+    impl ModuleVisitor for Ids<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if self.grads.get::<D>(param.id).is_some() {
+                self.ids.push(param.id);
+            }
+        }
+    }
+    let mut ids = Ids {
+        grads,
+        ids: Vec::new(),
+    };
+    model.visit(&mut ids);
+    ids.ids
 }
 
 /// Adds `from`'s gradients into `into`, parameter by parameter (a parameter in one only keeps it).
