@@ -7,8 +7,10 @@
 #
 #   bench/compare_gpu.sh [--models small,gpt2-small] [--modes fp32,bf16,compile] [--steps 50]
 #                        [--warmup 10] [--vocab 33278] [--batch 16] [--rounds 2] [--peak-tflops 66.9]
-#                        [--peak-tflops-bf16 989.4]
+#                        [--peak-tflops-bf16 989.4] [--step-sync]
 #
+# --step-sync: conelab fp32 a second time with its steps synchronised (`bench train --step-sync`:
+# every step's loss read back before the next is dispatched), beside the pipelined default.
 # CONELAB: the binary (default gpu-bin/conelab from scripts/build-gpu-binary.sh);
 # PYTHON: the python with torch (default /opt/torch/.venv/bin/python, else python3).
 # --peak-tflops: the dense peak the fp32 rows' MFU is taken against: 66.9 (an H100/H200 SXM's fp32 on
@@ -16,7 +18,7 @@
 # and compile rows' peak (989.4, an H100/H200 SXM's dense bf16 tensor cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models=small,gpt2-small modes=fp32,bf16,compile steps=50 warmup=10 vocab=33278 batch=16 rounds=2 peak=66.9 peak_bf16=989.4
+models=small,gpt2-small modes=fp32,bf16,compile steps=50 warmup=10 vocab=33278 batch=16 rounds=2 peak=66.9 peak_bf16=989.4 step_sync=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models=$2; shift 2 ;;
@@ -28,6 +30,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --peak-tflops) peak=$2; shift 2 ;;
     --peak-tflops-bf16) peak_bf16=$2; shift 2 ;;
+    --step-sync) step_sync=1; shift ;;
     *) echo "compare_gpu.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -65,6 +68,11 @@ for round in $(seq "$rounds"); do
     args=(--model "$model" --steps "$steps" --warmup "$warmup" --vocab "$vocab" --batch "$batch")
     sampled "$conelab" bench train "${args[@]}" --device cuda --json | "$python" -c "$row_py" "$peak" fp32 \
       || echo "conelab            $model fp32: failed (its error above)"
+    if [ "$step_sync" = 1 ]; then
+      sampled "$conelab" bench train "${args[@]}" --device cuda --step-sync --json \
+        | "$python" -c "$row_py" "$peak" fp32 \
+        || echo "conelab            $model fp32 step sync: failed (its error above)"
+    fi
     sampled "$conelab" bench train "${args[@]}" --device cuda --precision bf16 --json \
       | "$python" -c "$row_py" "$peak_bf16" bf16 \
       || echo "conelab            $model bf16: failed (its error above)"

@@ -1042,3 +1042,46 @@ fn a_pipelined_engine_reports_a_divergence_at_its_step() {
     assert_eq!(steps, (1..at).collect::<Vec<_>>());
     assert_eq!(finished, (at - 1, conelab::engine::FinishReason::Diverged));
 }
+
+/// `bench train` on the paths CUDA takes (bf16 puts LibTorch CPU on them): pipelined by default,
+/// synchronised with `--step-sync`, each labelled; the figures are the timed steps'.
+#[test]
+fn bench_train_times_pipelined_and_synchronised_steps() {
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "bench",
+            "train",
+            "--device",
+            "libtorch-cpu",
+            "--precision",
+            "bf16",
+            "--steps",
+            "3",
+            "--warmup",
+            "1",
+            "--batch",
+            "2",
+            "--bptt",
+            "8",
+            "--vocab",
+            "300",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = crate::common::conelab(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    let (piped, synced) = (json(&[]), json(&["--step-sync"]));
+    assert_eq!(piped["engine"], "conelab");
+    assert_eq!(synced["engine"], "conelab (step sync)");
+    for v in [&piped, &synced] {
+        assert_eq!(v["steps"], 3);
+        assert!(v["tokens_per_sec"].as_f64().expect("number") > 0.0);
+        assert!(v["ms_per_step"].as_f64().expect("number") > 0.0);
+    }
+}
