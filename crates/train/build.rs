@@ -44,6 +44,7 @@ mod extension {
             .file("csrc/norm.cpp")
             .file("csrc/island.cpp")
             .file("csrc/step.cpp")
+            .file("csrc/head.cpp")
             .compile("conelab_aten");
     }
 }

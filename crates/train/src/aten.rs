@@ -1328,3 +1328,55 @@ impl Drop for HostCopy {
         }
     }
 }
+
+#[cfg(feature = "tch")]
+unsafe extern "C" {
+    #[allow(clippy::too_many_arguments)]
+    fn conelab_softmax_head(
+        logits: *mut torch_sys::C_tensor,
+        targets: *mut torch_sys::C_tensor,
+        alpha: f64,
+        nll: *mut *mut torch_sys::C_tensor,
+        dev: *mut *mut torch_sys::C_tensor,
+        g: *mut *mut torch_sys::C_tensor,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+}
+
+/// The MLE head's terms and G on LibTorch (`csrc/head.cpp`): the mean NLL `[1]`, DEV's
+/// α·mean (log Z)² `[1]` when α > 0, and G = ∂(NLL + DEV)/∂z `[P, N]` f32, from the logits
+/// `[P, N]` (f32 or bf16) and the int64 targets `[P]`.
+#[cfg(feature = "tch")]
+pub fn softmax_head(
+    logits: &tch::Tensor,
+    targets: &tch::Tensor,
+    alpha: f64,
+) -> Result<(tch::Tensor, Option<tch::Tensor>, tch::Tensor), AtenError> {
+    let mut out = [std::ptr::null_mut::<torch_sys::C_tensor>(); 3];
+    let [nll, dev, g] = &mut out;
+    call("softmax head", |err, len| {
+        // SAFETY: live handles and out-pointers to our locals.
+        unsafe {
+            conelab_softmax_head(
+                logits.as_ptr() as *mut _,
+                targets.as_ptr() as *mut _,
+                alpha,
+                nll,
+                dev,
+                g,
+                err,
+                len,
+            )
+        }
+    })?;
+    // SAFETY: tensors the extension allocated (null: none); tch owns them now.
+    let [nll, dev, g] = out.map(|p| (!p.is_null()).then(|| unsafe { tch::Tensor::from_ptr(p) }));
+    match (nll, g) {
+        (Some(nll), Some(g)) if dev.is_some() == (alpha > 0.0) => Ok((nll, dev, g)),
+        _ => Err(AtenError {
+            op: "softmax head",
+            why: "no result".into(),
+        }),
+    }
+}

@@ -35,6 +35,10 @@ pub struct DeviceHead {
 /// NLL, DEV (weight `dev`, 0 = off) and G from the logits `[P, N]` (not tracked) and the
 /// targets `[P]`.
 pub fn device_head(logits: Tensor<2>, targets: Tensor<1, Int>, dev: f64) -> DeviceHead {
+    #[cfg(feature = "tch")]
+    if let Some(head) = libtorch_head(&logits, &targets, dev) {
+        return head;
+    }
     let [p, _] = logits.dims();
     let device = logits.device();
     let y = targets.reshape([p, 1]);
@@ -64,6 +68,52 @@ pub fn device_head(logits: Tensor<2>, targets: Tensor<1, Int>, dev: f64) -> Devi
         dev: dev_value,
         g,
     }
+}
+
+/// On LibTorch, the same terms and G in one call of our extension (`aten::softmax_head`: a
+/// fused log-softmax, G written in place over it, four passes over the logits); `None` where the
+/// tensors are not LibTorch's or libtorch refused (the composed form then runs, and says why
+/// once).
+#[cfg(feature = "tch")]
+#[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
+fn libtorch_head(logits: &Tensor<2>, targets: &Tensor<1, Int>, dev: f64) -> Option<DeviceHead> {
+    use burn::backend::{Autodiff, AutodiffBackend, LibTorch, libtorch::TchTensor};
+    let autodiff = logits.is_autodiff();
+    let z = if autodiff {
+        logits.clone().inner()
+    } else {
+        logits.clone()
+    }
+    .try_into_primitive::<LibTorch>()
+    .ok()?;
+    let y = if targets.is_autodiff() {
+        targets.clone().inner()
+    } else {
+        targets.clone()
+    }
+    .try_into_primitive::<LibTorch>()
+    .ok()?;
+    let (nll, dev_value, g) =
+        crate::aten::AtenError::or_composed(crate::aten::softmax_head(&z.tensor, &y.tensor, dev))?;
+    let back = |t: tch::Tensor| -> Tensor<1> {
+        let t = TchTensor::new(t.reshape([-1]));
+        if autodiff {
+            Tensor::from_primitive::<Autodiff<LibTorch>>(Autodiff::<LibTorch>::from_inner(t))
+        } else {
+            Tensor::from_primitive::<LibTorch>(t)
+        }
+    };
+    let g = TchTensor::new(g);
+    let g = if autodiff {
+        Tensor::<2>::from_primitive::<Autodiff<LibTorch>>(Autodiff::<LibTorch>::from_inner(g))
+    } else {
+        Tensor::<2>::from_primitive::<LibTorch>(g)
+    };
+    Some(DeviceHead {
+        nll: back(nll),
+        dev: dev_value.map(back),
+        g,
+    })
 }
 
 #[cfg(test)]
@@ -117,9 +167,44 @@ mod tests {
         t.try_into_vec_as::<f64>().expect("read")[0]
     }
 
+    /// burn-flex's composed form, and LibTorch's fused call in a `tch` build.
+    fn devices() -> Vec<DeviceSpec> {
+        #[allow(unused_mut)]
+        let mut specs = vec![DeviceSpec::Cpu];
+        #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+        specs.push(DeviceSpec::LibtorchCpu);
+        specs
+    }
+
     #[test]
     fn the_terms_and_g_match_the_formulas_in_f64() {
-        let device = DeviceSpec::Cpu.device().expect("flex");
+        for spec in devices() {
+            the_terms_and_g_match_the_formulas_on(spec);
+        }
+    }
+
+    /// On LibTorch the head is the extension's one call: a fused log-softmax, not the composed
+    /// form's max, exp and sums (which would give the same values, slower).
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    #[test]
+    fn libtorch_takes_the_fused_head() {
+        let device = DeviceSpec::LibtorchCpu.training_device().expect("libtorch");
+        let (z, y, p, n) = case();
+        let logits = Tensor::<2>::from_data(TensorData::new(z, [p, n]), &device);
+        let targets = Tensor::<1, Int>::from_data(TensorData::new(y, [p]), &device);
+        let (_, ops) =
+            crate::aten::count_ops(|| device_head(logits, targets, 0.1)).expect("counted");
+        assert!(ops.contains_key("aten::_log_softmax"), "{ops:?}");
+        for composed in ["aten::max", "aten::amax", "aten::sum", "aten::log"] {
+            assert!(
+                !ops.contains_key(composed),
+                "the composed form ran: {ops:?}"
+            );
+        }
+    }
+
+    fn the_terms_and_g_match_the_formulas_on(spec: DeviceSpec) {
+        let device = spec.device().expect("device");
         let (z, y, p, n) = case();
         for dev in [0.0, 0.3] {
             let logits = Tensor::<2>::from_data(TensorData::new(z.clone(), [p, n]), &device);
@@ -141,12 +226,17 @@ mod tests {
         }
     }
 
-    /// A second algorithm: burn's autodiff of NLL + α·mean (log Z)² on the same logits.
+    /// A second algorithm: burn's autodiff of NLL + α·mean (log Z)² on the same logits (the
+    /// logits an autodiff tensor, as the trainer hands them over).
     #[test]
     fn g_is_the_autodiff_gradient_of_the_terms() {
-        let device = DeviceSpec::Cpu
-            .training_device()
-            .expect("flex with autodiff");
+        for spec in devices() {
+            g_is_the_autodiff_gradient_of_the_terms_on(spec);
+        }
+    }
+
+    fn g_is_the_autodiff_gradient_of_the_terms_on(spec: DeviceSpec) {
+        let device = spec.training_device().expect("device with autodiff");
         let (z, y, p, n) = case();
         let dev = 0.25;
         let logits = Tensor::<2>::from_data(TensorData::new(z, [p, n]), &device);
