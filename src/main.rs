@@ -28,6 +28,10 @@ fn main() -> ExitCode {
     conelab::allocator::keep_freed_memory();
     // Defence in depth: a bug must still end in one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
+        // A decoder's panic on a damaged file is caught and reported as that file's damage.
+        if conelab::base::integrity::catching_panic() {
+            return;
+        }
         // A panic of a run's worker threads is caught there and reported as the run's failure.
         let thread = std::thread::current();
         if matches!(

@@ -139,7 +139,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Eval(args) => done(eval::exec(args)),
         Command::Inspect(args) => done(inspect::exec(args)),
         Command::Export(args) => done(export::exec(args)),
-        Command::Store(command) => done(store::exec(command)),
+        Command::Store(command) => store::exec(command),
         Command::Bench(command) => done(bench::exec(command)),
         Command::Tag { run, changes } => done(labels::tag(&run, &changes)),
         Command::Note { run, text } => done(labels::note(&run, text)),

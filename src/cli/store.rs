@@ -1,10 +1,11 @@
-//! `conelab store compact`: maintenance of a run's metrics store.
+//! `conelab store compact`, `conelab store verify`: maintenance and integrity of a run's files.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Subcommand;
 
+use conelab::base::exit::ExitStatus;
 use conelab::run::say;
 use conelab::store;
 
@@ -15,6 +16,13 @@ pub enum StoreCommand {
     /// Rewrite a finished run's store as one segment per table (training does this itself when
     /// it ends).
     Compact {
+        #[arg(required = true, num_args = 1..)]
+        runs: Vec<PathBuf>,
+    },
+    /// Check every file of a run whose bytes conelab can verify: each store segment against the
+    /// checksum in its name (and decoded), each checkpoint's files against its manifest. Changes
+    /// nothing; exit status 4 when something is damaged (listed on stderr), 0 when not.
+    Verify {
         #[arg(required = true, num_args = 1..)]
         runs: Vec<PathBuf>,
     },
@@ -38,8 +46,56 @@ fn compact(runs: Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-pub fn exec(command: StoreCommand) -> Result<()> {
+/// Files checked, and the damaged ones (path, why), of one run.
+fn verify_run(run: &std::path::Path) -> Result<(String, Vec<(PathBuf, String)>)> {
+    let segments = store::verify(run)?;
+    let mut damaged = segments.damaged;
+    let (mut verified, mut unverified) = (0, 0);
+    let checkpoints = conelab::checkpoint::checkpoints_in(run)?;
+    for dir in &checkpoints {
+        match conelab::checkpoint::verify_manifest(dir) {
+            Ok(true) => verified += 1,
+            Ok(false) => unverified += 1,
+            Err(conelab::checkpoint::CheckpointError::Corrupt { path, reason }) => {
+                damaged.push((path, reason))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let summary = format!(
+        "{}: {} store segments verified, {} unverified (written before checksums); \
+         {} checkpoints verified, {} unverified; {} damaged",
+        run.display(),
+        segments.verified,
+        segments.unverified,
+        verified,
+        unverified,
+        damaged.len()
+    );
+    Ok((summary, damaged))
+}
+
+fn verify(runs: Vec<PathBuf>) -> Result<ExitStatus> {
+    let mut any = false;
+    for run in runs {
+        let (summary, damaged) = verify_run(&run)?;
+        print_stdout(&format!("{summary}\n"))?;
+        for (path, why) in &damaged {
+            say(&format!("conelab: damaged: {}: {why}", path.display()));
+        }
+        any |= !damaged.is_empty();
+    }
+    // Damage on disk is the machine's failure (README, "Exit statuses").
+    Ok(if any {
+        ExitStatus::Failed
+    } else {
+        ExitStatus::Success
+    })
+}
+
+pub fn exec(command: StoreCommand) -> Result<ExitStatus> {
     match command {
-        StoreCommand::Compact { runs } => compact(runs),
+        StoreCommand::Compact { runs } => compact(runs).map(|()| ExitStatus::Success),
+        StoreCommand::Verify { runs } => verify(runs),
     }
 }

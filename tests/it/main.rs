@@ -11,6 +11,7 @@ mod cli_data;
 mod cli_inspect;
 mod cli_train;
 mod engine;
+mod integrity;
 mod metrics;
 mod objectives;
 mod objectives_engine;

@@ -413,6 +413,8 @@ fn a_checkpoint_from_before_the_counter_choice_resumes_with_the_warm_counter() {
         .remove("counter")
         .expect("counter written");
     std::fs::write(&state_path, serde_json::to_vec(&state).expect("json")).expect("write");
+    // Checkpoints of that time had no manifest either.
+    std::fs::remove_file(step_dir.join(checkpoint::MANIFEST)).expect("no manifest");
     let (old, _) = checkpoint::resume(dir.path(), None).expect("resume an old checkpoint");
     assert_eq!(old.objectives().agg.counter, AggCounter::Warm, "as it ran");
     assert!(old.objectives().label().contains("warm"));

@@ -15,6 +15,7 @@ pub mod atomic;
 pub mod error;
 pub mod exit;
 pub mod fault;
+pub mod integrity;
 pub mod jsonfloat;
 pub mod lockfile;
 pub mod pump;

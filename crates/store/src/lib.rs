@@ -317,6 +317,34 @@ pub fn compact(run_dir: &Path) -> Result<Compaction, StoreError> {
     segment::compact(&dir, segment::Keep::All)
 }
 
+/// What [`verify`] found in a store's segments.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Verification {
+    /// Segments read whole: their checksum matched and they decoded.
+    pub verified: usize,
+    /// Segments written before checksums that decoded (nothing to compare them with).
+    pub unverified: usize,
+    /// Damaged segments: (path, why). Left where they are (compaction sets them aside).
+    pub damaged: Vec<(PathBuf, String)>,
+}
+
+/// Reads every live segment of a run's store (verifying the checksum in its name, then decoding
+/// it) without changing anything: a damaged segment is named, an I/O error is an error.
+pub fn verify(run_dir: &Path) -> Result<Verification, StoreError> {
+    let dir = store_dir(run_dir);
+    read_run_record(&dir)?;
+    let mut out = Verification::default();
+    for seg in segment::list(&dir)? {
+        match segment::read_one(&seg.path, seg.kind, None) {
+            Ok(_) if seg.checksum.is_some() => out.verified += 1,
+            Ok(_) => out.unverified += 1,
+            Err(segment::ReadError::Corrupt(why)) => out.damaged.push((seg.path, why)),
+            Err(segment::ReadError::Io(e)) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

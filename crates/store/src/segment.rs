@@ -1,6 +1,7 @@
 //! Segment files: naming, crash-safe writes that never replace an existing segment, reads that
 //! tell a corrupt segment from an I/O error, compaction.
 
+use conelab_base::integrity;
 use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
 
@@ -36,15 +37,26 @@ pub struct Segment {
     pub seq: u64,
     /// A compaction: holds everything of its kind up to `seq`.
     pub base: bool,
+    /// The CRC-32C of its bytes, from its name (`None`: written before checksums, unverified).
+    pub checksum: Option<u32>,
 }
 
-fn file_name(kind: Kind, seq: u64, base: bool) -> String {
+/// `metrics-000025.parquet` (no checksum: the names stores had before), or with the CRC-32C of
+/// the file's bytes, `metrics-000025.3fa9c0d2.parquet`; `-base` after the number for a
+/// compaction. The checksum is in the name so that it is committed by the same link that puts
+/// the segment in place: no manifest to update, nothing to get out of step after a crash.
+fn file_name(kind: Kind, seq: u64, base: bool, checksum: Option<u32>) -> String {
     let suffix = if base { "-base" } else { "" };
-    format!("{}-{seq:06}{suffix}.parquet", kind.prefix())
+    let sum = checksum.map_or(String::new(), |c| format!(".{}", integrity::hex(c)));
+    format!("{}-{seq:06}{suffix}{sum}.parquet", kind.prefix())
 }
 
-fn parse(name: &str) -> Option<(Kind, u64, bool)> {
+fn parse(name: &str) -> Option<(Kind, u64, bool, Option<u32>)> {
     let stem = name.strip_suffix(".parquet")?;
+    let (stem, checksum) = match stem.rsplit_once('.') {
+        Some((rest, sum)) => (rest, Some(integrity::parse_hex(sum)?)),
+        None => (stem, None),
+    };
     let (kind, rest) = if let Some(r) = stem.strip_prefix("metrics-") {
         (Kind::Metrics, r)
     } else {
@@ -57,7 +69,7 @@ fn parse(name: &str) -> Option<(Kind, u64, bool)> {
     if digits.len() < 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some((kind, digits.parse().ok()?, base))
+    Some((kind, digits.parse().ok()?, base, checksum))
 }
 
 /// Every segment in the folder (temp files and strangers ignored), in sequence order.
@@ -71,12 +83,13 @@ pub fn list(dir: &Path) -> Result<Vec<Segment>, StoreError> {
     for entry in entries {
         let entry = entry.map_err(io_error(dir))?;
         let name = entry.file_name();
-        if let Some((kind, seq, base)) = name.to_str().and_then(parse) {
+        if let Some((kind, seq, base, checksum)) = name.to_str().and_then(parse) {
             out.push(Segment {
                 path: entry.path(),
                 kind,
                 seq,
                 base,
+                checksum,
             });
         }
     }
@@ -105,9 +118,14 @@ pub fn encode(df: &mut DataFrame) -> Result<Vec<u8>, StoreError> {
     Ok(bytes)
 }
 
-/// The path of a segment.
-pub fn path_of(dir: &Path, kind: Kind, seq: u64, base: bool) -> PathBuf {
-    dir.join(file_name(kind, seq, base))
+/// The path of a segment holding `bytes` (its checksum in its name).
+pub fn path_of(dir: &Path, kind: Kind, seq: u64, base: bool, bytes: &[u8]) -> PathBuf {
+    dir.join(file_name(kind, seq, base, Some(integrity::crc32c(bytes))))
+}
+
+/// The path a segment had before checksums (tests plant such files: they read as unverified).
+pub fn unverified_path_of(dir: &Path, kind: Kind, seq: u64, base: bool) -> PathBuf {
+    dir.join(file_name(kind, seq, base, None))
 }
 
 /// Writes a temporary file beside its final name and fsyncs it (fault point `segment.write`:
@@ -163,9 +181,9 @@ pub fn write(
     base: bool,
     df: &mut DataFrame,
 ) -> Result<PathBuf, StoreError> {
-    let name = file_name(kind, seq, base);
-    let path = dir.join(&name);
     let bytes = encode(df)?;
+    let name = file_name(kind, seq, base, Some(integrity::crc32c(&bytes)));
+    let path = dir.join(&name);
     let tmp = write_temp(dir, &name, &bytes)?;
     place(&tmp, &path)?;
     Ok(path)
@@ -190,6 +208,40 @@ fn read_projected(
     let bytes = conelab_base::fault::check("segment.read")
         .and_then(|()| std::fs::read(path))
         .map_err(|e| ReadError::Io(io_error(path)(e)))?;
+    // A segment named with its checksum is verified before a decoder sees it: a flipped bit is
+    // found here, whatever polars would have made of it (a panic, or a silently changed value).
+    let named = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(parse)
+        .and_then(|(_, _, _, sum)| sum);
+    if let Some(want) = named {
+        let got = integrity::crc32c(&bytes);
+        if got != want {
+            return Err(ReadError::Corrupt(format!(
+                "{}: checksum mismatch (CRC-32C {} where its name says {}): damaged on disk",
+                path.display(),
+                integrity::hex(got),
+                integrity::hex(want)
+            )));
+        }
+    }
+    // An unverified segment (written before checksums, or its name lost) may still make the
+    // decoder panic: that is its damage, not a bug of the reader.
+    integrity::catch_panic(|| decode(path, kind, columns, bytes)).unwrap_or_else(|panic| {
+        Err(ReadError::Corrupt(format!(
+            "{}: the Parquet decoder failed on it ({panic}): damaged",
+            path.display()
+        )))
+    })
+}
+
+fn decode(
+    path: &Path,
+    kind: Kind,
+    columns: Option<&[&str]>,
+    bytes: Vec<u8>,
+) -> Result<DataFrame, ReadError> {
     let not_parquet =
         |e: PolarsError| ReadError::Corrupt(format!("{}: not a Parquet file: {e}", path.display()));
     let other_columns = || {
@@ -426,22 +478,90 @@ pub fn compact(dir: &Path, keep: Keep) -> Result<Compaction, StoreError> {
 mod tests {
     use super::*;
 
+    /// A segment written today is named with its CRC-32C and read back whole; one flipped bit
+    /// anywhere in it is a corrupt segment (never a decoder's panic or a silently changed
+    /// value), and so is garbage under an old-style name that makes the decoder fail.
+    #[test]
+    fn a_flipped_bit_is_a_checksum_mismatch_and_garbage_is_corrupt() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut df = empty_events();
+        let path = write(dir.path(), Kind::Events, 3, false, &mut df).expect("written");
+        let bytes = std::fs::read(&path).expect("read");
+        let name = path.file_name().and_then(|n| n.to_str()).expect("name");
+        assert_eq!(
+            name,
+            format!(
+                "events-000003.{}.parquet",
+                integrity::hex(integrity::crc32c(&bytes))
+            )
+        );
+        read_one(&path, Kind::Events, None).expect("it reads back");
+        for (i, byte) in [0, bytes.len() / 2, bytes.len() - 1]
+            .into_iter()
+            .enumerate()
+        {
+            let mut flipped = bytes.clone();
+            flipped[byte] ^= 1 << (i % 8);
+            std::fs::write(&path, &flipped).expect("write");
+            match read_one(&path, Kind::Events, None) {
+                Err(ReadError::Corrupt(why)) => assert!(why.contains("checksum mismatch"), "{why}"),
+                other => panic!("byte {byte}: {other:?}"),
+            }
+        }
+        let old = unverified_path_of(dir.path(), Kind::Events, 4, false);
+        std::fs::write(&old, &bytes[..bytes.len() / 3]).expect("write");
+        assert!(matches!(
+            read_one(&old, Kind::Events, None),
+            Err(ReadError::Corrupt(_))
+        ));
+    }
+
+    /// The same rows under the same number make the same name: the second write is refused,
+    /// the first file kept.
+    #[test]
+    fn a_taken_name_is_never_replaced() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = write(dir.path(), Kind::Events, 7, false, &mut empty_events()).expect("first");
+        let before = std::fs::read(&path).expect("read");
+        let err = write(dir.path(), Kind::Events, 7, false, &mut empty_events())
+            .expect_err("the name is taken");
+        assert!(err.to_string().contains("exists"), "{err}");
+        assert_eq!(std::fs::read(&path).expect("read"), before);
+        assert_eq!(
+            list(dir.path()).expect("list").len(),
+            1,
+            "no temp file left"
+        );
+    }
+
     #[test]
     fn names_round_trip_and_strangers_are_ignored() {
         assert_eq!(
-            parse(&file_name(Kind::Metrics, 12, false)),
-            Some((Kind::Metrics, 12, false))
+            parse(&file_name(Kind::Metrics, 12, false, None)),
+            Some((Kind::Metrics, 12, false, None))
         );
         assert_eq!(
-            parse(&file_name(Kind::Events, 1_234_567, true)),
-            Some((Kind::Events, 1_234_567, true))
+            parse(&file_name(Kind::Events, 1_234_567, true, Some(0x3fa9_c0d2))),
+            Some((Kind::Events, 1_234_567, true, Some(0x3fa9_c0d2)))
+        );
+        assert_eq!(
+            file_name(Kind::Metrics, 25, true, Some(0x3fa9_c0d2)),
+            "metrics-000025-base.3fa9c0d2.parquet"
+        );
+        assert_eq!(
+            parse("metrics-000025.3fa9c0d2.parquet"),
+            Some((Kind::Metrics, 25, false, Some(0x3fa9_c0d2)))
         );
         for stranger in [
             ".metrics-000001.parquet.tmp-42",
+            ".metrics-000001.3fa9c0d2.parquet.tmp-42",
             "metrics-1.parquet",
             "metrics-00000a.parquet",
             "notes.parquet",
             "metrics-000001.csv",
+            "metrics-000001.3fa9c0d.parquet",
+            "metrics-000001.3fa9c0dz.parquet",
+            "metrics-000001..parquet",
         ] {
             assert_eq!(parse(stranger), None, "{stranger}");
         }
@@ -454,6 +574,7 @@ mod tests {
             kind: Kind::Metrics,
             seq,
             base,
+            checksum: None,
         };
         let all = vec![seg(1, false), seg(2, true), seg(3, false), seg(4, false)];
         let live_seqs: Vec<u64> = live(&all, Kind::Metrics).iter().map(|s| s.seq).collect();

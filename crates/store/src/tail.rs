@@ -212,7 +212,7 @@ mod tests {
         let store = store_dir(tmp.path());
         let next = segment::next_seq(&store).expect("seq");
         std::fs::write(
-            segment::path_of(&store, Kind::Metrics, next, false),
+            segment::unverified_path_of(&store, Kind::Metrics, next, false),
             b"not parquet",
         )
         .expect("write");
@@ -250,7 +250,7 @@ mod tests {
         let store = store_dir(tmp.path());
         let next = segment::next_seq(&store).expect("seq");
         std::fs::write(
-            segment::path_of(&store, Kind::Metrics, next, false),
+            segment::unverified_path_of(&store, Kind::Metrics, next, false),
             b"not parquet",
         )
         .expect("write");

@@ -216,13 +216,15 @@ impl StoreWriter {
         }
         let mut temps: Vec<(PathBuf, PathBuf)> = Vec::new();
         for (kind, mut df) in frames {
-            let path = segment::path_of(&self.dir, kind, seq, false);
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
             let written = segment::encode(&mut df).and_then(|bytes| {
+                // Named with its checksum (`segment::path_of`), verified by every reader.
+                let path = segment::path_of(&self.dir, kind, seq, false, &bytes);
+                let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
                 segment::write_temp(&self.dir, &name.unwrap_or_default(), &bytes)
+                    .map(|tmp| (tmp, path))
             });
             match written {
-                Ok(tmp) => temps.push((tmp, path)),
+                Ok(written) => temps.push(written),
                 Err(e) => {
                     for (tmp, _) in &temps {
                         let _ = std::fs::remove_file(tmp);

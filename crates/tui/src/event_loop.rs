@@ -223,7 +223,9 @@ fn init_terminal() -> io::Result<DefaultTerminal> {
     let ui_thread = std::thread::current().id();
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if std::thread::current().id() == ui_thread {
+        // A decoder's panic on a damaged file, caught and reported as its damage: the screen
+        // stays.
+        if std::thread::current().id() == ui_thread && !conelab_base::integrity::catching_panic() {
             restore_terminal();
         }
         previous(info);

@@ -133,6 +133,7 @@ fn write_checkpoint_files(dir: &Path, trainer: &Trainer) -> Result<(), Checkpoin
         })?;
         fs::write(&rec_path, bytes).map_err(io(&rec_path))?;
     }
+    write_manifest(dir)?;
     for entry in fs::read_dir(dir).map_err(io(dir))? {
         let p = entry.map_err(io(dir))?.path();
         fs::File::open(&p)
@@ -140,6 +141,108 @@ fn write_checkpoint_files(dir: &Path, trainer: &Trainer) -> Result<(), Checkpoin
             .map_err(io(&p))?;
     }
     Ok(())
+}
+
+/// The checkpoint's manifest: the CRC-32C of each of its files, written last (before the folder
+/// is fsynced and put in place) and checked before anything is decoded ([`verify_manifest`]).
+pub const MANIFEST: &str = "checksums.json";
+
+/// The manifest's format (a reader refuses a newer one rather than trust it).
+const MANIFEST_FORMAT: u32 = 1;
+
+fn write_manifest(dir: &Path) -> Result<(), CheckpointError> {
+    let mut files = std::collections::BTreeMap::new();
+    for entry in fs::read_dir(dir).map_err(io(dir))? {
+        let p = entry.map_err(io(dir))?.path();
+        let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if name == MANIFEST || !p.is_file() {
+            continue;
+        }
+        let crc = conelab_base::integrity::file_crc32c(&p).map_err(io(&p))?;
+        files.insert(name.to_owned(), conelab_base::integrity::hex(crc));
+    }
+    let path = dir.join(MANIFEST);
+    // {"format": 1, "files": {"model.safetensors": "3fa9c0d2", …}}
+    let manifest = serde_json::json!({ "format": MANIFEST_FORMAT, "files": files });
+    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| CheckpointError::Corrupt {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    fs::write(&path, json).map_err(io(&path))
+}
+
+/// Whether a checkpoint's files are what was written: `Ok(true)` when its manifest matches every
+/// file it lists, `Ok(false)` for a checkpoint written before manifests (unverified, never
+/// "corrupt"); a mismatch, a listed file missing or an unreadable manifest is `Corrupt`, naming
+/// the file; a file that cannot be read at all is `Io`.
+pub fn verify_manifest(step_dir: &Path) -> Result<bool, CheckpointError> {
+    let path = step_dir.join(MANIFEST);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(io(&path)(e)),
+    };
+    let corrupt = |path: &Path, reason: String| CheckpointError::Corrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let manifest: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| corrupt(&path, format!("an unreadable manifest: {e}")))?;
+    let (Some(format), Some(files)) = (
+        manifest.get("format").and_then(serde_json::Value::as_u64),
+        manifest.get("files").and_then(serde_json::Value::as_object),
+    ) else {
+        return Err(corrupt(&path, "not a checkpoint manifest".into()));
+    };
+    if format != u64::from(MANIFEST_FORMAT) {
+        return Err(corrupt(
+            &path,
+            format!("manifest format {format}, not this conelab's ({MANIFEST_FORMAT})"),
+        ));
+    }
+    for (name, want) in files {
+        let want = want.as_str().unwrap_or_default();
+        // A name is a file of this folder, never a path out of it.
+        if name.contains('/') || name.contains('\\') || name == ".." {
+            return Err(corrupt(
+                &path,
+                format!("names {name:?}, not a file of the checkpoint"),
+            ));
+        }
+        let file = step_dir.join(name);
+        let Some(want) = conelab_base::integrity::parse_hex(want) else {
+            return Err(corrupt(
+                &path,
+                format!("{name}: {want:?} is not a checksum"),
+            ));
+        };
+        let got = match conelab_base::integrity::file_crc32c(&file) {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(corrupt(
+                    &path,
+                    format!(
+                        "lists {name}, which is not there: the folder or its manifest is damaged"
+                    ),
+                ));
+            }
+            Err(e) => return Err(io(&file)(e)),
+        };
+        if got != want {
+            return Err(corrupt(
+                &file,
+                format!(
+                    "checksum mismatch (CRC-32C {} where {MANIFEST} says {}): the file or the \
+                     manifest is damaged on disk",
+                    conelab_base::integrity::hex(got),
+                    conelab_base::integrity::hex(want)
+                ),
+            ));
+        }
+    }
+    Ok(true)
 }
 
 /// Loads a checkpoint folder into a model built from `model_config` on `device`.
@@ -154,6 +257,8 @@ pub fn load(
         path: path.to_path_buf(),
         reason,
     };
+    // Nothing is decoded from a file whose bytes are not the ones written.
+    verify_manifest(step_dir)?;
     let state_path = step_dir.join("state.json");
     let state_bytes = fs::read(&state_path).map_err(io(&state_path))?;
     let mut state: RunState =
@@ -176,8 +281,17 @@ pub fn load(
         model = model.set_spectral(Some(SpectralEmbedding::placeholder(vocab_size, d, device)));
     }
     let mut store = SafetensorsStore::from_file(&model_path);
-    model
-        .load_from(&mut store)
+    // A checkpoint without a manifest was not verified: a decoder's panic on its bytes is its
+    // damage (`catch_panic`), reported as such.
+    let panicked = |path: &Path| {
+        let path = path.to_path_buf();
+        move |panic: String| CheckpointError::Corrupt {
+            path,
+            reason: format!("the decoder failed on it ({panic}): damaged"),
+        }
+    };
+    conelab_base::integrity::catch_panic(|| model.load_from(&mut store))
+        .map_err(panicked(&model_path))?
         .map_err(|e| CheckpointError::Mismatch {
             path: model_path.clone(),
             reason: format!(
@@ -187,16 +301,20 @@ pub fn load(
         })?;
 
     let optim_path = step_dir.join("optimizer.bpk");
-    let optimizer = crate::engine::build_optimizer(train)
-        .load(&optim_path)
-        .map_err(|e| corrupt(&optim_path, format!("{e:?}")))?;
+    let optimizer = conelab_base::integrity::catch_panic(|| {
+        crate::engine::build_optimizer(train).load(&optim_path)
+    })
+    .map_err(panicked(&optim_path))?
+    .map_err(|e| corrupt(&optim_path, format!("{e:?}")))?;
 
     let spectral_path = step_dir.join("spectral-optimizer.bpk");
     let spectral_optimizer = if spectral_path.is_file() {
         Some(
-            crate::engine::spectral_optimizer(train, true)
-                .load(&spectral_path)
-                .map_err(|e| corrupt(&spectral_path, format!("{e:?}")))?,
+            conelab_base::integrity::catch_panic(|| {
+                crate::engine::spectral_optimizer(train, true).load(&spectral_path)
+            })
+            .map_err(panicked(&spectral_path))?
+            .map_err(|e| corrupt(&spectral_path, format!("{e:?}")))?,
         )
     } else {
         None
@@ -212,7 +330,8 @@ pub fn load(
             ModelConfig::Transformer(_) => None,
         };
         Some(
-            recurrent_from_bytes(&bytes, device, expected)
+            conelab_base::integrity::catch_panic(|| recurrent_from_bytes(&bytes, device, expected))
+                .map_err(panicked(&rec_path))?
                 .map_err(|e| corrupt(&rec_path, chain(&e)))?,
         )
     } else {

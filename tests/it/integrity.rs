@@ -1,0 +1,302 @@
+//! Integrity through the binary: a bit-flip campaign over a finished run's files. Every store
+//! segment carries its CRC-32C in its name and every checkpoint a manifest of its files' CRC-32C,
+//! so any flipped bit in them is found — by `conelab store verify` (exit 4, the file named), by
+//! `export` (the segment skipped with a warning, never a changed value) and by `train --resume`
+//! (the damaged checkpoint skipped for an older intact one) — and nothing ever panics (101) or
+//! aborts (134).
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use crate::common::{Fixture, conelab, s};
+
+/// xorshift64*: the same flips on every machine and every run of the test.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// The files whose bytes conelab verifies: the store's segments and every file of every
+/// checkpoint (the manifest too).
+fn verified_files(run: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut visit = |dir: &Path, keep: &dyn Fn(&str) -> bool| {
+        for e in std::fs::read_dir(dir).expect("list") {
+            let p = e.expect("entry").path();
+            let name = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_owned();
+            if p.is_file() && keep(&name) {
+                files.push(p);
+            }
+        }
+    };
+    visit(&run.join("store"), &|n| {
+        (n.starts_with("metrics-") || n.starts_with("events-")) && n.ends_with(".parquet")
+    });
+    for e in std::fs::read_dir(run).expect("list") {
+        let p = e.expect("entry").path();
+        if p.is_dir()
+            && p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("step-"))
+        {
+            visit(&p, &|_| true);
+        }
+    }
+    files.sort();
+    files
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("list") {
+        let p = e.expect("entry").path();
+        let dest = to.join(p.file_name().expect("name"));
+        if p.is_dir() {
+            copy_dir(&p, &dest);
+        } else {
+            std::fs::copy(&p, &dest).expect("copy");
+        }
+    }
+}
+
+fn never_crashed(out: &Output, what: &str) {
+    let code = out.status.code();
+    assert!(
+        !matches!(code, Some(101 | 134) | None),
+        "{what}: exit {code:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("internal error"), "{what}: {stderr}");
+}
+
+/// `export --table metrics` and `--table events` of a run, as CSV.
+fn exports(run: &Path) -> (Output, Output) {
+    let table = |t: &str| conelab(&["export", s(run), "--table", t, "--format", "csv"]);
+    (table("metrics"), table("events"))
+}
+
+#[test]
+fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
+    let f = Fixture::new();
+    let out = f.train(
+        "run",
+        &[
+            "--headless",
+            "--steps",
+            "30",
+            "--eval-every",
+            "10",
+            "--snapshot-every",
+            "10",
+            "--checkpoint-every",
+            "10",
+            "--keep",
+            "3",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pristine = f.path("run");
+    let files = verified_files(&pristine);
+    let segments = files
+        .iter()
+        .filter(|p| p.ends_with("store") || p.to_string_lossy().contains("/store/"))
+        .count();
+    assert!(segments >= 2 && files.len() >= segments + 9, "{files:?}");
+    let clean = conelab(&["store", "verify", s(&pristine)]);
+    assert!(
+        clean.status.success(),
+        "{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&clean.stdout).contains("3 checkpoints verified"),
+        "{}",
+        String::from_utf8_lossy(&clean.stdout)
+    );
+    let (metrics, events) = exports(&pristine);
+    assert!(metrics.status.success() && events.status.success());
+
+    let mut rng = Rng(0x5EED_F11B);
+    let (mut exported, mut resumed) = (0, 0);
+    for flip in 0..200 {
+        let copy = f.path(&format!("flip-{flip}"));
+        copy_dir(&pristine, &copy);
+        let original = &files[rng.below(files.len())];
+        let file = copy.join(original.strip_prefix(&pristine).expect("inside"));
+        let mut bytes = std::fs::read(&file).expect("read");
+        let at = rng.below(bytes.len());
+        let bit = rng.below(8);
+        bytes[at] ^= 1 << bit;
+        std::fs::write(&file, &bytes).expect("write");
+        let what = format!("flip {flip}: bit {bit} of byte {at} of {}", file.display());
+
+        // Found, always, and named.
+        let verify = conelab(&["store", "verify", s(&copy)]);
+        never_crashed(&verify, &what);
+        assert_eq!(
+            verify.status.code(),
+            Some(4),
+            "{what}: {}",
+            String::from_utf8_lossy(&verify.stdout)
+        );
+        let said = String::from_utf8_lossy(&verify.stderr);
+        let name = file.file_name().and_then(|n| n.to_str()).expect("name");
+        assert!(
+            said.contains(name) || said.contains("checksums.json"),
+            "{what}: verify said {said}"
+        );
+
+        let in_store = file.parent().is_some_and(|d| d.ends_with("store"));
+        if in_store && exported < 20 {
+            exported += 1;
+            // The damaged table is skipped with a warning naming it; the other is exported whole.
+            let (m, e) = exports(&copy);
+            never_crashed(&m, &what);
+            never_crashed(&e, &what);
+            let damaged_metrics = name.starts_with("metrics-");
+            let (hit, other, other_clean) = if damaged_metrics {
+                (&m, &e, &events)
+            } else {
+                (&e, &m, &metrics)
+            };
+            assert!(hit.status.success(), "{what}");
+            assert!(
+                String::from_utf8_lossy(&hit.stderr).contains("checksum mismatch"),
+                "{what}: {}",
+                String::from_utf8_lossy(&hit.stderr)
+            );
+            assert_eq!(
+                other.stdout, other_clean.stdout,
+                "{what}: the intact table changed"
+            );
+        } else if !in_store && resumed < 12 {
+            resumed += 1;
+            // Resume takes the newest intact checkpoint and trains on; never a crash, never
+            // damaged weights.
+            let out = conelab(&["train", "--resume", s(&copy), "--steps", "31", "--headless"]);
+            never_crashed(&out, &what);
+            assert!(
+                out.status.success(),
+                "{what}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let step_dir = file.parent().expect("step dir");
+            let newest = step_dir.ends_with("step-000030");
+            if newest {
+                // Said where a headless run says things: its output and its log.
+                let said = format!(
+                    "{}{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr),
+                    std::fs::read_to_string(copy.join("train.log")).unwrap_or_default()
+                );
+                assert!(
+                    said.contains("not from the newer checkpoint(s)")
+                        && said.contains("step-000030"),
+                    "{what}: the damaged newest checkpoint was not named: {said}"
+                );
+            }
+        }
+        std::fs::remove_dir_all(&copy).expect("clean up");
+    }
+    assert!(
+        exported >= 10 && resumed >= 10,
+        "{exported} exports, {resumed} resumes"
+    );
+}
+
+/// A checkpoint's manifest lists every other file of it with its CRC-32C; a checkpoint without
+/// one (written before manifests) still resumes, as unverified; and damage in such a one is
+/// never a crash, whatever burn's decoders make of it.
+#[test]
+fn the_manifest_covers_the_checkpoint_and_an_old_checkpoint_reads_unverified() {
+    use conelab::base::integrity;
+    let f = Fixture::new();
+    let out = f.train(
+        "run",
+        &[
+            "--headless",
+            "--steps",
+            "10",
+            "--eval-every",
+            "0",
+            "--checkpoint-every",
+            "10",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let step = f.path("run").join("step-000010");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(step.join("checksums.json")).expect("manifest"))
+            .expect("json");
+    assert_eq!(manifest["format"], 1);
+    let listed = manifest["files"].as_object().expect("files");
+    let mut on_disk: Vec<String> = std::fs::read_dir(&step)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "checksums.json")
+        .collect();
+    on_disk.sort();
+    assert_eq!(listed.keys().cloned().collect::<Vec<_>>(), on_disk);
+    assert!(on_disk.contains(&"model.safetensors".to_owned()));
+    for (name, sum) in listed {
+        let bytes = std::fs::read(step.join(name)).expect("read");
+        assert_eq!(
+            sum.as_str(),
+            Some(integrity::hex(integrity::crc32c(&bytes)).as_str()),
+            "{name}"
+        );
+    }
+    assert!(conelab::checkpoint::verify_manifest(&step).expect("verified"));
+
+    // Before manifests: unverified, and it resumes.
+    std::fs::remove_file(step.join("checksums.json")).expect("remove");
+    assert!(!conelab::checkpoint::verify_manifest(&step).expect("unverified"));
+    let copy = f.path("copy");
+    copy_dir(&f.path("run"), &copy);
+    let out = conelab(&["train", "--resume", s(&copy), "--steps", "11", "--headless"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Damage in an unverified checkpoint, its only one: an error in one line, never a panic.
+    let optimizer = step.join("optimizer.bpk");
+    let mut bytes = std::fs::read(&optimizer).expect("read");
+    for b in bytes.iter_mut().skip(16).step_by(7) {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&optimizer, &bytes).expect("write");
+    let out = conelab(&[
+        "train",
+        "--resume",
+        s(&f.path("run")),
+        "--steps",
+        "11",
+        "--headless",
+    ]);
+    never_crashed(&out, "a scrambled optimizer.bpk without a manifest");
+    assert!(!out.status.success());
+}
