@@ -361,3 +361,81 @@ fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates()
     }
     assert_eq!(starts[0], 0);
 }
+
+/// The embedding rows of `run`'s store at `step` (its analysed snapshot).
+fn embedding_rows_at(run: &std::path::Path, step: u64) -> usize {
+    let st = conelab::store::load(run).expect("the run's store");
+    let steps = st
+        .metrics
+        .column("step")
+        .expect("step")
+        .u64()
+        .expect("u64")
+        .clone();
+    let splits = st
+        .metrics
+        .column("split")
+        .expect("split")
+        .str()
+        .expect("str")
+        .clone();
+    steps
+        .iter()
+        .zip(splits.iter())
+        .filter(|(s, sp)| *s == Some(step) && *sp == Some("embedding"))
+        .count()
+}
+
+/// Killed just after its checkpoint (fault point `checkpoint.committed`: the process aborts
+/// right after the folder is in place), a run loses that step's analysis — its rows reach the
+/// store after the commit. The resume takes that snapshot again before its first step: the
+/// checkpoint's step is analysed in the store at the end, once.
+#[test]
+fn a_kill_just_after_a_checkpoint_keeps_that_steps_analysis() {
+    let f = crate::common::Fixture::new();
+    let (run, corpus, config) = (f.path("run"), f.path("corpus"), f.path("small.toml"));
+    let args = [
+        "train",
+        crate::common::s(&corpus),
+        "--config",
+        crate::common::s(&config),
+        "--run-dir",
+        crate::common::s(&run),
+        "--headless",
+        "--steps",
+        "20",
+        "--eval-every",
+        "0",
+        "--snapshot-every",
+        "10",
+        "--checkpoint-every",
+        "10",
+    ];
+    let killed =
+        crate::common::conelab_env(&args, &[("CONELAB_FAULT", "checkpoint.committed:1:EIO")]);
+    assert!(!killed.status.success(), "the fault killed it");
+    assert!(
+        run.join("step-000010").is_dir(),
+        "the checkpoint is in place"
+    );
+    // The analysis of step 10 is lost with the process (it comes after the commit), or made it
+    // by chance before the kill: either way the resumed run's store has it exactly once.
+    let before = embedding_rows_at(&run, 10);
+    let out = crate::common::conelab(&["train", "--resume", crate::common::s(&run), "--headless"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = embedding_rows_at(&run, 10);
+    assert!(
+        after > 0,
+        "step 10's analysis is in the store ({before} rows before the resume)"
+    );
+    assert!(
+        before == 0 || before == after,
+        "taken again though it was there"
+    );
+    assert!(embedding_rows_at(&run, 20) > 0);
+    eprintln!("embedding rows at step 10: {before} after the kill, {after} after the resume");
+}

@@ -9,7 +9,8 @@
 //!
 //! Points: `atomic.write` (any crash-safe file write: half the bytes are written, then the
 //! error), `atomic.rename`, `segment.write`, `segment.rename`, `segment.read`,
-//! `checkpoint.write`, `checkpoint.commit`, `export.write`, `projection.write`, `store.set_aside`
+//! `checkpoint.write`, `checkpoint.commit`, `checkpoint.committed` (the process aborts just after a
+//! checkpoint is put in place, as a `kill -9` there would), `export.write`, `projection.write`, `store.set_aside`
 //! (moving an unfinished run's store aside before a restart), `log.write` (a
 //! line of train.log); and, to kill a thread, `engine.panic` (a training step; with `ENOMEM`
 //! the panic is libtorch's CUDA out-of-memory as tch raises it), `engine.nan` (a training

@@ -189,6 +189,13 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         parameters: trainer.parameters(),
         run_dir: Some(dir.clone()),
     };
+    // A checkpoint's step is analysed when a snapshot was due there; a kill just after the
+    // checkpoint loses that analysis (it reaches the store after the commit): taken again.
+    let snapshot_every = trainer.config().snapshot_every;
+    let snapshot_first = start_step > 0
+        && snapshot_every > 0
+        && start_step.is_multiple_of(snapshot_every)
+        && !store::has_snapshot_at(&dir, start_step)?;
     let view = if start_step > 0 {
         RunView::from_store(
             &dir,
@@ -239,6 +246,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
             latest: latest.clone(),
             announce: announcements,
             initial_commands: commands,
+            snapshot_first,
         },
     )
     .map_err(internal("starting the engine"))?;

@@ -317,6 +317,19 @@ pub fn compact(run_dir: &Path) -> Result<Compaction, StoreError> {
     segment::compact(&dir, segment::Keep::All)
 }
 
+/// Whether the store holds an analysed snapshot of `step` (its embedding rows): a run resumed
+/// from a checkpoint whose analysis never reached the store (killed just after the checkpoint)
+/// takes it again.
+pub fn has_snapshot_at(run_dir: &Path, step: u64) -> Result<bool, StoreError> {
+    let st = load_columns(run_dir, &[col::STEP, col::SPLIT])?;
+    let steps = st.metrics.column(col::STEP)?.u64()?;
+    let splits = st.metrics.column(col::SPLIT)?.str()?;
+    Ok(steps
+        .iter()
+        .zip(splits.iter())
+        .any(|(s, sp)| s == Some(step) && sp == Some(split::EMBEDDING)))
+}
+
 /// What [`verify`] found in a store's segments.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Verification {

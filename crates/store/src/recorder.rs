@@ -229,6 +229,10 @@ impl<F: FnMut(Event) -> bool> Recorder<F> {
             newest.keep,
         ) {
             Ok(path) => {
+                // Crash tests: the process killed just after a checkpoint is in place.
+                if conelab_base::fault::check("checkpoint.committed").is_err() {
+                    std::process::abort();
+                }
                 let event = Event::Checkpoint {
                     step: newest.step,
                     path,

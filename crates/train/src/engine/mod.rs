@@ -124,6 +124,9 @@ pub struct EngineOptions {
     /// Commands applied before the first step (a resume's new objectives or lr): given here, not
     /// sent after the start, so that no step can run before them.
     pub initial_commands: Vec<Command>,
+    /// Take a snapshot of the starting step before the first step: a resumed run whose
+    /// checkpoint's analysis never reached the store (a kill just after the checkpoint).
+    pub snapshot_first: bool,
 }
 
 impl EngineOptions {
@@ -225,6 +228,7 @@ pub fn spawn(trainer: Trainer, options: EngineOptions) -> std::io::Result<Engine
                 fault: options.fault,
                 announce: options.announce,
                 initial_commands: options.initial_commands,
+                snapshot_first: options.snapshot_first,
                 diverged: false,
                 orphaned: false,
             };
@@ -269,6 +273,7 @@ struct Engine {
     fault: Fault,
     announce: Vec<Event>,
     initial_commands: Vec<Command>,
+    snapshot_first: bool,
     /// Paused after a divergence and not resumed since: a stop ends the run as diverged.
     diverged: bool,
     /// Nobody reads the events any more (the recorder died): the run stops after saving.
@@ -307,6 +312,10 @@ impl Engine {
         })));
         for event in std::mem::take(&mut self.announce) {
             self.emit(event);
+        }
+        if std::mem::take(&mut self.snapshot_first) {
+            // The starting checkpoint's analysis, which never reached the store.
+            self.take_snapshot()?;
         }
         let mut paused = false;
         for command in std::mem::take(&mut self.initial_commands) {
