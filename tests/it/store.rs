@@ -610,3 +610,42 @@ fn a_store_without_its_run_record_still_gives_its_rows() {
     std::fs::create_dir_all(empty.join("store")).expect("mkdir");
     assert!(store::load(&empty).is_err());
 }
+
+/// A long run's store stays small: 7,200 flushes (a flush per step, as `--store-flush-secs 0`
+/// makes; two segments each) roll into one base whenever the store holds `ROLL_AT` segment
+/// files, so it never holds more than `ROLL_AT` + 2 of them (never more than 300), and at the
+/// end every row is there once, every event once, in order.
+#[test]
+fn a_long_run_keeps_a_bounded_store_and_every_row() {
+    use conelab::store::writer::ROLL_AT;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    let mut w = writer(run);
+    let (flushes, mut most, mut rolls) = (7_200u64, 0, 0);
+    for step in 1..=flushes {
+        push_losses(&mut w, step..=step, loss);
+        w.push_event(step, "note", &format!("step {step}"), "", "");
+        w.flush().expect("flush");
+        rolls += usize::from(w.roll().expect("roll").is_some());
+        let files = segment_files(run, "metrics-").len() + segment_files(run, "events-").len();
+        most = most.max(files);
+    }
+    assert!(
+        most <= ROLL_AT + 2 && most <= 300,
+        "{most} segment files at once"
+    );
+    assert_eq!(
+        rolls as u64,
+        flushes * 2 / ROLL_AT as u64,
+        "a roll every {} flushes",
+        ROLL_AT / 2
+    );
+    drop(w);
+    assert_eq!(
+        losses(run),
+        (1..=flushes).map(|s| (s, loss(s))).collect::<Vec<_>>()
+    );
+    let s = store::load(run).expect("load");
+    assert_eq!(s.events.height() as u64, flushes, "every event once");
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+}

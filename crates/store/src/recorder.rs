@@ -161,6 +161,25 @@ impl<F: FnMut(Event) -> bool> Recorder<F> {
         }
     }
 
+    /// Rolls the segments into one base once there are many (`StoreWriter::roll`); what goes
+    /// wrong there is a warning, never a lost row (the segments stay until the base is in place).
+    fn roll(&mut self) {
+        match self.writer.roll() {
+            Ok(None) => {}
+            Ok(Some(done)) => {
+                for (path, why) in done.set_aside {
+                    self.warn(format!(
+                        "{why}; moved to {} (nothing deleted)",
+                        path.display()
+                    ));
+                }
+            }
+            Err(e) => self.warn(format!(
+                "rolling the store's segments into one: {e} (training goes on)"
+            )),
+        }
+    }
+
     fn warn(&mut self, what: String) {
         if !self.failing {
             let step = self.step;
@@ -201,7 +220,10 @@ impl<F: FnMut(Event) -> bool> Recorder<F> {
     /// are superseded and deleted).
     fn flush_and_commit(&mut self) {
         match self.writer.flush() {
-            Ok(()) => self.failing = false,
+            Ok(()) => {
+                self.failing = false;
+                self.roll();
+            }
             Err(e) => {
                 let staged = match self.staged.last() {
                     Some(s) => format!(

@@ -66,6 +66,9 @@ pub fn lock_store(store_dir: &Path) -> Result<LockFile, StoreError> {
     .map_err(|e| lock_error(&path, e))
 }
 
+/// Segment files at which [`StoreWriter::roll`] merges them into one base per table.
+pub const ROLL_AT: usize = 200;
+
 /// Appends to one run's store.
 pub struct StoreWriter {
     dir: PathBuf,
@@ -259,6 +262,21 @@ impl StoreWriter {
         self.events.clear();
         self.next_seq = seq + 1;
         Ok(())
+    }
+
+    /// Rolls the store's segments into one base per table once there are [`ROLL_AT`] segment
+    /// files or more (a flush every 5 s makes ~720 an hour): however long the run, its store keeps
+    /// fewer than `ROLL_AT` + 2 of them, instead of one pair a flush until the end. The
+    /// buffered rows are not touched; readers of the store see the new base supersede the old
+    /// segments the moment it is in place (as at the end of a run). `None` when not due.
+    pub fn roll(&mut self) -> Result<Option<Compaction>, StoreError> {
+        if segment::list(&self.dir)?.len() < ROLL_AT {
+            return Ok(None);
+        }
+        let done = segment::compact(&self.dir, Keep::All)?;
+        // The base took the next number: the next flush numbers its segments after it.
+        self.next_seq = segment::next_seq(&self.dir)?;
+        Ok(Some(done))
     }
 
     /// Flushes, then rewrites the store as one segment per table.
