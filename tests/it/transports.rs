@@ -396,3 +396,116 @@ fn same(a: &serde_json::Value, b: &serde_json::Value, at: &str) {
         _ => assert_eq!(a, b, "{at}"),
     }
 }
+
+/// A hub and the socket server on it, with nothing happening: (folder, socket path, the hub's
+/// sender kept alive).
+fn quiet_server() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    mpsc::Sender<HubInput>,
+) {
+    let (engine_tx, _engine_rx) = mpsc::channel::<Envelope>();
+    let (report_tx, _reports) = mpsc::channel();
+    let hub = Hub::new(
+        RunView::new(Objectives::default()),
+        CommandSender::from_channel(engine_tx),
+        DivergencePolicy::default(),
+        report_tx,
+    );
+    let (hub_tx, hub_rx) = mpsc::channel();
+    hub.spawn(hub_rx, Fault::default()).expect("hub");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("control.sock");
+    let listener = server::bind(&path).expect("bind");
+    let server = Server::start(
+        listener,
+        path.clone(),
+        hub_tx.clone(),
+        Arc::new(Fixed),
+        hello(),
+    )
+    .expect("server");
+    std::mem::forget(server);
+    (tmp, path, hub_tx)
+}
+
+/// A raw connection that said hello and got the run's.
+fn greeted(path: &std::path::Path) -> std::io::BufReader<UnixStream> {
+    use std::io::BufRead;
+    let mut s = UnixStream::connect(path).expect("connect");
+    let hi = serde_json::to_string(&ClientMessage::Hello {
+        protocol: conelab::run::protocol::PROTOCOL_VERSION,
+        client: "idle test".into(),
+    })
+    .expect("json");
+    s.write_all(format!("{hi}\n").as_bytes()).expect("hello");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut r = std::io::BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).expect("the run's hello");
+    assert!(line.contains("\"hello\""), "{line}");
+    r
+}
+
+/// Whether the server closed the connection (end of stream) within `within`.
+fn closed(r: &mut std::io::BufReader<UnixStream>, within: Duration) -> bool {
+    use std::io::BufRead;
+    r.get_mut().set_read_timeout(Some(within)).expect("timeout");
+    let mut line = String::new();
+    match r.read_line(&mut line) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
+/// A connection that says hello and then neither subscribes nor commands is closed after
+/// `IDLE_TIMEOUT`; one that subscribed stays. And a full house of idle connections never locks
+/// a viewer out: the oldest idle one makes room at once.
+#[test]
+fn idle_connections_are_closed_and_never_lock_a_viewer_out() {
+    let (_tmp, path, _hub) = quiet_server();
+    let start = Instant::now();
+    let mut idle = greeted(&path);
+    let mut watching = greeted(&path);
+    let sub = serde_json::to_string(&ClientMessage::Subscribe).expect("json");
+    watching
+        .get_mut()
+        .write_all(format!("{sub}\n").as_bytes())
+        .expect("subscribe");
+    assert!(
+        closed(&mut idle, Duration::from_secs(20)),
+        "the idle connection is closed"
+    );
+    let after = start.elapsed();
+    assert!(
+        after >= server::IDLE_TIMEOUT - Duration::from_millis(500)
+            && after < server::IDLE_TIMEOUT + Duration::from_secs(5),
+        "closed after {after:?}"
+    );
+    // The subscriber got its history and is still served.
+    watching
+        .get_mut()
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let mut line = String::new();
+    use std::io::BufRead;
+    watching.read_line(&mut line).expect("history");
+    assert!(line.contains("\"history\""), "{line}");
+
+    // Every other place taken by an idle connection (the subscriber holds one).
+    let mut crowd: Vec<_> = (1..server::MAX_CONNECTIONS)
+        .map(|_| greeted(&path))
+        .collect();
+    let newcomer = greeted(&path);
+    assert!(
+        closed(&mut crowd[0], Duration::from_secs(2)),
+        "the oldest idle connection made room at once"
+    );
+    drop(newcomer);
+    drop(crowd);
+}

@@ -26,10 +26,73 @@ use conelab_core::run_fault::Fault;
 /// Messages queued per viewer before it counts as behind.
 pub const VIEWER_QUEUE: usize = 4_096;
 
+/// Bytes queued for one socket viewer before it counts as behind (a reply that does not fit is
+/// dropped): a projection reply is ~250 KB, a neighbours reply up to 2 MB. A message larger than
+/// this still goes to an empty queue, so a viewer always makes progress. With
+/// `server::MAX_CONNECTIONS` viewers, the queues hold at most 64 × 4 MiB.
+pub const VIEWER_QUEUE_BYTES: usize = 4 << 20;
+
+/// A socket connection's queue of JSON lines, bounded in messages ([`VIEWER_QUEUE`]) and in
+/// bytes ([`VIEWER_QUEUE_BYTES`]).
+#[derive(Clone)]
+pub struct LineQueue {
+    tx: SyncSender<Arc<str>>,
+    bytes: Arc<AtomicUsize>,
+}
+
+/// The writer thread's end of a [`LineQueue`]: each line taken gives its bytes back. (It holds
+/// no sender: the queue closes when the last [`LineQueue`] is dropped.)
+pub struct LineReceiver {
+    rx: Receiver<Arc<str>>,
+    bytes: Arc<AtomicUsize>,
+}
+
+impl Iterator for LineReceiver {
+    type Item = Arc<str>;
+
+    /// The next line, waiting for one; `None` once every sender is gone.
+    fn next(&mut self) -> Option<Arc<str>> {
+        let line = self.rx.recv().ok()?;
+        self.bytes.fetch_sub(line.len(), Ordering::SeqCst);
+        Some(line)
+    }
+}
+
+impl LineQueue {
+    /// A queue and the end its writer thread reads.
+    pub fn new() -> (Self, LineReceiver) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(VIEWER_QUEUE);
+        let bytes = Arc::new(AtomicUsize::new(0));
+        let q = Self {
+            tx,
+            bytes: bytes.clone(),
+        };
+        (q, LineReceiver { rx, bytes })
+    }
+
+    /// Queues `line` unless the queue is full in messages or bytes.
+    pub fn try_send(&self, line: Arc<str>) -> Result<(), TrySendError<Arc<str>>> {
+        let len = line.len();
+        let queued = self.bytes.load(Ordering::SeqCst);
+        if queued > 0 && queued + len > VIEWER_QUEUE_BYTES {
+            return Err(TrySendError::Full(line));
+        }
+        self.bytes.fetch_add(len, Ordering::SeqCst);
+        self.tx.try_send(line).inspect_err(|_| {
+            self.bytes.fetch_sub(len, Ordering::SeqCst);
+        })
+    }
+
+    /// Bytes queued now.
+    pub fn queued_bytes(&self) -> usize {
+        self.bytes.load(Ordering::SeqCst)
+    }
+}
+
 /// Where a viewer's messages go.
 pub enum Sink {
     /// A socket connection's writer: JSON lines, encoded once for all viewers.
-    Lines(SyncSender<Arc<str>>),
+    Lines(LineQueue),
     /// An in-process viewer: the messages themselves.
     Messages(SyncSender<ServerMessage>),
 }
@@ -132,6 +195,8 @@ pub struct Hub {
     reporter: Sender<Event>,
     stats: HubStats,
     finished: bool,
+    /// The view's history encoded as a line, until the next event changes the view.
+    history_line: Option<Arc<str>>,
 }
 
 impl Hub {
@@ -152,6 +217,7 @@ impl Hub {
             reporter,
             stats: HubStats::default(),
             finished: false,
+            history_line: None,
         }
     }
 
@@ -222,7 +288,12 @@ impl Hub {
                 let history = ServerMessage::History {
                     view: Box::new(self.view.clone()),
                 };
-                match v.try_send(&history, &mut None) {
+                // Encoded once until the view changes: a storm of subscriptions costs a copy of
+                // the line each, not an encoding each.
+                let mut line = self.history_line.clone();
+                let delivery = v.try_send(&history, &mut line);
+                self.history_line = line;
+                match delivery {
                     Delivery::Sent => {
                         self.viewers.insert(viewer, v);
                     }
@@ -282,6 +353,7 @@ impl Hub {
 
     fn on_event(&mut self, event: Event) {
         self.view.on_event(&event);
+        self.history_line = None;
         // The acknowledgement of a viewer's command, to that viewer.
         let (ticket, outcome) = match &event {
             Event::Applied(a) => (
@@ -363,6 +435,33 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket viewer that never reads holds at most `VIEWER_QUEUE_BYTES` (or one message
+    /// larger than that, into an empty queue): the rest is refused as full, and room comes back
+    /// as its writer takes lines.
+    #[test]
+    fn a_line_queue_is_bounded_in_bytes() {
+        let (q, rx) = LineQueue::new();
+        let mb: Arc<str> = Arc::from("x".repeat(1 << 20));
+        let mut accepted = 0;
+        for _ in 0..100 {
+            if q.try_send(mb.clone()).is_ok() {
+                accepted += 1;
+            }
+        }
+        assert_eq!(accepted, VIEWER_QUEUE_BYTES >> 20, "4 of 100 1-MiB replies");
+        assert!(q.queued_bytes() <= VIEWER_QUEUE_BYTES);
+        // The writer takes one: room for one more.
+        let mut rx = rx;
+        rx.next().expect("a line");
+        assert!(q.try_send(mb.clone()).is_ok());
+        assert!(q.try_send(mb.clone()).is_err());
+        // One message larger than the bound still goes to an empty queue.
+        let (q, _rx) = LineQueue::new();
+        let huge: Arc<str> = Arc::from("y".repeat(VIEWER_QUEUE_BYTES + 1));
+        assert!(q.try_send(huge.clone()).is_ok());
+        assert!(q.try_send(Arc::from("z")).is_err(), "and nothing after it");
+    }
     use conelab_core::events::StepStats;
     use conelab_core::objective::Objectives;
     use std::sync::mpsc;

@@ -2,8 +2,10 @@
 //! user is refused even where file modes are bypassed), one thread per connection reading
 //! [`ClientMessage`]s and one writing that viewer's queue. Nothing a client does can stall or
 //! crash the run: lines are read with a bound, malformed or unknown messages get an error reply
-//! and a log line, a client that does not read is disconnected when a write times out, and the
-//! hub never waits for any of them.
+//! and a log line, a client that does not read is disconnected when a write times out (and its
+//! queue is bounded in bytes meanwhile, `hub::LineQueue`), one that says hello and then nothing
+//! that needs the connection is closed after `IDLE_TIMEOUT` (or at once when a new client needs
+//! its place), and the hub never waits for any of them.
 
 use std::io::{BufReader, Write};
 use std::os::fd::AsRawFd;
@@ -11,13 +13,14 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::answer::{Answers, answer};
-use super::hub::{HubInput, Sink, VIEWER_QUEUE};
+use super::hub::{HubInput, LineQueue, Sink};
 use super::protocol::{
     ClientMessage, Line, MAX_CLIENT_LINE, PROTOCOL_VERSION, RunHello, ServerMessage, encode,
     read_line_limited,
@@ -31,6 +34,10 @@ pub const MAX_SOCKET_PATH: usize = 100;
 pub const MAX_CONNECTIONS: usize = 64;
 /// A client must say hello within this time.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+/// A client that said hello and then neither subscribed nor sent a command (a request only
+/// renews it) for this long is disconnected; when the connections are all taken, the oldest
+/// such idle one makes room for a new client at once.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A viewer that does not take what is written to it for this long is disconnected.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -175,6 +182,43 @@ impl Server {
     }
 }
 
+/// A connection being served, as the accept loop sees it: for making room.
+struct Open {
+    id: u64,
+    /// A handle on the socket, to shut it down.
+    stream: UnixStream,
+    /// It subscribed or sent a command: never evicted.
+    active: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The connections being served.
+#[derive(Clone, Default)]
+struct Connections(Arc<Mutex<Vec<Open>>>);
+
+impl Connections {
+    fn add(&self, open: Open) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(open);
+    }
+
+    fn remove(&self, id: u64) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|o| o.id != id);
+    }
+
+    /// Shuts the oldest idle connection down (its thread then ends); whether there was one.
+    fn evict_oldest_idle(&self) -> Option<u64> {
+        let list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let oldest = list
+            .iter()
+            .filter(|o| !o.active.load(Ordering::SeqCst))
+            .min_by_key(|o| o.id)?;
+        let _ = oldest.stream.shutdown(std::net::Shutdown::Both);
+        Some(oldest.id)
+    }
+}
+
 fn accept_loop(
     listener: UnixListener,
     hub: Sender<HubInput>,
@@ -183,6 +227,7 @@ fn accept_loop(
 ) {
     let next_id = Arc::new(AtomicU64::new(1));
     let open = Arc::new(AtomicUsize::new(0));
+    let connections = Connections::default();
     // SAFETY: geteuid cannot fail.
     let own_uid = unsafe { libc::geteuid() };
     for stream in listener.incoming() {
@@ -209,18 +254,40 @@ fn accept_loop(
             }
         }
         if open.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
-            log("refused a client: too many connections");
-            refuse(&mut stream, "too many connections");
-            continue;
+            // Idle connections never lock a viewer out: the oldest makes room.
+            match connections.evict_oldest_idle() {
+                Some(old) => log(&format!(
+                    "viewer {old}: idle, closed to make room for a new client"
+                )),
+                None => {
+                    log("refused a client: too many connections");
+                    refuse(&mut stream, "too many connections");
+                    continue;
+                }
+            }
         }
         let id = next_id.fetch_add(1, Ordering::SeqCst);
-        let (hub, answers, hello, open) =
-            (hub.clone(), answers.clone(), hello.clone(), open.clone());
+        let active = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if let Ok(handle) = stream.try_clone() {
+            connections.add(Open {
+                id,
+                stream: handle,
+                active: active.clone(),
+            });
+        }
+        let (hub, answers, hello, open, connections) = (
+            hub.clone(),
+            answers.clone(),
+            hello.clone(),
+            open.clone(),
+            connections.clone(),
+        );
         open.fetch_add(1, Ordering::SeqCst);
         let spawned = std::thread::Builder::new()
             .name(format!("conelab-viewer-{id}"))
             .spawn(move || {
-                serve_connection(id, stream, &hub, answers.as_ref(), &hello);
+                serve_connection(id, stream, &hub, answers.as_ref(), &hello, &active);
+                connections.remove(id);
                 open.fetch_sub(1, Ordering::SeqCst);
             });
         if spawned.is_err() {
@@ -246,12 +313,13 @@ fn serve_connection(
     hub: &Sender<HubInput>,
     answers: &dyn Answers,
     hello: &RunHello,
+    active: &std::sync::atomic::AtomicBool,
 ) {
     let Ok(mut out) = stream.try_clone() else {
         return;
     };
     let _ = out.set_write_timeout(Some(WRITE_TIMEOUT));
-    let (tx, rx) = mpsc::sync_channel::<Arc<str>>(VIEWER_QUEUE);
+    let (tx, rx) = LineQueue::new();
     let writer = std::thread::Builder::new()
         .name(format!("conelab-viewer-{viewer}-out"))
         .spawn(move || {
@@ -298,6 +366,11 @@ fn serve_connection(
             Err(e) => {
                 if !greeted {
                     log(&format!("viewer {viewer}: no hello ({e}): disconnected"));
+                } else if !active.load(Ordering::SeqCst) {
+                    log(&format!(
+                        "viewer {viewer}: idle {}s after hello (no subscription, no command): disconnected",
+                        IDLE_TIMEOUT.as_secs()
+                    ));
                 }
                 break;
             }
@@ -322,7 +395,8 @@ fn serve_connection(
             match message {
                 ClientMessage::Hello { protocol, client } if protocol == PROTOCOL_VERSION => {
                     greeted = true;
-                    let _ = stream.set_read_timeout(None);
+                    // Until it subscribes or sends a command (`active`).
+                    let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
                     if !client.is_empty() {
                         log(&format!("viewer {viewer}: {client} attached"));
                     }
@@ -357,6 +431,9 @@ fn serve_connection(
                 message: "hello twice".into(),
             }),
             ClientMessage::Subscribe => {
+                if !active.swap(true, Ordering::SeqCst) {
+                    let _ = stream.set_read_timeout(None);
+                }
                 if !subscribed {
                     subscribed = true;
                     let _ = hub.send(HubInput::Subscribe {
@@ -366,6 +443,9 @@ fn serve_connection(
                 }
             }
             ClientMessage::Command { id, command } => {
+                if !active.swap(true, Ordering::SeqCst) {
+                    let _ = stream.set_read_timeout(None);
+                }
                 let _ = hub.send(HubInput::Command {
                     viewer,
                     id,
