@@ -736,3 +736,136 @@ fn the_parameter_count_from_the_configuration_is_the_models() {
         }
     }
 }
+
+/// Counts the checkpoints an engine writes (and the steps they were at).
+struct CountingSink(Arc<std::sync::Mutex<Vec<u64>>>);
+
+impl engine::CheckpointSink for CountingSink {
+    fn run_dir(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+    fn save(
+        &mut self,
+        trainer: &Trainer,
+    ) -> Result<engine::SavedCheckpoint, checkpoint::CheckpointError> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(trainer.state().step);
+        Ok(engine::SavedCheckpoint::Committed(
+            std::path::PathBuf::from("nowhere"),
+        ))
+    }
+}
+
+/// A flood of commands cannot stall training or grow the run: 200 `save-checkpoint` and 1,500
+/// `set-lr` sent at once are all acknowledged, in order, at most `COMMANDS_PER_STEP` between two
+/// steps (training goes on meanwhile); a checkpoint is written once per step however often it is
+/// asked for; and the run's command log keeps the newest `COMMAND_LOG`.
+#[test]
+fn a_flood_of_commands_is_applied_in_order_a_few_per_step() {
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let trainer = Trainer::new(
+        corpus,
+        small_transformer(),
+        train_config(2_000),
+        DeviceSpec::Cpu,
+    )
+    .expect("trainer");
+    let saves = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let handle = engine::spawn(
+        trainer,
+        engine::EngineOptions::with_checkpoints(CountingSink(saves.clone())),
+    )
+    .expect("engine");
+    let sent = 1_700usize;
+    let mut applied: Vec<(u64, Command)> = Vec::new();
+    loop {
+        match next_event(&handle) {
+            Event::Step(s) if s.step == 2 => {
+                for _ in 0..200 {
+                    handle.send(Command::SaveCheckpoint);
+                }
+                for k in 0..1_500 {
+                    handle.send(Command::SetLr {
+                        lr: 1e-3 + k as f64 * 1e-7,
+                    });
+                }
+            }
+            Event::Applied(a) if !matches!(a.command, Command::Stop { .. }) => {
+                applied.push((a.step, a.command.clone()));
+                if applied.len() == sent {
+                    handle.send(Command::Stop { save: false });
+                }
+            }
+            Event::Finished { .. } => break,
+            Event::Failed { message, .. } => panic!("engine failed: {message}"),
+            _ => {}
+        }
+    }
+    handle.join();
+    assert_eq!(applied.len(), sent, "every command acknowledged");
+    // In the order sent.
+    assert!(
+        applied[..200]
+            .iter()
+            .all(|(_, c)| *c == Command::SaveCheckpoint)
+    );
+    for (k, (_, c)) in applied[200..].iter().enumerate() {
+        assert_eq!(
+            *c,
+            Command::SetLr {
+                lr: 1e-3 + k as f64 * 1e-7
+            }
+        );
+    }
+    // A few between two steps: the flood spans many steps.
+    let mut per_step = std::collections::BTreeMap::new();
+    for (step, _) in &applied {
+        *per_step.entry(*step).or_insert(0usize) += 1;
+    }
+    let most = per_step.values().copied().max().unwrap_or(0);
+    assert!(
+        most <= engine::COMMANDS_PER_STEP,
+        "{most} commands before one step"
+    );
+    assert!(per_step.len() >= sent / engine::COMMANDS_PER_STEP);
+    // One checkpoint a step at most.
+    let saves = saves.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut distinct = saves.clone();
+    distinct.dedup();
+    assert_eq!(
+        saves, distinct,
+        "a step's checkpoint written once: {saves:?}"
+    );
+    assert!(
+        saves.len() <= 200usize.div_ceil(engine::COMMANDS_PER_STEP) + 1,
+        "{saves:?}"
+    );
+}
+
+/// The run's command log (in `state.json`, carried by every checkpoint) keeps the newest
+/// `COMMAND_LOG` commands.
+#[test]
+fn the_command_log_is_bounded() {
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let mut t = Trainer::new(
+        corpus,
+        small_transformer(),
+        train_config(10),
+        DeviceSpec::Cpu,
+    )
+    .expect("trainer");
+    let lr = |k: usize| Command::SetLr {
+        lr: 1e-3 + k as f64 * 1e-7,
+    };
+    for k in 0..1_500 {
+        t.apply(&lr(k)).expect("applied");
+    }
+    let log = &t.state().commands;
+    assert_eq!(log.len(), engine::COMMAND_LOG);
+    assert_eq!(log.last().map(|a| a.command.clone()), Some(lr(1_499)));
+    assert_eq!(log.first().map(|a| a.command.clone()), Some(lr(500)));
+}

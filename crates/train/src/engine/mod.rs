@@ -25,7 +25,7 @@ pub use protocol::{
     AppliedCommand, Command, EmbeddingStats, EvalStats, Event, FinishReason, ProjectionFrame,
     RunStarted, Snapshot, StepStats,
 };
-pub use trainer::{ReadBack, Trainer, WEIGHT_BOUND, clip_global_norm};
+pub use trainer::{COMMAND_LOG, ReadBack, Trainer, WEIGHT_BOUND, clip_global_norm};
 pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 
 use crate::model::DeviceError;
@@ -280,6 +280,9 @@ struct Engine {
     orphaned: bool,
 }
 
+/// Commands applied between two steps at most; the rest wait, in order, for the next.
+pub const COMMANDS_PER_STEP: usize = 32;
+
 enum Flow {
     Continue,
     Pause,
@@ -346,8 +349,15 @@ impl Engine {
                 self.analysis.finish();
                 return Ok(());
             }
-            // Commands are applied here, between two optimizer steps.
+            // Commands are applied here, between two optimizer steps: at most
+            // `COMMANDS_PER_STEP` each time, the rest waiting in order for the next (a flood of
+            // commands cannot stall training).
+            let mut handled = 0;
             loop {
+                if !paused && handled == COMMANDS_PER_STEP {
+                    break;
+                }
+                handled += 1;
                 let envelope = if paused {
                     match commands.recv_timeout(std::time::Duration::from_millis(200)) {
                         Ok(c) => c,
@@ -534,6 +544,8 @@ impl Engine {
                 Flow::Resume
             }
             Command::SetLr { .. } | Command::Objective { .. } => Flow::Continue,
+            // The checkpoint of this step is written already (a repeated command): once.
+            Command::SaveCheckpoint if self.last_saved == Some(step) => Flow::Continue,
             Command::SaveCheckpoint => {
                 if let Err(e) = self.save() {
                     self.emit(Event::Warning {

@@ -1508,9 +1508,18 @@ impl Trainer {
             }
         };
         self.state.commands.push(applied.clone());
+        // A bounded log (every command is in the store's events too): a flood of commands
+        // cannot grow state.json, which every checkpoint carries.
+        if self.state.commands.len() > COMMAND_LOG {
+            let extra = self.state.commands.len() - COMMAND_LOG;
+            self.state.commands.drain(..extra);
+        }
         Ok(applied)
     }
 }
+
+/// Commands `RunState::commands` keeps, the newest.
+pub const COMMAND_LOG: usize = 1_000;
 
 /// Sizes of the frequency groups (frequent, medium, rare).
 fn group_sizes(corpus: &Corpus) -> [usize; 3] {
