@@ -41,8 +41,66 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A viewer that does not take what is written to it for this long is disconnected.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Lines of one kind the control server logs per minute at most; the rest are counted, and the
+/// count said with the next line of that kind once the minute is over (a client flooding the
+/// socket cannot flood the run's log: 76,250 "refused" lines in 20 s before this).
+pub const LOG_LINES_PER_MINUTE: u32 = 20;
+
+/// What the log does with one line of a kind ([`LogLimiter::admit`]).
+#[derive(Debug, PartialEq)]
+pub enum Admit {
+    /// Log it; `Some(n)`: say first that `n` more like it were left out in the minute before.
+    Line(Option<u64>),
+    /// Leave it out (counted).
+    Drop,
+}
+
+/// Per kind of line: how many were logged and left out in the current minute.
+#[derive(Debug, Default)]
+pub struct LogLimiter {
+    kinds: std::collections::HashMap<&'static str, (std::time::Instant, u32, u64)>,
+}
+
+impl LogLimiter {
+    pub fn admit(&mut self, kind: &'static str, now: std::time::Instant) -> Admit {
+        let (start, logged, dropped) = self.kinds.entry(kind).or_insert((now, 0, 0));
+        let mut left_out = None;
+        if now.duration_since(*start) >= Duration::from_secs(60) {
+            left_out = (*dropped > 0).then_some(*dropped);
+            (*start, *logged, *dropped) = (now, 0, 0);
+        }
+        if *logged < LOG_LINES_PER_MINUTE {
+            *logged += 1;
+            Admit::Line(left_out)
+        } else {
+            *dropped += 1;
+            Admit::Drop
+        }
+    }
+}
+
+static LOG_LIMITER: Mutex<Option<LogLimiter>> = Mutex::new(None);
+
+/// A line of the run's log about its clients, of `kind`, rate-limited per kind.
+fn log_as(kind: &'static str, line: &str) {
+    let admit = {
+        let mut guard = LOG_LIMITER.lock().unwrap_or_else(|e| e.into_inner());
+        guard
+            .get_or_insert_with(LogLimiter::default)
+            .admit(kind, std::time::Instant::now())
+    };
+    if let Admit::Line(left_out) = admit {
+        if let Some(n) = left_out {
+            super::say(&format!(
+                "conelab: control: … {n} more like the next in the last minute (not logged)"
+            ));
+        }
+        super::say(&format!("conelab: control: {line}"));
+    }
+}
+
 fn log(line: &str) {
-    super::say(&format!("conelab: control: {line}"));
+    log_as("other", line);
 }
 
 /// 64-bit FNV-1a, for the name of a socket that cannot live in its run directory.
@@ -237,9 +295,10 @@ fn accept_loop(
         match peer_uid(&stream) {
             Ok(uid) if uid == own_uid => {}
             Ok(uid) => {
-                log(&format!(
-                    "refused a client of uid {uid} (the run belongs to uid {own_uid})"
-                ));
+                log_as(
+                    "refused",
+                    &format!("refused a client of uid {uid} (the run belongs to uid {own_uid})"),
+                );
                 refuse(
                     &mut stream,
                     "permission denied: the run belongs to another user",
@@ -247,20 +306,22 @@ fn accept_loop(
                 continue;
             }
             Err(e) => {
-                log(&format!(
-                    "refused a client whose credentials are unknown: {e}"
-                ));
+                log_as(
+                    "refused",
+                    &format!("refused a client whose credentials are unknown: {e}"),
+                );
                 continue;
             }
         }
         if open.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
             // Idle connections never lock a viewer out: the oldest makes room.
             match connections.evict_oldest_idle() {
-                Some(old) => log(&format!(
-                    "viewer {old}: idle, closed to make room for a new client"
-                )),
+                Some(old) => log_as(
+                    "evicted",
+                    &format!("viewer {old}: idle, closed to make room for a new client"),
+                ),
                 None => {
-                    log("refused a client: too many connections");
+                    log_as("refused", "refused a client: too many connections");
                     refuse(&mut stream, "too many connections");
                     continue;
                 }
@@ -338,9 +399,10 @@ fn serve_connection(
         if let Ok(line) = encode(&message)
             && tx.try_send(Arc::from(line)).is_err()
         {
-            log(&format!(
-                "viewer {viewer}: reply dropped (it does not read)"
-            ));
+            log_as(
+                "reply dropped",
+                &format!("viewer {viewer}: reply dropped (it does not read)"),
+            );
         }
     };
     let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
@@ -352,9 +414,12 @@ fn serve_connection(
             Ok(Line::Text(t)) => t,
             Ok(Line::Eof) => break,
             Ok(Line::TooLong(n)) => {
-                log(&format!(
-                    "viewer {viewer}: a {n}-byte message (limit {MAX_CLIENT_LINE}): disconnected"
-                ));
+                log_as(
+                    "too long",
+                    &format!(
+                        "viewer {viewer}: a {n}-byte message (limit {MAX_CLIENT_LINE}): disconnected"
+                    ),
+                );
                 reply(ServerMessage::Error {
                     id: None,
                     message: format!(
@@ -365,12 +430,18 @@ fn serve_connection(
             }
             Err(e) => {
                 if !greeted {
-                    log(&format!("viewer {viewer}: no hello ({e}): disconnected"));
+                    log_as(
+                        "no hello",
+                        &format!("viewer {viewer}: no hello ({e}): disconnected"),
+                    );
                 } else if !active.load(Ordering::SeqCst) {
-                    log(&format!(
-                        "viewer {viewer}: idle {}s after hello (no subscription, no command): disconnected",
-                        IDLE_TIMEOUT.as_secs()
-                    ));
+                    log_as(
+                        "idle",
+                        &format!(
+                            "viewer {viewer}: idle {}s after hello (no subscription, no command): disconnected",
+                            IDLE_TIMEOUT.as_secs()
+                        ),
+                    );
                 }
                 break;
             }
@@ -381,9 +452,10 @@ fn serve_connection(
         let message: ClientMessage = match serde_json::from_str(&line) {
             Ok(m) => m,
             Err(e) => {
-                log(&format!(
-                    "viewer {viewer}: malformed or unknown message: {e}"
-                ));
+                log_as(
+                    "malformed",
+                    &format!("viewer {viewer}: malformed or unknown message: {e}"),
+                );
                 reply(ServerMessage::Error {
                     id: None,
                     message: format!("malformed or unknown message: {e}"),
@@ -398,7 +470,7 @@ fn serve_connection(
                     // Until it subscribes or sends a command (`active`).
                     let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
                     if !client.is_empty() {
-                        log(&format!("viewer {viewer}: {client} attached"));
+                        log_as("attached", &format!("viewer {viewer}: {client} attached"));
                     }
                     reply(ServerMessage::Hello {
                         protocol: PROTOCOL_VERSION,
@@ -407,7 +479,10 @@ fn serve_connection(
                     continue;
                 }
                 ClientMessage::Hello { protocol, .. } => {
-                    log(&format!("viewer {viewer}: protocol {protocol} refused"));
+                    log_as(
+                        "protocol",
+                        &format!("viewer {viewer}: protocol {protocol} refused"),
+                    );
                     reply(ServerMessage::Error {
                         id: None,
                         message: format!(
@@ -469,4 +544,34 @@ fn serve_connection(
     drop(tx);
     let _ = writer.join();
     let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// Twenty lines of a kind a minute; the rest counted and said with the first line of the
+    /// next minute; kinds apart.
+    #[test]
+    fn the_log_keeps_twenty_lines_of_a_kind_a_minute_and_counts_the_rest() {
+        let mut l = LogLimiter::default();
+        let t0 = Instant::now();
+        let logged = (0..1_000)
+            .filter(|i| l.admit("refused", t0 + Duration::from_millis(*i)) != Admit::Drop)
+            .count();
+        assert_eq!(logged, LOG_LINES_PER_MINUTE as usize);
+        assert_eq!(
+            l.admit("malformed", t0 + Duration::from_secs(1)),
+            Admit::Line(None)
+        );
+        assert_eq!(
+            l.admit("refused", t0 + Duration::from_secs(61)),
+            Admit::Line(Some(1_000 - u64::from(LOG_LINES_PER_MINUTE)))
+        );
+        assert_eq!(
+            l.admit("refused", t0 + Duration::from_secs(62)),
+            Admit::Line(None)
+        );
+    }
 }
