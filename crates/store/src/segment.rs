@@ -295,6 +295,17 @@ fn schema(kind: Kind) -> DataFrame {
     }
 }
 
+/// What a corrupt segment's rows were, from the readable segments around it (segments hold
+/// rows in step order): "; its rows (after step A, up to step B) are missing".
+fn missing_rows(after: Option<u64>, before: Option<u64>) -> String {
+    match (after, before) {
+        (Some(a), Some(b)) => format!("; its rows (after step {a}, up to step {b}) are missing"),
+        (Some(a), None) => format!("; its rows (after step {a}) are missing"),
+        (None, Some(b)) => format!("; its rows (up to step {b}) are missing"),
+        (None, None) => "; its rows are missing".into(),
+    }
+}
+
 /// The live segments of one kind, concatenated in order. A corrupt segment (a truncated copy, a
 /// foreign file) is skipped and named in `warnings`; a segment that cannot be read at all (EIO,
 /// EACCES) is an error: a reader must not present a store with a hole as whole.
@@ -363,15 +374,39 @@ fn read_live_once(
         Some(c) => schema(kind).select(c.iter().copied())?,
         None => schema(kind),
     };
-    let mut corrupt = Vec::new();
+    let mut corrupt: Vec<(PathBuf, String)> = Vec::new();
+    // The steps of the readable segment before each corrupt one (its rows came after them).
+    let mut last_step: Option<u64> = None;
+    let mut unbounded: Vec<(usize, Option<u64>)> = Vec::new();
     for seg in live(&list(dir)?, kind) {
         match read_projected(&seg.path, kind, columns) {
             Ok(df) => {
+                let steps = df
+                    .column(col::STEP)
+                    .ok()
+                    .and_then(|c| c.u64().ok().cloned());
+                if let Some(steps) = steps {
+                    // The rows of the corrupt segments before this one came before these.
+                    // (`first()` of polars panics on an empty column: an empty base.)
+                    if let Some(first) = steps.iter().next().flatten() {
+                        for (i, after) in unbounded.drain(..) {
+                            corrupt[i].1.push_str(&missing_rows(after, Some(first)));
+                        }
+                    }
+                    last_step = steps.max().or(last_step);
+                }
                 out.vstack_mut(&df)?;
             }
-            Err(ReadError::Corrupt(why)) => corrupt.push((seg.path.clone(), why)),
+            Err(ReadError::Corrupt(why)) => {
+                unbounded.push((corrupt.len(), last_step));
+                corrupt.push((seg.path.clone(), why));
+            }
             Err(ReadError::Io(e)) => return Err(e),
         }
+    }
+    // Corrupt segments after the last readable one: their rows came after it.
+    for (i, after) in unbounded {
+        corrupt[i].1.push_str(&missing_rows(after, None));
     }
     // Many small segments (a live run flushing often) make many chunks; a few are cheaper
     // left as they are than copied.
@@ -514,6 +549,44 @@ mod tests {
             read_one(&old, Kind::Events, None),
             Err(ReadError::Corrupt(_))
         ));
+    }
+
+    /// A corrupt segment between two readable ones is named with the steps its rows lay
+    /// between (segments hold rows in step order).
+    #[test]
+    fn a_corrupt_segment_is_named_with_the_steps_it_held() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let frame = |steps: &[u64]| {
+            let mut b = crate::buffer::MetricBuffer::new("run");
+            for &st in steps {
+                b.push(st, st as f64, 0.0, "train", "total", "loss", 1.0);
+            }
+            b.to_frame().expect("frame")
+        };
+        write(dir.path(), Kind::Metrics, 1, false, &mut frame(&[1, 2])).expect("1");
+        // An empty segment between (a compaction that kept nothing) bounds nothing.
+        write(dir.path(), Kind::Metrics, 2, false, &mut frame(&[])).expect("empty");
+        let middle = write(dir.path(), Kind::Metrics, 3, false, &mut frame(&[3, 4])).expect("3");
+        write(dir.path(), Kind::Metrics, 4, false, &mut frame(&[])).expect("empty");
+        write(dir.path(), Kind::Metrics, 5, false, &mut frame(&[5, 6])).expect("5");
+        let last = write(dir.path(), Kind::Metrics, 6, false, &mut frame(&[7])).expect("6");
+        for p in [&middle, &last] {
+            let mut bytes = std::fs::read(p).expect("read");
+            bytes[10] ^= 4;
+            std::fs::write(p, bytes).expect("write");
+        }
+        let mut warnings = Vec::new();
+        let df = read_all(dir.path(), Kind::Metrics, &mut warnings).expect("read");
+        assert_eq!(df.height(), 4, "the readable rows");
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].contains("after step 2, up to step 5"),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].contains("after step 6) are missing"),
+            "{warnings:?}"
+        );
     }
 
     /// The same rows under the same number make the same name: the second write is refused,
