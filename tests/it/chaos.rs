@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, conelab, s, store_losses};
+use crate::common::{Fixture, Rng, conelab, s, store_losses};
 
 const STEPS: u64 = 1_500;
 const KILLS: usize = 20;
@@ -29,18 +29,6 @@ fn settings() -> Vec<&'static str> {
         "--store-flush-secs",
         "0.05",
     ]
-}
-
-/// xorshift64*: the kill moments are the same on every machine and every run of the test.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
 }
 
 /// What a life has reported on stdout so far: the step it started from and the newest step.

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::common::{Fixture, assert_one_line_error, conelab, s};
+use crate::common::{Fixture, assert_one_line_error, conelab, copy_dir, s};
 
 #[test]
 fn a_small_run_in_a_pipe_logs_plain_lines_and_resumes() {
@@ -354,19 +354,6 @@ fn a_carried_lstm_state_of_another_shape_is_a_one_line_error() {
         line.contains("[3, 12]") && line.contains("[2, 12]"),
         "{line}"
     );
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("list") {
-        let e = e.expect("entry");
-        let dest = to.join(e.file_name());
-        if e.path().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), dest).expect("copy");
-        }
-    }
 }
 
 #[test]

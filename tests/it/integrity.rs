@@ -8,22 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use crate::common::{Fixture, conelab, s};
-
-/// xorshift64*: the same flips on every machine and every run of the test.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+use crate::common::{Fixture, Rng, conelab, copy_dir, s};
 
 /// The files whose bytes conelab verifies: the store's segments and every file of every
 /// checkpoint (the manifest too).
@@ -56,19 +41,6 @@ fn verified_files(run: &Path) -> Vec<PathBuf> {
     }
     files.sort();
     files
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("list") {
-        let p = e.expect("entry").path();
-        let dest = to.join(p.file_name().expect("name"));
-        if p.is_dir() {
-            copy_dir(&p, &dest);
-        } else {
-            std::fs::copy(&p, &dest).expect("copy");
-        }
-    }
 }
 
 fn never_crashed(out: &Output, what: &str) {
@@ -119,6 +91,11 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
         .filter(|p| p.ends_with("store") || p.to_string_lossy().contains("/store/"))
         .count();
     assert!(segments >= 2 && files.len() >= segments + 9, "{files:?}");
+    // A folder that is not a run: one line, exit 2.
+    crate::common::assert_one_line_error(
+        &conelab(&["store", "verify", s(&f.path("corpus"))]),
+        &["no metrics store"],
+    );
     let clean = conelab(&["store", "verify", s(&pristine)]);
     assert!(
         clean.status.success(),

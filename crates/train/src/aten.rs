@@ -194,6 +194,15 @@ unsafe extern "C" {
     fn conelab_event_free(event: *mut std::ffi::c_void);
 }
 
+/// Tensors the extension handed over through out-pointers (`new at::Tensor`), owned by tch from
+/// here; `None` where it left one null.
+#[cfg(feature = "tch")]
+fn take_outputs<const N: usize>(out: [*mut torch_sys::C_tensor; N]) -> [Option<tch::Tensor>; N] {
+    // SAFETY: each non-null pointer is a tensor the extension allocated for us and no one else
+    // holds; tch owns it now.
+    out.map(|p| (!p.is_null()).then(|| unsafe { tch::Tensor::from_ptr(p) }))
+}
+
 /// The extension's handles for a list of tensors (what tch's `C_tensor` points to).
 #[cfg(feature = "tch")]
 fn handles(ts: &[&tch::Tensor]) -> Vec<*mut torch_sys::C_tensor> {
@@ -1242,9 +1251,7 @@ pub fn step_guard(
             )
         }
     })?;
-    // SAFETY: the extension handed over the tensors it allocated (null: none); tch owns them now.
-    let [found_inf, divisor, values] =
-        out.map(|p| (!p.is_null()).then(|| unsafe { tch::Tensor::from_ptr(p) }));
+    let [found_inf, divisor, values] = take_outputs(out);
     let (Some(found_inf), Some(values)) = (found_inf, values) else {
         return Err(AtenError {
             op: "step guard",
@@ -1370,8 +1377,7 @@ pub fn softmax_head(
             )
         }
     })?;
-    // SAFETY: tensors the extension allocated (null: none); tch owns them now.
-    let [nll, dev, g] = out.map(|p| (!p.is_null()).then(|| unsafe { tch::Tensor::from_ptr(p) }));
+    let [nll, dev, g] = take_outputs(out);
     match (nll, g) {
         (Some(nll), Some(g)) if dev.is_some() == (alpha > 0.0) => Ok((nll, dev, g)),
         _ => Err(AtenError {
