@@ -19,8 +19,10 @@ pub enum StoreCommand {
         #[arg(required = true, num_args = 1..)]
         runs: Vec<PathBuf>,
     },
-    /// Check every file of a run whose bytes conelab can verify: each store segment against the
-    /// checksum in its name (and decoded), each checkpoint's files against its manifest. Changes
+    /// Check every file of a run whose bytes conelab can verify: run.toml and vocab.tsv against
+    /// the run's manifest, store/run.json against the store's, each store segment and
+    /// projection against the checksum in its name (and decoded), each checkpoint's files
+    /// against its manifest, and the segments compaction set aside earlier. Changes
     /// nothing; exit status 4 when something is damaged (listed on stderr), 0 when not.
     Verify {
         #[arg(required = true, num_args = 1..)]
@@ -50,6 +52,15 @@ fn compact(runs: Vec<PathBuf>) -> Result<()> {
 fn verify_run(run: &std::path::Path) -> Result<(String, Vec<(PathBuf, String)>)> {
     let segments = store::verify(run)?;
     let mut damaged = segments.damaged;
+    let run_files = match conelab::checkpoint::verify_run_files(run) {
+        Ok(true) => "verified",
+        Ok(false) => "unverified",
+        Err(conelab::checkpoint::CheckpointError::Corrupt { path, reason }) => {
+            damaged.push((path, reason));
+            "damaged"
+        }
+        Err(e) => return Err(e.into()),
+    };
     let (mut verified, mut unverified) = (0, 0);
     let checkpoints = conelab::checkpoint::checkpoints_in(run)?;
     for dir in &checkpoints {
@@ -63,8 +74,8 @@ fn verify_run(run: &std::path::Path) -> Result<(String, Vec<(PathBuf, String)>)>
         }
     }
     let summary = format!(
-        "{}: {} store segments verified, {} unverified (written before checksums); \
-         {} checkpoints verified, {} unverified; {} damaged",
+        "{}: run.toml and vocab.tsv {run_files}; {} store files verified, {} unverified \
+         (written before checksums); {} checkpoints verified, {} unverified; {} damaged",
         run.display(),
         segments.verified,
         segments.unverified,

@@ -187,8 +187,16 @@ fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
     std::fs::write(&model, &bytes[..bytes.len() / 2]).expect("truncate");
     assert_one_line_error(
         &conelab(&["train", "--resume", s(&copy)]),
-        &["model.safetensors"],
+        &["model.safetensors", "checksum mismatch"],
     );
+    // Written before manifests, a file cut short is still said to be that, never "does not
+    // fit the configured model".
+    std::fs::remove_file(copy.join("step-000002/checksums.json")).expect("rm manifest");
+    let said = assert_one_line_error(
+        &conelab(&["train", "--resume", s(&copy)]),
+        &["model.safetensors", "truncated"],
+    );
+    assert!(!said.contains("does not fit"), "{said}");
 
     // Garbage state file.
     let copy = f.path("garbage");
@@ -199,7 +207,8 @@ fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
         &["state.json", "corrupt"],
     );
 
-    // Another model shape in run.toml than in the checkpoint.
+    // Another model shape in run.toml than in the checkpoint: an edit the run folder's
+    // manifest finds as damage; in a run written before manifests, the checkpoint's misfit.
     let copy = f.path("other-model");
     copy_dir(&run, &copy);
     let toml = std::fs::read_to_string(copy.join("run.toml")).expect("read");
@@ -208,6 +217,11 @@ fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
         toml.replace("d_model = 16", "d_model = 24"),
     )
     .expect("write");
+    assert_one_line_error(
+        &conelab(&["train", "--resume", s(&copy)]),
+        &["run.toml", "checksum mismatch"],
+    );
+    std::fs::remove_file(copy.join("checksums.json")).expect("rm manifest");
     assert_one_line_error(
         &conelab(&["train", "--resume", s(&copy)]),
         &["does not fit the configured model"],
@@ -222,6 +236,11 @@ fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
         vocab.lines().skip(1).collect::<Vec<_>>().join("\n"),
     )
     .expect("write");
+    assert_one_line_error(
+        &conelab(&["train", "--resume", s(&copy)]),
+        &["vocab.tsv", "checksum mismatch"],
+    );
+    std::fs::remove_file(copy.join("checksums.json")).expect("rm manifest");
     assert_one_line_error(&conelab(&["train", "--resume", s(&copy)]), &["vocabulary"]);
 
     // Not a run, no checkpoint, nothing there.

@@ -869,3 +869,59 @@ fn the_command_log_is_bounded() {
     assert_eq!(log.last().map(|a| a.command.clone()), Some(lr(1_499)));
     assert_eq!(log.first().map(|a| a.command.clone()), Some(lr(500)));
 }
+
+/// The same command sent again and again (a stuck key, a script in a loop) is answered every
+/// time but applied once between two steps: the others come back `coalesced`, unchanged, so
+/// the run's logs and its store grow by one command a step, not by the flood.
+#[test]
+fn repeated_identical_commands_are_coalesced_and_still_answered() {
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let trainer = Trainer::new(
+        corpus,
+        small_transformer(),
+        train_config(2_000),
+        DeviceSpec::Cpu,
+    )
+    .expect("trainer");
+    let handle = engine::spawn(trainer, engine::EngineOptions::default()).expect("engine");
+    let sent = 300usize;
+    let same = Command::SetLr { lr: 2e-3 };
+    let mut answers: Vec<(u64, bool)> = Vec::new();
+    loop {
+        match next_event(&handle) {
+            Event::Step(s) if s.step == 2 => {
+                for _ in 0..sent {
+                    handle.send(same.clone());
+                }
+            }
+            Event::Applied(a) if a.command == same => {
+                answers.push((a.step, a.coalesced));
+                if a.coalesced {
+                    assert_eq!(a.before, a.after, "a coalesced command changes nothing");
+                }
+                if answers.len() == sent {
+                    handle.send(Command::Stop { save: false });
+                }
+            }
+            Event::Finished { .. } => break,
+            Event::Failed { message, .. } => panic!("engine failed: {message}"),
+            _ => {}
+        }
+    }
+    handle.join();
+    assert_eq!(answers.len(), sent, "every command answered");
+    let mut applied_at: Vec<u64> = answers.iter().filter(|a| !a.1).map(|a| a.0).collect();
+    let steps: std::collections::BTreeSet<u64> = answers.iter().map(|a| a.0).collect();
+    // Applied once at each step the flood spans (the first of each batch), never twice.
+    let n = applied_at.len();
+    applied_at.dedup();
+    assert_eq!(
+        applied_at.len(),
+        n,
+        "applied twice at one step: {answers:?}"
+    );
+    assert_eq!(n, steps.len(), "{answers:?}");
+    assert!(n <= sent.div_ceil(engine::COMMANDS_PER_STEP), "{n} applied");
+    assert!(!answers[0].1 && answers[1].1, "{:?}", &answers[..2]);
+}

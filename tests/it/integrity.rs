@@ -10,8 +10,8 @@ use std::process::Output;
 
 use crate::common::{Fixture, Rng, conelab, copy_dir, s};
 
-/// The files whose bytes conelab verifies: the store's segments and every file of every
-/// checkpoint (the manifest too).
+/// The files whose bytes conelab verifies: the run's `run.toml` and `vocab.tsv`, the store's
+/// `run.json`, segments and projections, every file of every checkpoint, and the manifests.
 fn verified_files(run: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut visit = |dir: &Path, keep: &dyn Fn(&str) -> bool| {
@@ -29,6 +29,14 @@ fn verified_files(run: &Path) -> Vec<PathBuf> {
     };
     visit(&run.join("store"), &|n| {
         (n.starts_with("metrics-") || n.starts_with("events-")) && n.ends_with(".parquet")
+            || n == "run.json"
+            || n == "checksums.json"
+    });
+    visit(&run.join("store").join("projections"), &|n| {
+        n.ends_with(".parquet")
+    });
+    visit(run, &|n| {
+        matches!(n, "run.toml" | "vocab.tsv" | "checksums.json")
     });
     for e in std::fs::read_dir(run).expect("list") {
         let p = e.expect("entry").path();
@@ -86,11 +94,29 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
     );
     let pristine = f.path("run");
     let files = verified_files(&pristine);
-    let segments = files
-        .iter()
-        .filter(|p| p.ends_with("store") || p.to_string_lossy().contains("/store/"))
-        .count();
+    let segment = |p: &Path| {
+        p.parent().is_some_and(|d| d.ends_with("store"))
+            && p.extension().is_some_and(|e| e == "parquet")
+    };
+    let segments = files.iter().filter(|p| segment(p)).count();
+    let kinds = |end: &str| files.iter().filter(|p| p.ends_with(end)).count();
     assert!(segments >= 2 && files.len() >= segments + 9, "{files:?}");
+    assert_eq!(
+        (kinds("run.toml"), kinds("vocab.tsv"), kinds("run.json")),
+        (1, 1, 1)
+    );
+    assert!(
+        kinds("checksums.json") == 5,
+        "two run manifests and three checkpoints': {files:?}"
+    );
+    assert!(
+        files
+            .iter()
+            .filter(|p| p.to_string_lossy().contains("/projections/"))
+            .count()
+            >= 3,
+        "{files:?}"
+    );
     // A folder that is not a run: one line, exit 2.
     crate::common::assert_one_line_error(
         &conelab(&["store", "verify", s(&f.path("corpus"))]),
@@ -110,8 +136,15 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
     let (metrics, events) = exports(&pristine);
     assert!(metrics.status.success() && events.status.success());
 
+    let listed_clean = conelab(&["runs", s(&f.path(".")), "--json"]);
+    assert!(
+        !String::from_utf8_lossy(&listed_clean.stdout).contains("damaged"),
+        "{}",
+        String::from_utf8_lossy(&listed_clean.stdout)
+    );
+
     let mut rng = Rng(0x5EED_F11B);
-    let (mut exported, mut resumed) = (0, 0);
+    let (mut exported, mut resumed, mut listed) = (0, 0, 0);
     for flip in 0..200 {
         let copy = f.path(&format!("flip-{flip}"));
         copy_dir(&pristine, &copy);
@@ -140,8 +173,44 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
             "{what}: verify said {said}"
         );
 
-        let in_store = file.parent().is_some_and(|d| d.ends_with("store"));
-        if in_store && exported < 20 {
+        let in_store = segment(original);
+        let in_checkpoint = original
+            .parent()
+            .and_then(|d| d.file_name())
+            .is_some_and(|n| n.to_string_lossy().starts_with("step-"));
+        if !in_store && !in_checkpoint {
+            // The run's own files, the store's record and manifests, projections: `runs` lists
+            // the run as damaged where it can see it without reading every byte, and the rows
+            // stay exportable, unchanged.
+            listed += 1;
+            let is_projection = original.to_string_lossy().contains("/projections/");
+            if !is_projection {
+                let runs = conelab(&["runs", s(&f.path(".")), "--json"]);
+                never_crashed(&runs, &what);
+                let rows: serde_json::Value =
+                    serde_json::from_slice(&runs.stdout).expect("runs --json");
+                let row = rows
+                    .as_array()
+                    .and_then(|r| {
+                        r.iter()
+                            .find(|r| r["dir"] == format!("flip-{flip}").as_str())
+                    })
+                    .unwrap_or_else(|| panic!("{what}: not listed: {rows}"));
+                assert_eq!(row["status"], "damaged", "{what}: {row}");
+            }
+            let (m, e) = exports(&copy);
+            never_crashed(&m, &what);
+            assert!(
+                m.status.success() && e.status.success(),
+                "{what}: {}",
+                String::from_utf8_lossy(&m.stderr)
+            );
+            assert_eq!(
+                m.stdout, metrics.stdout,
+                "{what}: an exported value changed"
+            );
+            assert_eq!(e.stdout, events.stdout, "{what}: an exported event changed");
+        } else if in_store && exported < 20 {
             exported += 1;
             // The damaged table is skipped with a warning naming it; the other is exported whole.
             let (m, e) = exports(&copy);
@@ -194,8 +263,8 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
         std::fs::remove_dir_all(&copy).expect("clean up");
     }
     assert!(
-        exported >= 10 && resumed >= 10,
-        "{exported} exports, {resumed} resumes"
+        exported >= 10 && resumed >= 10 && listed >= 10,
+        "{exported} exports, {resumed} resumes, {listed} run files"
     );
 }
 

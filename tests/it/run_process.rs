@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::common::{
-    Fixture, assert_one_line_error, conelab, conelab_processes, process_gone, read_until, s,
-    signal, spawn_train, spawn_train_env, store_events, store_losses, wait_final, wait_until,
+    Fixture, assert_one_line_error, conelab, conelab_processes, copy_dir, process_gone, read_until,
+    s, signal, spawn_train, spawn_train_env, store_events, store_losses, wait_final, wait_until,
 };
 
 fn steps_are_contiguous_and_once(run: &Path, last: u64) {
@@ -694,11 +694,14 @@ fn runs_lists_every_status_and_never_fails_on_one_folder() {
     assert_eq!(by("crashed")["status"], "crashed");
     assert_eq!(by("live")["status"], "live");
     assert!(by("live")["pid"].as_u64().is_some());
-    assert_eq!(by("broken")["status"], "unreadable");
+    // A run.toml that does not parse is damage, said with the file.
+    assert_eq!(by("broken")["status"], "damaged");
     assert!(
-        by("broken")["reason"]
+        by("broken")["damaged"][0]
             .as_str()
-            .is_some_and(|r| r.contains("run.toml"))
+            .is_some_and(|r| r.contains("run.toml")),
+        "{}",
+        by("broken")
     );
     // The table too.
     let table = conelab(&["runs", s(&root)]);
@@ -922,4 +925,70 @@ fn resume_accepts_the_runs_own_values_given_again() {
     steps_are_contiguous_and_once(&run, 6);
     let out = f.train("run", &["--seed", "2", "--resume", s(&run), "--steps", "8"]);
     assert_one_line_error(&out, &["--seed 2 differs from the run's own 1"]);
+}
+
+/// The corpus given to `--resume` is compared by what its files hold: the same corpus moved
+/// elsewhere is accepted (and read from there from now on, said once), a corpus whose files
+/// differ is refused naming both places, and a run whose corpus is gone says how to give it.
+#[test]
+fn resume_knows_a_moved_corpus_by_its_files() {
+    let f = Fixture::new();
+    let run = f.path("run");
+    assert!(
+        f.train("run", &["--eval-every", "0", "--steps", "3"])
+            .status
+            .success()
+    );
+    let toml = std::fs::read_to_string(run.join("run.toml")).expect("run.toml");
+    assert!(toml.contains("fingerprint = \"crc32c:"), "{toml}");
+    // The corpus moves; the run cannot find it on its own.
+    let moved = f.path("moved-corpus");
+    std::fs::rename(f.path("corpus"), &moved).expect("move");
+    assert_one_line_error(
+        &conelab(&["train", "--resume", s(&run), "--steps", "4"]),
+        &["is not there any more", "--resume"],
+    );
+    let out = conelab(&[
+        "train",
+        s(&moved),
+        "--resume",
+        s(&run),
+        "--steps",
+        "4",
+        "--headless",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("the corpus is read from"), "{said}");
+    // From now on the run reads it there, without being told.
+    let out = conelab(&["train", "--resume", s(&run), "--steps", "5", "--headless"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    steps_are_contiguous_and_once(&run, 5);
+    // Another corpus (its files differ by one byte) is refused, naming it and the run's own.
+    let other = f.path("other-corpus");
+    copy_dir(&moved, &other);
+    let train = other.join("train.txt");
+    let text = std::fs::read_to_string(&train).expect("train.txt");
+    std::fs::write(&train, text.replacen(' ', "  ", 1)).expect("write");
+    assert_one_line_error(
+        &conelab(&["train", s(&other), "--resume", s(&run), "--steps", "6"]),
+        &[
+            "CORPUS",
+            "other-corpus",
+            "differs from the run's own",
+            "moved-corpus",
+        ],
+    );
 }

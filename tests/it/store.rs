@@ -647,3 +647,51 @@ fn a_long_run_keeps_a_bounded_store_and_every_row() {
     assert_eq!(s.events.height() as u64, flushes, "every event once");
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
 }
+
+/// `export` started while the run compacts its store (the issue: 26 of 30 exports started
+/// 0.1 s after a compaction of 1,345 segments failed with a missing file): every export
+/// succeeds with every row, because a reader holds the store's readers' lock and the
+/// compaction leaves the files it read until it is done.
+#[test]
+fn exports_during_compactions_all_succeed_with_every_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path();
+    let mut w = writer(run);
+    let mut step = 0u64;
+    for round in 0..8 {
+        for _ in 0..60 {
+            step += 1;
+            push_losses(&mut w, step..=step, loss);
+            w.flush().expect("flush");
+        }
+        let export = std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
+            .args([
+                "export",
+                run.to_str().expect("utf-8"),
+                "--table",
+                "metrics",
+                "--format",
+                "csv",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn export");
+        // The export starts reading while the store is compacted under it.
+        std::thread::sleep(std::time::Duration::from_millis(20 * (round % 4)));
+        w.compact().expect("compact");
+        let out = export.wait_with_output().expect("export");
+        assert!(
+            out.status.success(),
+            "round {round}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows = String::from_utf8_lossy(&out.stdout).lines().count() - 1;
+        assert_eq!(rows as u64, step, "round {round}: every row, once");
+    }
+    drop(w);
+    // Whatever the readers kept is gone once nobody reads: one base per table is left.
+    store::compact(run).expect("compact");
+    assert_eq!(segment_files(run, "metrics-").len(), 1);
+}

@@ -224,6 +224,7 @@ fn the_socket_and_the_in_process_viewer_see_the_same_run() {
         before: "MLE".into(),
         after: "CosReg γ=1".into(),
         ticket: envelope.ticket,
+        coalesced: false,
     }));
     send(Event::Finished {
         step: 40,

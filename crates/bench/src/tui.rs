@@ -185,6 +185,7 @@ pub fn demo_app(n: usize, d: usize, steps: u64) -> Result<(App, FrequencyGroups)
                 before: "MLE".into(),
                 after: "CosReg γ=1".into(),
                 ticket: None,
+                coalesced: false,
             }));
         }
         if s % every == 0 {

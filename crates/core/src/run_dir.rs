@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use conelab_base::atomic::sync_dir;
+use conelab_base::integrity::{IntegrityError, verify_file, write_recorded};
 use conelab_data::{Corpus, CorpusSource, DataError, GroupBounds, LoadOptions, SynthConfig, Vocab};
 
 use crate::model::ModelConfig;
@@ -47,10 +48,13 @@ pub enum CheckpointError {
     NotARun(PathBuf),
     #[error("{}: no checkpoint (no step-NNNNNN folder)", .0.display())]
     NoCheckpoint(PathBuf),
-    #[error("{}: corrupt or unreadable: {reason}", path.display())]
+    #[error("{}: corrupt: {reason}", path.display())]
     Corrupt { path: PathBuf, reason: String },
     #[error("{}: {reason}", path.display())]
     Mismatch { path: PathBuf, reason: String },
+    /// A checkpoint's file could not be written (a full disk, an I/O error under the encoder).
+    #[error("{}: cannot be written: {reason}", path.display())]
+    Write { path: PathBuf, reason: String },
     /// Something of the model could not be written out (a backend or encoder refused).
     #[error("{}: cannot be encoded", path.display())]
     Encode {
@@ -68,6 +72,16 @@ pub enum CheckpointError {
     Data(#[from] DataError),
 }
 
+/// Damage found by a checksum: `Corrupt` naming the file; a file that cannot be read, `Io`.
+impl From<IntegrityError> for CheckpointError {
+    fn from(e: IntegrityError) -> Self {
+        match e {
+            IntegrityError::Io { path, source } => CheckpointError::Io { path, source },
+            IntegrityError::Damaged { path, reason } => CheckpointError::Corrupt { path, reason },
+        }
+    }
+}
+
 /// Wraps an I/O error with the path it concerns (for `map_err`).
 pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     move |source| CheckpointError::Io {
@@ -80,7 +94,13 @@ pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum CorpusSpec {
-    Dir { path: PathBuf },
+    Dir {
+        path: PathBuf,
+        /// What the split files held ([`corpus_fingerprint`]): the same corpus moved or copied
+        /// elsewhere is recognised by it. Absent in runs written before fingerprints.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fingerprint: Option<String>,
+    },
     Synthetic(SynthConfig),
 }
 
@@ -89,6 +109,7 @@ impl CorpusSpec {
         match source {
             CorpusSource::Dir(p) => CorpusSpec::Dir {
                 path: fs::canonicalize(p).unwrap_or_else(|_| p.clone()),
+                fingerprint: corpus_fingerprint(p),
             },
             CorpusSource::Synthetic(c) => CorpusSpec::Synthetic(c.clone()),
         }
@@ -96,10 +117,83 @@ impl CorpusSpec {
 
     pub fn to_source(&self) -> CorpusSource {
         match self {
-            CorpusSpec::Dir { path } => CorpusSource::Dir(path.clone()),
+            CorpusSpec::Dir { path, .. } => CorpusSource::Dir(path.clone()),
             CorpusSpec::Synthetic(s) => CorpusSource::Synthetic(s.clone()),
         }
     }
+
+    /// Whether `other` is this corpus: the same synthetic settings, or a folder at the same
+    /// place or holding the same split files (by fingerprint: a moved or copied corpus is the
+    /// same; a folder that lost its files compares by path only).
+    pub fn same_corpus(&self, other: &CorpusSpec) -> bool {
+        match (self, other) {
+            (
+                CorpusSpec::Dir {
+                    path: a,
+                    fingerprint: fa,
+                },
+                CorpusSpec::Dir {
+                    path: b,
+                    fingerprint: fb,
+                },
+            ) => {
+                let fa = fa.clone().or_else(|| corpus_fingerprint(a));
+                let fb = fb.clone().or_else(|| corpus_fingerprint(b));
+                match (fa, fb) {
+                    (Some(fa), Some(fb)) => fa == fb,
+                    _ => a == b,
+                }
+            }
+            (CorpusSpec::Synthetic(a), CorpusSpec::Synthetic(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// The corpus as a user names it: its folder, or `synthetic`.
+    pub fn describe(&self) -> String {
+        match self {
+            CorpusSpec::Dir { path, .. } => path.display().to_string(),
+            CorpusSpec::Synthetic(s) => CorpusSource::Synthetic(s.clone()).describe(),
+        }
+    }
+}
+
+/// A corpus folder's fingerprint: `crc32c:XXXXXXXX:BYTES` over each split file it would be read
+/// from (the first of `SPLIT_FILE_NAMES` present), in split order, name and bytes. `None` when a
+/// split file is missing or unreadable. One pass over the files (several GB/s).
+pub fn corpus_fingerprint(dir: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut crc = 0u32;
+    let mut total = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    for (_, names) in conelab_data::SPLIT_FILE_NAMES {
+        let name = names.iter().find(|n| dir.join(n).is_file())?;
+        crc = conelab_base::integrity::crc32c_append(crc, name.as_bytes());
+        let mut file = fs::File::open(dir.join(name)).ok()?;
+        loop {
+            let n = file.read(&mut buf).ok()?;
+            if n == 0 {
+                break;
+            }
+            crc = conelab_base::integrity::crc32c_append(crc, &buf[..n]);
+            total += n as u64;
+        }
+    }
+    Some(format!(
+        "crc32c:{}:{total}",
+        conelab_base::integrity::hex(crc)
+    ))
+}
+
+/// The run's configuration file.
+pub const RUN_TOML: &str = "run.toml";
+/// The run's vocabulary file.
+pub const VOCAB_TSV: &str = "vocab.tsv";
+
+/// Checks the run folder's own files (`run.toml`, `vocab.tsv`: every file its manifest lists)
+/// against the manifest: `Ok(true)` verified, `Ok(false)` written before manifests.
+pub fn verify_run_files(dir: &Path) -> Result<bool, CheckpointError> {
+    Ok(conelab_base::integrity::verify_folder(dir)?.is_some())
 }
 
 /// `run.toml`: everything needed to rebuild the run.
@@ -129,8 +223,7 @@ impl RunDir {
             path: path.join("run.toml"),
             reason: e.to_string(),
         })?;
-        let run_toml = path.join("run.toml");
-        conelab_base::atomic::write_file(&run_toml, toml.as_bytes()).map_err(io(&run_toml))?;
+        write_recorded("run", path, RUN_TOML, toml.as_bytes())?;
         let mut tsv = String::with_capacity(vocab.len() * 12);
         for (token, count) in vocab.tokens().iter().zip(vocab.counts()) {
             tsv.push_str(token);
@@ -138,8 +231,7 @@ impl RunDir {
             tsv.push_str(&count.to_string());
             tsv.push('\n');
         }
-        let vocab_tsv = path.join("vocab.tsv");
-        conelab_base::atomic::write_file(&vocab_tsv, tsv.as_bytes()).map_err(io(&vocab_tsv))?;
+        write_recorded("run", path, VOCAB_TSV, tsv.as_bytes())?;
         Ok(Self {
             path: path.to_path_buf(),
             spec,
@@ -163,6 +255,7 @@ impl RunDir {
         if !run_toml.is_file() {
             return Err(CheckpointError::NotARun(dir.to_path_buf()));
         }
+        verify_file(dir, RUN_TOML)?;
         let text = fs::read_to_string(&run_toml).map_err(io(&run_toml))?;
         let spec: RunSpec = toml::from_str(&text).map_err(|e| CheckpointError::Corrupt {
             path: run_toml.clone(),
@@ -184,7 +277,8 @@ impl RunDir {
 
     /// Tokens of `vocab.tsv`, in id order.
     pub fn vocab_tokens(&self) -> Result<Vec<String>, CheckpointError> {
-        let p = self.path.join("vocab.tsv");
+        let p = self.path.join(VOCAB_TSV);
+        verify_file(&self.path, VOCAB_TSV)?;
         let text = fs::read_to_string(&p).map_err(io(&p))?;
         Ok(text
             .lines()
@@ -210,7 +304,7 @@ impl RunDir {
             path: run_toml.clone(),
             reason: e.to_string(),
         })?;
-        conelab_base::atomic::write_file(&run_toml, toml.as_bytes()).map_err(io(&run_toml))?;
+        write_recorded("run", &self.path, RUN_TOML, toml.as_bytes())?;
         self.spec = spec;
         Ok(())
     }

@@ -200,6 +200,7 @@ pub fn open(dir: &Path) -> Result<Opened, RunError> {
 /// A run that is over, from its folder.
 pub fn stored(dir: &Path, status: RunStatus, why: String) -> Result<Opened, RunError> {
     let run = RunDir::open(dir)?;
+    conelab_core::run_dir::verify_run_files(dir)?;
     let spec = run.spec();
     let vocab = Vocabulary::read_tsv(&dir.join("vocab.tsv")).map_err(RunError::bad_input_at(
         dir.join("vocab.tsv").display().to_string(),

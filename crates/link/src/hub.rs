@@ -352,6 +352,18 @@ impl Hub {
     }
 
     fn on_event(&mut self, event: Event) {
+        if let Event::Applied(a) = &event
+            && a.coalesced
+        {
+            // A repeat that changed nothing: its answer to its sender, and no one else.
+            if let Some(t) = a.ticket
+                && let Some((id, sink)) = self.pending.remove(&t)
+            {
+                let result = CommandOutcome::Applied { applied: a.clone() };
+                send_reply(&sink, &ServerMessage::CommandResult { id, result });
+            }
+            return;
+        }
         self.view.on_event(&event);
         self.history_line = None;
         // The acknowledgement of a viewer's command, to that viewer.

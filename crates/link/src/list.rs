@@ -21,7 +21,7 @@ pub struct RunRow {
     pub tags: Vec<String>,
     pub notes: String,
     pub path: PathBuf,
-    /// live, completed, stopped, diverged, failed, crashed or unreadable.
+    /// live, completed, stopped, diverged, failed, crashed, damaged or unreadable.
     pub status: String,
     pub host: Option<String>,
     pub pid: Option<u32>,
@@ -40,6 +40,11 @@ pub struct RunRow {
     /// Why the folder could not be read (status `unreadable`), or what a failure said.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Damage found in the run's files (status `damaged` unless it is live), one line each:
+    /// a file that fails its checksum, store segments skipped or set aside. What `runs` can see
+    /// without reading every byte; `conelab store verify` checks the rest.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub damaged: Vec<String>,
 }
 
 /// A folder that looks like a run (or the remains of one).
@@ -92,6 +97,7 @@ pub fn row(dir: &Path) -> RunRow {
         started: None,
         seconds: None,
         reason: None,
+        damaged: Vec::new(),
     };
     let liveness = match live::liveness(dir) {
         Ok(l) => l,
@@ -134,12 +140,21 @@ pub fn row(dir: &Path) -> RunRow {
                     .and_then(|c| c.last().and_then(|p| conelab_core::run_dir::step_of(p)));
             }
         }
+        Err(e @ conelab_core::run_dir::CheckpointError::Corrupt { .. }) => {
+            r.damaged.push(e.to_string());
+            mark_damaged(&mut r);
+            return r;
+        }
         Err(e) => {
             r.status = "unreadable".into();
             r.reason = Some(e.to_string());
             return r;
         }
     }
+    if let Err(e) = conelab_core::run_dir::verify_run_files(dir) {
+        r.damaged.push(e.to_string());
+    }
+    r.damaged.extend(store::known_damage(dir));
     match store::load(dir) {
         Ok(st) => {
             r.started = Some(rfc3339(st.run.started_unix));
@@ -151,6 +166,8 @@ pub fn row(dir: &Path) -> RunRow {
             r.notes = labels.notes;
             let end = ended_at.unwrap_or_else(store::unix_now);
             r.seconds = Some((end - st.run.started_unix).max(0.0));
+            // Segments skipped as corrupt, a lost run.json.
+            r.damaged.extend(st.warnings.iter().cloned());
             if let Ok(numbers) = numbers(&st) {
                 if r.status == "live" || r.status == "crashed" {
                     r.step = numbers.step.or(r.step);
@@ -162,9 +179,29 @@ pub fn row(dir: &Path) -> RunRow {
             }
         }
         Err(store::StoreError::NoStore(_)) => {}
+        Err(e @ store::StoreError::Corrupt { .. }) => {
+            let line = format!("metrics store: {e}");
+            if !r.damaged.contains(&e.to_string()) {
+                r.damaged.push(line);
+            }
+        }
         Err(e) => r.reason = Some(format!("metrics store: {e}")),
     }
+    mark_damaged(&mut r);
     r
+}
+
+/// A run with damage found reads `damaged` (the status it had goes into its reason), unless it
+/// is live: a live run's status says what it is doing, its `damaged` lines what is wrong.
+fn mark_damaged(r: &mut RunRow) {
+    if r.damaged.is_empty() || r.status == "live" || r.status == "damaged" {
+        return;
+    }
+    let was = std::mem::replace(&mut r.status, "damaged".into());
+    r.reason = Some(match r.reason.take() {
+        Some(why) => format!("{was}: {why}"),
+        None => was,
+    });
 }
 
 #[derive(Default)]
@@ -304,6 +341,11 @@ pub fn render(rows: &[RunRow]) -> String {
             r.name,
             r.reason.as_deref().unwrap_or("?")
         ));
+    }
+    for r in rows {
+        for line in &r.damaged {
+            out.push_str(&format!("{}: damaged: {line}\n", r.name));
+        }
     }
     out
 }

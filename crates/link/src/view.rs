@@ -303,6 +303,7 @@ impl RunView {
                 self.last_embedding = Some((**e).clone());
             }
             Event::Projection(_) | Event::Snapshot { .. } | Event::CheckpointStaged { .. } => {}
+            Event::Applied(a) if a.coalesced => {}
             Event::Applied(a) => {
                 match &a.command {
                     Command::Objective { change } => {

@@ -193,6 +193,7 @@ impl EventSink for Reporter {
                     self.line(embedding_line(e));
                 }
             }
+            Event::Applied(a) if a.coalesced => {}
             Event::Applied(a) => self.line(format!(
                 "applied step={} {}: {} -> {}",
                 a.step, a.command, a.before, a.after

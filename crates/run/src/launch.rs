@@ -262,6 +262,36 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     )
     .map_err(RunError::Usage)?;
     let lock = live::hold(run.path())?;
+    // The same corpus at another place (moved, copied to a node's scratch): the run reads it
+    // there from now on.
+    let mut moved = None;
+    if let (Some(CorpusSpec::Dir { path: new, .. }), CorpusSpec::Dir { path: old, .. }) =
+        (&corpus, &run.spec().corpus)
+        && new != old
+        && let Some(given) = corpus.clone()
+    {
+        let mut spec = run.spec().clone();
+        moved = Some(format!(
+            "the corpus is read from {} now (the same files as {}, by fingerprint)",
+            new.display(),
+            old.display()
+        ));
+        spec.corpus = given;
+        run.update_spec(spec)?;
+    } else if corpus.is_none()
+        && let CorpusSpec::Dir { path: old, .. } = &run.spec().corpus
+        && !old.is_dir()
+    {
+        return Err(RunError::Usage(
+            format!(
+                "the run's corpus {} is not there any more (moved?): give its place, as in \
+                 `conelab train NEW-PLACE --resume {}`",
+                old.display(),
+                run.path().display()
+            )
+            .into(),
+        ));
+    }
     // Before choosing the checkpoint: a re-save interrupted by a kill may have set one aside.
     let recovered = run.recover()?;
     // No checkpoint at all: the run starts again from its run.toml, its earlier store set aside.
@@ -280,6 +310,9 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     let at = trainer.state().step;
     let mut commands = Vec::new();
     let mut announcements = Vec::new();
+    if let Some(message) = moved {
+        announcements.push(Event::Warning { step: at, message });
+    }
     if let Some(aside) = set_aside {
         announcements.push(Event::Warning {
             step: at,

@@ -167,6 +167,7 @@ fn emit(event: &Event, every: u64) {
                 effective_rank = t.effective_rank, sv_max = t.sv_max, seconds = e.seconds,
                 "embedding");
         }
+        Event::Applied(a) if a.coalesced => {}
         Event::Applied(a) => info!(target: "conelab::run", step = a.step,
             command = %a.command, before = %a.before, after = %a.after, "applied"),
         Event::Rejected {

@@ -318,8 +318,19 @@ impl TrainOptions {
             )
             .into())
         };
-        if let Some(c) = corpus {
-            refuse("CORPUS", format!("{c:?}"), format!("{:?}", spec.corpus))?;
+        // The corpus by what its files hold: the same corpus moved or copied is accepted.
+        if let Some(c) = corpus
+            && !spec.corpus.same_corpus(c)
+        {
+            let (given, own) = (c.describe(), spec.corpus.describe());
+            if given == own {
+                return Err(format!(
+                    "CORPUS {given}: its files changed since the run started (their fingerprint \
+                     differs); a resumed run must train on the same data: start a new run"
+                )
+                .into());
+            }
+            refuse("CORPUS", given, own)?;
         }
         let by_file = self.config.is_some();
         if self.model.is_some() || by_file {

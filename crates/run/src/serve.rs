@@ -132,7 +132,7 @@ fn store_record(dir: &Path, spec: &conelab_train::checkpoint::RunSpec) -> RunRec
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_else(|| spec.name.clone());
     let corpus = match &spec.corpus {
-        CorpusSpec::Dir { path } => path.display().to_string(),
+        CorpusSpec::Dir { path, .. } => path.display().to_string(),
         CorpusSpec::Synthetic(_) => "synthetic".into(),
     };
     RunRecord::new(&run_id, config, corpus, spec.device.clone())

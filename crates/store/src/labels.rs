@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use conelab_base::error::Invalid;
 
-use super::{RUN_RECORD, StoreError, io_error, read_run_record};
+use super::{RUN_RECORD, StoreError, read_run_record};
 
 /// The longest name (characters).
 pub const MAX_NAME: usize = 200;
@@ -162,9 +162,7 @@ pub fn edit_record(store_dir: &Path, edit: &LabelEdit) -> Result<RunLabels, Stor
     record.labels.apply(edit).map_err(StoreError::Invalid)?;
     let json = serde_json::to_string_pretty(&record)
         .map_err(|e| StoreError::Invalid(Invalid::because(format!("encoding {RUN_RECORD}"))(e)))?;
-    let path = store_dir.join(RUN_RECORD);
-    conelab_base::atomic::write_file_as("labels", &path, json.as_bytes())
-        .map_err(io_error(&path))?;
+    conelab_base::integrity::write_recorded("labels", store_dir, RUN_RECORD, json.as_bytes())?;
     Ok(record.labels)
 }
 
@@ -280,8 +278,18 @@ mod tests {
             assert!(e.to_string().contains(RUN_RECORD), "{plan}: {e}");
             let now = std::fs::read_to_string(dir.join(RUN_RECORD)).expect("read");
             assert_eq!(now, before, "{plan}: run.json changed");
-            let leftovers = std::fs::read_dir(dir).expect("dir").count();
-            assert_eq!(leftovers, 1, "{plan}: a temporary file was left");
+            let leftovers = std::fs::read_dir(dir)
+                .expect("dir")
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+                .count();
+            assert_eq!(leftovers, 0, "{plan}: a temporary file was left");
+            // The manifest's pending entry keeps the old record verifying.
+            assert_eq!(
+                read_run_record(dir).expect("verifies").labels.tags,
+                vec!["kept".to_string()],
+                "{plan}"
+            );
         }
         // A refused edit writes nothing either.
         let e =

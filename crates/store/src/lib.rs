@@ -60,7 +60,7 @@ pub enum StoreError {
     },
     #[error("{}: no metrics store (no {STORE_DIR}/{RUN_RECORD}); is it a conelab run directory?", .0.display())]
     NoStore(PathBuf),
-    #[error("{}: corrupt or unreadable: {reason}", path.display())]
+    #[error("{}: corrupt: {reason}", path.display())]
     Corrupt { path: PathBuf, reason: String },
     #[error("metrics store: {0}")]
     Polars(#[from] PolarsError),
@@ -77,6 +77,20 @@ impl StoreError {
     /// For `map_err`: bad input that `e` explains.
     pub fn bad_input<E: Into<BoxError>>(e: E) -> Self {
         StoreError::BadInput(e.into())
+    }
+}
+
+/// Damage found by a checksum is `Corrupt`; a file that cannot be read, `Io`.
+impl From<conelab_base::integrity::IntegrityError> for StoreError {
+    fn from(e: conelab_base::integrity::IntegrityError) -> Self {
+        match e {
+            conelab_base::integrity::IntegrityError::Io { path, source } => {
+                StoreError::Io { path, source }
+            }
+            conelab_base::integrity::IntegrityError::Damaged { path, reason } => {
+                StoreError::Corrupt { path, reason }
+            }
+        }
     }
 }
 
@@ -248,6 +262,15 @@ fn read_rows(run_dir: &Path, columns: Option<&[&str]>) -> Result<LoadedStore, St
             ));
             record_without_run_json(&dir)
         }
+        // Damaged: the rows are still read, under a stand-in record, and the damage said.
+        Err(StoreError::Corrupt { path, reason }) if !segment::list(&dir)?.is_empty() => {
+            warnings.push(format!(
+                "{}: corrupt ({reason}); the run's name, tags and notes are unknown (its rows \
+                 are intact)",
+                path.display()
+            ));
+            record_without_run_json(&dir)
+        }
         other => other?,
     };
     let metrics = match columns {
@@ -275,6 +298,8 @@ pub fn read_run_record(dir: &Path) -> Result<RunRecord, StoreError> {
         }
         Err(e) => return Err(io_error(&path)(e)),
     };
+    // `run.json` is rewritten by tag, note and rename: its checksum is in the store's manifest.
+    conelab_base::integrity::verify_file(dir, RUN_RECORD)?;
     serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
         path,
         reason: e.to_string(),
@@ -330,23 +355,40 @@ pub fn has_snapshot_at(run_dir: &Path, step: u64) -> Result<bool, StoreError> {
         .any(|(s, sp)| s == Some(step) && sp == Some(split::EMBEDDING)))
 }
 
-/// What [`verify`] found in a store's segments.
+/// What [`verify`] found in a store's files.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Verification {
-    /// Segments read whole: their checksum matched and they decoded.
+    /// Files read whole whose checksum matched (segments, projections, `run.json`).
     pub verified: usize,
-    /// Segments written before checksums that decoded (nothing to compare them with).
+    /// Files written before checksums that decoded (nothing to compare them with).
     pub unverified: usize,
-    /// Damaged segments: (path, why). Left where they are (compaction sets them aside).
+    /// Damaged files: (path, why), including segments compaction set aside earlier. Left where
+    /// they are (compaction sets a damaged segment aside).
     pub damaged: Vec<(PathBuf, String)>,
 }
 
-/// Reads every live segment of a run's store (verifying the checksum in its name, then decoding
-/// it) without changing anything: a damaged segment is named, an I/O error is an error.
+/// Reads every file of a run's store — `run.json` against the store's manifest, each live
+/// segment and projection against the checksum in its name, then decoded — without changing
+/// anything: a damaged file is named, an I/O error is an error.
 pub fn verify(run_dir: &Path) -> Result<Verification, StoreError> {
     let dir = store_dir(run_dir);
-    read_run_record(&dir)?;
     let mut out = Verification::default();
+    match read_run_record(&dir) {
+        Ok(_) => {}
+        Err(StoreError::Corrupt { path, reason }) => out.damaged.push((path, reason)),
+        Err(e) => return Err(e),
+    }
+    // Every file the store's manifest lists (a damaged name in it too).
+    match conelab_base::integrity::verify_folder(&dir) {
+        Ok(Some(n)) => out.verified += n,
+        Ok(None) => out.unverified += 1,
+        Err(conelab_base::integrity::IntegrityError::Damaged { path, reason }) => {
+            if out.damaged.is_empty() {
+                out.damaged.push((path, reason));
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
     for seg in segment::list(&dir)? {
         match segment::read_one(&seg.path, seg.kind, None) {
             Ok(_) if seg.checksum.is_some() => out.verified += 1,
@@ -355,7 +397,38 @@ pub fn verify(run_dir: &Path) -> Result<Verification, StoreError> {
             Err(segment::ReadError::Io(e)) => return Err(e),
         }
     }
+    let projections = projection::verify(&dir)?;
+    out.verified += projections.verified;
+    out.unverified += projections.unverified;
+    out.damaged.extend(projections.damaged);
+    for (path, why) in segment::set_aside(&dir)? {
+        out.damaged
+            .push((path, format!("set aside earlier by compaction: {why}")));
+    }
     Ok(out)
+}
+
+/// Damage of a run's store found without reading its rows: a `run.json` that fails its
+/// checksum, segments compaction set aside. One line each (for `conelab runs`).
+pub fn known_damage(run_dir: &Path) -> Vec<String> {
+    let dir = store_dir(run_dir);
+    let mut out = Vec::new();
+    if let Err(e @ StoreError::Corrupt { .. }) = read_run_record(&dir) {
+        out.push(e.to_string());
+    } else if let Err(e) = conelab_base::integrity::verify_folder(&dir) {
+        out.push(e.to_string());
+    }
+    match segment::set_aside(&dir) {
+        Ok(aside) if !aside.is_empty() => out.push(format!(
+            "{} store segment(s) set aside in {}: {}",
+            aside.len(),
+            dir.join(segment::CORRUPT_DIR).display(),
+            aside[0].1
+        )),
+        Ok(_) => {}
+        Err(e) => out.push(e.to_string()),
+    }
+    out
 }
 
 #[cfg(test)]

@@ -22,36 +22,76 @@ pub const DIR: &str = "projections";
 /// Files kept before the older half is thinned.
 pub const MAX_FILES: usize = 400;
 
-fn file_name(step: u64) -> String {
-    format!("step-{step:09}.parquet")
+/// `step-NNNNNNNNN.<crc32c>.parquet`: the checksum of the bytes in the name, as segments carry
+/// theirs (a file written before checksums has none and reads as unverified).
+fn file_name(step: u64, crc: u32) -> String {
+    format!(
+        "step-{step:09}.{}.parquet",
+        conelab_base::integrity::hex(crc)
+    )
 }
 
-fn step_of(name: &str) -> Option<u64> {
-    let digits = name.strip_prefix("step-")?.strip_suffix(".parquet")?;
+/// One projection file: its step, path and the checksum its name carries.
+struct Entry {
+    step: u64,
+    path: PathBuf,
+    checksum: Option<u32>,
+}
+
+fn parse_name(name: &str) -> Option<(u64, Option<u32>)> {
+    let rest = name.strip_prefix("step-")?.strip_suffix(".parquet")?;
+    let (digits, checksum) = match rest.split_once('.') {
+        Some((d, c)) => (d, Some(conelab_base::integrity::parse_hex(c)?)),
+        None => (rest, None),
+    };
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    Some((digits.parse().ok()?, checksum))
 }
 
-/// Steps with a projection file, ascending.
-pub fn list(store_dir: &Path) -> Result<Vec<u64>, StoreError> {
+/// The projection files, by step ascending.
+fn entries(store_dir: &Path) -> Result<Vec<Entry>, StoreError> {
     let dir = store_dir.join(DIR);
-    let entries = match std::fs::read_dir(&dir) {
+    let listing = match std::fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(io_error(&dir)(e)),
     };
-    let mut steps: Vec<u64> = entries
+    let mut out: Vec<Entry> = listing
         .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str().and_then(step_of))
+        .filter_map(|e| {
+            let (step, checksum) = e.file_name().to_str().and_then(parse_name)?;
+            Some(Entry {
+                step,
+                path: e.path(),
+                checksum,
+            })
+        })
         .collect();
-    steps.sort_unstable();
+    out.sort_by_key(|e| (e.step, e.checksum.is_some()));
+    Ok(out)
+}
+
+/// Steps with a projection file, ascending.
+pub fn list(store_dir: &Path) -> Result<Vec<u64>, StoreError> {
+    let mut steps: Vec<u64> = entries(store_dir)?.iter().map(|e| e.step).collect();
+    steps.dedup();
     Ok(steps)
 }
 
-fn path(store_dir: &Path, step: u64) -> PathBuf {
-    store_dir.join(DIR).join(file_name(step))
+fn remove_step(store_dir: &Path, step: u64, except: Option<&Path>) -> Result<(), StoreError> {
+    for e in entries(store_dir)?.into_iter().filter(|e| e.step == step) {
+        if Some(e.path.as_path()) != except {
+            match std::fs::remove_file(&e.path) {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(io_error(&e.path)(err));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 fn columns(p: &Projection, prefix: char) -> Vec<Column> {
@@ -86,9 +126,14 @@ pub fn write(store_dir: &Path, frame: &ProjectionFrame) -> Result<(), StoreError
         .finish(&mut df)?;
     let dir = store_dir.join(DIR);
     std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
-    let target = path(store_dir, frame.step);
+    let target = dir.join(file_name(
+        frame.step,
+        conelab_base::integrity::crc32c(&bytes),
+    ));
     conelab_base::atomic::write_file_as("projection", &target, &bytes)
         .map_err(io_error(&target))?;
+    // The step's earlier file (a re-taken snapshot), once the new one is in place.
+    remove_step(store_dir, frame.step, Some(&target))?;
     thin(store_dir)
 }
 
@@ -100,8 +145,7 @@ fn thin(store_dir: &Path) -> Result<(), StoreError> {
     }
     let half = steps.len() / 2;
     for step in steps[..half].iter().skip(1).step_by(2) {
-        let p = path(store_dir, *step);
-        std::fs::remove_file(&p).map_err(io_error(&p))?;
+        remove_step(store_dir, *step, None)?;
     }
     Ok(())
 }
@@ -128,25 +172,77 @@ fn projection(df: &DataFrame, prefix: char, mode: ProjectionMode) -> Option<Proj
     })
 }
 
-/// The projections of the snapshot at `step`, if a file holds them.
+/// The projections of the snapshot at `step`, if a file holds them. A file whose bytes fail
+/// the checksum in its name, or that its decoder cannot read (even by panicking), is `Corrupt`.
 pub fn read(store_dir: &Path, step: u64) -> Result<Option<ProjectionFrame>, StoreError> {
-    let p = path(store_dir, step);
+    let Some(entry) = entries(store_dir)?.into_iter().rfind(|e| e.step == step) else {
+        return Ok(None);
+    };
+    let p = entry.path;
     let bytes = match std::fs::read(&p) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_error(&p)(e)),
     };
-    let df = ParquetReader::new(Cursor::new(bytes))
-        .finish()
-        .map_err(|e| StoreError::Corrupt {
-            path: p.clone(),
-            reason: e.to_string(),
-        })?;
+    let corrupt = |reason: String| StoreError::Corrupt {
+        path: p.clone(),
+        reason,
+    };
+    if let Some(want) = entry.checksum {
+        let got = conelab_base::integrity::crc32c(&bytes);
+        if got != want {
+            return Err(corrupt(format!(
+                "checksum mismatch (CRC-32C {} where its name says {}): damaged on disk",
+                conelab_base::integrity::hex(got),
+                conelab_base::integrity::hex(want)
+            )));
+        }
+    }
+    let df =
+        conelab_base::integrity::catch_panic(|| ParquetReader::new(Cursor::new(bytes)).finish())
+            .map_err(|panic| corrupt(format!("the decoder failed on it ({panic}): damaged")))?
+            .map_err(|e| corrupt(e.to_string()))?;
     Ok(Some(ProjectionFrame {
         step,
         uncentred: projection(&df, 'u', ProjectionMode::Uncentred),
         centred: projection(&df, 'c', ProjectionMode::Centred),
     }))
+}
+
+/// What [`verify`] found: files whose checksum matched, files written before checksums that
+/// decoded, and the damaged ones (path, why).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Verification {
+    pub verified: usize,
+    pub unverified: usize,
+    pub damaged: Vec<(PathBuf, String)>,
+}
+
+/// Reads every projection file (checksum, then decoding) without changing anything.
+pub fn verify(store_dir: &Path) -> Result<Verification, StoreError> {
+    let mut out = Verification::default();
+    for e in entries(store_dir)? {
+        let bytes = std::fs::read(&e.path).map_err(io_error(&e.path))?;
+        if let Some(want) = e.checksum
+            && conelab_base::integrity::crc32c(&bytes) != want
+        {
+            out.damaged
+                .push((e.path, "checksum mismatch: damaged on disk".into()));
+            continue;
+        }
+        match conelab_base::integrity::catch_panic(|| {
+            ParquetReader::new(Cursor::new(bytes)).finish()
+        }) {
+            Ok(Ok(_)) if e.checksum.is_some() => out.verified += 1,
+            Ok(Ok(_)) => out.unverified += 1,
+            Ok(Err(err)) => out.damaged.push((e.path, err.to_string())),
+            Err(panic) => out.damaged.push((
+                e.path,
+                format!("the decoder failed on it ({panic}): damaged"),
+            )),
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -199,5 +295,59 @@ mod tests {
         // The newer half is untouched.
         let newest: Vec<u64> = ((MAX_FILES as u64 / 2 + 2)..=(MAX_FILES as u64 + 1)).collect();
         assert!(newest.iter().all(|s| steps.contains(s)));
+    }
+
+    #[test]
+    fn a_flipped_bit_is_corrupt_and_an_old_name_reads_unverified() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write(dir.path(), &frame(5)).expect("write");
+        // A re-taken snapshot of one step replaces its file.
+        write(dir.path(), &frame(5)).expect("again");
+        let files: Vec<PathBuf> = std::fs::read_dir(dir.path().join(DIR))
+            .expect("dir")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        let bytes = std::fs::read(&files[0]).expect("read");
+        let name = files[0]
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        assert_eq!(
+            name,
+            format!(
+                "step-000000005.{}.parquet",
+                conelab_base::integrity::hex(crc32c_of(&bytes))
+            )
+        );
+        assert_eq!(verify(dir.path()).expect("verify").verified, 1);
+        // Every single flipped bit of the file is found, never a panic or a changed value.
+        for i in (0..bytes.len()).step_by(7) {
+            let mut flipped = bytes.clone();
+            flipped[i] ^= 1 << (i % 8);
+            std::fs::write(&files[0], &flipped).expect("write");
+            assert!(
+                matches!(read(dir.path(), 5), Err(StoreError::Corrupt { .. })),
+                "byte {i}"
+            );
+        }
+        assert_eq!(verify(dir.path()).expect("verify").damaged.len(), 1);
+        // The same bytes under a name without a checksum (written before checksums) read
+        // unverified; garbage there is corrupt, never a panic.
+        std::fs::remove_file(&files[0]).expect("rm");
+        let old = dir.path().join(DIR).join("step-000000005.parquet");
+        std::fs::write(&old, &bytes).expect("write");
+        assert!(read(dir.path(), 5).expect("read").is_some());
+        assert_eq!(verify(dir.path()).expect("verify").unverified, 1);
+        std::fs::write(&old, &bytes[..bytes.len() / 2]).expect("write");
+        assert!(matches!(
+            read(dir.path(), 5),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
+
+    fn crc32c_of(bytes: &[u8]) -> u32 {
+        conelab_base::integrity::crc32c(bytes)
     }
 }

@@ -11,8 +11,40 @@ use polars_io::prelude::*;
 use super::buffer::{empty_events, empty_metrics};
 use super::{StoreError, col, io_error};
 
-/// Where compaction puts segments it proved corrupt (never deleted).
+/// Where compaction puts segments it proved corrupt (never deleted), each with a note of why
+/// (`<segment>.why.txt`).
 pub const CORRUPT_DIR: &str = "corrupt";
+
+/// The note beside a segment set aside.
+fn note_path(segment: &Path) -> PathBuf {
+    let mut name = segment.file_name().unwrap_or_default().to_os_string();
+    name.push(".why.txt");
+    segment.with_file_name(name)
+}
+
+/// The segments compaction set aside in `store/corrupt/` and why (their notes), by name.
+pub fn set_aside(dir: &Path) -> Result<Vec<(PathBuf, String)>, StoreError> {
+    let aside = dir.join(CORRUPT_DIR);
+    let listing = match std::fs::read_dir(&aside) {
+        Ok(l) => l,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error(&aside)(e)),
+    };
+    let mut out = Vec::new();
+    for entry in listing {
+        let path = entry.map_err(io_error(&aside))?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if name.ends_with(".why.txt") || name.starts_with('.') {
+            continue;
+        }
+        let why = std::fs::read_to_string(note_path(&path))
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_else(|_| "set aside as corrupt (no note)".into());
+        out.push((path, why));
+    }
+    out.sort();
+    Ok(out)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -378,6 +410,8 @@ fn read_live_once(
     // The steps of the readable segment before each corrupt one (its rows came after them).
     let mut last_step: Option<u64> = None;
     let mut unbounded: Vec<(usize, Option<u64>)> = Vec::new();
+    // Held until every listed segment is read: a compaction meanwhile leaves them in place.
+    let _guard = read_guard(dir);
     for seg in live(&list(dir)?, kind) {
         match read_projected(&seg.path, kind, columns) {
             Ok(df) => {
@@ -431,8 +465,12 @@ pub fn dedupe_metrics(df: DataFrame) -> Result<DataFrame, StoreError> {
 /// What a compaction did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Compaction {
-    /// Segment files replaced by the new bases (deleted).
+    /// Segment files replaced by the new bases (deleted, or left for later while a reader
+    /// read them: see `deferred`).
     pub replaced: usize,
+    /// Of those, files left in place because a reader held the store: dead (readers skip
+    /// everything below the newest base), deleted by the next compaction, roll or open.
+    pub deferred: usize,
     /// Segments proven corrupt, moved to `store/corrupt/` (path there, why).
     pub set_aside: Vec<(PathBuf, String)>,
 }
@@ -491,27 +529,147 @@ pub fn compact(dir: &Path, keep: Keep) -> Result<Compaction, StoreError> {
                     n += 1;
                 }
                 std::fs::rename(&path, &to).map_err(io_error(&path))?;
+                // Why it was set aside, beside it (`conelab runs` and `store verify` say it).
+                let note = note_path(&to);
+                conelab_base::atomic::write_file(&note, why.as_bytes()).map_err(io_error(&note))?;
                 conelab_base::atomic::sync_dir(&aside).map_err(io_error(&aside))?;
                 done.set_aside.push((to, why));
             }
         }
-        // Everything of this kind below the new base is now dead (its rows are in the base).
-        for s in all.iter().filter(|s| s.kind == kind) {
-            match std::fs::remove_file(&s.path) {
-                Ok(()) => done.replaced += 1,
-                // Set aside above.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_error(&s.path)(e)),
-            }
-        }
         conelab_base::atomic::sync_dir(dir).map_err(io_error(dir))?;
     }
+    // Everything below the new bases is now dead (its rows are in the bases).
+    let dead = dead(&list(dir)?).len();
+    let removed = remove_dead(dir)?;
+    done.replaced = dead;
+    done.deferred = dead - removed;
     Ok(done)
+}
+
+/// The segments below the newest base of their kind: superseded, read by nobody.
+fn dead(all: &[Segment]) -> Vec<&Segment> {
+    [Kind::Metrics, Kind::Events]
+        .into_iter()
+        .flat_map(|kind| {
+            let live = live(all, kind);
+            all.iter()
+                .filter(move |s| s.kind == kind && !live.iter().any(|l| l.path == s.path))
+        })
+        .collect()
+}
+
+/// Readers of a store hold this file's lock shared while they list and read segments;
+/// compaction deletes the segments it superseded only when it can hold the lock alone, so a
+/// reader never loses a file it listed (an export during a compaction reads the generation it
+/// started with).
+pub const READERS_LOCK: &str = ".readers.lock";
+
+/// How long a reader waits for a compaction's deletions to finish before reading unguarded (it
+/// then relists if a file vanished).
+const READ_GUARD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A reader's hold on a store (released when dropped); empty where the lock cannot be had
+/// (a read-only store without the lock file: the reader relies on relisting).
+pub(crate) struct ReadGuard(#[allow(dead_code)] Option<std::fs::File>);
+
+pub(crate) fn read_guard(dir: &Path) -> ReadGuard {
+    let path = dir.join(READERS_LOCK);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .or_else(|_| std::fs::File::open(&path));
+    let Ok(file) = file else {
+        return ReadGuard(None);
+    };
+    let start = std::time::Instant::now();
+    loop {
+        match file.try_lock_shared() {
+            Ok(()) => return ReadGuard(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < READ_GUARD_PATIENCE => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(_) => return ReadGuard(None),
+        }
+    }
+}
+
+/// Deletes the segments superseded by a newer base, unless a reader holds the store (then they
+/// stay, dead, for a later call). How many it deleted.
+pub fn remove_dead(dir: &Path) -> Result<usize, StoreError> {
+    let all = list(dir)?;
+    let dead = dead(&all);
+    if dead.is_empty() {
+        return Ok(0);
+    }
+    let path = dir.join(READERS_LOCK);
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io_error(&path))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(0),
+        Err(std::fs::TryLockError::Error(e)) => return Err(io_error(&path)(e)),
+    }
+    conelab_base::fault::check("segment.remove").map_err(io_error(dir))?;
+    let mut removed = 0;
+    for s in dead {
+        match std::fs::remove_file(&s.path) {
+            Ok(()) => removed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error(&s.path)(e)),
+        }
+    }
+    conelab_base::atomic::sync_dir(dir).map_err(io_error(dir))?;
+    Ok(removed)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader that listed segments keeps them while a compaction replaces them: the
+    /// compaction leaves them (dead, `deferred`) until the reader is done, and the next call
+    /// deletes them; the rows read are the same before, during and after.
+    #[test]
+    fn a_compaction_leaves_the_files_a_reader_holds_until_it_is_done() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let rows = |n: u64| {
+            let mut b = crate::buffer::EventBuffer::new("r");
+            for step in 0..n {
+                b.push(step, 0.0, "k", "d", "", "");
+            }
+            b.to_frame().expect("rows")
+        };
+        for seq in 1..=4 {
+            write(dir.path(), Kind::Events, seq, false, &mut rows(seq)).expect("write");
+        }
+        let (before, _) = read_live(dir.path(), Kind::Events).expect("read");
+        let guard = read_guard(dir.path());
+        assert!(guard.0.is_some(), "the reader holds the store");
+        let done = compact(dir.path(), Keep::All).expect("compact");
+        assert_eq!((done.replaced, done.deferred), (4, 4), "{done:?}");
+        assert_eq!(
+            list(dir.path()).expect("list").len(),
+            5,
+            "old files kept for the reader"
+        );
+        // Dead files are never read twice: the rows are the base's.
+        let (during, _) = read_live(dir.path(), Kind::Events).expect("read");
+        assert_eq!(during.height(), before.height());
+        assert_eq!(remove_dead(dir.path()).expect("held"), 0);
+        drop(guard);
+        assert_eq!(remove_dead(dir.path()).expect("free"), 4);
+        assert_eq!(list(dir.path()).expect("list").len(), 1);
+        let (after, _) = read_live(dir.path(), Kind::Events).expect("read");
+        assert!(after.equals_missing(&during));
+    }
 
     /// A segment written today is named with its CRC-32C and read back whole; one flipped bit
     /// anywhere in it is a corrupt segment (never a decoder's panic or a silently changed

@@ -57,6 +57,14 @@ fn lock_error(path: &Path, e: LockError) -> StoreError {
 /// Takes the store's writer lock (for a writer, or a compaction by hand).
 pub fn lock_store(store_dir: &Path) -> Result<LockFile, StoreError> {
     std::fs::create_dir_all(store_dir).map_err(io_error(store_dir))?;
+    // The readers' lock is there from the start, so a reader without write access to the
+    // folder can still take it (read-only).
+    let readers = store_dir.join(segment::READERS_LOCK);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&readers)
+        .map_err(io_error(&readers))?;
     let path = store_dir.join(WRITER_LOCK);
     LockFile::acquire(
         &path,
@@ -113,11 +121,12 @@ impl StoreWriter {
             let json = serde_json::to_string_pretty(record).map_err(|e| {
                 StoreError::Invalid(Invalid::because(format!("encoding {RUN_RECORD}"))(e))
             })?;
-            conelab_base::atomic::write_file(&record_path, json.as_bytes())
-                .map_err(io_error(&record_path))?;
+            conelab_base::integrity::write_recorded("atomic", &dir, RUN_RECORD, json.as_bytes())?;
             record.run_id.clone()
         };
         remove_stale_temps(&dir);
+        // Segments a reader kept from an earlier compaction's deletion.
+        segment::remove_dead(&dir)?;
         let next_seq = segment::next_seq(&dir)?;
         Ok(Self {
             dir,
@@ -270,7 +279,12 @@ impl StoreWriter {
     /// buffered rows are not touched; readers of the store see the new base supersede the old
     /// segments the moment it is in place (as at the end of a run). `None` when not due.
     pub fn roll(&mut self) -> Result<Option<Compaction>, StoreError> {
-        if segment::list(&self.dir)?.len() < ROLL_AT {
+        let files = segment::list(&self.dir)?.len();
+        if files < ROLL_AT {
+            return Ok(None);
+        }
+        // Segments a reader kept from the last roll's deletion go first (they are dead).
+        if segment::remove_dead(&self.dir)? > 0 && segment::list(&self.dir)?.len() < ROLL_AT {
             return Ok(None);
         }
         let done = segment::compact(&self.dir, Keep::All)?;
@@ -341,6 +355,8 @@ impl StoreWriter {
             Event::Step(s) => self.record_step(s),
             Event::Eval(e) => self.record_eval(e),
             Event::Embedding(e) => self.record_embedding(e),
+            // A repeat that changed nothing is not recorded again.
+            Event::Applied(a) if a.coalesced => {}
             Event::Applied(a) => {
                 let (kind, detail) = command_kind(&a.command);
                 if let Some(kind) = kind {

@@ -137,7 +137,10 @@ fn load_run(path: &Path) -> Result<LoadedMatrix, MatrixFileError> {
     } else {
         run.latest_checkpoint()?
     };
-    let vocab_path = run.path().join("vocab.tsv");
+    // Nothing is decoded from bytes that are not the ones written.
+    super::verify_run_files(run.path())?;
+    conelab_base::integrity::verify_folder(&step_dir).map_err(super::CheckpointError::from)?;
+    let vocab_path = run.path().join(super::VOCAB_TSV);
     let text =
         String::from_utf8(read(&vocab_path)?).map_err(|_| invalid(&vocab_path, "not UTF-8"))?;
     let mut tokens = Vec::new();
@@ -237,7 +240,7 @@ pub fn run_classes(run: &RunDir, tokens: &[String]) -> Option<Vec<Option<u32>>> 
                 .zip(synth.class_of().iter().copied())
                 .collect()
         }
-        CorpusSpec::Dir { path } => {
+        CorpusSpec::Dir { path, .. } => {
             parse_classes(&fs::read_to_string(path.join("classes.tsv")).ok()?)
         }
     };

@@ -101,7 +101,8 @@ fn write_checkpoint_files(dir: &Path, trainer: &Trainer) -> Result<(), Checkpoin
         }
         None => trainer.model().clone(),
     };
-    let corrupt = |path: &Path, reason: String| CheckpointError::Corrupt {
+    // An error writing is the disk's or the encoder's, never a "corrupt" file.
+    let unwritten = |path: &Path, reason: String| CheckpointError::Write {
         path: path.to_path_buf(),
         reason,
     };
@@ -109,21 +110,22 @@ fn write_checkpoint_files(dir: &Path, trainer: &Trainer) -> Result<(), Checkpoin
     let mut store = SafetensorsStore::from_file(&model_path).overwrite(true);
     model
         .save_into(&mut store)
-        .map_err(|e| corrupt(&model_path, e.to_string()))?;
+        .map_err(|e| unwritten(&model_path, e.to_string()))?;
     let optim_path = dir.join("optimizer.bpk");
     // A disk that fills up between two files of a checkpoint.
     conelab_base::fault::check("checkpoint.write").map_err(io(&optim_path))?;
     optimizer
         .save(&optim_path)
-        .map_err(|e| corrupt(&optim_path, format!("{e:?}")))?;
+        .map_err(|e| unwritten(&optim_path, format!("{e:?}")))?;
     if let Some(spectral) = trainer.spectral_optimizer() {
         let path = dir.join("spectral-optimizer.bpk");
         spectral
             .save(&path)
-            .map_err(|e| corrupt(&path, format!("{e:?}")))?;
+            .map_err(|e| unwritten(&path, format!("{e:?}")))?;
     }
     let state_path = dir.join("state.json");
-    let json = serde_json::to_vec_pretty(state).map_err(|e| corrupt(&state_path, e.to_string()))?;
+    let json =
+        serde_json::to_vec_pretty(state).map_err(|e| unwritten(&state_path, e.to_string()))?;
     fs::write(&state_path, json).map_err(io(&state_path))?;
     if let Some(layers) = carried {
         let rec_path = dir.join("recurrent.safetensors");
@@ -145,32 +147,13 @@ fn write_checkpoint_files(dir: &Path, trainer: &Trainer) -> Result<(), Checkpoin
 
 /// The checkpoint's manifest: the CRC-32C of each of its files, written last (before the folder
 /// is fsynced and put in place) and checked before anything is decoded ([`verify_manifest`]).
-pub const MANIFEST: &str = "checksums.json";
-
-/// The manifest's format (a reader refuses a newer one rather than trust it).
-const MANIFEST_FORMAT: u32 = 1;
+pub const MANIFEST: &str = conelab_base::integrity::MANIFEST;
 
 fn write_manifest(dir: &Path) -> Result<(), CheckpointError> {
-    let mut files = std::collections::BTreeMap::new();
-    for entry in fs::read_dir(dir).map_err(io(dir))? {
-        let p = entry.map_err(io(dir))?.path();
-        let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
-        if name == MANIFEST || !p.is_file() {
-            continue;
-        }
-        let crc = conelab_base::integrity::file_crc32c(&p).map_err(io(&p))?;
-        files.insert(name.to_owned(), conelab_base::integrity::hex(crc));
-    }
+    let manifest =
+        conelab_base::integrity::Manifest::of_folder(dir).map_err(CheckpointError::from)?;
     let path = dir.join(MANIFEST);
-    // {"format": 1, "files": {"model.safetensors": "3fa9c0d2", …}}
-    let manifest = serde_json::json!({ "format": MANIFEST_FORMAT, "files": files });
-    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| CheckpointError::Corrupt {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
-    fs::write(&path, json).map_err(io(&path))
+    fs::write(&path, manifest.encode()).map_err(io(&path))
 }
 
 /// Whether a checkpoint's files are what was written: `Ok(true)` when its manifest matches every
@@ -178,71 +161,38 @@ fn write_manifest(dir: &Path) -> Result<(), CheckpointError> {
 /// "corrupt"); a mismatch, a listed file missing or an unreadable manifest is `Corrupt`, naming
 /// the file; a file that cannot be read at all is `Io`.
 pub fn verify_manifest(step_dir: &Path) -> Result<bool, CheckpointError> {
-    let path = step_dir.join(MANIFEST);
-    let bytes = match fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(io(&path)(e)),
-    };
-    let corrupt = |path: &Path, reason: String| CheckpointError::Corrupt {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let manifest: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| corrupt(&path, format!("an unreadable manifest: {e}")))?;
-    let (Some(format), Some(files)) = (
-        manifest.get("format").and_then(serde_json::Value::as_u64),
-        manifest.get("files").and_then(serde_json::Value::as_object),
-    ) else {
-        return Err(corrupt(&path, "not a checkpoint manifest".into()));
-    };
-    if format != u64::from(MANIFEST_FORMAT) {
-        return Err(corrupt(
-            &path,
-            format!("manifest format {format}, not this conelab's ({MANIFEST_FORMAT})"),
+    conelab_base::integrity::verify_folder(step_dir)
+        .map(|n| n.is_some())
+        .map_err(CheckpointError::from)
+}
+
+/// Why a safetensors file is shorter than its own header says (a copy or a write cut short),
+/// or `None` when it is whole as far as its header tells (or has no readable header at all).
+fn safetensors_truncated(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut file = fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let mut head = [0u8; 8];
+    if file.read_exact(&mut head).is_err() {
+        return Some(format!("truncated: {len} bytes, not even a header"));
+    }
+    let header_len = u64::from_le_bytes(head);
+    if header_len > len.saturating_sub(8) {
+        return Some(format!(
+            "truncated: {len} bytes where its header alone is {header_len}"
         ));
     }
-    for (name, want) in files {
-        let want = want.as_str().unwrap_or_default();
-        // A name is a file of this folder, never a path out of it.
-        if name.contains('/') || name.contains('\\') || name == ".." {
-            return Err(corrupt(
-                &path,
-                format!("names {name:?}, not a file of the checkpoint"),
-            ));
-        }
-        let file = step_dir.join(name);
-        let Some(want) = conelab_base::integrity::parse_hex(want) else {
-            return Err(corrupt(
-                &path,
-                format!("{name}: {want:?} is not a checksum"),
-            ));
-        };
-        let got = match conelab_base::integrity::file_crc32c(&file) {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(corrupt(
-                    &path,
-                    format!(
-                        "lists {name}, which is not there: the folder or its manifest is damaged"
-                    ),
-                ));
-            }
-            Err(e) => return Err(io(&file)(e)),
-        };
-        if got != want {
-            return Err(corrupt(
-                &file,
-                format!(
-                    "checksum mismatch (CRC-32C {} where {MANIFEST} says {}): the file or the \
-                     manifest is damaged on disk",
-                    conelab_base::integrity::hex(got),
-                    conelab_base::integrity::hex(want)
-                ),
-            ));
-        }
-    }
-    Ok(true)
+    let mut header = vec![0u8; usize::try_from(header_len).ok()?];
+    file.read_exact(&mut header).ok()?;
+    let json: serde_json::Value = serde_json::from_slice(&header).ok()?;
+    let data_end = json
+        .as_object()?
+        .values()
+        .filter_map(|t| t.get("data_offsets")?.get(1)?.as_u64())
+        .max()
+        .unwrap_or(0);
+    let want = 8 + header_len + data_end;
+    (len < want).then(|| format!("truncated: {len} bytes where its header describes {want}"))
 }
 
 /// Loads a checkpoint folder into a model built from `model_config` on `device`.
@@ -292,12 +242,16 @@ pub fn load(
     };
     conelab_base::integrity::catch_panic(|| model.load_from(&mut store))
         .map_err(panicked(&model_path))?
-        .map_err(|e| CheckpointError::Mismatch {
-            path: model_path.clone(),
-            reason: format!(
-                "does not fit the configured model ({}): {e}",
-                describe(model_config, vocab_size)
-            ),
+        .map_err(|e| match safetensors_truncated(&model_path) {
+            // A file cut short is damage, not a checkpoint of another model.
+            Some(reason) => corrupt(&model_path, reason),
+            None => CheckpointError::Mismatch {
+                path: model_path.clone(),
+                reason: format!(
+                    "does not fit the configured model ({}): {e}",
+                    describe(model_config, vocab_size)
+                ),
+            },
         })?;
 
     let optim_path = step_dir.join("optimizer.bpk");

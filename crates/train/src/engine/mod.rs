@@ -224,6 +224,7 @@ pub fn spawn(trainer: Trainer, options: EngineOptions) -> std::io::Result<Engine
                 events: event_tx,
                 analysis,
                 last_saved: None,
+                last_applied: None,
                 divergence: options.divergence,
                 fault: options.fault,
                 announce: options.announce,
@@ -278,6 +279,8 @@ struct Engine {
     diverged: bool,
     /// Nobody reads the events any more (the recorder died): the run stops after saving.
     orphaned: bool,
+    /// The newest setting command applied, and the step it was applied after (coalescing).
+    last_applied: Option<(u64, Command)>,
 }
 
 /// Commands applied between two steps at most; the rest wait, in order, for the next.
@@ -517,6 +520,31 @@ impl Engine {
 
     fn handle(&mut self, envelope: Envelope) -> Result<Flow, EngineError> {
         let Envelope { command, ticket } = envelope;
+        let step = self.step();
+        // The same setting again at the same step changes nothing: answered, not applied or
+        // recorded again, so a flood of one command (a stuck key, a script in a loop) neither
+        // grows the run's logs nor writes a checkpoint twice. Pause, resume and stop change
+        // the flow and are always handled.
+        let settles = matches!(
+            command,
+            Command::SetLr { .. } | Command::Objective { .. } | Command::SaveCheckpoint
+        );
+        if settles
+            && let Some((at, last)) = &self.last_applied
+            && *at == step
+            && *last == command
+        {
+            let unchanged = "unchanged (the same command was just applied)".to_string();
+            self.emit(Event::Applied(AppliedCommand {
+                step: step + 1,
+                command,
+                before: unchanged.clone(),
+                after: unchanged,
+                ticket,
+                coalesced: true,
+            }));
+            return Ok(Flow::Continue);
+        }
         let mut applied = match self.trainer.apply(&command) {
             Ok(a) => a,
             Err(refused) => {
@@ -532,7 +560,7 @@ impl Engine {
         };
         applied.ticket = ticket;
         self.emit(Event::Applied(applied));
-        let step = self.step();
+        self.last_applied = settles.then(|| (step, command.clone()));
         Ok(match command {
             Command::Pause => {
                 self.emit(Event::Paused { step });
@@ -544,7 +572,7 @@ impl Engine {
                 Flow::Resume
             }
             Command::SetLr { .. } | Command::Objective { .. } => Flow::Continue,
-            // The checkpoint of this step is written already (a repeated command): once.
+            // The checkpoint of this step is written already (by its schedule): once.
             Command::SaveCheckpoint if self.last_saved == Some(step) => Flow::Continue,
             Command::SaveCheckpoint => {
                 if let Err(e) = self.save() {

@@ -1487,6 +1487,7 @@ impl Trainer {
             before,
             after,
             ticket: None,
+            coalesced: false,
         };
         let applied = match command {
             Command::SetLr { lr } => {

@@ -449,6 +449,7 @@ mod tests {
                     before: "MLE".into(),
                     after: "CosReg γ=1".into(),
                     ticket: None,
+                    coalesced: false,
                 }));
             }
             if s % 30 == 0 || s == 1 {
