@@ -447,6 +447,14 @@ fn impossible_settings_are_one_line_errors() {
             &["at most the vocabulary size"],
         ),
         (&["--reg", "cos=1e300"], &["cos", "1e6"]),
+        // Ranges (docs/REFERENCE.md): a typo of a few digits is refused before anything runs.
+        (&["--keep", "20000"], &["keep_checkpoints", "10000"]),
+        (&["--clip", "1e9"], &["clip_norm", "1e6"]),
+        (&["--steps", "2000000000000"], &["steps", "1e12"]),
+        (
+            &["--reg", "agg=0.03:memory=99999999"],
+            &["agg memory", "1000000"],
+        ),
         (&["--compare", "/no/such/run"], &["/no/such/run"]),
     ] {
         let out = f.train("bad", args);

@@ -186,11 +186,17 @@ impl ModelConfig {
 
     /// Checks the shape parameters; the message names the field.
     pub fn validate(&self) -> Result<(), conelab_base::error::Invalid> {
+        // Ranges far beyond any model a machine trains, so a typo (an extra digit or three)
+        // is a one-line error before anything is allocated.
         let positive = |name: &str, v: usize| {
-            if v == 0 {
-                Err(format!("model.{name} must be at least 1"))
-            } else {
+            let most = match name {
+                "layers" | "heads" => 1 << 10,
+                _ => 1 << 20,
+            };
+            if (1..=most).contains(&v) {
                 Ok(())
+            } else {
+                Err(format!("model.{name} {v} must be from 1 to {most}"))
             }
         };
         let dropout = |p: f64| {
@@ -215,8 +221,8 @@ impl ModelConfig {
                     )
                     .into());
                 }
-                if !(t.init_std.is_finite() && t.init_std > 0.0) {
-                    return Err(format!("model.init_std {} must be positive", t.init_std).into());
+                if !(t.init_std > 0.0 && t.init_std <= 10.0) {
+                    return Err(format!("model.init_std {} must be in (0, 10]", t.init_std).into());
                 }
             }
             ModelConfig::Lstm(l) => {
@@ -225,9 +231,9 @@ impl ModelConfig {
                 positive("layers", l.layers)?;
                 positive("bptt", l.bptt)?;
                 dropout(l.dropout)?;
-                if !(l.init_range.is_finite() && l.init_range > 0.0) {
+                if !(l.init_range > 0.0 && l.init_range <= 10.0) {
                     return Err(
-                        format!("model.init_range {} must be positive", l.init_range).into(),
+                        format!("model.init_range {} must be in (0, 10]", l.init_range).into(),
                     );
                 }
             }
@@ -316,5 +322,44 @@ mod tests {
         );
         assert!("gpu".parse::<DeviceSpec>().is_err());
         assert!("cuda:x".parse::<DeviceSpec>().is_err());
+    }
+
+    /// Every preset is inside the ranges; a shape a few digits too large, or an init that is
+    /// not a small positive number, is refused naming the field.
+    #[test]
+    fn shapes_have_ranges_and_the_presets_are_inside_them() {
+        for p in [
+            Preset::Tiny,
+            Preset::Small,
+            Preset::Lstm,
+            Preset::Awd,
+            Preset::Gpt2Small,
+        ] {
+            p.config().validate().expect(p.name());
+        }
+        let ModelConfig::Transformer(base) = Preset::Small.config() else {
+            panic!("small is a transformer")
+        };
+        let bad = |edit: &dyn Fn(&mut TransformerConfig), needle: &str| {
+            let mut t = base.clone();
+            edit(&mut t);
+            let e = ModelConfig::Transformer(t).validate().expect_err(needle);
+            assert!(e.to_string().contains(needle), "{e}");
+        };
+        bad(
+            &|t| t.layers = 5_000,
+            "model.layers 5000 must be from 1 to 1024",
+        );
+        bad(&|t| t.d_ff = 1 << 21, "model.d_ff");
+        bad(&|t| t.context = 0, "model.context 0");
+        bad(&|t| t.init_std = f64::NAN, "model.init_std");
+        bad(&|t| t.init_std = 1e9, "model.init_std");
+        let ModelConfig::Lstm(l) = Preset::Lstm.config() else {
+            panic!("lstm is an LSTM")
+        };
+        let mut l = l.clone();
+        l.hidden = 1 << 21;
+        let e = ModelConfig::Lstm(l).validate().expect_err("hidden");
+        assert!(e.to_string().contains("model.hidden"), "{e}");
     }
 }

@@ -112,33 +112,59 @@ impl Default for TrainConfig {
     }
 }
 
+/// The largest batch (sequences a step) and evaluation batch.
+pub const MAX_BATCH: usize = 1 << 16;
+/// The largest number of steps (and of warm-up steps) a run may ask for.
+pub const MAX_STEPS: u64 = 1_000_000_000_000;
+/// The most checkpoints a run keeps.
+pub const MAX_KEEP: usize = 10_000;
+
+/// A learning rate: any finite positive number (it grows no resource; one that blows the
+/// weights up is a divergence, caught before a checkpoint). The one check of `--lr`, the config
+/// file and `set-lr`.
+pub fn check_lr(lr: f64) -> Result<(), String> {
+    if lr.is_finite() && lr > 0.0 {
+        Ok(())
+    } else {
+        Err(format!("learning rate {lr} must be a positive number"))
+    }
+}
+
 impl TrainConfig {
-    /// Checks every setting; the message names the field.
+    /// Checks every setting against its documented range (docs/REFERENCE.md, "Ranges"); the
+    /// message names the field.
     pub fn validate(&self) -> Result<(), conelab_base::error::Invalid> {
         let check = |ok: bool, what: String| if ok { Ok(()) } else { Err(what) };
         check(
-            self.batch >= 1,
-            format!("batch {} must be at least 1", self.batch),
+            (1..=MAX_BATCH).contains(&self.batch),
+            format!("batch {} must be from 1 to {MAX_BATCH}", self.batch),
         )?;
         check(
-            self.steps >= 1,
-            format!("steps {} must be at least 1", self.steps),
+            (1..=MAX_STEPS).contains(&self.steps),
+            format!(
+                "steps {} must be from 1 to {MAX_STEPS:.0e}",
+                self.steps as f64
+            ),
         )?;
         check(
-            self.lr.is_finite() && self.lr > 0.0,
-            format!("lr {} must be a positive number", self.lr),
+            self.warmup <= MAX_STEPS,
+            format!(
+                "warmup {} must be at most {MAX_STEPS:.0e}",
+                self.warmup as f64
+            ),
         )?;
+        check_lr(self.lr)?;
         check(
             (0.0..1.0).contains(&self.beta1) && (0.0..1.0).contains(&self.beta2),
             format!("betas {},{} must be in [0, 1)", self.beta1, self.beta2),
         )?;
         check(
-            self.epsilon > 0.0,
-            format!("epsilon {} must be positive", self.epsilon),
+            self.epsilon > 0.0 && self.epsilon <= 1.0,
+            format!("epsilon {} must be in (0, 1]", self.epsilon),
         )?;
         check(
-            self.weight_decay >= 0.0 && self.weight_decay.is_finite(),
-            format!("weight_decay {} must be ≥ 0", self.weight_decay),
+            (0.0..=10.0).contains(&self.weight_decay),
+            format!("weight_decay {} must be from 0 to 10", self.weight_decay),
         )?;
         check(
             (0.0..1.0).contains(&self.momentum),
@@ -149,21 +175,27 @@ impl TrainConfig {
             format!("min_lr_ratio {} must be in [0, 1]", self.min_lr_ratio),
         )?;
         check(
-            self.plateau_factor >= 1.0,
-            format!("plateau_factor {} must be ≥ 1", self.plateau_factor),
-        )?;
-        check(
-            self.clip_norm >= 0.0 && self.clip_norm.is_finite(),
-            format!("clip_norm {} must be ≥ 0", self.clip_norm),
-        )?;
-        check(
-            self.eval_batch >= 1,
-            format!("eval_batch {} must be at least 1", self.eval_batch),
-        )?;
-        check(
-            self.keep_checkpoints >= 1,
+            (1.0..=1e6).contains(&self.plateau_factor),
             format!(
-                "keep_checkpoints {} must be at least 1",
+                "plateau_factor {} must be from 1 to 1e6",
+                self.plateau_factor
+            ),
+        )?;
+        check(
+            (0.0..=1e6).contains(&self.clip_norm),
+            format!("clip_norm {} must be from 0 to 1e6", self.clip_norm),
+        )?;
+        check(
+            (1..=MAX_BATCH).contains(&self.eval_batch),
+            format!(
+                "eval_batch {} must be from 1 to {MAX_BATCH}",
+                self.eval_batch
+            ),
+        )?;
+        check(
+            (1..=MAX_KEEP).contains(&self.keep_checkpoints),
+            format!(
+                "keep_checkpoints {} must be from 1 to {MAX_KEEP}",
                 self.keep_checkpoints
             ),
         )?;

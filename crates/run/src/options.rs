@@ -277,10 +277,8 @@ impl TrainOptions {
         if self.keep == Some(0) {
             return Err("--keep must be at least 1".into());
         }
-        if let Some(lr) = self.lr
-            && !(lr.is_finite() && lr > 0.0)
-        {
-            return Err(format!("--lr {lr}: must be a positive number").into());
+        if let Some(lr) = self.lr {
+            conelab_train::engine::check_lr(lr).map_err(|why| format!("--lr: {why}"))?;
         }
         conelab_store::labels::RunLabels::default().apply(&self.label_edit())?;
         Ok(())

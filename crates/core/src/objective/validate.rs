@@ -6,6 +6,10 @@ use super::*;
 /// papers' are ≤ 10), far below what overflows a loss.
 pub const MAX_WEIGHT: f64 = 1e6;
 
+/// The most updates AGG's token counter may remember (an epoch of WikiText-103 at B = 1 is
+/// fewer); it keeps each one's targets.
+pub const MAX_AGG_MEMORY: u64 = 1_000_000;
+
 impl Objectives {
     /// Checks weights and combinations; the message names the setting. The CLI and a command
     /// over the socket go through the same checks, so neither can ask for what the other
@@ -38,8 +42,13 @@ impl Objectives {
             )
             .into());
         }
-        if self.agg.memory == Some(0) {
-            return Err("agg memory must be at least 1 update".into());
+        if let Some(m) = self.agg.memory
+            && !(1..=MAX_AGG_MEMORY).contains(&m)
+        {
+            // The counter keeps each remembered update's targets: K · B · T · 4 bytes.
+            return Err(
+                format!("agg memory {m} must be from 1 to {MAX_AGG_MEMORY} updates").into(),
+            );
         }
         if self.nce.noise == 0 {
             return Err("nce noise samples k must be at least 1".into());

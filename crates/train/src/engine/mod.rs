@@ -20,7 +20,7 @@ pub use conelab_core::events::{CommandSender, DivergencePolicy, Envelope};
 pub use conelab_core::run_fault::{Fault, backend_panic_message, panic_message};
 pub use conelab_core::state::{RunState, STATE_FORMAT};
 pub use conelab_core::{analysis, events as protocol, train_config as config};
-pub use config::{OptimizerKind, Schedule, TrainConfig};
+pub use config::{OptimizerKind, Schedule, TrainConfig, check_lr};
 pub use protocol::{
     AppliedCommand, Command, EmbeddingStats, EvalStats, Event, FinishReason, ProjectionFrame,
     RunStarted, Snapshot, StepStats,

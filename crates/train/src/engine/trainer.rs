@@ -327,7 +327,12 @@ impl Trainer {
         if matches!(device_spec, DeviceSpec::Cpu | DeviceSpec::LibtorchCpu)
             && let Some(available) = conelab_base::available_memory()
         {
-            let need = model_config.training_bytes_at_least(corpus.vocab().len(), config.batch);
+            let mut need = model_config.training_bytes_at_least(corpus.vocab().len(), config.batch);
+            if objectives.agg.enabled {
+                // AGG's counter keeps K updates' targets, 4 bytes a token.
+                let updates = objectives.agg.memory.unwrap_or(windows_per_epoch) as f64;
+                need += 4.0 * updates * (config.batch * model_config.window()) as f64;
+            }
             if need > available as f64 {
                 let gib = |b: f64| b / f64::from(1u32 << 30);
                 return Err(EngineError::Config(
@@ -1491,9 +1496,8 @@ impl Trainer {
         };
         let applied = match command {
             Command::SetLr { lr } => {
-                if !(lr.is_finite() && *lr > 0.0) {
-                    return Err(format!("learning rate {lr} must be a positive number").into());
-                }
+                // The same range as `--lr` and the config file.
+                conelab_core::train_config::check_lr(*lr)?;
                 let before = self.current_lr();
                 self.state.lr_override = Some(*lr);
                 record(format!("lr={before:.6e}"), format!("lr={lr:.6e}"))
