@@ -513,46 +513,11 @@ fn a_kill_just_after_a_checkpoint_loses_no_row_it_covers() {
 
 #[test]
 fn a_disk_full_during_a_checkpoint_or_a_segment_keeps_what_was_written_and_says_so_once() {
-    // The second checkpoint fails half-way; the run goes on and the next ones are written.
-    let f = Fixture::new();
-    let child = spawn_train_env(
-        &f,
-        "run",
-        &[
-            "--steps",
-            "20",
-            "--eval-every",
-            "0",
-            "--checkpoint-every",
-            "5",
-            "--keep",
-            "10",
-        ],
-        &[("CONELAB_FAULT", "checkpoint.write:2:ENOSPC")],
-    );
-    let out = child.wait_with_output().expect("wait");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}");
-    assert_eq!(
-        stdout.matches("checkpoint failed").count(),
-        1,
-        "said once: {stdout}"
-    );
-    let run = f.path("run");
-    let steps: Vec<u64> = conelab::checkpoint::checkpoints_in(&run)
-        .expect("list")
-        .iter()
-        .filter_map(|p| conelab::checkpoint::step_of(p))
-        .collect();
-    assert_eq!(steps, vec![5, 15, 20]);
-    let leftovers: Vec<String> = std::fs::read_dir(&run)
-        .expect("list")
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with('.'))
-        .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
-    steps_are_contiguous_and_once(&run, 20);
+    // The second checkpoint fails half-way (between two files, or at its manifest, the last
+    // file); the run goes on and the next ones are written.
+    for plan in ["checkpoint.write:2:ENOSPC", "checkpoint.manifest:2:EIO"] {
+        a_failed_checkpoint_is_said_once_and_left_out(plan);
+    }
 
     // A segment that cannot be put in place (disk full): the rows stay buffered and go out with
     // the next flush; the warning comes once.
@@ -575,6 +540,55 @@ fn a_disk_full_during_a_checkpoint_or_a_segment_keeps_what_was_written_and_says_
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert_eq!(stdout.matches("metrics store:").count(), 1, "{stdout}");
     steps_are_contiguous_and_once(&f.path("run"), 30);
+}
+
+fn a_failed_checkpoint_is_said_once_and_left_out(plan: &str) {
+    let f = Fixture::new();
+    let child = spawn_train_env(
+        &f,
+        "run",
+        &[
+            "--steps",
+            "20",
+            "--eval-every",
+            "0",
+            "--checkpoint-every",
+            "5",
+            "--keep",
+            "10",
+        ],
+        &[("CONELAB_FAULT", plan)],
+    );
+    let out = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{plan}: {stdout}");
+    assert_eq!(
+        stdout.matches("checkpoint failed").count(),
+        1,
+        "{plan}: said once: {stdout}"
+    );
+    let run = f.path("run");
+    let steps: Vec<u64> = conelab::checkpoint::checkpoints_in(&run)
+        .expect("list")
+        .iter()
+        .filter_map(|p| conelab::checkpoint::step_of(p))
+        .collect();
+    assert_eq!(steps, vec![5, 15, 20], "{plan}");
+    let leftovers: Vec<String> = std::fs::read_dir(&run)
+        .expect("list")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{plan}: {leftovers:?}");
+    steps_are_contiguous_and_once(&run, 20);
+    // What was written verifies.
+    let verify = conelab(&["store", "verify", s(&run)]);
+    assert!(
+        verify.status.success(),
+        "{plan}: {}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
 }
 
 #[test]

@@ -695,3 +695,54 @@ fn exports_during_compactions_all_succeed_with_every_row() {
     store::compact(run).expect("compact");
     assert_eq!(segment_files(run, "metrics-").len(), 1);
 }
+
+/// A rolling compaction that fails — disk full writing the base, EIO reading a segment, EIO
+/// deleting what the base superseded — leaves every row readable once, and the next roll
+/// succeeds and keeps the store bounded.
+#[test]
+fn a_failed_roll_loses_nothing_and_the_next_one_succeeds() {
+    use conelab::store::writer::ROLL_AT;
+    for plan in [
+        "segment.write:1:ENOSPC",
+        "segment.read:7:EIO",
+        "segment.remove:1:EIO",
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let run = dir.path();
+        let mut w = writer(run);
+        let mut step = 0;
+        // Each flush makes one metrics segment (no events here).
+        while store_segment_count(run) < ROLL_AT {
+            step += 1;
+            push_losses(&mut w, step..=step, loss);
+            w.flush().expect("flush");
+        }
+        let e = conelab::fault::with_plan(plan, || w.roll()).expect_err(plan);
+        assert!(!e.to_string().is_empty());
+        assert_eq!(
+            losses(run),
+            (1..=step).map(|s| (s, loss(s))).collect::<Vec<_>>(),
+            "{plan}: every row, once"
+        );
+        // Training goes on; the next roll brings the store back under the bound.
+        step += 1;
+        push_losses(&mut w, step..=step, loss);
+        w.flush().expect("flush");
+        // (After a failed deletion, deleting the dead segments is enough.)
+        w.roll().expect("the next roll");
+        assert!(
+            store_segment_count(run) <= 2,
+            "{plan}: {}",
+            store_segment_count(run)
+        );
+        assert_eq!(
+            losses(run),
+            (1..=step).map(|s| (s, loss(s))).collect::<Vec<_>>(),
+            "{plan}: every row, once, after the roll"
+        );
+    }
+}
+
+fn store_segment_count(run: &Path) -> usize {
+    segment_files(run, "metrics-").len() + segment_files(run, "events-").len()
+}

@@ -9,10 +9,14 @@
 //!
 //! Points: `atomic.write` (any crash-safe file write: half the bytes are written, then the
 //! error), `atomic.rename`, `segment.write`, `segment.rename`, `segment.read`,
-//! `checkpoint.write`, `checkpoint.commit`, `checkpoint.committed` (the process aborts just after a
+//! `checkpoint.write`, `checkpoint.manifest` (its `checksums.json`), `checkpoint.commit`,
+//! `checkpoint.committed` (the process aborts just after a
 //! checkpoint is put in place, as a `kill -9` there would), `export.write`, `projection.write`, `store.set_aside`
 //! (moving an unfinished run's store aside before a restart), `log.write` (a
-//! line of train.log); and, to kill a thread, `engine.panic` (a training step; with `ENOMEM`
+//! line of train.log), `manifest.write`/`manifest.rename` (a folder's `checksums.json` beside
+//! `run.toml`, `vocab.tsv` or `run.json`), `run.write` (`run.toml`, `vocab.tsv`),
+//! `labels.write` (`run.json` by tag, note, rename), `segment.remove` (a compaction deleting
+//! the segments it superseded); and, to kill a thread, `engine.panic` (a training step; with `ENOMEM`
 //! the panic is libtorch's CUDA out-of-memory as tch raises it), `engine.nan` (a training
 //! step's loss and gradients made NaN: a divergence, whatever the errno), `metrics.panic`
 //! (an analysis), `store.panic` (the recorder, at a step's rows), `spectrum.switch` (factorising

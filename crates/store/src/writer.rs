@@ -287,18 +287,14 @@ impl StoreWriter {
         if segment::remove_dead(&self.dir)? > 0 && segment::list(&self.dir)?.len() < ROLL_AT {
             return Ok(None);
         }
-        let done = segment::compact(&self.dir, Keep::All)?;
-        // The base took the next number: the next flush numbers its segments after it.
-        self.next_seq = segment::next_seq(&self.dir)?;
+        let done = self.compact_now(Keep::All)?;
         Ok(Some(done))
     }
 
     /// Flushes, then rewrites the store as one segment per table.
     pub fn compact(&mut self) -> Result<Compaction, StoreError> {
         self.flush()?;
-        let done = segment::compact(&self.dir, Keep::All)?;
-        self.next_seq = segment::next_seq(&self.dir)?;
-        Ok(done)
+        self.compact_now(Keep::All)
     }
 
     /// A run (re)starting at `step`: rows recorded after it belong to a timeline that no longer
@@ -314,8 +310,20 @@ impl StoreWriter {
         } else {
             Keep::UpTo(step)
         };
-        let done = segment::compact(&self.dir, keep)?;
-        self.next_seq = segment::next_seq(&self.dir)?;
+        self.compact_now(keep)
+    }
+
+    /// Compacts, then numbers the next flush after whatever the compaction placed — also when
+    /// it failed after placing its base (deleting what it superseded): a segment numbered
+    /// below that base would read as superseded and be lost.
+    fn compact_now(&mut self, keep: Keep) -> Result<Compaction, StoreError> {
+        let done = segment::compact(&self.dir, keep);
+        let next = segment::next_seq(&self.dir);
+        if let Ok(next) = &next {
+            self.next_seq = self.next_seq.max(*next);
+        }
+        let done = done?;
+        next?;
         Ok(done)
     }
 

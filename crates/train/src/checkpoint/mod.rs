@@ -153,6 +153,8 @@ fn write_manifest(dir: &Path) -> Result<(), CheckpointError> {
     let manifest =
         conelab_base::integrity::Manifest::of_folder(dir).map_err(CheckpointError::from)?;
     let path = dir.join(MANIFEST);
+    // A disk that fills up at the checkpoint's last file.
+    conelab_base::fault::check("checkpoint.manifest").map_err(io(&path))?;
     fs::write(&path, manifest.encode()).map_err(io(&path))
 }
 
