@@ -29,6 +29,10 @@ pub enum BenchCommand {
     /// What viewers cost a run (tokens/s with two `conelab attach` viewers vs none, alternated;
     /// memory) and what attaching costs (hello to a first frame on a long history).
     Attach(BenchAttachArgs),
+    /// What hostile clients of a run's socket cost it: CPU time per step and peak memory of
+    /// the same run quiet and under attack (unread byte-heavy requests, idle connections, a
+    /// subscribe storm, a command flood), alternated.
+    Chaos(BenchChaosArgs),
     /// The top-level ATen operators of one training step, by kind, beside PyTorch's for the same
     /// model (LibTorch builds; the trainer takes CUDA's paths, so it counts what a GPU launches).
     Ops(BenchOpsArgs),
@@ -91,6 +95,32 @@ pub struct BenchAttachArgs {
     /// Steps in the store of the attach benchmark.
     #[arg(long, default_value_t = 100_000)]
     pub history: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchChaosArgs {
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub model: Preset,
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Steps per run.
+    #[arg(long, default_value_t = 300)]
+    pub steps: u64,
+    /// Pairs of runs (quiet, attacked), alternating which goes first.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    /// The attackers: unread (6 clients asking for megabytes, never reading), idle (200
+    /// connections that only say hello), subscribe (4 connect-subscribe-hang-up loops), flood
+    /// (50,000 identical set-lr, save-checkpoint, an NCE k of 10¹³), comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "unread,idle,subscribe,flood"
+    )]
+    pub attack: Vec<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -288,6 +318,31 @@ fn attach(args: BenchAttachArgs) -> Result<()> {
     print_stdout(&r.render())
 }
 
+fn chaos(args: BenchChaosArgs) -> Result<()> {
+    if args.steps < 10 || args.batch == 0 || args.rounds == 0 || args.rounds > 100 {
+        bail!("--steps ≥ 10, --batch ≥ 1 and --rounds from 1 to 100 are needed");
+    }
+    let known = conelab::bench::chaos::ATTACKS;
+    if let Some(a) = args.attack.iter().find(|a| !known.contains(&a.as_str())) {
+        bail!(
+            "--attack {a}: unknown; the attackers are {}",
+            known.join(", ")
+        );
+    }
+    let r = conelab::bench::chaos::bench_chaos(&conelab::bench::chaos::ChaosBench {
+        model: args.model.name().to_owned(),
+        batch: args.batch,
+        steps: args.steps,
+        rounds: args.rounds,
+        attacks: args.attack,
+        work: std::env::temp_dir(),
+    })?;
+    if args.json {
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
+    }
+    print_stdout(&r.render())
+}
+
 fn store(args: BenchStoreArgs) -> Result<()> {
     if args.rows == 0 || args.steps == 0 || args.points == 0 {
         bail!("--rows, --steps and --points must be at least 1");
@@ -414,5 +469,6 @@ pub fn exec(command: BenchCommand) -> Result<()> {
         BenchCommand::Store(args) => store(args),
         BenchCommand::Tui(args) => tui(args),
         BenchCommand::Attach(args) => attach(args),
+        BenchCommand::Chaos(args) => chaos(args),
     }
 }

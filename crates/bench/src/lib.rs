@@ -1,6 +1,7 @@
 //! `conelab bench …`: throughput measured after warm-up, printed as a table or JSON.
 
 pub mod attach;
+pub mod chaos;
 pub mod ops;
 pub mod tui;
 

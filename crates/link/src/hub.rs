@@ -23,6 +23,10 @@ use super::view::{RunStatus, RunView};
 use conelab_core::events::{Command, CommandSender, DivergencePolicy, Event};
 use conelab_core::run_fault::Fault;
 
+/// Viewers' commands waiting for the engine at most (it applies 32 between two steps); one
+/// more is refused at once as busy, so a command flood cannot grow the run's queues.
+pub const MAX_COMMANDS_WAITING: usize = 256;
+
 /// Messages queued per viewer before it counts as behind.
 pub const VIEWER_QUEUE: usize = 4_096;
 
@@ -328,6 +332,19 @@ impl Hub {
                 };
                 if self.finished {
                     send_reply(&reply, &ended);
+                    return;
+                }
+                if self.pending.len() >= MAX_COMMANDS_WAITING {
+                    let busy = ServerMessage::CommandResult {
+                        id,
+                        result: CommandOutcome::Rejected {
+                            reason: format!(
+                                "busy: {MAX_COMMANDS_WAITING} commands are waiting for the run \
+                                 (it applies 32 between two steps); send it again later"
+                            ),
+                        },
+                    };
+                    send_reply(&reply, &busy);
                     return;
                 }
                 let ticket = self.next_ticket;

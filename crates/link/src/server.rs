@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::answer::{Answers, answer};
-use super::hub::{HubInput, LineQueue, Sink};
+use super::hub::{HubInput, LineQueue, Sink, VIEWER_QUEUE_BYTES};
 use super::protocol::{
     ClientMessage, Line, MAX_CLIENT_LINE, PROTOCOL_VERSION, RunHello, ServerMessage, encode,
     read_line_limited,
@@ -40,6 +40,53 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A viewer that does not take what is written to it for this long is disconnected.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Messages a connection may send per second (commands and requests; a burst of as many is
+/// taken at once). A client that sends faster is read more slowly — its own writes wait — so no
+/// client can grow the run's queues or keep its cores answering (`conelab bench chaos`).
+pub const MESSAGES_PER_SECOND: f64 = 1_000.0;
+/// What one request (projection, neighbours, vocabulary) counts for against
+/// [`MESSAGES_PER_SECOND`]: at most 50 a second per connection.
+pub const REQUEST_COST: f64 = 20.0;
+
+/// New connections the run accepts per second (a burst of as many at once): each costs two
+/// threads and, subscribed, a copy of the history, so a client that connects in a loop is made
+/// to wait in the socket's backlog instead (its 268,534 connections in 170 s took 3× the run's
+/// CPU before this).
+pub const ACCEPTS_PER_SECOND: f64 = 20.0;
+
+/// A token bucket: `rate` a second, at most `rate` saved up. Taking waits for what is missing,
+/// so what is paced is simply served later (the client's own writes or connects wait).
+struct Pace {
+    rate: f64,
+    tokens: f64,
+    last: std::time::Instant,
+}
+
+impl Pace {
+    fn new(rate: f64) -> Self {
+        Self {
+            rate,
+            tokens: rate,
+            last: std::time::Instant::now(),
+        }
+    }
+
+    /// Waits until `cost` may be spent, then spends it.
+    fn take(&mut self, cost: f64) {
+        let refill = |p: &mut Self| {
+            let now = std::time::Instant::now();
+            p.tokens = (p.tokens + now.duration_since(p.last).as_secs_f64() * p.rate).min(p.rate);
+            p.last = now;
+        };
+        refill(self);
+        if self.tokens < cost {
+            std::thread::sleep(Duration::from_secs_f64((cost - self.tokens) / self.rate));
+            refill(self);
+        }
+        self.tokens -= cost;
+    }
+}
 
 /// Lines of one kind the control server logs per minute at most; the rest are counted, and the
 /// count said with the next line of that kind once the minute is over (a client flooding the
@@ -265,13 +312,18 @@ impl Connections {
             .retain(|o| o.id != id);
     }
 
-    /// Shuts the oldest idle connection down (its thread then ends); whether there was one.
+    /// Shuts the oldest idle connection down (its thread then ends) and forgets it, so the next
+    /// eviction takes another one (evicting the same one again while its thread wound down let
+    /// 200 idle clients hold 200 connections, `conelab bench chaos`); whether there was one.
     fn evict_oldest_idle(&self) -> Option<u64> {
-        let list = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let oldest = list
+        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let at = list
             .iter()
-            .filter(|o| !o.active.load(Ordering::SeqCst))
-            .min_by_key(|o| o.id)?;
+            .enumerate()
+            .filter(|(_, o)| !o.active.load(Ordering::SeqCst))
+            .min_by_key(|(_, o)| o.id)
+            .map(|(i, _)| i)?;
+        let oldest = list.swap_remove(at);
         let _ = oldest.stream.shutdown(std::net::Shutdown::Both);
         Some(oldest.id)
     }
@@ -288,7 +340,9 @@ fn accept_loop(
     let connections = Connections::default();
     // SAFETY: geteuid cannot fail.
     let own_uid = unsafe { libc::geteuid() };
+    let mut pace = Pace::new(ACCEPTS_PER_SECOND);
     for stream in listener.incoming() {
+        pace.take(1.0);
         let Ok(mut stream) = stream else {
             continue;
         };
@@ -409,6 +463,7 @@ fn serve_connection(
     let mut reader = BufReader::new(&stream);
     let mut greeted = false;
     let mut subscribed = false;
+    let mut pace = Pace::new(MESSAGES_PER_SECOND);
     loop {
         let line = match read_line_limited(&mut reader, MAX_CLIENT_LINE) {
             Ok(Line::Text(t)) => t,
@@ -521,6 +576,7 @@ fn serve_connection(
                 if !active.swap(true, Ordering::SeqCst) {
                     let _ = stream.set_read_timeout(None);
                 }
+                pace.take(1.0);
                 let _ = hub.send(HubInput::Command {
                     viewer,
                     id,
@@ -530,6 +586,18 @@ fn serve_connection(
             }
             ClientMessage::Bye => break,
             request => {
+                pace.take(REQUEST_COST);
+                // A client that does not read would have its answer dropped: it is not
+                // computed (a neighbours answer costs the run milliseconds of a core).
+                if tx.queued_bytes() > VIEWER_QUEUE_BYTES / 2 {
+                    log_as(
+                        "reply dropped",
+                        &format!(
+                            "viewer {viewer}: request not answered (its earlier replies are unread)"
+                        ),
+                    );
+                    continue;
+                }
                 if let Some(r) = answer(answers, &request) {
                     reply(r);
                 }
@@ -550,6 +618,58 @@ fn serve_connection(
 mod log_tests {
     use super::*;
     use std::time::Instant;
+
+    /// Each eviction closes another idle connection (never the same one twice) and never an
+    /// active one; the evicted socket is shut down.
+    #[test]
+    fn evictions_close_distinct_idle_connections_oldest_first() {
+        let c = Connections::default();
+        let mut peers = Vec::new();
+        for id in 1..=4u64 {
+            let (ours, theirs) = UnixStream::pair().expect("pair");
+            peers.push(theirs);
+            c.add(Open {
+                id,
+                stream: ours,
+                active: Arc::new(std::sync::atomic::AtomicBool::new(id == 2)),
+            });
+        }
+        assert_eq!(c.evict_oldest_idle(), Some(1));
+        assert_eq!(
+            c.evict_oldest_idle(),
+            Some(3),
+            "not 1 again, never active 2"
+        );
+        assert_eq!(c.evict_oldest_idle(), Some(4));
+        assert_eq!(c.evict_oldest_idle(), None, "only the active one is left");
+        use std::io::Read;
+        let mut buf = [0u8; 1];
+        assert_eq!(
+            peers[0].read(&mut buf).expect("eof"),
+            0,
+            "evicted: shut down"
+        );
+    }
+
+    /// A burst of `rate` is taken at once; beyond it, `rate` a second.
+    #[test]
+    fn a_pace_takes_a_burst_then_its_rate() {
+        let mut pace = Pace::new(200.0);
+        let start = Instant::now();
+        for _ in 0..200 {
+            pace.take(1.0);
+        }
+        assert!(
+            start.elapsed() < Duration::from_millis(100),
+            "the burst waits"
+        );
+        let start = Instant::now();
+        for _ in 0..100 {
+            pace.take(1.0);
+        }
+        let took = start.elapsed().as_secs_f64();
+        assert!((0.45..1.5).contains(&took), "100 at 200/s took {took} s");
+    }
 
     /// Twenty lines of a kind a minute; the rest counted and said with the first line of the
     /// next minute; kinds apart.
