@@ -314,3 +314,62 @@ fn the_manual_pages_cover_every_subcommand() {
     let out = conelab(&["man", "--dir", blocked.join("sub").to_str().expect("utf-8")]);
     assert_one_line_error(&out, &["creating"]);
 }
+
+/// A corpus given by name is found under `$CONELAB_DATASETS` (one folder or several, `:`
+/// between them, the first that holds it); a path that exists wins over a name; a name found
+/// nowhere is one line that says where it was looked for.
+#[test]
+fn a_corpus_is_found_by_name_under_conelab_datasets() {
+    let f = crate::common::Fixture::new();
+    let roots = tempfile::tempdir().expect("tmp");
+    let (first, second) = (roots.path().join("a"), roots.path().join("b"));
+    std::fs::create_dir_all(&first).expect("mkdir");
+    std::fs::create_dir_all(&second).expect("mkdir");
+    crate::common::copy_dir(&f.path("corpus"), &second.join("mycorpus"));
+    let config = f.path("small.toml");
+    let env = format!("{}:{}", first.display(), second.display());
+    let out = crate::common::conelab_env(
+        &["data", "stats", "mycorpus", "--json"],
+        &[("CONELAB_DATASETS", &env)],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(v["train_tokens"].as_u64().is_some_and(|n| n >= 5), "{v}");
+    // Training by name too, and the run records the folder it found.
+    let run = roots.path().join("run");
+    let out = crate::common::conelab_env(
+        &[
+            "train",
+            "mycorpus",
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--steps",
+            "1",
+            "--eval-every",
+            "0",
+            "--headless",
+            "--run-dir",
+            run.to_str().expect("utf-8"),
+        ],
+        &[("CONELAB_DATASETS", &env)],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let toml = std::fs::read_to_string(run.join("run.toml")).expect("run.toml");
+    assert!(toml.contains("b/mycorpus"), "{toml}");
+    let out = crate::common::conelab_env(
+        &["data", "stats", "nosuchcorpus"],
+        &[("CONELAB_DATASETS", &env)],
+    );
+    assert_one_line_error(
+        &out,
+        &["nosuchcorpus", "does not exist", "CONELAB_DATASETS"],
+    );
+}

@@ -584,6 +584,47 @@ fn bench_train_prints_a_table_and_json() {
     );
 }
 
+/// `bench chaos` runs a quiet and an attacked run and reports both side by side; an attacker it
+/// does not know is a one-line error. (Its figures, with every attacker, are in
+/// docs/BENCHMARKS.md: this checks the benchmark works, not the bounds.)
+#[test]
+fn bench_chaos_reports_a_quiet_and_an_attacked_run() {
+    let out = conelab(&[
+        "bench", "chaos", "--steps", "10", "--rounds", "1", "--attack", "flood", "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["attacks"], serde_json::json!(["flood"]));
+    let round = &v["rounds"][0];
+    for run in ["quiet", "attacked"] {
+        assert!(
+            round[run]["cpu_ms_per_step"].as_f64().expect("cpu") > 0.0,
+            "{v}"
+        );
+        assert!(
+            round[run]["peak_rss_mib"].as_f64().expect("rss") > 1.0,
+            "{v}"
+        );
+    }
+    let ratio = round["cpu_ratio"].as_f64().expect("ratio");
+    let want = round["attacked"]["cpu_ms_per_step"].as_f64().expect("a")
+        / round["quiet"]["cpu_ms_per_step"].as_f64().expect("q");
+    assert!((ratio - want).abs() < 1e-9, "{v}");
+    assert!(
+        v["attack"]["commands"].as_u64().expect("commands") > 0,
+        "{v}"
+    );
+    assert_eq!(v["attack"]["subscribes"], 0, "only the flood was let loose");
+    assert_one_line_error(
+        &conelab(&["bench", "chaos", "--attack", "flood,ddos"]),
+        &["--attack ddos", "unread, idle, subscribe, flood"],
+    );
+}
+
 #[test]
 fn compare_refuses_what_it_cannot_show_in_one_line() {
     let f = Fixture::new();

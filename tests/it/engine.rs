@@ -925,3 +925,40 @@ fn repeated_identical_commands_are_coalesced_and_still_answered() {
     assert!(n <= sent.div_ceil(engine::COMMANDS_PER_STEP), "{n} applied");
     assert!(!answers[0].1 && answers[1].1, "{:?}", &answers[..2]);
 }
+
+/// Switching off a regulariser that is off changes nothing: the answer says so (`coalesced`,
+/// before = after), so no viewer draws an intervention and no log says "MLE → MLE"; switching
+/// it on is a real change.
+#[test]
+fn an_objective_change_that_changes_nothing_is_answered_as_such() {
+    use conelab::objective::{ObjectiveChange, Term};
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let trainer = Trainer::new(
+        corpus,
+        small_transformer(),
+        train_config(3),
+        DeviceSpec::Cpu,
+    )
+    .expect("trainer");
+    let handle = engine::spawn(trainer, engine::EngineOptions::default()).expect("engine");
+    let change = |on| Command::Objective {
+        change: ObjectiveChange::Enable {
+            term: Term::Cos,
+            on,
+        },
+    };
+    handle.send(change(false));
+    handle.send(change(true));
+    let mut answers = Vec::new();
+    loop {
+        match next_event(&handle) {
+            Event::Applied(a) => answers.push((a.coalesced, a.before == a.after)),
+            Event::Finished { .. } => break,
+            Event::Failed { message, .. } => panic!("{message}"),
+            _ => {}
+        }
+    }
+    handle.join();
+    assert_eq!(answers, [(true, true), (false, false)]);
+}

@@ -510,3 +510,57 @@ fn idle_connections_are_closed_and_never_lock_a_viewer_out() {
     drop(newcomer);
     drop(crowd);
 }
+
+/// Answers that count the projections asked of them.
+struct Counting(std::sync::atomic::AtomicUsize);
+
+impl Answers for Counting {
+    fn projection(&self, step: Option<u64>) -> Result<Option<ProjectionFrame>, AnswerError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Fixed.projection(step)
+    }
+    fn neighbors(
+        &self,
+        words: &[u32],
+        k: usize,
+    ) -> Result<(Option<u64>, Vec<WordNeighbors>), AnswerError> {
+        Fixed.neighbors(words, k)
+    }
+    fn vocabulary(&self) -> Arc<Vocabulary> {
+        Fixed.vocabulary()
+    }
+}
+
+/// A client that sends 300 requests in one write and hangs up: once the run cannot write to it
+/// any more, the requests it left in the socket are not answered for nobody (before: each was
+/// computed and encoded at the connection's pace, 59 threads at once under `bench chaos`).
+#[test]
+fn requests_left_behind_by_a_client_that_hung_up_are_not_answered() {
+    use std::io::Write;
+    let (hub_tx, _hub_rx) = std::sync::mpsc::channel::<HubInput>();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("control.sock");
+    let listener = server::bind(&path).expect("bind");
+    let counting = Arc::new(Counting(std::sync::atomic::AtomicUsize::new(0)));
+    let _server =
+        Server::start(listener, path.clone(), hub_tx, counting.clone(), hello()).expect("server");
+    let mut text = encode(&ClientMessage::Hello {
+        protocol: conelab::run::protocol::PROTOCOL_VERSION,
+        client: "test".into(),
+    })
+    .expect("hello");
+    for id in 0..300 {
+        text.push_str(&encode(&ClientMessage::Projection { id, step: None }).expect("request"));
+    }
+    let mut client = std::os::unix::net::UnixStream::connect(&path).expect("connect");
+    client.write_all(text.as_bytes()).expect("write");
+    drop(client);
+    // At the connection's pace (50 requests a second after a burst of 50) the old reader
+    // answered ~200 of them in these 3 s.
+    std::thread::sleep(Duration::from_secs(3));
+    let answered = counting.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        answered < 100,
+        "{answered} of 300 answered for a closed socket"
+    );
+}

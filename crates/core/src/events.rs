@@ -69,8 +69,9 @@ pub struct AppliedCommand {
     /// matched to it; never saved with a checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ticket: Option<u64>,
-    /// The same command as the one applied just before it, at the same step: answered, not
-    /// applied again, not recorded again (a flood of one command costs nothing).
+    /// It changed nothing — the same command as the one applied just before it at the same
+    /// step, or an objective change to what was already in force: answered, not recorded,
+    /// logged or drawn (a flood of one command costs nothing; no "MLE → MLE").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub coalesced: bool,
 }

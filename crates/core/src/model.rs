@@ -335,7 +335,9 @@ mod tests {
             Preset::Awd,
             Preset::Gpt2Small,
         ] {
-            p.config().validate().expect(p.name());
+            p.config()
+                .validate()
+                .unwrap_or_else(|e| panic!("{}: {e}", p.name()));
         }
         let ModelConfig::Transformer(base) = Preset::Small.config() else {
             panic!("small is a transformer")

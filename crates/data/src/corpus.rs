@@ -34,14 +34,28 @@ pub enum CorpusSource {
     Synthetic(SynthConfig),
 }
 
+/// The environment variable naming the folders where a corpus may be given by name
+/// (`conelab train ptb`): one folder, or several separated by `:` like `PATH`.
+pub const DATASETS_ENV: &str = "CONELAB_DATASETS";
+
 impl CorpusSource {
-    /// `synthetic` is the built-in corpus with default settings; anything else is a directory.
+    /// `synthetic` is the built-in corpus with default settings; anything else is a directory:
+    /// the path as given when it exists, else — for a bare name like `ptb` — the first
+    /// `NAME` folder under the roots of [`DATASETS_ENV`].
     pub fn parse(arg: &str) -> Self {
         if arg == "synthetic" {
-            CorpusSource::Synthetic(SynthConfig::default())
-        } else {
-            CorpusSource::Dir(PathBuf::from(arg))
+            return CorpusSource::Synthetic(SynthConfig::default());
         }
+        let given = PathBuf::from(arg);
+        if given.exists() || arg.contains('/') {
+            return CorpusSource::Dir(given);
+        }
+        let roots = std::env::var_os(DATASETS_ENV).unwrap_or_default();
+        std::env::split_paths(&roots)
+            .filter(|root| !root.as_os_str().is_empty())
+            .map(|root| root.join(arg))
+            .find(|p| p.is_dir())
+            .map_or(CorpusSource::Dir(given), CorpusSource::Dir)
     }
 
     pub fn describe(&self) -> String {

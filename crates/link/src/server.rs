@@ -435,16 +435,23 @@ fn serve_connection(
     };
     let _ = out.set_write_timeout(Some(WRITE_TIMEOUT));
     let (tx, rx) = LineQueue::new();
+    // Set when nothing more can reach the client: the reader stops at once, however many
+    // requests the client left in the socket before it went (each one's answer would be
+    // computed for nobody: 59 threads encoding projections for closed sockets, bench chaos).
+    let output_closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let closed = output_closed.clone();
     let writer = std::thread::Builder::new()
         .name(format!("conelab-viewer-{viewer}-out"))
         .spawn(move || {
             for line in rx {
                 if out.write_all(line.as_bytes()).is_err() {
                     // Gone, or not reading: disconnect (the reader sees the end).
+                    closed.store(true, Ordering::SeqCst);
                     let _ = out.shutdown(std::net::Shutdown::Both);
                     break;
                 }
             }
+            closed.store(true, Ordering::SeqCst);
         });
     let Ok(writer) = writer else {
         return;
@@ -465,6 +472,9 @@ fn serve_connection(
     let mut subscribed = false;
     let mut pace = Pace::new(MESSAGES_PER_SECOND);
     loop {
+        if output_closed.load(Ordering::SeqCst) {
+            break;
+        }
         let line = match read_line_limited(&mut reader, MAX_CLIENT_LINE) {
             Ok(Line::Text(t)) => t,
             Ok(Line::Eof) => break,

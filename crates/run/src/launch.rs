@@ -151,7 +151,11 @@ pub fn check(opts: &TrainOptions) -> Result<(), RunError> {
         && !p.is_dir()
     {
         return Err(RunError::Usage(
-            format!("{}: no such corpus folder", p.display()).into(),
+            format!(
+                "{}: no such corpus folder (nor a folder of that name under $CONELAB_DATASETS)",
+                p.display()
+            )
+            .into(),
         ));
     }
     Ok(())

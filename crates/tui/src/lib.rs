@@ -119,11 +119,34 @@ impl Outgoing {
     }
 }
 
+/// What a run stopped from a viewer at `step` left, and how to go on: the line a stop by a
+/// signal says too.
+pub fn stopped_summary(dir: &std::path::Path, step: u64) -> String {
+    let newest = conelab_core::run_dir::checkpoints_in(dir)
+        .ok()
+        .and_then(|c| c.last().and_then(|p| conelab_core::run_dir::step_of(p)));
+    let resume = format!("`conelab train --resume {}`", dir.display());
+    match newest {
+        Some(s) if s == step => format!(
+            "conelab: the run stopped at step {step} with a checkpoint: {resume} continues it"
+        ),
+        Some(s) => format!(
+            "conelab: the run stopped at step {step} without saving: {resume} continues from its \
+             newest checkpoint, step {s}"
+        ),
+        None => format!(
+            "conelab: the run stopped at step {step} without a checkpoint: {resume} starts it again"
+        ),
+    }
+}
+
 /// After a viewer of `dir`: how to come back when it detached (said on stdout, like zellij's exit
 /// reason); the run's exit status when the user watched it end (from its `final.json`, waited
 /// for a little, else from what the view last knew).
 pub fn after_viewer(dir: &std::path::Path, exit: ViewerExit) -> ExitStatus {
     use std::io::Write;
+    // Absolute: the hint is used from wherever the user is next (another shell, after SSH).
+    let dir = &std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     match exit {
         ViewerExit::Detached => {
             // The terminal may be gone (that is one way to detach): then nobody reads this.
@@ -140,6 +163,9 @@ pub fn after_viewer(dir: &std::path::Path, exit: ViewerExit) -> ExitStatus {
             let start = std::time::Instant::now();
             while start.elapsed() < std::time::Duration::from_secs(10) {
                 if let Ok(Some(f)) = conelab_link::live::read_final(dir) {
+                    if f.status == "stopped" {
+                        let _ = writeln!(std::io::stdout(), "{}", stopped_summary(dir, f.step));
+                    }
                     return u8::try_from(f.exit_code)
                         .map_or(ExitStatus::Failed, ExitStatus::from_code);
                 }
@@ -293,4 +319,32 @@ pub fn run_viewer(
     let exit = event_loop::run(&mut workbench, events);
     let _ = workbench.link.send(ClientMessage::Bye);
     exit
+}
+
+#[cfg(test)]
+mod stop_tests {
+    use super::stopped_summary;
+
+    /// A stop from a viewer says what was kept and the command that goes on, with the folder
+    /// as given (absolute by then): a checkpoint at the step, an older one, or none.
+    #[test]
+    fn a_stopped_run_says_what_it_kept_and_how_to_go_on() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let none = stopped_summary(dir.path(), 7);
+        assert!(none.contains("step 7 without a checkpoint"), "{none}");
+        assert!(none.contains("starts it again"), "{none}");
+        std::fs::create_dir_all(dir.path().join("step-000010")).expect("mkdir");
+        let at = stopped_summary(dir.path(), 10);
+        assert!(at.contains("step 10 with a checkpoint"), "{at}");
+        assert!(
+            at.contains(&format!(
+                "`conelab train --resume {}`",
+                dir.path().display()
+            )),
+            "{at}"
+        );
+        let older = stopped_summary(dir.path(), 12);
+        assert!(older.contains("without saving"), "{older}");
+        assert!(older.contains("newest checkpoint, step 10"), "{older}");
+    }
 }

@@ -69,6 +69,33 @@ pub struct Sweep {
     pub runs: Vec<PlannedRun>,
 }
 
+/// Resolves the paths a run's arguments name — the corpus and the `--config` and `--compare`
+/// files — against `dir`, the sweep file's folder, where they exist there: each run starts in
+/// a folder of its own, and a sweep file moved with its corpus beside it still works. A name
+/// that is no path there (`ptb`, found under `$CONELAB_DATASETS`; `synthetic`) is kept.
+fn resolve_paths(args: &mut [String], dir: &Path) {
+    let absolute = |value: &str| -> Option<String> {
+        let p = Path::new(value);
+        if p.is_absolute() || value == "synthetic" {
+            return None;
+        }
+        let there = dir.join(p);
+        there
+            .exists()
+            .then(|| std::fs::canonicalize(&there).unwrap_or(there))
+            .map(|p| p.display().to_string())
+    };
+    let mut previous: Option<String> = None;
+    for (i, arg) in args.iter_mut().enumerate() {
+        let is_path = (i == 0 && !arg.starts_with('-'))
+            || matches!(previous.as_deref(), Some("--config" | "--compare"));
+        previous = Some(arg.clone());
+        if is_path && let Some(a) = absolute(arg) {
+            *arg = a;
+        }
+    }
+}
+
 /// One option's value in the file: what it becomes on the command line.
 fn arguments(key: &str, value: &toml::Value) -> Result<Vec<String>, SweepError> {
     let flag = format!("--{key}");
@@ -140,8 +167,14 @@ type Axis = Vec<Vec<(String, toml::Value)>>;
 
 impl Sweep {
     /// Parses and expands `text` (the sweep file; `stem` names the sweep when only the seed
-    /// varies), checking every run's arguments as `conelab train` would.
+    /// varies), checking every run's arguments as `conelab train` would; relative paths are
+    /// taken from the current folder.
     pub fn parse(text: &str, stem: &str) -> Result<Self, SweepError> {
+        Self::parse_in(text, stem, Path::new("."))
+    }
+
+    /// [`Self::parse`] of a file in `dir`: the paths it names are resolved against `dir`.
+    pub fn parse_in(text: &str, stem: &str, dir: &Path) -> Result<Self, SweepError> {
         let doc: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| invalid(format!("not a sweep file: {}", e.message())))?;
@@ -286,6 +319,7 @@ impl Sweep {
             if let Some(c) = corpus {
                 args.insert(0, c);
             }
+            resolve_paths(&mut args, dir);
             check_run(&name, &args)?;
             if runs.iter().any(|r| r.name == name) {
                 return Err(invalid(format!(
@@ -445,5 +479,22 @@ warmup = [10, 20]
                 other => panic!("{text:?}: {other:?}"),
             }
         }
+    }
+
+    /// A corpus folder named relative to the sweep file is found beside the file whatever the
+    /// current folder, and passed on as an absolute path; a name that is no path there is kept.
+    #[test]
+    fn relative_paths_are_the_sweep_files() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let corpus = dir.path().join("data");
+        std::fs::create_dir_all(&corpus).expect("mkdir");
+        let text = "[base]\nsteps = 4\n[grid]\ncorpus = [\"data\", \"synthetic\"]\n";
+        let s = Sweep::parse_in(text, "s", dir.path()).expect("parses");
+        let firsts: Vec<&str> = s.runs.iter().map(|r| r.args[0].as_str()).collect();
+        let want = std::fs::canonicalize(&corpus).expect("canonical");
+        assert_eq!(firsts, [want.to_str().expect("utf-8"), "synthetic"]);
+        // From another folder without the file's: the folder is not found.
+        let e = Sweep::parse_in(text, "s", Path::new("/nonexistent")).expect_err("no data");
+        assert!(e.to_string().contains("data"), "{e}");
     }
 }

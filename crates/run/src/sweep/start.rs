@@ -66,7 +66,13 @@ pub fn start(request: &SweepRun, say: impl FnMut(String)) -> Result<SweepDone, S
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "sweep".into());
-    let sweep = Sweep::parse(&text, &stem)?;
+    // Relative paths in the file are the file's: each run starts in a folder of its own.
+    let folder = file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let folder = std::fs::canonicalize(folder).unwrap_or_else(|_| folder.to_path_buf());
+    let sweep = Sweep::parse_in(&text, &stem, &folder)?;
     let out = out
         .clone()
         .unwrap_or_else(|| PathBuf::from("sweeps").join(&stem));

@@ -559,6 +559,10 @@ impl Engine {
             }
         };
         applied.ticket = ticket;
+        // An objective change that changes nothing (a regulariser switched off that was off)
+        // is answered as such: no "MLE → MLE" in the logs, no intervention mark.
+        applied.coalesced =
+            matches!(command, Command::Objective { .. }) && applied.before == applied.after;
         self.emit(Event::Applied(applied));
         self.last_applied = settles.then(|| (step, command.clone()));
         Ok(match command {
