@@ -126,7 +126,9 @@ pub fn check_lr(lr: f64) -> Result<(), String> {
     if lr.is_finite() && lr > 0.0 {
         Ok(())
     } else {
-        Err(format!("lr {lr}: the learning rate must be a positive number"))
+        Err(format!(
+            "lr {lr}: the learning rate must be a positive number"
+        ))
     }
 }
 
