@@ -25,7 +25,7 @@ use serde::Serialize;
 use super::attach::{cpu_seconds, rss_mib};
 use super::median;
 use conelab_run::RunError;
-use conelab_run::protocol::{ClientMessage, PROTOCOL_VERSION};
+use conelab_run::protocol::{ClientMessage, PROTOCOL_VERSION, encode};
 use conelab_train::engine::Command;
 use conelab_train::objective::{LossKind, ObjectiveChange, Objectives};
 
@@ -118,9 +118,7 @@ fn train_args(b: &ChaosBench, dir: &Path) -> Vec<std::ffi::OsString> {
 
 /// One JSON line of the protocol.
 fn line(message: &ClientMessage) -> Vec<u8> {
-    let mut text = serde_json::to_vec(message).unwrap_or_default();
-    text.push(b'\n');
-    text
+    encode(message).unwrap_or_default().into_bytes()
 }
 
 fn hello() -> Vec<u8> {

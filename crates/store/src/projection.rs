@@ -184,11 +184,22 @@ pub fn read(store_dir: &Path, step: u64) -> Result<Option<ProjectionFrame>, Stor
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_error(&p)(e)),
     };
+    let df = decode(&p, entry.checksum, bytes)?;
+    Ok(Some(ProjectionFrame {
+        step,
+        uncentred: projection(&df, 'u', ProjectionMode::Uncentred),
+        centred: projection(&df, 'c', ProjectionMode::Centred),
+    }))
+}
+
+/// A projection file's bytes, checked against the checksum its name carries (if any) and
+/// decoded under `catch_panic`: damage of either kind is `Corrupt`.
+fn decode(path: &Path, checksum: Option<u32>, bytes: Vec<u8>) -> Result<DataFrame, StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt {
-        path: p.clone(),
+        path: path.to_path_buf(),
         reason,
     };
-    if let Some(want) = entry.checksum {
+    if let Some(want) = checksum {
         let got = conelab_base::integrity::crc32c(&bytes);
         if got != want {
             return Err(corrupt(format!(
@@ -198,15 +209,9 @@ pub fn read(store_dir: &Path, step: u64) -> Result<Option<ProjectionFrame>, Stor
             )));
         }
     }
-    let df =
-        conelab_base::integrity::catch_panic(|| ParquetReader::new(Cursor::new(bytes)).finish())
-            .map_err(|panic| corrupt(format!("the decoder failed on it ({panic}): damaged")))?
-            .map_err(|e| corrupt(e.to_string()))?;
-    Ok(Some(ProjectionFrame {
-        step,
-        uncentred: projection(&df, 'u', ProjectionMode::Uncentred),
-        centred: projection(&df, 'c', ProjectionMode::Centred),
-    }))
+    conelab_base::integrity::catch_panic(|| ParquetReader::new(Cursor::new(bytes)).finish())
+        .map_err(|panic| corrupt(format!("the decoder failed on it ({panic}): damaged")))?
+        .map_err(|e| corrupt(e.to_string()))
 }
 
 /// What [`verify`] found: files whose checksum matched, files written before checksums that
@@ -223,23 +228,11 @@ pub fn verify(store_dir: &Path) -> Result<Verification, StoreError> {
     let mut out = Verification::default();
     for e in entries(store_dir)? {
         let bytes = std::fs::read(&e.path).map_err(io_error(&e.path))?;
-        if let Some(want) = e.checksum
-            && conelab_base::integrity::crc32c(&bytes) != want
-        {
-            out.damaged
-                .push((e.path, "checksum mismatch: damaged on disk".into()));
-            continue;
-        }
-        match conelab_base::integrity::catch_panic(|| {
-            ParquetReader::new(Cursor::new(bytes)).finish()
-        }) {
-            Ok(Ok(_)) if e.checksum.is_some() => out.verified += 1,
-            Ok(Ok(_)) => out.unverified += 1,
-            Ok(Err(err)) => out.damaged.push((e.path, err.to_string())),
-            Err(panic) => out.damaged.push((
-                e.path,
-                format!("the decoder failed on it ({panic}): damaged"),
-            )),
+        match decode(&e.path, e.checksum, bytes) {
+            Ok(_) if e.checksum.is_some() => out.verified += 1,
+            Ok(_) => out.unverified += 1,
+            Err(StoreError::Corrupt { reason, .. }) => out.damaged.push((e.path, reason)),
+            Err(other) => return Err(other),
         }
     }
     Ok(out)

@@ -572,15 +572,19 @@ const READ_GUARD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(
 /// (a read-only store without the lock file: the reader relies on relisting).
 pub(crate) struct ReadGuard(#[allow(dead_code)] Option<std::fs::File>);
 
-pub(crate) fn read_guard(dir: &Path) -> ReadGuard {
-    let path = dir.join(READERS_LOCK);
-    let file = std::fs::OpenOptions::new()
+/// Opens (creating it where the folder allows) a store's readers' lock file.
+pub(crate) fn open_readers_lock(dir: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
-        .or_else(|_| std::fs::File::open(&path));
+        .open(dir.join(READERS_LOCK))
+}
+
+pub(crate) fn read_guard(dir: &Path) -> ReadGuard {
+    let path = dir.join(READERS_LOCK);
+    let file = open_readers_lock(dir).or_else(|_| std::fs::File::open(&path));
     let Ok(file) = file else {
         return ReadGuard(None);
     };
@@ -605,13 +609,7 @@ pub fn remove_dead(dir: &Path) -> Result<usize, StoreError> {
         return Ok(0);
     }
     let path = dir.join(READERS_LOCK);
-    let lock = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(io_error(&path))?;
+    let lock = open_readers_lock(dir).map_err(io_error(&path))?;
     match lock.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => return Ok(0),

@@ -59,12 +59,8 @@ pub fn lock_store(store_dir: &Path) -> Result<LockFile, StoreError> {
     std::fs::create_dir_all(store_dir).map_err(io_error(store_dir))?;
     // The readers' lock is there from the start, so a reader without write access to the
     // folder can still take it (read-only).
-    let readers = store_dir.join(segment::READERS_LOCK);
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(&readers)
-        .map_err(io_error(&readers))?;
+    segment::open_readers_lock(store_dir)
+        .map_err(io_error(&store_dir.join(segment::READERS_LOCK)))?;
     let path = store_dir.join(WRITER_LOCK);
     LockFile::acquire(
         &path,
