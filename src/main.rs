@@ -59,6 +59,19 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
+    // A malformed config file stops every command, with its line (before anything is done
+    // with settings it might have meant to change).
+    match conelab::base::config::check() {
+        Ok(config) => {
+            for w in &config.warnings {
+                say(&format!("conelab: warning: {w}"));
+            }
+        }
+        Err(e) => {
+            say(&format!("conelab: error: {e}"));
+            return ExitStatus::BadInput.into();
+        }
+    }
     match cli::run(cli) {
         Ok(status) => status.into(),
         Err(e) => {

@@ -11,8 +11,9 @@ use conelab::run::{self};
 
 #[derive(Debug, Args)]
 pub struct AttachArgs {
-    /// A run directory, or the name of a run under checkpoints/ [default: the live run there; a
-    /// list to pick from when there are several]. Several runs open the compare view (as
+    /// A run: its folder, its name (or a unique prefix of it), NAME#SEED, or a folder name
+    /// under checkpoints/ — from any folder [default: the live run; a list to pick from when
+    /// there are several]. Several runs open the compare view (as
     /// `conelab compare` does).
     #[arg(value_name = "RUN")]
     pub runs: Vec<PathBuf>,
@@ -27,9 +28,10 @@ pub struct AttachArgs {
     /// capture on and off in the workbench.
     #[arg(long)]
     pub no_mouse: bool,
-    /// Colours for a dark or a light terminal background.
-    #[arg(long, value_enum, default_value = "dark")]
-    pub theme: run::options::Theme,
+    /// Colours for a dark or a light terminal background [default: the config file's theme,
+    /// else dark].
+    #[arg(long, value_enum)]
+    pub theme: Option<run::options::Theme>,
 }
 
 pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
@@ -76,11 +78,16 @@ pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
 }
 
 /// Several live runs: the user picks one by number.
-fn pick(list: &[PathBuf]) -> Result<PathBuf> {
+fn pick(list: &[(PathBuf, String)]) -> Result<PathBuf> {
     let mut err = std::io::stderr();
     let _ = writeln!(err, "Several runs are live:");
-    for (i, p) in list.iter().enumerate() {
-        let _ = writeln!(err, "  {}  {}", i + 1, p.display());
+    let width = list
+        .iter()
+        .map(|(_, n)| n.chars().count())
+        .max()
+        .unwrap_or(0);
+    for (i, (p, name)) in list.iter().enumerate() {
+        let _ = writeln!(err, "  {}  {name:<width$}  {}", i + 1, p.display());
     }
     let _ = write!(err, "Attach to which? [1-{}] ", list.len());
     let _ = err.flush();
@@ -99,5 +106,5 @@ fn pick(list: &[PathBuf]) -> Result<PathBuf> {
                 line.trim()
             )
         })?;
-    Ok(list[n - 1].clone())
+    Ok(list[n - 1].0.clone())
 }

@@ -29,6 +29,9 @@ pub enum BenchCommand {
     /// What viewers cost a run (tokens/s with two `conelab attach` viewers vs none, alternated;
     /// memory) and what attaching costs (hello to a first frame on a long history).
     Attach(BenchAttachArgs),
+    /// Finding runs from anywhere at scale: `conelab runs` and attaching by name over N
+    /// registered runs (one real run and its copies), from an empty folder.
+    Runs(BenchRunsArgs),
     /// What hostile clients of a run's socket cost it: CPU time per step and peak memory of
     /// the same run quiet and under attack (unread byte-heavy requests, idle connections, a
     /// subscribe storm, a command flood), alternated.
@@ -95,6 +98,22 @@ pub struct BenchAttachArgs {
     /// Steps in the store of the attach benchmark.
     #[arg(long, default_value_t = 100_000)]
     pub history: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchRunsArgs {
+    /// Runs registered in the bench's own index.
+    #[arg(long, default_value_t = 1000)]
+    pub runs: usize,
+    /// Steps of the real run whose copies the others are.
+    #[arg(long, default_value_t = 400)]
+    pub history: u64,
+    /// Times each figure is measured (the median is printed).
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -343,6 +362,26 @@ fn chaos(args: BenchChaosArgs) -> Result<()> {
     print_stdout(&r.render())
 }
 
+fn runs(args: BenchRunsArgs) -> Result<()> {
+    if args.runs == 0 || args.runs > 100_000 || args.history == 0 || args.repeats > 100 {
+        bail!("--runs from 1 to 100000, --history ≥ 1 and --repeats up to 100 are needed");
+    }
+    let r = conelab::bench::runs::bench_runs(&conelab::bench::runs::RunsBench {
+        runs: args.runs,
+        history: args.history,
+        repeats: args.repeats,
+        work: std::env::temp_dir(),
+    })?;
+    if args.json {
+        return print_stdout(&format!(
+            "{}
+",
+            serde_json::to_string_pretty(&r)?
+        ));
+    }
+    print_stdout(&r.render())
+}
+
 fn store(args: BenchStoreArgs) -> Result<()> {
     if args.rows == 0 || args.steps == 0 || args.points == 0 {
         bail!("--rows, --steps and --points must be at least 1");
@@ -470,5 +509,6 @@ pub fn exec(command: BenchCommand) -> Result<()> {
         BenchCommand::Tui(args) => tui(args),
         BenchCommand::Attach(args) => attach(args),
         BenchCommand::Chaos(args) => chaos(args),
+        BenchCommand::Runs(args) => runs(args),
     }
 }

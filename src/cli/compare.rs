@@ -26,9 +26,10 @@ pub struct CompareArgs {
     /// A logarithmic y axis (`l` in the view).
     #[arg(long)]
     pub log_y: bool,
-    /// Colours for a dark or a light terminal background.
-    #[arg(long, value_enum, default_value = "dark")]
-    pub theme: run::options::Theme,
+    /// Colours for a dark or a light terminal background [default: the config file's theme,
+    /// else dark].
+    #[arg(long, value_enum)]
+    pub theme: Option<run::options::Theme>,
     /// The curve shown first (↑/↓ in the view).
     #[arg(long, default_value = "loss", value_parser = clap::builder::PossibleValuesParser::new(
         conelab::tui::compare::CURVES.map(|c| c.name)))]

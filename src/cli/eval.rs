@@ -25,8 +25,8 @@ pub enum ShiftSource {
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
-    /// Run directories (their newest checkpoint) or `step-NNNNNN` checkpoint folders; several
-    /// are compared side by side.
+    /// Runs (their newest checkpoint: a folder, a run's name, NAME#SEED) or `step-NNNNNN`
+    /// checkpoint folders; several are compared side by side.
     #[arg(required = true, num_args = 1..)]
     pub runs: Vec<PathBuf>,
 
@@ -76,8 +76,7 @@ pub fn exec(args: EvalArgs) -> Result<()> {
         k: args.k,
         shift_from: args.shift_from.map(|ShiftSource::Valid| Split::Valid),
     };
-    let reports = args
-        .runs
+    let reports = super::find_runs(&args.runs)?
         .iter()
         .map(|run| evaluate_checkpoint(run, &options))
         .collect::<Result<Vec<_>, _>>()?;

@@ -41,7 +41,7 @@ pub enum ExportFormatArg {
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// Run directories; several are compared in one table.
+    /// Runs (folders, names or NAME#SEED, from any folder); several are compared in one table.
     #[arg(required = true, num_args = 1..)]
     pub runs: Vec<PathBuf>,
     #[arg(long, value_enum, default_value = "groups")]
@@ -112,7 +112,7 @@ pub fn exec(args: ExportArgs) -> Result<()> {
         bail!("--aggregate seeds applies to --table groups only");
     }
     let request = export::ExportRequest {
-        runs: args.runs,
+        runs: super::find_runs(&args.runs)?,
         table: match args.table {
             ExportTableArg::Metrics => export::Table::Metrics,
             ExportTableArg::Groups => export::Table::Groups,

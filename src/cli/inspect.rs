@@ -80,9 +80,10 @@ pub struct InspectArgs {
     #[arg(long, visible_alias = "no-tui")]
     pub headless: bool,
 
-    /// The browser's colours for a dark or a light terminal background.
-    #[arg(long, value_enum, default_value = "dark")]
-    pub theme: run::options::Theme,
+    /// The browser's colours for a dark or a light terminal background [default: the config
+    /// file's theme, else dark].
+    #[arg(long, value_enum)]
+    pub theme: Option<run::options::Theme>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

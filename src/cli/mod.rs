@@ -11,6 +11,7 @@ mod attach;
 mod bench;
 mod compare;
 mod completions;
+mod config;
 mod data;
 mod eval;
 mod export;
@@ -33,6 +34,7 @@ use conelab::run::TrainOptions;
 use attach::AttachArgs;
 use bench::BenchCommand;
 use compare::CompareArgs;
+use config::ConfigCommand;
 use data::DataCommand;
 use eval::EvalArgs;
 use export::ExportArgs;
@@ -71,7 +73,8 @@ pub enum Command {
     /// wall time with TensorBoard's smoothing, the Groups table with a row per run and every
     /// run's spectrum. Runs are read from their folders as they grow: live ones update live.
     Compare(CompareArgs),
-    /// List the runs under a folder with their status.
+    /// List runs with their status: every run this user has (found by name from any folder), or
+    /// those under a folder; filters by tag, status and name.
     Runs(RunsArgs),
     /// A grid of training runs from one TOML file: `sweep run FILE` expands and runs it on this
     /// machine (`--local N` at a time; again: completed runs kept, unfinished ones resumed);
@@ -97,7 +100,7 @@ pub enum Command {
     /// Tag a run: `+T` (or `T`) adds a tag, `-T` takes it off; with none, print its tags. A live
     /// run changes its own run.json; one that is over is edited in place.
     Tag {
-        /// The run's folder.
+        /// The run: its folder, or its name (`conelab runs` lists them).
         run: PathBuf,
         #[arg(allow_hyphen_values = true, num_args = 0.., value_name = "+TAG|-TAG")]
         changes: Vec<String>,
@@ -110,6 +113,9 @@ pub enum Command {
     },
     /// Name a run: the label `conelab runs`, the workbench and exports show ("" takes it away).
     Rename { run: PathBuf, name: String },
+    /// The user's settings ($XDG_CONFIG_HOME/conelab/config.toml and the environment).
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Print a shell completion script: e.g. `conelab completions bash >
     /// ~/.local/share/bash-completion/completions/conelab`, or `source <(conelab completions
     /// zsh)`.
@@ -141,25 +147,47 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Export(args) => done(export::exec(args)),
         Command::Store(command) => store::exec(command),
         Command::Bench(command) => done(bench::exec(command)),
-        Command::Tag { run, changes } => done(labels::tag(&run, &changes)),
-        Command::Note { run, text } => done(labels::note(&run, text)),
-        Command::Rename { run, name } => done(labels::rename(&run, name)),
+        Command::Tag { run, changes } => done(labels::tag(&find_run(&run)?, &changes)),
+        Command::Note { run, text } => done(labels::note(&find_run(&run)?, text)),
+        Command::Rename { run, name } => done(labels::rename(&find_run(&run)?, name)),
+        Command::Config(command) => done(config::exec(command)),
         Command::Completions { shell } => done(completions::exec(shell)),
         Command::Man { dir } => done(man::exec(dir)),
     }
 }
 
-/// How a view draws: the theme and switches of its command, and NO_COLOR from the environment.
+/// The run folder `arg` names: a path (an existing one wins), a folder under ./checkpoints, a
+/// run's name or unique prefix of one, NAME#SEED (conelab_link::attach::find).
+fn find_run(arg: &std::path::Path) -> Result<PathBuf> {
+    Ok(conelab::run::attach::find(
+        arg,
+        std::path::Path::new("checkpoints"),
+    )?)
+}
+
+/// [`find_run`] of each.
+fn find_runs(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    args.iter().map(|a| find_run(a)).collect()
+}
+
+/// How a view draws: the theme and switches of its command (the config file's theme and colour
+/// where the command names none), and NO_COLOR from the environment.
 fn view_options(
-    theme: conelab::run::options::Theme,
+    theme: Option<conelab::run::options::Theme>,
     ascii: bool,
     no_mouse: bool,
 ) -> conelab::tui::app::ViewOptions {
+    use conelab::base::config::{ColorChoice, ThemeChoice};
+    let config = conelab::base::config::current();
+    let light = match theme {
+        Some(t) => t == conelab::run::options::Theme::Light,
+        None => config.theme.value == ThemeChoice::Light,
+    };
     conelab::tui::app::ViewOptions {
-        no_color: conelab_widgets::no_color_from_env(),
+        no_color: conelab_widgets::no_color_from_env() || config.color.value == ColorChoice::Never,
         ascii,
         no_mouse,
-        light: theme == conelab::run::options::Theme::Light,
+        light,
     }
 }
 

@@ -1,40 +1,99 @@
-//! `conelab runs`: the runs under a folder and their status.
+//! `conelab runs`: the runs this user has (or those under a folder) and their status.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
-use clap::Args;
+use clap::{Args, ValueEnum};
 
-use conelab::run::{self};
+use conelab::run::{self, list::SortBy};
 
 use super::print_stdout;
 
 #[derive(Debug, Args)]
 #[command(
-    long_about = "One row per run folder under DIR: name, status (live with its pid and host, \
-completed, stopped, diverged, failed, crashed — no live process and no final record — or \
-unreadable with the reason), step / total, device, objectives in force, best validation PPL, \
-newest I1 and mean cosine, start time (UTC) and wall time.\n\nJSON (--json, stable): an array of \
-objects with the keys name, dir, path, status, host, pid, step, total_steps, device, objective, \
-best_valid_ppl, i1, mean_cos, started (RFC 3339), seconds; null where unknown; reason for an \
-unreadable folder."
+    long_about = "One row per run: name, folder, seed, sweep (where any run is in one), tags, \
+status (live with its pid and host, completed, stopped, diverged, failed, crashed — no live \
+process and no final record — damaged, or unreadable with the reason), step / total, device, \
+objectives in force, best validation PPL, newest I1 and mean cosine, start time (UTC) and wall \
+time.\n\nWithout DIR: every run this user has — those in the run index (each run registers \
+itself when it starts, in $XDG_STATE_HOME/conelab/runs) and those in the run roots \
+($CONELAB_RUNS, the config file's run_roots, ./checkpoints; `conelab config show` prints them). \
+With DIR: the runs in that folder (a sweep folder: its runs).\n\nJSON (--json, stable): an array \
+of objects with the keys name, dir, seed, sweep, path, tags, notes, status, host, pid, step, \
+total_steps, device, objective, best_valid_ppl, i1, mean_cos, started (RFC 3339), seconds; null \
+where unknown; reason for an unreadable folder, damaged for damage found."
 )]
 pub struct RunsArgs {
-    /// The folder holding the runs.
-    #[arg(default_value = "checkpoints")]
-    pub dir: PathBuf,
+    /// Only the runs in this folder (a sweep folder: its runs) [default: every run known].
+    pub dir: Option<PathBuf>,
+    /// Only runs with this tag (repeat: all of them).
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
+    /// Only runs with this status (repeat or comma-separate: any of them).
+    #[arg(long, value_name = "STATUS", value_delimiter = ',')]
+    pub status: Vec<String>,
+    /// Only runs whose name or folder matches this glob (`ptb-*`, `*cos*`).
+    #[arg(long, value_name = "GLOB")]
+    pub name: Option<String>,
+    /// Order of the rows.
+    #[arg(long, value_enum, default_value = "started")]
+    pub sort: SortArg,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SortArg {
+    /// Newest first.
+    Started,
+    Name,
+    Status,
+    /// Best validation PPL, lowest first.
+    Ppl,
+    /// Furthest first.
+    Step,
+}
+
 pub fn exec(args: RunsArgs) -> Result<()> {
-    let rows = run::list::list(&args.dir)?;
+    let filter = run::list::Filter {
+        tags: args.tags,
+        status: args.status,
+        name: args
+            .name
+            .as_deref()
+            .map(run::list::Filter::name_glob)
+            .transpose()?,
+    };
+    let (mut rows, place) = match &args.dir {
+        Some(dir) => (run::list::list(dir)?, format!("under {}", dir.display())),
+        None => {
+            let known = run::index::known();
+            for w in &known.warnings {
+                run::say(&format!("conelab: warning: {w}"));
+            }
+            (
+                run::list::rows_of(&known.runs, Some(&run::list::rows_cache())),
+                "known (`conelab config show` says where runs are looked for)".to_owned(),
+            )
+        }
+    };
+    rows.retain(|r| filter.keeps(r));
+    run::list::sort(
+        &mut rows,
+        match args.sort {
+            SortArg::Started => SortBy::Started,
+            SortArg::Name => SortBy::Name,
+            SortArg::Status => SortBy::Status,
+            SortArg::Ppl => SortBy::Ppl,
+            SortArg::Step => SortBy::Step,
+        },
+    );
     if args.json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&rows)?));
     }
     if rows.is_empty() {
-        return print_stdout(&format!("no runs under {}\n", args.dir.display()));
+        return print_stdout(&format!("no runs {place}\n"));
     }
     print_stdout(&run::list::render(&rows))
 }

@@ -16,6 +16,7 @@ pub enum StoreCommand {
     /// Rewrite a finished run's store as one segment per table (training does this itself when
     /// it ends).
     Compact {
+        /// Runs (folders, names or NAME#SEED).
         #[arg(required = true, num_args = 1..)]
         runs: Vec<PathBuf>,
     },
@@ -25,13 +26,14 @@ pub enum StoreCommand {
     /// against its manifest, and the segments compaction set aside earlier. Changes
     /// nothing; exit status 4 when something is damaged (listed on stderr), 0 when not.
     Verify {
+        /// Runs (folders, names or NAME#SEED).
         #[arg(required = true, num_args = 1..)]
         runs: Vec<PathBuf>,
     },
 }
 
 fn compact(runs: Vec<PathBuf>) -> Result<()> {
-    for run in runs {
+    for run in super::find_runs(&runs)? {
         let done = store::compact(&run)?;
         print_stdout(&format!(
             "{}: {} segment files compacted\n",
@@ -88,7 +90,7 @@ fn verify_run(run: &std::path::Path) -> Result<(String, Vec<(PathBuf, String)>)>
 
 fn verify(runs: Vec<PathBuf>) -> Result<ExitStatus> {
     let mut any = false;
-    for run in runs {
+    for run in super::find_runs(&runs)? {
         let (summary, damaged) = verify_run(&run)?;
         print_stdout(&format!("{summary}\n"))?;
         for (path, why) in &damaged {

@@ -160,7 +160,7 @@ fn twenty_kills_and_resumes_end_where_an_uninterrupted_run_ends_bit_for_bit() {
                 "--log-every",
                 "1",
             ];
-            std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
+            crate::common::command()
                 .args(args)
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::piped())

@@ -110,7 +110,7 @@ fn leftovers_of_a_killed_process_are_cleaned_and_a_set_aside_checkpoint_is_put_b
         .collect();
     assert!(hidden.is_empty(), "{hidden:?}");
     // And a resume starts from the restored checkpoint.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
+    let out = crate::common::command()
         .args(["train", "--resume"])
         .arg(&run)
         .args(["--steps", "2", "--log-every", "1"])

@@ -139,7 +139,7 @@ fn train_log_in_json_and_a_full_disk_under_it() {
     let corpus = f.path("corpus");
     let config = f.path("small.toml");
     let run = f.path("full");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
+    let out = crate::common::command()
         .args([
             "train",
             s(&corpus),
@@ -507,7 +507,7 @@ fn sigterm_stops_after_the_current_step_and_saves() {
     let corpus = f.path("corpus");
     let config = f.path("small.toml");
     let run = f.path("run");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_conelab"))
+    let mut child = crate::common::command()
         .args([
             "train",
             s(&corpus),

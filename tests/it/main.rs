@@ -18,6 +18,7 @@ mod objectives_engine;
 mod outputs;
 mod protocol;
 mod real_corpora;
+mod run_index;
 mod run_process;
 mod store;
 mod store_export;

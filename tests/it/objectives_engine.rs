@@ -13,11 +13,7 @@ use conelab::engine::{self, Command, Event, Schedule, TrainConfig, Trainer};
 use conelab::model::{DeviceSpec, ModelConfig, TransformerConfig};
 use conelab::objective::{LossArg, ObjectiveChange, Objectives, Term};
 
-static ONE_TRAINER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_trainer() -> std::sync::MutexGuard<'static, ()> {
-    ONE_TRAINER.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::common::one_trainer;
 
 fn source() -> CorpusSource {
     CorpusSource::Synthetic(SynthConfig {

@@ -95,14 +95,15 @@ fn sighup_does_not_stop(nohup: bool) {
         args.insert(0, bin);
         Command::new("nohup")
             .args(&args)
+            .env("XDG_STATE_HOME", crate::common::test_state_home())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("nohup")
     } else {
-        Command::new(bin)
-            .args(&args)
+        crate::common::command()
+            .args(&args[..])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -796,7 +797,7 @@ fn runs_lists_every_status_and_never_fails_on_one_folder() {
     );
     assert_one_line_error(
         &conelab(&["note", s(&root.join("nope")), "x"]),
-        &["no such run directory"],
+        &["nope: no such run"],
     );
     assert_eq!(run_json("live")["tags"], serde_json::json!(["hot"]));
 

@@ -664,7 +664,7 @@ fn exports_during_compactions_all_succeed_with_every_row() {
             push_losses(&mut w, step..=step, loss);
             w.flush().expect("flush");
         }
-        let export = std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
+        let export = crate::common::command()
             .args([
                 "export",
                 run.to_str().expect("utf-8"),

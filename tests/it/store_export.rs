@@ -507,10 +507,7 @@ fn the_command_line_writes_files_atomically_and_refuses_bad_input_in_one_line() 
     );
 
     let missing = r.mle.parent().expect("root").join("nope");
-    assert_one_line_error(
-        &conelab(&["export", s(&missing)]),
-        &["nope", "no such run directory"],
-    );
+    assert_one_line_error(&conelab(&["export", s(&missing)]), &["nope", "no such run"]);
     assert_one_line_error(
         &conelab(&[
             "export",

@@ -1,7 +1,7 @@
 //! The engine's numbers and events reach the store: compared with what the same run printed, and
 //! through a `kill -9` and a resume.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::common::{Fixture, conelab, s};
@@ -241,7 +241,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
 fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates() {
     let f = Fixture::new();
     let run = f.path("run");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_conelab"))
+    let mut child = crate::common::command()
         .args([
             "train",
             s(&f.path("corpus")),

@@ -186,7 +186,7 @@ fn slurm_submits_an_array_whose_tasks_run_stop_requeue_and_resume_exactly() {
     let out = f.path("sweep");
     let bin = fake_slurm(&f);
     let path = format!("{}:{}", s(&bin), std::env::var("PATH").unwrap_or_default());
-    let submit = std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
+    let submit = crate::common::command()
         .args([
             "sweep",
             "run",
@@ -285,7 +285,7 @@ fn slurm_submits_an_array_whose_tasks_run_stop_requeue_and_resume_exactly() {
     assert_eq!(losses, crate::common::store_losses(&f.path("plain")));
 
     // The status joins the runs' own state with the queue's and the accounting database's.
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
+    let status = crate::common::command()
         .args(["sweep", "status", s(&out)])
         .env("PATH", &path)
         .output()
@@ -457,7 +457,7 @@ fn a_real_slurm_runs_the_array_and_a_preempted_task_is_requeued_and_resumes_exac
     );
     // The same run uninterrupted, trained meanwhile (SLURM holds a requeued task back for the
     // credential lifetime).
-    let plain = std::process::Command::new(env!("CARGO_BIN_EXE_conelab"))
+    let plain = crate::common::command()
         .args([
             "train",
             s(&f.path("corpus")),

@@ -3,6 +3,7 @@
 //! - [`exit`]: the exit statuses, one type for every process conelab starts.
 //! - [`error`]: typed errors with their causes, written as one line.
 //! - [`atomic`]: the crash-safe writes every file that matters goes through.
+//! - [`config`]: the user's settings file and the environment that overrides it.
 //! - [`lockfile`]: the OS locks that keep two processes off one run folder.
 //! - [`fault`]: the I/O failures the tests inject (`CONELAB_FAULT`).
 //! - [`pump`]: a thread that hands on what a channel receives.
@@ -12,6 +13,7 @@
 
 pub mod alloc_count;
 pub mod atomic;
+pub mod config;
 pub mod error;
 pub mod exit;
 pub mod fault;

@@ -308,7 +308,9 @@ fn timed_run(
 }
 
 /// From opening the run (connect, handshake; or reading its store) to the first complete frame.
-fn first_frame(open: impl FnOnce() -> Result<Opened, RunError>) -> Result<f64, RunError> {
+pub(crate) fn first_frame(
+    open: impl FnOnce() -> Result<Opened, RunError>,
+) -> Result<f64, RunError> {
     let t = Instant::now();
     let Opened {
         mut link, hello, ..

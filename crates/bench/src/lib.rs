@@ -3,6 +3,7 @@
 pub mod attach;
 pub mod chaos;
 pub mod ops;
+pub mod runs;
 pub mod tui;
 
 use std::sync::Arc;

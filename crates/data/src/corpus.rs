@@ -34,14 +34,11 @@ pub enum CorpusSource {
     Synthetic(SynthConfig),
 }
 
-/// The environment variable naming the folders where a corpus may be given by name
-/// (`conelab train ptb`): one folder, or several separated by `:` like `PATH`.
-pub const DATASETS_ENV: &str = "CONELAB_DATASETS";
-
 impl CorpusSource {
     /// `synthetic` is the built-in corpus with default settings; anything else is a directory:
     /// the path as given when it exists, else — for a bare name like `ptb` — the first
-    /// `NAME` folder under the roots of [`DATASETS_ENV`].
+    /// `NAME` folder under the roots of [`conelab_base::config::DATASETS_ENV`], then of the config file's
+    /// `data_roots`.
     pub fn parse(arg: &str) -> Self {
         if arg == "synthetic" {
             return CorpusSource::Synthetic(SynthConfig::default());
@@ -50,10 +47,10 @@ impl CorpusSource {
         if given.exists() || arg.contains('/') {
             return CorpusSource::Dir(given);
         }
-        let roots = std::env::var_os(DATASETS_ENV).unwrap_or_default();
-        std::env::split_paths(&roots)
-            .filter(|root| !root.as_os_str().is_empty())
-            .map(|root| root.join(arg))
+        conelab_base::config::current()
+            .data_roots
+            .iter()
+            .map(|root| root.value.join(arg))
             .find(|p| p.is_dir())
             .map_or(CorpusSource::Dir(given), CorpusSource::Dir)
     }

@@ -51,7 +51,7 @@ impl std::fmt::Display for Split {
 /// names the file or option and what is wrong with it.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    #[error("corpus directory {} does not exist (give a directory with train.txt/valid.txt/test.txt, a name found under $CONELAB_DATASETS, or the word `synthetic`)", .0.display())]
+    #[error("corpus directory {} does not exist (give a directory with train.txt/valid.txt/test.txt, a name found under $CONELAB_DATASETS or a configured data root (`conelab config show`), or the word `synthetic`)", .0.display())]
     MissingDir(PathBuf),
     #[error("{} is not a directory (a corpus is a directory with train.txt/valid.txt/test.txt, or the word `synthetic`)", .0.display())]
     NotADirectory(PathBuf),

@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::RunError;
 use super::answer::StoredAnswers;
 use super::client::{RunLink, SocketLink, StoredLink, handshake};
 use super::live::{self, Liveness};
 use super::protocol::RunHello;
 use super::view::{RunInfo, RunStatus, RunView, Vocabulary};
+use super::{RunError, index};
 use conelab_base::lockfile::host_name;
 use conelab_core::events::FinishReason;
 use conelab_core::run_dir::RunDir;
@@ -19,59 +19,158 @@ use conelab_core::run_dir::RunDir;
 /// What `conelab attach` found.
 pub enum Resolved {
     One(PathBuf),
-    /// Several live runs: the user picks one.
-    Several(Vec<PathBuf>),
+    /// Several live runs: the user picks one (path, the name it goes by).
+    Several(Vec<(PathBuf, String)>),
 }
 
-/// The run `arg` names (a folder, or a folder name under `root`); without one, the live runs
-/// under `root`.
+/// The name a run goes by: its label (`--name`, `conelab rename`), else its folder's name.
+pub fn run_name(dir: &Path) -> String {
+    conelab_store::read_run_record(&conelab_store::store_dir(dir))
+        .ok()
+        .and_then(|r| r.labels.name)
+        .unwrap_or_else(|| folder_name(dir))
+}
+
+fn folder_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// How many candidates an ambiguous name lists.
+const CANDIDATES_SHOWN: usize = 8;
+
+fn ambiguous(arg: &str, found: &[(PathBuf, String)]) -> RunError {
+    let mut list: Vec<String> = found
+        .iter()
+        .take(CANDIDATES_SHOWN)
+        .map(|(p, name)| {
+            let seed = RunDir::open(p)
+                .map(|r| format!("#{}", r.spec().train.seed))
+                .unwrap_or_default();
+            format!("{name}{seed} ({})", p.display())
+        })
+        .collect();
+    if found.len() > CANDIDATES_SHOWN {
+        list.push(format!("and {} more", found.len() - CANDIDATES_SHOWN));
+    }
+    RunError::Usage(
+        format!(
+            "{arg} names {} runs: {}; give NAME#SEED, a longer name or the folder",
+            found.len(),
+            list.join(", ")
+        )
+        .into(),
+    )
+}
+
+/// The run `arg` names among the `known` ones (not a path): a folder's name, `NAME#SEED`, a run's
+/// name, or a prefix of one that only one run's name starts with. Exact beats prefix; an
+/// ambiguous name is an error listing the candidates.
+pub fn find_known(arg: &str, known: &index::Known) -> Result<PathBuf, RunError> {
+    let pick = |found: Vec<(PathBuf, String)>| match found.len() {
+        0 => None,
+        1 => Some(Ok(found[0].0.clone())),
+        _ => Some(Err(ambiguous(arg, &found))),
+    };
+    let by_folder: Vec<(PathBuf, String)> = known
+        .runs
+        .iter()
+        .filter(|p| folder_name(p) == arg)
+        .map(|p| (p.clone(), run_name(p)))
+        .collect();
+    if let Some(r) = pick(by_folder) {
+        return r;
+    }
+    let named: Vec<(PathBuf, String)> = known
+        .runs
+        .iter()
+        .map(|p| (p.clone(), run_name(p)))
+        .collect();
+    if let Some((name, seed)) = arg.rsplit_once('#') {
+        let seed: u64 = seed.parse().map_err(|_| {
+            RunError::Usage(format!("{arg}: the seed after # must be a whole number").into())
+        })?;
+        let found: Vec<(PathBuf, String)> = named
+            .iter()
+            .filter(|(p, n)| {
+                (n == name || folder_name(p) == name)
+                    && RunDir::open(p).is_ok_and(|r| r.spec().train.seed == seed)
+            })
+            .cloned()
+            .collect();
+        if let Some(r) = pick(found) {
+            return r;
+        }
+    } else {
+        let exact: Vec<_> = named.iter().filter(|(_, n)| n == arg).cloned().collect();
+        if let Some(r) = pick(exact) {
+            return r;
+        }
+        let prefix: Vec<_> = named
+            .iter()
+            .filter(|(p, n)| n.starts_with(arg) || folder_name(p).starts_with(arg))
+            .cloned()
+            .collect();
+        if let Some(r) = pick(prefix) {
+            return r;
+        }
+    }
+    Err(RunError::Usage(
+        format!(
+            "{arg}: no such run (not a folder, nor the name or folder of any of the {} runs known: `conelab runs` lists them)",
+            known.runs.len()
+        )
+        .into(),
+    ))
+}
+
+/// The run `arg` names: an existing folder (a path wins over a name), a folder under `root`,
+/// else a run known to this user by name ([`find_known`]). Always absolute.
+pub fn find(arg: &Path, root: &Path) -> Result<PathBuf, RunError> {
+    if arg.is_dir() {
+        return Ok(index::absolute(arg));
+    }
+    let under = root.join(arg);
+    if under.is_dir() {
+        return Ok(index::absolute(&under));
+    }
+    let known = index::known();
+    for w in &known.warnings {
+        super::say(&format!("warning: {w}"));
+    }
+    find_known(&arg.to_string_lossy(), &known)
+}
+
+/// The run `arg` names ([`find`]); without one, the live runs this user has (in the index and
+/// the run roots).
 pub fn resolve(arg: Option<&Path>, root: &Path) -> Result<Resolved, RunError> {
     if let Some(a) = arg {
-        if a.is_dir() {
-            return Ok(Resolved::One(a.to_path_buf()));
-        }
-        let under = root.join(a);
-        if under.is_dir() {
-            return Ok(Resolved::One(under));
-        }
-        return Err(RunError::Usage(
-            format!(
-                "{}: no such run (neither a folder nor a run under {})",
-                a.display(),
-                root.display()
-            )
-            .into(),
-        ));
+        return find(a, root).map(Resolved::One);
     }
-    let rows = super::list::list(root)?;
-    let mut live: Vec<PathBuf> = rows
-        .into_iter()
-        .filter(|r| r.status == "live")
-        .map(|r| r.path)
+    let known = index::known();
+    let mut live: Vec<(PathBuf, String)> = known
+        .runs
+        .iter()
+        .filter(|p| matches!(live::liveness(p), Ok(Liveness::Live { .. })))
+        .map(|p| (p.clone(), run_name(p)))
         .collect();
     match live.len() {
         0 => Err(RunError::Usage(format!(
-            "no live run under {} (`conelab runs` lists them all; `conelab attach RUN` opens a finished one)",
-            root.display()
+            "no live run among the {} runs known (`conelab runs` lists them all; `conelab attach RUN` opens a finished one)",
+            known.runs.len()
         ).into())),
-        1 => Ok(Resolved::One(live.remove(0))),
+        1 => Ok(Resolved::One(live.remove(0).0)),
         _ => Ok(Resolved::Several(live)),
     }
 }
 
-/// The runs `args` name (folders, or folder names under `root`), for the compare view: each
-/// must be a conelab run (a run.toml or a metrics store), none twice.
+/// The runs `args` name ([`find`]), for the compare view: each must be a conelab run (a
+/// run.toml or a metrics store), none twice.
 pub fn resolve_many(args: &[PathBuf], root: &Path) -> Result<Vec<PathBuf>, RunError> {
     let mut out: Vec<PathBuf> = Vec::new();
     for a in args {
-        let dir = match resolve(Some(a), root)? {
-            Resolved::One(dir) => dir,
-            Resolved::Several(_) => {
-                return Err(RunError::Usage(
-                    format!("{}: names several runs; name one folder", a.display()).into(),
-                ));
-            }
-        };
+        let dir = find(a, root)?;
         let is_run = dir.join("run.toml").is_file()
             || conelab_store::store_dir(&dir)
                 .join(conelab_store::RUN_RECORD)
@@ -85,11 +184,7 @@ pub fn resolve_many(args: &[PathBuf], root: &Path) -> Result<Vec<PathBuf>, RunEr
                 .into(),
             ));
         }
-        let same = |d: &PathBuf| match (d.canonicalize(), dir.canonicalize()) {
-            (Ok(x), Ok(y)) => x == y,
-            _ => *d == dir,
-        };
-        if out.iter().any(same) {
+        if out.contains(&dir) {
             return Err(RunError::Usage(
                 format!("{}: named twice", dir.display()).into(),
             ));

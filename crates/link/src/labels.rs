@@ -29,6 +29,13 @@ pub fn edit(dir: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
     if edit.is_empty() {
         return Ok(record.labels);
     }
+    let labels = change(dir, &store_dir, edit)?;
+    // The index keeps the name and tags too (a failure there changes nothing the run holds).
+    let _ = super::index::register(dir, &labels);
+    Ok(labels)
+}
+
+fn change(dir: &Path, store_dir: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
     match live::liveness(dir)? {
         Liveness::Live {
             record: Some(rec), ..
@@ -58,8 +65,8 @@ pub fn edit(dir: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
             .into(),
         )),
         Liveness::Ended(_) | Liveness::Crashed => {
-            let _lock = lock_store(&store_dir)?;
-            Ok(edit_record(&store_dir, edit)?)
+            let _lock = lock_store(store_dir)?;
+            Ok(edit_record(store_dir, edit)?)
         }
     }
 }

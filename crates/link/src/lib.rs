@@ -9,7 +9,8 @@
 //!   transport), [`attach`] (which run `conelab attach` means and how to reach it), [`follow`]
 //!   (runs read from their folders as they go), [`labels`] (names, tags, notes).
 //! - On disk: [`live`] (whether a run is alive, an OS lock, and how it ended), [`list`]
-//!   (`conelab runs`), [`clock`] (dates).
+//!   (`conelab runs`), [`index`] (the per-user index that finds runs by name from anywhere),
+//!   [`clock`] (dates).
 
 pub mod answer;
 pub mod attach;
@@ -17,6 +18,7 @@ pub mod client;
 pub mod clock;
 pub mod follow;
 pub mod hub;
+pub mod index;
 pub mod labels;
 pub mod list;
 pub mod live;

@@ -4,20 +4,24 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::RunError;
 use super::live::{self, Liveness};
+use super::{RunError, index};
 use conelab_core::run_dir::RunDir;
 use conelab_store::{self as store, col, series_key, split};
 
 /// One run, as `conelab runs --json` prints it (keys documented in docs/REFERENCE.md; stable).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
     /// The run's label: its name (`train --name`, `conelab rename`), else the folder's name.
     pub name: String,
     /// The folder's name.
     pub dir: String,
+    /// The seed of its training (run.toml).
+    pub seed: Option<u64>,
+    /// The sweep folder's name, for a run of a sweep.
+    pub sweep: Option<String>,
     pub tags: Vec<String>,
     pub notes: String,
     pub path: PathBuf,
@@ -38,38 +42,212 @@ pub struct RunRow {
     /// Wall-clock seconds from its first start to its end (to now while live).
     pub seconds: Option<f64>,
     /// Why the folder could not be read (status `unreadable`), or what a failure said.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Damage found in the run's files (status `damaged` unless it is live), one line each:
     /// a file that fails its checksum, store segments skipped or set aside. What `runs` can see
     /// without reading every byte; `conelab store verify` checks the rest.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub damaged: Vec<String>,
 }
 
-/// A folder that looks like a run (or the remains of one).
-fn looks_like_run(p: &Path) -> bool {
-    [
-        "run.toml",
-        live::RUN_LOCK,
-        store::STORE_DIR,
-        live::FINAL_FILE,
-    ]
-    .iter()
-    .any(|f| p.join(f).exists())
+/// The runs under `root` (its run folders and the runs of the sweep folders in it, or of
+/// `root` itself when it is a sweep folder), newest first by start time (then by name).
+pub fn list(root: &Path) -> Result<Vec<RunRow>, RunError> {
+    // An unreadable root is an error here (the user named it), unlike a configured root.
+    std::fs::read_dir(root).map_err(RunError::bad_input_at(root.display().to_string()))?;
+    let cache = rows_cache();
+    let mut rows: Vec<RunRow> = index::scan(root)
+        .iter()
+        .map(|p| row_cached(&index::absolute(p), Some(&cache)))
+        .collect();
+    sort(&mut rows, SortBy::Started);
+    Ok(rows)
 }
 
-/// The runs under `root`, newest first by start time (then by name).
-pub fn list(root: &Path) -> Result<Vec<RunRow>, RunError> {
-    let entries =
-        std::fs::read_dir(root).map_err(RunError::bad_input_at(root.display().to_string()))?;
-    let mut rows: Vec<RunRow> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_dir() && looks_like_run(p))
-        .map(|p| row(&p))
-        .collect();
-    rows.sort_by(|a, b| b.started.cmp(&a.started).then_with(|| a.dir.cmp(&b.dir)));
-    Ok(rows)
+/// The rows of `runs`, sorted by start time; the rows of runs that are over come from the
+/// cache in `cache` while their files are unchanged.
+pub fn rows_of(runs: &[PathBuf], cache: Option<&Path>) -> Vec<RunRow> {
+    let mut rows: Vec<RunRow> = runs.iter().map(|p| row_cached(p, cache)).collect();
+    sort(&mut rows, SortBy::Started);
+    rows
+}
+
+/// This user's cache of rows (the config's cache folder).
+pub fn rows_cache() -> PathBuf {
+    conelab_base::config::current().cache_dir.value.join("rows")
+}
+
+/// A row of the cache: the row, and the fingerprint of the files it was read from.
+#[derive(Serialize, Deserialize)]
+struct CachedRow {
+    fingerprint: u64,
+    row: RunRow,
+}
+
+/// What changes when anything `row` reads changes: name, size, inode, mtime and ctime of the
+/// run folder's files, its store's and the store's set-aside folder's (a store adds and
+/// replaces whole files; a write in place — a flipped bit — moves mtime and ctime).
+pub fn fingerprint(dir: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut parts: Vec<(String, [i64; 6])> = Vec::new();
+    let store = store::store_dir(dir);
+    for (tag, folder) in [
+        ("", dir.to_path_buf()),
+        ("s/", store.clone()),
+        ("c/", store.join("corrupt")),
+    ] {
+        let entries = match std::fs::read_dir(&folder) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !tag.is_empty() => continue,
+            Err(_) => return None,
+        };
+        for e in entries {
+            let e = e.ok()?;
+            let m = e.metadata().ok()?;
+            parts.push((
+                format!("{tag}{}", e.file_name().to_string_lossy()),
+                [
+                    m.size() as i64,
+                    m.ino() as i64,
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    m.ctime(),
+                    m.ctime_nsec(),
+                ],
+            ));
+        }
+    }
+    parts.sort();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    eat(dir.as_os_str().as_encoded_bytes());
+    for (name, numbers) in &parts {
+        eat(name.as_bytes());
+        eat(&[0]);
+        for n in numbers {
+            eat(&n.to_le_bytes());
+        }
+    }
+    Some(h)
+}
+
+/// The cache file of the run in `dir`.
+fn cache_file(cache: &Path, dir: &Path) -> PathBuf {
+    let h = dir
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    cache.join(format!("{h:016x}.json"))
+}
+
+/// [`row`], from `cache` when the run is over and its files are as they were when the row was
+/// read (a live run, one that crashed, or a cache that cannot be read or written: read
+/// afresh). The cache is only ever a copy: deleting it costs one slower listing.
+pub fn row_cached(dir: &Path, cache: Option<&Path>) -> RunRow {
+    let Some(cache) = cache else {
+        return row(dir);
+    };
+    if !matches!(live::liveness(dir), Ok(Liveness::Ended(_))) {
+        return row(dir);
+    }
+    let Some(before) = fingerprint(dir) else {
+        return row(dir);
+    };
+    let file = cache_file(cache, dir);
+    if let Ok(bytes) = std::fs::read(&file)
+        && let Ok(c) = serde_json::from_slice::<CachedRow>(&bytes)
+        && c.fingerprint == before
+        && c.row.path == dir
+    {
+        return c.row;
+    }
+    let r = row(dir);
+    // Only what was read from a folder that did not change meanwhile.
+    if r.status != "live" && r.status != "crashed" && fingerprint(dir) == Some(before) {
+        let cached = CachedRow {
+            fingerprint: before,
+            row: r.clone(),
+        };
+        if let Ok(bytes) = serde_json::to_vec(&cached) {
+            let _ = std::fs::create_dir_all(cache)
+                .and_then(|()| conelab_base::atomic::write_file(&file, &bytes));
+        }
+    }
+    r
+}
+
+/// The orders `conelab runs --sort` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortBy {
+    /// Newest first.
+    Started,
+    Name,
+    Status,
+    /// Best validation PPL, lowest first; runs without one last.
+    Ppl,
+    /// Furthest first.
+    Step,
+}
+
+pub fn sort(rows: &mut [RunRow], by: SortBy) {
+    let tie = |a: &RunRow, b: &RunRow| a.name.cmp(&b.name).then_with(|| a.path.cmp(&b.path));
+    rows.sort_by(|a, b| match by {
+        SortBy::Started => b.started.cmp(&a.started).then_with(|| tie(a, b)),
+        SortBy::Name => tie(a, b),
+        SortBy::Status => a.status.cmp(&b.status).then_with(|| tie(a, b)),
+        SortBy::Ppl => {
+            let key = |r: &RunRow| r.best_valid_ppl.unwrap_or(f64::INFINITY);
+            key(a).total_cmp(&key(b)).then_with(|| tie(a, b))
+        }
+        SortBy::Step => b.step.cmp(&a.step).then_with(|| tie(a, b)),
+    });
+}
+
+/// Which rows `conelab runs` keeps: every tag given, any status given, a name (or folder name)
+/// matching the glob.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub tags: Vec<String>,
+    pub status: Vec<String>,
+    pub name: Option<glob::Pattern>,
+}
+
+impl Filter {
+    /// The glob of `--name`, refused in words when it is not one.
+    pub fn name_glob(glob: &str) -> Result<glob::Pattern, RunError> {
+        glob::Pattern::new(glob).map_err(|e| {
+            RunError::Usage(conelab_base::error::Invalid::because(format!(
+                "--name {glob:?}: not a glob"
+            ))(e))
+        })
+    }
+
+    pub fn keeps(&self, r: &RunRow) -> bool {
+        self.tags.iter().all(|t| r.tags.contains(t))
+            && (self.status.is_empty() || self.status.contains(&r.status))
+            && self
+                .name
+                .as_ref()
+                .is_none_or(|g| g.matches(&r.name) || g.matches(&r.dir))
+    }
+}
+
+/// The sweep a run folder belongs to: `SWEEP/runs/RUN` with `SWEEP/sweep.json`.
+pub fn sweep_of(dir: &Path) -> Option<String> {
+    let runs = dir.parent()?;
+    if runs.file_name()? != index::SWEEP_RUNS {
+        return None;
+    }
+    let sweep = runs.parent()?;
+    index::is_sweep(sweep).then(|| sweep.file_name().map(|n| n.to_string_lossy().into_owned()))?
 }
 
 /// The row of one run folder.
@@ -81,6 +259,8 @@ pub fn row(dir: &Path) -> RunRow {
     let mut r = RunRow {
         name: name.clone(),
         dir: name,
+        seed: None,
+        sweep: sweep_of(dir),
         tags: Vec::new(),
         notes: String::new(),
         path: dir.to_path_buf(),
@@ -132,6 +312,7 @@ pub fn row(dir: &Path) -> RunRow {
     match RunDir::open(dir) {
         Ok(run) => {
             r.total_steps = Some(run.spec().train.steps);
+            r.seed = Some(run.spec().train.seed);
             r.device = Some(run.spec().device.clone());
             if r.step.is_none() {
                 r.step = run
@@ -287,10 +468,15 @@ pub fn step_cell(r: &RunRow) -> String {
     }
 }
 
-/// The human table of `conelab runs`.
+/// The human table of `conelab runs`: the name a run goes by and its folder (two seeds of one
+/// name differ there and by seed), the sweep column where any run is in a sweep.
 pub fn render(rows: &[RunRow]) -> String {
-    let header = [
-        "name",
+    let with_sweep = rows.iter().any(|r| r.sweep.is_some());
+    let mut header = vec!["name", "folder", "seed"];
+    if with_sweep {
+        header.push("sweep");
+    }
+    header.extend([
         "tags",
         "status",
         "step",
@@ -301,37 +487,45 @@ pub fn render(rows: &[RunRow]) -> String {
         "cos",
         "started",
         "wall",
-    ];
-    let cells: Vec<[String; 11]> = rows
+    ]);
+    let dash = || "–".to_string();
+    let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             let status = match (&r.status[..], r.pid, &r.host) {
                 ("live", Some(pid), Some(host)) => format!("live (pid {pid} on {host})"),
                 (s, _, _) => s.to_string(),
             };
-            let num =
-                |v: Option<f64>, d: usize| v.map_or("–".to_string(), |v| format!("{v:.d$}"));
-            [
+            let num = |v: Option<f64>, d: usize| v.map_or_else(dash, |v| format!("{v:.d$}"));
+            let mut row = vec![
                 r.name.clone(),
+                r.dir.clone(),
+                r.seed.map_or_else(dash, |s| s.to_string()),
+            ];
+            if with_sweep {
+                row.push(r.sweep.clone().unwrap_or_else(dash));
+            }
+            row.extend([
                 if r.tags.is_empty() {
-                    "–".into()
+                    dash()
                 } else {
                     r.tags.join(",")
                 },
                 status,
                 step_cell(r),
-                r.device.clone().unwrap_or_else(|| "–".into()),
-                r.objective.clone().unwrap_or_else(|| "–".into()),
+                r.device.clone().unwrap_or_else(dash),
+                r.objective.clone().unwrap_or_else(dash),
                 num(r.best_valid_ppl, 2),
                 num(r.i1, 3),
                 num(r.mean_cos, 3),
                 r.started
                     .as_deref()
                     .map(|s| s.replace('T', " ").trim_end_matches('Z').to_string())
-                    .unwrap_or_else(|| "–".into()),
+                    .unwrap_or_else(dash),
                 r.seconds
-                    .map_or("–".into(), conelab_widgets::format_duration),
-            ]
+                    .map_or_else(dash, conelab_widgets::format_duration),
+            ]);
+            row
         })
         .collect();
     let mut out = plain_table(header, cells);
@@ -353,6 +547,51 @@ pub fn render(rows: &[RunRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A row is read from the cache while the run's files are unchanged, and read afresh after
+    /// any change (a label edit, a flipped bit written in place).
+    #[test]
+    fn the_row_cache_serves_unchanged_runs_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        let cache = tmp.path().join("cache");
+        std::fs::create_dir_all(store::store_dir(&dir)).unwrap();
+        // A run that is over: its final record.
+        live::conclude(
+            &dir,
+            &live::FinalRecord {
+                status: "completed".into(),
+                step: 7,
+                total_steps: 7,
+                exit_code: 0,
+                message: String::new(),
+                by_signal: false,
+                finished_unix: 0.0,
+                host: "h".into(),
+            },
+        )
+        .unwrap();
+        std::fs::write(store::store_dir(&dir).join("x.parquet"), b"0123").unwrap();
+        // (No run.toml: the row says unreadable, which is what the folder says, cached too.)
+        let fresh = row_cached(&dir, Some(&cache));
+        assert_eq!(fresh, row(&dir));
+        let file = cache_file(&cache, &dir);
+        assert!(file.is_file(), "cached");
+        // Tamper with the cached copy: an unchanged folder is served from it.
+        let mut c: CachedRow = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        c.row.notes = "from the cache".into();
+        std::fs::write(&file, serde_json::to_vec(&c).unwrap()).unwrap();
+        assert_eq!(row_cached(&dir, Some(&cache)).notes, "from the cache");
+        // A byte changed in place (same size, same inode): read afresh.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(store::store_dir(&dir).join("x.parquet"), b"0124").unwrap();
+        assert_eq!(row_cached(&dir, Some(&cache)).notes, "");
+        // A garbage cache file: read afresh, never an error.
+        std::fs::write(&file, b"{not json").unwrap();
+        assert_eq!(row_cached(&dir, Some(&cache)), row(&dir));
+        // No cache: the plain row.
+        assert_eq!(row_cached(&dir, None), row(&dir));
+    }
 
     #[test]
     fn rfc3339_of_known_instants() {

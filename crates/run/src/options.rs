@@ -162,9 +162,9 @@ pub struct TrainOptions {
     pub no_mouse: bool,
 
     /// The workbench's colours for a dark or a light terminal background (16 ANSI colours
-    /// either way; NO_COLOR turns them off).
-    #[arg(long, value_enum, default_value = "dark")]
-    pub theme: Theme,
+    /// either way; NO_COLOR turns them off) [default: the config file's theme, else dark].
+    #[arg(long, value_enum)]
+    pub theme: Option<Theme>,
 
     /// Another run (its newest checkpoint) or embedding matrix whose normalised spectrum the
     /// workbench's Spectrum pane draws beside this run's.

@@ -171,6 +171,14 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
     } else {
         store::labels::edit_record(writer.dir(), &labels)?
     };
+    // In this user's index, so the run is found by name from any folder (a failure costs
+    // only that: the run roots are still scanned).
+    if let Err(e) = conelab_link::index::register(&dir, &labels) {
+        notes.push(format!(
+            "conelab: warning: {} (the run is found by its folder only)",
+            conelab_base::error::chain(&e)
+        ));
+    }
     let cut = writer.start_at(start_step)?;
     for (path, why) in &cut.set_aside {
         notes.push(format!(

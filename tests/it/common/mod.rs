@@ -41,9 +41,41 @@ pub fn conelab(args: &[&str]) -> Output {
     conelab_env(args, &[])
 }
 
+/// burn-flex keeps one random generator per process (initialisation, dropout): trainers running
+/// at once in one process draw from it in turn and lose their determinism. conelab runs one
+/// trainer per process; the tests that train in this process take turns through this one lock
+/// (one per file was two locks: engine.rs and objectives_engine.rs ran trainers at once, and an
+/// exact-resume test failed when they met).
+pub fn one_trainer() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_TRAINER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_TRAINER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The folder standing in for this test process's `XDG_STATE_HOME` (the run index): the runs the
+/// tests start register there, not in the index of whoever runs the tests.
+pub fn test_state_home() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("conelab-it-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("test state folder");
+        dir
+    })
+}
+
+/// The `conelab` binary as the tests run it: its run index and config file are the test
+/// process's own (a test that needs others sets `XDG_STATE_HOME` / `CONELAB_CONFIG` after this).
+pub fn command() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_conelab"));
+    c.env("XDG_STATE_HOME", test_state_home())
+        .env("XDG_CACHE_HOME", test_state_home().join("cache"))
+        .env("CONELAB_CONFIG", test_state_home().join("no-config.toml"))
+        .env_remove("CONELAB_RUNS");
+    c
+}
+
 /// [`conelab`] with environment variables set (a fault plan, …).
 pub fn conelab_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_conelab"));
+    let mut c = command();
     c.args(args)
         .stdin(std::process::Stdio::null())
         .env_remove("RUST_BACKTRACE");
@@ -312,7 +344,7 @@ pub fn spawn_train_env(
         s(&run_dir),
     ];
     args.extend_from_slice(extra);
-    let mut c = Command::new(env!("CARGO_BIN_EXE_conelab"));
+    let mut c = command();
     c.args(&args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

@@ -1,0 +1,349 @@
+//! Runs found from any folder: the per-user run index, the run roots, addressing by name, the
+//! filters of `conelab runs`, and the config file (docs/REFERENCE.md "Finding runs").
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use crate::common::{Fixture, assert_one_line_error, command, copy_dir, s};
+
+/// `conelab ARGS` in `cwd` with this test's own run index (`state`) and extra variables.
+fn at(cwd: &Path, state: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = command();
+    c.current_dir(cwd)
+        .env("XDG_STATE_HOME", state)
+        .args(args)
+        .stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("conelab runs")
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn rows(out: &Output) -> Vec<serde_json::Value> {
+    serde_json::from_str::<serde_json::Value>(&ok(out))
+        .expect("json")
+        .as_array()
+        .expect("array")
+        .clone()
+}
+
+fn paths(rows: &[serde_json::Value]) -> Vec<PathBuf> {
+    let mut p: Vec<PathBuf> = rows
+        .iter()
+        .map(|r| PathBuf::from(r["path"].as_str().expect("path")))
+        .collect();
+    p.sort();
+    p
+}
+
+fn canon(p: &Path) -> PathBuf {
+    p.canonicalize().expect("canonical")
+}
+
+#[test]
+fn runs_are_found_and_addressed_by_name_from_any_folder() {
+    let f = Fixture::new();
+    let state = f.path("state");
+    let home = f.path("home");
+    std::fs::create_dir_all(&home).expect("home");
+    // Two seeds of one name, trained with the index in `state`.
+    for (run, seed) in [("a", "1"), ("b", "2")] {
+        let mut c = command();
+        c.env("XDG_STATE_HOME", &state).args([
+            "train",
+            s(&f.path("corpus")),
+            "--config",
+            s(&f.path("small.toml")),
+            "--run-dir",
+            s(&f.path(run)),
+            "--steps",
+            "2",
+            "--eval-every",
+            "0",
+            "--headless",
+            "--name",
+            "syn-mle",
+            "--seed",
+            seed,
+        ]);
+        ok(&c.output().expect("train"));
+    }
+    // Each run registered itself: one entry file each, holding its absolute path.
+    let index = state.join("conelab/runs");
+    let entries: Vec<PathBuf> = std::fs::read_dir(&index)
+        .expect("index")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    let entry: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&entries[0]).expect("entry")).expect("json");
+    assert!(Path::new(entry["path"].as_str().expect("path")).is_absolute());
+    assert_eq!(entry["name"], "syn-mle");
+
+    // From another folder: both runs, with folder and seed columns.
+    let listed = rows(&at(&home, &state, &["runs", "--json"], &[]));
+    assert_eq!(
+        paths(&listed),
+        vec![canon(&f.path("a")), canon(&f.path("b"))]
+    );
+    let mut seeds: Vec<u64> = listed
+        .iter()
+        .map(|r| r["seed"].as_u64().expect("seed"))
+        .collect();
+    seeds.sort();
+    assert_eq!(seeds, vec![1, 2]);
+    let table = ok(&at(&home, &state, &["runs"], &[]));
+    let header = table.lines().next().expect("header");
+    for column in ["name", "folder", "seed", "status"] {
+        assert!(header.contains(column), "{header}");
+    }
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("syn-mle")).count(),
+        2,
+        "{table}"
+    );
+
+    // A name two runs share is ambiguous, and the error lists both with their seeds.
+    let out = at(&home, &state, &["tag", "syn-mle", "+x"], &[]);
+    let line = assert_one_line_error(&out, &["syn-mle names 2 runs", "syn-mle#1", "syn-mle#2"]);
+    assert!(line.contains(s(&canon(&f.path("b")))), "{line}");
+    // NAME#SEED picks one; so does a folder's name; a prefix when only one run has it.
+    ok(&at(&home, &state, &["tag", "syn-mle#2", "+second"], &[]));
+    ok(&at(&home, &state, &["rename", "a", "first-run"], &[]));
+    ok(&at(&home, &state, &["tag", "first", "+prefixed"], &[]));
+    let tagged = rows(&at(
+        &home,
+        &state,
+        &["runs", "--json", "--tag", "second"],
+        &[],
+    ));
+    assert_eq!(paths(&tagged), vec![canon(&f.path("b"))]);
+    let tagged = rows(&at(
+        &home,
+        &state,
+        &["runs", "--json", "--tag", "prefixed"],
+        &[],
+    ));
+    assert_eq!(paths(&tagged), vec![canon(&f.path("a"))]);
+    assert_eq!(tagged[0]["name"], "first-run");
+    // The rename reached the index too.
+    let names: Vec<String> = std::fs::read_dir(&index)
+        .expect("index")
+        .map(|e| std::fs::read_to_string(e.expect("entry").path()).expect("read"))
+        .collect();
+    assert!(names.iter().any(|t| t.contains("first-run")), "{names:?}");
+    // Export and eval take names too.
+    let csv = ok(&at(
+        &home,
+        &state,
+        &[
+            "export",
+            "first-run",
+            "syn-mle",
+            "--table",
+            "config",
+            "--format",
+            "csv",
+        ],
+        &[],
+    ));
+    assert!(csv.lines().count() >= 2, "{csv}");
+    // Nothing of that name: one line that says how many runs were looked at.
+    let out = at(&home, &state, &["export", "nothing-like-it"], &[]);
+    assert_one_line_error(&out, &["nothing-like-it: no such run", "2 runs known"]);
+    let out = at(&home, &state, &["tag", "syn-mle#x", "+y"], &[]);
+    assert_one_line_error(&out, &["whole number"]);
+
+    // An existing path wins over a name: a folder called syn-mle here is that folder (and
+    // changing its labels registers it).
+    copy_dir(&f.path("b"), &home.join("syn-mle"));
+    ok(&at(&home, &state, &["tag", "syn-mle", "+here"], &[]));
+    let here = rows(&at(
+        &home,
+        &state,
+        &["runs", "--json", "--tag", "here"],
+        &[],
+    ));
+    assert_eq!(paths(&here), vec![canon(&home.join("syn-mle"))]);
+    let here = rows(&at(
+        &home,
+        &state,
+        &["runs", "--json", "--tag", "here", "."],
+        &[],
+    ));
+    assert_eq!(paths(&here), vec![canon(&home.join("syn-mle"))]);
+
+    // Runs made before the index (an unregistered copy) are found in a run root.
+    let roots = f.path("roots");
+    copy_dir(&f.path("a"), &roots.join("old-run"));
+    ok(&at(&roots, &state, &["rename", "old-run/", "oldie"], &[]));
+    std::fs::remove_dir_all(&index).expect("forget the index");
+    let env = [("CONELAB_RUNS", s(&roots))];
+    let listed = rows(&at(&home, &state, &["runs", "--json"], &env));
+    // The rename above registered the copy again; with the index gone, only the root finds it.
+    assert_eq!(paths(&listed), vec![canon(&roots.join("old-run"))]);
+    ok(&at(&home, &state, &["tag", "oldie", "+found"], &env));
+
+    // Filters and order (the tag above registered old-run again).
+    for run in ["a", "b"] {
+        ok(&at(
+            &home,
+            &state,
+            &["rename", s(&f.path(run)), &format!("n-{run}")],
+            &[],
+        ));
+    }
+    let named = rows(&at(
+        &home,
+        &state,
+        &["runs", "--json", "--name", "n-*", "--sort", "name"],
+        &env,
+    ));
+    let names: Vec<&str> = named
+        .iter()
+        .map(|r| r["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, vec!["n-a", "n-b"]);
+    let none = rows(&at(
+        &home,
+        &state,
+        &["runs", "--json", "--status", "live"],
+        &env,
+    ));
+    assert!(none.is_empty());
+    let all = rows(&at(
+        &home,
+        &state,
+        &["runs", "--json", "--status", "completed,live"],
+        &env,
+    ));
+    assert_eq!(all.len(), 3);
+    let out = at(&home, &state, &["runs", "--name", "[oops"], &env);
+    assert_one_line_error(&out, &["--name", "not a glob"]);
+
+    // A run deleted for good leaves the index at the next listing; its folder's parent is
+    // there on the same filesystem, so it is provably gone.
+    std::fs::remove_dir_all(f.path("b")).expect("rm");
+    let listed = rows(&at(&home, &state, &["runs", "--json"], &[]));
+    let mut expect = vec![canon(&f.path("a")), canon(&roots.join("old-run"))];
+    expect.sort();
+    assert_eq!(paths(&listed), expect);
+    assert_eq!(std::fs::read_dir(&index).expect("index").count(), 2);
+
+    // An index that cannot be read: a warning, then the roots.
+    std::fs::remove_dir_all(&index).expect("rm index");
+    std::fs::write(&index, "not a folder").expect("file");
+    let out = at(&home, &state, &["runs", "--json"], &env);
+    assert_eq!(paths(&rows(&out)), vec![canon(&roots.join("old-run"))]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot be read"), "{stderr}");
+}
+
+/// `conelab runs SWEEP-FOLDER` lists the sweep's runs, with a sweep column.
+#[test]
+fn a_sweep_folder_lists_its_runs() {
+    let f = Fixture::new();
+    assert!(
+        f.train("r", &["--steps", "1", "--eval-every", "0", "--headless"])
+            .status
+            .success()
+    );
+    let sweep = f.path("sweeps/grid");
+    copy_dir(&f.path("r"), &sweep.join("runs/reg-cos=1"));
+    std::fs::write(sweep.join("sweep.json"), "{}").expect("sweep.json");
+    let state = f.path("state");
+    let listed = rows(&at(
+        &f.path(""),
+        &state,
+        &["runs", "--json", s(&sweep)],
+        &[],
+    ));
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["sweep"], "grid");
+    assert_eq!(listed[0]["dir"], "reg-cos=1");
+    // Its parent folder as a root finds it too.
+    let listed = rows(&at(
+        &f.path(""),
+        &state,
+        &["runs", "--json", s(&f.path("sweeps"))],
+        &[],
+    ));
+    assert_eq!(listed.len(), 1);
+    let table = ok(&at(&f.path(""), &state, &["runs", s(&sweep)], &[]));
+    assert!(
+        table.lines().next().expect("header").contains("sweep"),
+        "{table}"
+    );
+}
+
+/// The config file: its roots are used and shown with their line; a malformed file stops every
+/// command with one line naming the line.
+#[test]
+fn the_config_file_is_read_shown_and_refused_when_malformed() {
+    let f = Fixture::new();
+    let data = f.path("data");
+    copy_dir(&f.path("corpus"), &data.join("mycorpus"));
+    let config = f.path("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "# mine\ndata_roots = [\"{}\"]\ntheme = \"light\"\n",
+            data.display()
+        ),
+    )
+    .expect("config");
+    let state = f.path("state");
+    let env = [("CONELAB_CONFIG", s(&config))];
+    let shown = ok(&at(
+        &f.path(""),
+        &state,
+        &["config", "show", "--json"],
+        &env,
+    ));
+    let v: serde_json::Value = serde_json::from_str(&shown).expect("json");
+    assert_eq!(v["file_exists"], true);
+    assert_eq!(v["data_roots"][0]["path"], s(&data));
+    assert_eq!(
+        v["data_roots"][0]["from"],
+        format!("{}:2", config.display())
+    );
+    assert_eq!(v["theme"]["value"], "light");
+    assert_eq!(v["run_index"]["path"], s(&state.join("conelab/runs")));
+    let human = ok(&at(&f.path(""), &state, &["config", "show"], &env));
+    assert!(
+        human.contains(&format!("{}  [{}:2]", data.display(), config.display())),
+        "{human}"
+    );
+    // The corpus by name, from the configured data root.
+    let out = at(
+        &f.path(""),
+        &state,
+        &["data", "stats", "mycorpus", "--json"],
+        &env,
+    );
+    let stats: serde_json::Value = serde_json::from_str(&ok(&out)).expect("json");
+    assert!(
+        stats["train_tokens"].as_u64().is_some_and(|n| n > 0),
+        "{stats}"
+    );
+    // A typo on line 3: every command refuses, naming the file and line.
+    std::fs::write(&config, "theme = \"dark\"\n\nrun_rots = [\"/x\"]\n").expect("config");
+    for args in [
+        &["runs"][..],
+        &["config", "show"],
+        &["data", "stats", "mycorpus"],
+    ] {
+        let out = at(&f.path(""), &state, args, &env);
+        assert_one_line_error(&out, &[s(&config), "line 3", "run_rots"]);
+    }
+}
