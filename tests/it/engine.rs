@@ -10,14 +10,7 @@ use conelab::engine::{self, Command, Event, Schedule, TrainConfig, Trainer};
 use conelab::model::DeviceSpecExt;
 use conelab::model::{DeviceSpec, LstmConfig, ModelConfig, Preset, TransformerConfig};
 
-/// burn-flex keeps one random generator per process (initialisation, dropout): trainers running at
-/// once in one process draw from it in turn and lose their determinism. conelab runs one trainer per
-/// process; the tests here take turns.
-static ONE_TRAINER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_trainer() -> std::sync::MutexGuard<'static, ()> {
-    ONE_TRAINER.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::common::one_trainer;
 
 fn small_synthetic() -> (CorpusSource, Arc<Corpus>) {
     let source = CorpusSource::Synthetic(SynthConfig {
@@ -417,6 +410,11 @@ fn a_command_takes_effect_at_the_next_step_and_is_recorded_with_it() {
     handle.join();
     let a = applied.expect("the command was acknowledged");
     assert!(a.step >= 4, "applied at step {}", a.step);
+    // The cosine schedule stops there, and the acknowledgement says so.
+    assert_eq!(
+        a.after,
+        format!("lr=1.230000e-2 (schedule off from step {})", a.step)
+    );
     assert_eq!(
         lrs[&a.step], 0.0123,
         "the step it names ran with the new lr"

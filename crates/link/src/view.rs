@@ -200,7 +200,11 @@ pub struct RunView {
     /// The normalised spectrum of the first analysis, to compare against.
     pub first_spectrum: Option<Vec<f64>>,
     pub objectives: Objectives,
+    /// The learning rate in force: the newest step's, or the newest acknowledged change's (a
+    /// paused run takes no steps, and its changes must show at once).
     pub lr: Option<f64>,
+    /// The step from which the learning rate is fixed by a change (the schedule off).
+    pub lr_fixed_from: Option<u64>,
     /// Steps at which an intervention (objective change, lr) took effect.
     pub interventions: Vec<u64>,
     pub log: VecDeque<LogLine>,
@@ -222,6 +226,7 @@ impl RunView {
             first_spectrum: None,
             objectives,
             lr: None,
+            lr_fixed_from: None,
             interventions: Vec::new(),
             log: VecDeque::new(),
             projection_steps: Vec::new(),
@@ -311,7 +316,11 @@ impl RunView {
                         let _ = self.objectives.apply(change, [usize::MAX; 3]);
                         self.interventions.push(a.step);
                     }
-                    Command::SetLr { .. } => self.interventions.push(a.step),
+                    Command::SetLr { lr } => {
+                        self.lr = Some(*lr);
+                        self.lr_fixed_from.get_or_insert(a.step);
+                        self.interventions.push(a.step);
+                    }
                     Command::Stop { .. } => self.status = RunStatus::Stopping,
                     Command::Pause | Command::Resume | Command::SaveCheckpoint => {}
                 }
@@ -487,6 +496,9 @@ impl RunView {
             let (kind, text) = match kind {
                 "start" => (LogKind::Info, format!("started: {detail}")),
                 k if k == "lr" || store::query::OBJECTIVE_CHANGE_KINDS.contains(&k) => {
+                    if k == "lr" {
+                        view.lr_fixed_from.get_or_insert(step);
+                    }
                     view.interventions.push(step);
                     (LogKind::Intervention, format!("{before} → {after}"))
                 }

@@ -82,8 +82,16 @@ pub enum Action {
     ControlsDown,
     /// Space/Enter on the selected control.
     ControlsToggle,
-    /// `+`/`-`: weight ×2 or ÷2 (learning rate likewise).
+    /// `+`/`-`: weight ×2 or ÷2 (learning rate likewise), from the value the run acknowledged.
     ControlsScale(f64),
+    /// `=` on a value line: type the new value.
+    ControlsType,
+    TypeInput(char),
+    TypeBackspace,
+    /// Enter: send the typed value.
+    TypeAccept,
+    /// Esc: forget it.
+    TypeCancel,
     /// `/`: focus the neighbour pane and type a word.
     SearchStart,
     SearchInput(char),
@@ -267,6 +275,11 @@ pub struct App {
     /// (Enter applies it): a loss switch is not a toggle, so passing through nce on the way to
     /// and:squash must not train with it.
     pub pending_loss: Option<LossChoice>,
+    /// A value sent to the run and not acknowledged yet (shown "pending" on its line until the
+    /// run's answer or its event comes).
+    pub pending: Option<(Control, f64)>,
+    /// `=` on a value line: the number being typed, for that line.
+    pub typing: Option<(Control, String)>,
     /// Requests for the run, taken by the viewer's loop.
     outbox: Vec<Request>,
 }
@@ -296,6 +309,8 @@ impl App {
             centred: false,
             mouse: !view.no_mouse,
             pending_loss: None,
+            pending: None,
+            typing: None,
             outbox: Vec::new(),
         }
     }
@@ -323,6 +338,9 @@ impl App {
     /// Folds one engine event into the state.
     pub fn on_event(&mut self, event: Event) {
         self.run.on_event(&event);
+        if matches!(event, Event::Applied(_) | Event::Rejected { .. }) {
+            self.pending = None;
+        }
         if let Event::Embedding(e) = &event
             && self.analysis.is_none()
         {
@@ -354,7 +372,9 @@ impl App {
                 );
             }
             ServerMessage::CommandResult { .. } => {
-                // Every viewer sees the applied change (or the refusal) as an event.
+                // Every viewer sees the applied change (or the refusal) as an event; this one's
+                // own change is no longer pending.
+                self.pending = None;
             }
             ServerMessage::Projection { frame, .. } => {
                 if let Some(f) = frame {
@@ -591,6 +611,47 @@ impl App {
             }
             Action::ControlsToggle => self.toggle_control(),
             Action::ControlsScale(factor) => self.scale_control(factor),
+            Action::ControlsType => {
+                let control = self.selected_control();
+                if self.value_of(control).is_some() && self.controllable() {
+                    self.typing = Some((control, String::new()));
+                }
+                Effect::None
+            }
+            Action::TypeInput(c) => {
+                if let Some((_, text)) = &mut self.typing
+                    && text.len() < 24
+                    && (c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+'))
+                {
+                    text.push(c);
+                }
+                Effect::None
+            }
+            Action::TypeBackspace => {
+                if let Some((_, text)) = &mut self.typing {
+                    text.pop();
+                }
+                Effect::None
+            }
+            Action::TypeCancel => {
+                self.typing = None;
+                Effect::None
+            }
+            Action::TypeAccept => match self.typing.take() {
+                Some((control, text)) => match text.trim().parse::<f64>() {
+                    Ok(v) if v.is_finite() && v >= 0.0 => self.set_value(control, v),
+                    _ => {
+                        let step = self.step();
+                        self.run.log(
+                            step,
+                            LogKind::Warning,
+                            format!("{text:?}: not a number ≥ 0; nothing sent"),
+                        );
+                        Effect::None
+                    }
+                },
+                None => Effect::None,
+            },
             Action::SearchStart => {
                 self.focus = Pane::Neighbors;
                 self.neighbors.start_search();
@@ -704,16 +765,61 @@ impl App {
         self.live_command(Command::Objective { change })
     }
 
-    fn scale_control(&mut self, factor: f64) -> Effect {
-        match self.selected_control() {
+    /// The value a line adjusts, as the run acknowledged it (a weight, the learning rate);
+    /// `None` for a line without one.
+    pub fn value_of(&self, control: Control) -> Option<f64> {
+        match control {
+            Control::Term(term) => Some(self.run.objectives.term(term).1),
+            Control::LearningRate => self.run.lr,
+            _ => None,
+        }
+    }
+
+    /// Sends `value` for a value line, unless it changes nothing: the value in force already,
+    /// or the weight of a term that is off (it would be recorded nowhere; switch it on first).
+    fn set_value(&mut self, control: Control, value: f64) -> Effect {
+        let Some(current) = self.value_of(control) else {
+            return Effect::None;
+        };
+        if value == current {
+            return Effect::None;
+        }
+        let command = match control {
             Control::Term(term) => {
-                let weight = self.run.objectives.term(term).1 * factor;
-                self.live_command(Command::Objective {
-                    change: ObjectiveChange::Weight { term, weight },
-                })
+                if !self.run.objectives.term(term).0 {
+                    let step = self.step();
+                    self.run.log(
+                        step,
+                        LogKind::Info,
+                        format!(
+                            "{} is off: switch it on (Space) to change its weight",
+                            term.name()
+                        ),
+                    );
+                    return Effect::None;
+                }
+                Command::Objective {
+                    change: ObjectiveChange::Weight {
+                        term,
+                        weight: value,
+                    },
+                }
             }
-            Control::LearningRate => match self.run.lr {
-                Some(lr) => self.live_command(Command::SetLr { lr: lr * factor }),
+            Control::LearningRate => Command::SetLr { lr: value },
+            _ => return Effect::None,
+        };
+        let effect = self.live_command(command);
+        if matches!(effect, Effect::Send(_)) {
+            self.pending = Some((control, value));
+        }
+        effect
+    }
+
+    fn scale_control(&mut self, factor: f64) -> Effect {
+        let control = self.selected_control();
+        match control {
+            Control::Term(_) | Control::LearningRate => match self.value_of(control) {
+                Some(v) => self.set_value(control, v * factor),
                 None => Effect::None,
             },
             Control::Loss => {

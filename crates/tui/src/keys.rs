@@ -37,7 +37,11 @@ pub const HELP: &[(&str, &str)] = &[
     ),
     (
         "+ / -",
-        "Controls: weight or learning rate ×2 / ÷2; choose the loss",
+        "Controls: weight or learning rate ×2 / ÷2 (of the acknowledged value); choose the loss",
+    ),
+    (
+        "=",
+        "Controls: type a weight or learning rate (Enter sends, Esc cancels)",
     ),
     (
         "/",
@@ -128,6 +132,16 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
         // The search box has the keyboard: letters are letters, not commands.
         return search_action(key.code);
     }
+    if app.typing.is_some() {
+        // So does a value being typed.
+        return match key.code {
+            KeyCode::Char(c) => Action::TypeInput(c),
+            KeyCode::Backspace => Action::TypeBackspace,
+            KeyCode::Enter => Action::TypeAccept,
+            KeyCode::Esc => Action::TypeCancel,
+            _ => Action::None,
+        };
+    }
     let controls = app.focus == Pane::Controls;
     let neighbors = app.focus == Pane::Neighbors;
     let scatter = app.focus == Pane::Scatter;
@@ -151,7 +165,8 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
         KeyCode::Up | KeyCode::Char('k') if controls => Action::ControlsUp,
         KeyCode::Down | KeyCode::Char('j') if controls => Action::ControlsDown,
         KeyCode::Char(' ') | KeyCode::Enter if controls => Action::ControlsToggle,
-        KeyCode::Char('+') | KeyCode::Char('=') if controls => Action::ControlsScale(2.0),
+        KeyCode::Char('+') if controls => Action::ControlsScale(2.0),
+        KeyCode::Char('=') if controls => Action::ControlsType,
         KeyCode::Char('-') if controls => Action::ControlsScale(0.5),
         KeyCode::Char('/') => Action::SearchStart,
         KeyCode::Enter if neighbors => Action::SearchStart,
@@ -271,6 +286,113 @@ mod tests {
         assert_eq!(press(&mut app, KeyCode::Char('p')), Effect::None);
     }
 
+    fn applied(step: u64, command: Command) -> conelab_core::events::Event {
+        conelab_core::events::Event::Applied(conelab_core::events::AppliedCommand {
+            step,
+            command,
+            before: String::new(),
+            after: String::new(),
+            ticket: None,
+            coalesced: false,
+        })
+    }
+
+    fn controls_text(app: &App) -> String {
+        use ratatui::{Terminal, backend::TestBackend};
+        let mut t = Terminal::new(TestBackend::new(200, 60)).expect("backend");
+        t.draw(|f| crate::ui::render(f, app, None)).expect("draw");
+        t.backend().to_string()
+    }
+
+    fn select(app: &mut App, control: crate::app::Control) {
+        app.focus = Pane::Controls;
+        app.controls_cursor = crate::app::Control::ALL
+            .iter()
+            .position(|c| *c == control)
+            .expect("a control");
+    }
+
+    /// Issue #37: a paused run's lr is changed from the value the run acknowledged (not the
+    /// last step's), shows "pending" until the run answers, can be typed, and a change to what
+    /// is in force — or to a term that is off — is not sent.
+    #[test]
+    fn values_step_from_the_acknowledged_one_show_pending_and_can_be_typed() {
+        use crate::app::Control;
+        let mut app = running();
+        app.run.status = RunStatus::Paused;
+        app.run.lr = Some(9943.0);
+        select(&mut app, Control::LearningRate);
+        let half = |lr: f64| Effect::Send(Command::SetLr { lr });
+        assert_eq!(press(&mut app, KeyCode::Char('-')), half(4971.5));
+        assert_eq!(app.pending, Some((Control::LearningRate, 4971.5)));
+        let text = controls_text(&app);
+        assert!(text.contains("lr → 4972 pending"), "{text}");
+        // Acknowledged while paused (no step comes): the line shows it, the next press halves it.
+        app.on_event(applied(1048, Command::SetLr { lr: 4971.5 }));
+        assert_eq!(app.pending, None);
+        assert_eq!(app.run.lr, Some(4971.5));
+        let text = controls_text(&app);
+        assert!(text.contains("lr             4.972e3"), "{text}");
+        assert!(text.contains("│lr schedule off from step 1048"), "{text}");
+        assert!(!text.contains("pending"), "{text}");
+        assert_eq!(press(&mut app, KeyCode::Char('-')), half(2485.75));
+        app.on_event(applied(1048, Command::SetLr { lr: 2485.75 }));
+        // Typed: `=`, the number, Enter.
+        press(&mut app, KeyCode::Char('='));
+        for c in "1e-3".chars() {
+            press(&mut app, KeyCode::Char(c));
+        }
+        assert!(controls_text(&app).contains("lr = 1e-3_"));
+        // Letters are input while typing, not commands (`p` would pause).
+        assert_eq!(press(&mut app, KeyCode::Char('p')), Effect::None);
+        assert_eq!(press(&mut app, KeyCode::Enter), half(1e-3));
+        assert_eq!(app.typing, None);
+        app.on_event(applied(1048, Command::SetLr { lr: 1e-3 }));
+        // The value in force: nothing sent. Garbage: nothing sent, said. Esc: nothing.
+        press(&mut app, KeyCode::Char('='));
+        for c in "0.001".chars() {
+            press(&mut app, KeyCode::Char(c));
+        }
+        assert_eq!(press(&mut app, KeyCode::Enter), Effect::None);
+        assert_eq!(app.pending, None);
+        press(&mut app, KeyCode::Char('='));
+        for c in "1e".chars() {
+            press(&mut app, KeyCode::Char(c));
+        }
+        assert_eq!(press(&mut app, KeyCode::Enter), Effect::None);
+        let said = app
+            .run
+            .log
+            .back()
+            .map(|l| l.text.clone())
+            .unwrap_or_default();
+        assert!(said.contains("not a number"), "{said}");
+        press(&mut app, KeyCode::Char('='));
+        press(&mut app, KeyCode::Char('5'));
+        assert_eq!(press(&mut app, KeyCode::Esc), Effect::None);
+        assert_eq!(app.typing, None);
+        // A refusal ends the pending state too.
+        assert_eq!(press(&mut app, KeyCode::Char('+')), half(2e-3));
+        app.on_event(conelab_core::events::Event::Rejected {
+            step: 1048,
+            command: Command::SetLr { lr: 2e-3 },
+            reason: "no".into(),
+            ticket: None,
+        });
+        assert_eq!(app.pending, None);
+        assert_eq!(app.run.lr, Some(1e-3));
+        // A term that is off: its weight is not sent (the change would be recorded nowhere).
+        select(&mut app, Control::Term(Term::Lap));
+        assert_eq!(press(&mut app, KeyCode::Char('+')), Effect::None);
+        let said = app
+            .run
+            .log
+            .back()
+            .map(|l| l.text.clone())
+            .unwrap_or_default();
+        assert!(said.contains("is off"), "{said}");
+    }
+
     #[test]
     fn controls_turn_objectives_into_commands() {
         let mut app = running();
@@ -286,6 +408,16 @@ mod tests {
                 }
             })
         );
+        // A weight steps from what the run acknowledged: CosReg on (the run's answer).
+        app.on_event(applied(
+            3,
+            Command::Objective {
+                change: ObjectiveChange::Enable {
+                    term: Term::Cos,
+                    on: true,
+                },
+            },
+        ));
         assert_eq!(
             press(&mut app, KeyCode::Char('+')),
             Effect::Send(Command::Objective {

@@ -1499,8 +1499,17 @@ impl Trainer {
                 // The same range as `--lr` and the config file.
                 conelab_core::train_config::check_lr(*lr)?;
                 let before = self.current_lr();
+                // The schedule stops here (said, so nobody waits for a decay that will not
+                // come): the rate stays as set until the next change, a resume included.
+                let scheduled = self.state.lr_override.is_none()
+                    && !(self.config.schedule == Schedule::Constant && step > self.config.warmup);
                 self.state.lr_override = Some(*lr);
-                record(format!("lr={before:.6e}"), format!("lr={lr:.6e}"))
+                let after = if scheduled {
+                    format!("lr={lr:.6e} (schedule off from step {step})")
+                } else {
+                    format!("lr={lr:.6e}")
+                };
+                record(format!("lr={before:.6e}"), after)
             }
             Command::Pause => record("running".into(), "paused".into()),
             Command::Resume => record("paused".into(), "running".into()),

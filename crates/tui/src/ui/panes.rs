@@ -529,6 +529,15 @@ pub(super) fn controls(frame: &mut Frame, app: &App, area: Rect) {
     };
     let o = &app.run.objectives;
     let check = |on: bool| if on { "[x]" } else { "[ ]" };
+    // A value sent and not acknowledged: what was asked, beside what is in force.
+    let pending = |c: Control| match app.pending {
+        Some((p, v)) if p == c => Some(format_compact(v)),
+        _ => None,
+    };
+    let typed = |c: Control| match &app.typing {
+        Some((p, text)) if *p == c => Some(text.clone()),
+        _ => None,
+    };
     let lines: Vec<Line> = Control::ALL
         .iter()
         .enumerate()
@@ -544,7 +553,13 @@ pub(super) fn controls(frame: &mut Frame, app: &App, area: Rect) {
                         Term::Dev => "DEV α",
                         Term::Ul => "Unlikelihood α",
                     };
-                    format!("{} {name:<15}{:>9}", check(on), format_compact(w))
+                    match (typed(Control::Term(*t)), pending(Control::Term(*t))) {
+                        (Some(text), _) => format!("{} {name} = {text}_", check(on)),
+                        (None, Some(asked)) => format!("{} {name} → {asked} pending", check(on)),
+                        (None, None) => {
+                            format!("{} {name:<15}{:>9}", check(on), format_compact(w))
+                        }
+                    }
                 }
                 Control::Freeze(g) => {
                     format!("{} freeze {g}", check(o.freeze.is_frozen(*g)))
@@ -565,13 +580,19 @@ pub(super) fn controls(frame: &mut Frame, app: &App, area: Rect) {
                         None => format!("    loss: {current}"),
                     }
                 }
-                Control::LearningRate => format!(
-                    "    lr {:>19}",
-                    app.run
-                        .lr
-                        .map(|l| format!("{l:.3e}"))
-                        .unwrap_or_else(|| "–".into())
-                ),
+                Control::LearningRate => {
+                    match (typed(Control::LearningRate), pending(Control::LearningRate)) {
+                        (Some(text), _) => format!("    lr = {text}_"),
+                        (None, Some(asked)) => format!("    lr → {asked} pending"),
+                        (None, None) => format!(
+                            "    lr {:>19}",
+                            app.run
+                                .lr
+                                .map(|l| format!("{l:.3e}"))
+                                .unwrap_or_else(|| "–".into())
+                        ),
+                    }
+                }
             };
             let selected = app.focus == Pane::Controls && i == app.controls_cursor && !dim;
             let style = if selected {
@@ -584,6 +605,15 @@ pub(super) fn controls(frame: &mut Frame, app: &App, area: Rect) {
             Line::styled(text, style)
         })
         .collect();
+    // Below the controls (never between them: the cursor counts lines): a changed lr has
+    // switched its schedule off.
+    let mut lines = lines;
+    if let Some(step) = app.run.lr_fixed_from {
+        lines.push(Line::styled(
+            format!("lr schedule off from step {step}"),
+            Style::default().add_modifier(Modifier::DIM),
+        ));
+    }
     // Keep the cursor visible in a short pane.
     let height = area.height as usize;
     let offset = app.controls_cursor.saturating_sub(height.saturating_sub(1));
