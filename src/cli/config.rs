@@ -94,16 +94,16 @@ fn to_json(c: &Config) -> serde_json::Value {
     let paths = |items: &[Setting<std::path::PathBuf>]| {
         items
             .iter()
-            .map(|s| serde_json::json!({"path": s.value, "from": s.from.to_string()}))
+            .map(|s| serde_json::json!({"path": s.value.to_string_lossy(), "from": s.from.to_string()}))
             .collect::<Vec<_>>()
     };
     serde_json::json!({
-        "file": c.file,
+        "file": c.file.to_string_lossy(),
         "file_exists": c.file_exists,
         "data_roots": paths(&c.data_roots),
         "run_roots": paths(&c.run_roots),
-        "run_index": {"path": c.index_dir.value, "from": c.index_dir.from.to_string()},
-        "cache": {"path": c.cache_dir.value, "from": c.cache_dir.from.to_string()},
+        "run_index": {"path": c.index_dir.value.to_string_lossy(), "from": c.index_dir.from.to_string()},
+        "cache": {"path": c.cache_dir.value.to_string_lossy(), "from": c.cache_dir.from.to_string()},
         "theme": {"value": theme(c.theme.value), "from": c.theme.from.to_string()},
         "color": {"value": color(c.color.value), "from": c.color.from.to_string()},
     })

@@ -379,6 +379,69 @@ fn next_event(handle: &engine::EngineHandle) -> Event {
         .expect("an engine event")
 }
 
+/// Every evaluation says it has begun (done 0 of the split's prediction positions) before its
+/// result, its progress never goes back or past the total, and its result counts the same
+/// positions (issue #37: a validation pass was invisible).
+#[test]
+fn an_evaluation_reports_its_progress_before_its_result() {
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let valid_positions = corpus.split(Split::Valid).len() as u64 - 1;
+    let trainer = Trainer::new(
+        corpus,
+        small_transformer(),
+        TrainConfig {
+            eval_every: 4,
+            ..train_config(8)
+        },
+        DeviceSpec::Cpu,
+    )
+    .expect("trainer");
+    let handle = engine::spawn(trainer, engine::EngineOptions::default()).expect("engine");
+    let mut progress: Vec<(String, u64, u64)> = Vec::new();
+    let mut evals = Vec::new();
+    loop {
+        match next_event(&handle) {
+            Event::EvalProgress {
+                split, done, total, ..
+            } => progress.push((split, done, total)),
+            Event::Eval(e) => {
+                // This evaluation's progress came first, and began at 0.
+                let own: Vec<_> = progress.iter().filter(|(s, ..)| *s == e.split).collect();
+                let first = own.first().expect("progress before the result");
+                assert_eq!(first.1, 0, "{own:?}");
+                for w in own.windows(2) {
+                    assert!(w[0].1 <= w[1].1, "{own:?}");
+                }
+                assert!(
+                    own.iter().all(|(_, d, t)| d <= t && *t == e.positions),
+                    "{own:?} vs {}",
+                    e.positions
+                );
+                if e.split == "valid" {
+                    // Every position of the split once: n − 1 for n tokens.
+                    assert_eq!(e.positions, valid_positions);
+                }
+                evals.push((e.split.clone(), e.step));
+                progress.clear();
+            }
+            Event::Finished { .. } => break,
+            Event::Failed { message, .. } => panic!("engine failed: {message}"),
+            _ => {}
+        }
+    }
+    handle.join();
+    // Validation at 4 and 8, then the test pass: each with its progress.
+    assert_eq!(
+        evals,
+        vec![
+            ("valid".to_string(), 4),
+            ("valid".to_string(), 8),
+            ("test".to_string(), 8)
+        ]
+    );
+}
+
 #[test]
 fn a_command_takes_effect_at_the_next_step_and_is_recorded_with_it() {
     let _turn = one_trainer();

@@ -161,8 +161,19 @@ fn runs_are_found_and_addressed_by_name_from_any_folder() {
     // Nothing of that name: one line that says how many runs were looked at.
     let out = at(&home, &state, &["export", "nothing-like-it"], &[]);
     assert_one_line_error(&out, &["nothing-like-it: no such run", "2 runs known"]);
+    // A `#` that is not followed by a seed is part of a name; a name may hold one.
     let out = at(&home, &state, &["tag", "syn-mle#x", "+y"], &[]);
-    assert_one_line_error(&out, &["whole number"]);
+    assert_one_line_error(&out, &["syn-mle#x: no such run"]);
+    ok(&at(&home, &state, &["rename", "first-run", "exp#2"], &[]));
+    ok(&at(&home, &state, &["tag", "exp#2", "+hashed"], &[]));
+    let tagged = rows(&at(
+        &home,
+        &state,
+        &["runs", "--json", "--tag", "hashed"],
+        &[],
+    ));
+    assert_eq!(paths(&tagged), vec![canon(&f.path("a"))]);
+    ok(&at(&home, &state, &["rename", "exp#2", "first-run"], &[]));
 
     // An existing path wins over a name: a folder called syn-mle here is that folder (and
     // changing its labels registers it).

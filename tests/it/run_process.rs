@@ -206,6 +206,9 @@ fn a_divergence_with_nobody_watching_ends_the_run_with_status_3() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("diverged"), "{stderr}");
+    // No checkpoint was written: it says so, and no "last good checkpoint" (issue #37).
+    assert!(stderr.contains("before its first checkpoint"), "{stderr}");
+    assert!(!stderr.contains("is kept"), "{stderr}");
     let fin = wait_final(&f.path("run"));
     assert_eq!(fin["status"], "diverged");
     assert_eq!(fin["exit_code"], 3);

@@ -390,11 +390,18 @@ fn curves_put_chosen_metrics_side_by_side_by_step() {
     ];
     let csv = text(&req);
     insta::assert_snapshot!("curves_csv", csv);
+    // The name a run goes by beside its folder's (unnamed: the same), as the groups table.
+    assert!(
+        csv.lines()
+            .next()
+            .is_some_and(|h| h.starts_with("run_id,run,step,")),
+        "{csv}"
+    );
     // Independent of the snapshot: MLE's train loss at step 100 is 7 − 100/100 = 6 and its rare
     // PPL there 2000; CosReg's rare PPL at step 200 is 1400.
     let row = |run: &str, step: &str| {
         csv.lines()
-            .find(|l| l.starts_with(&format!("{run},")) && l.split(',').nth(1) == Some(step))
+            .find(|l| l.starts_with(&format!("{run},")) && l.split(',').nth(2) == Some(step))
             .unwrap_or_else(|| panic!("no {run} row at {step}:\n{csv}"))
             .to_string()
     };
@@ -653,6 +660,9 @@ fn seeds_of_one_setting_aggregate_into_mean_std_and_count() {
     let mle_line = line("MLE (mle-1)");
     assert!(mle_line.contains("125.00 ± 4.58"), "{mle_line}");
     assert!(mle_line.contains("1750.00 ± 70.71 (n=2)"), "{mle_line}");
+    // A whole-number column keeps the spread's digits: 902 ± 1 has its first decimal (issue
+    // #37: 10.5 ± 0.71 printed as 10 ± 1).
+    assert!(mle_line.contains("902.0 ± 1.0"), "{mle_line}");
     assert!(
         line("MLE (mle-long)").contains("**110.00**"),
         "lowest total PPL mean:\n{md}"
@@ -718,16 +728,17 @@ fn the_config_table_flattens_each_run_toml_with_the_differing_keys_first() {
     assert_eq!(
         lines.next(),
         Some(
-            "run,train.clip,train.lr,train.seed,corpus.dir.path,model.transformer.layers,name,train.steps"
+            "run_id,run,train.clip,train.lr,train.seed,corpus.dir.path,model.transformer.layers,name,train.steps"
         )
     );
-    assert_eq!(lines.next(), Some("a,,0.001,1,/data/ptb,2,r,100"));
-    assert_eq!(lines.next(), Some("b,1.0,0.0003,1,/data/ptb,2,r,100"));
-    assert_eq!(lines.next(), Some("c,,0.001,2,/data/ptb,2,r,100"));
+    // `run` is the name a run goes by (unnamed here: its folder's), as in the groups table.
+    assert_eq!(lines.next(), Some("a,a,,0.001,1,/data/ptb,2,r,100"));
+    assert_eq!(lines.next(), Some("b,b,1.0,0.0003,1,/data/ptb,2,r,100"));
+    assert_eq!(lines.next(), Some("c,c,,0.001,2,/data/ptb,2,r,100"));
     assert_eq!(lines.next(), None);
     let mut md = req.clone();
     md.format = Format::Markdown;
     let md = text(&md);
-    assert!(md.starts_with("| run | train.clip | train.lr |"), "{md}");
-    assert!(md.contains("| b | 1.0 | 0.0003 | 1 |"), "{md}");
+    assert!(md.starts_with("| run_id | run | train.clip | train.lr |"), "{md}");
+    assert!(md.contains("| b | b | 1.0 | 0.0003 | 1 |"), "{md}");
 }

@@ -166,7 +166,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
     let text = String::from_utf8_lossy(&csv.stdout);
     assert_eq!(
         text.lines().next(),
-        Some("run_id,step,train/loss,valid/ppl,embedding/i1")
+        Some("run_id,run,step,train/loss,valid/ppl,embedding/i1")
     );
     assert_eq!(text.lines().count(), 1 + 6);
 

@@ -131,12 +131,18 @@ fn expand(raw: &str, home: Option<&Path>, base: &Path) -> PathBuf {
     if p.is_absolute() { p } else { base.join(p) }
 }
 
-fn env_paths(env: &dyn Fn(&str) -> Option<OsString>, name: &'static str) -> Vec<Setting<PathBuf>> {
+/// The folders of a `:`-separated variable, each absolute (relative ones from `cwd`: a run found
+/// by name must not depend on where the command runs).
+fn env_paths(
+    env: &dyn Fn(&str) -> Option<OsString>,
+    name: &'static str,
+    cwd: &Path,
+) -> Vec<Setting<PathBuf>> {
     let raw = env(name).unwrap_or_default();
     std::env::split_paths(&raw)
         .filter(|p| !p.as_os_str().is_empty())
-        .map(|value| Setting {
-            value,
+        .map(|p| Setting {
+            value: cwd.join(p),
             from: Source::Env(name),
         })
         .collect()
@@ -175,12 +181,12 @@ impl Config {
                 .unwrap_or_else(|| cwd.join(fallback))
         };
         let file = env(CONFIG_ENV)
-            .map(PathBuf::from)
+            .map(|f| cwd.join(f))
             .unwrap_or_else(|| xdg("XDG_CONFIG_HOME", ".config").join("conelab/config.toml"));
         let mut config = Config {
             file_exists: false,
-            data_roots: env_paths(env, DATASETS_ENV),
-            run_roots: env_paths(env, RUNS_ENV),
+            data_roots: env_paths(env, DATASETS_ENV, cwd),
+            run_roots: env_paths(env, RUNS_ENV, cwd),
             index_dir: Setting {
                 value: xdg("XDG_STATE_HOME", ".local/state").join("conelab/runs"),
                 from: if env("XDG_STATE_HOME").is_some() {
@@ -336,7 +342,7 @@ mod tests {
                 ("HOME", "/home/u"),
                 ("XDG_CONFIG_HOME", "/cfg"),
                 ("XDG_STATE_HOME", "/st"),
-                ("CONELAB_RUNS", "/a:/b"),
+                ("CONELAB_RUNS", "/a:rel"),
                 ("CONELAB_DATASETS", "/d"),
                 ("NO_COLOR", "1"),
             ]),
@@ -348,7 +354,9 @@ mod tests {
         assert_eq!(c.index_dir.from, Source::Env("XDG_STATE_HOME"));
         assert_eq!(
             c.run_root_paths(),
-            ["/a", "/b", "/w/checkpoints"].map(PathBuf::from).to_vec()
+            ["/a", "/w/rel", "/w/checkpoints"]
+                .map(PathBuf::from)
+                .to_vec()
         );
         assert_eq!(c.data_roots[0].from, Source::Env("CONELAB_DATASETS"));
         assert_eq!(c.color.value, ColorChoice::Never);

@@ -155,9 +155,17 @@ fn run_all(b: &RunsBench, tmp: &Path) -> Result<RunsBenchResult, RunError> {
             )));
         }
         let rows = if json {
-            serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout)
+            let rows = serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout)
                 .map(|v| v.len())
-                .unwrap_or(0)
+                .map_err(|e| RunError::internal_says(format!("runs --json: {e}")))?;
+            // A listing that missed runs would time less work.
+            if rows != b.runs {
+                return Err(RunError::internal_says(format!(
+                    "runs --json listed {rows} runs of {}",
+                    b.runs
+                )));
+            }
+            rows
         } else {
             0
         };

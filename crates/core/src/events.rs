@@ -264,6 +264,15 @@ pub enum Event {
     },
     Step(StepStats),
     Eval(EvalStats),
+    /// An evaluation under way: `done` of the split's `total` prediction positions scored. The
+    /// first comes as it starts (`done` 0), then a few a second at most; its `Eval` ends it.
+    /// Not stored: the viewers show it, nothing else keeps it.
+    EvalProgress {
+        step: u64,
+        split: String,
+        done: u64,
+        total: u64,
+    },
     /// Embedding metrics of a snapshot (total and per group), computed off the training thread.
     /// Its 2-D projections came just before, as [`Event::Projection`].
     Embedding(Box<EmbeddingStats>),
@@ -336,6 +345,7 @@ impl Event {
             | Event::CheckpointStaged { step, .. }
             | Event::Paused { step }
             | Event::Resumed { step }
+            | Event::EvalProgress { step, .. }
             | Event::Diverged { step, .. }
             | Event::Warning { step, .. }
             | Event::Finished { step, .. }

@@ -151,18 +151,61 @@ pub fn build(req: &ExportRequest) -> Result<Exported, StoreError> {
     }
     let load = || load_stores(&req.runs);
     match req.table {
-        Table::Metrics => metrics_table(&load()?, req),
+        Table::Metrics => {
+            let stores = load()?;
+            with_run_names(metrics_table(&stores, req)?, &stores)
+        }
         Table::Events => {
             let stores = load()?;
             let mut out = plain(query::cross_run_events(&stores)?);
             out.warnings = warnings_of(&stores);
-            Ok(out)
+            with_run_names(out, &stores)
         }
-        Table::Curves => curves(&load()?, req),
+        Table::Curves => {
+            let stores = load()?;
+            with_run_names(curves(&stores, req)?, &stores)
+        }
         Table::Groups => groups(&load()?, req),
         Table::Neighbors => neighbors(req),
-        Table::Config => config_table(&load()?),
+        Table::Config => {
+            let stores = load()?;
+            with_run_names(config_table(&stores)?, &stores)
+        }
     }
+}
+
+/// A table keyed by `run_id` (the folder's name) gets, right after it, the name the run goes
+/// by — `run`: its name, else the folder's — as the groups and neighbours tables label runs.
+fn with_run_names(mut out: Exported, stores: &[LoadedStore]) -> Result<Exported, StoreError> {
+    let names: std::collections::HashMap<&str, &str> = stores
+        .iter()
+        .map(|s| {
+            let id = s.run.run_id.as_str();
+            (id, s.run.labels.name.as_deref().unwrap_or(id))
+        })
+        .collect();
+    let Some(at) = out
+        .frame
+        .get_column_names()
+        .iter()
+        .position(|n| n.as_str() == c::RUN_ID)
+    else {
+        return Ok(out);
+    };
+    let run: Vec<Option<String>> = out
+        .frame
+        .column(c::RUN_ID)?
+        .str()?
+        .iter()
+        .map(|id| id.map(|id| names.get(id).copied().unwrap_or(id).to_owned()))
+        .collect();
+    out.frame
+        .insert_column(at + 1, Column::new("run".into(), run))?;
+    // Per-column decimals follow their columns.
+    if out.layout.decimals.len() > at + 1 {
+        out.layout.decimals.insert(at + 1, None);
+    }
+    Ok(out)
 }
 
 fn load_stores(runs: &[PathBuf]) -> Result<Vec<LoadedStore>, StoreError> {

@@ -47,13 +47,39 @@ pub(crate) fn cells(table: &Exported) -> Result<Vec<Vec<Option<String>>>, StoreE
     // Aggregated cells: `mean ± std`, and the count where it is short of the row's runs.
     let count =
         |row: &[Option<String>], ci: usize| -> Option<u64> { row.get(ci)?.as_ref()?.parse().ok() };
-    for row in &mut out {
+    let raw = |ci: usize, ri: usize| -> Option<f64> {
+        match df
+            .columns()
+            .get(ci)?
+            .as_materialized_series()
+            .get(ri)
+            .ok()?
+        {
+            AnyValue::Float64(x) => Some(x),
+            AnyValue::Float32(x) => Some(x as f64),
+            _ => None,
+        }
+    };
+    for (ri, row) in out.iter_mut().enumerate() {
         let runs = table.layout.row_count.and_then(|ci| count(row, ci));
         for (&mean, &(std, n)) in &table.layout.spread {
             let Some(m) = row[mean].clone() else { continue };
-            let mut text = match &row[std] {
-                Some(sd) => format!("{m} ± {sd}"),
-                None => m,
+            let mut text = match (&row[std], raw(mean, ri), raw(std, ri)) {
+                // The spread to two significant digits and the mean to the same place (never
+                // fewer decimals than the column's): 10.5 ± 0.71, not 10 ± 1.
+                (Some(_), Some(mv), Some(sv)) if sv.is_finite() && sv > 0.0 => {
+                    let column = table
+                        .layout
+                        .decimals
+                        .get(mean)
+                        .copied()
+                        .flatten()
+                        .unwrap_or(0);
+                    let d = ((1 - sv.log10().floor() as i32).clamp(0, 8) as usize).max(column);
+                    format!("{mv:.d$} ± {sv:.d$}")
+                }
+                (Some(sd), ..) => format!("{m} ± {sd}"),
+                (None, ..) => m,
             };
             if let (Some(k), Some(runs)) = (count(row, n), runs)
                 && k < runs

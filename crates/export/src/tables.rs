@@ -2,7 +2,8 @@
 
 use super::*;
 
-/// One row per run: `run` (its id), then every key of its `run.toml` flattened to a dotted path
+/// One row per run: `run_id` (its folder's name; `run`, the name it goes by, is added beside it),
+/// then every key of its `run.toml` flattened to a dotted path
 /// (`train.lr`, `model.transformer.layers`, `corpus.dir.path`), values as TOML writes them
 /// (strings bare). Keys whose values differ between the runs, or that some runs lack, come first;
 /// both parts sorted.
@@ -30,7 +31,7 @@ pub(crate) fn config_table(stores: &[LoadedStore]) -> Result<Exported, StoreErro
     });
     let height = stores.len();
     let mut columns = vec![Column::new(
-        "run".into(),
+        c::RUN_ID.into(),
         stores
             .iter()
             .map(|s| s.run.run_id.clone())

@@ -64,9 +64,10 @@ fn ambiguous(arg: &str, found: &[(PathBuf, String)]) -> RunError {
     )
 }
 
-/// The run `arg` names among the `known` ones (not a path): a folder's name, `NAME#SEED`, a run's
-/// name, or a prefix of one that only one run's name starts with. Exact beats prefix; an
-/// ambiguous name is an error listing the candidates.
+/// The run `arg` names among the `known` ones (not a path): a folder's name, a run's name,
+/// `NAME#SEED` (a name holding a `#` itself is matched whole first), or a prefix that only one
+/// run's name or folder starts with. Exact beats prefix; an ambiguous name is an error listing
+/// the candidates.
 pub fn find_known(arg: &str, known: &index::Known) -> Result<PathBuf, RunError> {
     let pick = |found: Vec<(PathBuf, String)>| match found.len() {
         0 => None,
@@ -87,10 +88,14 @@ pub fn find_known(arg: &str, known: &index::Known) -> Result<PathBuf, RunError> 
         .iter()
         .map(|p| (p.clone(), run_name(p)))
         .collect();
-    if let Some((name, seed)) = arg.rsplit_once('#') {
-        let seed: u64 = seed.parse().map_err(|_| {
-            RunError::Usage(format!("{arg}: the seed after # must be a whole number").into())
-        })?;
+    // A name may hold a `#` itself: the whole argument as a name comes first.
+    let exact: Vec<_> = named.iter().filter(|(_, n)| n == arg).cloned().collect();
+    if let Some(r) = pick(exact) {
+        return r;
+    }
+    if let Some((name, seed)) = arg.rsplit_once('#')
+        && let Ok(seed) = seed.parse::<u64>()
+    {
         let found: Vec<(PathBuf, String)> = named
             .iter()
             .filter(|(p, n)| {
@@ -102,19 +107,14 @@ pub fn find_known(arg: &str, known: &index::Known) -> Result<PathBuf, RunError> 
         if let Some(r) = pick(found) {
             return r;
         }
-    } else {
-        let exact: Vec<_> = named.iter().filter(|(_, n)| n == arg).cloned().collect();
-        if let Some(r) = pick(exact) {
-            return r;
-        }
-        let prefix: Vec<_> = named
-            .iter()
-            .filter(|(p, n)| n.starts_with(arg) || folder_name(p).starts_with(arg))
-            .cloned()
-            .collect();
-        if let Some(r) = pick(prefix) {
-            return r;
-        }
+    }
+    let prefix: Vec<_> = named
+        .iter()
+        .filter(|(p, n)| n.starts_with(arg) || folder_name(p).starts_with(arg))
+        .cloned()
+        .collect();
+    if let Some(r) = pick(prefix) {
+        return r;
     }
     Err(RunError::Usage(
         format!(
@@ -254,20 +254,7 @@ pub fn open(dir: &Path) -> Result<Opened, RunError> {
                 std::thread::sleep(Duration::from_millis(100));
             }
             Liveness::Ended(f) => {
-                let status = match f.status.as_str() {
-                    "completed" => RunStatus::Finished {
-                        reason: FinishReason::Completed,
-                    },
-                    "stopped" => RunStatus::Finished {
-                        reason: FinishReason::Stopped,
-                    },
-                    "diverged" => RunStatus::Finished {
-                        reason: FinishReason::Diverged,
-                    },
-                    _ => RunStatus::Failed {
-                        message: f.message.clone(),
-                    },
-                };
+                let status = status_of(&f);
                 let why = format!(
                     "read-only: the run {} at step {} (`conelab train --resume {}` continues it)",
                     match f.status.as_str() {
@@ -289,6 +276,24 @@ pub fn open(dir: &Path) -> Result<Opened, RunError> {
                 return stored(dir, RunStatus::Crashed, why);
             }
         }
+    }
+}
+
+/// How a run ended, from its final record.
+pub fn status_of(f: &live::FinalRecord) -> RunStatus {
+    match f.status.as_str() {
+        "completed" => RunStatus::Finished {
+            reason: FinishReason::Completed,
+        },
+        "stopped" => RunStatus::Finished {
+            reason: FinishReason::Stopped,
+        },
+        "diverged" => RunStatus::Finished {
+            reason: FinishReason::Diverged,
+        },
+        _ => RunStatus::Failed {
+            message: f.message.clone(),
+        },
     }
 }
 
@@ -319,6 +324,7 @@ pub fn stored(dir: &Path, status: RunStatus, why: String) -> Result<Opened, RunE
         windows_per_epoch: 0,
         parameters: 0,
         run_dir: Some(dir.to_path_buf()),
+        eval_every: spec.train.eval_every,
     };
     let view = match RunView::from_store(dir, info.clone(), objectives.clone(), status.clone()) {
         Ok(v) => v,

@@ -125,10 +125,14 @@ pub fn register(dir: &Path, labels: &RunLabels) -> Result<PathBuf, IndexError> {
     register_in(&index_dir(), dir, labels)
 }
 
-/// Whether the run an entry names is provably gone: its folder is missing while the folder
-/// above it is there on the filesystem the run was on (a filesystem that is not mounted shows
-/// an empty mount point on another one, or nothing at all).
+/// Whether the run an entry names is provably gone: it was registered on this host (a run in
+/// another node's local scratch is simply not visible here), and its folder is missing while
+/// the folder above it is there on the filesystem the run was on (a filesystem that is not
+/// mounted shows an empty mount point on another one, or nothing at all).
 fn provably_gone(entry: &Entry) -> bool {
+    if entry.host != host_name() {
+        return false;
+    }
     match std::fs::symlink_metadata(&entry.path) {
         Ok(_) => return false,
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return false,
@@ -344,7 +348,7 @@ mod tests {
             path: PathBuf::from("/nonexistent-mount/conelab/run"),
             name: None,
             tags: Vec::new(),
-            host: "h".into(),
+            host: host_name(),
             registered_unix: 0.0,
             dev: Some(12345),
         };
@@ -358,9 +362,31 @@ mod tests {
         let no_dev = Entry {
             path: tmp.path().join("runs/x"),
             dev: None,
-            ..unmounted
+            ..unmounted.clone()
         };
         assert!(!provably_gone(&no_dev));
+        // Registered on another node (its local scratch): never pruned from here, even where
+        // this host has a folder of the same name on a disk with the same number.
+        let elsewhere = tmp.path().join("runs/elsewhere-run");
+        make_run(&elsewhere);
+        register_in(&index, &elsewhere, &labels("e")).unwrap();
+        let file = std::fs::read_dir(&index)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let mut entry: Entry = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        std::fs::remove_dir_all(&elsewhere).unwrap();
+        entry.host = format!("{}-other-node", host_name());
+        std::fs::write(&file, serde_json::to_vec(&entry).unwrap()).unwrap();
+        let read = read_index(&index);
+        assert!(read.pruned.is_empty());
+        assert!(file.exists());
+        // The same entry from its own host is pruned.
+        entry.host = host_name();
+        std::fs::write(&file, serde_json::to_vec(&entry).unwrap()).unwrap();
+        assert_eq!(read_index(&index).pruned.len(), 1);
     }
 
     #[test]

@@ -92,6 +92,19 @@ pub fn fingerprint(dir: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let mut parts: Vec<(String, [i64; 6])> = Vec::new();
     let store = store::store_dir(dir);
+    // The sweep column reads the sweep folder's record.
+    if let Some(sweep_json) = dir
+        .parent()
+        .filter(|p| p.file_name().is_some_and(|n| n == index::SWEEP_RUNS))
+        .and_then(Path::parent)
+        .map(|s| s.join(index::SWEEP_JSON))
+        && let Ok(m) = std::fs::metadata(&sweep_json)
+    {
+        parts.push((
+            "w/sweep.json".into(),
+            [m.size() as i64, m.ino() as i64, m.mtime(), 0, 0, 0],
+        ));
+    }
     for (tag, folder) in [
         ("", dir.to_path_buf()),
         ("s/", store.clone()),
@@ -170,8 +183,14 @@ pub fn row_cached(dir: &Path, cache: Option<&Path>) -> RunRow {
         return c.row;
     }
     let r = row(dir);
-    // Only what was read from a folder that did not change meanwhile.
-    if r.status != "live" && r.status != "crashed" && fingerprint(dir) == Some(before) {
+    // Only what was read, whole, from a folder that did not change meanwhile: a failed read
+    // (an unreadable folder, a store that could not be read — EIO, a stale NFS handle) is tried
+    // again next time, not kept.
+    let failed = r.status == "unreadable"
+        || r.reason
+            .as_deref()
+            .is_some_and(|why| why.starts_with("metrics store:"));
+    if r.status != "live" && r.status != "crashed" && !failed && fingerprint(dir) == Some(before) {
         let cached = CachedRow {
             fingerprint: before,
             row: r.clone(),
@@ -180,6 +199,9 @@ pub fn row_cached(dir: &Path, cache: Option<&Path>) -> RunRow {
             let _ = std::fs::create_dir_all(cache)
                 .and_then(|()| conelab_base::atomic::write_file(&file, &bytes));
         }
+    } else {
+        // What the cache held is out of date, and this row is not to be kept.
+        let _ = std::fs::remove_file(&file);
     }
     r
 }
@@ -556,6 +578,20 @@ mod tests {
         let dir = tmp.path().join("run");
         let cache = tmp.path().join("cache");
         std::fs::create_dir_all(store::store_dir(&dir)).unwrap();
+        // A run folder that reads (its run.toml; no manifest: unverified, not damaged).
+        let spec = conelab_core::run_dir::RunSpec {
+            conelab_version: "test".into(),
+            name: "run".into(),
+            device: "cpu".into(),
+            group_bounds: [0.3, 0.8],
+            corpus: conelab_core::run_dir::CorpusSpec::Dir {
+                path: "/corpus".into(),
+                fingerprint: None,
+            },
+            model: conelab_core::model::Preset::Tiny.config(),
+            train: conelab_core::train_config::TrainConfig::default(),
+        };
+        std::fs::write(dir.join("run.toml"), toml::to_string(&spec).unwrap()).unwrap();
         // A run that is over: its final record.
         live::conclude(
             &dir,
@@ -572,9 +608,9 @@ mod tests {
         )
         .unwrap();
         std::fs::write(store::store_dir(&dir).join("x.parquet"), b"0123").unwrap();
-        // (No run.toml: the row says unreadable, which is what the folder says, cached too.)
         let fresh = row_cached(&dir, Some(&cache));
         assert_eq!(fresh, row(&dir));
+        assert_eq!(fresh.status, "completed", "{fresh:?}");
         let file = cache_file(&cache, &dir);
         assert!(file.is_file(), "cached");
         // Tamper with the cached copy: an unchanged folder is served from it.
@@ -591,6 +627,15 @@ mod tests {
         assert_eq!(row_cached(&dir, Some(&cache)), row(&dir));
         // No cache: the plain row.
         assert_eq!(row_cached(&dir, None), row(&dir));
+        // A folder that cannot be read is read again next time, never served from the cache.
+        std::fs::remove_file(&file).unwrap();
+        std::fs::write(dir.join("run.toml"), b"not = [toml").unwrap();
+        let unreadable = row_cached(&dir, Some(&cache));
+        assert_eq!(unreadable.status, "damaged", "{unreadable:?}");
+        std::fs::remove_file(dir.join("run.toml")).unwrap();
+        let gone = row_cached(&dir, Some(&cache));
+        assert_eq!(gone.status, "unreadable", "{gone:?}");
+        assert!(!file.exists(), "an unreadable row is not cached");
     }
 
     #[test]

@@ -94,6 +94,32 @@ pub struct RunInfo {
     pub windows_per_epoch: u64,
     pub parameters: usize,
     pub run_dir: Option<PathBuf>,
+    /// Steps between validation passes (0: only at the end), for the ETA.
+    #[serde(default)]
+    pub eval_every: u64,
+}
+
+/// What the engine's acknowledgement of a learning-rate change says when it stopped a schedule
+/// (`lr=X (schedule off from step N)`).
+pub const SCHEDULE_OFF: &str = "schedule off from step";
+
+/// An evaluation under way.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluating {
+    pub split: String,
+    /// Prediction positions scored, of `total`.
+    pub done: u64,
+    pub total: u64,
+}
+
+impl Evaluating {
+    pub fn fraction(&self) -> f64 {
+        if self.total == 0 {
+            0.0
+        } else {
+            (self.done as f64 / self.total as f64).clamp(0.0, 1.0)
+        }
+    }
 }
 
 /// The run's vocabulary in id order (= frequency rank) with training counts.
@@ -205,6 +231,10 @@ pub struct RunView {
     pub lr: Option<f64>,
     /// The step from which the learning rate is fixed by a change (the schedule off).
     pub lr_fixed_from: Option<u64>,
+    /// An evaluation under way: its split and how far it is.
+    pub evaluating: Option<Evaluating>,
+    /// A step's time, smoothed over the recent steps (ms), for the ETA.
+    pub step_ms_smoothed: Option<f64>,
     /// Steps at which an intervention (objective change, lr) took effect.
     pub interventions: Vec<u64>,
     pub log: VecDeque<LogLine>,
@@ -227,6 +257,8 @@ impl RunView {
             objectives,
             lr: None,
             lr_fixed_from: None,
+            evaluating: None,
+            step_ms_smoothed: None,
             interventions: Vec::new(),
             log: VecDeque::new(),
             projection_steps: Vec::new(),
@@ -260,6 +292,7 @@ impl RunView {
                     windows_per_epoch: s.windows_per_epoch,
                     parameters: s.parameters,
                     run_dir: s.run_dir.clone(),
+                    eval_every: self.info.eval_every,
                 };
                 self.objectives = s.objectives.clone();
                 self.status = RunStatus::Running;
@@ -279,6 +312,11 @@ impl RunView {
                 if key == "device" {
                     self.info.device = after.clone();
                 }
+                if key == "eval_every"
+                    && let Ok(e) = after.parse()
+                {
+                    self.info.eval_every = e;
+                }
                 self.log(
                     *step,
                     LogKind::Intervention,
@@ -289,8 +327,27 @@ impl RunView {
                 push_capped(&mut self.loss, (s.step as f64, s.loss), CURVE_POINTS);
                 self.lr = Some(s.lr);
                 self.last_step = Some(*s);
+                self.evaluating = None;
+                if s.step_ms.is_finite() && s.step_ms > 0.0 {
+                    // Smoothed so that one slow step (a snapshot's copy, a checkpoint) does not
+                    // make the ETA jump.
+                    self.step_ms_smoothed = Some(match self.step_ms_smoothed {
+                        Some(m) => 0.9 * m + 0.1 * s.step_ms,
+                        None => s.step_ms,
+                    });
+                }
+            }
+            Event::EvalProgress {
+                split, done, total, ..
+            } => {
+                self.evaluating = Some(Evaluating {
+                    split: split.clone(),
+                    done: *done,
+                    total: *total,
+                });
             }
             Event::Eval(e) => {
+                self.evaluating = None;
                 if e.split == "valid" {
                     push_capped(&mut self.valid_loss, (e.step as f64, e.loss), CURVE_POINTS);
                 }
@@ -318,7 +375,9 @@ impl RunView {
                     }
                     Command::SetLr { lr } => {
                         self.lr = Some(*lr);
-                        self.lr_fixed_from.get_or_insert(a.step);
+                        if a.after.contains(SCHEDULE_OFF) {
+                            self.lr_fixed_from.get_or_insert(a.step);
+                        }
                         self.interventions.push(a.step);
                     }
                     Command::Stop { .. } => self.status = RunStatus::Stopping,
@@ -376,8 +435,10 @@ impl RunView {
                     format!("finished ({})", reason.name()),
                 );
                 self.status = RunStatus::Finished { reason: *reason };
+                self.evaluating = None;
             }
             Event::Failed { step, message } => {
+                self.evaluating = None;
                 self.log(*step, LogKind::Error, format!("failed: {message}"));
                 self.status = RunStatus::Failed {
                     message: message.clone(),
@@ -497,7 +558,18 @@ impl RunView {
                 "start" => (LogKind::Info, format!("started: {detail}")),
                 k if k == "lr" || store::query::OBJECTIVE_CHANGE_KINDS.contains(&k) => {
                     if k == "lr" {
-                        view.lr_fixed_from.get_or_insert(step);
+                        if after.contains(SCHEDULE_OFF) {
+                            view.lr_fixed_from.get_or_insert(step);
+                        }
+                        // Changed after the last step (while paused): the step's lr is older.
+                        if view.last_step.is_none_or(|s| step > s.step)
+                            && let Some(lr) = after
+                                .strip_prefix("lr=")
+                                .and_then(|v| v.split_whitespace().next())
+                                .and_then(|v| v.parse().ok())
+                        {
+                            view.lr = Some(lr);
+                        }
                     }
                     view.interventions.push(step);
                     (LogKind::Intervention, format!("{before} → {after}"))

@@ -181,6 +181,20 @@ impl EventSink for Reporter {
                 self.line(eval_line(e));
             }
             Event::Snapshot { .. } | Event::Projection(_) | Event::CheckpointStaged { .. } => {}
+            // The bar says it; plain lines wait for the result (a line every 200 ms would bury
+            // the steps).
+            Event::EvalProgress {
+                split, done, total, ..
+            } => {
+                if let Some(b) = &self.bar {
+                    let pct = if *total == 0 {
+                        0.0
+                    } else {
+                        100.0 * *done as f64 / *total as f64
+                    };
+                    b.set_message(format!("evaluating {split} {pct:.0} %"));
+                }
+            }
             Event::ConfigChanged {
                 step,
                 key,

@@ -194,7 +194,10 @@ fn emit(event: &Event, every: u64) {
         Event::Failed { step, message } => {
             error!(target: "conelab::run", step, error = %message, "failed")
         }
-        Event::Projection(_) | Event::Snapshot { .. } | Event::CheckpointStaged { .. } => {}
+        Event::Projection(_)
+        | Event::Snapshot { .. }
+        | Event::CheckpointStaged { .. }
+        | Event::EvalProgress { .. } => {}
     }
 }
 

@@ -196,6 +196,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         windows_per_epoch: trainer.windows_per_epoch(),
         parameters: trainer.parameters(),
         run_dir: Some(dir.clone()),
+        eval_every: trainer.config().eval_every,
     };
     // A checkpoint's step is analysed when a snapshot was due there; a kill just after the
     // checkpoint loses that analysis (it reaches the store after the commit): taken again.
@@ -429,9 +430,21 @@ pub fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<Exit
     )?;
     let status = exit.status();
     match &exit.outcome {
-        crate::headless::Outcome::Diverged { step, loss } => crate::say(&format!(
-            "conelab: training diverged at step {step} (loss {loss}); the last good checkpoint is kept"
-        )),
+        crate::headless::Outcome::Diverged { step, loss } => {
+            // Say what there is to come back to: a checkpoint, or none at all.
+            let newest = conelab_core::run_dir::checkpoints_in(&exit.dir)
+                .ok()
+                .and_then(|c| c.last().and_then(|p| conelab_core::run_dir::step_of(p)));
+            crate::say(&match newest {
+                Some(at) => format!(
+                    "conelab: training diverged at step {step} (loss {loss}); its newest checkpoint (step {at}) is kept: `conelab train --resume {} --lr LOWER` continues from it",
+                    exit.dir.display()
+                ),
+                None => format!(
+                    "conelab: training diverged at step {step} (loss {loss}) before its first checkpoint: nothing to resume; start again with a lower --lr"
+                ),
+            })
+        }
         crate::headless::Outcome::Failed { message } => {
             crate::say(&format!("conelab: training failed: {message}"))
         }

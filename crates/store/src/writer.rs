@@ -392,11 +392,13 @@ impl StoreWriter {
                 return Ok(true);
             }
             // Pause/resume are recorded from their acknowledgement; snapshots are W itself; a
-            // staged checkpoint is recorded once it is committed (as a checkpoint).
+            // staged checkpoint is recorded once it is committed (as a checkpoint); an
+            // evaluation's progress ends in its result.
             Event::Paused { .. }
             | Event::Resumed { .. }
             | Event::Snapshot { .. }
-            | Event::CheckpointStaged { .. } => {}
+            | Event::CheckpointStaged { .. }
+            | Event::EvalProgress { .. } => {}
         }
         Ok(false)
     }

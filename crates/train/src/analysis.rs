@@ -341,15 +341,34 @@ impl InspectReport {
 }
 
 fn fmt(v: f64, width: usize) -> String {
-    if !v.is_finite() {
-        return format!("{:>width$}", "-");
-    }
+    fmt_as(v, width, needs_scientific(v))
+}
+
+/// A value too large or too small for four decimals to say it (a u-perp of 3·10⁻⁵ must not
+/// print as 0.0000).
+fn needs_scientific(v: f64) -> bool {
     let a = v.abs();
-    if a != 0.0 && !(1e-3..1e5).contains(&a) {
+    v.is_finite() && a != 0.0 && !(1e-3..1e5).contains(&a)
+}
+
+fn fmt_as(v: f64, width: usize, scientific: bool) -> String {
+    if !v.is_finite() {
+        format!("{:>width$}", "-")
+    } else if scientific {
         format!("{v:>width$.3e}")
     } else {
         format!("{v:>width$.4}")
     }
+}
+
+/// A row of values in one notation: scientific for all when one needs it (a row read across the
+/// groups must not mix 1234.5678 with 1.235e5).
+fn fmt_row(values: &[f64], width: usize) -> Vec<String> {
+    let scientific = values.iter().any(|&v| needs_scientific(v));
+    values
+        .iter()
+        .map(|&v| fmt_as(v, width, scientific))
+        .collect()
 }
 
 /// Embedding metrics with the groups as columns (Yu et al. Table 3 layout).
@@ -387,11 +406,14 @@ pub fn panel_table(p: &EmbeddingPanel) -> String {
     ];
     for (label, f) in rows {
         out.push_str(&format!("{label:<22}"));
-        for (_, s) in &sets {
-            if label == "rows" {
+        if label == "rows" {
+            for (_, s) in &sets {
                 out.push_str(&format!(" {:>12}", thousands(s.rows as u64)));
-            } else {
-                out.push_str(&format!(" {}", fmt(f(s), 12)));
+            }
+        } else {
+            let values: Vec<f64> = sets.iter().map(|(_, s)| f(s)).collect();
+            for cell in fmt_row(&values, 12) {
+                out.push_str(&format!(" {cell}"));
             }
         }
         out.push('\n');
@@ -492,19 +514,19 @@ pub fn self_normalisation_markdown(reports: &[EvalReport]) -> String {
             Some(s) => (
                 format!("{:.3}", s.shift),
                 format!("{:.3}", s.mu_z),
-                format!("{:.1}", s.unnormalised_ppl),
+                fmt(s.unnormalised_ppl, 0).trim().to_owned(),
             ),
             None => ("–".into(), "–".into(), "–".into()),
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {:.3} | {:.3} | {:.1} | {:.1} | {shift} | {mu} | {up} |\n",
+            "| {} | {} | {} | {:.3} | {:.3} | {:.1} | {} | {shift} | {mu} | {up} |\n",
             run_name(&r.run),
             r.objective,
             r.eval.split,
             o.mu_z,
             o.sigma_z,
             o.ppl,
-            o.unnormalised_ppl,
+            fmt(o.unnormalised_ppl, 0).trim(),
         ));
     }
     out
@@ -637,12 +659,9 @@ impl EvalReport {
         ));
         let g = &o.groups;
         out.push_str(&format!(
-            "{:<22} {} {} {} {}\n",
+            "{:<22} {}\n",
             "PPL",
-            fmt(g[0].ppl, 12),
-            fmt(g[1].ppl, 12),
-            fmt(g[2].ppl, 12),
-            fmt(o.ppl, 12)
+            fmt_row(&[g[0].ppl, g[1].ppl, g[2].ppl, o.ppl], 12).join(" ")
         ));
         let ints: [(&str, [u64; 3], u64); 3] = [
             (
@@ -723,6 +742,20 @@ impl EvalReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue #37: a row is in one notation, and a small value keeps its digits.
+    #[test]
+    fn a_row_of_values_is_in_one_notation_and_small_values_keep_their_digits() {
+        let row = fmt_row(&[1234.5678, 123_456.0, f64::NAN], 12);
+        assert_eq!(row[0].trim(), "1.235e3");
+        assert_eq!(row[1].trim(), "1.235e5");
+        assert_eq!(row[2].trim(), "-");
+        let row = fmt_row(&[1234.5678, 0.5], 12);
+        assert_eq!(row[0].trim(), "1234.5678");
+        assert_eq!(row[1].trim(), "0.5000");
+        // u-perp of 3·10⁻⁵ was "0.0".
+        assert_eq!(fmt(3e-5, 0), "3.000e-5");
+    }
 
     #[test]
     fn edit_distance_is_levenshtein_with_a_limit() {

@@ -11,7 +11,7 @@ use conelab_core::analysis::EmbeddingAnalysis;
 use conelab_core::events::{Command, Event, ProjectionFrame};
 use conelab_core::objective::{GateParts, LossKind, ObjectiveChange, Objectives, Term};
 use conelab_data::Group;
-use conelab_link::protocol::{RunHello, ServerMessage};
+use conelab_link::protocol::{CommandOutcome, RunHello, ServerMessage};
 pub use conelab_link::view::{LogKind, LogLine, RunInfo, RunStatus, RunView, Vocabulary};
 
 /// The panes, in focus order.
@@ -338,7 +338,16 @@ impl App {
     /// Folds one engine event into the state.
     pub fn on_event(&mut self, event: Event) {
         self.run.on_event(&event);
-        if matches!(event, Event::Applied(_) | Event::Rejected { .. }) {
+        // The answer to what this line sent (another viewer's change of another line leaves
+        // it pending).
+        let answered = match &event {
+            Event::Applied(a) => Some(&a.command),
+            Event::Rejected { command, .. } => Some(command),
+            _ => None,
+        };
+        if let (Some(command), Some((control, _))) = (answered, self.pending)
+            && command_of(control) == command_kind(command)
+        {
             self.pending = None;
         }
         if let Event::Embedding(e) = &event
@@ -371,10 +380,19 @@ impl App {
                     format!("this viewer fell behind: {dropped} updates skipped, history reloaded"),
                 );
             }
-            ServerMessage::CommandResult { .. } => {
-                // Every viewer sees the applied change (or the refusal) as an event; this one's
-                // own change is no longer pending.
-                self.pending = None;
+            ServerMessage::CommandResult { result, .. } => {
+                // Every viewer sees the applied change (or the refusal) as an event; the answer
+                // to this viewer's own change ends its pending state (a refusal before the
+                // engine — the run busy — comes only here).
+                let ours = match &result {
+                    CommandOutcome::Applied { applied } => self
+                        .pending
+                        .is_some_and(|(c, _)| command_of(c) == command_kind(&applied.command)),
+                    CommandOutcome::Rejected { .. } => true,
+                };
+                if ours {
+                    self.pending = None;
+                }
             }
             ServerMessage::Projection { frame, .. } => {
                 if let Some(f) = frame {
@@ -418,7 +436,22 @@ impl App {
             return;
         }
         self.connection_lost = true;
-        if self.run.status.is_live() {
+        // A run that ended as the connection went (its last events not read yet) says how in
+        // its folder's final record.
+        let ended = self
+            .hello
+            .as_ref()
+            .and_then(|h| conelab_link::live::read_final(&h.dir).ok().flatten());
+        if self.run.status.is_live()
+            && let Some(f) = ended
+        {
+            self.run.status = conelab_link::attach::status_of(&f);
+            let text = match &self.run.status {
+                RunStatus::Failed { message } => format!("failed: {message}"),
+                _ => format!("{} at step {}", f.status, f.step),
+            };
+            self.run.log(f.step, LogKind::Info, text);
+        } else if self.run.status.is_live() {
             let step = self.step();
             self.run.log(
                 step,
@@ -842,11 +875,35 @@ impl App {
         self.exit_when_finished && (!self.run.status.is_live() || self.connection_lost)
     }
 
-    /// Seconds left at the current speed.
+    /// Seconds left: the steps left at the smoothed step time, plus the evaluations left (the
+    /// validation passes due, the final test pass, the rest of one under way) at the measured
+    /// time of the last one. `None` while the run is not running (paused time is not training
+    /// time: the ETA does not count down through it).
     pub fn eta_seconds(&self) -> Option<f64> {
-        let s = self.run.last_step?;
-        let left = self.run.info.total_steps.saturating_sub(s.step) as f64;
-        Some(left * s.step_ms / 1e3)
+        if self.run.status != RunStatus::Running && self.run.status != RunStatus::Stopping {
+            return None;
+        }
+        let step = self.run.step();
+        let total = self.run.info.total_steps;
+        let step_s = self.run.step_ms_smoothed? / 1e3;
+        let steps = total.saturating_sub(step) as f64 * step_s;
+        // An evaluation's time: the last one measured (before any: none counted).
+        let eval_s = self.run.last_eval.as_ref().map_or(0.0, |e| e.seconds);
+        let every = self.run.info.eval_every;
+        let mut passes = match (total.checked_div(every), step.checked_div(every)) {
+            (Some(due), Some(done)) => due.saturating_sub(done) as f64,
+            _ => 0.0,
+        };
+        if every == 0 || !total.is_multiple_of(every) {
+            passes += 1.0; // the final validation pass
+        }
+        passes += 1.0; // the final test pass (about the validation split's size)
+        let current = self
+            .run
+            .evaluating
+            .as_ref()
+            .map_or(0.0, |e| (1.0 - e.fraction()) * eval_s);
+        Some(steps + passes * eval_s + current)
     }
 
     /// A metric's history for a group (0..3) or the total (3).
@@ -871,6 +928,32 @@ impl App {
     /// took effect: "the change since the intervention" is measured from there.
     pub fn since_intervention(&self) -> Option<usize> {
         self.run.since_intervention()
+    }
+}
+
+/// Which value line a command changes (for matching an answer to what is pending).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueKind {
+    Lr,
+    Weight(Term),
+    Other,
+}
+
+fn command_of(control: Control) -> ValueKind {
+    match control {
+        Control::LearningRate => ValueKind::Lr,
+        Control::Term(t) => ValueKind::Weight(t),
+        _ => ValueKind::Other,
+    }
+}
+
+fn command_kind(command: &Command) -> ValueKind {
+    match command {
+        Command::SetLr { .. } => ValueKind::Lr,
+        Command::Objective {
+            change: ObjectiveChange::Weight { term, .. },
+        } => ValueKind::Weight(*term),
+        _ => ValueKind::Other,
     }
 }
 

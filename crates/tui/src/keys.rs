@@ -327,8 +327,23 @@ mod tests {
         assert_eq!(app.pending, Some((Control::LearningRate, 4971.5)));
         let text = controls_text(&app);
         assert!(text.contains("lr → 4972 pending"), "{text}");
+        // Another viewer's change of another line leaves it pending.
+        app.on_event(applied(
+            1048,
+            Command::Objective {
+                change: ObjectiveChange::Enable {
+                    term: Term::Dev,
+                    on: true,
+                },
+            },
+        ));
+        assert_eq!(app.pending, Some((Control::LearningRate, 4971.5)));
         // Acknowledged while paused (no step comes): the line shows it, the next press halves it.
-        app.on_event(applied(1048, Command::SetLr { lr: 4971.5 }));
+        let mut ack = applied(1048, Command::SetLr { lr: 4971.5 });
+        if let conelab_core::events::Event::Applied(a) = &mut ack {
+            a.after = "lr=4.971500e3 (schedule off from step 1048)".into();
+        }
+        app.on_event(ack);
         assert_eq!(app.pending, None);
         assert_eq!(app.run.lr, Some(4971.5));
         let text = controls_text(&app);
@@ -391,6 +406,53 @@ mod tests {
             .map(|l| l.text.clone())
             .unwrap_or_default();
         assert!(said.contains("is off"), "{said}");
+    }
+
+    /// A run that ended as the connection went (its last events unread) is shown as its final
+    /// record says, not as crashed.
+    #[test]
+    fn a_lost_connection_reads_how_the_run_ended() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let hello = |dir: &std::path::Path| conelab_link::protocol::RunHello {
+            run_id: "r".into(),
+            dir: dir.to_path_buf(),
+            pid: 1,
+            host: "h".into(),
+            vocab_size: 10,
+            group_bounds: [0.3, 0.8],
+            status: RunStatus::Running,
+            live: true,
+            labels: Default::default(),
+        };
+        let mut app = running();
+        app.hello = Some(hello(tmp.path()));
+        conelab_link::live::conclude(
+            tmp.path(),
+            &conelab_link::live::FinalRecord {
+                status: "failed".into(),
+                step: 29,
+                total_steps: 1000,
+                exit_code: 4,
+                message: "the training backend panicked".into(),
+                by_signal: false,
+                finished_unix: 0.0,
+                host: "h".into(),
+            },
+        )
+        .expect("final record");
+        app.on_disconnect();
+        assert_eq!(
+            app.run.status,
+            RunStatus::Failed {
+                message: "the training backend panicked".into()
+            }
+        );
+        // Without a final record: crashed, as before.
+        let empty = tempfile::tempdir().expect("tmp");
+        let mut app = running();
+        app.hello = Some(hello(empty.path()));
+        app.on_disconnect();
+        assert_eq!(app.run.status, RunStatus::Crashed);
     }
 
     #[test]

@@ -31,11 +31,14 @@ pub struct EvalRequest {
     pub host_lstm: bool,
 }
 
+/// Scores a whole split; `progress(done, total)` hears of the prediction positions scored, once
+/// before the first batch and after each.
 pub fn evaluate(
     model: &LanguageModel,
     device: &Device,
     corpus: &Corpus,
     request: &EvalRequest,
+    progress: &mut dyn FnMut(u64, u64),
 ) -> Result<EvalStats, EngineError> {
     let &EvalRequest {
         split,
@@ -121,13 +124,19 @@ pub fn evaluate(
         .map_err(EngineError::backend("the output metrics"))?;
         Ok(next)
     };
+    let total = tokens.len().saturating_sub(1) as u64;
+    let mut done = 0u64;
+    progress(done, total);
     for batch in batcher.iter() {
+        let positions = (batch.batch * batch.time) as u64;
         state = score(
             batch.inputs,
             batch.targets,
             [batch.batch, batch.time],
             state,
         )?;
+        done += positions;
+        progress(done, total);
     }
     if let Some(rest) = batcher.leftover() {
         // The leftover positions continue the last stream's text: carry that stream's state.

@@ -1433,6 +1433,15 @@ impl Trainer {
 
     /// Exact perplexity over a whole split, total and per group.
     pub fn evaluate(&self, split: Split) -> Result<EvalStats, EngineError> {
+        self.evaluate_reporting(split, &mut |_, _| {})
+    }
+
+    /// [`Self::evaluate`], telling `progress(done, total)` the prediction positions scored.
+    pub fn evaluate_reporting(
+        &self,
+        split: Split,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<EvalStats, EngineError> {
         let _autocast = Autocast::enter(self.config.precision);
         let stats = eval::evaluate(
             &self.model,
@@ -1449,6 +1458,7 @@ impl Trainer {
                 host: self.device_spec == DeviceSpec::Cpu,
                 host_lstm: self.host_lstm,
             },
+            progress,
         )?;
         Ok(stats)
     }
@@ -1504,6 +1514,7 @@ impl Trainer {
                 let scheduled = self.state.lr_override.is_none()
                     && !(self.config.schedule == Schedule::Constant && step > self.config.warmup);
                 self.state.lr_override = Some(*lr);
+                // The viewers look for these words (conelab_link::view::SCHEDULE_OFF).
                 let after = if scheduled {
                     format!("lr={lr:.6e} (schedule off from step {step})")
                 } else {

@@ -175,8 +175,9 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&RowGroups>) {
 
 /// The top line: run, device, status, progress. The status (a failure message can be long) is
 /// what gets shortened to fit `width`, so the step it stopped at stays on screen.
-fn header_line(app: &App, pal: &Palette, width: u16) -> Paragraph<'static> {
-    let (status, color) = match &app.run.status {
+/// The header's word for a run's status, and its colour.
+fn header_status(status: &RunStatus) -> (String, Color) {
+    match status {
         RunStatus::Starting => ("starting".to_string(), Color::Gray),
         RunStatus::Running => ("running".to_string(), Color::Green),
         RunStatus::Paused => ("paused".to_string(), Color::Yellow),
@@ -191,6 +192,17 @@ fn header_line(app: &App, pal: &Palette, width: u16) -> Paragraph<'static> {
         ),
         RunStatus::Failed { message } => (format!("failed: {message}"), Color::Red),
         RunStatus::Crashed => ("crashed (no live process)".to_string(), Color::Red),
+    }
+}
+
+fn header_line(app: &App, pal: &Palette, width: u16) -> Paragraph<'static> {
+    let (status, color) = match (&app.run.status, &app.run.evaluating) {
+        // An evaluation holds the steps (a minute and more on the CPU): say so, with how far.
+        (RunStatus::Running | RunStatus::Stopping, Some(e)) => (
+            format!("evaluating {} {:.0} %", e.split, 100.0 * e.fraction()),
+            Color::Cyan,
+        ),
+        (status, _) => header_status(status),
     };
     let live = app.run.status.is_live();
     // A run that has ended closes its socket: that is not news, so only a live run is
@@ -414,6 +426,85 @@ mod tests {
     }
 
     /// A run 80 steps in: losses, two evaluations, three snapshots, CosReg switched on at 41.
+    /// Issue #37: the ETA counts the evaluations left at the measured time of one and does
+    /// not run while paused; the header says an evaluation is under way, and how far.
+    #[test]
+    fn the_eta_counts_evaluations_and_the_header_says_evaluating() {
+        let mut app = app();
+        let eta = |app: &App| app.eta_seconds().expect("an ETA");
+        // 120 steps left at 436 ms, then the final validation and test passes (1 s each, as
+        // the fixture's evaluation measured).
+        assert!(
+            (eta(&app) - (120.0 * 0.436 + 2.0)).abs() < 1e-9,
+            "{}",
+            eta(&app)
+        );
+        // Validation every 50 steps: at 100, 150 and 200 (the final one), then the test pass.
+        app.run.info.eval_every = 50;
+        assert!(
+            (eta(&app) - (120.0 * 0.436 + 4.0)).abs() < 1e-9,
+            "{}",
+            eta(&app)
+        );
+        app.on_event(Event::EvalProgress {
+            step: 80,
+            split: "valid".into(),
+            done: 25,
+            total: 100,
+        });
+        assert!(
+            (eta(&app) - (120.0 * 0.436 + 4.75)).abs() < 1e-9,
+            "{}",
+            eta(&app)
+        );
+        let text = draw(&app, 120, 40);
+        let header = text.lines().next().expect("header");
+        assert!(header.contains("evaluating valid 25 %"), "{header}");
+        assert!(!header.contains("running"), "{header}");
+        // Paused: no ETA ticking, the header says paused.
+        app.on_event(Event::Paused { step: 80 });
+        assert_eq!(app.eta_seconds(), None);
+        let header = draw(&app, 120, 40)
+            .lines()
+            .next()
+            .expect("header")
+            .to_string();
+        assert!(
+            header.contains("paused") && !header.contains("ETA"),
+            "{header}"
+        );
+        // Its result ends the evaluation.
+        app.on_event(Event::Resumed { step: 80 });
+        app.on_event(eval(80));
+        assert!(app.run.evaluating.is_none());
+        let header = draw(&app, 120, 40)
+            .lines()
+            .next()
+            .expect("header")
+            .to_string();
+        assert!(header.contains("running"), "{header}");
+    }
+
+    /// Issue #37: the penalty after the loss is labelled, a diverged loss is not eighteen
+    /// digits, and the log scale labels its axis in loss, not in ln(loss).
+    #[test]
+    fn the_progress_numbers_say_what_they_are() {
+        let mut app = app();
+        let text = draw(&app, 120, 40);
+        assert!(text.contains("loss 5.0000 + penalty 0.0123"), "{text}");
+        app.on_event(step(81, 4.2e17));
+        let text = draw(&app, 120, 40);
+        assert!(text.contains("loss 4.200e17"), "{text}");
+        assert!(!text.contains("420000000000000000"), "{text}");
+        let mut app = self::app();
+        app.log_y = true;
+        let text = draw(&app, 120, 40);
+        // The highest training loss is 8 − 3·√(1/80) = 7.6646: labelled 7.66, not ln = 2.04.
+        assert!(text.contains("7.66"), "{text}");
+        assert!(!text.contains("2.04"), "{text}");
+        assert!(text.contains("loss (log)"), "{text}");
+    }
+
     fn app() -> App {
         let mut app = App::new(
             Objectives::default(),

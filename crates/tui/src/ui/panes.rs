@@ -160,10 +160,10 @@ pub(super) fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) 
         .unwrap_or_else(|| "valid ppl –".into());
     let line1 = match s {
         Some(s) => format!(
-            "loss {:.4}{}  {valid}  {} tok/s  {:.0} ms/step",
-            s.loss,
+            "loss {}{}  {valid}  {} tok/s  {:.0} ms/step",
+            format_loss(s.loss),
             if s.penalty != 0.0 {
-                format!(" ({:+.4})", s.penalty)
+                format!(" + penalty {}", format_loss(s.penalty))
             } else {
                 String::new()
             },
@@ -253,7 +253,17 @@ pub(super) fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) 
                 .data(&marks),
         );
     }
-    let y_title = if app.log_y { "ln loss" } else { "loss" };
+    // Log scale draws ln(loss) but labels the axis in loss (what the line above says).
+    let y_title = if app.log_y { "loss (log)" } else { "loss" };
+    let label = |v: f64| {
+        if app.log_y {
+            format_compact(v.exp())
+        } else if v.abs() < 1e4 {
+            format!("{v:.2}")
+        } else {
+            format!("{v:.2e}")
+        }
+    };
     let chart_widget = Chart::new(datasets)
         .x_axis(
             Axis::default()
@@ -264,9 +274,22 @@ pub(super) fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) 
             Axis::default()
                 .title(y_title)
                 .bounds([lo, hi])
-                .labels([format!("{lo:.2}"), format!("{hi:.2}")]),
+                .labels([label(lo), label(hi)]),
         );
     frame.render_widget(chart_widget, chart);
+}
+
+/// A loss as the Progress line shows it: four decimals while it is a loss, scientific once it
+/// has diverged (a loss of 4·10¹⁷ must not print as eighteen digits).
+pub(super) fn format_loss(v: f64) -> String {
+    if !v.is_finite() {
+        return format_compact(v);
+    }
+    if v.abs() < 1e4 {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.3e}")
+    }
 }
 
 /// Exponential moving average (α = 0.1) when on.
