@@ -739,6 +739,9 @@ fn the_config_table_flattens_each_run_toml_with_the_differing_keys_first() {
     let mut md = req.clone();
     md.format = Format::Markdown;
     let md = text(&md);
-    assert!(md.starts_with("| run_id | run | train.clip | train.lr |"), "{md}");
+    assert!(
+        md.starts_with("| run_id | run | train.clip | train.lr |"),
+        "{md}"
+    );
     assert!(md.contains("| b | b | 1.0 | 0.0003 | 1 |"), "{md}");
 }

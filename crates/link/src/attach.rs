@@ -325,6 +325,7 @@ pub fn stored(dir: &Path, status: RunStatus, why: String) -> Result<Opened, RunE
         parameters: 0,
         run_dir: Some(dir.to_path_buf()),
         eval_every: spec.train.eval_every,
+        tokens_per_update: (spec.train.batch * spec.model.window()) as u64,
     };
     let view = match RunView::from_store(dir, info.clone(), objectives.clone(), status.clone()) {
         Ok(v) => v,

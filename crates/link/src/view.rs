@@ -97,6 +97,10 @@ pub struct RunInfo {
     /// Steps between validation passes (0: only at the end), for the ETA.
     #[serde(default)]
     pub eval_every: u64,
+    /// Target tokens per optimizer update (batch × window): AGG's α is in occurrences per
+    /// update, so a default switched on from the Controls is scaled to it.
+    #[serde(default)]
+    pub tokens_per_update: u64,
 }
 
 /// What the engine's acknowledgement of a learning-rate change says when it stopped a schedule
@@ -293,6 +297,7 @@ impl RunView {
                     parameters: s.parameters,
                     run_dir: s.run_dir.clone(),
                     eval_every: self.info.eval_every,
+                    tokens_per_update: self.info.tokens_per_update,
                 };
                 self.objectives = s.objectives.clone();
                 self.status = RunStatus::Running;

@@ -197,6 +197,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         parameters: trainer.parameters(),
         run_dir: Some(dir.clone()),
         eval_every: trainer.config().eval_every,
+        tokens_per_update: (trainer.config().batch * trainer.model_config().window()) as u64,
     };
     // A checkpoint's step is analysed when a snapshot was due there; a kill just after the
     // checkpoint loses that analysis (it reaches the store after the commit): taken again.

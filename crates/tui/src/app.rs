@@ -127,6 +127,8 @@ pub enum Request {
 pub enum Effect {
     None,
     Send(Command),
+    /// Several commands, in this order (they reach the run between the same two steps).
+    SendAll(Vec<Command>),
     /// Leave; the run goes on (or is over).
     Exit,
     /// Leave a live run: it goes on; say how to come back.
@@ -770,6 +772,11 @@ impl App {
     }
 
     fn toggle_control(&mut self) -> Effect {
+        if self.selected_control() == Control::Term(Term::Agg)
+            && let Some(effect) = self.agg_on_scaled()
+        {
+            return effect;
+        }
         let change = match self.selected_control() {
             Control::Term(term) => ObjectiveChange::Enable {
                 term,
@@ -796,6 +803,49 @@ impl App {
             },
         };
         self.live_command(Command::Objective { change })
+    }
+
+    /// AGG switched on from the Controls with the paper's α (0.03 occurrences per update at
+    /// 32,768 tokens per update) on a run of another size: α scaled to this run's tokens per
+    /// update, so that about the paper's share of the vocabulary counts as rare (at `tiny`'s
+    /// 1,024 the paper's α made 4,737 of 5,002 tokens rare). Said in the Events; the rare set's
+    /// size shows in Progress from the next step. `None`: nothing to scale.
+    fn agg_on_scaled(&mut self) -> Option<Effect> {
+        let (on, alpha) = self.run.objectives.term(Term::Agg);
+        let tokens = self.run.info.tokens_per_update;
+        let paper = conelab_core::objective::AggConfig::default().alpha;
+        if on || alpha != paper || tokens == 0 || tokens == PAPER_TOKENS_PER_UPDATE {
+            return None;
+        }
+        let scaled = paper * tokens as f64 / PAPER_TOKENS_PER_UPDATE as f64;
+        let effect = self.live_command(Command::Objective {
+            change: ObjectiveChange::Enable {
+                term: Term::Agg,
+                on: true,
+            },
+        });
+        let Effect::Send(enable) = effect else {
+            return Some(effect);
+        };
+        let step = self.step();
+        self.run.log(
+            step,
+            LogKind::Info,
+            format!(
+                "AGG on with α = {} (the paper's 0.03 at 32,768 tokens per update, scaled to this run's {tokens}); the rare set's size shows in Progress",
+                conelab_widgets::format_compact(scaled)
+            ),
+        );
+        self.pending = Some((Control::Term(Term::Agg), scaled));
+        Some(Effect::SendAll(vec![
+            enable,
+            Command::Objective {
+                change: ObjectiveChange::Weight {
+                    term: Term::Agg,
+                    weight: scaled,
+                },
+            },
+        ]))
     }
 
     /// The value a line adjusts, as the run acknowledged it (a weight, the learning rate);
@@ -930,6 +980,9 @@ impl App {
         self.run.since_intervention()
     }
 }
+
+/// Yu et al.'s batch: AGG's α = 0.03 is for 32,768 target tokens per update.
+const PAPER_TOKENS_PER_UPDATE: u64 = 32_768;
 
 /// Which value line a command changes (for matching an answer to what is pending).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -408,6 +408,62 @@ mod tests {
         assert!(said.contains("is off"), "{said}");
     }
 
+    /// AGG switched on from the Controls with the paper's α is scaled to the run's tokens per
+    /// update (issue #37: at 1,024 tokens the paper's 0.03 made 4,737 of 5,002 tokens rare).
+    #[test]
+    fn agg_switched_on_with_the_papers_alpha_is_scaled_to_the_run() {
+        use crate::app::Control;
+        let mut app = running();
+        app.run.info.tokens_per_update = 1024;
+        select(&mut app, Control::Term(Term::Agg));
+        let scaled = 0.03 * 1024.0 / 32768.0;
+        assert_eq!(
+            press(&mut app, KeyCode::Char(' ')),
+            Effect::SendAll(vec![
+                Command::Objective {
+                    change: ObjectiveChange::Enable {
+                        term: Term::Agg,
+                        on: true
+                    }
+                },
+                Command::Objective {
+                    change: ObjectiveChange::Weight {
+                        term: Term::Agg,
+                        weight: scaled
+                    }
+                },
+            ])
+        );
+        let said = app
+            .run
+            .log
+            .back()
+            .map(|l| l.text.clone())
+            .unwrap_or_default();
+        assert!(said.contains("9.4e-4") && said.contains("1024"), "{said}");
+        // At the paper's own size, or with α set by hand, Space only switches it on.
+        let mut app = running();
+        app.run.info.tokens_per_update = 32768;
+        select(&mut app, Control::Term(Term::Agg));
+        assert_eq!(
+            press(&mut app, KeyCode::Char(' ')),
+            Effect::Send(Command::Objective {
+                change: ObjectiveChange::Enable {
+                    term: Term::Agg,
+                    on: true
+                }
+            })
+        );
+        let mut app = running();
+        app.run.info.tokens_per_update = 1024;
+        app.run.objectives.agg.alpha = 0.01;
+        select(&mut app, Control::Term(Term::Agg));
+        assert!(matches!(
+            press(&mut app, KeyCode::Char(' ')),
+            Effect::Send(Command::Objective { .. })
+        ));
+    }
+
     /// A run that ended as the connection went (its last events unread) is shown as its final
     /// record says, not as crashed.
     #[test]

@@ -215,6 +215,13 @@ impl Workbench {
                 self.send(ClientMessage::Command { id, command });
                 Flow::Changed
             }
+            Effect::SendAll(commands) => {
+                for command in commands {
+                    let id = self.out.id();
+                    self.send(ClientMessage::Command { id, command });
+                }
+                Flow::Changed
+            }
             Effect::Exit => Flow::Exit(ViewerExit::Left(self.app.run.status.clone())),
             Effect::Detach => Flow::Exit(ViewerExit::Detached),
         }

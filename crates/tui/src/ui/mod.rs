@@ -223,27 +223,55 @@ fn header_line(app: &App, pal: &Palette, width: u16) -> Paragraph<'static> {
         .map(|s| format!(" · ETA {}", human_duration(s)))
         .unwrap_or_default();
     let title = " conelab ";
-    let run = format!(
-        "{} · {} · ",
-        shorten(&app.run_title(), 48),
-        app.run.info.device
-    );
     let at = format!(
         " · step {step}/{total} ({:.0} %)",
         100.0 * step as f64 / total as f64
     );
     let epoch = format!(" · epoch {epoch:.2}");
     let width_of = |parts: &[&str]| parts.iter().map(|p| p.chars().count()).sum::<usize>();
-    // Room for the status: the ETA, then the epoch go first when the line is narrow, then the
-    // status is cut (never below "failed:…").
-    let fixed = width_of(&[title, &run, suffix, &at]) + status.chars().count().min(24);
-    let progress = [format!("{at}{epoch}{eta}"), format!("{at}{epoch}")]
-        .into_iter()
-        .find(|p| fixed - at.chars().count() + p.chars().count() <= width as usize)
-        .unwrap_or(at);
+    // The state word is never cut ("finished (completed)", "diverged at step 5", "failed"):
+    // what gives way first is the ETA, then the epoch, then the run's name, then the status's
+    // tail ("— q to leave", a failure's message).
+    let head = status
+        .find(" — ")
+        .or_else(|| status.find(": ").map(|i| i + 1))
+        .map_or(status.chars().count(), |i| status[..i].chars().count());
+    // A cut tail is marked with "…": one character more than the head.
+    let head = if status.chars().count() > head {
+        head + 1
+    } else {
+        head
+    };
+    let name = app.run_title();
+    let device = app.run.info.device.clone();
+    let run_with = |max: usize| {
+        if max == 0 {
+            format!("{device} · ")
+        } else {
+            format!("{} · {device} · ", shorten(&name, max))
+        }
+    };
+    let fits = |run: &str, progress: &str, status_len: usize| {
+        width_of(&[title, run, suffix, progress]) + status_len <= width as usize
+    };
+    let wanted = status.chars().count().min(24).max(head);
+    let mut run = run_with(48);
+    let mut progress = at.clone();
+    for candidate in [format!("{at}{epoch}{eta}"), format!("{at}{epoch}")] {
+        if fits(&run, &candidate, wanted) {
+            progress = candidate;
+            break;
+        }
+    }
+    for max in [40, 32, 24, 16, 8, 0] {
+        if fits(&run, &progress, head) {
+            break;
+        }
+        run = run_with(max);
+    }
     let room = (width as usize)
         .saturating_sub(width_of(&[title, &run, suffix, &progress]))
-        .max(8);
+        .max(head);
     let status = format!("{}{suffix}", shorten(&status, room));
     Paragraph::new(Line::from(vec![
         Span::styled(
@@ -483,6 +511,46 @@ mod tests {
             .expect("header")
             .to_string();
         assert!(header.contains("running"), "{header}");
+    }
+
+    /// Issue #37: at 80 columns the header cut the state word ("finishe…"): the run's name and
+    /// the status's tail give way first.
+    #[test]
+    fn the_header_never_cuts_the_state_word() {
+        for (status, word) in [
+            (
+                RunStatus::Finished {
+                    reason: FinishReason::Completed,
+                },
+                "finished (completed)",
+            ),
+            (
+                RunStatus::Diverged {
+                    step: 12345,
+                    loss: f64::NAN,
+                },
+                "diverged at step 12345",
+            ),
+            (
+                RunStatus::Failed {
+                    message: "a very long failure message that cannot fit anywhere at all".into(),
+                },
+                "failed:",
+            ),
+        ] {
+            let mut app = app();
+            app.hello = None;
+            app.run.info.name = "a-run-with-a-rather-long-name-of-forty-characters".into();
+            app.run.status = status;
+            for width in [80u16, 60] {
+                let header = draw(&app, width, 24)
+                    .lines()
+                    .next()
+                    .expect("header")
+                    .to_string();
+                assert!(header.contains(word), "{width}: {header}");
+            }
+        }
     }
 
     /// Issue #37: the penalty after the loss is labelled, a diverged loss is not eighteen
