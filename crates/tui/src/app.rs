@@ -68,6 +68,8 @@ pub enum Action {
     StopWithoutSaving,
     Cancel,
     ToggleHelp,
+    /// ↑/↓ (PgUp/PgDn) while the help is open: scroll it.
+    HelpScroll(i32),
     FocusNext,
     FocusPrev,
     Focus(Pane),
@@ -255,6 +257,8 @@ pub struct App {
     pub focus: Pane,
     pub zoom: bool,
     pub help: bool,
+    /// Lines of the help scrolled past (a terminal too short for all of it).
+    pub help_scroll: u16,
     pub confirm_quit: bool,
     /// Leave once the run has finished (after a stop from the quit dialog).
     pub exit_when_finished: bool,
@@ -298,6 +302,7 @@ impl App {
             focus: Pane::Progress,
             zoom: false,
             help: false,
+            help_scroll: 0,
             confirm_quit: false,
             exit_when_finished: false,
             log_y: false,
@@ -561,6 +566,14 @@ impl App {
                 _ => Effect::None,
             };
         }
+        if self.help
+            && let Action::HelpScroll(d) = action
+        {
+            // Bounded by the help's length (the overlay clamps it to what it shows).
+            let most = crate::keys::HELP.len() as i64 * 3;
+            self.help_scroll = (self.help_scroll as i64 + d as i64).clamp(0, most) as u16;
+            return Effect::None;
+        }
         if self.help && !matches!(action, Action::Quit | Action::None) {
             self.help = false;
             if action == Action::ToggleHelp || action == Action::Cancel {
@@ -591,8 +604,10 @@ impl App {
             }
             Action::ToggleHelp => {
                 self.help = true;
+                self.help_scroll = 0;
                 Effect::None
             }
+            Action::HelpScroll(_) => Effect::None,
             Action::FocusNext | Action::FocusPrev => {
                 let i = Pane::ALL.iter().position(|p| *p == self.focus).unwrap_or(0);
                 let n = Pane::ALL.len();

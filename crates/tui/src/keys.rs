@@ -10,7 +10,7 @@ use super::app::{Action, App, Pane};
 
 /// Every key, for the help overlay: (keys, what they do).
 pub const HELP: &[(&str, &str)] = &[
-    ("?", "this help (any key closes it)"),
+    ("?", "this help (↑↓ scroll it, any other key closes it)"),
     (
         "q / Ctrl-C",
         "quit: on a live run asks — detach, stop and save, stop, cancel",
@@ -125,8 +125,14 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
         };
     }
     if app.help {
-        // Any key closes the help.
-        return Action::ToggleHelp;
+        // ↑↓ scroll a help taller than the terminal; any other key closes it.
+        return match key.code {
+            KeyCode::Up | KeyCode::Char('k') => Action::HelpScroll(-1),
+            KeyCode::Down | KeyCode::Char('j') => Action::HelpScroll(1),
+            KeyCode::PageUp => Action::HelpScroll(-10),
+            KeyCode::PageDown => Action::HelpScroll(10),
+            _ => Action::ToggleHelp,
+        };
     }
     if app.neighbors.editing {
         // The search box has the keyboard: letters are letters, not commands.

@@ -163,7 +163,7 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&RowGroups>) {
         render_pane(frame, app, groups, pane, rect, &pal);
     }
     if app.help {
-        help_overlay(frame, area);
+        help_overlay(frame, area, app.help_scroll);
     }
     if app.confirm_quit {
         quit_dialog(frame, area, &pal);
@@ -511,6 +511,43 @@ mod tests {
             .expect("header")
             .to_string();
         assert!(header.contains("running"), "{header}");
+    }
+
+    /// Issue #37: at 80×24 the help dropped its last lines silently: it says how many are
+    /// below and scrolls to them.
+    #[test]
+    fn a_help_taller_than_the_terminal_scrolls() {
+        let mut app = app();
+        app.apply(Action::ToggleHelp);
+        let text = draw(&app, 80, 24);
+        assert!(text.contains("more (↑↓ scroll)"), "{text}");
+        assert!(!text.contains("In the quit dialog"), "{text}");
+        for _ in 0..200 {
+            app.apply(crate::keys::action_for(
+                &app,
+                ratatui::crossterm::event::KeyEvent::from(ratatui::crossterm::event::KeyCode::Down),
+            ));
+        }
+        assert!(app.help, "scrolling keeps the help open");
+        let text = draw(&app, 80, 24);
+        assert!(text.contains("In the quit dialog"), "the last line: {text}");
+        assert!(text.contains("↓ 0 more"), "{text}");
+        assert!(
+            !text.contains("this help (↑↓"),
+            "the first line scrolled away: {text}"
+        );
+        // Any other key closes it; opened again it starts at the top.
+        app.apply(crate::keys::action_for(
+            &app,
+            ratatui::crossterm::event::KeyEvent::from(ratatui::crossterm::event::KeyCode::Char(
+                'x',
+            )),
+        ));
+        assert!(!app.help);
+        app.apply(Action::ToggleHelp);
+        assert!(draw(&app, 80, 24).contains("this help (↑↓"));
+        // Tall enough: no scroll marks.
+        assert!(!draw(&app, 120, 60).contains("more (↑↓ scroll)"));
     }
 
     /// Issue #37: at 80 columns the header cut the state word ("finishe…"): the run's name and

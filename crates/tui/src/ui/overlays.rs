@@ -13,8 +13,8 @@ pub(super) fn centered(area: Rect, width: u16, height: u16) -> Rect {
     )
 }
 
-pub(super) fn help_overlay(frame: &mut Frame, area: Rect) {
-    keys_overlay(frame, area, HELP);
+pub(super) fn help_overlay(frame: &mut Frame, area: Rect, scroll: u16) {
+    keys_overlay_from(frame, area, HELP, scroll);
 }
 
 /// `text` in lines of at most `width` characters, broken between words (a longer word is cut).
@@ -65,6 +65,12 @@ pub(super) fn quit_dialog(frame: &mut Frame, area: Rect, pal: &Palette) {
 
 /// A box of key bindings (key, what it does) in the middle of `area`.
 pub(crate) fn keys_overlay(frame: &mut Frame, area: Rect, help: &[(&str, &str)]) {
+    keys_overlay_from(frame, area, help, 0);
+}
+
+/// The keys, from line `scroll` on. A help taller than the terminal says how much is above and
+/// below in its border, never dropping lines silently.
+pub(crate) fn keys_overlay_from(frame: &mut Frame, area: Rect, help: &[(&str, &str)], scroll: u16) {
     const KEYS: usize = 20;
     let widest = help
         .iter()
@@ -89,10 +95,20 @@ pub(crate) fn keys_overlay(frame: &mut Frame, area: Rect, help: &[(&str, &str)])
                 })
         })
         .collect();
-    let rect = centered(area, width, lines.len() as u16 + 2);
+    let total = lines.len();
+    let rect = centered(area, width, total as u16 + 2);
+    let shown = (rect.height as usize).saturating_sub(2);
+    let first = (scroll as usize).min(total.saturating_sub(shown));
+    let below = total.saturating_sub(first + shown);
+    let mut block = Block::bordered().title("keys");
+    if first > 0 || below > 0 {
+        block = block
+            .title(format!(" ↑ {first} more "))
+            .title_bottom(format!(" ↓ {below} more (↑↓ scroll) "));
+    }
     frame.render_widget(Clear, rect);
     frame.render_widget(
-        Paragraph::new(lines).block(Block::bordered().title("keys")),
+        Paragraph::new(lines).block(block).scroll((first as u16, 0)),
         rect,
     );
 }
