@@ -69,8 +69,9 @@ pub enum Command {
     /// over (read-only, its whole history).
     Attach(AttachArgs),
     /// Several runs side by side: overlaid curves (train loss, validation PPL in total and per
-    /// group, I1, its unit-row form, IsoScore, mean cosine and norm, effective rank) by step or
-    /// wall time with TensorBoard's smoothing, the Groups table with a row per run and every
+    /// group, I1, its unit-row form, IsoScore, mean cosine and norm, effective rank, I1,
+    /// IsoScore and mean cosine per group, grad norm, lr, tokens/s) by step or wall time with
+    /// TensorBoard's smoothing, the Groups table with a row per run and every
     /// run's spectrum. Runs are read from their folders as they grow: live ones update live.
     Compare(CompareArgs),
     /// List runs with their status: every run this user has (found by name from any folder), or

@@ -66,8 +66,10 @@ impl Curve {
     }
 }
 
-/// The curves, in the order the list shows them.
-pub const CURVES: [Curve; 11] = [
+/// The curves, in the order the list shows them: the training run's own numbers, validation
+/// PPL per group, then the embedding's isotropy in total and per group (the tool's headline:
+/// how each frequency group's I1, IsoScore and mean cosine move).
+pub const CURVES: [Curve; 23] = [
     Curve::new("loss", "train loss", split::TRAIN, "total", "loss"),
     Curve::new("ppl", "valid PPL", split::VALID, "total", "ppl"),
     Curve::new(
@@ -115,7 +117,65 @@ pub const CURVES: [Curve; 11] = [
         "total",
         "effective_rank",
     ),
+    Curve::new("i1-freq", "I1 freq", split::EMBEDDING, "frequent", "i1"),
+    Curve::new("i1-med", "I1 med", split::EMBEDDING, "medium", "i1"),
+    Curve::new("i1-rare", "I1 rare", split::EMBEDDING, "rare", "i1"),
+    Curve::new(
+        "isoscore-freq",
+        "IsoScore freq",
+        split::EMBEDDING,
+        "frequent",
+        "isoscore",
+    ),
+    Curve::new(
+        "isoscore-med",
+        "IsoScore med",
+        split::EMBEDDING,
+        "medium",
+        "isoscore",
+    ),
+    Curve::new(
+        "isoscore-rare",
+        "IsoScore rare",
+        split::EMBEDDING,
+        "rare",
+        "isoscore",
+    ),
+    Curve::new(
+        "mean-cos-freq",
+        "mean cos freq",
+        split::EMBEDDING,
+        "frequent",
+        "mean_cos",
+    ),
+    Curve::new(
+        "mean-cos-med",
+        "mean cos med",
+        split::EMBEDDING,
+        "medium",
+        "mean_cos",
+    ),
+    Curve::new(
+        "mean-cos-rare",
+        "mean cos rare",
+        split::EMBEDDING,
+        "rare",
+        "mean_cos",
+    ),
+    Curve::new("grad-norm", "grad norm", split::TRAIN, "total", "grad_norm"),
+    Curve::new("lr", "learning rate", split::TRAIN, "total", "lr"),
+    Curve::new(
+        "tokens-per-sec",
+        "tokens/s",
+        split::TRAIN,
+        "total",
+        "tokens_per_sec",
+    ),
 ];
+
+/// Fewer points than this are drawn raw whatever the smoothing: a 4-point validation curve
+/// smoothed at 0.6 is mostly its first point.
+pub const MIN_SMOOTHED_POINTS: usize = 20;
 
 /// The Groups table's cells besides the curves: Uniq per group, I(W) per group.
 const TABLE_METRICS: [(&str, &str); 2] = [(split::VALID, "uniq"), (split::EMBEDDING, "i1")];
@@ -308,6 +368,8 @@ pub enum CompareAction {
     /// `+`/`-`: the smoothing weight up or down by this much (clamped to 0 ..= 0.99).
     Smoothing(f64),
     ToggleLogY,
+    /// `o`: clip outliers from the y-range, or show every value.
+    ToggleClip,
     /// `1`–`9`: show or hide run n (0-based).
     ToggleRun(usize),
 }
@@ -321,6 +383,10 @@ pub struct CompareApp {
     /// TensorBoard's exponential smoothing weight, 0 (raw) ..= 0.99.
     pub smoothing: f64,
     pub log_y: bool,
+    /// The y-range from the 1st to the 99th percentile of the values drawn (the first losses,
+    /// about ln V, flatten every curve otherwise); `o` switches it. `None`: on for the loss and
+    /// PPL curves, off for the rest.
+    pub clip_outliers: Option<bool>,
     pub focus: ComparePane,
     pub zoom: bool,
     pub help: bool,
@@ -363,6 +429,7 @@ impl CompareApp {
             x_axis: options.x_axis,
             smoothing: options.smoothing.clamp(0.0, MAX_SMOOTHING),
             log_y: options.log_y,
+            clip_outliers: None,
             focus: ComparePane::Curves,
             zoom: false,
             help: false,
@@ -375,6 +442,17 @@ impl CompareApp {
 
     pub fn curve(&self) -> Curve {
         CURVES[self.curve]
+    }
+
+    /// Whether a run's curve of `points` points is drawn smoothed.
+    pub fn smoothed(&self, points: usize) -> bool {
+        self.smoothing > 0.0 && points >= MIN_SMOOTHED_POINTS
+    }
+
+    /// Whether the y-range leaves outliers out for the curve shown.
+    pub fn clipping(&self) -> bool {
+        self.clip_outliers
+            .unwrap_or(matches!(self.curve().metric, "loss" | "ppl"))
     }
 
     /// Folds what the follower learnt.
@@ -470,6 +548,7 @@ impl CompareApp {
                 self.smoothing = w.clamp(0.0, MAX_SMOOTHING);
             }
             CompareAction::ToggleLogY => self.log_y = !self.log_y,
+            CompareAction::ToggleClip => self.clip_outliers = Some(!self.clipping()),
             CompareAction::ToggleRun(i) => {
                 if let Some(r) = self.runs.get_mut(i) {
                     r.hidden = !r.hidden;
@@ -480,7 +559,7 @@ impl CompareApp {
 }
 
 /// The key bindings, as the help overlay and README list them.
-pub const HELP: [(&str, &str); 10] = [
+pub const HELP: [(&str, &str); 11] = [
     ("↑/↓ j/k", "choose the curve"),
     ("x", "x axis: step / wall time"),
     (
@@ -489,6 +568,10 @@ pub const HELP: [(&str, &str); 10] = [
     ),
     ("0", "smoothing off"),
     ("l", "log-y"),
+    (
+        "o",
+        "outliers: y-range from the 1st to the 99th percentile, or every value (on for loss, PPL)",
+    ),
     ("1-9", "show / hide run n"),
     ("Tab", "next pane"),
     ("z", "zoom the focused pane"),
@@ -517,6 +600,7 @@ pub fn action_for(key: KeyEvent) -> CompareAction {
         KeyCode::Char('-') => CompareAction::Smoothing(-0.1),
         KeyCode::Char('0') => CompareAction::Smoothing(-1.0),
         KeyCode::Char('l') => CompareAction::ToggleLogY,
+        KeyCode::Char('o') => CompareAction::ToggleClip,
         KeyCode::Char(c @ '1'..='9') => CompareAction::ToggleRun(c as usize - '1' as usize),
         _ => CompareAction::None,
     }
@@ -647,6 +731,40 @@ mod tests {
         assert_eq!(run.last(split::TRAIN, "total", "loss"), Some((2, 3.5)));
         assert_eq!(run.spectrum(), &[0.9]);
         assert_eq!(run.step(), Some(2));
+    }
+
+    /// Issue #37: the first losses (about ln V) flattened every curve, and a 4-point
+    /// validation curve was smoothed into its first point.
+    #[test]
+    fn outliers_leave_the_loss_range_and_short_curves_are_drawn_raw() {
+        // 0..=99 and one outlier: 101 values, nearest rank at 1 % is index 1 (1.0), at 99 %
+        // index 99 (99.0); 5 % of the span (4.9) on each side.
+        let values = (0..100).map(f64::from).chain([1e6]);
+        assert_eq!(
+            render::percentile_range(values),
+            Some((1.0 - 4.9, 99.0 + 4.9))
+        );
+        assert_eq!(render::percentile_range((0..19).map(f64::from)), None);
+        let mut app = CompareApp::new(vec![PathBuf::from("a")], CompareOptions::default());
+        let curve = |name| Curve::by_name(name).expect("a curve");
+        for (name, clipped) in [
+            ("loss", true),
+            ("ppl-rare", true),
+            ("i1-rare", false),
+            ("lr", false),
+        ] {
+            app.curve = curve(name);
+            assert_eq!(app.clipping(), clipped, "{name}");
+        }
+        app.curve = curve("loss");
+        app.apply(action_for(KeyEvent::new(
+            KeyCode::Char('o'),
+            KeyModifiers::NONE,
+        )));
+        assert!(!app.clipping(), "o switches it off");
+        assert!(app.smoothed(20) && !app.smoothed(19) && !app.smoothed(4));
+        app.apply(CompareAction::Smoothing(-1.0));
+        assert!(!app.smoothed(1000), "smoothing 0 draws raw");
     }
 
     #[test]

@@ -20,7 +20,10 @@ use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Cell, Chart, Dataset, GraphType, Paragraph, Row, Table};
 
-use super::{CURVES, CompareApp, ComparePane, HELP, TABLE_GROUPS, XAxis, smooth_debiased};
+use super::{
+    CURVES, CompareApp, ComparePane, HELP, MIN_SMOOTHED_POINTS, TABLE_GROUPS, XAxis,
+    smooth_debiased,
+};
 use crate::ui::{human_duration, keys_overlay, shorten, too_small};
 use conelab_store::split;
 
@@ -283,8 +286,26 @@ fn curves(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
             }
         })
         .collect();
-    frame.render_widget(Paragraph::new(items), list);
+    // The selected curve stays in view in a short pane.
+    let offset = app
+        .curve
+        .saturating_sub((list.height as usize).saturating_sub(1));
+    frame.render_widget(Paragraph::new(items).scroll((offset as u16, 0)), list);
     curve_chart(frame, app, chart, pal);
+}
+
+/// The 1st and 99th percentiles of `values`, widened by 5 % of their span: the y-range without
+/// the outliers (nearest rank; `None` for fewer than 20 values, where every one counts).
+pub(crate) fn percentile_range(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
+    if v.len() < MIN_SMOOTHED_POINTS {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((q * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)];
+    let (lo, hi) = (at(0.01), at(0.99));
+    let pad = (hi - lo) * 0.05;
+    Some((lo - pad, hi + pad))
 }
 
 /// The x and y values of a curve for one run, as drawn: y on a log scale when asked (points
@@ -323,7 +344,7 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
                 .iter()
                 .filter_map(|p| y_of(p.2).map(|y| (x_of(p), y)))
                 .collect();
-            let smooth = (app.smoothing > 0.0).then(|| {
+            let smooth = app.smoothed(points.len()).then(|| {
                 smooth_debiased(&values, app.smoothing)
                     .into_iter()
                     .zip(&points)
@@ -379,6 +400,13 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
     if x_hi - x_lo < 1e-9 {
         x_hi = x_lo + 1.0;
     }
+    if app.clipping()
+        && let Some((lo, hi)) =
+            percentile_range(drawn.iter().flat_map(|d| d.raw.iter().map(|p| p.1)))
+    {
+        y_lo = lo;
+        y_hi = hi;
+    }
     if y_hi - y_lo < 1e-12 {
         y_hi += 0.5;
         y_lo -= 0.5;
@@ -433,11 +461,12 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
         )
         .y_axis(
             Axis::default()
-                .title(if app.log_y {
-                    format!("{} (log)", curve.label)
-                } else {
-                    curve.label.to_string()
-                })
+                .title(format!(
+                    "{}{}{}",
+                    curve.label,
+                    if app.log_y { " (log)" } else { "" },
+                    if app.clipping() { " · 1–99 %" } else { "" }
+                ))
                 .bounds([y_lo, y_hi])
                 .labels([y_label(y_lo), y_label(y_mid), y_label(y_hi)]),
         );
