@@ -189,6 +189,8 @@ fn view_options(
         ascii,
         no_mouse,
         light,
+        true_color: std::env::var("COLORTERM")
+            .is_ok_and(|v| v.eq_ignore_ascii_case("truecolor") || v.eq_ignore_ascii_case("24bit")),
     }
 }
 

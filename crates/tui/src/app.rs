@@ -238,6 +238,9 @@ pub struct ViewOptions {
     pub no_mouse: bool,
     /// Colours for a light background (`--theme light`).
     pub light: bool,
+    /// The terminal draws 24-bit colour (`COLORTERM=truecolor`): the compare view's runs get
+    /// the Okabe–Ito palette, safe for colour-blind readers, instead of the 16 ANSI colours.
+    pub true_color: bool,
 }
 
 #[derive(Debug, Clone)]

@@ -315,6 +315,7 @@ mod tests {
             ascii: false,
             no_mouse: false,
             light: false,
+            true_color: false,
         };
         let sides = vec![
             Side::new(&matrix("runs/mle", 0.5), GroupBounds::default(), view).expect("side"),
@@ -424,6 +425,7 @@ mod tests {
             ascii: false,
             no_mouse: false,
             light: false,
+            true_color: false,
         };
         let mut b = Browser::new(vec![
             Side::new(&matrix("w.npy", 1.0), GroupBounds::default(), view).expect("side"),

@@ -173,6 +173,9 @@ pub const CURVES: [Curve; 23] = [
     ),
 ];
 
+/// Runs on one page of the legend (keys 1–9 reach them; `[` `]` turn the page).
+pub const LEGEND_PAGE: usize = 9;
+
 /// Fewer points than this are drawn raw whatever the smoothing: a 4-point validation curve
 /// smoothed at 0.6 is mostly its first point.
 pub const MIN_SMOOTHED_POINTS: usize = 20;
@@ -370,8 +373,10 @@ pub enum CompareAction {
     ToggleLogY,
     /// `o`: clip outliers from the y-range, or show every value.
     ToggleClip,
-    /// `1`–`9`: show or hide run n (0-based).
+    /// `1`–`9`: show or hide run n of the legend's page (0-based).
     ToggleRun(usize),
+    /// `[` / `]`: the legend's previous / next page of nine runs.
+    LegendPage(i32),
 }
 
 #[derive(Debug, Clone)]
@@ -387,6 +392,8 @@ pub struct CompareApp {
     /// about ln V, flatten every curve otherwise); `o` switches it. `None`: on for the loss and
     /// PPL curves, off for the rest.
     pub clip_outliers: Option<bool>,
+    /// The legend's page: runs `9·page ..` answer to keys 1–9.
+    pub legend_page: usize,
     pub focus: ComparePane,
     pub zoom: bool,
     pub help: bool,
@@ -430,6 +437,7 @@ impl CompareApp {
             smoothing: options.smoothing.clamp(0.0, MAX_SMOOTHING),
             log_y: options.log_y,
             clip_outliers: None,
+            legend_page: 0,
             focus: ComparePane::Curves,
             zoom: false,
             help: false,
@@ -549,8 +557,13 @@ impl CompareApp {
             }
             CompareAction::ToggleLogY => self.log_y = !self.log_y,
             CompareAction::ToggleClip => self.clip_outliers = Some(!self.clipping()),
+            CompareAction::LegendPage(d) => {
+                let pages = self.runs.len().div_ceil(LEGEND_PAGE).max(1) as i64;
+                self.legend_page =
+                    (self.legend_page as i64 + d as i64).clamp(0, pages - 1) as usize;
+            }
             CompareAction::ToggleRun(i) => {
-                if let Some(r) = self.runs.get_mut(i) {
+                if let Some(r) = self.runs.get_mut(self.legend_page * LEGEND_PAGE + i) {
                     r.hidden = !r.hidden;
                 }
             }
@@ -559,7 +572,7 @@ impl CompareApp {
 }
 
 /// The key bindings, as the help overlay and README list them.
-pub const HELP: [(&str, &str); 11] = [
+pub const HELP: [(&str, &str); 12] = [
     ("↑/↓ j/k", "choose the curve"),
     ("x", "x axis: step / wall time"),
     (
@@ -572,7 +585,8 @@ pub const HELP: [(&str, &str); 11] = [
         "o",
         "outliers: y-range from the 1st to the 99th percentile, or every value (on for loss, PPL)",
     ),
-    ("1-9", "show / hide run n"),
+    ("1-9", "show / hide run n of the legend's page"),
+    ("[ ]", "the legend's previous / next page of nine runs"),
     ("Tab", "next pane"),
     ("z", "zoom the focused pane"),
     ("?", "this help"),
@@ -601,6 +615,8 @@ pub fn action_for(key: KeyEvent) -> CompareAction {
         KeyCode::Char('0') => CompareAction::Smoothing(-1.0),
         KeyCode::Char('l') => CompareAction::ToggleLogY,
         KeyCode::Char('o') => CompareAction::ToggleClip,
+        KeyCode::Char('[') => CompareAction::LegendPage(-1),
+        KeyCode::Char(']') => CompareAction::LegendPage(1),
         KeyCode::Char(c @ '1'..='9') => CompareAction::ToggleRun(c as usize - '1' as usize),
         _ => CompareAction::None,
     }

@@ -21,8 +21,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Cell, Chart, Dataset, GraphType, Paragraph, Row, Table};
 
 use super::{
-    CURVES, CompareApp, ComparePane, HELP, MIN_SMOOTHED_POINTS, TABLE_GROUPS, XAxis,
-    smooth_debiased,
+    CURVES, CompareApp, ComparePane, HELP, LEGEND_PAGE, TABLE_GROUPS, XAxis, smooth_debiased,
 };
 use crate::ui::{human_duration, keys_overlay, shorten, too_small};
 use conelab_store::split;
@@ -53,6 +52,31 @@ const RUN_COLOURS_LIGHT: [Color; 5] = [
     Color::Black,
 ];
 
+/// Okabe & Ito's palette (2008), distinguishable with every common colour-vision deficiency:
+/// orange, sky blue, bluish green, yellow, blue, vermillion, reddish purple — and grey in place
+/// of its black on a dark background.
+const OKABE_ITO_DARK: [Color; 8] = [
+    Color::Rgb(230, 159, 0),
+    Color::Rgb(86, 180, 233),
+    Color::Rgb(0, 158, 115),
+    Color::Rgb(240, 228, 66),
+    Color::Rgb(0, 114, 178),
+    Color::Rgb(213, 94, 0),
+    Color::Rgb(204, 121, 167),
+    Color::Rgb(187, 187, 187),
+];
+
+/// The same on a light background, black kept and yellow (unreadable on white) left out.
+const OKABE_ITO_LIGHT: [Color; 7] = [
+    Color::Rgb(230, 159, 0),
+    Color::Rgb(86, 180, 233),
+    Color::Rgb(0, 158, 115),
+    Color::Rgb(0, 114, 178),
+    Color::Rgb(213, 94, 0),
+    Color::Rgb(204, 121, 167),
+    Color::Rgb(0, 0, 0),
+];
+
 /// Without colour: the runs' markers and the glyph each draws (a sixth run repeats the first).
 const NO_COLOR_MARKERS: [(Marker, &str); 5] = [
     (Marker::Braille, "⣿"),
@@ -62,22 +86,43 @@ const NO_COLOR_MARKERS: [(Marker, &str); 5] = [
     (Marker::HalfBlock, "▀"),
 ];
 
-/// Legend lines at most (more runs: the rest are summed up in one line).
-const LEGEND_LINES: usize = 8;
+/// Legend lines at most: one page (more runs: a line says which page, `[` `]` turn it).
+const LEGEND_LINES: usize = LEGEND_PAGE;
 
 struct RunColours {
     no_color: bool,
     light: bool,
+    true_color: bool,
 }
 
 impl RunColours {
+    /// The colours runs cycle through.
+    fn palette(&self) -> &'static [Color] {
+        match (self.true_color, self.light) {
+            (true, false) => &OKABE_ITO_DARK,
+            (true, true) => &OKABE_ITO_LIGHT,
+            (false, false) => &RUN_COLOURS,
+            (false, true) => &RUN_COLOURS_LIGHT,
+        }
+    }
+
     fn run(&self, i: usize) -> Style {
         if self.no_color {
             Style::default()
-        } else if self.light {
-            Style::default().fg(RUN_COLOURS_LIGHT[i % RUN_COLOURS_LIGHT.len()])
         } else {
-            Style::default().fg(RUN_COLOURS[i % RUN_COLOURS.len()])
+            let p = self.palette();
+            Style::default().fg(p[i % p.len()])
+        }
+    }
+
+    /// Which glyph run `i` is drawn with: without colour each run has its own; with colour
+    /// braille for the first round of the palette, then the next glyph for each round, so that
+    /// no two runs share colour and glyph (palette × 5 runs).
+    fn glyph(&self, i: usize) -> usize {
+        if self.no_color {
+            i % NO_COLOR_MARKERS.len()
+        } else {
+            (i / self.palette().len()) % NO_COLOR_MARKERS.len()
         }
     }
 
@@ -98,19 +143,16 @@ impl RunColours {
     /// How run `i`'s curve is drawn: braille in its colour; without colour each run gets a
     /// glyph of its own (the legend shows it), since one style would make them alike.
     fn marker(&self, i: usize) -> Marker {
-        if self.no_color {
-            NO_COLOR_MARKERS[i % NO_COLOR_MARKERS.len()].0
-        } else {
-            Marker::Braille
-        }
+        NO_COLOR_MARKERS[self.glyph(i)].0
     }
 
-    /// The legend's sample of run `i`'s curve.
+    /// The legend's sample of run `i`'s curve: its glyph (a square for braille, the first
+    /// round's), hollow when hidden.
     fn swatch(&self, i: usize, hidden: bool) -> &'static str {
-        match (self.no_color, hidden) {
-            (true, false) => NO_COLOR_MARKERS[i % NO_COLOR_MARKERS.len()].1,
+        match (self.glyph(i), hidden) {
             (_, true) => "□",
-            (false, false) => "■",
+            (0, false) if !self.no_color => "■",
+            (g, false) => NO_COLOR_MARKERS[g].1,
         }
     }
 
@@ -139,6 +181,7 @@ pub fn render(frame: &mut Frame, app: &CompareApp) {
     let pal = RunColours {
         no_color: app.view.no_color,
         light: app.view.light,
+        true_color: app.view.true_color,
     };
     let legend_lines = app.runs.len().min(LEGEND_LINES) as u16
         + u16::from(app.runs.len() > LEGEND_LINES)
@@ -228,6 +271,7 @@ fn legend_text(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
         .runs
         .iter()
         .enumerate()
+        .skip(app.legend_page * LEGEND_PAGE)
         .take(LEGEND_LINES)
         .map(|(i, r)| {
             let mark = pal.swatch(i, r.hidden);
@@ -240,8 +284,15 @@ fn legend_text(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
                 .map(|(_, v)| format_compact(v))
                 .unwrap_or_else(|| "–".into());
             let label = shorten(&r.label, width);
+            // The key that hides it (1–9 on this page), and its number among all.
+            let key = i % LEGEND_PAGE + 1;
+            let number = if app.runs.len() > LEGEND_PAGE {
+                format!("{key} #{}", i + 1)
+            } else {
+                key.to_string()
+            };
             let mut spans = vec![
-                Span::styled(format!(" {mark} {} ", i + 1), pal.run(i)),
+                Span::styled(format!(" {mark} {number} "), pal.run(i)),
                 Span::styled(format!("{label:<width$}"), pal.run(i)),
                 Span::raw(format!(
                     "  {:<10} {:<12} {} {value}",
@@ -258,10 +309,12 @@ fn legend_text(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
         })
         .collect();
     if app.runs.len() > LEGEND_LINES {
+        let pages = app.runs.len().div_ceil(LEGEND_PAGE);
         lines.push(Line::styled(
             format!(
-                "   … and {} more (curves drawn, keys 1-9 reach the first nine)",
-                app.runs.len() - LEGEND_LINES
+                "   page {} of {pages} of {} runs (all drawn; [ ] turn the page, 1-9 its runs)",
+                app.legend_page + 1,
+                app.runs.len()
             ),
             pal.dim(),
         ));
@@ -298,7 +351,7 @@ fn curves(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
 /// the outliers (nearest rank; `None` for fewer than 20 values, where every one counts).
 pub(crate) fn percentile_range(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
     let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
-    if v.len() < MIN_SMOOTHED_POINTS {
+    if v.len() < super::MIN_SMOOTHED_POINTS {
         return None;
     }
     v.sort_by(f64::total_cmp);
@@ -641,6 +694,67 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// Issue #37: colours repeated after 12 runs (5 on the light theme); on a true-colour
+    /// terminal the runs get Okabe–Ito, and no two of palette × 5 runs share colour and glyph.
+    #[test]
+    fn runs_get_distinct_colour_and_glyph_pairs() {
+        for (true_color, light) in [(true, false), (true, true), (false, false), (false, true)] {
+            let pal = RunColours {
+                no_color: false,
+                light,
+                true_color,
+            };
+            let n = pal.palette().len() * NO_COLOR_MARKERS.len();
+            let pairs: std::collections::HashSet<(String, usize)> = (0..n)
+                .map(|i| (format!("{:?}", pal.run(i).fg), pal.glyph(i)))
+                .collect();
+            assert_eq!(pairs.len(), n, "true colour {true_color}, light {light}");
+        }
+        let okabe = RunColours {
+            no_color: false,
+            light: false,
+            true_color: true,
+        };
+        assert_eq!(okabe.run(0).fg, Some(Color::Rgb(230, 159, 0)));
+        assert_eq!(okabe.swatch(0, false), "■");
+        // The ninth run: orange again, drawn with dots.
+        assert_eq!(okabe.run(8).fg, okabe.run(0).fg);
+        assert_eq!(okabe.swatch(8, false), "•");
+    }
+
+    /// Issue #37: only runs 1–9 could be toggled; the legend pages by nine.
+    #[test]
+    fn the_legend_pages_through_any_number_of_runs() {
+        let mut app = app();
+        let values: Vec<f64> = (0..30).map(|i| 5.0 - i as f64 * 0.01).collect();
+        app.runs = (0..12)
+            .map(|i| run(&format!("r{i}"), &format!("run-{i}"), &values, 100.0))
+            .collect();
+        let screen = draw(&app, 120, 40);
+        assert!(screen.contains("page 1 of 2 of 12 runs"), "{screen}");
+        assert!(
+            screen.contains("run-8") && !screen.contains("run-9 "),
+            "{screen}"
+        );
+        let press = |app: &mut CompareApp, c: char| {
+            app.apply(super::super::action_for(
+                ratatui::crossterm::event::KeyEvent::from(
+                    ratatui::crossterm::event::KeyCode::Char(c),
+                ),
+            ))
+        };
+        press(&mut app, ']');
+        let screen = draw(&app, 120, 40);
+        assert!(
+            screen.contains("page 2 of 2") && screen.contains("1 #10 run-9"),
+            "{screen}"
+        );
+        press(&mut app, '1');
+        assert!(app.runs[9].hidden && !app.runs[0].hidden);
+        press(&mut app, ']');
+        assert_eq!(app.legend_page, 1, "no page past the last");
     }
 
     #[test]

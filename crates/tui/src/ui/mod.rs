@@ -618,6 +618,7 @@ mod tests {
                 ascii: false,
                 no_mouse: false,
                 light: false,
+                true_color: false,
             },
         );
         app.on_event(Event::Started(Box::new(RunStarted {
