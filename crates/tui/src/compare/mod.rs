@@ -173,6 +173,9 @@ pub const CURVES: [Curve; 23] = [
     ),
 ];
 
+/// The narrowest x-window, as a fraction of the whole (2⁻¹⁰: ten zooms).
+pub const MIN_X_WINDOW: f64 = 1.0 / 1024.0;
+
 /// Runs on one page of the legend (keys 1–9 reach them; `[` `]` turn the page).
 pub const LEGEND_PAGE: usize = 9;
 
@@ -377,6 +380,16 @@ pub enum CompareAction {
     ToggleRun(usize),
     /// `[` / `]`: the legend's previous / next page of nine runs.
     LegendPage(i32),
+    /// `>` / `<`: zoom the x-axis in / out (around the cursor, else the middle).
+    ZoomX(bool),
+    /// `H` / `L`: pan the zoomed x-axis left / right by a quarter of what is shown.
+    PanX(i32),
+    /// `R`: the whole x-axis again.
+    ResetX,
+    /// `c`: the value cursor on / off.
+    ToggleCursor,
+    /// ← / →: move the cursor by a hundredth of what is shown (a tenth with Shift).
+    MoveCursor(f64),
 }
 
 #[derive(Debug, Clone)]
@@ -394,6 +407,11 @@ pub struct CompareApp {
     pub clip_outliers: Option<bool>,
     /// The legend's page: runs `9·page ..` answer to keys 1–9.
     pub legend_page: usize,
+    /// The part of the x-axis shown, as fractions of the whole (0, 1): the data may grow
+    /// while zoomed, the window stays where it was relative to it.
+    pub x_window: (f64, f64),
+    /// The value cursor, as a fraction of the shown x-range; `None`: off.
+    pub cursor: Option<f64>,
     pub focus: ComparePane,
     pub zoom: bool,
     pub help: bool,
@@ -438,6 +456,8 @@ impl CompareApp {
             log_y: options.log_y,
             clip_outliers: None,
             legend_page: 0,
+            x_window: (0.0, 1.0),
+            cursor: None,
             focus: ComparePane::Curves,
             zoom: false,
             help: false,
@@ -450,6 +470,55 @@ impl CompareApp {
 
     pub fn curve(&self) -> Curve {
         CURVES[self.curve]
+    }
+
+    /// A point's x as drawn: its step, or its seconds since the run's first record.
+    pub fn x_of(&self, p: &(u64, f64, f64)) -> f64 {
+        match self.x_axis {
+            XAxis::Step => p.0 as f64,
+            XAxis::Time => p.1,
+        }
+    }
+
+    /// The x-range of the curve shown over the runs shown (finite values only).
+    pub fn full_x_range(&self) -> Option<(f64, f64)> {
+        let key = self.curve().key();
+        let (lo, hi) = self
+            .runs
+            .iter()
+            .filter(|r| !r.hidden)
+            .flat_map(|r| r.points(key))
+            .filter(|p| p.2.is_finite())
+            .map(|p| self.x_of(&p))
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+                (a.min(x), b.max(x))
+            });
+        (lo.is_finite() && hi.is_finite()).then_some((lo, hi))
+    }
+
+    /// The part of the x-range shown (the zoom window of the whole).
+    pub fn shown_x_range(&self) -> Option<(f64, f64)> {
+        let (lo, hi) = self.full_x_range()?;
+        let span = (hi - lo).max(1e-9);
+        Some((lo + self.x_window.0 * span, lo + self.x_window.1 * span))
+    }
+
+    /// Where the value cursor stands on the x-axis.
+    pub fn cursor_x(&self) -> Option<f64> {
+        let c = self.cursor?;
+        let (lo, hi) = self.shown_x_range()?;
+        Some(lo + c * (hi - lo))
+    }
+
+    /// A run's value of the curve shown at the cursor: its newest point at or before the
+    /// cursor's x, as (x, value).
+    pub fn value_at_cursor(&self, run: &CompareRun) -> Option<(f64, f64)> {
+        let at = self.cursor_x()?;
+        run.points(self.curve().key())
+            .iter()
+            .map(|p| (self.x_of(p), p.2))
+            .take_while(|(x, _)| *x <= at + 1e-9)
+            .last()
     }
 
     /// Whether a run's curve of `points` points is drawn smoothed.
@@ -557,6 +626,38 @@ impl CompareApp {
             }
             CompareAction::ToggleLogY => self.log_y = !self.log_y,
             CompareAction::ToggleClip => self.clip_outliers = Some(!self.clipping()),
+            CompareAction::ZoomX(zoom_in) => {
+                let (lo, hi) = self.x_window;
+                let width = hi - lo;
+                let at = lo + self.cursor.unwrap_or(0.5) * width;
+                let new = if zoom_in {
+                    (width / 2.0).max(MIN_X_WINDOW)
+                } else {
+                    (width * 2.0).min(1.0)
+                };
+                // The point under the cursor stays under it.
+                let frac = self.cursor.unwrap_or(0.5);
+                let lo = (at - frac * new).clamp(0.0, 1.0 - new);
+                self.x_window = (lo, lo + new);
+            }
+            CompareAction::PanX(d) => {
+                let (lo, hi) = self.x_window;
+                let width = hi - lo;
+                let lo = (lo + d as f64 * width / 4.0).clamp(0.0, 1.0 - width);
+                self.x_window = (lo, lo + width);
+            }
+            CompareAction::ResetX => self.x_window = (0.0, 1.0),
+            CompareAction::ToggleCursor => {
+                self.cursor = match self.cursor {
+                    Some(_) => None,
+                    None => Some(1.0),
+                }
+            }
+            CompareAction::MoveCursor(d) => {
+                if let Some(c) = &mut self.cursor {
+                    *c = (*c + d).clamp(0.0, 1.0);
+                }
+            }
             CompareAction::LegendPage(d) => {
                 let pages = self.runs.len().div_ceil(LEGEND_PAGE).max(1) as i64;
                 self.legend_page =
@@ -572,7 +673,7 @@ impl CompareApp {
 }
 
 /// The key bindings, as the help overlay and README list them.
-pub const HELP: [(&str, &str); 12] = [
+pub const HELP: [(&str, &str); 16] = [
     ("↑/↓ j/k", "choose the curve"),
     ("x", "x axis: step / wall time"),
     (
@@ -587,6 +688,13 @@ pub const HELP: [(&str, &str); 12] = [
     ),
     ("1-9", "show / hide run n of the legend's page"),
     ("[ ]", "the legend's previous / next page of nine runs"),
+    ("> <", "zoom the x-axis in / out (around the cursor)"),
+    (
+        "H L R",
+        "pan the zoomed x-axis left / right; the whole axis again",
+    ),
+    ("c", "value cursor: the legend reads every run at its x"),
+    ("← → (Shift)", "move the cursor (by a tenth)"),
     ("Tab", "next pane"),
     ("z", "zoom the focused pane"),
     ("?", "this help"),
@@ -617,6 +725,20 @@ pub fn action_for(key: KeyEvent) -> CompareAction {
         KeyCode::Char('o') => CompareAction::ToggleClip,
         KeyCode::Char('[') => CompareAction::LegendPage(-1),
         KeyCode::Char(']') => CompareAction::LegendPage(1),
+        KeyCode::Char('>') => CompareAction::ZoomX(true),
+        KeyCode::Char('<') => CompareAction::ZoomX(false),
+        KeyCode::Char('H') => CompareAction::PanX(-1),
+        KeyCode::Char('L') => CompareAction::PanX(1),
+        KeyCode::Char('R') => CompareAction::ResetX,
+        KeyCode::Char('c') => CompareAction::ToggleCursor,
+        KeyCode::Left if key.modifiers.contains(KeyModifiers::SHIFT) => {
+            CompareAction::MoveCursor(-0.1)
+        }
+        KeyCode::Right if key.modifiers.contains(KeyModifiers::SHIFT) => {
+            CompareAction::MoveCursor(0.1)
+        }
+        KeyCode::Left => CompareAction::MoveCursor(-0.01),
+        KeyCode::Right => CompareAction::MoveCursor(0.01),
         KeyCode::Char(c @ '1'..='9') => CompareAction::ToggleRun(c as usize - '1' as usize),
         _ => CompareAction::None,
     }

@@ -197,7 +197,7 @@ pub fn render(frame: &mut Frame, app: &CompareApp) {
     frame.render_widget(Paragraph::new(legend_text(app, &pal)), legend);
     frame.render_widget(
         Paragraph::new(
-            "? help · q quit · ↑↓ curve · x step/time · +/- smoothing · l log-y · 1-9 show/hide · Tab pane · z zoom",
+            "? help · q quit · ↑↓ curve · x step/time · +/- smoothing · l log-y · o outliers · c cursor · < > zoom x · 1-9 show/hide · Tab pane · z zoom",
         )
         .style(pal.dim()),
         footer,
@@ -279,10 +279,17 @@ fn legend_text(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
                 .step()
                 .map(|s| format!("step {s}"))
                 .unwrap_or_else(|| "no step yet".into());
-            let value = r
-                .last(curve.split, curve.group, curve.metric)
-                .map(|(_, v)| format_compact(v))
-                .unwrap_or_else(|| "–".into());
+            // At the cursor when it is on (every run read at one x), else the newest.
+            let value = match app.cursor {
+                Some(_) => app
+                    .value_at_cursor(r)
+                    .map(|(_, v)| format_compact(v))
+                    .unwrap_or_else(|| "–".into()),
+                None => r
+                    .last(curve.split, curve.group, curve.metric)
+                    .map(|(_, v)| format_compact(v))
+                    .unwrap_or_else(|| "–".into()),
+            };
             let label = shorten(&r.label, width);
             // The key that hides it (1–9 on this page), and its number among all.
             let key = i % LEGEND_PAGE + 1;
@@ -381,6 +388,9 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
             None
         }
     };
+    // The zoom window: smoothing runs over the whole curve, then what is outside is cut.
+    let window = app.shown_x_range();
+    let shown = |x: f64| window.is_none_or(|(lo, hi)| x >= lo - 1e-9 && x <= hi + 1e-9);
     let drawn: Vec<Drawn> = app
         .runs
         .iter()
@@ -388,19 +398,18 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
         .filter(|(_, r)| !r.hidden)
         .map(|(i, r)| {
             let points = r.points(key);
-            let x_of = |p: &(u64, f64, f64)| match app.x_axis {
-                XAxis::Step => p.0 as f64,
-                XAxis::Time => p.1,
-            };
+            let x_of = |p: &(u64, f64, f64)| app.x_of(p);
             let values: Vec<f64> = points.iter().map(|p| p.2).collect();
             let raw = points
                 .iter()
+                .filter(|p| shown(x_of(p)))
                 .filter_map(|p| y_of(p.2).map(|y| (x_of(p), y)))
                 .collect();
             let smooth = app.smoothed(points.len()).then(|| {
                 smooth_debiased(&values, app.smoothing)
                     .into_iter()
                     .zip(&points)
+                    .filter(|(_, p)| shown(x_of(p)))
                     .filter_map(|(v, p)| y_of(v).map(|y| (x_of(p), y)))
                     .collect()
             });
@@ -449,6 +458,11 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
         };
         frame.render_widget(Paragraph::new(why).style(pal.dim()), area);
         return;
+    }
+    if let Some((lo, hi)) = window
+        && app.x_window != (0.0, 1.0)
+    {
+        (x_lo, x_hi) = (lo, hi);
     }
     if x_hi - x_lo < 1e-9 {
         x_hi = x_lo + 1.0;
@@ -500,18 +514,38 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
         XAxis::Step => format_compact(x),
         XAxis::Time => human_duration(x),
     };
+    // The value cursor: a vertical line where the legend reads every run.
+    let cursor_line: Vec<(f64, f64)> = app
+        .cursor_x()
+        .map(|x| {
+            (0..=16)
+                .map(|k| (x, y_lo + (y_hi - y_lo) * k as f64 / 16.0))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !cursor_line.is_empty() {
+        datasets.push(
+            Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(pal.focus(true))
+                .data(&cursor_line),
+        );
+    }
+    let x_title = match (app.x_axis, app.cursor_x()) {
+        (XAxis::Step, Some(x)) => format!("step · cursor {}", x_label(x)),
+        (XAxis::Time, Some(x)) => format!("time · cursor {}", x_label(x)),
+        (XAxis::Step, None) => "step".into(),
+        (XAxis::Time, None) => "time".into(),
+    };
     let y_label = |y: f64| format_compact(if app.log_y { y.exp() } else { y });
     let y_mid = (y_lo + y_hi) / 2.0;
     let chart = Chart::new(datasets)
-        .x_axis(
-            Axis::default()
-                .title(match app.x_axis {
-                    XAxis::Step => "step",
-                    XAxis::Time => "time",
-                })
-                .bounds([x_lo, x_hi])
-                .labels([x_label(x_lo), x_label((x_lo + x_hi) / 2.0), x_label(x_hi)]),
-        )
+        .x_axis(Axis::default().title(x_title).bounds([x_lo, x_hi]).labels([
+            x_label(x_lo),
+            x_label((x_lo + x_hi) / 2.0),
+            x_label(x_hi),
+        ]))
         .y_axis(
             Axis::default()
                 .title(format!(
@@ -722,6 +756,70 @@ mod tests {
         // The ninth run: orange again, drawn with dots.
         assert_eq!(okabe.run(8).fg, okabe.run(0).fg);
         assert_eq!(okabe.swatch(8, false), "•");
+    }
+
+    /// Issue #37: no zoom, pan or value cursor. The cursor reads every run at one x; the
+    /// zoom keeps the point under the cursor; the pan stays inside the data.
+    #[test]
+    fn the_value_cursor_reads_every_run_and_the_x_axis_zooms_and_pans() {
+        let mut app = app();
+        let press =
+            |app: &mut CompareApp, code: ratatui::crossterm::event::KeyCode, shift: bool| {
+                let m = if shift {
+                    ratatui::crossterm::event::KeyModifiers::SHIFT
+                } else {
+                    ratatui::crossterm::event::KeyModifiers::NONE
+                };
+                app.apply(super::super::action_for(
+                    ratatui::crossterm::event::KeyEvent::new(code, m),
+                ))
+            };
+        use ratatui::crossterm::event::KeyCode;
+        let (lo, hi) = app.full_x_range().expect("a range");
+        assert_eq!((lo, hi), (1.0, 60.0));
+        press(&mut app, KeyCode::Char('c'), false);
+        assert_eq!(
+            app.cursor_x(),
+            Some(60.0),
+            "the cursor starts at the newest step"
+        );
+        for _ in 0..10 {
+            press(&mut app, KeyCode::Left, true);
+        }
+        assert!((app.cursor_x().expect("cursor") - 1.0).abs() < 1e-9);
+        // At step 1 the noisy run is 6.0 + 0.4 and the calm one 5.5 (the fixture's first points).
+        let values: Vec<f64> = app
+            .runs
+            .iter()
+            .map(|r| app.value_at_cursor(r).expect("a value").1)
+            .collect();
+        assert_eq!(values, vec![6.4, 5.5]);
+        let screen = draw(&app, 120, 40);
+        assert!(screen.contains("cursor 1"), "{screen}");
+        // Half-way, then zoomed in twice around the cursor: it stays on the same step.
+        for _ in 0..5 {
+            press(&mut app, KeyCode::Right, true);
+        }
+        let at = app.cursor_x().expect("cursor");
+        press(&mut app, KeyCode::Char('>'), false);
+        press(&mut app, KeyCode::Char('>'), false);
+        assert!((app.x_window.1 - app.x_window.0 - 0.25).abs() < 1e-12);
+        assert!((app.cursor_x().expect("cursor") - at).abs() < 1e-9);
+        let (a, b) = app.shown_x_range().expect("shown");
+        assert!(a > lo && b < hi, "{a} {b}");
+        // Panned right by a quarter of the window, never past the end.
+        let before = app.x_window;
+        press(&mut app, KeyCode::Char('L'), false);
+        assert!((app.x_window.0 - before.0 - 0.0625).abs() < 1e-12);
+        for _ in 0..40 {
+            press(&mut app, KeyCode::Char('L'), false);
+        }
+        assert!((app.x_window.1 - 1.0).abs() < 1e-12);
+        draw(&app, 120, 40);
+        press(&mut app, KeyCode::Char('R'), false);
+        assert_eq!(app.x_window, (0.0, 1.0));
+        press(&mut app, KeyCode::Char('c'), false);
+        assert_eq!(app.cursor_x(), None);
     }
 
     /// Issue #37: only runs 1–9 could be toggled; the legend pages by nine.
