@@ -388,6 +388,9 @@ pub enum CompareAction {
     ResetX,
     /// `c`: the value cursor on / off.
     ToggleCursor,
+    /// `g`: runs of one label (seeds of one setting) as one curve, their mean ± one standard
+    /// deviation.
+    ToggleGroups,
     /// ← / →: move the cursor by a hundredth of what is shown (a tenth with Shift).
     MoveCursor(f64),
 }
@@ -412,6 +415,8 @@ pub struct CompareApp {
     pub x_window: (f64, f64),
     /// The value cursor, as a fraction of the shown x-range; `None`: off.
     pub cursor: Option<f64>,
+    /// Runs of one label drawn as their mean with a ±1 sd band (`g`).
+    pub group_seeds: bool,
     pub focus: ComparePane,
     pub zoom: bool,
     pub help: bool,
@@ -458,6 +463,7 @@ impl CompareApp {
             legend_page: 0,
             x_window: (0.0, 1.0),
             cursor: None,
+            group_seeds: false,
             focus: ComparePane::Curves,
             zoom: false,
             help: false,
@@ -519,6 +525,19 @@ impl CompareApp {
             .map(|p| (self.x_of(p), p.2))
             .take_while(|(x, _)| *x <= at + 1e-9)
             .last()
+    }
+
+    /// The shown runs grouped by label (the seeds of one setting share it), in the order each
+    /// label first comes: (label, the runs' indices).
+    pub fn seed_groups(&self) -> Vec<(String, Vec<usize>)> {
+        let mut out: Vec<(String, Vec<usize>)> = Vec::new();
+        for (i, r) in self.runs.iter().enumerate().filter(|(_, r)| !r.hidden) {
+            match out.iter_mut().find(|(l, _)| *l == r.label) {
+                Some((_, members)) => members.push(i),
+                None => out.push((r.label.clone(), vec![i])),
+            }
+        }
+        out
     }
 
     /// Whether a run's curve of `points` points is drawn smoothed.
@@ -647,6 +666,7 @@ impl CompareApp {
                 self.x_window = (lo, lo + width);
             }
             CompareAction::ResetX => self.x_window = (0.0, 1.0),
+            CompareAction::ToggleGroups => self.group_seeds = !self.group_seeds,
             CompareAction::ToggleCursor => {
                 self.cursor = match self.cursor {
                     Some(_) => None,
@@ -673,7 +693,7 @@ impl CompareApp {
 }
 
 /// The key bindings, as the help overlay and README list them.
-pub const HELP: [(&str, &str); 16] = [
+pub const HELP: [(&str, &str); 17] = [
     ("↑/↓ j/k", "choose the curve"),
     ("x", "x axis: step / wall time"),
     (
@@ -694,6 +714,10 @@ pub const HELP: [(&str, &str); 16] = [
         "pan the zoomed x-axis left / right; the whole axis again",
     ),
     ("c", "value cursor: the legend reads every run at its x"),
+    (
+        "g",
+        "group runs of one label (seeds): their mean and a ±1 sd band",
+    ),
     ("← → (Shift)", "move the cursor (by a tenth)"),
     ("Tab", "next pane"),
     ("z", "zoom the focused pane"),
@@ -731,6 +755,7 @@ pub fn action_for(key: KeyEvent) -> CompareAction {
         KeyCode::Char('L') => CompareAction::PanX(1),
         KeyCode::Char('R') => CompareAction::ResetX,
         KeyCode::Char('c') => CompareAction::ToggleCursor,
+        KeyCode::Char('g') => CompareAction::ToggleGroups,
         KeyCode::Left if key.modifiers.contains(KeyModifiers::SHIFT) => {
             CompareAction::MoveCursor(-0.1)
         }
@@ -742,6 +767,44 @@ pub fn action_for(key: KeyEvent) -> CompareAction {
         KeyCode::Char(c @ '1'..='9') => CompareAction::ToggleRun(c as usize - '1' as usize),
         _ => CompareAction::None,
     }
+}
+
+/// One step of a group of runs: the mean x (a step, or the mean seconds), the mean value, the
+/// sample standard deviation (0 for one run) and how many runs had a finite value there.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BandPoint {
+    pub x: f64,
+    pub mean: f64,
+    pub sd: f64,
+    pub n: usize,
+}
+
+/// The mean and ±1 sd of several runs' curves, step by step over every step any of them has
+/// (a run without a finite value at a step does not count there). `series`: per run, (step, x,
+/// value) by step.
+pub fn mean_band(series: &[Vec<(u64, f64, f64)>]) -> Vec<BandPoint> {
+    let mut by_step: BTreeMap<u64, Vec<(f64, f64)>> = BTreeMap::new();
+    for s in series {
+        for &(step, x, v) in s {
+            if v.is_finite() {
+                by_step.entry(step).or_default().push((x, v));
+            }
+        }
+    }
+    by_step
+        .into_values()
+        .map(|at| {
+            let n = at.len();
+            let mean = at.iter().map(|p| p.1).sum::<f64>() / n as f64;
+            let x = at.iter().map(|p| p.0).sum::<f64>() / n as f64;
+            let sd = if n > 1 {
+                (at.iter().map(|p| (p.1 - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+            } else {
+                0.0
+            };
+            BandPoint { x, mean, sd, n }
+        })
+        .collect()
 }
 
 /// TensorBoard's scalar smoothing: an exponential moving average with weight `w` started at 0

@@ -183,9 +183,13 @@ pub fn render(frame: &mut Frame, app: &CompareApp) {
         light: app.view.light,
         true_color: app.view.true_color,
     };
-    let legend_lines = app.runs.len().min(LEGEND_LINES) as u16
-        + u16::from(app.runs.len() > LEGEND_LINES)
-        + u16::from(!app.warnings.is_empty());
+    let legend_lines = if app.group_seeds {
+        app.seed_groups().len().min(LEGEND_LINES) as u16 + 1
+    } else {
+        app.runs.len().min(LEGEND_LINES) as u16
+            + u16::from(app.runs.len() > LEGEND_LINES)
+            + u16::from(!app.warnings.is_empty())
+    };
     let [header, legend, body, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(legend_lines),
@@ -258,7 +262,61 @@ fn header_line(app: &CompareApp) -> String {
 
 /// A line per run: its colour, number (the key that hides it), label, status, step and the
 /// newest value of the curve shown.
+/// The legend of grouped runs: a line per label with its number of runs and the mean of their
+/// newest values (at the cursor when it is on) ± their sd.
+fn group_legend(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
+    let curve = app.curve();
+    app.seed_groups()
+        .into_iter()
+        .take(LEGEND_LINES)
+        .map(|(label, members)| {
+            let values: Vec<f64> = members
+                .iter()
+                .filter_map(|&i| match app.cursor {
+                    Some(_) => app.value_at_cursor(&app.runs[i]).map(|p| p.1),
+                    None => app.runs[i]
+                        .last(curve.split, curve.group, curve.metric)
+                        .map(|p| p.1),
+                })
+                .filter(|v| v.is_finite())
+                .collect();
+            let band = super::mean_band(
+                &values
+                    .iter()
+                    .map(|&v| vec![(0, 0.0, v)])
+                    .collect::<Vec<_>>(),
+            );
+            let value = match band.first() {
+                Some(b) if b.n > 1 => {
+                    format!("{} ± {}", format_compact(b.mean), format_compact(b.sd))
+                }
+                Some(b) => format_compact(b.mean),
+                None => "–".into(),
+            };
+            let first = members[0];
+            Line::from(vec![
+                Span::styled(format!(" {} ", pal.swatch(first, false)), pal.run(first)),
+                Span::styled(shorten(&label, 40), pal.run(first)),
+                Span::raw(format!(
+                    "  {} run{}  {} {value}",
+                    members.len(),
+                    if members.len() == 1 { "" } else { "s" },
+                    curve.label
+                )),
+            ])
+        })
+        .collect()
+}
+
 fn legend_text(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
+    if app.group_seeds {
+        let mut lines = group_legend(app, pal);
+        lines.push(Line::styled(
+            "   grouped by label: mean, dotted ±1 sd (g: every run)",
+            pal.dim(),
+        ));
+        return lines;
+    }
     let curve = app.curve();
     let width = app
         .runs
@@ -374,6 +432,8 @@ struct Drawn {
     run: usize,
     raw: Vec<(f64, f64)>,
     smooth: Option<Vec<(f64, f64)>>,
+    /// A group's mean − sd and mean + sd (`g`).
+    band: Option<[Vec<(f64, f64)>; 2]>,
 }
 
 fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
@@ -391,39 +451,76 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
     // The zoom window: smoothing runs over the whole curve, then what is outside is cut.
     let window = app.shown_x_range();
     let shown = |x: f64| window.is_none_or(|(lo, hi)| x >= lo - 1e-9 && x <= hi + 1e-9);
-    let drawn: Vec<Drawn> = app
-        .runs
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| !r.hidden)
-        .map(|(i, r)| {
-            let points = r.points(key);
-            let x_of = |p: &(u64, f64, f64)| app.x_of(p);
-            let values: Vec<f64> = points.iter().map(|p| p.2).collect();
-            let raw = points
-                .iter()
-                .filter(|p| shown(x_of(p)))
-                .filter_map(|p| y_of(p.2).map(|y| (x_of(p), y)))
-                .collect();
-            let smooth = app.smoothed(points.len()).then(|| {
-                smooth_debiased(&values, app.smoothing)
-                    .into_iter()
-                    .zip(&points)
-                    .filter(|(_, p)| shown(x_of(p)))
-                    .filter_map(|(v, p)| y_of(v).map(|y| (x_of(p), y)))
-                    .collect()
-            });
-            Drawn {
-                run: i,
-                raw,
-                smooth,
-            }
-        })
-        .filter(|d| !d.raw.is_empty())
-        .collect();
-    let all = drawn
-        .iter()
-        .flat_map(|d| d.raw.iter().chain(d.smooth.iter().flatten()));
+    // One curve: (step, x, value) by step → what is drawn of it.
+    let curve_of = |run: usize, points: Vec<(u64, f64, f64)>| {
+        let values: Vec<f64> = points.iter().map(|p| p.2).collect();
+        let raw = points
+            .iter()
+            .filter(|p| shown(p.1))
+            .filter_map(|p| y_of(p.2).map(|y| (p.1, y)))
+            .collect();
+        let smooth = app.smoothed(points.len()).then(|| {
+            smooth_debiased(&values, app.smoothing)
+                .into_iter()
+                .zip(&points)
+                .filter(|(_, p)| shown(p.1))
+                .filter_map(|(v, p)| y_of(v).map(|y| (p.1, y)))
+                .collect()
+        });
+        Drawn {
+            run,
+            raw,
+            smooth,
+            band: None,
+        }
+    };
+    let as_drawn = |r: &super::CompareRun| -> Vec<(u64, f64, f64)> {
+        r.points(key)
+            .iter()
+            .map(|p| (p.0, app.x_of(p), p.2))
+            .collect()
+    };
+    let drawn: Vec<Drawn> = if app.group_seeds {
+        app.seed_groups()
+            .into_iter()
+            .map(|(_, members)| {
+                let series: Vec<_> = members.iter().map(|&i| as_drawn(&app.runs[i])).collect();
+                let band = super::mean_band(&series);
+                let step_of = |k: usize| k as u64;
+                let mean: Vec<(u64, f64, f64)> = band
+                    .iter()
+                    .enumerate()
+                    .map(|(k, b)| (step_of(k), b.x, b.mean))
+                    .collect();
+                let mut d = curve_of(members[0], mean);
+                if members.len() > 1 {
+                    let side = |sign: f64| {
+                        band.iter()
+                            .filter(|b| shown(b.x))
+                            .filter_map(|b| y_of(b.mean + sign * b.sd).map(|y| (b.x, y)))
+                            .collect::<Vec<_>>()
+                    };
+                    d.band = Some([side(-1.0), side(1.0)]);
+                }
+                d
+            })
+            .filter(|d| !d.raw.is_empty())
+            .collect()
+    } else {
+        app.runs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.hidden)
+            .map(|(i, r)| curve_of(i, as_drawn(r)))
+            .filter(|d| !d.raw.is_empty())
+            .collect()
+    };
+    let all = drawn.iter().flat_map(|d| {
+        d.raw
+            .iter()
+            .chain(d.smooth.iter().flatten())
+            .chain(d.band.iter().flatten().flatten())
+    });
     let (mut x_lo, mut x_hi, mut y_lo, mut y_hi) = (
         f64::INFINITY,
         f64::NEG_INFINITY,
@@ -480,6 +577,16 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
     }
     let mut datasets = Vec::new();
     for d in &drawn {
+        // A group's band: its two edges in its colour, dotted under the mean's line.
+        for edge in d.band.iter().flatten() {
+            datasets.push(
+                Dataset::default()
+                    .marker(Marker::Dot)
+                    .graph_type(GraphType::Scatter)
+                    .style(pal.run(d.run))
+                    .data(edge),
+            );
+        }
         // The raw curve faint behind the smoothed one (TensorBoard's habit); without colour
         // faint is not drawable, so only the smoothed curve is.
         match &d.smooth {
@@ -820,6 +927,37 @@ mod tests {
         assert_eq!(app.x_window, (0.0, 1.0));
         press(&mut app, KeyCode::Char('c'), false);
         assert_eq!(app.cursor_x(), None);
+    }
+
+    /// Issue #37: no seed bands. Runs of one label are one curve, their mean, and ±1 sd.
+    #[test]
+    fn seeds_of_one_label_draw_their_mean_and_a_band() {
+        // By hand: steps 1, 2 in both runs (1 and 3, 3 and 5: means 2 and 4, sd √2), step 3 in
+        // one (7, sd 0); a NaN does not count.
+        let a = vec![(1, 1.0, 1.0), (2, 2.0, 3.0), (3, 3.0, f64::NAN)];
+        let b = vec![(1, 1.0, 3.0), (2, 2.0, 5.0), (3, 3.0, 7.0)];
+        let band = super::super::mean_band(&[a, b]);
+        let s2 = 2f64.sqrt();
+        assert_eq!(band.len(), 3);
+        assert_eq!((band[0].mean, band[0].n), (2.0, 2));
+        assert!((band[0].sd - s2).abs() < 1e-12 && (band[1].sd - s2).abs() < 1e-12);
+        assert_eq!((band[1].x, band[1].mean), (2.0, 4.0));
+        assert_eq!((band[2].mean, band[2].sd, band[2].n), (7.0, 0.0, 1));
+        // Two seeds of one setting: one legend line, their mean ± sd.
+        let mut app = app();
+        app.runs[1].label = app.runs[0].label.clone();
+        app.apply(super::super::action_for(
+            ratatui::crossterm::event::KeyEvent::from(ratatui::crossterm::event::KeyCode::Char(
+                'g',
+            )),
+        ));
+        assert_eq!(app.seed_groups().len(), 1);
+        let screen = draw(&app, 120, 40);
+        assert!(screen.contains("2 runs"), "{screen}");
+        assert!(screen.contains("grouped by label"), "{screen}");
+        // The newest losses are 6 − 59·0.05 − 0.4 = 2.65 and 5.5 − 59·0.02 = 4.32: mean 3.485.
+        assert!(screen.contains("3.49 ±"), "{screen}");
+        assert!(!plot(&screen).trim().is_empty(), "a curve is drawn");
     }
 
     /// Issue #37: only runs 1–9 could be toggled; the legend pages by nine.
