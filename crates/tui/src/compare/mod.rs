@@ -388,6 +388,8 @@ pub enum CompareAction {
     ResetX,
     /// `c`: the value cursor on / off.
     ToggleCursor,
+    /// `/`: search the curves by name (typed letters in order, anywhere: `ir` finds I1 rare).
+    Search,
     /// `g`: runs of one label (seeds of one setting) as one curve, their mean ± one standard
     /// deviation.
     ToggleGroups,
@@ -417,6 +419,8 @@ pub struct CompareApp {
     pub cursor: Option<f64>,
     /// Runs of one label drawn as their mean with a ±1 sd band (`g`).
     pub group_seeds: bool,
+    /// `/`: the curve search being typed (the list shows the matches).
+    pub search: Option<String>,
     pub focus: ComparePane,
     pub zoom: bool,
     pub help: bool,
@@ -464,6 +468,7 @@ impl CompareApp {
             x_window: (0.0, 1.0),
             cursor: None,
             group_seeds: false,
+            search: None,
             focus: ComparePane::Curves,
             zoom: false,
             help: false,
@@ -525,6 +530,50 @@ impl CompareApp {
             .map(|p| (self.x_of(p), p.2))
             .take_while(|(x, _)| *x <= at + 1e-9)
             .last()
+    }
+
+    /// A key while the curve search is open: letters narrow it, ↑↓ move among the matches,
+    /// Enter shows the first (or the selected) match, Esc closes it.
+    pub fn search_key(&mut self, key: KeyEvent) {
+        if key.kind == KeyEventKind::Release {
+            return;
+        }
+        let Some(query) = &mut self.search else {
+            return;
+        };
+        match key.code {
+            KeyCode::Esc => self.search = None,
+            KeyCode::Enter => {
+                if let Some(&first) = curve_matches(query).first()
+                    && !curve_matches(query).contains(&self.curve)
+                {
+                    self.curve = first;
+                }
+                self.search = None;
+            }
+            KeyCode::Backspace => {
+                query.pop();
+            }
+            KeyCode::Up | KeyCode::Down => {
+                let matches = curve_matches(query);
+                let at = matches.iter().position(|&c| c == self.curve);
+                let next = match (at, key.code) {
+                    (None, _) => 0,
+                    (Some(i), KeyCode::Up) => (i + matches.len() - 1) % matches.len().max(1),
+                    (Some(i), _) => (i + 1) % matches.len().max(1),
+                };
+                if let Some(&c) = matches.get(next) {
+                    self.curve = c;
+                }
+            }
+            KeyCode::Char(c) if query.chars().count() < 32 => {
+                query.push(c);
+                if let Some(&first) = curve_matches(query).first() {
+                    self.curve = first;
+                }
+            }
+            _ => {}
+        }
     }
 
     /// The shown runs grouped by label (the seeds of one setting share it), in the order each
@@ -667,6 +716,7 @@ impl CompareApp {
             }
             CompareAction::ResetX => self.x_window = (0.0, 1.0),
             CompareAction::ToggleGroups => self.group_seeds = !self.group_seeds,
+            CompareAction::Search => self.search = Some(String::new()),
             CompareAction::ToggleCursor => {
                 self.cursor = match self.cursor {
                     Some(_) => None,
@@ -693,8 +743,12 @@ impl CompareApp {
 }
 
 /// The key bindings, as the help overlay and README list them.
-pub const HELP: [(&str, &str); 17] = [
+pub const HELP: [(&str, &str); 18] = [
     ("↑/↓ j/k", "choose the curve"),
+    (
+        "/",
+        "search the curves (letters in order: `ir` → I1 rare; Enter picks, Esc closes)",
+    ),
     ("x", "x axis: step / wall time"),
     (
         "+ / -",
@@ -756,6 +810,7 @@ pub fn action_for(key: KeyEvent) -> CompareAction {
         KeyCode::Char('R') => CompareAction::ResetX,
         KeyCode::Char('c') => CompareAction::ToggleCursor,
         KeyCode::Char('g') => CompareAction::ToggleGroups,
+        KeyCode::Char('/') => CompareAction::Search,
         KeyCode::Left if key.modifiers.contains(KeyModifiers::SHIFT) => {
             CompareAction::MoveCursor(-0.1)
         }
@@ -767,6 +822,51 @@ pub fn action_for(key: KeyEvent) -> CompareAction {
         KeyCode::Char(c @ '1'..='9') => CompareAction::ToggleRun(c as usize - '1' as usize),
         _ => CompareAction::None,
     }
+}
+
+/// The curves a search matches: its letters in order (case ignored) in the curve's name or label
+/// ("ir" → "i1-rare"; "cosr" → "mean-cos-rare"), the tightest matches first.
+pub fn curve_matches(query: &str) -> Vec<usize> {
+    let q: Vec<char> = query
+        .to_lowercase()
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    // The span of the text the letters take and where it starts, tightest then earliest
+    // (None: they are not all there, in order).
+    let span = |text: &str| -> Option<(usize, usize)> {
+        let t: Vec<char> = text.to_lowercase().chars().collect();
+        (0..t.len())
+            .filter_map(|start| {
+                let mut k = 0;
+                for (i, c) in t.iter().enumerate().skip(start) {
+                    if k < q.len() && *c == q[k] {
+                        k += 1;
+                        if k == q.len() {
+                            return Some((i + 1 - start, start));
+                        }
+                    }
+                }
+                None
+            })
+            .min()
+    };
+    if q.is_empty() {
+        return (0..CURVES.len()).collect();
+    }
+    let mut found: Vec<((usize, usize), usize)> = CURVES
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            [span(c.name), span(c.label)]
+                .into_iter()
+                .flatten()
+                .min()
+                .map(|s| (s, i))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, i)| i).collect()
 }
 
 /// One step of a group of runs: the mean x (a step, or the mean seconds), the mean value, the
@@ -841,7 +941,11 @@ impl View for CompareApp {
                 }
                 self.on_follower_gone();
             }
-            ViewerEvent::Key(key) => self.apply(action_for(key)),
+            ViewerEvent::Key(key) => match &self.search {
+                // The search box has the keyboard.
+                Some(_) => self.search_key(key),
+                None => self.apply(action_for(key)),
+            },
             ViewerEvent::Resize => {}
             ViewerEvent::Mouse(_) => return Flow::Unchanged,
             ViewerEvent::Detach | ViewerEvent::Ask | ViewerEvent::TerminalGone => {
@@ -932,6 +1036,42 @@ mod tests {
         assert_eq!(run.last(split::TRAIN, "total", "loss"), Some((2, 3.5)));
         assert_eq!(run.spectrum(), &[0.9]);
         assert_eq!(run.step(), Some(2));
+    }
+
+    /// Issue #37: a metric picker with fuzzy search: `/` and the letters in order.
+    #[test]
+    fn the_curve_search_finds_by_letters_in_order() {
+        let name = |i: usize| CURVES[i].name;
+        assert_eq!(name(curve_matches("ir")[0]), "i1-rare");
+        assert_eq!(name(curve_matches("cosr")[0]), "mean-cos-rare");
+        assert_eq!(name(curve_matches("GRAD")[0]), "grad-norm");
+        assert!(curve_matches("zzz").is_empty());
+        assert_eq!(curve_matches("").len(), CURVES.len());
+        let mut app = CompareApp::new(vec![PathBuf::from("a")], CompareOptions::default());
+        let key = |c: KeyCode| KeyEvent::new(c, KeyModifiers::NONE);
+        app.apply(action_for(key(KeyCode::Char('/'))));
+        assert_eq!(app.search.as_deref(), Some(""));
+        for c in "iso rare".chars() {
+            app.search_key(key(KeyCode::Char(c)));
+        }
+        // Letters are the query, not commands ('o' would switch the outliers).
+        assert_eq!(app.clip_outliers, None);
+        assert_eq!(CURVES[app.curve].name, "isoscore-rare");
+        for _ in 0..5 {
+            app.search_key(key(KeyCode::Backspace));
+        }
+        assert_eq!(app.search.as_deref(), Some("iso"));
+        app.search_key(key(KeyCode::Char('s')));
+        assert_eq!(CURVES[app.curve].name, "isoscore");
+        app.search_key(key(KeyCode::Down));
+        let second = app.curve;
+        assert_eq!(CURVES[second].name, "isoscore-freq");
+        app.search_key(key(KeyCode::Enter));
+        assert_eq!((app.search.as_deref(), app.curve), (None, second));
+        app.apply(action_for(key(KeyCode::Char('/'))));
+        app.search_key(key(KeyCode::Char('x')));
+        app.search_key(key(KeyCode::Esc));
+        assert_eq!((app.search.as_deref(), app.curve), (None, second));
     }
 
     /// Issue #37: the first losses (about ln V) flattened every curve, and a 4-point

@@ -393,21 +393,28 @@ fn legend_text(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
 fn curves(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
     let [list, chart] =
         Layout::horizontal([Constraint::Length(18), Constraint::Min(0)]).areas(area);
-    let items: Vec<Line> = CURVES
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
+    // While searching: the query, then its matches.
+    let (shown, query): (Vec<usize>, Option<Line>) = match &app.search {
+        Some(q) => (
+            super::curve_matches(q),
+            Some(Line::styled(format!("/{q}_"), pal.focus(true))),
+        ),
+        None => ((0..CURVES.len()).collect(), None),
+    };
+    let items: Vec<Line> = query
+        .into_iter()
+        .chain(shown.iter().map(|&i| (i, CURVES[i])).map(|(i, c)| {
             if i == app.curve {
                 Line::styled(format!("▶ {}", c.label), pal.focus(true))
             } else {
                 Line::raw(format!("  {}", c.label))
             }
-        })
+        }))
         .collect();
     // The selected curve stays in view in a short pane.
-    let offset = app
-        .curve
-        .saturating_sub((list.height as usize).saturating_sub(1));
+    let selected =
+        shown.iter().position(|&i| i == app.curve).unwrap_or(0) + usize::from(app.search.is_some());
+    let offset = selected.saturating_sub((list.height as usize).saturating_sub(1));
     frame.render_widget(Paragraph::new(items).scroll((offset as u16, 0)), list);
     curve_chart(frame, app, chart, pal);
 }
