@@ -31,6 +31,10 @@ use conelab_metrics::RowGroups;
 
 /// Below this the layout would be garbage: say so instead.
 pub const MIN_WIDTH: u16 = 60;
+/// Below this many rows (or columns) the panes would get two or three lines each: the focused
+/// pane takes the whole body and the footer lists the panes as tabs (Tab, 1–8 switch).
+pub const COMPACT_HEIGHT: u16 = 30;
+pub const COMPACT_WIDTH: u16 = 100;
 pub const MIN_HEIGHT: u16 = 16;
 
 const GROUP_NAMES: [&str; 4] = ["Freq", "Med", "Rare", "Total"];
@@ -73,7 +77,7 @@ pub fn pane_areas(area: Rect, app: &App) -> Vec<(Pane, Rect)> {
         Constraint::Length(1),
     ])
     .areas(area);
-    if app.zoom {
+    if app.zoom || compact(area) {
         return vec![(app.focus, body)];
     }
     // The Groups table's ten lines on a tall terminal (50 rows up: the panes below keep room);
@@ -106,7 +110,18 @@ pub fn pane_areas(area: Rect, app: &App) -> Vec<(Pane, Rect)> {
     } else {
         Pane::Spectrum
     };
-    if right.height >= 14 {
+    if right.height >= 24 {
+        // Tall enough for all three: self-normalisation gets a slot of its own.
+        let [spectrum, self_norm, events] = Layout::vertical([
+            Constraint::Percentage(40),
+            Constraint::Percentage(30),
+            Constraint::Percentage(30),
+        ])
+        .areas(right);
+        out.push((Pane::Spectrum, spectrum));
+        out.push((Pane::SelfNorm, self_norm));
+        out.push((Pane::Events, events));
+    } else if right.height >= 14 {
         let [top_right, bottom_right] =
             Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(right);
         out.push((spectral, top_right));
@@ -121,6 +136,40 @@ pub fn pane_areas(area: Rect, app: &App) -> Vec<(Pane, Rect)> {
         out.push((pane, right));
     }
     out
+}
+
+/// A screen too small for every pane at once: one pane at a time, as tabs.
+pub fn compact(area: Rect) -> bool {
+    area.height < COMPACT_HEIGHT || area.width < COMPACT_WIDTH
+}
+
+/// The footer of a compact screen: the panes as tabs, the focused one marked.
+fn tab_line(app: &App, pal: &Palette) -> Line<'static> {
+    // The focused pane by its title, the others short, so that all eight fit in 80 columns.
+    let short = |pane: Pane| match pane {
+        Pane::Progress => "1 Prog",
+        Pane::Groups => "2 Grps",
+        Pane::Scatter => "3 Emb",
+        Pane::Spectrum => "4 Spec",
+        Pane::Controls => "5 Ctrl",
+        Pane::Events => "6 Evts",
+        Pane::Neighbors => "7 Nbrs",
+        Pane::SelfNorm => "8 Norm",
+    };
+    let mut spans = Vec::new();
+    for pane in Pane::ALL {
+        let (text, style) = if pane == app.focus {
+            (
+                pane.title(),
+                pal.fg(Color::LightGreen).add_modifier(Modifier::REVERSED),
+            )
+        } else {
+            (short(pane), pal.fg(Color::DarkGray))
+        };
+        spans.push(Span::styled(format!(" {text} "), style));
+    }
+    spans.push(Span::styled(" Tab · ? help", pal.fg(Color::DarkGray)));
+    Line::from(spans)
 }
 
 /// Below the minimum size: a message instead of a layout. Returns whether it drew it.
@@ -152,13 +201,17 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&RowGroups>) {
     ])
     .areas(area);
     frame.render_widget(header_line(app, &pal, header.width), header);
-    frame.render_widget(
-        Paragraph::new(
-            "? help · q quit · d detach · p pause · s save · Tab/1-8 pane · z zoom · / search · l log-y · m smooth",
-        )
-        .style(pal.fg(Color::DarkGray)),
-        footer,
-    );
+    if compact(area) && !app.zoom {
+        frame.render_widget(Paragraph::new(tab_line(app, &pal)), footer);
+    } else {
+        frame.render_widget(
+            Paragraph::new(
+                "? help · q quit · d detach · p pause · s save · Tab/1-8 pane · z zoom · / search · l log-y · m smooth",
+            )
+            .style(pal.fg(Color::DarkGray)),
+            footer,
+        );
+    }
     for (pane, rect) in pane_areas(area, app) {
         render_pane(frame, app, groups, pane, rect, &pal);
     }
@@ -511,6 +564,37 @@ mod tests {
             .expect("header")
             .to_string();
         assert!(header.contains("running"), "{header}");
+    }
+
+    /// Issue #37: at 80×24 the loss plot and the scatter got 2–3 rows: the focused pane takes
+    /// the body and the footer lists the panes as tabs. On a tall screen Self-norm has a slot
+    /// of its own (it showed only while focused, in Spectrum's).
+    #[test]
+    fn a_small_terminal_shows_one_pane_with_tabs_and_a_tall_one_shows_self_norm() {
+        let mut app = app();
+        let areas = pane_areas(Rect::new(0, 0, 80, 24), &app);
+        assert_eq!(areas.len(), 1);
+        assert_eq!(areas[0].0, Pane::Progress);
+        assert_eq!(areas[0].1.height, 22, "all but the header and the footer");
+        let text = draw(&app, 80, 24);
+        let footer = text.lines().last().expect("footer");
+        assert!(
+            footer.contains("1 Progress") && footer.contains("2 Grps") && footer.contains("8 Norm"),
+            "{footer}"
+        );
+        app.apply(Action::FocusNext);
+        let areas = pane_areas(Rect::new(0, 0, 80, 24), &app);
+        assert_eq!((areas.len(), areas[0].0), (1, Pane::Groups));
+        // 120×40 keeps the full layout; 120×60 gives Self-norm its own slot beside Spectrum.
+        assert!(pane_areas(Rect::new(0, 0, 120, 40), &app).len() >= 6);
+        let tall: Vec<Pane> = pane_areas(Rect::new(0, 0, 120, 60), &app)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        assert!(
+            tall.contains(&Pane::Spectrum) && tall.contains(&Pane::SelfNorm),
+            "{tall:?}"
+        );
     }
 
     /// Issue #37: at 80×24 the help dropped its last lines silently: it says how many are
