@@ -145,6 +145,11 @@ impl Vocabulary {
         self.counts.get(id as usize).copied().unwrap_or(0)
     }
 
+    /// The count when the vocabulary has counts (a foreign matrix without `--counts` has none).
+    pub fn known_count(&self, id: u32) -> Option<u64> {
+        self.counts.get(id as usize).copied()
+    }
+
     /// `vocab.tsv` of a run directory.
     pub fn read_tsv(path: &Path) -> std::io::Result<Self> {
         let text = std::fs::read_to_string(path)?;

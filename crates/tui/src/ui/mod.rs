@@ -566,6 +566,18 @@ mod tests {
         assert!(header.contains("running"), "{header}");
     }
 
+    /// Issue #37: a foreign matrix's word read "#12 · ×0 · step 0": only what is known.
+    #[test]
+    fn a_words_heading_says_only_what_is_known() {
+        use super::panes::word_head;
+        assert_eq!(word_head(false, "#12", "", None, None), "#12");
+        assert_eq!(
+            word_head(true, "house", "rare", Some(12), Some(500)),
+            "★ house · rare ×12 · step 500"
+        );
+        assert_eq!(word_head(false, "house", "", Some(3), None), "house · ×3");
+    }
+
     /// Issue #37: at 80×24 the loss plot and the scatter got 2–3 rows: the focused pane takes
     /// the body and the footer lists the panes as tabs. On a tall screen Self-norm has a slot
     /// of its own (it showed only while focused, in Spectrum's).

@@ -3,6 +3,31 @@
 use super::*;
 
 /// Search box, the selected word's top-k neighbours, the pinned words' nearest few.
+/// A looked-up word's heading: `★ word · rare ×12 · step 500`, each part only when known.
+pub(super) fn word_head(
+    pinned: bool,
+    token: &str,
+    group: &str,
+    count: Option<u64>,
+    step: Option<u64>,
+) -> String {
+    let mut head = format!("{}{token}", if pinned { "★ " } else { "" });
+    let about: Vec<String> = [
+        (!group.is_empty()).then(|| group.to_string()),
+        count.map(|c| format!("×{c}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !about.is_empty() {
+        head.push_str(&format!(" · {}", about.join(" ")));
+    }
+    if let Some(s) = step {
+        head.push_str(&format!(" · step {s}"));
+    }
+    head
+}
+
 pub(super) fn neighbors_pane(
     frame: &mut Frame,
     app: &App,
@@ -50,7 +75,14 @@ pub(super) fn neighbors_pane(
                 Span::raw(marker),
                 Span::styled(vocab.token(id).to_string(), style),
                 Span::styled(
-                    format!("  {} ×{}", group_name(id), vocab.count(id)),
+                    format!(
+                        "  {} {}",
+                        group_name(id),
+                        vocab
+                            .known_count(id)
+                            .map(|c| format!("×{c}"))
+                            .unwrap_or_default()
+                    ),
                     pal.fg(Color::DarkGray),
                 ),
             ]));
@@ -68,13 +100,14 @@ pub(super) fn neighbors_pane(
     } else {
         for (ri, (id, list)) in nb.results.iter().enumerate() {
             let pinned = nb.pinned.contains(id);
-            let head = format!(
-                "{}{} · {} ×{} · step {}",
-                if pinned { "★ " } else { "" },
+            // A foreign matrix has no groups, counts or training step: only what is known.
+            let step = nb.step.filter(|&s| s > 0 || app.analysis.is_none());
+            let head = word_head(
+                pinned,
                 vocab.token(*id),
                 group_name(*id),
-                vocab.count(*id),
-                nb.step.unwrap_or(0)
+                vocab.known_count(*id),
+                step,
             );
             lines.push(Line::styled(
                 head,
@@ -88,7 +121,14 @@ pub(super) fn neighbors_pane(
                         Span::styled(format!("{:<14}", vocab.token(n.id)), word_style(n.id)),
                         Span::raw(format!("{:>6.3} ", n.score)),
                         Span::styled(
-                            format!("{:<4} ×{}", group_name(n.id), vocab.count(n.id)),
+                            format!(
+                                "{:<4} {}",
+                                group_name(n.id),
+                                vocab
+                                    .known_count(n.id)
+                                    .map(|c| format!("×{c}"))
+                                    .unwrap_or_default()
+                            ),
                             pal.fg(Color::DarkGray),
                         ),
                     ]));
