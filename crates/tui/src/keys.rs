@@ -57,7 +57,11 @@ pub const HELP: &[(&str, &str)] = &[
     ),
     (
         "[ ] / ← →",
-        "Embedding: older / newer snapshot (past the newest: live)",
+        "Embedding, Groups: older / newer snapshot (past the newest: live)",
+    ),
+    (
+        "Home / End",
+        "Embedding, Groups: the first snapshot / the newest (live)",
     ),
     (
         "In the quit dialog",
@@ -151,6 +155,7 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
     let controls = app.focus == Pane::Controls;
     let neighbors = app.focus == Pane::Neighbors;
     let scatter = app.focus == Pane::Scatter;
+    let groups = app.focus == Pane::Groups;
     match key.code {
         KeyCode::Char('q') => Action::Quit,
         KeyCode::Char('d') => Action::Detach,
@@ -180,6 +185,12 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
         KeyCode::Char('c') if scatter => Action::ToggleCentred,
         KeyCode::Char('[') | KeyCode::Left if scatter => Action::Scrub(-1),
         KeyCode::Char(']') | KeyCode::Right if scatter => Action::Scrub(1),
+        // The time scrub from the panes it moves (the scatter, the Groups table): [ ] step,
+        // Home the first snapshot, End the newest (live again).
+        KeyCode::Char('[') if groups => Action::Scrub(-1),
+        KeyCode::Char(']') if groups => Action::Scrub(1),
+        KeyCode::Home if scatter || groups => Action::Scrub(i32::MIN),
+        KeyCode::End if scatter || groups => Action::Scrub(i32::MAX),
         _ => Action::None,
     }
 }

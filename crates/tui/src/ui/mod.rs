@@ -566,6 +566,32 @@ mod tests {
         assert!(header.contains("running"), "{header}");
     }
 
+    /// Issue #37: the time scrub moved the scatter only, and Home/End did nothing. The Groups
+    /// table's embedding rows follow it (its corner says the step); Home and End jump.
+    #[test]
+    fn the_time_scrub_moves_the_groups_table_too_and_home_end_jump() {
+        use ratatui::crossterm::event::{KeyCode, KeyEvent};
+        let mut app = app();
+        app.focus = Pane::Groups;
+        let press = |app: &mut App, code: KeyCode| {
+            let a = crate::keys::action_for(app, KeyEvent::from(code));
+            app.apply(a)
+        };
+        let newest = draw(&app, 120, 40);
+        assert!(!newest.contains("@1 "), "{newest}");
+        press(&mut app, KeyCode::Home);
+        assert_eq!(app.scrub, Some(0));
+        let first = app.run.embedding[0];
+        let text = draw(&app, 120, 40);
+        assert!(text.contains(&format!("@{}", first.step)), "{text}");
+        // The first snapshot's total I1, as the history holds it.
+        assert!(text.contains(&format!("{:.3}", first.i1[3])), "{text}");
+        press(&mut app, KeyCode::End);
+        assert_eq!(app.scrub, None, "End follows the live snapshot again");
+        press(&mut app, KeyCode::Char('['));
+        assert!(app.scrub.is_some(), "[ steps back from the Groups pane");
+    }
+
     /// Issue #37: a foreign matrix's word read "#12 · ×0 · step 0": only what is known.
     #[test]
     fn a_words_heading_says_only_what_is_known() {

@@ -356,6 +356,12 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
         Layout::horizontal([Constraint::Length(52), Constraint::Min(0)]).areas(area);
     let eval = app.run.last_eval.as_ref();
     let emb = app.run.last_embedding.as_ref();
+    // Scrubbed back in time: the embedding rows are the shown snapshot's (from the history;
+    // PPL and Uniq stay the newest evaluation's, which the header cell says).
+    let scrubbed = app
+        .scrub
+        .and_then(|_| app.shown_step())
+        .and_then(|step| app.run.embedding.iter().rev().find(|p| p.step <= step));
     let cell = |v: Option<f64>, digits: usize| match v {
         Some(v) if v.is_finite() => format!("{v:.digits$}"),
         _ => "–".into(),
@@ -363,8 +369,17 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
     let emb_row = |name: &'static str, metric: EmbeddingMetric, digits: usize| {
         let values: Vec<String> = (0..4)
             .map(|g| {
-                cell(
-                    emb.map(|e| {
+                let v = match scrubbed {
+                    Some(p) => Some(match metric {
+                        EmbeddingMetric::I1 => p.i1[g],
+                        EmbeddingMetric::I2 => p.i2[g],
+                        EmbeddingMetric::MeanCos => p.mean_cos[g],
+                        EmbeddingMetric::MeanNorm => p.mean_norm[g],
+                        EmbeddingMetric::I1Unit => p.i1_unit[g],
+                        EmbeddingMetric::I2Unit => p.i2_unit[g],
+                        EmbeddingMetric::IsoScore => p.isoscore[g],
+                    }),
+                    None => emb.map(|e| {
                         let s = if g < 3 { &e.groups[g] } else { &e.total };
                         match metric {
                             EmbeddingMetric::I1 => s.i1,
@@ -376,8 +391,8 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
                             EmbeddingMetric::IsoScore => s.isoscore,
                         }
                     }),
-                    digits,
-                )
+                };
+                cell(v, digits)
             })
             .collect();
         (name, values)
@@ -410,8 +425,12 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
         emb_row("I2", EmbeddingMetric::I2, 3),
         emb_row("I2 unit", EmbeddingMetric::I2Unit, 3),
     ];
+    let corner = match scrubbed {
+        Some(p) => Cell::from(format!("@{}", p.step)).style(pal.fg(Color::Yellow)),
+        None => Cell::from(""),
+    };
     let header = Row::new(
-        std::iter::once(Cell::from("")).chain(
+        std::iter::once(corner).chain(
             GROUP_NAMES
                 .iter()
                 .enumerate()
