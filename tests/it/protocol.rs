@@ -396,3 +396,31 @@ fn a_run_whose_stderr_is_gone_serves_viewers_and_stops_on_a_signal() {
         .collect();
     assert_eq!(checkpoints.len(), 1, "one checkpoint, from the stop");
 }
+
+/// Issue #37: a run stopped without saving (`x` in the workbench) read `stopped` like one that
+/// saved; its final record says what a resume starts from, and `runs` shows it.
+#[test]
+fn a_stop_without_saving_says_there_is_nothing_to_resume() {
+    let f = Fixture::new();
+    let (run, socket, pid) = live_run(&f, "unsaved");
+    let mut c = Client::connect(&socket);
+    c.hello();
+    c.send(json!({"type": "command", "id": 1, "command": {"command": "stop", "save": false}}));
+    wait_until("the run to stop", || process_gone(pid));
+    let fin = crate::common::wait_final(&run);
+    assert_eq!(fin["status"], "stopped");
+    let message = fin["message"].as_str().unwrap_or("");
+    assert!(message.contains("stopped without saving"), "{fin}");
+    assert!(message.contains("no checkpoint"), "{fin}");
+    let out = crate::common::conelab(&["runs", s(&f.path("")), "--json"]);
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(
+        rows[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("stopped without saving")),
+        "{rows}"
+    );
+    let table = String::from_utf8_lossy(&crate::common::conelab(&["runs", s(&f.path(""))]).stdout)
+        .to_string();
+    assert!(table.contains("stopped (not saved)"), "{table}");
+}

@@ -708,6 +708,14 @@ fn runs_lists_every_status_and_never_fails_on_one_folder() {
     );
     assert!(by("done")["i1"].as_f64().is_some());
     assert_eq!(by("nan")["status"], "diverged");
+    // Its step is the steps trained: the one before the step that diverged, which its reason
+    // names (issue #37: runs said 5/60 where the run finished at step 4).
+    let diverged_at: u64 = by("nan")["reason"]
+        .as_str()
+        .and_then(|r| r.rsplit("at step ").next())
+        .and_then(|n| n.trim().parse().ok())
+        .expect("the divergent step in the reason");
+    assert_eq!(by("nan")["step"].as_u64(), Some(diverged_at - 1));
     assert_eq!(by("stopped")["status"], "stopped");
     assert_eq!(by("crashed")["status"], "crashed");
     assert_eq!(by("live")["status"], "live");

@@ -516,6 +516,13 @@ pub fn render(rows: &[RunRow]) -> String {
         .map(|r| {
             let status = match (&r.status[..], r.pid, &r.host) {
                 ("live", Some(pid), Some(host)) => format!("live (pid {pid} on {host})"),
+                ("stopped", ..)
+                    if r.reason
+                        .as_deref()
+                        .is_some_and(|w| w.starts_with("stopped without saving")) =>
+                {
+                    "stopped (not saved)".into()
+                }
                 (s, _, _) => s.to_string(),
             };
             let num = |v: Option<f64>, d: usize| v.map_or_else(dash, |v| format!("{v:.d$}"));

@@ -416,15 +416,18 @@ impl RunView {
                 LogKind::Checkpoint,
                 format!("checkpoint {}", path.display()),
             ),
+            // Logged at the step they come before — the step an lr change takes effect at and
+            // a divergence is reported at, and what the store records from the acknowledgement
+            // — so one pause reads "1048 paused, 1048 lr=…, 1048 resumed", live and from history.
             Event::Paused { step } => {
                 if !matches!(self.status, RunStatus::Diverged { .. }) {
                     self.status = RunStatus::Paused;
                 }
-                self.log(*step, LogKind::Info, "paused".into());
+                self.log(step + 1, LogKind::Info, "paused".into());
             }
             Event::Resumed { step } => {
                 self.status = RunStatus::Running;
-                self.log(*step, LogKind::Info, "resumed".into());
+                self.log(step + 1, LogKind::Info, "resumed".into());
             }
             Event::Diverged { step, loss } => {
                 self.status = RunStatus::Diverged {
@@ -916,5 +919,35 @@ mod tests {
         assert!(back.last_step.expect("step").grad_norm.is_nan());
         assert!(matches!(back.status, RunStatus::Diverged { step: 4, loss } if loss.is_nan()));
         assert_eq!(back.log.len(), 1);
+    }
+
+    /// Issue #37: one pause read "1047 paused, 1048 lr …, 1047 resumed". Pause and resume are
+    /// logged at the step they come before, with the change and the divergence.
+    #[test]
+    fn a_pause_its_change_and_its_resume_read_at_one_step() {
+        let mut view = RunView::new(Objectives::default());
+        view.on_event(&Event::Paused { step: 1047 });
+        view.on_event(&Event::Applied(conelab_core::events::AppliedCommand {
+            step: 1048,
+            command: Command::SetLr { lr: 1e-4 },
+            before: "lr=1.000000e-3".into(),
+            after: "lr=1.000000e-4 (schedule off from step 1048)".into(),
+            ticket: None,
+            coalesced: false,
+        }));
+        view.on_event(&Event::Resumed { step: 1047 });
+        let steps: Vec<u64> = view.log.iter().map(|l| l.step).collect();
+        assert_eq!(steps, vec![1048, 1048, 1048]);
+        assert_eq!(view.lr, Some(1e-4));
+        assert_eq!(view.lr_fixed_from, Some(1048));
+        // A divergence at step 5 (not applied) and the pause after step 4: both at 5.
+        let mut view = RunView::new(Objectives::default());
+        view.on_event(&Event::Diverged {
+            step: 5,
+            loss: f64::NAN,
+        });
+        view.on_event(&Event::Paused { step: 4 });
+        let steps: Vec<u64> = view.log.iter().map(|l| l.step).collect();
+        assert_eq!(steps, vec![5, 5]);
     }
 }

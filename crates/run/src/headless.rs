@@ -227,7 +227,7 @@ impl EventSink for Reporter {
             Event::Diverged { step, loss } => {
                 self.diverged = Some((*step, *loss));
                 self.line(format!(
-                    "diverged step={step} loss={loss}: the step was not applied (the last checkpoint is the last good one)"
+                    "diverged step={step} loss={loss}: the step was not applied"
                 ));
             }
             Event::Finished { step, reason } => {
@@ -237,7 +237,8 @@ impl EventSink for Reporter {
                     FinishReason::Completed => Outcome::Completed { step },
                     FinishReason::Stopped => Outcome::Stopped { step },
                     FinishReason::Diverged => {
-                        let (step, loss) = self.diverged.unwrap_or((step, f64::NAN));
+                        // The step that diverged (the one after the last trained).
+                        let (step, loss) = self.diverged.unwrap_or((step + 1, f64::NAN));
                         Outcome::Diverged { step, loss }
                     }
                 });

@@ -358,20 +358,35 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         by_signal,
         dir: dir.clone(),
     };
-    let (status, step, message) = match &exit.outcome {
-        Outcome::Completed { step } => ("completed", *step, String::new()),
-        Outcome::Stopped { step } => ("stopped", *step, String::new()),
-        Outcome::Diverged { step, loss } => {
-            ("diverged", *step, format!("loss {loss} at step {step}"))
-        }
-        Outcome::Failed { message } => ("failed", 0, message.clone()),
-    };
-    let step = if status == "failed" {
+    let newest_checkpoint = || {
         conelab_train::checkpoint::RunDir::open(&dir)
             .ok()
             .and_then(|r| r.checkpoints().ok())
             .and_then(|c| c.last().and_then(|p| conelab_train::checkpoint::step_of(p)))
-            .unwrap_or(0)
+    };
+    // `step` is the steps trained (the divergent step was not applied: it is in the message).
+    let (status, step, message) = match &exit.outcome {
+        Outcome::Completed { step } => ("completed", *step, String::new()),
+        Outcome::Stopped { step } => {
+            // Stopped without saving (`x` in the workbench): say what a resume starts from.
+            let message = match newest_checkpoint() {
+                Some(at) if at == *step => String::new(),
+                Some(at) => format!(
+                    "stopped without saving: a resume starts from its newest checkpoint, step {at}"
+                ),
+                None => "stopped without saving: it has no checkpoint to resume from".into(),
+            };
+            ("stopped", *step, message)
+        }
+        Outcome::Diverged { step, loss } => (
+            "diverged",
+            step.saturating_sub(1),
+            format!("loss {loss} at step {step}"),
+        ),
+        Outcome::Failed { message } => ("failed", 0, message.clone()),
+    };
+    let step = if status == "failed" {
+        newest_checkpoint().unwrap_or(0)
     } else {
         step
     };
