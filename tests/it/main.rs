@@ -17,6 +17,7 @@ mod objectives;
 mod objectives_engine;
 mod outputs;
 mod protocol;
+mod readme;
 mod real_corpora;
 mod run_index;
 mod run_process;
