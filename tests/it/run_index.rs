@@ -9,7 +9,9 @@ use crate::common::{Fixture, assert_one_line_error, command, copy_dir, s};
 /// `conelab ARGS` in `cwd` with this test's own run index (`state`) and extra variables.
 fn at(cwd: &Path, state: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = command();
+    // The data roots are the test's own (CI names the shared datasets in CONELAB_DATASETS).
     c.current_dir(cwd)
+        .env_remove("CONELAB_DATASETS")
         .env("XDG_STATE_HOME", state)
         .args(args)
         .stdin(std::process::Stdio::null());

@@ -256,14 +256,8 @@ pub fn open(dir: &Path) -> Result<Opened, RunError> {
             Liveness::Ended(f) => {
                 let status = status_of(&f);
                 let why = format!(
-                    "read-only: the run {} at step {} (`conelab train --resume {}` continues it)",
-                    match f.status.as_str() {
-                        "completed" => "completed",
-                        "stopped" => "was stopped",
-                        "diverged" => "diverged",
-                        _ => "failed",
-                    },
-                    f.step,
+                    "read-only: the run {} (`conelab train --resume {}` continues it)",
+                    ended_at(&f),
                     dir.display()
                 );
                 return stored(dir, status, why);
@@ -276,6 +270,20 @@ pub fn open(dir: &Path) -> Result<Opened, RunError> {
                 return stored(dir, RunStatus::Crashed, why);
             }
         }
+    }
+}
+
+/// How a run ended and where, in words: "completed at step 60", "diverged after step 4 (loss
+/// NaN at step 5)" — a final record's step is the steps trained.
+pub fn ended_at(f: &live::FinalRecord) -> String {
+    match f.status.as_str() {
+        "completed" => format!("completed at step {}", f.step),
+        "stopped" => format!("was stopped at step {}", f.step),
+        "diverged" if !f.message.is_empty() => {
+            format!("diverged after step {} ({})", f.step, f.message)
+        }
+        "diverged" => format!("diverged after step {}", f.step),
+        _ => format!("failed at step {}", f.step),
     }
 }
 
@@ -356,4 +364,31 @@ pub fn stored(dir: &Path, status: RunStatus, why: String) -> Result<Opened, RunE
         hello,
         read_only: Some(why),
     })
+}
+
+#[cfg(test)]
+mod ended_tests {
+    use super::*;
+
+    /// A final record's step is the steps trained: a divergence reads "after" it, with the
+    /// step that diverged from the message.
+    #[test]
+    fn how_a_run_ended_reads_in_words() {
+        let f = |status: &str, step: u64, message: &str| live::FinalRecord {
+            status: status.into(),
+            step,
+            total_steps: 60,
+            exit_code: 0,
+            message: message.into(),
+            by_signal: false,
+            finished_unix: 0.0,
+            host: "h".into(),
+        };
+        assert_eq!(ended_at(&f("completed", 60, "")), "completed at step 60");
+        assert_eq!(
+            ended_at(&f("diverged", 4, "loss NaN at step 5")),
+            "diverged after step 4 (loss NaN at step 5)"
+        );
+        assert_eq!(ended_at(&f("stopped", 7, "")), "was stopped at step 7");
+    }
 }

@@ -458,7 +458,7 @@ impl App {
             self.run.status = conelab_link::attach::status_of(&f);
             let text = match &self.run.status {
                 RunStatus::Failed { message } => format!("failed: {message}"),
-                _ => format!("{} at step {}", f.status, f.step),
+                _ => conelab_link::attach::ended_at(&f),
             };
             self.run.log(f.step, LogKind::Info, text);
         } else if self.run.status.is_live() {

@@ -187,8 +187,8 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
         KeyCode::Char(']') | KeyCode::Right if scatter => Action::Scrub(1),
         // The time scrub from the panes it moves (the scatter, the Groups table): [ ] step,
         // Home the first snapshot, End the newest (live again).
-        KeyCode::Char('[') if groups => Action::Scrub(-1),
-        KeyCode::Char(']') if groups => Action::Scrub(1),
+        KeyCode::Char('[') | KeyCode::Left if groups => Action::Scrub(-1),
+        KeyCode::Char(']') | KeyCode::Right if groups => Action::Scrub(1),
         KeyCode::Home if scatter || groups => Action::Scrub(i32::MIN),
         KeyCode::End if scatter || groups => Action::Scrub(i32::MAX),
         _ => Action::None,

@@ -247,6 +247,8 @@ impl View for Workbench {
             ViewerEvent::Key(key) => {
                 let action = keys::action_for(&self.app, key);
                 let effect = self.app.apply(action);
+                // The help scrolls no further than this screen needs (↑ then answers at once).
+                self.app.help_scroll = self.app.help_scroll.min(ui::help_max_scroll(screen));
                 self.effect(effect)
             }
             ViewerEvent::Mouse(mouse) => {

@@ -538,6 +538,11 @@ impl CompareApp {
         if key.kind == KeyEventKind::Release {
             return;
         }
+        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+            self.search = None;
+            self.exit = true;
+            return;
+        }
         let Some(query) = &mut self.search else {
             return;
         };
@@ -1072,6 +1077,10 @@ mod tests {
         app.search_key(key(KeyCode::Char('x')));
         app.search_key(key(KeyCode::Esc));
         assert_eq!((app.search.as_deref(), app.curve), (None, second));
+        // Ctrl-C leaves from the search too, as everywhere.
+        app.apply(action_for(key(KeyCode::Char('/'))));
+        app.search_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
+        assert!(app.exit && app.search.is_none());
     }
 
     /// Issue #37: the first losses (about ln V) flattened every curve, and a 4-point

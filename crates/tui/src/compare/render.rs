@@ -554,6 +554,11 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
                 "every {} value is NaN or infinite (a diverged run?)",
                 curve.label
             )
+        } else if app.x_window != (0.0, 1.0) {
+            format!(
+                "no {} point in the zoomed range (R: the whole axis)",
+                curve.label
+            )
         } else {
             format!(
                 "no {} value above 0 to draw on a log scale (l: linear)",
@@ -571,10 +576,12 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
     if x_hi - x_lo < 1e-9 {
         x_hi = x_lo + 1.0;
     }
-    if app.clipping()
-        && let Some((lo, hi)) =
-            percentile_range(drawn.iter().flat_map(|d| d.raw.iter().map(|p| p.1)))
-    {
+    // Clipped only where there are enough values for percentiles (the title says so only then).
+    let clipped = app
+        .clipping()
+        .then(|| percentile_range(drawn.iter().flat_map(|d| d.raw.iter().map(|p| p.1))))
+        .flatten();
+    if let Some((lo, hi)) = clipped {
         y_lo = lo;
         y_hi = hi;
     }
@@ -666,7 +673,11 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
                     "{}{}{}",
                     curve.label,
                     if app.log_y { " (log)" } else { "" },
-                    if app.clipping() { " · 1–99 %" } else { "" }
+                    if clipped.is_some() {
+                        " · 1–99 %"
+                    } else {
+                        ""
+                    }
                 ))
                 .bounds([y_lo, y_hi])
                 .labels([y_label(y_lo), y_label(y_mid), y_label(y_hi)]),
@@ -930,6 +941,13 @@ mod tests {
         }
         assert!((app.x_window.1 - 1.0).abs() < 1e-12);
         draw(&app, 120, 40);
+        // A window with no point in it says so (not the log-scale message).
+        app.x_window = (0.001, 0.002);
+        let screen = draw(&app, 120, 40);
+        assert!(
+            screen.contains("no train loss point in the zoomed range"),
+            "{screen}"
+        );
         press(&mut app, KeyCode::Char('R'), false);
         assert_eq!(app.x_window, (0.0, 1.0));
         press(&mut app, KeyCode::Char('c'), false);

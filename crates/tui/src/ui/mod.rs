@@ -19,6 +19,7 @@ mod overlays;
 mod panes;
 
 pub use browser::render_browser;
+pub use overlays::help_max_scroll;
 pub(crate) use overlays::keys_overlay;
 use overlays::*;
 use panes::*;
@@ -590,6 +591,9 @@ mod tests {
         assert_eq!(app.scrub, None, "End follows the live snapshot again");
         press(&mut app, KeyCode::Char('['));
         assert!(app.scrub.is_some(), "[ steps back from the Groups pane");
+        press(&mut app, KeyCode::End);
+        press(&mut app, KeyCode::Left);
+        assert!(app.scrub.is_some(), "← too");
     }
 
     /// Issue #37: a foreign matrix's word read "#12 · ×0 · step 0": only what is known.
@@ -668,8 +672,16 @@ mod tests {
         assert!(!app.help);
         app.apply(Action::ToggleHelp);
         assert!(draw(&app, 80, 24).contains("this help (↑↓"));
-        // Tall enough: no scroll marks.
+        // Tall enough: no scroll marks, nothing to scroll.
         assert!(!draw(&app, 120, 60).contains("more (↑↓ scroll)"));
+        assert_eq!(help_max_scroll(Rect::new(0, 0, 120, 60)), 0);
+        // At 80×24 it scrolls by exactly what is hidden: the 22 rows hold 20 of its lines.
+        let max = help_max_scroll(Rect::new(0, 0, 80, 24));
+        assert!(max > 0 && max < 20, "{max}");
+        app.help_scroll = max;
+        assert!(draw(&app, 80, 24).contains("↓ 0 more"));
+        app.help_scroll = max - 1;
+        assert!(draw(&app, 80, 24).contains("↓ 1 more"));
     }
 
     /// Issue #37: at 80 columns the header cut the state word ("finishe…"): the run's name and

@@ -14,7 +14,13 @@ pub(super) fn centered(area: Rect, width: u16, height: u16) -> Rect {
 }
 
 pub(super) fn help_overlay(frame: &mut Frame, area: Rect, scroll: u16) {
-    keys_overlay_from(frame, area, HELP, scroll);
+    keys_overlay_from(frame, area, HELP, scroll, true);
+}
+
+/// How far the workbench's help can scroll on a screen of `area` (0 when it fits).
+pub fn help_max_scroll(area: Rect) -> u16 {
+    let (lines, rect) = keys_layout(area, HELP);
+    (lines.len() as u16).saturating_sub(rect.height.saturating_sub(2))
 }
 
 /// `text` in lines of at most `width` characters, broken between words (a longer word is cut).
@@ -65,12 +71,43 @@ pub(super) fn quit_dialog(frame: &mut Frame, area: Rect, pal: &Palette) {
 
 /// A box of key bindings (key, what it does) in the middle of `area`.
 pub(crate) fn keys_overlay(frame: &mut Frame, area: Rect, help: &[(&str, &str)]) {
-    keys_overlay_from(frame, area, help, 0);
+    keys_overlay_from(frame, area, help, 0, false);
 }
 
 /// The keys, from line `scroll` on. A help taller than the terminal says how much is above and
-/// below in its border, never dropping lines silently.
-pub(crate) fn keys_overlay_from(frame: &mut Frame, area: Rect, help: &[(&str, &str)], scroll: u16) {
+/// below in its border, never dropping lines silently (`scrollable`: whether ↑↓ scroll it).
+pub(crate) fn keys_overlay_from(
+    frame: &mut Frame,
+    area: Rect,
+    help: &[(&str, &str)],
+    scroll: u16,
+    scrollable: bool,
+) {
+    let (lines, rect) = keys_layout(area, help);
+    let total = lines.len();
+    let shown = (rect.height as usize).saturating_sub(2);
+    let first = (scroll as usize).min(total.saturating_sub(shown));
+    let below = total.saturating_sub(first + shown);
+    let mut block = Block::bordered().title("keys");
+    if first > 0 || below > 0 {
+        let how = if scrollable {
+            "↑↓ scroll"
+        } else {
+            "a taller terminal shows them"
+        };
+        block = block
+            .title(format!(" ↑ {first} more "))
+            .title_bottom(format!(" ↓ {below} more ({how}) "));
+    }
+    frame.render_widget(Clear, rect);
+    frame.render_widget(
+        Paragraph::new(lines).block(block).scroll((first as u16, 0)),
+        rect,
+    );
+}
+
+/// The keys' lines (descriptions wrapped under their own column) and the box they go in.
+fn keys_layout(area: Rect, help: &[(&str, &str)]) -> (Vec<Line<'static>>, Rect) {
     const KEYS: usize = 20;
     let widest = help
         .iter()
@@ -79,8 +116,7 @@ pub(crate) fn keys_overlay_from(frame: &mut Frame, area: Rect, help: &[(&str, &s
         .unwrap_or(0);
     let width = ((KEYS + widest + 2) as u16).min(area.width);
     let text_width = (width as usize).saturating_sub(KEYS + 2).max(8);
-    // Long descriptions wrap under their own column rather than run off the box.
-    let lines: Vec<Line> = help
+    let lines: Vec<Line<'static>> = help
         .iter()
         .flat_map(|(k, what)| {
             wrap_words(what, text_width)
@@ -95,20 +131,6 @@ pub(crate) fn keys_overlay_from(frame: &mut Frame, area: Rect, help: &[(&str, &s
                 })
         })
         .collect();
-    let total = lines.len();
-    let rect = centered(area, width, total as u16 + 2);
-    let shown = (rect.height as usize).saturating_sub(2);
-    let first = (scroll as usize).min(total.saturating_sub(shown));
-    let below = total.saturating_sub(first + shown);
-    let mut block = Block::bordered().title("keys");
-    if first > 0 || below > 0 {
-        block = block
-            .title(format!(" ↑ {first} more "))
-            .title_bottom(format!(" ↓ {below} more (↑↓ scroll) "));
-    }
-    frame.render_widget(Clear, rect);
-    frame.render_widget(
-        Paragraph::new(lines).block(block).scroll((first as u16, 0)),
-        rect,
-    );
+    let rect = centered(area, width, lines.len() as u16 + 2);
+    (lines, rect)
 }

@@ -2,7 +2,6 @@
 
 use super::*;
 
-/// Search box, the selected word's top-k neighbours, the pinned words' nearest few.
 /// A looked-up word's heading: `★ word · rare ×12 · step 500`, each part only when known.
 pub(super) fn word_head(
     pinned: bool,
@@ -28,6 +27,7 @@ pub(super) fn word_head(
     head
 }
 
+/// Search box, the selected word's top-k neighbours, the pinned words' nearest few.
 pub(super) fn neighbors_pane(
     frame: &mut Frame,
     app: &App,
