@@ -51,12 +51,15 @@ pub fn one_trainer() -> std::sync::MutexGuard<'static, ()> {
     ONE_TRAINER.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The folder standing in for this test process's `XDG_STATE_HOME` (the run index): the runs the
-/// tests start register there, not in the index of whoever runs the tests.
+/// The folder standing in for `XDG_STATE_HOME` (the run index) and `XDG_CACHE_HOME` of the
+/// binaries the tests start: their runs register there, not in the index of whoever runs the
+/// tests. One folder for every test process (not one each: they would pile up in the temp
+/// dir); entries of deleted fixtures are pruned by the next listing, and the tests that read
+/// the index use an index of their own.
 pub fn test_state_home() -> &'static Path {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("conelab-it-state-{}", std::process::id()));
+        let dir = std::env::temp_dir().join("conelab-it-state");
         std::fs::create_dir_all(&dir).expect("test state folder");
         dir
     })
