@@ -345,11 +345,19 @@ pub(crate) fn first_frame(
 }
 
 pub fn bench_attach(b: &AttachBench) -> Result<AttachBenchResult, RunError> {
-    let tmp = b
-        .work
-        .join(format!("conelab-bench-attach-{}", std::process::id()));
+    in_work_folder(&b.work, "attach", |tmp| run_all(b, tmp))
+}
+
+/// Runs `f` in a fresh folder `work/conelab-bench-NAME-PID`, removed afterwards whatever `f`
+/// returned.
+pub(crate) fn in_work_folder<T>(
+    work: &Path,
+    name: &str,
+    f: impl FnOnce(&Path) -> Result<T, RunError>,
+) -> Result<T, RunError> {
+    let tmp = work.join(format!("conelab-bench-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(internal("making the work folder"))?;
-    let result = run_all(b, &tmp);
+    let result = f(&tmp);
     let _ = std::fs::remove_dir_all(&tmp);
     result
 }

@@ -72,13 +72,7 @@ fn link_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 }
 
 pub fn bench_runs(b: &RunsBench) -> Result<RunsBenchResult, RunError> {
-    let tmp = b
-        .work
-        .join(format!("conelab-bench-runs-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).map_err(internal("making the work folder"))?;
-    let result = run_all(b, &tmp);
-    let _ = std::fs::remove_dir_all(&tmp);
-    result
+    super::attach::in_work_folder(&b.work, "runs", |tmp| run_all(b, tmp))
 }
 
 fn run_all(b: &RunsBench, tmp: &Path) -> Result<RunsBenchResult, RunError> {

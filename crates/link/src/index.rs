@@ -58,13 +58,6 @@ pub fn index_dir() -> PathBuf {
     conelab_base::config::current().index_dir.value.clone()
 }
 
-/// FNV-1a, 64 bits: an entry's file name must not change between conelab versions.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 /// The absolute form of `dir` (its canonical path where it exists).
 pub fn absolute(dir: &Path) -> PathBuf {
     dir.canonicalize()
@@ -88,7 +81,8 @@ fn entry_file(index: &Path, path: &Path) -> PathBuf {
         })
         .take(64)
         .collect();
-    let hash = fnv1a(path.as_os_str().as_encoded_bytes());
+    // FNV-1a: an entry's file name must not change between conelab versions.
+    let hash = super::fnv1a(path.as_os_str().as_encoded_bytes());
     index.join(format!("{stem}-{hash:016x}.json"))
 }
 
@@ -434,6 +428,6 @@ mod tests {
             "{a:?}"
         );
         // FNV-1a's published test vector: the name must not change between versions.
-        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(crate::fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
     }
 }

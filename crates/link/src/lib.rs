@@ -31,6 +31,14 @@ use conelab_base::exit::ExitStatus;
 use conelab_core::run_dir::CheckpointError;
 use conelab_store::StoreError;
 
+/// 64-bit FNV-1a: names that must not change between conelab versions (a socket outside its
+/// run folder, an index entry, a cached row) and fingerprints.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// Says a line on stderr (the terminal, or a background run's output.log) and drops it when
 /// stderr has gone (the starter of a detached run exited as the run announced itself, a
 /// `2>&1 | tee` died): `eprintln!` panics on a failed write, and a run must never lose the

@@ -132,32 +132,20 @@ pub fn fingerprint(dir: &Path) -> Option<u64> {
         }
     }
     parts.sort();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for &b in bytes {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    eat(dir.as_os_str().as_encoded_bytes());
+    let mut bytes = dir.as_os_str().as_encoded_bytes().to_vec();
     for (name, numbers) in &parts {
-        eat(name.as_bytes());
-        eat(&[0]);
+        bytes.extend_from_slice(name.as_bytes());
+        bytes.push(0);
         for n in numbers {
-            eat(&n.to_le_bytes());
+            bytes.extend_from_slice(&n.to_le_bytes());
         }
     }
-    Some(h)
+    Some(super::fnv1a(&bytes))
 }
 
 /// The cache file of the run in `dir`.
 fn cache_file(cache: &Path, dir: &Path) -> PathBuf {
-    let h = dir
-        .as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
+    let h = super::fnv1a(dir.as_os_str().as_encoded_bytes());
     cache.join(format!("{h:016x}.json"))
 }
 

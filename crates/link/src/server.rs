@@ -150,13 +150,6 @@ fn log(line: &str) {
     log_as("other", line);
 }
 
-/// 64-bit FNV-1a, for the name of a socket that cannot live in its run directory.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 /// Where the socket of the run in `run_dir` lives: `control.sock` in the run directory when its
 /// path is short enough, else `$XDG_RUNTIME_DIR/conelab/<hash>.sock` (or a 0700 per-user folder
 /// in the temp dir). The run directory records the choice (`live.json`).
@@ -183,7 +176,10 @@ pub fn socket_path(run_dir: &Path) -> std::io::Result<PathBuf> {
     if meta.mode() & 0o077 != 0 {
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700))?;
     }
-    let name = format!("{:016x}.sock", fnv1a(abs.as_os_str().as_encoded_bytes()));
+    let name = format!(
+        "{:016x}.sock",
+        super::fnv1a(abs.as_os_str().as_encoded_bytes())
+    );
     let path = base.join(name);
     if path.as_os_str().len() > MAX_SOCKET_PATH + 7 {
         return Err(std::io::Error::new(

@@ -524,7 +524,12 @@ impl CompareApp {
     /// A run's value of the curve shown at the cursor: its newest point at or before the
     /// cursor's x, as (x, value).
     pub fn value_at_cursor(&self, run: &CompareRun) -> Option<(f64, f64)> {
-        let at = self.cursor_x()?;
+        self.value_at(run, self.cursor_x()?)
+    }
+
+    /// A run's value of the curve shown at `at` (its newest point at or before it). The cursor's
+    /// x costs a pass over every run's points: a frame takes it once and reads every run here.
+    pub fn value_at(&self, run: &CompareRun, at: f64) -> Option<(f64, f64)> {
         run.points(self.curve().key())
             .iter()
             .map(|p| (self.x_of(p), p.2))

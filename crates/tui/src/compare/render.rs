@@ -266,14 +266,15 @@ fn header_line(app: &CompareApp) -> String {
 /// newest values (at the cursor when it is on) ± their sd.
 fn group_legend(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
     let curve = app.curve();
+    let cursor = app.cursor_x();
     app.seed_groups()
         .into_iter()
         .take(LEGEND_LINES)
         .map(|(label, members)| {
             let values: Vec<f64> = members
                 .iter()
-                .filter_map(|&i| match app.cursor {
-                    Some(_) => app.value_at_cursor(&app.runs[i]).map(|p| p.1),
+                .filter_map(|&i| match cursor {
+                    Some(at) => app.value_at(&app.runs[i], at).map(|p| p.1),
                     None => app.runs[i]
                         .last(curve.split, curve.group, curve.metric)
                         .map(|p| p.1),
@@ -318,6 +319,7 @@ fn legend_text(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
         return lines;
     }
     let curve = app.curve();
+    let cursor = app.cursor_x();
     let width = app
         .runs
         .iter()
@@ -338,9 +340,9 @@ fn legend_text(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
                 .map(|s| format!("step {s}"))
                 .unwrap_or_else(|| "no step yet".into());
             // At the cursor when it is on (every run read at one x), else the newest.
-            let value = match app.cursor {
-                Some(_) => app
-                    .value_at_cursor(r)
+            let value = match cursor {
+                Some(at) => app
+                    .value_at(r, at)
                     .map(|(_, v)| format_compact(v))
                     .unwrap_or_else(|| "–".into()),
                 None => r
@@ -636,8 +638,8 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
         XAxis::Time => human_duration(x),
     };
     // The value cursor: a vertical line where the legend reads every run.
-    let cursor_line: Vec<(f64, f64)> = app
-        .cursor_x()
+    let cursor_x = app.cursor_x();
+    let cursor_line: Vec<(f64, f64)> = cursor_x
         .map(|x| {
             (0..=16)
                 .map(|k| (x, y_lo + (y_hi - y_lo) * k as f64 / 16.0))
@@ -653,7 +655,7 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
                 .data(&cursor_line),
         );
     }
-    let x_title = match (app.x_axis, app.cursor_x()) {
+    let x_title = match (app.x_axis, cursor_x) {
         (XAxis::Step, Some(x)) => format!("step · cursor {}", x_label(x)),
         (XAxis::Time, Some(x)) => format!("time · cursor {}", x_label(x)),
         (XAxis::Step, None) => "step".into(),
