@@ -41,7 +41,7 @@ pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
             x: super::compare::XAxisArg::Step,
             smoothing: conelab::tui::compare::DEFAULT_SMOOTHING,
             log_y: false,
-            curve: "loss".into(),
+            curve: conelab::tui::compare::CURVES[0].clone(),
             theme: args.theme,
         });
     }

@@ -30,16 +30,30 @@ pub struct CompareArgs {
     /// else dark].
     #[arg(long, value_enum)]
     pub theme: Option<run::options::Theme>,
-    /// The curve shown first (↑/↓ in the view).
-    #[arg(long, default_value = "loss", value_parser = clap::builder::PossibleValuesParser::new(
-        conelab::tui::compare::CURVES.map(|c| c.name)))]
-    pub curve: String,
+    /// The curve shown first (↑/↓ and / in the view): a named one (loss, ppl-rare, i1-rare,
+    /// isoscore-rare, grad-norm, … — see the view's list) or any stored series as
+    /// SPLIT/GROUP/METRIC (valid/rare/uniq) or SPLIT/METRIC (group total).
+    #[arg(long, default_value = "loss", value_parser = curve_name)]
+    pub curve: conelab::tui::compare::Curve,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum XAxisArg {
     Step,
     Time,
+}
+
+/// `--curve`: a named curve or a stored series' SPLIT/GROUP/METRIC.
+fn curve_name(text: &str) -> std::result::Result<conelab::tui::compare::Curve, Invalid> {
+    use conelab::tui::compare::{CURVES, Curve};
+    Curve::parse(text).ok_or_else(|| {
+        let names: Vec<String> = CURVES.iter().map(|c| c.name.to_string()).collect();
+        format!(
+            "one of {} or a stored series as SPLIT/GROUP/METRIC (valid/rare/uniq)",
+            names.join(", ")
+        )
+        .into()
+    })
 }
 
 /// `--smoothing`: a weight from 0 (raw) to the view's maximum.
@@ -57,7 +71,7 @@ fn smoothing_weight(text: &str) -> std::result::Result<f64, Invalid> {
 }
 
 pub fn exec(args: CompareArgs) -> Result<ExitStatus> {
-    use conelab::tui::compare::{CompareOptions, Curve, XAxis};
+    use conelab::tui::compare::{CompareOptions, XAxis};
     let dirs = run::attach::resolve_many(&args.runs, &PathBuf::from("checkpoints"))?;
     if !std::io::stdout().is_terminal() {
         bail!(
@@ -72,7 +86,7 @@ pub fn exec(args: CompareArgs) -> Result<ExitStatus> {
         },
         smoothing: args.smoothing,
         log_y: args.log_y,
-        curve: Curve::by_name(&args.curve).unwrap_or(0),
+        curve: args.curve,
     };
     conelab::tui::compare::run_compare(dirs, options, std::time::Duration::from_secs(1))?;
     Ok(ExitStatus::Success)

@@ -647,9 +647,16 @@ fn compare_refuses_what_it_cannot_show_in_one_line() {
             &["--smoothing", "0.99"],
         );
     }
+    for bad in ["nope", "valid/rare/uniq/x", "valid//uniq"] {
+        assert_one_line_error(
+            &conelab(&["compare", s(&run), "--curve", bad]),
+            &["--curve", "SPLIT/GROUP/METRIC"],
+        );
+    }
+    // Any stored series is a curve: past the parser, to the terminal check.
     assert_one_line_error(
-        &conelab(&["compare", s(&run), "--curve", "nope"]),
-        &["--curve"],
+        &conelab(&["compare", s(&run), "--curve", "valid/rare/uniq"]),
+        &["needs a terminal"],
     );
     // Output captured (not a terminal): the tables that give the same numbers are named.
     assert_one_line_error(

@@ -436,6 +436,16 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
     tmux.keys(&["Down"; 4]);
     let screen = tmux.wait_for("▶ valid PPL rare");
     assert!(!screen.contains("no valid PPL rare yet"), "{screen}");
+    // Any stored series (issue #37): found by its letters, then read from the stores.
+    tmux.keys(&["/", "v", "r", "h", "u"]);
+    tmux.wait_for("/vrhu_");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("▶ valid/rare/human_uniq");
+    let mut screen = String::new();
+    crate::common::wait_until("the picked series' points", || {
+        screen = tmux.screen();
+        !screen.contains("no valid/rare/human_uniq yet") && !plot(&screen).trim().is_empty()
+    });
     tmux.keys(&["q"]);
     assert_eq!(tmux.wait_for_exit(&exit_file), "0", "exit status");
 }

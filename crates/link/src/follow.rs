@@ -3,6 +3,10 @@
 //! it ended) and its labels, and sends what changed. The view never touches a disk and a run
 //! never knows it is watched, so comparing costs a live run nothing; its numbers arrive with its
 //! store's flush interval (a few seconds behind its own viewer).
+//!
+//! Only the series the view asked for are sent (a run holds hundreds, some per step); the names
+//! of every series met are sent once, so the view can offer any of them, and asking for one more
+//! ([`Follower::want`]) reads the stores again from the start with it included.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -47,17 +51,53 @@ pub enum FollowUpdate {
     /// Its store cannot be read right now (`Some`, said once per new reason), or can again
     /// (`None`).
     Error { run: usize, message: Option<String> },
+    /// Series met for the first time (in any run), that a view may ask for: every series but
+    /// the spectrum's singular values, the run's facts and histogram bins.
+    Series { names: Vec<SeriesName> },
     /// The follower itself stopped (a bug): nothing more will come.
     Stopped { message: String },
 }
 
-const COLUMNS: [&str; 4] = [col::KEY, col::STEP, col::WALL_TIME, col::VALUE];
+/// A series of the store by its names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeriesName {
+    pub split: String,
+    pub group: String,
+    pub metric: String,
+}
+
+impl SeriesName {
+    pub fn key(&self) -> i64 {
+        conelab_store::series_key(&self.split, &self.group, &self.metric)
+    }
+
+    /// Whether a view offers it as a curve: not one singular value of a spectrum, not a fact
+    /// recorded once (`run` split), not one histogram bin (`hist/0042`).
+    pub fn is_curve(&self) -> bool {
+        self.split != conelab_store::split::SPECTRUM
+            && self.split != conelab_store::split::RUN
+            && !self.metric.contains('/')
+    }
+}
+
+const COLUMNS: [&str; 7] = [
+    col::KEY,
+    col::STEP,
+    col::WALL_TIME,
+    col::VALUE,
+    col::SPLIT,
+    col::GROUP,
+    col::METRIC,
+];
 
 /// A running follower: its updates, and what stops its thread when dropped (the two can be
 /// held apart: the updates handed on to a viewer's loop, the stop kept by the view).
 pub struct Follower {
     pub updates: Receiver<FollowUpdate>,
     pub stop: StopFollowing,
+    /// Series keys to send from now on as well (their whole history first: the stores are read
+    /// again from the start, as a reset).
+    pub want: Sender<i64>,
 }
 
 /// Stops the follower's thread when dropped.
@@ -76,6 +116,7 @@ pub fn spawn(
     every: Duration,
 ) -> std::io::Result<Follower> {
     let (tx, rx) = channel();
+    let (want, wants) = channel();
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     std::thread::Builder::new()
@@ -84,7 +125,7 @@ pub fn spawn(
             let said = tx.clone();
             // A panic (a bug, or a library's on a strange file) is said, not a silent freeze.
             let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                follow(dirs, wanted, every, tx, flag)
+                follow(dirs, wanted, every, tx, wants, flag)
             }));
             if let Err(panic) = ended {
                 let message = panic
@@ -100,16 +141,20 @@ pub fn spawn(
     Ok(Follower {
         updates: rx,
         stop: StopFollowing(stop),
+        want,
     })
 }
 
 fn follow(
     dirs: Vec<PathBuf>,
-    wanted: FxHashSet<i64>,
+    mut wanted: FxHashSet<i64>,
     every: Duration,
     tx: Sender<FollowUpdate>,
+    wants: Receiver<i64>,
     stop: Arc<AtomicBool>,
 ) {
+    // Series names already sent (the view keeps them).
+    let mut named: FxHashSet<i64> = FxHashSet::default();
     let mut tails: Vec<MetricsTail> = dirs.iter().map(|d| MetricsTail::new(d)).collect();
     let mut states: Vec<Option<(String, String)>> = vec![None; dirs.len()];
     // The error said last per run: said once until it changes, cleared once reading works.
@@ -132,6 +177,30 @@ fn follow(
             });
             match read {
                 Ok((read, rows)) => {
+                    match conelab_store::rows::series_names(&read.rows, |k| named.contains(&k)) {
+                        Ok(new) => {
+                            let names: Vec<SeriesName> = new
+                                .into_iter()
+                                .map(|(key, split, group, metric)| {
+                                    named.insert(key);
+                                    SeriesName {
+                                        split,
+                                        group,
+                                        metric,
+                                    }
+                                })
+                                .filter(SeriesName::is_curve)
+                                .collect();
+                            if !names.is_empty() {
+                                out.push(FollowUpdate::Series { names });
+                            }
+                        }
+                        // Names are an offer: rows without them are still rows.
+                        Err(e) => out.push(FollowUpdate::Warning {
+                            run,
+                            message: format!("series names unreadable: {e}"),
+                        }),
+                    }
                     if errors[run].take().is_some() {
                         out.push(FollowUpdate::Error { run, message: None });
                     }
@@ -163,7 +232,26 @@ fn follow(
                 }
             }
         }
-        std::thread::sleep(every);
+        // Wait for the next poll, or for a series asked for (then read again at once).
+        let mut asked = match wants.recv_timeout(every) {
+            Ok(key) => vec![key],
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Vec::new(),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                std::thread::sleep(every);
+                Vec::new()
+            }
+        };
+        asked.extend(wants.try_iter());
+        let mut more = false;
+        for key in asked {
+            more |= wanted.insert(key);
+        }
+        if more {
+            // The new series' history is in segments already read: read everything again.
+            for tail in &mut tails {
+                tail.restart();
+            }
+        }
     }
 }
 
@@ -271,5 +359,80 @@ mod tests {
         };
         assert!(!reset);
         assert_eq!(rows.iter().map(|r| r.step).collect::<Vec<_>>(), vec![2]);
+    }
+
+    /// Issue #37: any stored series can be compared, not only the ones asked for at the start.
+    #[test]
+    fn names_every_series_once_and_sends_one_asked_for_with_its_history() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let run = tmp.path().join("a");
+        std::fs::create_dir_all(&run).expect("dir");
+        let record = RunRecord::new("a", String::new(), "c".into(), "cpu".into());
+        let mut w = StoreWriter::open(&run, &record).expect("writer");
+        for step in 1..=3 {
+            w.push_metric(step, "train", "total", "loss", 5.0);
+            w.push_metric(step, "valid", "rare", "uniq", step as f64);
+            w.push_metric(step, "spectrum", "total", "sv0000", 1.0);
+            w.push_metric(step, "valid", "total", "hist/0042", 2.0);
+        }
+        w.push_metric(0, "run", "total", "total_steps", 3.0);
+        w.flush().expect("flush");
+        let loss = series_key("train", "total", "loss");
+        let uniq = series_key("valid", "rare", "uniq");
+        let follower = spawn(
+            vec![run.clone()],
+            [loss].into_iter().collect(),
+            Duration::from_secs(3600),
+        )
+        .expect("spawn");
+        let rx = &follower.updates;
+        let next = |what: &str, ok: &dyn Fn(&FollowUpdate) -> bool| loop {
+            let u = rx
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            if ok(&u) {
+                return u;
+            }
+        };
+        let FollowUpdate::Series { names } =
+            next("names", &|u| matches!(u, FollowUpdate::Series { .. }))
+        else {
+            unreachable!()
+        };
+        let name = |s: &str, g: &str, m: &str| SeriesName {
+            split: s.into(),
+            group: g.into(),
+            metric: m.into(),
+        };
+        // Spectrum values, run facts and histogram bins are not curves.
+        assert_eq!(
+            names,
+            vec![
+                name("train", "total", "loss"),
+                name("valid", "rare", "uniq")
+            ]
+        );
+        assert_eq!(names[1].key(), uniq);
+        // The poll interval is an hour: what comes next comes because it was asked for.
+        follower.want.send(uniq).expect("the follower listens");
+        let FollowUpdate::Rows { reset, rows, .. } = next(
+            "the asked-for series",
+            &|u| matches!(u, FollowUpdate::Rows { rows, .. } if rows.iter().any(|r| r.key == uniq)),
+        ) else {
+            unreachable!()
+        };
+        assert!(reset, "read again from the start");
+        let of = |key| {
+            rows.iter()
+                .filter(|r| r.key == key)
+                .map(|r| (r.step, r.value))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(of(uniq), vec![(1, 1.0), (2, 2.0), (3, 3.0)], "its history");
+        assert_eq!(of(loss).len(), 3, "and what was wanted before");
+        // Names already said are not said again on the re-read.
+        while let Ok(u) = rx.recv_timeout(Duration::from_millis(200)) {
+            assert!(!matches!(u, FollowUpdate::Series { .. }), "{u:?}");
+        }
     }
 }

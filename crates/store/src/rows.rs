@@ -47,6 +47,33 @@ pub fn metric_rows(df: &DataFrame) -> Result<Vec<MetricRow>, StoreError> {
     Ok(out)
 }
 
+/// The series of `df` that `known` does not know, each once, in the order first met: (key,
+/// split, group, metric). `key`, `split`, `group` and `metric` must be columns of `df`; a row
+/// missing one is skipped.
+pub fn series_names(
+    df: &DataFrame,
+    known: impl Fn(i64) -> bool,
+) -> Result<Vec<(i64, String, String, String)>, StoreError> {
+    let keys = df.column(col::KEY)?.i64()?;
+    let splits = df.column(col::SPLIT)?.str()?;
+    let groups = df.column(col::GROUP)?.str()?;
+    let metrics = df.column(col::METRIC)?.str()?;
+    let mut met = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for i in 0..df.height() {
+        let Some(key) = keys.get(i) else { continue };
+        // Most rows are of a series already known: only the key is looked at.
+        if known(key) || met.contains(&key) {
+            continue;
+        }
+        if let (Some(s), Some(g), Some(m)) = (splits.get(i), groups.get(i), metrics.get(i)) {
+            met.insert(key);
+            out.push((key, s.to_string(), g.to_string(), m.to_string()));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +116,36 @@ mod tests {
         let no_step =
             DataFrame::new(1, vec![Column::new(col::KEY.into(), [1i64])]).expect("one column");
         assert!(metric_rows(&no_step).is_err());
+    }
+
+    #[test]
+    fn series_names_are_the_unknown_keys_once_each_in_order() {
+        fn s(v: [&'static str; 4]) -> [Option<&'static str>; 4] {
+            v.map(Some)
+        }
+        let df = DataFrame::new(
+            4,
+            vec![
+                Column::new(col::KEY.into(), [Some(1i64), Some(2), Some(1), Some(3)]),
+                Column::new(col::SPLIT.into(), s(["train", "valid", "train", "valid"])),
+                Column::new(col::GROUP.into(), s(["total", "rare", "total", "rare"])),
+                Column::new(col::METRIC.into(), s(["loss", "uniq", "loss", "ppl"])),
+            ],
+        )
+        .expect("equal column lengths");
+        let names = series_names(&df, |k| k == 3).expect("names");
+        let want = |k: i64, a: &str, b: &str, c: &str| (k, a.into(), b.into(), c.into());
+        assert_eq!(
+            names,
+            vec![
+                want(1, "train", "total", "loss"),
+                want(2, "valid", "rare", "uniq")
+            ]
+        );
+        assert!(series_names(&df, |_| false).expect("names").len() == 3);
+        // Without the name columns (a read that left them out) it is an error, not nothing.
+        let keys_only =
+            DataFrame::new(1, vec![Column::new(col::KEY.into(), [1i64])]).expect("one column");
+        assert!(series_names(&keys_only, |_| false).is_err());
     }
 }

@@ -11,9 +11,11 @@
 
 pub mod render;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::OnceLock;
+use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 use ratatui::Frame;
@@ -24,19 +26,21 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::TuiError;
 use super::app::ViewOptions;
 use super::event_loop::{self, Events, Flow, View, ViewerEvent};
-use conelab_link::follow::{self, FollowUpdate};
+use conelab_link::follow::{self, FollowUpdate, SeriesName};
 use conelab_store::writer::spectrum_metric;
 use conelab_store::{series_key, split};
 
-/// One curve the view can show: a series of the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One curve the view can show: a series of the store. The named ones ([`CURVES`]) come
+/// first; every other series a run has stored follows under its store name
+/// (`split/group/metric`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Curve {
     /// As `conelab compare --curve` spells it.
-    pub name: &'static str,
-    pub label: &'static str,
-    pub split: &'static str,
-    pub group: &'static str,
-    pub metric: &'static str,
+    pub name: Cow<'static, str>,
+    pub label: Cow<'static, str>,
+    pub split: Cow<'static, str>,
+    pub group: Cow<'static, str>,
+    pub metric: Cow<'static, str>,
 }
 
 impl Curve {
@@ -48,21 +52,64 @@ impl Curve {
         metric: &'static str,
     ) -> Self {
         Self {
-            name,
-            label,
-            split,
-            group,
-            metric,
+            name: Cow::Borrowed(name),
+            label: Cow::Borrowed(label),
+            split: Cow::Borrowed(split),
+            group: Cow::Borrowed(group),
+            metric: Cow::Borrowed(metric),
+        }
+    }
+
+    /// A series of the store without a name of its own: named and labelled
+    /// `split/group/metric`.
+    pub fn stored(split: &str, group: &str, metric: &str) -> Self {
+        let name = format!("{split}/{group}/{metric}");
+        Self {
+            label: Cow::Owned(name.clone()),
+            name: Cow::Owned(name),
+            split: Cow::Owned(split.into()),
+            group: Cow::Owned(group.into()),
+            metric: Cow::Owned(metric.into()),
         }
     }
 
     pub fn key(&self) -> i64 {
-        series_key(self.split, self.group, self.metric)
+        series_key(&self.split, &self.group, &self.metric)
     }
 
-    /// The curve `--curve NAME` means.
+    /// The named curve `--curve NAME` means.
     pub fn by_name(name: &str) -> Option<usize> {
         CURVES.iter().position(|c| c.name == name)
+    }
+
+    /// What `--curve` takes: a named curve (`i1-rare`), or any stored series as
+    /// `SPLIT/GROUP/METRIC` (`valid/rare/uniq`) or `SPLIT/METRIC` (group `total`).
+    pub fn parse(text: &str) -> Option<Curve> {
+        if let Some(i) = Self::by_name(text) {
+            return Some(CURVES[i].clone());
+        }
+        let parts: Vec<&str> = text.split('/').collect();
+        let ok = |p: &&str| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        };
+        if !parts.iter().all(ok) {
+            return None;
+        }
+        let curve = match parts[..] {
+            [split, metric] => Curve::stored(split, "total", metric),
+            [split, group, metric] => Curve::stored(split, group, metric),
+            _ => return None,
+        };
+        // Spelled out, a named curve is still itself (its label, its own place in the list).
+        Some(
+            CURVES
+                .iter()
+                .find(|c| c.key() == curve.key())
+                .cloned()
+                .unwrap_or(curve),
+        )
     }
 }
 
@@ -400,8 +447,14 @@ pub enum CompareAction {
 #[derive(Debug, Clone)]
 pub struct CompareApp {
     pub runs: Vec<CompareRun>,
-    /// Index into [`CURVES`].
+    /// The curves offered: [`CURVES`], then every other series the runs have stored, by name.
+    pub curves: Vec<Curve>,
+    /// Index into `curves`.
     pub curve: usize,
+    /// Where to ask the follower for a series it does not send yet (`None`: nobody to ask).
+    pub want: Option<Sender<i64>>,
+    /// The series the follower sends (or was asked for).
+    pub requested: FxHashSet<i64>,
     pub x_axis: XAxis,
     /// TensorBoard's exponential smoothing weight, 0 (raw) ..= 0.99.
     pub smoothing: f64,
@@ -433,14 +486,14 @@ pub struct CompareApp {
 }
 
 /// How the view starts.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CompareOptions {
     pub view: ViewOptions,
     pub x_axis: XAxis,
     pub smoothing: f64,
     pub log_y: bool,
-    /// Index into [`CURVES`].
-    pub curve: usize,
+    /// The curve shown first (a named one, or any stored series).
+    pub curve: Curve,
 }
 
 impl Default for CompareOptions {
@@ -450,16 +503,27 @@ impl Default for CompareOptions {
             x_axis: XAxis::Step,
             smoothing: DEFAULT_SMOOTHING,
             log_y: false,
-            curve: 0,
+            curve: CURVES[0].clone(),
         }
     }
 }
 
 impl CompareApp {
     pub fn new(dirs: Vec<PathBuf>, options: CompareOptions) -> Self {
+        let mut curves = CURVES.to_vec();
+        let curve = match curves.iter().position(|c| c.key() == options.curve.key()) {
+            Some(i) => i,
+            None => {
+                curves.push(options.curve.clone());
+                curves.len() - 1
+            }
+        };
         Self {
             runs: dirs.into_iter().map(CompareRun::new).collect(),
-            curve: options.curve.min(CURVES.len() - 1),
+            curves,
+            curve,
+            want: None,
+            requested: wanted_keys(),
             x_axis: options.x_axis,
             smoothing: options.smoothing.clamp(0.0, MAX_SMOOTHING),
             log_y: options.log_y,
@@ -479,8 +543,42 @@ impl CompareApp {
         }
     }
 
-    pub fn curve(&self) -> Curve {
-        CURVES[self.curve]
+    pub fn curve(&self) -> &Curve {
+        &self.curves[self.curve]
+    }
+
+    /// Adds the series met in the runs' stores to the curves offered (after the named ones, in
+    /// name order); the curve shown stays the one shown.
+    pub fn add_series(&mut self, names: &[SeriesName]) {
+        let shown = self.curve().key();
+        let mut known: FxHashSet<i64> = self.curves.iter().map(Curve::key).collect();
+        let mut added = false;
+        for n in names.iter().filter(|n| n.is_curve()) {
+            if known.insert(n.key()) {
+                self.curves
+                    .push(Curve::stored(&n.split, &n.group, &n.metric));
+                added = true;
+            }
+        }
+        if added {
+            self.curves[CURVES.len()..].sort_by(|a, b| a.name.cmp(&b.name));
+            self.curve = self
+                .curves
+                .iter()
+                .position(|c| c.key() == shown)
+                .unwrap_or(0);
+        }
+    }
+
+    /// Asks the follower for the curve shown if it does not send it yet.
+    pub fn request_shown(&mut self) {
+        let key = self.curve().key();
+        if self.requested.insert(key)
+            && let Some(want) = &self.want
+            && want.send(key).is_err()
+        {
+            self.on_follower_gone();
+        }
     }
 
     /// A point's x as drawn: its step, or its seconds since the run's first record.
@@ -554,8 +652,9 @@ impl CompareApp {
         match key.code {
             KeyCode::Esc => self.search = None,
             KeyCode::Enter => {
-                if let Some(&first) = curve_matches(query).first()
-                    && !curve_matches(query).contains(&self.curve)
+                let matches = curve_matches(&self.curves, query);
+                if let Some(&first) = matches.first()
+                    && !matches.contains(&self.curve)
                 {
                     self.curve = first;
                 }
@@ -565,7 +664,7 @@ impl CompareApp {
                 query.pop();
             }
             KeyCode::Up | KeyCode::Down => {
-                let matches = curve_matches(query);
+                let matches = curve_matches(&self.curves, query);
                 let at = matches.iter().position(|&c| c == self.curve);
                 let next = match (at, key.code) {
                     (None, _) => 0,
@@ -578,7 +677,7 @@ impl CompareApp {
             }
             KeyCode::Char(c) if query.chars().count() < 32 => {
                 query.push(c);
-                if let Some(&first) = curve_matches(query).first() {
+                if let Some(&first) = curve_matches(&self.curves, query).first() {
                     self.curve = first;
                 }
             }
@@ -607,7 +706,7 @@ impl CompareApp {
     /// Whether the y-range leaves outliers out for the curve shown.
     pub fn clipping(&self) -> bool {
         self.clip_outliers
-            .unwrap_or(matches!(self.curve().metric, "loss" | "ppl"))
+            .unwrap_or(matches!(&*self.curve().metric, "loss" | "ppl"))
     }
 
     /// Folds what the follower learnt.
@@ -640,6 +739,7 @@ impl CompareApp {
                     r.error = message;
                 }
             }
+            FollowUpdate::Series { names } => self.add_series(&names),
             FollowUpdate::Stopped { message } => {
                 self.follower_stopped = true;
                 self.warn(message);
@@ -688,7 +788,7 @@ impl CompareApp {
             }
             CompareAction::ToggleZoom => self.zoom = !self.zoom,
             CompareAction::Curve(d) => {
-                let n = CURVES.len() as i64;
+                let n = self.curves.len() as i64;
                 self.curve = (self.curve as i64 + d as i64).rem_euclid(n) as usize;
             }
             CompareAction::ToggleX => {
@@ -754,10 +854,13 @@ impl CompareApp {
 
 /// The key bindings, as the help overlay and README list them.
 pub const HELP: [(&str, &str); 18] = [
-    ("↑/↓ j/k", "choose the curve"),
+    (
+        "↑/↓ j/k",
+        "choose the curve (the named ones, then every series the runs stored)",
+    ),
     (
         "/",
-        "search the curves (letters in order: `ir` → I1 rare; Enter picks, Esc closes)",
+        "search the curves (letters in order: `ir` → I1 rare, `vrhu` → valid/rare/human_uniq)",
     ),
     ("x", "x axis: step / wall time"),
     (
@@ -835,8 +938,9 @@ pub fn action_for(key: KeyEvent) -> CompareAction {
 }
 
 /// The curves a search matches: its letters in order (case ignored) in the curve's name or label
-/// ("ir" → "i1-rare"; "cosr" → "mean-cos-rare"), the tightest matches first.
-pub fn curve_matches(query: &str) -> Vec<usize> {
+/// ("ir" → "i1-rare"; "cosr" → "mean-cos-rare"; "vrhu" → "valid/rare/human_uniq"), the tightest
+/// matches first, a named curve before a stored series on a tie.
+pub fn curve_matches(curves: &[Curve], query: &str) -> Vec<usize> {
     let q: Vec<char> = query
         .to_lowercase()
         .chars()
@@ -862,13 +966,13 @@ pub fn curve_matches(query: &str) -> Vec<usize> {
             .min()
     };
     if q.is_empty() {
-        return (0..CURVES.len()).collect();
+        return (0..curves.len()).collect();
     }
-    let mut found: Vec<((usize, usize), usize)> = CURVES
+    let mut found: Vec<((usize, usize), usize)> = curves
         .iter()
         .enumerate()
         .filter_map(|(i, c)| {
-            [span(c.name), span(c.label)]
+            [span(&c.name), span(&c.label)]
                 .into_iter()
                 .flatten()
                 .min()
@@ -962,6 +1066,8 @@ impl View for CompareApp {
                 return Flow::Exit(());
             }
         }
+        // Whatever chose it (a key, the search, a list that grew), the curve shown is sent.
+        self.request_shown();
         if self.exit {
             Flow::Exit(())
         } else {
@@ -984,9 +1090,17 @@ pub fn run_compare(
     every: Duration,
 ) -> Result<(), TuiError> {
     let events = Events::new();
-    let follow::Follower { updates, stop } = follow::spawn(dirs.clone(), wanted_keys(), every)?;
+    let mut wanted = wanted_keys();
+    wanted.insert(options.curve.key());
+    let follow::Follower {
+        updates,
+        stop,
+        want,
+    } = follow::spawn(dirs.clone(), wanted.clone(), every)?;
     events.forward(updates, |u| u)?;
     let mut app = CompareApp::new(dirs, options);
+    app.want = Some(want);
+    app.requested = wanted;
     event_loop::run(&mut app, events)?;
     // The follower stops with the view.
     drop(stop);
@@ -1031,7 +1145,7 @@ mod tests {
         let mut run = CompareRun::new(PathBuf::from("/x/run-a"));
         assert_eq!(run.label, "run-a");
         let loss = CURVES[0].key();
-        let sv = |k| series_key(split::SPECTRUM, "total", &spectrum_metric(k));
+        let sv = |k: usize| series_key(split::SPECTRUM, "total", &spectrum_metric(k));
         run.add(&[
             row(loss, 1, 100.0, 5.0),
             row(loss, 2, 101.5, 4.0),
@@ -1051,12 +1165,13 @@ mod tests {
     /// Issue #37: a metric picker with fuzzy search: `/` and the letters in order.
     #[test]
     fn the_curve_search_finds_by_letters_in_order() {
-        let name = |i: usize| CURVES[i].name;
-        assert_eq!(name(curve_matches("ir")[0]), "i1-rare");
-        assert_eq!(name(curve_matches("cosr")[0]), "mean-cos-rare");
-        assert_eq!(name(curve_matches("GRAD")[0]), "grad-norm");
-        assert!(curve_matches("zzz").is_empty());
-        assert_eq!(curve_matches("").len(), CURVES.len());
+        let name = |i: usize| CURVES[i].name.clone();
+        let matches = |q| curve_matches(&CURVES, q);
+        assert_eq!(name(matches("ir")[0]), "i1-rare");
+        assert_eq!(name(matches("cosr")[0]), "mean-cos-rare");
+        assert_eq!(name(matches("GRAD")[0]), "grad-norm");
+        assert!(matches("zzz").is_empty());
+        assert_eq!(matches("").len(), CURVES.len());
         let mut app = CompareApp::new(vec![PathBuf::from("a")], CompareOptions::default());
         let key = |c: KeyCode| KeyEvent::new(c, KeyModifiers::NONE);
         app.apply(action_for(key(KeyCode::Char('/'))));
@@ -1086,6 +1201,111 @@ mod tests {
         app.apply(action_for(key(KeyCode::Char('/'))));
         app.search_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
         assert!(app.exit && app.search.is_none());
+    }
+
+    /// Issue #37: "compare any stored metric": the series the runs have stored join the list
+    /// under their store names, the search reaches them, and the one picked is asked of the
+    /// follower once.
+    #[test]
+    fn stored_series_join_the_list_and_the_one_picked_is_asked_for() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut app = CompareApp::new(vec![PathBuf::from("a")], CompareOptions::default());
+        app.want = Some(tx);
+        let name = |s: &str, g: &str, m: &str| SeriesName {
+            split: s.into(),
+            group: g.into(),
+            metric: m.into(),
+        };
+        app.curve = Curve::by_name("i1-rare").expect("named");
+        app.on_update(FollowUpdate::Series {
+            names: vec![
+                name("valid", "rare", "uniq"),
+                name("train", "total", "loss"),
+                name("embedding", "rare", "i2"),
+                name("spectrum", "total", "sv0003"),
+            ],
+        });
+        let names: Vec<&str> = app.curves[CURVES.len()..]
+            .iter()
+            .map(|c| &*c.name)
+            .collect();
+        // The loss is a named curve already; a spectrum value is not a curve; name order.
+        assert_eq!(names, ["embedding/rare/i2", "valid/rare/uniq"]);
+        assert_eq!(app.curve().name, "i1-rare", "the curve shown stays");
+        // Two more arrive and sort in before: still the same curve shown.
+        app.curve = app.curves.len() - 1;
+        app.on_update(FollowUpdate::Series {
+            names: vec![
+                name("embedding", "frequent", "i2"),
+                name("test", "total", "mu_z"),
+            ],
+        });
+        assert_eq!(app.curve().name, "valid/rare/uniq");
+        assert_eq!(app.curves.len(), CURVES.len() + 4);
+        // Picked by search, it is asked for once, however often it is shown again.
+        let key = |c: KeyCode| ViewerEvent::Key(KeyEvent::new(c, KeyModifiers::NONE));
+        let area = Rect::new(0, 0, 80, 24);
+        for c in "/mu_z".chars() {
+            app.on_event(key(KeyCode::Char(c)), area);
+        }
+        app.on_event(key(KeyCode::Enter), area);
+        assert_eq!(app.curve().name, "test/total/mu_z");
+        let mu_z = series_key("test", "total", "mu_z");
+        app.on_event(key(KeyCode::Up), area);
+        app.on_event(key(KeyCode::Down), area);
+        let asked: Vec<i64> = rx.try_iter().collect();
+        assert_eq!(asked.iter().filter(|&&k| k == mu_z).count(), 1, "{asked:?}");
+        // A named curve is sent from the start: never asked for.
+        app.curve = 0;
+        app.on_event(key(KeyCode::Down), area);
+        assert!(rx.try_iter().next().is_none());
+        // The follower gone: said, not a panic.
+        drop(rx);
+        app.on_update(FollowUpdate::Series {
+            names: vec![name("valid", "total", "seconds")],
+        });
+        app.curve = app
+            .curves
+            .iter()
+            .position(|c| c.name == "valid/total/seconds")
+            .expect("added");
+        app.on_event(key(KeyCode::Char('x')), area);
+        assert!(app.follower_stopped);
+    }
+
+    #[test]
+    fn curve_parses_named_and_stored_spellings() {
+        assert_eq!(
+            Curve::parse("i1-rare").map(|c| c.name),
+            Some("i1-rare".into())
+        );
+        let c = Curve::parse("valid/rare/uniq").expect("a stored series");
+        assert_eq!(
+            (c.key(), &*c.label),
+            (series_key("valid", "rare", "uniq"), "valid/rare/uniq")
+        );
+        assert_eq!(
+            Curve::parse("train/grad_norm").map(|c| c.key()),
+            Some(series_key("train", "total", "grad_norm"))
+        );
+        // Spelled out, a named curve is the named one.
+        assert_eq!(
+            Curve::parse("embedding/rare/i1").map(|c| c.name),
+            Some("i1-rare".into())
+        );
+        for bad in ["", "nope", "a//b", "a/b/c/d", "valid/rare/uniq ", "/x/y"] {
+            assert_eq!(Curve::parse(bad), None, "{bad:?}");
+        }
+        // One shown first though no run has it yet: offered, and shown.
+        let app = CompareApp::new(
+            vec![],
+            CompareOptions {
+                curve: Curve::parse("valid/rare/uniq").expect("parses"),
+                ..CompareOptions::default()
+            },
+        );
+        assert_eq!(app.curve().name, "valid/rare/uniq");
+        assert_eq!(app.curves.len(), CURVES.len() + 1);
     }
 
     /// Issue #37: the first losses (about ln V) flattened every curve, and a 4-point
@@ -1135,7 +1355,7 @@ mod tests {
         assert_eq!(app.curve, CURVES.len() - 1, "the list wraps");
         press(&mut app, KeyCode::Down);
         press(&mut app, KeyCode::Down);
-        assert_eq!(app.curve(), CURVES[1]);
+        assert_eq!(*app.curve(), CURVES[1]);
         for _ in 0..10 {
             press(&mut app, KeyCode::Char('+'));
         }

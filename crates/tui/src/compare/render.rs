@@ -20,9 +20,7 @@ use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Cell, Chart, Dataset, GraphType, Paragraph, Row, Table};
 
-use super::{
-    CURVES, CompareApp, ComparePane, HELP, LEGEND_PAGE, TABLE_GROUPS, XAxis, smooth_debiased,
-};
+use super::{CompareApp, ComparePane, HELP, LEGEND_PAGE, TABLE_GROUPS, XAxis, smooth_debiased};
 use crate::ui::{human_duration, keys_overlay, shorten, too_small};
 use conelab_store::split;
 
@@ -276,7 +274,7 @@ fn group_legend(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
                 .filter_map(|&i| match cursor {
                     Some(at) => app.value_at(&app.runs[i], at).map(|p| p.1),
                     None => app.runs[i]
-                        .last(curve.split, curve.group, curve.metric)
+                        .last(&curve.split, &curve.group, &curve.metric)
                         .map(|p| p.1),
                 })
                 .filter(|v| v.is_finite())
@@ -346,7 +344,7 @@ fn legend_text(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
                     .map(|(_, v)| format_compact(v))
                     .unwrap_or_else(|| "–".into()),
                 None => r
-                    .last(curve.split, curve.group, curve.metric)
+                    .last(&curve.split, &curve.group, &curve.metric)
                     .map(|(_, v)| format_compact(v))
                     .unwrap_or_else(|| "–".into()),
             };
@@ -393,19 +391,27 @@ fn legend_text(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
 }
 
 fn curves(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
+    // Wide enough for the longest name (stored series are `split/group/metric`), up to a third.
+    let longest = app
+        .curves
+        .iter()
+        .map(|c| c.label.chars().count() + 2)
+        .max()
+        .unwrap_or(0);
+    let width = longest.clamp(18, (area.width / 3).max(18) as usize) as u16;
     let [list, chart] =
-        Layout::horizontal([Constraint::Length(18), Constraint::Min(0)]).areas(area);
+        Layout::horizontal([Constraint::Length(width), Constraint::Min(0)]).areas(area);
     // While searching: the query, then its matches.
     let (shown, query): (Vec<usize>, Option<Line>) = match &app.search {
         Some(q) => (
-            super::curve_matches(q),
+            super::curve_matches(&app.curves, q),
             Some(Line::styled(format!("/{q}_"), pal.focus(true))),
         ),
-        None => ((0..CURVES.len()).collect(), None),
+        None => ((0..app.curves.len()).collect(), None),
     };
     let items: Vec<Line> = query
         .into_iter()
-        .chain(shown.iter().map(|&i| (i, CURVES[i])).map(|(i, c)| {
+        .chain(shown.iter().map(|&i| (i, &app.curves[i])).map(|(i, c)| {
             if i == app.curve {
                 Line::styled(format!("▶ {}", c.label), pal.focus(true))
             } else {
@@ -774,7 +780,7 @@ mod tests {
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
 
-    use super::super::{CompareOptions, CompareRun};
+    use super::super::{CURVES, CompareOptions, CompareRun};
     use super::*;
     use conelab_link::follow::Row as StoreRow;
     use conelab_store::series_key;
