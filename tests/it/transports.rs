@@ -33,6 +33,7 @@ impl Answers for Fixed {
             step: step.unwrap_or(99),
             uncentred: None,
             centred: None,
+            spectrum: Vec::new(),
         }))
     }
     fn neighbors(

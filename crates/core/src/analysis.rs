@@ -32,6 +32,7 @@ impl EmbeddingAnalysis {
             step: self.snapshot.step,
             uncentred: self.panel.projection.clone(),
             centred: self.panel.centred.clone(),
+            spectrum: self.panel.total.sv_norm.clone(),
         }
     }
 }

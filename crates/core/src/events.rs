@@ -162,12 +162,17 @@ impl EmbeddingStats {
     }
 }
 
-/// The 2-D projections of one analysed snapshot (the embedding scatter and its time scrub).
+/// The 2-D projections of one analysed snapshot (the embedding scatter and its time scrub),
+/// with its normalised spectrum (so the Spectrum pane follows the scrub too).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProjectionFrame {
     pub step: u64,
     pub uncentred: Option<Projection>,
     pub centred: Option<Projection>,
+    /// W's singular values over the largest, descending (empty: not known — a frame from a run
+    /// made before frames carried it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spectrum: Vec<f64>,
 }
 
 /// Why a run ended.

@@ -1,6 +1,8 @@
 //! The 2-D projections of every analysed snapshot, one Parquet file each under
 //! `store/projections/step-NNNNNNNNN.parquet` (columns `ux`, `uy` uncentred and `cx`, `cy`
-//! centred, f32, row order; the explained shares as constant columns `ue0`, `ue1`, `ce0`, `ce1`).
+//! centred, f32, row order; the explained shares as constant columns `ue0`, `ue1`, `ce0`, `ce1`;
+//! the snapshot's normalised spectrum in `sv`, null past its end — at most one value per point,
+//! so a spectrum longer than the points, which no run has (N ≫ d), would be cut there).
 //! They make the embedding pane's time scrub work after attaching to a run and on finished runs.
 //!
 //! A file is written atomically. Past [`MAX_FILES`] the older half is thinned (every other file
@@ -119,6 +121,12 @@ pub fn write(store_dir: &Path, frame: &ProjectionFrame) -> Result<(), StoreError
     if cols.is_empty() {
         return Ok(());
     }
+    if !frame.spectrum.is_empty() {
+        let sv: Vec<Option<f64>> = (0..height)
+            .map(|i| frame.spectrum.get(i).copied())
+            .collect();
+        cols.push(Column::new("sv".into(), sv));
+    }
     let mut df = DataFrame::new(height, cols)?;
     let mut bytes = Vec::new();
     ParquetWriter::new(Cursor::new(&mut bytes))
@@ -185,10 +193,18 @@ pub fn read(store_dir: &Path, step: u64) -> Result<Option<ProjectionFrame>, Stor
         Err(e) => return Err(io_error(&p)(e)),
     };
     let df = decode(&p, entry.checksum, bytes)?;
+    // A file without `sv` (written before frames carried the spectrum) has none.
+    let spectrum = df
+        .column("sv")
+        .ok()
+        .and_then(|c| c.f64().ok())
+        .map(|c| c.iter().map_while(|v| v).collect())
+        .unwrap_or_default();
     Ok(Some(ProjectionFrame {
         step,
         uncentred: projection(&df, 'u', ProjectionMode::Uncentred),
         centred: projection(&df, 'c', ProjectionMode::Centred),
+        spectrum,
     }))
 }
 
@@ -255,6 +271,7 @@ mod tests {
                 points: vec![[0.0, 1.0], [2.0, 3.0], [-1.0, -1.5]],
                 explained: [0.4, 0.3],
             }),
+            spectrum: vec![1.0, 0.5 / step as f64],
         }
     }
 
@@ -272,7 +289,20 @@ mod tests {
         assert!(u.points[1][1].is_nan());
         assert_eq!(u.explained, wu.explained);
         assert_eq!(back.centred, want.centred);
+        // The spectrum (shorter than the points: null past its end) comes back as written.
+        assert_eq!(back.spectrum, vec![1.0, 0.01]);
         assert_eq!(read(dir.path(), 51).expect("read"), None);
+        // A frame without one writes no `sv`, and reads back without one.
+        let mut bare = frame(60);
+        bare.spectrum.clear();
+        write(dir.path(), &bare).expect("write");
+        assert!(
+            read(dir.path(), 60)
+                .expect("read")
+                .expect("present")
+                .spectrum
+                .is_empty()
+        );
     }
 
     #[test]

@@ -57,11 +57,11 @@ pub const HELP: &[(&str, &str)] = &[
     ),
     (
         "[ ] / ← →",
-        "Embedding, Groups: older / newer snapshot (past the newest: live)",
+        "Embedding, Groups, Spectrum: older / newer snapshot (past the newest: live)",
     ),
     (
         "Home / End",
-        "Embedding, Groups: the first snapshot / the newest (live)",
+        "Embedding, Groups, Spectrum: the first snapshot / the newest (live)",
     ),
     (
         "In the quit dialog",
@@ -155,7 +155,8 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
     let controls = app.focus == Pane::Controls;
     let neighbors = app.focus == Pane::Neighbors;
     let scatter = app.focus == Pane::Scatter;
-    let groups = app.focus == Pane::Groups;
+    // The panes the time scrub moves besides the scatter: the Groups table and the spectrum.
+    let groups = matches!(app.focus, Pane::Groups | Pane::Spectrum);
     match key.code {
         KeyCode::Char('q') => Action::Quit,
         KeyCode::Char('d') => Action::Detach,
@@ -185,7 +186,7 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
         KeyCode::Char('c') if scatter => Action::ToggleCentred,
         KeyCode::Char('[') | KeyCode::Left if scatter => Action::Scrub(-1),
         KeyCode::Char(']') | KeyCode::Right if scatter => Action::Scrub(1),
-        // The time scrub from the panes it moves (the scatter, the Groups table): [ ] step,
+        // The time scrub from the panes it moves (the scatter, Groups, Spectrum): [ ] step,
         // Home the first snapshot, End the newest (live again).
         KeyCode::Char('[') | KeyCode::Left if groups => Action::Scrub(-1),
         KeyCode::Char(']') | KeyCode::Right if groups => Action::Scrub(1),

@@ -596,6 +596,41 @@ mod tests {
         assert!(app.scrub.is_some(), "← too");
     }
 
+    /// Issue #37: "Groups and Spectrum stay on the newest snapshot" while scrubbing. The
+    /// spectrum shown is the scrubbed snapshot's, labelled with its step.
+    #[test]
+    fn the_time_scrub_moves_the_spectrum_too() {
+        use ratatui::crossterm::event::{KeyCode, KeyEvent};
+        let mut app = app();
+        app.focus = Pane::Spectrum;
+        let newest = draw(&app, 120, 40);
+        assert!(newest.contains("── now"), "{newest}");
+        let a = crate::keys::action_for(&app, KeyEvent::from(KeyCode::Home));
+        app.apply(a);
+        assert_eq!(app.scrub, Some(0), "Home from the Spectrum pane");
+        // The first snapshot's spectrum, as the run's first analysis computed it.
+        let first = app.run.first_spectrum.clone().expect("a first spectrum");
+        let frame = app.scatter_frame().expect("the first frame");
+        assert_eq!((frame.step, &frame.spectrum), (1, &first));
+        let newest_sv = &app
+            .analysis
+            .as_ref()
+            .expect("an analysis")
+            .panel
+            .total
+            .sv_norm;
+        assert_ne!(
+            &first, newest_sv,
+            "the snapshots differ, so the test can tell"
+        );
+        let text = draw(&app, 120, 40);
+        assert!(text.contains("── step 1"), "{text}");
+        assert!(!text.contains("── now"), "{text}");
+        let a = crate::keys::action_for(&app, KeyEvent::from(KeyCode::End));
+        app.apply(a);
+        assert!(draw(&app, 120, 40).contains("── now"));
+    }
+
     /// Issue #37: a foreign matrix's word read "#12 · ×0 · step 0": only what is known.
     #[test]
     fn a_words_heading_says_only_what_is_known() {

@@ -571,15 +571,23 @@ pub(super) fn scatter(
 }
 
 pub(super) fn spectrum(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
-    let now = match (&app.analysis, &app.run.last_embedding) {
-        (Some(a), _) => &a.panel.total.sv_norm,
-        (None, Some(e)) if !e.total.sv_norm.is_empty() => &e.total.sv_norm,
-        _ => {
-            frame.render_widget(Paragraph::new("no snapshot yet"), area);
-            return;
-        }
+    // Scrubbed back in time: the shown snapshot's spectrum (it travels with its projections),
+    // labelled with its step.
+    let scrubbed = app
+        .scrub
+        .and_then(|_| app.scatter_frame())
+        .filter(|f| !f.spectrum.is_empty())
+        .map(|f| (format!("step {}", f.step), &f.spectrum));
+    let newest = match (&app.analysis, &app.run.last_embedding) {
+        (Some(a), _) => Some(&a.panel.total.sv_norm),
+        (None, Some(e)) if !e.total.sv_norm.is_empty() => Some(&e.total.sv_norm),
+        _ => None,
     };
-    let mut series = vec![Series::new("now", now).style(pal.fg(Color::Green))];
+    let Some((label, now)) = scrubbed.or_else(|| newest.map(|n| ("now".to_string(), n))) else {
+        frame.render_widget(Paragraph::new("no snapshot yet"), area);
+        return;
+    };
+    let mut series = vec![Series::new(label.as_str(), now).style(pal.fg(Color::Green))];
     if let Some((label, values)) = &app.spectrum_reference {
         series.push(Series::new(label.as_str(), values).style(pal.fg(Color::Yellow)));
     }
