@@ -363,8 +363,14 @@ fn chaos(args: BenchChaosArgs) -> Result<()> {
 }
 
 fn runs(args: BenchRunsArgs) -> Result<()> {
-    if args.runs == 0 || args.runs > 100_000 || args.history == 0 || args.repeats > 100 {
-        bail!("--runs from 1 to 100000, --history ≥ 1 and --repeats up to 100 are needed");
+    if args.runs == 0 || args.runs > 100_000 {
+        bail!("--runs {}: from 1 to 100000 runs", args.runs);
+    }
+    if args.history == 0 {
+        bail!("--history 0: the real run needs at least one step");
+    }
+    if !(1..=100).contains(&args.repeats) {
+        bail!("--repeats {}: from 1 to 100", args.repeats);
     }
     let r = conelab::bench::runs::bench_runs(&conelab::bench::runs::RunsBench {
         runs: args.runs,

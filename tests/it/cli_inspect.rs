@@ -416,6 +416,18 @@ fn inspect_foreign_matrices() {
         &["--device libtorch-cpu"],
     );
     assert_one_line_error(&conelab(&["bench", "ops", "--batch", "0"]), &["--batch"]);
+    // bench runs: no runs, absurdly many, no history, no measurement at all.
+    for bad in [
+        ["--runs", "0"],
+        ["--runs", "100001"],
+        ["--history", "0"],
+        ["--repeats", "0"],
+        ["--repeats", "101"],
+    ] {
+        let mut args = vec!["bench", "runs"];
+        args.extend(bad);
+        assert_one_line_error(&conelab(&args), &[bad[0]]);
+    }
     assert_one_line_error(
         &conelab(&["bench", "ops", "--reference", "/nonexistent/ref.py"]),
         &["no such script"],

@@ -263,6 +263,60 @@ fn runs_are_found_and_addressed_by_name_from_any_folder() {
 }
 
 /// `conelab runs SWEEP-FOLDER` lists the sweep's runs, with a sweep column.
+/// A full disk under the run index costs only the index entry: the run trains and finishes,
+/// says once that it is found by its folder only, and is still found by scanning the roots.
+#[test]
+fn a_failed_registration_warns_and_the_run_goes_on() {
+    let f = Fixture::new();
+    let state = f.path("state");
+    let root = f.path("roots");
+    let run = root.join("a");
+    let mut c = command();
+    c.env("XDG_STATE_HOME", &state)
+        .env("CONELAB_FAULT", "index.write:1+:ENOSPC")
+        .args([
+            "train",
+            s(&f.path("corpus")),
+            "--config",
+            s(&f.path("small.toml")),
+            "--run-dir",
+            s(&run),
+            "--steps",
+            "2",
+            "--eval-every",
+            "0",
+            "--headless",
+            "--name",
+            "no-index",
+        ]);
+    let out = c.output().expect("train");
+    ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("found by its folder only").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert!(run.join("store").is_dir(), "the run itself wrote its store");
+    // No entry and no temporary file left in the index.
+    let index = state.join("conelab/runs");
+    let left: Vec<_> = std::fs::read_dir(&index)
+        .map(|d| d.map(|e| e.expect("entry").file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+    // Found all the same, by name, through the run roots.
+    let home = f.path("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let listed = rows(&at(
+        &home,
+        &state,
+        &["runs", "--json", "--name", "no-index"],
+        &[("CONELAB_RUNS", s(&root))],
+    ));
+    assert_eq!(paths(&listed), vec![canon(&run)]);
+}
+
 #[test]
 fn a_sweep_folder_lists_its_runs() {
     let f = Fixture::new();

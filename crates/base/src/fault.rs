@@ -15,7 +15,8 @@
 //! (moving an unfinished run's store aside before a restart), `log.write` (a
 //! line of train.log), `manifest.write`/`manifest.rename` (a folder's `checksums.json` beside
 //! `run.toml`, `vocab.tsv` or `run.json`), `run.write` (`run.toml`, `vocab.tsv`),
-//! `labels.write` (`run.json` by tag, note, rename), `segment.remove` (a compaction deleting
+//! `labels.write` (`run.json` by tag, note, rename), `index.write`/`index.rename` (a run's entry
+//! in the per-user run index), `segment.remove` (a compaction deleting
 //! the segments it superseded); and, to kill a thread, `engine.panic` (a training step; with `ENOMEM`
 //! the panic is libtorch's CUDA out-of-memory as tch raises it), `engine.nan` (a training
 //! step's loss and gradients made NaN: a divergence, whatever the errno), `metrics.panic`

@@ -110,7 +110,7 @@ pub fn register_in(index: &Path, dir: &Path, labels: &RunLabels) -> Result<PathB
         source: std::io::Error::other(e),
     })?;
     bytes.push(b'\n');
-    atomic::write_file(&file, &bytes).map_err(io(&file))?;
+    atomic::write_file_as("index", &file, &bytes).map_err(io(&file))?;
     Ok(file)
 }
 
@@ -320,6 +320,32 @@ mod tests {
         assert!(known.warnings.is_empty());
         // The sweep folder named as a root lists its runs.
         assert_eq!(scan(&sweep), vec![sweep.join("runs/r1")]);
+    }
+
+    /// A full disk or an I/O error under the index: the entry already there stays as it was,
+    /// no temporary file is left for readers to trip on, and the next registration works.
+    #[test]
+    fn a_failed_registration_keeps_the_old_entry() {
+        let tmp = tempfile::tempdir().unwrap();
+        let index = tmp.path().join("index");
+        let run = tmp.path().join("runs/a");
+        make_run(&run);
+        let file = register_in(&index, &run, &labels("old")).unwrap();
+        let before = std::fs::read(&file).unwrap();
+        for plan in ["index.write:1:ENOSPC", "index.rename:1:EIO"] {
+            let err =
+                conelab_base::fault::with_plan(plan, || register_in(&index, &run, &labels("new")))
+                    .expect_err(plan);
+            assert!(matches!(err, IndexError::Io { .. }), "{plan}: {err}");
+            assert_eq!(std::fs::read(&file).unwrap(), before, "{plan}");
+            let names: Vec<_> = std::fs::read_dir(&index).unwrap().collect();
+            assert_eq!(names.len(), 1, "{plan}: only the entry, no temporary file");
+            let read = read_index(&index);
+            assert_eq!(read.entries[0].name.as_deref(), Some("old"), "{plan}");
+            assert!(read.warnings.is_empty(), "{plan}: {:?}", read.warnings);
+        }
+        register_in(&index, &run, &labels("new")).unwrap();
+        assert_eq!(read_index(&index).entries[0].name.as_deref(), Some("new"));
     }
 
     #[test]
