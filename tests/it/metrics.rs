@@ -434,6 +434,34 @@ fn isoscore_is_one_for_a_gaussian_cloud_k_minus_one_over_d_minus_one_on_k_axes_z
     }
 }
 
+/// Issue #38: IsoScore beside the value a random matrix of the set's size has. The closed form
+/// of methods.md §2, and a random Gaussian matrix measured: within a few thousandths of it.
+#[test]
+fn isoscore_reads_its_random_baseline_on_a_random_matrix() {
+    use conelab::metrics::embedding::isoscore_random;
+    assert!((isoscore_random(2_000, 128) - 0.939).abs() < 5e-4);
+    assert!((isoscore_random(10_000, 128) - 0.987).abs() < 5e-4);
+    assert!(isoscore_random(1, 128).is_nan() && isoscore_random(100, 1).is_nan());
+    for (n, d) in [(2_000, 32), (400, 16)] {
+        let w = gaussian(n, d, 0.02, &[0.0], 77);
+        let p = panel(&w, n, d, None);
+        let want = isoscore_random(n, d);
+        assert!(
+            (p.total.isoscore - want).abs() < 0.01,
+            "{n} × {d}: IsoScore {} vs random {want}",
+            p.total.isoscore
+        );
+        assert_eq!(p.total.isoscore_random, want);
+        // And a matrix that has left its initialisation (half its axes unused) does not read it.
+        let squashed: Vec<f32> = w
+            .iter()
+            .enumerate()
+            .map(|(k, &x)| if k % d < d / 2 { x } else { x * 0.01 })
+            .collect();
+        assert!(panel(&squashed, n, d, None).total.isoscore < want - 0.3);
+    }
+}
+
 #[test]
 fn unit_row_isotropy_ignores_row_norms_and_zero_rows() {
     let (n, d) = (800, 10);

@@ -86,6 +86,8 @@ fn make_run_of(
                 ("mean_norm", 1.0 + e.i1[g]),
                 ("mean_cos", 1.0 - e.i1[g]),
                 ("isoscore", e.i1[g] / 2.0),
+                // A random matrix's IsoScore depends on the group's size only: 0.9g + 0.05.
+                ("isoscore_random", 0.05 + 0.9 * g as f64 / 10.0),
             ] {
                 w.push_metric_at(e.step, epoch, t, split::EMBEDDING, name, metric, value);
             }
@@ -227,6 +229,12 @@ fn groups_table_in_markdown_marks_the_best_of_each_column() {
     assert!(cos_row.contains("| 1.800 |"), "{cos_row}");
     let header = md.lines().next().expect("header");
     assert_eq!(header.matches("IsoScore").count(), 4, "{header}");
+    // IsoScore's random baseline beside it, per group, never bold (not a score).
+    assert_eq!(header.matches("Iso. random").count(), 4, "{header}");
+    assert!(
+        cos_row.contains("| 0.050 |") && cos_row.contains("| 0.320 |"),
+        "{cos_row}"
+    );
     let human = md
         .lines()
         .find(|l| l.starts_with("| Human"))
@@ -326,14 +334,14 @@ fn groups_table_in_latex_is_booktabs_and_balanced() {
     assert!(pos("\\begin{tabular}") < pos("\\toprule"));
     assert!(pos("\\toprule") < pos("\\midrule") && pos("\\midrule") < pos("\\bottomrule"));
     assert!(pos("\\bottomrule") < pos("\\end{tabular}"));
-    // Every body row has as many cells as the column spec has columns: Run, Step, 4 groups × 6
-    // (PPL, Uniq, I(W), norm, cosine, IsoScore).
+    // Every body row has as many cells as the column spec has columns: Run, Step, 4 groups × 7
+    // (PPL, Uniq, I(W), norm, cosine, IsoScore, its random baseline).
     let spec_start = pos("\\begin{tabular}{") + "\\begin{tabular}{".len();
     let spec: String = tex[spec_start..]
         .chars()
         .take_while(|c| *c != '}')
         .collect();
-    assert_eq!(spec.len(), 2 + 4 * 6, "{spec}");
+    assert_eq!(spec.len(), 2 + 4 * 7, "{spec}");
     let body = &tex[pos("\\midrule") + 8..pos("\\bottomrule")];
     let rows: Vec<&str> = body.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(rows.len(), 4, "3 runs + Human:\n{body}");
@@ -489,8 +497,8 @@ fn events_and_metrics_export_as_csv_json_and_parquet() {
         .expect("read back");
     assert!(back.equals_missing(&table.frame));
     // Per run: 4 training losses, and per evaluation and group PPL, Uniq, Human Uniq, I(W) and
-    // its three companions.
-    assert_eq!(back.height(), 2 * (4 + 2 * 4 * 7));
+    // its four companions.
+    assert_eq!(back.height(), 2 * (4 + 2 * 4 * 8));
 }
 
 fn s(p: &Path) -> &str {

@@ -74,6 +74,7 @@ fn set(x: f64) -> SetStats {
         i1_unit: x / 4.0,
         i2_unit: x / 5.0,
         isoscore: x / 6.0,
+        isoscore_random: x / 7.0,
     }
 }
 

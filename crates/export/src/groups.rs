@@ -27,13 +27,22 @@ pub(crate) type GroupColumn = (&'static str, &'static str, &'static str, usize, 
 
 /// I(W) is scale-dependent: the mean row norm, the mean cosine and IsoScore (scale-free) beside it
 /// say whether two runs' I(W) can be compared.
-pub(crate) const GROUP_COLUMNS: [GroupColumn; 6] = [
+pub(crate) const GROUP_COLUMNS: [GroupColumn; 7] = [
     ("ppl", "ppl", "PPL", 2, Best::Lowest, false),
     ("uniq", "uniq", "Uniq", 0, Best::Highest, false),
     ("i1", "i_w", "I(W)", 3, Best::Highest, true),
     ("mean_norm", "mean_norm", "Norm", 3, Best::None, true),
     ("mean_cos", "mean_cos", "Cos", 3, Best::None, true),
     ("isoscore", "isoscore", "IsoScore", 3, Best::Highest, true),
+    // What IsoScore a random matrix of the group's size has: a group reading it never moved.
+    (
+        "isoscore_random",
+        "isoscore_random",
+        "Iso. random",
+        3,
+        Best::None,
+        true,
+    ),
 ];
 
 /// The column of `uniq` in GROUP_COLUMNS (where the Human row's reference goes).

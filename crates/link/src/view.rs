@@ -797,6 +797,7 @@ impl Rows {
                 i1_unit: at("i1_unit"),
                 i2_unit: at("i2_unit"),
                 isoscore: at("isoscore"),
+                isoscore_random: at("isoscore_random"),
             }
         };
         let mut total = set("total");

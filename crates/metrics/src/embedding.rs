@@ -98,6 +98,10 @@ pub struct SetStats {
     /// isotropic, 0 = a line.
     #[serde(default = "nan", deserialize_with = "conelab_base::jsonfloat::f64")]
     pub isoscore: f64,
+    /// The IsoScore of a random Gaussian matrix of the set's size ([`isoscore_random`]): the
+    /// value a set that never moved from its initialisation reads.
+    #[serde(default = "nan", deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub isoscore_random: f64,
 }
 
 impl SetStats {
@@ -117,6 +121,7 @@ impl SetStats {
             i1_unit: f64::NAN,
             i2_unit: f64::NAN,
             isoscore: f64::NAN,
+            isoscore_random: f64::NAN,
         }
     }
 }
@@ -388,17 +393,19 @@ fn analyse(
         Ok(isotropy_from_log_z(&log_z))
     };
 
-    // IsoScore from the covariance's eigenvalues (the variances along the principal axes).
+    // IsoScore from the covariance's participation ratio: no eigendecomposition.
     let isoscore = || -> Result<f64, MatrixError> {
         if n < 2 || !scale_free {
             return Ok(f64::NAN);
         }
         let mean: Vec<f64> = sums.raw.iter().map(|s| s / n as f64).collect();
-        let cov = Mat::<f64>::from_fn(d, d, |i, j| gram[(i, j)] / n as f64 - mean[i] * mean[j]);
-        Ok(isoscore_from_variances(&eigenvalues_only(
-            cov.as_ref(),
-            par,
-        )?))
+        let cov: Vec<f64> = (0..d * d)
+            .map(|k| {
+                let (i, j) = (k / d, k % d);
+                gram[(i, j)] / n as f64 - mean[i] * mean[j]
+            })
+            .collect();
+        Ok(isoscore_from_covariance(&cov, d))
     };
 
     let (main, (unit, isoscore)) = match threads {
@@ -457,6 +464,7 @@ fn analyse(
                 i1_unit,
                 i2_unit,
                 isoscore,
+                isoscore_random: isoscore_random(n, d),
             },
             rows_nonzero: nz,
         },
@@ -533,26 +541,36 @@ fn log_add_exp(a: f64, b: f64) -> f64 {
     }
 }
 
-/// IsoScore (Rudman et al. 2022; methods.md §2) from the d variances of the rows along their
-/// principal axes: v̂ = √d·v/‖v‖, δ = ‖v̂ − 1‖/√(2(d − √d)), φ = (d − δ²(d − √d))²/d²,
-/// IsoScore = (d·φ − 1)/(d − 1). Points equally spread over k of the d axes give (k − 1)/(d − 1).
-/// NaN when d < 2 or every variance is 0 (no shape to measure).
-pub fn isoscore_from_variances(variances: &[f64]) -> f64 {
-    let d = variances.len() as f64;
-    // Rounding can leave tiny negative eigenvalues of a PSD covariance.
-    let v: Vec<f64> = variances.iter().map(|x| x.max(0.0)).collect();
-    let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
-    if v.len() < 2 || norm <= 0.0 || !norm.is_finite() {
+/// IsoScore (Rudman et al. 2022; methods.md §2) from the rows' d × d covariance Σ (row-major):
+/// (PR − 1)/(d − 1) with the participation ratio PR = (tr Σ)² / ‖Σ‖²_F. This is Rudman's
+/// v̂ = √d·v/‖v‖, δ = ‖v̂ − 1‖/√(2(d − √d)), φ = (d − δ²(d − √d))²/d², (d·φ − 1)/(d − 1) over the
+/// variances v along the principal axes, rewritten: Σv = tr Σ and ‖v‖ = ‖Σ‖_F, so φ = PR/d and no
+/// eigendecomposition is needed. Points equally spread over k of the d axes give (k − 1)/(d − 1).
+/// NaN when d < 2 or Σ is 0 (no shape to measure).
+pub fn isoscore_from_covariance(cov: &[f64], d: usize) -> f64 {
+    if d < 2 || cov.len() != d * d {
         return f64::NAN;
     }
-    let root = d.sqrt();
-    let defect2 = v
-        .iter()
-        .map(|x| (root * x / norm - 1.0).powi(2))
-        .sum::<f64>()
-        / (2.0 * (d - root));
-    let phi = (d - defect2 * (d - root)).powi(2) / (d * d);
-    ((d * phi - 1.0) / (d - 1.0)).clamp(0.0, 1.0)
+    let trace: f64 = (0..d).map(|i| cov[i * d + i]).sum();
+    let frobenius2: f64 = cov.iter().map(|x| x * x).sum();
+    if trace <= 0.0 || frobenius2 <= 0.0 || !frobenius2.is_finite() {
+        return f64::NAN;
+    }
+    let pr = trace * trace / frobenius2;
+    ((pr - 1.0) / (d as f64 - 1.0)).clamp(0.0, 1.0)
+}
+
+/// The IsoScore a random Gaussian n × d matrix has (methods.md §2): its sample covariance has
+/// PR ≈ d / (1 + d/n), so IsoScore ≈ (PR − 1)/(d − 1) — 0.939 for 2,000 × 128, 0.987 for
+/// 10,000 × 128. A group that still reads its baseline has not moved from its initialisation,
+/// whatever its IsoScore looks like. NaN for n < 2 or d < 2.
+pub fn isoscore_random(n: usize, d: usize) -> f64 {
+    if n < 2 || d < 2 {
+        return f64::NAN;
+    }
+    let (n, d) = (n as f64, d as f64);
+    let pr = d / (1.0 + d / n);
+    ((pr - 1.0) / (d - 1.0)).clamp(0.0, 1.0)
 }
 
 /// I1 = min Z / max Z and I2 = std(Z)/mean(Z), from log Z over the direction set, in log space.
@@ -704,25 +722,6 @@ fn eigen_descending(a: MatRef<'_, f64>, par: Par) -> Result<(Vec<f64>, Mat<f64>)
     let values: Vec<f64> = (0..d).rev().map(|k| s[k]).collect();
     let vectors = Mat::from_fn(d, d, |i, j| u[(i, d - 1 - j)]);
     Ok((values, vectors))
-}
-
-/// Eigenvalues of a symmetric matrix, in faer's (ascending) order: no eigenvectors, a fraction of
-/// the cost.
-fn eigenvalues_only(a: MatRef<'_, f64>, par: Par) -> Result<Vec<f64>, MatrixError> {
-    let d = a.nrows();
-    let mut s = Diag::<f64>::zeros(d);
-    let scratch =
-        evd::self_adjoint_evd_scratch::<f64>(d, ComputeEigenvectors::No, par, Default::default());
-    evd::self_adjoint_evd(
-        a,
-        s.as_mut(),
-        None,
-        par,
-        MemStack::new(&mut MemBuffer::new(scratch)),
-        Default::default(),
-    )
-    .map_err(|e| MatrixError::Decomposition(format!("{e:?}")))?;
-    Ok((0..d).map(|k| s[k]).collect())
 }
 
 /// `(W − offset)·axes` for every row, as f32 points, each axis signed so the points sum to ≥ 0.

@@ -538,8 +538,9 @@ pub fn spectrum_metric(k: usize) -> String {
     format!("sv{k:04}")
 }
 
-fn set_metrics(s: &SetStats) -> [(&'static str, f64); 11] {
+fn set_metrics(s: &SetStats) -> [(&'static str, f64); 12] {
     [
+        ("isoscore_random", s.isoscore_random),
         ("i1", s.i1),
         ("i2", s.i2),
         ("i1_unit", s.i1_unit),

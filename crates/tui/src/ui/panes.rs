@@ -421,6 +421,25 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
         emb_row("mean norm", EmbeddingMetric::MeanNorm, 3),
         emb_row("IsoScore", EmbeddingMetric::IsoScore, 3),
         emb_row("mean cos", EmbeddingMetric::MeanCos, 3),
+        // IsoScore's value for a random matrix of the group's size (fixed by the sizes): a
+        // group reading it has not moved from its initialisation.
+        (
+            "Iso random",
+            (0..4)
+                .map(|g| {
+                    cell(
+                        emb.map(|e| {
+                            if g < 3 {
+                                e.groups[g].isoscore_random
+                            } else {
+                                e.total.isoscore_random
+                            }
+                        }),
+                        3,
+                    )
+                })
+                .collect(),
+        ),
         emb_row("I1 unit", EmbeddingMetric::I1Unit, 3),
         emb_row("I2", EmbeddingMetric::I2, 3),
         emb_row("I2 unit", EmbeddingMetric::I2Unit, 3),
