@@ -20,6 +20,7 @@ pub use conelab_base::fault;
 pub use conelab_base::jsonfloat;
 pub use conelab_base::lockfile;
 pub use conelab_bench as bench;
+pub use conelab_core::baseline;
 pub use conelab_data as data;
 pub use conelab_metrics as metrics;
 pub use conelab_run as run;

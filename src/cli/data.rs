@@ -1,4 +1,5 @@
-//! `conelab data stats | synth`: a corpus's statistics, the synthetic corpus.
+//! `conelab data stats | synth | baseline`: a corpus's statistics, the synthetic corpus, its
+//! reference n-gram models per group.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -19,6 +20,25 @@ pub enum DataCommand {
     Stats(StatsArgs),
     /// Write the synthetic corpus (train.txt, valid.txt, test.txt, classes.tsv) to a directory.
     Synth(SynthArgs),
+    /// The corpus's reference models per frequency group on valid and test: a unigram model and
+    /// an interpolated modified Kneser–Ney trigram trained on train with the runs' vocabulary
+    /// (methods.md §2). A language model's context gain in a group is ln(PPL_KN3 / PPL). Cached
+    /// in $XDG_CACHE_HOME/conelab/baselines.
+    Baseline(BaselineArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BaselineArgs {
+    /// Corpus directory or name (found under the data roots), or `synthetic`.
+    pub corpus: String,
+
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Where the medium and the rare group start, as for `data stats` (and `train --groups`).
+    #[arg(long, value_name = "MEDIUM,RARE", default_value = "0.3,0.8")]
+    pub groups: GroupBounds,
 }
 
 #[derive(Debug, Args)]
@@ -116,9 +136,86 @@ fn synth(args: SynthArgs) -> Result<()> {
     ))
 }
 
+fn baseline(args: BaselineArgs) -> Result<()> {
+    use conelab::baseline::{self, Cached};
+    let options = LoadOptions {
+        groups: args.groups,
+        ..LoadOptions::default()
+    };
+    let corpus = Corpus::load(&CorpusSource::parse(&args.corpus), &options)?;
+    let cache = conelab::base::config::current().cache_dir.value.clone();
+    let (reference, cached) = baseline::reference(&corpus, &cache)?;
+    if let Cached::NotStored(why) = &cached {
+        eprintln!("conelab: warning: the results are not cached ({why})");
+    }
+    if args.json {
+        let json = serde_json::to_string_pretty(&reference).context("serialising the models")?;
+        return print_stdout(&format!("{json}\n"));
+    }
+    let mut out = format!(
+        "reference models of {}: {} train tokens, vocabulary {}\n\n",
+        reference.corpus,
+        thousands(reference.train_tokens as u64),
+        thousands(reference.vocab as u64)
+    );
+    out.push_str(&format!(
+        "{:<6} {:<8} {:>10} {:>10} {:>10} {:>10}\n",
+        "split", "model", "Freq PPL", "Med PPL", "Rare PPL", "Total PPL"
+    ));
+    let cell = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.1}")
+        } else {
+            "–".into()
+        }
+    };
+    for s in &reference.splits {
+        for (name, p) in [("unigram", &s.unigram), ("KN-3", &s.kn3)] {
+            out.push_str(&format!(
+                "{:<6} {:<8} {:>10} {:>10} {:>10} {:>10}\n",
+                s.split,
+                name,
+                cell(p.groups[0]),
+                cell(p.groups[1]),
+                cell(p.groups[2]),
+                cell(p.total)
+            ));
+        }
+    }
+    let levels: Vec<String> = ["unigram", "bigram", "trigram"]
+        .iter()
+        .zip(reference.discounts)
+        .zip(reference.discount_kinds)
+        .map(|((level, d), kind)| {
+            format!(
+                "{level} {:.3}/{:.3}/{:.3} ({})",
+                d[0],
+                d[1],
+                d[2],
+                kind.name()
+            )
+        })
+        .collect();
+    out.push_str(&format!(
+        "\nKN-3: interpolated modified Kneser–Ney (Chen & Goodman 1998), one stream across <eos>; discounts D1/D2/D3+ {}\n",
+        levels.join(", ")
+    ));
+    out.push_str(&match cached {
+        Cached::Hit(f) => format!("read from the cache {}\n", f.display()),
+        Cached::Stored(f) => format!(
+            "computed in {:.1} s, cached in {}\n",
+            reference.seconds,
+            f.display()
+        ),
+        Cached::NotStored(_) => format!("computed in {:.1} s\n", reference.seconds),
+    });
+    print_stdout(&out)
+}
+
 pub fn exec(command: DataCommand) -> Result<()> {
     match command {
         DataCommand::Stats(args) => stats(args),
         DataCommand::Synth(args) => synth(args),
+        DataCommand::Baseline(args) => baseline(args),
     }
 }

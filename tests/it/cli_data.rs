@@ -373,3 +373,68 @@ fn a_corpus_is_found_by_name_under_conelab_datasets() {
         &["nosuchcorpus", "does not exist", "CONELAB_DATASETS"],
     );
 }
+
+/// Issue #38: `data baseline` on the synthetic corpus: the reference models per group as JSON,
+/// cached in the user's cache folder (a second call reads it), and an unwritable cache costs
+/// only a warning. A corpus too small for Kneser–Ney's discounts is one line, exit 2.
+#[test]
+fn baseline_computes_caches_and_refuses_a_tiny_corpus() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cache = tmp.path().join("cache");
+    let run = |cache: &std::path::Path, args: &[&str]| {
+        crate::common::command()
+            .env("XDG_CACHE_HOME", cache)
+            .args(args)
+            .output()
+            .expect("conelab runs")
+    };
+    let out = run(&cache, &["data", "baseline", "synthetic", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let valid = &r["splits"][0];
+    assert_eq!(valid["split"], "valid");
+    let (kn, uni) = (&valid["kn3"], &valid["unigram"]);
+    for g in 0..3 {
+        let (k, u) = (
+            kn["groups"][g].as_f64().expect("a number"),
+            uni["groups"][g].as_f64().expect("a number"),
+        );
+        assert!(1.0 < k && k < u, "group {g}: KN-3 {k}, unigram {u}");
+    }
+    let files: Vec<_> = std::fs::read_dir(cache.join("conelab/baselines"))
+        .expect("the cache folder")
+        .collect();
+    assert_eq!(files.len(), 1);
+    // The second time from the cache, the same numbers.
+    let again = run(&cache, &["data", "baseline", "synthetic"]);
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(text.contains("read from the cache"), "{text}");
+    let total = kn["total"].as_f64().expect("total");
+    assert!(text.contains(&format!("{total:.1}")), "{text}");
+    // A cache folder that is a file: computed all the same, with a warning.
+    let blocked = tmp.path().join("blocked");
+    std::fs::write(&blocked, "not a folder").expect("file");
+    let out = run(&blocked, &["data", "baseline", "synthetic"]);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not cached"), "{stderr}");
+    // Two short sentences: computed, each level saying how its discounts were estimated.
+    let dir = corpus_dir(OK, OK, OK);
+    let out = run(
+        &cache,
+        &["data", "baseline", dir.path().to_str().expect("utf-8")],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("(single Y)") || text.contains("(fixed 0.75)"),
+        "{text}"
+    );
+    // One word: no trigram at all.
+    let dir = corpus_dir(b"a\n", OK, OK);
+    let out = run(
+        &cache,
+        &["data", "baseline", dir.path().to_str().expect("utf-8")],
+    );
+    assert_one_line_error(&out, &["too small for a trigram model", "2 tokens"]);
+}

@@ -24,6 +24,11 @@ pub fn f64_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
         .collect())
 }
 
+/// Three floats with `null` → NaN.
+pub fn f64_triple<'de, D: Deserializer<'de>>(d: D) -> Result<[f64; 3], D::Error> {
+    Ok(<[Option<f64>; 3]>::deserialize(d)?.map(nan))
+}
+
 /// Two floats with `null` → NaN.
 pub fn f64_pair<'de, D: Deserializer<'de>>(d: D) -> Result<[f64; 2], D::Error> {
     let [a, b] = <[Option<f64>; 2]>::deserialize(d)?;

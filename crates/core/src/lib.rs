@@ -8,10 +8,12 @@
 //! - [`events`]: the engine's commands in and events out.
 //! - [`state`]: the counters a checkpoint saves (`state.json`).
 //! - [`analysis`]: the background embedding analysis and its result.
+//! - [`baseline`]: a corpus's reference n-gram models per group (cached).
 //! - [`run_dir`]: the run folder on disk (`run.toml`, `vocab.tsv`, `step-NNNNNN/`).
 //! - [`run_fault`]: the first fatal failure of one of a run's threads.
 
 pub mod analysis;
+pub mod baseline;
 pub mod events;
 pub mod model;
 pub mod objective;

@@ -7,11 +7,14 @@
 //! - [`outputs`]: per-group perplexity, Uniq, log Z statistics and the Theorem-2 diagnostic from
 //!   per-position numbers the evaluator hands in.
 //! - [`matrix`]: the row-major matrix view, row groups, and reading foreign matrices.
+//! - [`ngram`]: the reference models of methods.md §4 — unigram and interpolated modified
+//!   Kneser–Ney trigram — and their perplexity per group.
 
 pub mod embedding;
 pub mod fastmath;
 pub mod matrix;
 pub mod neighbors;
+pub mod ngram;
 pub mod outputs;
 
 pub use embedding::{EmbeddingPanel, PanelOptions, Projection, ProjectionMode, SetStats};

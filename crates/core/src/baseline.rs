@@ -1,0 +1,191 @@
+//! A corpus's reference models per frequency group (methods.md §2 and §4): the unigram model and
+//! the interpolated modified Kneser–Ney trigram of [`conelab_metrics::ngram`], trained on the
+//! train split with the corpus's vocabulary and scored on valid and test. A language model is
+//! judged against them group by group (its context gain is ln(PPL_KN3 / PPL)).
+//!
+//! The results are cached in the user's cache folder, keyed by what determines them (the three
+//! splits' token ids, the vocabulary size and the groups' bounds), never beside the corpus,
+//! which may be read-only. A cache that cannot be read or written costs only the time to
+//! compute again.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use conelab_data::{Corpus, Group, Split};
+use conelab_metrics::ngram::{self, KneserNey, NgramError};
+
+/// Bumped when what is computed changes: older cache files are not read.
+const FORMAT: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BaselineError {
+    #[error("reference models of {corpus}: {source}")]
+    Model {
+        corpus: String,
+        #[source]
+        source: NgramError,
+    },
+}
+
+/// Perplexity per group (frequent, medium, rare) and in total.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GroupPpl {
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64_triple")]
+    pub groups: [f64; 3],
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub total: f64,
+}
+
+/// Both reference models on one held-out split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SplitReference {
+    /// `valid` or `test`.
+    pub split: String,
+    /// Targets scored (every token of the split but its first).
+    pub positions: usize,
+    pub unigram: GroupPpl,
+    pub kn3: GroupPpl,
+}
+
+/// A corpus's reference models.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reference {
+    pub format: u32,
+    pub corpus: String,
+    /// What the results depend on, as the cache file is named.
+    pub key: String,
+    pub vocab: usize,
+    pub train_tokens: usize,
+    /// Modified KN's discounts D1, D2, D3+ for the unigram, bigram and trigram levels.
+    pub discounts: [[f64; 3]; 3],
+    /// How each level's were estimated (modified; one discount where counts were missing).
+    pub discount_kinds: [conelab_metrics::ngram::DiscountKind; 3],
+    pub splits: Vec<SplitReference>,
+    /// Seconds the computation took (not the cache read).
+    pub seconds: f64,
+}
+
+impl Reference {
+    pub fn split(&self, split: &str) -> Option<&SplitReference> {
+        self.splits.iter().find(|s| s.split == split)
+    }
+}
+
+/// What the results of a corpus depend on: its splits' ids, vocabulary size and group ranges.
+pub fn cache_key(corpus: &Corpus) -> String {
+    let mut crc = 0u32;
+    for split in [Split::Train, Split::Valid, Split::Test] {
+        let ids = corpus.split(split);
+        crc = conelab_base::integrity::crc32c_append(crc, &(ids.len() as u64).to_le_bytes());
+        for chunk in ids.chunks(4096) {
+            let bytes: Vec<u8> = chunk.iter().flat_map(|id| id.to_le_bytes()).collect();
+            crc = conelab_base::integrity::crc32c_append(crc, &bytes);
+        }
+    }
+    let groups = corpus.groups();
+    for g in Group::ALL {
+        let r = groups.range(g);
+        crc = conelab_base::integrity::crc32c_append(crc, &(r.start as u64).to_le_bytes());
+        crc = conelab_base::integrity::crc32c_append(crc, &(r.end as u64).to_le_bytes());
+    }
+    format!(
+        "v{FORMAT}-n{}-t{}-{}",
+        corpus.vocab().len(),
+        corpus.split(Split::Train).len(),
+        conelab_base::integrity::hex(crc)
+    )
+}
+
+/// Computes both models on valid and test.
+pub fn compute(corpus: &Corpus) -> Result<Reference, BaselineError> {
+    let start = Instant::now();
+    let err = |source| BaselineError::Model {
+        corpus: corpus.name().to_string(),
+        source,
+    };
+    let vocab = corpus.vocab().len();
+    let train = corpus.split(Split::Train);
+    let model = KneserNey::train(train, vocab).map_err(err)?;
+    let groups = corpus.groups();
+    let mut splits = Vec::new();
+    for split in [Split::Valid, Split::Test] {
+        let ids = corpus.split(split);
+        let targets = || {
+            ids.iter().skip(1).map(|&w| match groups.group_of(w) {
+                Group::Frequent => 0,
+                Group::Medium => 1,
+                Group::Rare => 2,
+            })
+        };
+        let per_group = |nll: Vec<f64>| {
+            let (groups, total) = ngram::group_ppl(&nll, targets());
+            GroupPpl { groups, total }
+        };
+        splits.push(SplitReference {
+            split: split.name().to_string(),
+            positions: ids.len().saturating_sub(1),
+            unigram: per_group(ngram::unigram_nll(train, ids, vocab).map_err(err)?),
+            kn3: per_group(model.nll(ids).map_err(err)?),
+        });
+    }
+    Ok(Reference {
+        format: FORMAT,
+        corpus: corpus.name().to_string(),
+        key: cache_key(corpus),
+        vocab,
+        train_tokens: train.len(),
+        discounts: model.discounts.map(|d| d.0),
+        discount_kinds: model.discount_kinds,
+        splits,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Where a corpus's results are cached.
+pub fn cache_file(cache_dir: &Path, corpus: &Corpus) -> PathBuf {
+    cache_dir
+        .join("baselines")
+        .join(format!("{}.json", cache_key(corpus)))
+}
+
+/// Whether the results came from the cache.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cached {
+    /// Read from this file.
+    Hit(PathBuf),
+    /// Computed, and written to this file.
+    Stored(PathBuf),
+    /// Computed; the cache could not be written (why).
+    NotStored(String),
+}
+
+/// The corpus's reference models: from the cache in `cache_dir` when it holds them, else
+/// computed and cached.
+pub fn reference(corpus: &Corpus, cache_dir: &Path) -> Result<(Reference, Cached), BaselineError> {
+    let file = cache_file(cache_dir, corpus);
+    let key = cache_key(corpus);
+    // A file that cannot be read or parsed, or of another key, is computed again.
+    if let Ok(bytes) = std::fs::read(&file)
+        && let Ok(r) = serde_json::from_slice::<Reference>(&bytes)
+        && r.format == FORMAT
+        && r.key == key
+    {
+        return Ok((r, Cached::Hit(file)));
+    }
+    let r = compute(corpus)?;
+    let stored = serde_json::to_vec_pretty(&r)
+        .map_err(std::io::Error::other)
+        .and_then(|bytes| {
+            if let Some(dir) = file.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            conelab_base::atomic::write_file_as("baseline", &file, &bytes)
+        });
+    let cached = match stored {
+        Ok(()) => Cached::Stored(file),
+        Err(e) => Cached::NotStored(format!("{}: {e}", file.display())),
+    };
+    Ok((r, cached))
+}
