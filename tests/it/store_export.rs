@@ -17,6 +17,8 @@ struct Eval {
 
 const HUMAN: [f64; 4] = [1500.0, 400.0, 700.0, 400.0];
 const GROUPS: [&str; 4] = ["total", "frequent", "medium", "rare"];
+/// KN-3's valid PPL per group of GROUPS (as `data baseline` would give them).
+const REF: [f64; 4] = [200.0, 100.0, 500.0, 2000.0];
 
 /// A run directory holding only a store: its start label, objective changes and evaluations.
 fn make_run(
@@ -72,6 +74,10 @@ fn make_run_of(
             "loss",
             7.0 - step as f64 / 100.0,
         );
+    }
+    // The corpus's KN-3 reference, recorded as the run starts: gains are ln(REF / PPL).
+    for (g, name) in GROUPS.iter().enumerate() {
+        w.push_metric_at(0, 0.0, 1.7e9, split::VALID, name, "ref_ppl", REF[g]);
     }
     for e in evals {
         let t = 1.7e9 + e.step as f64;
@@ -229,6 +235,21 @@ fn groups_table_in_markdown_marks_the_best_of_each_column() {
     assert!(cos_row.contains("| 1.800 |"), "{cos_row}");
     let header = md.lines().next().expect("header");
     assert_eq!(header.matches("IsoScore").count(), 4, "{header}");
+    // The KN-3 reference and the gain over it: MLE's frequent PPL 50 against 100 gains ln 2, its
+    // rare 1800 against 2000 ln(10/9); never bold (it orders the runs as PPL does).
+    let mle_row = md
+        .lines()
+        .find(|l| l.starts_with("| MLE"))
+        .expect("MLE row");
+    assert!(
+        mle_row.contains("| 100.0 | 0.69 |") && mle_row.contains("| 2000.0 | 0.11 |"),
+        "{mle_row}"
+    );
+    assert!(
+        agg_row.contains(&format!("| 2000.0 | {:.2} |", (2000.0f64 / 950.0).ln())),
+        "{agg_row}"
+    );
+    assert_eq!(header.matches("KN-3 PPL").count(), 4, "{header}");
     // IsoScore's random baseline beside it, per group, never bold (not a score).
     assert_eq!(header.matches("Iso. random").count(), 4, "{header}");
     assert!(
@@ -334,14 +355,14 @@ fn groups_table_in_latex_is_booktabs_and_balanced() {
     assert!(pos("\\begin{tabular}") < pos("\\toprule"));
     assert!(pos("\\toprule") < pos("\\midrule") && pos("\\midrule") < pos("\\bottomrule"));
     assert!(pos("\\bottomrule") < pos("\\end{tabular}"));
-    // Every body row has as many cells as the column spec has columns: Run, Step, 4 groups × 7
-    // (PPL, Uniq, I(W), norm, cosine, IsoScore, its random baseline).
+    // Every body row has as many cells as the column spec has columns: Run, Step, 4 groups × 9
+    // (PPL, KN-3 PPL, gain, Uniq, I(W), norm, cosine, IsoScore, its random baseline).
     let spec_start = pos("\\begin{tabular}{") + "\\begin{tabular}{".len();
     let spec: String = tex[spec_start..]
         .chars()
         .take_while(|c| *c != '}')
         .collect();
-    assert_eq!(spec.len(), 2 + 4 * 7, "{spec}");
+    assert_eq!(spec.len(), 2 + 4 * 9, "{spec}");
     let body = &tex[pos("\\midrule") + 8..pos("\\bottomrule")];
     let rows: Vec<&str> = body.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(rows.len(), 4, "3 runs + Human:\n{body}");
@@ -497,8 +518,8 @@ fn events_and_metrics_export_as_csv_json_and_parquet() {
         .expect("read back");
     assert!(back.equals_missing(&table.frame));
     // Per run: 4 training losses, and per evaluation and group PPL, Uniq, Human Uniq, I(W) and
-    // its four companions.
-    assert_eq!(back.height(), 2 * (4 + 2 * 4 * 8));
+    // its four companions, and the KN-3 reference per group.
+    assert_eq!(back.height(), 2 * (4 + 4 + 2 * 4 * 8));
 }
 
 fn s(p: &Path) -> &str {

@@ -149,6 +149,39 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
         "the OS lock is released (its file stays: a lock file is never deleted)"
     );
 
+    // The corpus's reference models, recorded as the run started (issue #38), are those
+    // `data baseline` computes for the corpus; the groups table carries them and the gain.
+    let baseline = conelab(&["data", "baseline", s(&f.path("corpus")), "--json"]);
+    assert!(baseline.status.success(), "{baseline:?}");
+    let baseline: serde_json::Value = serde_json::from_slice(&baseline.stdout).expect("json");
+    let kn3 = &baseline["splits"][0]["kn3"];
+    assert_eq!(baseline["splits"][0]["split"], "valid");
+    let stored = |group: &str| {
+        query::value_at(metrics, split::VALID, group, "ref_ppl", 0)
+            .expect("a query")
+            .expect("a reference row at step 0")
+    };
+    for (i, group) in ["frequent", "medium", "rare"].iter().enumerate() {
+        let want = kn3["groups"][i].as_f64().expect("a PPL");
+        assert!((stored(group) - want).abs() < 1e-9 * want, "{group}");
+    }
+    let groups = conelab(&[
+        "export",
+        s(&f.path("run")),
+        "--table",
+        "groups",
+        "--format",
+        "json",
+    ]);
+    assert!(groups.status.success(), "{groups:?}");
+    let rows: serde_json::Value = serde_json::from_slice(&groups.stdout).expect("json");
+    let row = &rows[0];
+    let total_ref = kn3["total"].as_f64().expect("total");
+    assert!((row["total_kn3_ppl"].as_f64().expect("kn3") - total_ref).abs() < 1e-9 * total_ref);
+    let ppl = row["total_ppl"].as_f64().expect("ppl");
+    let gain = row["total_kn3_gain"].as_f64().expect("gain");
+    assert!((gain - (total_ref / ppl).ln()).abs() < 1e-9, "{row}");
+
     // The same run through `conelab export`.
     let csv = conelab(&[
         "export",

@@ -41,6 +41,8 @@ fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
     ]);
     assert!(out.status.success(), "tmux new-session: {out:?}");
     tmux.wait_for("running");
+    // The corpus's reference arrived with the start: Groups has its gain row (issue #38).
+    tmux.wait_for("gain KN-3");
     // Controls pane, first line (CosReg): switch on. The box is ticked only once the engine has
     // acknowledged the change (the app mirrors acknowledged changes, not requests).
     tmux.keys(&["5", "Space"]);

@@ -24,6 +24,11 @@ pub fn f64_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
         .collect())
 }
 
+/// An optional list of floats with `null` items → NaN (a missing or `null` list is `None`).
+pub fn opt_f64_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<f64>>, D::Error> {
+    Ok(Option::<Vec<Option<f64>>>::deserialize(d)?.map(|v| v.into_iter().map(nan).collect()))
+}
+
 /// Three floats with `null` → NaN.
 pub fn f64_triple<'de, D: Deserializer<'de>>(d: D) -> Result<[f64; 3], D::Error> {
     Ok(<[Option<f64>; 3]>::deserialize(d)?.map(nan))

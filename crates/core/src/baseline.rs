@@ -71,6 +71,23 @@ impl Reference {
     pub fn split(&self, split: &str) -> Option<&SplitReference> {
         self.splits.iter().find(|s| s.split == split)
     }
+
+    /// As a run announces it ([`crate::events::Event::Reference`]).
+    pub fn event(&self, step: u64) -> crate::events::ReferencePpl {
+        let four = |p: &GroupPpl| vec![p.groups[0], p.groups[1], p.groups[2], p.total];
+        crate::events::ReferencePpl {
+            step,
+            splits: self
+                .splits
+                .iter()
+                .map(|s| crate::events::SplitReferencePpl {
+                    split: s.split.clone(),
+                    kn3: four(&s.kn3),
+                    unigram: four(&s.unigram),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// What the results of a corpus depend on: its splits' ids, vocabulary size and group ranges.

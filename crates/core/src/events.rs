@@ -162,6 +162,35 @@ impl EmbeddingStats {
     }
 }
 
+/// A held-out split's reference perplexities: frequent, medium, rare, total.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SplitReferencePpl {
+    /// `valid` or `test`.
+    pub split: String,
+    /// Interpolated modified Kneser–Ney trigram.
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64_vec")]
+    pub kn3: Vec<f64>,
+    /// Unigram (train counts).
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64_vec")]
+    pub unigram: Vec<f64>,
+}
+
+/// The reference models' perplexities on the held-out splits ([`crate::baseline`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReferencePpl {
+    pub step: u64,
+    pub splits: Vec<SplitReferencePpl>,
+}
+
+impl ReferencePpl {
+    /// KN-3's PPL on `split` for frequent, medium, rare, total.
+    pub fn kn3(&self, split: &str) -> Option<[f64; 4]> {
+        let s = self.splits.iter().find(|s| s.split == split)?;
+        let v = |i: usize| s.kn3.get(i).copied().unwrap_or(f64::NAN);
+        Some([v(0), v(1), v(2), v(3)])
+    }
+}
+
 /// The 2-D projections of one analysed snapshot (the embedding scatter and its time scrub),
 /// with its normalised spectrum (so the Spectrum pane follows the scrub too).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -278,6 +307,9 @@ pub enum Event {
         done: u64,
         total: u64,
     },
+    /// The corpus's reference models' perplexities per group (methods.md §4's bar), sent once as
+    /// a new run starts: what the run's own per-group PPL is judged against.
+    Reference(Box<ReferencePpl>),
     /// Embedding metrics of a snapshot (total and per group), computed off the training thread.
     /// Its 2-D projections came just before, as [`Event::Projection`].
     Embedding(Box<EmbeddingStats>),
@@ -358,6 +390,7 @@ impl Event {
             Event::Step(s) => s.step,
             Event::Eval(e) => e.step,
             Event::Embedding(e) => e.step,
+            Event::Reference(r) => r.step,
             Event::Projection(p) => p.step,
             Event::Applied(a) => a.step,
         }

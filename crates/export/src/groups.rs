@@ -21,19 +21,71 @@ pub(crate) enum Best {
     None,
 }
 
+/// Where a column of the groups table is read.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Source {
+    /// The held-out split's evaluation at the step.
+    Eval,
+    /// The embedding snapshot at or before the step.
+    Embedding,
+    /// The corpus's reference, recorded on the held-out split as the run started.
+    Reference,
+    /// ln(reference PPL / PPL): the context gain over KN-3 (methods.md §4).
+    Gain,
+}
+
 /// One column of the groups table, repeated per group: (stored metric, column suffix, header,
-/// decimals, best, read from the embedding snapshot at or before the step).
-pub(crate) type GroupColumn = (&'static str, &'static str, &'static str, usize, Best, bool);
+/// decimals, best, where it is read).
+pub(crate) type GroupColumn = (
+    &'static str,
+    &'static str,
+    &'static str,
+    usize,
+    Best,
+    Source,
+);
 
 /// I(W) is scale-dependent: the mean row norm, the mean cosine and IsoScore (scale-free) beside it
 /// say whether two runs' I(W) can be compared.
-pub(crate) const GROUP_COLUMNS: [GroupColumn; 7] = [
-    ("ppl", "ppl", "PPL", 2, Best::Lowest, false),
-    ("uniq", "uniq", "Uniq", 0, Best::Highest, false),
-    ("i1", "i_w", "I(W)", 3, Best::Highest, true),
-    ("mean_norm", "mean_norm", "Norm", 3, Best::None, true),
-    ("mean_cos", "mean_cos", "Cos", 3, Best::None, true),
-    ("isoscore", "isoscore", "IsoScore", 3, Best::Highest, true),
+pub(crate) const GROUP_COLUMNS: [GroupColumn; 9] = [
+    ("ppl", "ppl", "PPL", 2, Best::Lowest, Source::Eval),
+    // The bar of methods.md §4: the corpus's KN-3 trigram, and the gain over it.
+    (
+        "ref_ppl",
+        "kn3_ppl",
+        "KN-3 PPL",
+        1,
+        Best::None,
+        Source::Reference,
+    ),
+    // Not bold: within a corpus it orders the runs as PPL does; its sign is what it says.
+    ("ppl", "kn3_gain", "Gain", 2, Best::None, Source::Gain),
+    ("uniq", "uniq", "Uniq", 0, Best::Highest, Source::Eval),
+    ("i1", "i_w", "I(W)", 3, Best::Highest, Source::Embedding),
+    (
+        "mean_norm",
+        "mean_norm",
+        "Norm",
+        3,
+        Best::None,
+        Source::Embedding,
+    ),
+    (
+        "mean_cos",
+        "mean_cos",
+        "Cos",
+        3,
+        Best::None,
+        Source::Embedding,
+    ),
+    (
+        "isoscore",
+        "isoscore",
+        "IsoScore",
+        3,
+        Best::Highest,
+        Source::Embedding,
+    ),
     // What IsoScore a random matrix of the group's size has: a group reading it never moved.
     (
         "isoscore_random",
@@ -41,12 +93,12 @@ pub(crate) const GROUP_COLUMNS: [GroupColumn; 7] = [
         "Iso. random",
         3,
         Best::None,
-        true,
+        Source::Embedding,
     ),
 ];
 
 /// The column of `uniq` in GROUP_COLUMNS (where the Human row's reference goes).
-pub(crate) const UNIQ_COLUMN: usize = 1;
+pub(crate) const UNIQ_COLUMN: usize = 3;
 
 /// One run's row of the groups table.
 pub(crate) struct GroupRow {
@@ -73,11 +125,24 @@ pub(crate) fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
         let metrics = &s.metrics;
         let mut values = Vec::new();
         for (gi, (group, _)) in GROUP_HEADERS.iter().enumerate() {
-            for (metric, _, _, _, _, embedding) in GROUP_COLUMNS {
-                values.push(if embedding {
-                    value_at_or_before(metrics, split::EMBEDDING, group, metric, step)?.map(|v| v.1)
-                } else {
-                    value_at(metrics, split, group, metric, step)?
+            for (metric, _, _, _, _, source) in GROUP_COLUMNS {
+                values.push(match source {
+                    Source::Eval => value_at(metrics, split, group, metric, step)?,
+                    Source::Embedding => {
+                        value_at_or_before(metrics, split::EMBEDDING, group, metric, step)?
+                            .map(|v| v.1)
+                    }
+                    Source::Reference => {
+                        value_at_or_before(metrics, split, group, "ref_ppl", step)?.map(|v| v.1)
+                    }
+                    Source::Gain => {
+                        let reference = value_at_or_before(metrics, split, group, "ref_ppl", step)?;
+                        let ppl = value_at(metrics, split, group, "ppl", step)?;
+                        match (reference, ppl) {
+                            (Some((_, r)), Some(p)) if r > 0.0 && p > 0.0 => Some((r / p).ln()),
+                            _ => None,
+                        }
+                    }
                 });
             }
             if human[gi].is_none() {

@@ -249,6 +249,10 @@ pub struct RunView {
     pub log: VecDeque<LogLine>,
     /// Steps whose 2-D projections can be asked for (the time scrub).
     pub projection_steps: Vec<u64>,
+    /// The corpus's KN-3 perplexity on valid per group (frequent, medium, rare, total): the
+    /// Groups pane's context gain ln(KN-3 / PPL).
+    #[serde(default, deserialize_with = "conelab_base::jsonfloat::opt_f64_vec")]
+    pub reference_valid: Option<Vec<f64>>,
 }
 
 impl RunView {
@@ -271,6 +275,7 @@ impl RunView {
             interventions: Vec::new(),
             log: VecDeque::new(),
             projection_steps: Vec::new(),
+            reference_valid: None,
         }
     }
 
@@ -365,6 +370,9 @@ impl RunView {
                 if e.split == "valid" {
                     self.last_eval = Some(e.clone());
                 }
+            }
+            Event::Reference(r) => {
+                self.reference_valid = r.kn3("valid").map(|v| v.to_vec());
             }
             Event::Embedding(e) => {
                 if self.first_spectrum.is_none() {
@@ -526,6 +534,16 @@ impl RunView {
             .get(split::VALID, "total", "ppl")
             .last()
             .map(|&(step, _)| rows.eval_at(split::VALID, step));
+        // The corpus's reference (recorded at the start of runs since it exists).
+        let reference: Vec<f64> = ["frequent", "medium", "rare", "total"]
+            .iter()
+            .map(|g| {
+                rows.get(split::VALID, g, "ref_ppl")
+                    .last()
+                    .map_or(f64::NAN, |p| p.1)
+            })
+            .collect();
+        view.reference_valid = reference.iter().any(|v| v.is_finite()).then_some(reference);
         // Embedding history.
         for &(step, _) in rows.get(split::EMBEDDING, "total", "i1") {
             let e = rows.embedding_at(step);

@@ -201,6 +201,16 @@ impl EventSink for Reporter {
                 before,
                 after,
             } => self.line(format!("config step={step} {key}: {before} -> {after}")),
+            Event::Reference(r) => {
+                if self.bar.is_none()
+                    && let Some(k) = r.kn3("valid")
+                {
+                    self.line(format!(
+                        "reference valid kn3_ppl={:.1} kn3_ppl_frequent={:.1} kn3_ppl_medium={:.1} kn3_ppl_rare={:.1}",
+                        k[3], k[0], k[1], k[2]
+                    ));
+                }
+            }
             Event::Embedding(e) => {
                 self.last_i1 = Some(e.total.i1);
                 if self.bar.is_none() {

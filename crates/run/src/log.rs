@@ -160,6 +160,13 @@ fn emit(event: &Event, every: u64) {
                 ppl_rare = e.groups[2].0, uniq = o.uniq as u64, mu_z = o.mu_z,
                 sigma_z = o.sigma_z, positions = e.positions, seconds = e.seconds, "eval");
         }
+        Event::Reference(r) => {
+            if let Some(k) = r.kn3("valid") {
+                info!(target: "conelab::eval", step = r.step, kn3_ppl = k[3],
+                    kn3_ppl_frequent = k[0], kn3_ppl_medium = k[1], kn3_ppl_rare = k[2],
+                    "reference");
+            }
+        }
         Event::Embedding(e) => {
             let t = &e.total;
             info!(target: "conelab::embedding", step = e.step, i1 = t.i1, i1_unit = t.i1_unit,

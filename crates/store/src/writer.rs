@@ -359,6 +359,19 @@ impl StoreWriter {
             Event::Step(s) => self.record_step(s),
             Event::Eval(e) => self.record_eval(e),
             Event::Embedding(e) => self.record_embedding(e),
+            Event::Reference(r) => {
+                for s in &r.splits {
+                    for (i, group) in ["frequent", "medium", "rare", "total"].iter().enumerate() {
+                        for (metric, values) in
+                            [("ref_ppl", &s.kn3), ("ref_unigram_ppl", &s.unigram)]
+                        {
+                            if let Some(&v) = values.get(i) {
+                                self.push_metric(r.step, &s.split, group, metric, v);
+                            }
+                        }
+                    }
+                }
+            }
             // A repeat that changed nothing is not recorded again.
             Event::Applied(a) if a.coalesced => {}
             Event::Applied(a) => {

@@ -631,6 +631,52 @@ mod tests {
         assert!(draw(&app, 120, 40).contains("── now"));
     }
 
+    /// Issue #38: the Groups pane shows the context gain over the corpus's KN-3 trigram,
+    /// ln(PPL_KN3 / PPL), per group, once the run has announced its reference.
+    #[test]
+    fn the_groups_pane_shows_the_gain_over_kn3() {
+        use conelab_core::events::{ReferencePpl, SplitReferencePpl};
+        let mut app = app();
+        let before = draw(&app, 120, 40);
+        let row = |text: &str| {
+            text.lines()
+                .find(|l| l.contains("gain KN-3"))
+                .map(str::to_string)
+                .expect("a gain row")
+        };
+        assert!(
+            !before.contains("gain KN-3"),
+            "no reference, no row: {before}"
+        );
+        let eval = app.run.last_eval.clone().expect("an evaluation");
+        // References chosen so the gains are known: twice the frequent PPL, half the rare one.
+        let kn3 = vec![
+            2.0 * eval.groups[0].0,
+            eval.groups[1].0,
+            0.5 * eval.groups[2].0,
+            eval.ppl * 1.5f64.exp(),
+        ];
+        app.on_event(Event::Reference(Box::new(ReferencePpl {
+            step: 0,
+            splits: vec![SplitReferencePpl {
+                split: "valid".into(),
+                kn3,
+                unigram: vec![f64::NAN; 4],
+            }],
+        })));
+        let line = row(&draw(&app, 120, 40));
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        let want = [
+            format!("{:+.2}", 2f64.ln()),
+            "+0.00".to_string(),
+            format!("{:+.2}", 0.5f64.ln()),
+            "+1.50".to_string(),
+        ];
+        for w in &want {
+            assert!(cells.contains(&w.as_str()), "{w} in {line}");
+        }
+    }
+
     /// Issue #37: a foreign matrix's word read "#12 · ×0 · step 0": only what is known.
     #[test]
     fn a_words_heading_says_only_what_is_known() {

@@ -414,8 +414,31 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
         .collect();
     // I(W) is scale-dependent: the mean norm and IsoScore (scale-free) come right after it, in
     // the rows a short pane still shows; the rest on a tall terminal or zoomed.
-    let rows = [
-        ("PPL", ppl),
+    // The context gain over the corpus's KN-3 trigram, ln(PPL_KN3 / PPL): above 0 where the model
+    // beats it (methods.md §4's bar), per group.
+    let gain: Vec<String> = (0..4)
+        .map(|g| {
+            let ppl = eval.map(|e| if g < 3 { e.groups[g].0 } else { e.ppl });
+            let reference = app
+                .run
+                .reference_valid
+                .as_ref()
+                .and_then(|r| r.get(g).copied());
+            match (ppl, reference) {
+                (Some(p), Some(r)) if p > 0.0 && r > 0.0 && (r / p).ln().is_finite() => {
+                    format!("{:+.2}", (r / p).ln())
+                }
+                _ => "–".into(),
+            }
+        })
+        .collect();
+    // A run without a reference (one from before references, a foreign matrix) shows no gain row.
+    let gain_row = app
+        .run
+        .reference_valid
+        .is_some()
+        .then_some(("gain KN-3", gain));
+    let rows = [("PPL", ppl)].into_iter().chain(gain_row).chain([
         ("Uniq", uniq),
         emb_row("I1", EmbeddingMetric::I1, 3),
         emb_row("mean norm", EmbeddingMetric::MeanNorm, 3),
@@ -443,7 +466,7 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
         emb_row("I1 unit", EmbeddingMetric::I1Unit, 3),
         emb_row("I2", EmbeddingMetric::I2, 3),
         emb_row("I2 unit", EmbeddingMetric::I2Unit, 3),
-    ];
+    ]);
     let corner = match scrubbed {
         Some(p) => Cell::from(format!("@{}", p.step)).style(pal.fg(Color::Yellow)),
         None => Cell::from(""),
