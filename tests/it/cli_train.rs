@@ -160,8 +160,9 @@ fn train_log_in_json_and_a_full_disk_under_it() {
     assert!(out.status.success(), "{out:?}");
     let log = std::fs::read_to_string(run.join("train.log")).expect("train.log");
     assert_eq!(log.lines().count(), 2, "{log}");
+    // The start, then the corpus's reference models.
     assert!(
-        log.contains(": start ") && log.contains("step step=1 "),
+        log.contains(": start ") && log.contains(": reference "),
         "{log}"
     );
     assert!(run.join("step-000004/model.safetensors").is_file());
