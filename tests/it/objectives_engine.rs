@@ -694,3 +694,45 @@ fn and_squash_switched_on_mid_run_evaluates_the_squashed_scores() {
         "the squashing changed nothing here"
     );
 }
+
+/// Issue #38: `agg=rare:0.2` makes the run choose α from its own counts and tokens per update,
+/// at start and when switched on later: by AGG's rule (a token is rare iff its occurrences per
+/// update, count · B·T / train tokens, are below α) the chosen α selects about a fifth of the
+/// vocabulary. A hand-set α is an α again.
+#[test]
+fn a_rare_fraction_chooses_alpha_from_the_runs_counts() {
+    let _turn = one_trainer();
+    let rare_at = |t: &Trainer| {
+        let c = t.corpus();
+        let per_update = (4 * model(true).window()) as f64 / c.split(Split::Train).len() as f64;
+        let alpha = t.objectives().agg.alpha;
+        c.vocab()
+            .counts()
+            .iter()
+            .filter(|&&n| n as f64 * per_update < alpha)
+            .count() as f64
+            / c.vocab().len() as f64
+    };
+    let mut o = Objectives::default();
+    o.apply_reg_arg("agg=rare:0.2").expect("agg");
+    let t = trainer(2, o, true);
+    let share = rare_at(&t);
+    assert!((share - 0.2).abs() < 0.02, "{share} of the vocabulary rare");
+    assert!(t.objectives().label().contains("AGG rare 0.2 α="));
+    // Switched on later through a change of the whole objectives, and at 0.5.
+    let mut t = trainer(2, Objectives::default(), true);
+    let mut o = Objectives::default();
+    o.apply_reg_arg("agg=rare:0.5").expect("agg");
+    change(&mut t, ObjectiveChange::Set { objectives: Box::new(o) });
+    let share = rare_at(&t);
+    assert!((share - 0.5).abs() < 0.02, "{share} of the vocabulary rare");
+    change(
+        &mut t,
+        ObjectiveChange::Weight {
+            term: Term::Agg,
+            weight: 0.01,
+        },
+    );
+    assert_eq!(t.objectives().agg.rare_fraction, None);
+    assert_eq!(t.objectives().agg.alpha, 0.01);
+}

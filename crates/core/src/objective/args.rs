@@ -77,7 +77,27 @@ impl Objectives {
         };
         // Spectrum control spells its prior first: sc=exp:1.0 (the form) or sc=1.0:exp.
         let mut options: Vec<&str> = fields.collect();
-        let weight = if term == Term::Spectrum && (first == "exp" || first == "poly") {
+        // AGG by the size of its rare set: agg=rare:0.2 (α is chosen by the run).
+        if term == Term::Agg && first == "rare" {
+            let f = options.first().copied().ok_or_else(|| {
+                format!("--reg {arg}: expected agg=rare:FRACTION, e.g. agg=rare:0.2")
+            })?;
+            let f = parse_num(f, "fraction")?;
+            if !(f > 0.0 && f < 1.0) {
+                return Err(format!(
+                    "--reg {arg}: the rare fraction must be between 0 and 1 (exclusive), e.g. 0.2 for the Rare group's size"
+                )
+                .into());
+            }
+            options.remove(0);
+            self.agg.rare_fraction = Some(f);
+        } else if term == Term::Agg {
+            self.agg.rare_fraction = None;
+        }
+        let weight = if term == Term::Agg && self.agg.rare_fraction.is_some() && first == "rare" {
+            // A placeholder until the run chooses α from its counts (a valid α meanwhile).
+            self.agg.alpha
+        } else if term == Term::Spectrum && (first == "exp" || first == "poly") {
             let w = options
                 .first()
                 .copied()

@@ -194,6 +194,11 @@ pub struct AggConfig {
     pub static_groups: bool,
     /// a_v = count/K (`paper`, the default) or count/min(step, K) (`warm`).
     pub counter: AggCounter,
+    /// `agg=rare:F`: α chosen by the run so that the rare set expected after the first epoch
+    /// is the nearest achievable to the F·N rarest tokens (α does not transfer between corpora
+    /// or batch sizes; a fraction does). `alpha` is then what the run chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rare_fraction: Option<f64>,
 }
 
 impl Default for AggConfig {
@@ -205,6 +210,7 @@ impl Default for AggConfig {
             gates: GateSet::Both,
             static_groups: false,
             counter: AggCounter::Paper,
+            rare_fraction: None,
         }
     }
 }
@@ -624,7 +630,10 @@ impl Objectives {
         for term in Term::ALL {
             let (on, weight) = self.term(term);
             if on {
-                let mut s = format!("{}={}", term.label(), num(weight));
+                let mut s = match (term, self.agg.rare_fraction) {
+                    (Term::Agg, Some(f)) => format!("AGG rare {} α={}", num(f), num(weight)),
+                    _ => format!("{}={}", term.label(), num(weight)),
+                };
                 if term == Term::Agg {
                     match self.agg.gates {
                         GateSet::Both => {}
@@ -773,6 +782,23 @@ mod tests {
         assert_eq!(o.spectrum.gamma, 0.7);
         o.apply_reg_arg("agg=off").expect("off");
         assert!(!o.agg.enabled);
+        // Issue #38: AGG by the size of its rare set; α is the run's to choose.
+        o.apply_reg_arg("agg=rare:0.2:warm")
+            .expect("a rare fraction");
+        assert!(o.agg.enabled && o.agg.counter == AggCounter::Warm);
+        assert_eq!(o.agg.rare_fraction, Some(0.2));
+        assert!(o.label().contains("AGG rare 0.2"), "{}", o.label());
+        o.apply_reg_arg("agg=0.01").expect("an α again");
+        assert_eq!((o.agg.rare_fraction, o.agg.alpha), (None, 0.01));
+        for bad in [
+            "agg=rare",
+            "agg=rare:0",
+            "agg=rare:1",
+            "agg=rare:x",
+            "agg=rare:-0.2",
+        ] {
+            assert!(o.apply_reg_arg(bad).is_err(), "{bad} must be refused");
+        }
         for bad in ["cos", "foo=1", "cos=x", "agg=0.1:g3", "sc=exp"] {
             assert!(o.apply_reg_arg(bad).is_err(), "{bad} must be refused");
         }

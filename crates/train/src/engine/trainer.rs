@@ -23,7 +23,10 @@ use crate::model::{
     DeviceSpec, HostLstmWindow, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding,
     constant,
 };
-use crate::objective::agg::{Gates, TokenCounter, agg_gates, part_freeze_gates, row_gates};
+use crate::objective::agg::{
+    Gates, RareChoice, TokenCounter, agg_gates, alpha_for_rare_fraction, part_freeze_gates,
+    row_gates,
+};
 use crate::objective::and::{and_loss, squashed_centring};
 use crate::objective::freeze::{frozen_ranges, restore_rows, zero_rows};
 use crate::objective::head::{HeadOutput, HeadTerms, full_softmax_head};
@@ -393,6 +396,11 @@ impl Trainer {
             last_read: None,
             resident: None,
         };
+        // `agg=rare:F`: α from this corpus's counts and this run's tokens per update.
+        let mut resolved = trainer.state.objectives.clone();
+        if trainer.resolve_rare_fraction(&mut resolved).is_some() {
+            trainer.state.objectives = resolved;
+        }
         if trainer.config.precision == Precision::Bf16 {
             // bf16 takes the paths CUDA takes on LibTorch CPU too (the fused LSTM and attention
             // nodes in bf16, AdamW as one fused step): the host paths compute in fp32.
@@ -1566,13 +1574,38 @@ impl Trainer {
         if o.agg.enabled {
             // The label names only the non-default counter; the record always says which.
             record.push_str(&format!(" (AGG counter {})", o.agg.counter.name()));
+            // A rare fraction says what it chose and what that selects.
+            if let Some(c) = self.resolve_rare_fraction(&mut o.clone()) {
+                record.push_str(&format!(
+                    " (α={:.4e}: {} of {} tokens rare after the first epoch, {} asked)",
+                    c.alpha,
+                    c.expected,
+                    self.corpus.vocab().len(),
+                    c.target
+                ));
+            }
         }
         record
     }
 
+    /// `agg=rare:F` (issue #38): sets α to the value whose steady-state rare set is the nearest
+    /// achievable to F·N tokens, from the training counts and the tokens per update.
+    fn resolve_rare_fraction(&self, o: &mut Objectives) -> Option<RareChoice> {
+        let f = o.agg.rare_fraction?;
+        let choice = alpha_for_rare_fraction(
+            self.corpus.vocab().counts(),
+            self.corpus.split(Split::Train).len() as u64,
+            (self.config.batch * self.model_config.window()) as u64,
+            f,
+        );
+        o.agg.alpha = choice.alpha;
+        Some(choice)
+    }
+
     /// Replaces the objectives wholesale between two steps (benchmarks, tests), with the same
     /// side effects and checks as a change by command.
-    pub fn set_objectives(&mut self, objectives: Objectives) -> Result<(), Invalid> {
+    pub fn set_objectives(&mut self, mut objectives: Objectives) -> Result<(), Invalid> {
+        self.resolve_rare_fraction(&mut objectives);
         objectives.validate(group_sizes(&self.corpus))?;
         self.self_normalising_bias(&objectives)?;
         let spectrum_on = objectives.spectrum.enabled;
@@ -1593,6 +1626,14 @@ impl Trainer {
         let sizes = group_sizes(&self.corpus);
         let mut next = self.state.objectives.clone();
         next.apply(change, sizes)?;
+        // A weight set by hand is an α again, not a fraction.
+        if let ObjectiveChange::Weight {
+            term: Term::Agg, ..
+        } = change
+        {
+            next.agg.rare_fraction = None;
+        }
+        self.resolve_rare_fraction(&mut next);
         // Each side effect changes nothing when it fails; the bias comes first because it cannot
         // be undone, and it leaves the model's outputs as they were.
         self.self_normalising_bias(&next)?;

@@ -30,6 +30,63 @@ use super::head::RowGates;
 use super::{AggCounter, GateParts, GateSet};
 use conelab_data::{FrequencyGroups, Group};
 
+/// What `agg=rare:F` chose: α, and the rare set it gives in steady state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RareChoice {
+    pub alpha: f64,
+    /// Tokens expected rare once the counter's memory is full (after the first K updates).
+    pub expected: usize,
+    /// F·N, rounded: what was asked for (ties in the counts make it unreachable in general).
+    pub target: usize,
+}
+
+/// `agg=rare:F` (issue #38): the α whose steady-state rare set is the nearest achievable to the
+/// F·N rarest tokens. A token seen c times in T_train training tokens occurs c·T/T_train times
+/// per update of T tokens on average, which is its a_v once the counter's memory is full; it is
+/// rare iff that is below α, i.e. iff c < α·T_train/T. Every threshold on the counts gives one
+/// set {c < t}; the t whose set size is nearest F·N is taken (the smaller set on a tie) and α
+/// is put halfway between the largest count inside and t, so a count's sampling noise does not
+/// move it across.
+pub fn alpha_for_rare_fraction(
+    counts: &[u64],
+    train_tokens: u64,
+    tokens_per_update: u64,
+    fraction: f64,
+) -> RareChoice {
+    let n = counts.len();
+    let target = ((fraction * n as f64).round() as usize).min(n);
+    let mut sorted: Vec<u64> = counts.to_vec();
+    sorted.sort_unstable();
+    // Candidate sets: the first k sorted counts, where k is 0, n, or a boundary between two
+    // different counts.
+    let mut best: Option<(usize, usize)> = None; // (|k − target|, k)
+    for k in 0..=n {
+        let boundary = k == 0 || k == n || sorted[k - 1] != sorted[k];
+        if !boundary {
+            continue;
+        }
+        let cand = (k.abs_diff(target), k);
+        if best.is_none_or(|b| cand < b) {
+            best = Some(cand);
+        }
+    }
+    let k = best.map_or(0, |b| b.1);
+    // Halfway between the largest count inside and the smallest outside (counts are ≥ 0).
+    let threshold = match (k.checked_sub(1).map(|i| sorted[i]), sorted.get(k)) {
+        (Some(inside), Some(&outside)) => (inside + outside) as f64 / 2.0,
+        (None, Some(&outside)) => outside as f64 / 2.0,
+        (Some(inside), None) => inside as f64 + 0.5,
+        (None, None) => 0.5,
+    };
+    let per_update = tokens_per_update as f64 / train_tokens.max(1) as f64;
+    RareChoice {
+        // Above 0 however small the threshold: α = 0 would make nothing rare by definition.
+        alpha: (threshold * per_update).max(f64::MIN_POSITIVE),
+        expected: k,
+        target,
+    }
+}
+
 /// Target-token occurrences over the last K updates.
 #[derive(Debug, Clone)]
 pub struct TokenCounter {
@@ -194,6 +251,74 @@ pub fn row_gates(gates: &Gates, targets_host: &[u32], device: &Device) -> RowGat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue #38: `agg=rare:F` by hand. Counts sorted 0 1 1 1 2 3 4 5 7 10, half a training text's
+    /// worth of tokens per update (a_v = c/2 in steady state).
+    #[test]
+    fn a_rare_fraction_chooses_the_nearest_achievable_set() {
+        let counts = [10, 1, 1, 2, 5, 3, 1, 0, 7, 4];
+        // F = 0.3 asks for 3, but the three 1s tie: {0, 1, 1, 1} (4) is nearer than {0} (1).
+        // α halfway between counts 1 and 2: 1.5 · 0.5.
+        let c = alpha_for_rare_fraction(&counts, 34, 17, 0.3);
+        assert_eq!((c.expected, c.target), (4, 3));
+        assert!((c.alpha - 0.75).abs() < 1e-12, "{c:?}");
+        // F = 0.5: exactly {c ≤ 2}, α = 2.5 · 0.5.
+        let c = alpha_for_rare_fraction(&counts, 34, 17, 0.5);
+        assert_eq!((c.expected, c.target), (5, 5));
+        assert!((c.alpha - 1.25).abs() < 1e-12, "{c:?}");
+        // Whatever F, the set the counter's rule gives at that α is the one reported.
+        for f in [0.05, 0.2, 0.65, 0.95] {
+            let c = alpha_for_rare_fraction(&counts, 34, 17, f);
+            let rare = counts.iter().filter(|&&n| n as f64 * 0.5 < c.alpha).count();
+            assert_eq!(rare, c.expected, "F = {f}");
+        }
+    }
+
+    /// The steady state the choice assumes, simulated: a shuffled training stream cut into
+    /// updates, the paper's counter over an epoch's memory; after the first epoch the live rare
+    /// set is about the expected size.
+    #[test]
+    fn the_live_rare_set_settles_near_the_chosen_size() {
+        let n = 300usize;
+        // Zipf-like counts 1 … 600.
+        let counts: Vec<u64> = (0..n)
+            .map(|r| (600.0 / (r as f64 + 1.0)).ceil() as u64)
+            .collect();
+        let mut stream: Vec<u32> = counts
+            .iter()
+            .enumerate()
+            .flat_map(|(t, &c)| std::iter::repeat_n(t as u32, c as usize))
+            .collect();
+        // A deterministic shuffle (xorshift, Fisher–Yates).
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        for i in (1..stream.len()).rev() {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            stream.swap(i, (s % (i as u64 + 1)) as usize);
+        }
+        let per_update = 64;
+        let updates = stream.len() / per_update;
+        let choice = alpha_for_rare_fraction(&counts, stream.len() as u64, per_update as u64, 0.2);
+        let mut counter = TokenCounter::new(n, updates);
+        let mut sizes = Vec::new();
+        for epoch in 0..2 {
+            for u in 0..updates {
+                counter.push(&stream[u * per_update..(u + 1) * per_update]);
+                if epoch == 1 {
+                    let g = agg_gates(&counter, choice.alpha, GateSet::Both, AggCounter::Paper);
+                    sizes.push(g.rare_count);
+                }
+            }
+        }
+        let mean = sizes.iter().sum::<usize>() as f64 / sizes.len() as f64;
+        assert!(
+            (mean - choice.expected as f64).abs() <= 0.1 * choice.expected as f64,
+            "live {mean} vs expected {} (target {})",
+            choice.expected,
+            choice.target
+        );
+    }
 
     #[test]
     fn the_counter_forgets_after_k_updates() {
