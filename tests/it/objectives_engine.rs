@@ -260,6 +260,15 @@ fn agg_reports_its_live_rare_set_and_static_groups_stop_changing() {
         assert!((0.0..0.2).contains(&g1), "mean g1 {g1}");
     }
     let vocab = t.corpus().vocab().len();
+    // Issue #38: the overlap with the Rare group, by the static gates' own rare set recounted.
+    let s = t.train_step().expect("step");
+    let rare_group = t.corpus().groups().size(Group::Rare);
+    let overlap = s.rare_in_group.expect("AGG reports the overlap");
+    assert!(
+        overlap <= rare_group.min(s.rare_tokens.expect("rare")),
+        "{overlap}"
+    );
+    assert!(overlap > 0, "the rarest tokens are in the Rare group");
     assert!(sizes.iter().all(|&r| r > 0), "{sizes:?}");
     assert!(sizes[20..].iter().all(|&r| r < vocab), "{sizes:?}");
     // The paper's counter starts empty and divides by K: the rare set is large at first and
@@ -279,6 +288,19 @@ fn agg_reports_its_live_rare_set_and_static_groups_stop_changing() {
     let mut warm = trainer(400, o, true);
     let first = warm.train_step().expect("step").rare_tokens.expect("rare");
     assert!(first < sizes[0], "warm {first} vs paper {}", sizes[0]);
+    drop(warm);
+    // Gate-freeze gates the Rare group itself: the overlap is the whole set, the group's size.
+    let o = Objectives {
+        gate_freeze: conelab::objective::GateParts::B,
+        ..Objectives::default()
+    };
+    let mut frozen = trainer(400, o, true);
+    let s = frozen.train_step().expect("step");
+    let rare_group = frozen.corpus().groups().size(Group::Rare);
+    assert_eq!(
+        (s.rare_tokens, s.rare_in_group),
+        (Some(rare_group), Some(rare_group))
+    );
 }
 
 #[test]
@@ -723,7 +745,12 @@ fn a_rare_fraction_chooses_alpha_from_the_runs_counts() {
     let mut t = trainer(2, Objectives::default(), true);
     let mut o = Objectives::default();
     o.apply_reg_arg("agg=rare:0.5").expect("agg");
-    change(&mut t, ObjectiveChange::Set { objectives: Box::new(o) });
+    change(
+        &mut t,
+        ObjectiveChange::Set {
+            objectives: Box::new(o),
+        },
+    );
     let share = rare_at(&t);
     assert!((share - 0.5).abs() < 0.02, "{share} of the vocabulary rare");
     change(

@@ -90,6 +90,7 @@ fn step(s: u64) -> Event {
         step_ms: 10.0,
         rare_tokens: None,
         rare_g1: None,
+        rare_in_group: None,
     })
 }
 

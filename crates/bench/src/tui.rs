@@ -172,6 +172,7 @@ pub fn demo_app(n: usize, d: usize, steps: u64) -> Result<(App, FrequencyGroups)
             step_ms: 500.0,
             rare_tokens: Some(n / 5),
             rare_g1: Some(0.01),
+            rare_in_group: Some(n / 6),
         }));
         if s == steps / 2 {
             app.on_event(Event::Applied(AppliedCommand {

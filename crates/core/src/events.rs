@@ -105,6 +105,10 @@ pub struct StepStats {
     /// a_v scales with the tokens per update, as α does).
     #[serde(default)]
     pub rare_g1: Option<f64>,
+    /// How many of that rare set lie in the corpus's Rare group (the overlap a rare-set size
+    /// alone does not say: AGG's set is by live counts, the group by rank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rare_in_group: Option<usize>,
 }
 
 /// Perplexity of the whole split, total and per group of the **target** token.

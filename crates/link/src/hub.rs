@@ -507,6 +507,7 @@ mod tests {
             step_ms: 1.0,
             rare_tokens: None,
             rare_g1: None,
+            rare_in_group: None,
         })
     }
 

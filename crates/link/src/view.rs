@@ -522,6 +522,7 @@ impl RunView {
                 step_ms: at("step_ms").unwrap_or(f64::NAN),
                 rare_tokens: at("rare_tokens").map(|v| v as usize),
                 rare_g1: at("rare_g1"),
+                rare_in_group: at("rare_in_group").map(|v| v as usize),
             });
             view.lr = at("lr");
         }
@@ -927,6 +928,7 @@ mod tests {
             step_ms: 2.0,
             rare_tokens: None,
             rare_g1: None,
+            rare_in_group: None,
         }));
         view.on_event(&Event::Diverged {
             step: 4,

@@ -165,6 +165,9 @@ impl EventSink for Reporter {
                         .rare_tokens
                         .map(|r| format!(" rare_tokens={r}"))
                         .unwrap_or_default()
+                        + &s.rare_in_group
+                            .map(|n| format!(" rare_in_group={n}"))
+                            .unwrap_or_default()
                         + &s.rare_g1
                             .map(|g| format!(" rare_g1={g:.4}"))
                             .unwrap_or_default();

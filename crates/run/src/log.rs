@@ -225,6 +225,7 @@ mod tests {
             step_ms: 2.0,
             rare_tokens: None,
             rare_g1: None,
+            rare_in_group: None,
         })
     }
 

@@ -432,6 +432,9 @@ impl StoreWriter {
         if let Some(r) = s.rare_tokens {
             put("rare_tokens", r as f64);
         }
+        if let Some(n) = s.rare_in_group {
+            put("rare_in_group", n as f64);
+        }
         if let Some(g) = s.rare_g1 {
             put("rare_g1", g);
         }

@@ -716,6 +716,12 @@ impl Trainer {
         let gates = self.step_gates(next, &batch.targets, &objectives)?;
         let rare_tokens = gates.as_ref().map(|g| g.rare_count);
         let rare_g1 = gates.as_ref().and_then(Gates::mean_rare_g1);
+        let rare_group = self.corpus.groups().range(Group::Rare);
+        let rare_in_group = gates.as_ref().map(|g| {
+            g.rare
+                .get(rare_group)
+                .map_or(0, |r| r.iter().filter(|&&x| x).count())
+        });
         let (inputs, targets) = self.window_tensors(k, &batch);
 
         // The model's products in the run's precision, forward and backward (model/precision.rs).
@@ -761,6 +767,7 @@ impl Trainer {
             step_ms: 0.0,
             rare_tokens,
             rare_g1,
+            rare_in_group,
         };
         let squared_norm = squared_grad_norm(&self.model, &grads);
 

@@ -427,6 +427,7 @@ mod tests {
             step_ms: 436.0,
             rare_tokens: None,
             rare_g1: None,
+            rare_in_group: None,
         })
     }
 

@@ -221,6 +221,9 @@ pub(super) fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) 
             s.rare_tokens
                 .map(|r| format!("  rare set {r}"))
                 .unwrap_or_default()
+                + &s.rare_in_group
+                    .map(|n| format!(" ({n} in Rare)"))
+                    .unwrap_or_default()
                 + &s.rare_g1
                     .map(|g| format!(" (mean g1 {g:.3})"))
                     .unwrap_or_default()
