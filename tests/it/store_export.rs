@@ -647,6 +647,8 @@ fn seeds_of_one_setting_aggregate_into_mean_std_and_count() {
     assert!((f(&mle["total_ppl_mean"]) - 125.0).abs() < 1e-9);
     assert!((f(&mle["total_ppl_std"]) - 21f64.sqrt()).abs() < 1e-9);
     assert_eq!(mle["total_ppl_n"], 3);
+    // The seeds' 95 % t-interval (methods.md §4): t(0.975, 2) = 4.303 × √21/√3 = 11.38.
+    assert!((f(&mle["total_ppl_ci95"]) - 4.302_653 * 7f64.sqrt()).abs() < 1e-3);
     // Seed 2's rare PPL is NaN: two values, 1800 and 1700 → 1750 ± √5000.
     assert_eq!(mle["rare_ppl_n"], 2);
     assert!((f(&mle["rare_ppl_mean"]) - 1750.0).abs() < 1e-9);
@@ -667,13 +669,14 @@ fn seeds_of_one_setting_aggregate_into_mean_std_and_count() {
         (Some(1), Some("mle-long"))
     );
     assert!(long["total_ppl_std"].is_null(), "one seed has no spread");
+    assert!(long["total_ppl_ci95"].is_null(), "nor an interval");
     assert_eq!(rows[3]["run"], "Human");
 
-    // CSV: the same three columns per cell.
+    // CSV: the same four columns per cell.
     let csv = text(&req);
     let header = csv.lines().next().expect("header");
     assert!(
-        header.contains("total_ppl_mean,total_ppl_std,total_ppl_n"),
+        header.contains("total_ppl_mean,total_ppl_std,total_ppl_n,total_ppl_ci95"),
         "{header}"
     );
 
@@ -687,8 +690,16 @@ fn seeds_of_one_setting_aggregate_into_mean_std_and_count() {
             .to_string()
     };
     let mle_line = line("MLE (mle-1)");
-    assert!(mle_line.contains("125.00 ± 4.58"), "{mle_line}");
-    assert!(mle_line.contains("1750.00 ± 70.71 (n=2)"), "{mle_line}");
+    // mean ± std [the 95 % interval]: 125 ± 11.38.
+    assert!(
+        mle_line.contains("125.00 ± 4.58 [113.62, 136.38]"),
+        "{mle_line}"
+    );
+    // Two values: t(0.975, 1) = 12.706 × 70.71/√2 = 635.3.
+    assert!(
+        mle_line.contains("1750.00 ± 70.71 [1114.69, 2385.31] (n=2)"),
+        "{mle_line}"
+    );
     // A whole-number column keeps the spread's digits: 902 ± 1 has its first decimal (issue
     // #37: 10.5 ± 0.71 printed as 10 ± 1).
     assert!(mle_line.contains("902.0 ± 1.0"), "{mle_line}");

@@ -309,6 +309,30 @@ pub struct Spread {
     pub std: Option<f64>,
     /// How many finite values there were.
     pub n: u32,
+    /// Half-width of the 95 % t-interval of the mean, t(0.975, n − 1)·std/√n (methods.md §4);
+    /// none for a single value.
+    pub ci95: Option<f64>,
+}
+
+/// The 0.975 quantile of Student's t with `df` degrees of freedom: the table for 1–30, then
+/// the Cornish–Fisher expansion around the normal quantile (off by under 10⁻⁴ from 31 on).
+pub fn t975(df: u32) -> f64 {
+    const TABLE: [f64; 30] = [
+        12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010,
+        2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739,
+        2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423,
+    ];
+    match df {
+        0 => f64::NAN,
+        1..=30 => TABLE[df as usize - 1],
+        _ => {
+            let (z, v) = (1.959_963_984_540_054f64, df as f64);
+            z + (z.powi(3) + z) / (4.0 * v)
+                + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * v * v)
+                + (3.0 * z.powi(7) + 19.0 * z.powi(5) + 17.0 * z.powi(3) - 15.0 * z)
+                    / (384.0 * v.powi(3))
+        }
+    }
 }
 
 /// Mean, sample standard deviation and count of the finite values among `values`.
@@ -329,6 +353,7 @@ pub fn mean_std(values: impl IntoIterator<Item = Option<f64>>) -> Spread {
         mean: Some(mean),
         std,
         n: n as u32,
+        ci95: std.map(|s| t975(n as u32 - 1) * s / (n as f64).sqrt()),
     }
 }
 
@@ -387,6 +412,7 @@ pub(crate) fn seed_groups_table(
                     mean: v,
                     std: None,
                     n: u32::from(v.is_some()),
+                    ci95: None,
                 })
                 .collect(),
         );
@@ -424,13 +450,18 @@ pub(crate) fn seed_groups_table(
                 format!("{name}_n").into(),
                 stats.iter().map(|r| r[ci].n).collect::<Vec<_>>(),
             ));
+            columns.push(Column::new(
+                format!("{name}_ci95").into(),
+                stats.iter().map(|r| r[ci].ci95).collect::<Vec<_>>(),
+            ));
             headers.extend([
                 header.to_string(),
                 format!("{header} std"),
                 format!("{header} n"),
+                format!("{header} 95% CI ±"),
             ]);
-            decimals.extend([Some(digits), Some(digits), Some(0)]);
-            spread.insert(at, (at + 1, at + 2));
+            decimals.extend([Some(digits), Some(digits), Some(0), Some(digits)]);
+            spread.insert(at, (at + 1, at + 2, at + 3));
         }
     }
     let frame = DataFrame::new(height, columns)?;
@@ -439,12 +470,12 @@ pub(crate) fn seed_groups_table(
         .map(|r| r.iter().map(|c| c.mean).collect())
         .collect();
     let bold = best_cells(&means, aggregated, height, headers.len(), |ci| {
-        LEAD + 3 * ci
+        LEAD + 4 * ci
     });
     Ok(Exported {
         frame,
         layout: Layout {
-            groups: group_spans(LEAD, 3 * per_group),
+            groups: group_spans(LEAD, 4 * per_group),
             headers,
             decimals,
             bold,
@@ -453,4 +484,33 @@ pub(crate) fn seed_groups_table(
         },
         warnings: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Student's t quantiles against published tables (Abramowitz & Stegun 26.10), including
+    /// past the table's end where the expansion takes over.
+    #[test]
+    fn t_quantiles_match_the_published_values() {
+        for (df, want) in [
+            (1, 12.706),
+            (2, 4.303),
+            (4, 2.776),
+            (10, 2.228),
+            (30, 2.042),
+            (40, 2.021),
+            (60, 2.000),
+            (120, 1.980),
+        ] {
+            assert!(
+                (t975(df) - want).abs() < 6e-4,
+                "df {df}: {} vs {want}",
+                t975(df)
+            );
+        }
+        assert!(t975(0).is_nan());
+        assert!((t975(100_000) - 1.95996).abs() < 1e-4);
+    }
 }

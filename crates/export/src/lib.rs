@@ -127,10 +127,10 @@ pub struct Layout {
     pub decimals: Vec<Option<usize>>,
     /// `bold[row][col]`: the best value of its column.
     pub bold: Vec<Vec<bool>>,
-    /// Aggregated tables: a mean column's (std column, count column). Markdown and LaTeX show the
-    /// pair as one `mean ± std` cell (the count beside it where it is short of the row's runs);
-    /// CSV, JSON and Parquet keep the three columns.
-    pub spread: BTreeMap<usize, (usize, usize)>,
+    /// Aggregated tables: a mean column's (std column, count column, 95 % interval half-width
+    /// column). Markdown and LaTeX show them as one `mean ± std [lo, hi]` cell (the count beside
+    /// it where it is short of the row's runs); CSV, JSON and Parquet keep the four columns.
+    pub spread: BTreeMap<usize, (usize, usize, usize)>,
     /// The column counting each row's runs (`seeds`), the reference for a short cell count.
     pub row_count: Option<usize>,
 }

@@ -62,12 +62,13 @@ pub(crate) fn cells(table: &Exported) -> Result<Vec<Vec<Option<String>>>, StoreE
     };
     for (ri, row) in out.iter_mut().enumerate() {
         let runs = table.layout.row_count.and_then(|ci| count(row, ci));
-        for (&mean, &(std, n)) in &table.layout.spread {
+        for (&mean, &(std, n, ci)) in &table.layout.spread {
             let Some(m) = row[mean].clone() else { continue };
             let mut text = match (&row[std], raw(mean, ri), raw(std, ri)) {
                 // The spread to two significant digits and the mean to the same place (never
                 // fewer decimals than the column's): 10.5 ± 0.71, not 10 ± 1.
-                (Some(_), Some(mv), Some(sv)) if sv.is_finite() && sv > 0.0 => {
+                // (A spread at rounding level, 1e-17 on equal values, is no spread.)
+                (Some(_), Some(mv), Some(sv)) if sv.is_finite() && sv > 1e-9 * mv.abs() => {
                     let column = table
                         .layout
                         .decimals
@@ -76,7 +77,11 @@ pub(crate) fn cells(table: &Exported) -> Result<Vec<Vec<Option<String>>>, StoreE
                         .flatten()
                         .unwrap_or(0);
                     let d = ((1 - sv.log10().floor() as i32).clamp(0, 8) as usize).max(column);
-                    format!("{mv:.d$} ± {sv:.d$}")
+                    // The seeds' 95 % t-interval of the mean (methods.md §4), to the same place.
+                    match raw(ci, ri).filter(|h| h.is_finite()) {
+                        Some(h) => format!("{mv:.d$} ± {sv:.d$} [{:.d$}, {:.d$}]", mv - h, mv + h),
+                        None => format!("{mv:.d$} ± {sv:.d$}"),
+                    }
                 }
                 (Some(sd), ..) => format!("{m} ± {sd}"),
                 (None, ..) => m,
@@ -141,7 +146,7 @@ pub(crate) fn shown(table: &Exported) -> Vec<usize> {
         .layout
         .spread
         .values()
-        .flat_map(|&(std, n)| [std, n])
+        .flat_map(|&(std, n, ci)| [std, n, ci])
         .collect();
     (0..names.len())
         .filter(|&i| {
