@@ -745,14 +745,30 @@ fn a_rare_fraction_chooses_alpha_from_the_runs_counts() {
     let mut t = trainer(2, Objectives::default(), true);
     let mut o = Objectives::default();
     o.apply_reg_arg("agg=rare:0.5").expect("agg");
-    change(
-        &mut t,
-        ObjectiveChange::Set {
-            objectives: Box::new(o),
-        },
-    );
+    let applied = t
+        .apply(&Command::Objective {
+            change: ObjectiveChange::Set {
+                objectives: Box::new(o),
+            },
+        })
+        .expect("applied");
     let share = rare_at(&t);
     assert!((share - 0.5).abs() < 0.02, "{share} of the vocabulary rare");
+    // A viewer folds the acknowledged change into its own copy: it must end with the α the
+    // run chose, not the placeholder it asked with.
+    let Command::Objective { change: answered } = &applied.command else {
+        panic!("{applied:?}")
+    };
+    let mut viewer = Objectives::default();
+    viewer
+        .apply(answered, [usize::MAX; 3])
+        .expect("the viewer applies it");
+    assert_eq!(&viewer, t.objectives());
+    assert!(
+        applied.after.contains("tokens rare after the first epoch"),
+        "{}",
+        applied.after
+    );
     change(
         &mut t,
         ObjectiveChange::Weight {

@@ -262,7 +262,6 @@ fn runs_are_found_and_addressed_by_name_from_any_folder() {
     assert!(stderr.contains("cannot be read"), "{stderr}");
 }
 
-/// `conelab runs SWEEP-FOLDER` lists the sweep's runs, with a sweep column.
 /// A full disk under the run index costs only the index entry: the run trains and finishes,
 /// says once that it is found by its folder only, and is still found by scanning the roots.
 #[test]
@@ -317,6 +316,7 @@ fn a_failed_registration_warns_and_the_run_goes_on() {
     assert_eq!(paths(&listed), vec![canon(&run)]);
 }
 
+/// `conelab runs SWEEP-FOLDER` lists the sweep's runs, with a sweep column.
 #[test]
 fn a_sweep_folder_lists_its_runs() {
     let f = Fixture::new();

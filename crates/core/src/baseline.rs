@@ -136,9 +136,15 @@ pub fn compute(corpus: &Corpus) -> Result<Reference, BaselineError> {
                 Group::Rare => 2,
             })
         };
+        // Infinite (a target the unigram model never saw in training) is written NaN, as JSON
+        // and so the cache keep it: "–" either way.
+        let finite = |x: f64| if x.is_finite() { x } else { f64::NAN };
         let per_group = |nll: Vec<f64>| {
             let (groups, total) = ngram::group_ppl(&nll, targets());
-            GroupPpl { groups, total }
+            GroupPpl {
+                groups: groups.map(finite),
+                total: finite(total),
+            }
         };
         splits.push(SplitReference {
             split: split.name().to_string(),
@@ -162,9 +168,26 @@ pub fn compute(corpus: &Corpus) -> Result<Reference, BaselineError> {
 
 /// Where a corpus's results are cached.
 pub fn cache_file(cache_dir: &Path, corpus: &Corpus) -> PathBuf {
-    cache_dir
-        .join("baselines")
-        .join(format!("{}.json", cache_key(corpus)))
+    file_of(cache_dir, &cache_key(corpus))
+}
+
+fn file_of(cache_dir: &Path, key: &str) -> PathBuf {
+    cache_dir.join("baselines").join(format!("{key}.json"))
+}
+
+/// Training texts a run computes its references for as it starts: above this it only reads
+/// the cache (the counts of a WikiText-103-sized text take gigabytes and minutes; `conelab
+/// data baseline` computes them once).
+pub const COMPUTE_AT_START_TOKENS: usize = 20_000_000;
+
+/// The corpus's reference models if the cache in `cache_dir` holds them (a file that cannot
+/// be read or parsed, or of another key, holds nothing).
+pub fn cached(corpus: &Corpus, cache_dir: &Path) -> Option<(Reference, PathBuf)> {
+    let key = cache_key(corpus);
+    let file = file_of(cache_dir, &key);
+    let bytes = std::fs::read(&file).ok()?;
+    let r = serde_json::from_slice::<Reference>(&bytes).ok()?;
+    (r.format == FORMAT && r.key == key).then_some((r, file))
 }
 
 /// Whether the results came from the cache.
@@ -181,17 +204,11 @@ pub enum Cached {
 /// The corpus's reference models: from the cache in `cache_dir` when it holds them, else
 /// computed and cached.
 pub fn reference(corpus: &Corpus, cache_dir: &Path) -> Result<(Reference, Cached), BaselineError> {
-    let file = cache_file(cache_dir, corpus);
-    let key = cache_key(corpus);
-    // A file that cannot be read or parsed, or of another key, is computed again.
-    if let Ok(bytes) = std::fs::read(&file)
-        && let Ok(r) = serde_json::from_slice::<Reference>(&bytes)
-        && r.format == FORMAT
-        && r.key == key
-    {
+    if let Some((r, file)) = cached(corpus, cache_dir) {
         return Ok((r, Cached::Hit(file)));
     }
     let r = compute(corpus)?;
+    let file = file_of(cache_dir, &r.key);
     let stored = serde_json::to_vec_pretty(&r)
         .map_err(std::io::Error::other)
         .and_then(|bytes| {
@@ -205,4 +222,53 @@ pub fn reference(corpus: &Corpus, cache_dir: &Path) -> Result<(Reference, Cached
         Err(e) => Cached::NotStored(format!("{}: {e}", file.display())),
     };
     Ok((r, cached))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use conelab_data::{CorpusSource, LoadOptions, SynthConfig};
+
+    /// The cache: nothing before the first computation, the same numbers after, and a file of
+    /// another key (a changed corpus) is not taken for this corpus's.
+    #[test]
+    fn the_cache_holds_what_was_computed_and_only_for_its_corpus() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let load = |seed| {
+            let config = SynthConfig {
+                tokens: 30_000,
+                seed,
+                ..SynthConfig::default()
+            };
+            Corpus::load(&CorpusSource::Synthetic(config), &LoadOptions::default()).expect("corpus")
+        };
+        let corpus = load(1);
+        assert!(cached(&corpus, tmp.path()).is_none());
+        let (computed, how) = reference(&corpus, tmp.path()).expect("computed");
+        assert!(matches!(how, Cached::Stored(_)), "{how:?}");
+        let (read, _) = cached(&corpus, tmp.path()).expect("cached");
+        let close = |a: f64, b: f64| (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-12 * a.abs();
+        for (r, c) in read.splits.iter().zip(&computed.splits) {
+            for (x, y) in [(&r.unigram, &c.unigram), (&r.kn3, &c.kn3)] {
+                assert!(
+                    (0..3).all(|g| close(x.groups[g], y.groups[g])) && close(x.total, y.total),
+                    "{x:?} vs {y:?}"
+                );
+            }
+        }
+        assert!(matches!(
+            reference(&corpus, tmp.path()).expect("again").1,
+            Cached::Hit(_)
+        ));
+        // Another corpus has another key; a damaged file is computed again.
+        let other = load(2);
+        assert_ne!(cache_key(&other), cache_key(&corpus));
+        assert!(cached(&other, tmp.path()).is_none());
+        std::fs::write(cache_file(tmp.path(), &corpus), "{").expect("damage");
+        assert!(cached(&corpus, tmp.path()).is_none());
+        assert!(matches!(
+            reference(&corpus, tmp.path()).expect("recomputed").1,
+            Cached::Stored(_)
+        ));
+    }
 }

@@ -15,7 +15,8 @@
 //!
 //! where n_j is the number of n-grams of order k whose count is j. **Choice:** an order whose
 //! n1…n4 are not all there (a small or synthetic text: every word of the built-in corpus follows
-//! many others, so no unigram continuation count is 1) uses one discount for every count instead,
+//! many others, so no unigram continuation count is 1), or whose estimate leaves a discount at 0
+//! or below, uses one discount for every count instead,
 //! Y = n1/(n1 + 2·n2) where n1 and n2 are there, else 0.75 — each order says which
 //! ([`DiscountKind`]). A history never seen
 //! (c(h •) = 0) passes all its mass to the order below. The first scored position of a split (one
@@ -74,7 +75,11 @@ impl Discounts {
     /// Modified KN's discounts where n1…n4 are all there, else the fallback of the module's
     /// **Choice** (one discount for every count).
     pub fn estimate(n: [u64; 4], order: usize) -> (Self, DiscountKind) {
-        if let Ok(d) = Self::from_count_of_counts(n, order) {
+        // A discount clamped to 0 would leave a history whose successors all have that count
+        // nothing to give the lower order (an unseen word there would get probability 0).
+        if let Ok(d) = Self::from_count_of_counts(n, order)
+            && d.0.iter().all(|&x| x > 0.0)
+        {
             return (d, DiscountKind::Modified);
         }
         if n[0] > 0 && n[1] > 0 {
@@ -468,6 +473,10 @@ mod tests {
             Discounts::estimate([0, 4, 2, 1], 1),
             (Discounts([0.75; 3]), DiscountKind::Fixed)
         );
+        // n = (10, 2, 8, 1): D2 = 2 − 3·(10/14)·8/2 < 0 → one discount Y = 10/14.
+        let (d, kind) = Discounts::estimate([10, 2, 8, 1], 2);
+        assert_eq!(kind, DiscountKind::Single);
+        assert!((d.0[1] - 10.0 / 14.0).abs() < 1e-12);
         let m = KneserNey::train(&[0, 1, 2, 0, 1, 2, 1], 3).unwrap();
         assert_ne!(m.discount_kinds, [DiscountKind::Modified; 3]);
         let s: f64 = (0..3).map(|w| m.p3(0, 1, w)).sum();

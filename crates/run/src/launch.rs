@@ -217,13 +217,28 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
     }
     // The corpus's reference models, the bar every group's PPL is judged against (cached
     // per corpus; the first run on a corpus computes them: 0.3 s synthetic, 1.4 s WikiText-2).
+    use conelab_core::baseline;
     let cache = conelab_base::config::current().cache_dir.value.clone();
-    let reference = match conelab_core::baseline::reference(trainer.corpus(), &cache) {
-        Ok((r, _)) => Event::Reference(Box::new(r.event(0))),
-        Err(e) => Event::Warning {
-            step: 0,
-            message: format!("no reference models: {}", conelab_base::error::chain(&e)),
-        },
+    let corpus = trainer.corpus();
+    let train_tokens = corpus.split(conelab_data::Split::Train).len();
+    let reference = if train_tokens > baseline::COMPUTE_AT_START_TOKENS {
+        match baseline::cached(corpus, &cache) {
+            Some((r, _)) => Event::Reference(Box::new(r.event(0))),
+            None => Event::Warning {
+                step: 0,
+                message: format!(
+                    "no reference models: a training text of {train_tokens} tokens is not counted as a run starts; `conelab data baseline {corpus_arg}` computes them once for every later run"
+                ),
+            },
+        }
+    } else {
+        match baseline::reference(corpus, &cache) {
+            Ok((r, _)) => Event::Reference(Box::new(r.event(0))),
+            Err(e) => Event::Warning {
+                step: 0,
+                message: format!("no reference models: {}", conelab_base::error::chain(&e)),
+            },
+        }
     };
     let set_aside = set_aside_store(&dir)?;
     let spec = RunSpec {

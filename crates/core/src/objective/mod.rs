@@ -581,7 +581,13 @@ impl Objectives {
         let mut next = self.clone();
         match change {
             &ObjectiveChange::Enable { term, on } => *next.term_mut(term).0 = on,
-            &ObjectiveChange::Weight { term, weight } => *next.term_mut(term).1 = weight,
+            &ObjectiveChange::Weight { term, weight } => {
+                *next.term_mut(term).1 = weight;
+                // A weight set by hand is an α again, not a rare fraction.
+                if term == Term::Agg {
+                    next.agg.rare_fraction = None;
+                }
+            }
             &ObjectiveChange::Loss { kind, squash } => {
                 next.loss = kind;
                 if kind == LossKind::And {
@@ -790,6 +796,21 @@ mod tests {
         assert!(o.label().contains("AGG rare 0.2"), "{}", o.label());
         o.apply_reg_arg("agg=0.01").expect("an α again");
         assert_eq!((o.agg.rare_fraction, o.agg.alpha), (None, 0.01));
+        // So is a weight changed from Controls, in the run and in every viewer's copy alike.
+        o.apply_reg_arg("agg=rare:0.2").expect("a rare fraction");
+        o.apply(
+            &ObjectiveChange::Weight {
+                term: Term::Agg,
+                weight: 0.02,
+            },
+            [usize::MAX; 3],
+        )
+        .expect("a weight");
+        assert_eq!((o.agg.rare_fraction, o.agg.alpha), (None, 0.02));
+        // A fraction out of range from a file or a socket is refused as from the flag.
+        let mut bad = o.clone();
+        bad.agg.rare_fraction = Some(1.5);
+        assert!(bad.validate([10, 10, 10]).is_err());
         for bad in [
             "agg=rare",
             "agg=rare:0",

@@ -24,6 +24,14 @@ impl Objectives {
                 ))
             }
         };
+        if let Some(f) = self.agg.rare_fraction
+            && !(f > 0.0 && f < 1.0)
+        {
+            return Err(format!(
+                "agg rare fraction {f} must be between 0 and 1 (exclusive), e.g. 0.2"
+            )
+            .into());
+        }
         for term in Term::ALL {
             let (_, w) = self.term(term);
             finite_nonneg(term.name(), w)?;

@@ -1544,7 +1544,17 @@ impl Trainer {
             Command::Objective { change } => {
                 let before = self.objectives_record();
                 self.change_objectives(change)?;
-                record(before, self.objectives_record())
+                let mut applied = record(before, self.objectives_record());
+                // α chosen from a rare fraction is the run's: the viewers, which fold the
+                // acknowledged change into their copy, get the objectives as the run has them.
+                if self.state.objectives.agg.rare_fraction.is_some() {
+                    applied.command = Command::Objective {
+                        change: ObjectiveChange::Set {
+                            objectives: Box::new(self.state.objectives.clone()),
+                        },
+                    };
+                }
+                applied
             }
         };
         self.state.commands.push(applied.clone());
@@ -1633,13 +1643,6 @@ impl Trainer {
         let sizes = group_sizes(&self.corpus);
         let mut next = self.state.objectives.clone();
         next.apply(change, sizes)?;
-        // A weight set by hand is an α again, not a fraction.
-        if let ObjectiveChange::Weight {
-            term: Term::Agg, ..
-        } = change
-        {
-            next.agg.rare_fraction = None;
-        }
         self.resolve_rare_fraction(&mut next);
         // Each side effect changes nothing when it fails; the bias comes first because it cannot
         // be undone, and it leaves the model's outputs as they were.
