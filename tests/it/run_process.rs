@@ -266,6 +266,7 @@ fn resume_applies_what_can_change_and_refuses_what_cannot() {
         ("--batch", "3"),
         ("--model", "lstm"),
         ("--seed", "9"),
+        ("--data-seed", "3"),
         ("--optimizer", "sgd"),
         ("--precision", "bf16"),
     ] {

@@ -77,6 +77,10 @@ pub struct TrainConfig {
     /// Emit a snapshot of W every this many steps (0 = never).
     pub snapshot_every: u64,
     pub seed: u64,
+    /// `--data-seed`: the training text's lines shuffled by this seed before it is cut into the
+    /// batch's streams (`None`: the text's own order, as runs before it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_seed: Option<u64>,
     /// fp32, or bf16 mixed precision (runs written before it existed are fp32).
     pub precision: Precision,
     /// The loss and regularisers at the start of the run (TOML table `[objectives]`).
@@ -106,6 +110,7 @@ impl Default for TrainConfig {
             keep_checkpoints: 3,
             snapshot_every: 50,
             seed: 1,
+            data_seed: None,
             precision: Precision::Fp32,
             objectives: Objectives::default(),
         }

@@ -6,6 +6,7 @@
 mod batching;
 mod corpus;
 mod groups;
+pub mod order;
 mod report;
 mod synthetic;
 mod text;

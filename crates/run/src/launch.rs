@@ -129,6 +129,9 @@ fn settings(opts: &TrainOptions) -> Result<Settings, RunError> {
     set(&mut train.keep_checkpoints, opts.keep);
     set(&mut train.snapshot_every, opts.snapshot_every);
     set(&mut train.seed, opts.seed);
+    if opts.data_seed.is_some() {
+        train.data_seed = opts.data_seed;
+    }
     set(&mut train.steps, opts.steps);
     apply_objective_flags(&mut train.objectives, opts).map_err(RunError::Usage)?;
     Ok(Settings {

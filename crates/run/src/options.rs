@@ -122,6 +122,12 @@ pub struct TrainOptions {
     #[arg(long)]
     pub seed: Option<u64>,
 
+    /// Shuffle the training text's lines (sentences, paragraphs) by this seed before cutting it
+    /// into the batch's streams, so that seeds vary the data order too [default: the text's
+    /// own order].
+    #[arg(long, value_name = "N")]
+    pub data_seed: Option<u64>,
+
     /// Continue the run in DIR (a run directory or one of its step-NNNNNN folders) exactly where its
     /// newest checkpoint left off. What can change at a step boundary may be given again and is
     /// recorded at the resume step: the objective flags, --lr, --eval-every, --checkpoint-every,
@@ -343,7 +349,7 @@ impl TrainOptions {
             refuse("--bptt", t.to_string(), spec.model.window().to_string())?;
         }
         let (r, own) = (resolved_train, &spec.train);
-        let fields: [(&str, bool, String, String); 8] = [
+        let fields: [(&str, bool, String, String); 9] = [
             (
                 "--batch",
                 self.batch.is_some(),
@@ -391,6 +397,12 @@ impl TrainOptions {
                 self.seed.is_some(),
                 r.seed.to_string(),
                 own.seed.to_string(),
+            ),
+            (
+                "--data-seed",
+                self.data_seed.is_some(),
+                format!("{:?}", r.data_seed),
+                format!("{:?}", own.data_seed),
             ),
         ];
         for (flag, given, value, own_value) in fields {

@@ -242,6 +242,9 @@ struct Pending {
 
 pub struct Trainer {
     corpus: Arc<Corpus>,
+    /// The training text in the order the run reads it: the corpus's, or its lines shuffled by
+    /// `--data-seed`.
+    train_stream: Arc<[u32]>,
     model_config: ModelConfig,
     config: TrainConfig,
     device_spec: DeviceSpec,
@@ -297,7 +300,16 @@ impl Trainer {
         model_config.validate().map_err(EngineError::Config)?;
         config.validate().map_err(EngineError::Config)?;
         let window = model_config.window();
-        let train = corpus.split(Split::Train);
+        let train_stream: Arc<[u32]> = match config.data_seed {
+            Some(seed) => conelab_data::order::shuffle_lines(
+                corpus.split(Split::Train),
+                corpus.vocab().eos(),
+                seed,
+            )
+            .into(),
+            None => corpus.split(Split::Train).into(),
+        };
+        let train = &train_stream[..];
         let windows_per_epoch = StreamBatcher::new(train, config.batch, window, PartialWindow::Drop)
             .map_err(EngineError::invalid("the train split"))?
             .num_windows() as u64;
@@ -372,6 +384,7 @@ impl Trainer {
         let spectrum_on = objectives.spectrum.enabled;
         let mut trainer = Self {
             corpus,
+            train_stream,
             model_config,
             config,
             device_spec,
@@ -978,7 +991,7 @@ impl Trainer {
         let (b, t) = (batch.batch, batch.time);
         if !self.host_paths && self.resident.is_none() {
             self.resident = ResidentSplit::upload(
-                self.corpus.split(Split::Train),
+                &self.train_stream,
                 b,
                 t,
                 self.windows_per_epoch,
@@ -1339,7 +1352,7 @@ impl Trainer {
     /// Training window `k` of the epoch.
     fn window(&self, k: usize) -> Option<Batch> {
         StreamBatcher::new(
-            self.corpus.split(Split::Train),
+            &self.train_stream,
             self.config.batch,
             self.model_config.window(),
             PartialWindow::Drop,
