@@ -3,34 +3,23 @@
 //! contiguous streams, so that seeds can vary the data order as well as the initialisation
 //! (methods.md §4, point 5). Without a data seed the text keeps its own order.
 
-/// SplitMix64 (Steele, Lea & Flood 2014): a small, well-mixed generator, enough to permute
-/// lines reproducibly on every platform.
-struct SplitMix64(u64);
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
 
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in 0 ..= n − 1 (Lemire's multiply-shift; the bias is below n/2⁶⁴).
-    fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next()) * n as u128) >> 64) as usize
-    }
+/// Uniform in 0 ..= n − 1 (Lemire's multiply-shift; the bias is below n/2⁶⁴).
+fn below(rng: &mut ChaCha8Rng, n: usize) -> usize {
+    ((u128::from(rng.next_u64()) * n as u128) >> 64) as usize
 }
 
 /// `ids` with its lines (runs ending in `eos`) in an order given by `seed`: a Fisher–Yates
-/// permutation, every line whole, the same for the same seed. A last line without an `eos`
+/// permutation driven by ChaCha8 (the synthetic corpus's generator, reproducible everywhere), every line whole, the same for the same seed. A last line without an `eos`
 /// stays last (moved, it would run into the line after it).
 pub fn shuffle_lines(ids: &[u32], eos: u32, seed: u64) -> Vec<u32> {
     let mut lines: Vec<&[u32]> = ids.split_inclusive(|&t| t == eos).collect();
     let tail = lines.pop_if(|l| l.last() != Some(&eos));
-    let mut rng = SplitMix64(seed);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for i in (1..lines.len()).rev() {
-        lines.swap(i, rng.below(i + 1));
+        lines.swap(i, below(&mut rng, i + 1));
     }
     lines.extend(tail);
     lines.concat()
