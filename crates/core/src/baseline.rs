@@ -117,6 +117,11 @@ pub fn cache_key(corpus: &Corpus) -> String {
 
 /// Computes both models on valid and test.
 pub fn compute(corpus: &Corpus) -> Result<Reference, BaselineError> {
+    compute_keyed(corpus, cache_key(corpus))
+}
+
+/// [`compute`] with the corpus's [`cache_key`] at hand (it is a pass over every token).
+fn compute_keyed(corpus: &Corpus, key: String) -> Result<Reference, BaselineError> {
     let start = Instant::now();
     let err = |source| BaselineError::Model {
         corpus: corpus.name().to_string(),
@@ -156,7 +161,7 @@ pub fn compute(corpus: &Corpus) -> Result<Reference, BaselineError> {
     Ok(Reference {
         format: FORMAT,
         corpus: corpus.name().to_string(),
-        key: cache_key(corpus),
+        key,
         vocab,
         train_tokens: train.len(),
         discounts: model.discounts.map(|d| d.0),
@@ -183,8 +188,11 @@ pub const COMPUTE_AT_START_TOKENS: usize = 20_000_000;
 /// The corpus's reference models if the cache in `cache_dir` holds them (a file that cannot
 /// be read or parsed, or of another key, holds nothing).
 pub fn cached(corpus: &Corpus, cache_dir: &Path) -> Option<(Reference, PathBuf)> {
-    let key = cache_key(corpus);
-    let file = file_of(cache_dir, &key);
+    cached_keyed(&cache_key(corpus), cache_dir)
+}
+
+fn cached_keyed(key: &str, cache_dir: &Path) -> Option<(Reference, PathBuf)> {
+    let file = file_of(cache_dir, key);
     let bytes = std::fs::read(&file).ok()?;
     let r = serde_json::from_slice::<Reference>(&bytes).ok()?;
     (r.format == FORMAT && r.key == key).then_some((r, file))
@@ -204,10 +212,11 @@ pub enum Cached {
 /// The corpus's reference models: from the cache in `cache_dir` when it holds them, else
 /// computed and cached.
 pub fn reference(corpus: &Corpus, cache_dir: &Path) -> Result<(Reference, Cached), BaselineError> {
-    if let Some((r, file)) = cached(corpus, cache_dir) {
+    let key = cache_key(corpus);
+    if let Some((r, file)) = cached_keyed(&key, cache_dir) {
         return Ok((r, Cached::Hit(file)));
     }
-    let r = compute(corpus)?;
+    let r = compute_keyed(corpus, key)?;
     let file = file_of(cache_dir, &r.key);
     let stored = serde_json::to_vec_pretty(&r)
         .map_err(std::io::Error::other)

@@ -154,6 +154,11 @@ pub struct EmbeddingStats {
 }
 
 impl EmbeddingStats {
+    /// Set `g` in the order the tables show them: frequent, medium, rare (0–2), total (3).
+    pub fn set(&self, g: usize) -> &SetStats {
+        self.groups.get(g).unwrap_or(&self.total)
+    }
+
     /// The metrics of a panel computed with groups; `None` without them.
     pub fn from_panel(step: u64, panel: &EmbeddingPanel, seconds: f64) -> Option<Self> {
         Some(Self {

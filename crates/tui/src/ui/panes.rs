@@ -383,7 +383,7 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
                         EmbeddingMetric::IsoScore => p.isoscore[g],
                     }),
                     None => emb.map(|e| {
-                        let s = if g < 3 { &e.groups[g] } else { &e.total };
+                        let s = e.set(g);
                         match metric {
                             EmbeddingMetric::I1 => s.i1,
                             EmbeddingMetric::I2 => s.i2,
@@ -400,9 +400,8 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
             .collect();
         (name, values)
     };
-    let ppl: Vec<String> = (0..4)
-        .map(|g| cell(eval.map(|e| if g < 3 { e.groups[g].0 } else { e.ppl }), 1))
-        .collect();
+    let ppl_of = |g: usize| eval.map(|e| if g < 3 { e.groups[g].0 } else { e.ppl });
+    let ppl: Vec<String> = (0..4).map(|g| cell(ppl_of(g), 1)).collect();
     let uniq: Vec<String> = (0..4)
         .map(|g| {
             eval.map(|e| {
@@ -415,32 +414,22 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
             .unwrap_or_else(|| "–".into())
         })
         .collect();
-    // I(W) is scale-dependent: the mean norm and IsoScore (scale-free) come right after it, in
-    // the rows a short pane still shows; the rest on a tall terminal or zoomed.
     // The context gain over the corpus's KN-3 trigram, ln(PPL_KN3 / PPL): above 0 where the model
-    // beats it (methods.md §4's bar), per group.
-    let gain: Vec<String> = (0..4)
-        .map(|g| {
-            let ppl = eval.map(|e| if g < 3 { e.groups[g].0 } else { e.ppl });
-            let reference = app
-                .run
-                .reference_valid
-                .as_ref()
-                .and_then(|r| r.get(g).copied());
-            match (ppl, reference) {
-                (Some(p), Some(r)) if p > 0.0 && r > 0.0 && (r / p).ln().is_finite() => {
+    // beats it (methods.md §4's bar), per group. A run without a reference (one from before
+    // references, a foreign matrix) has no gain row.
+    let gain_row = app.run.reference_valid.as_ref().map(|reference| {
+        let gain = (0..4)
+            .map(|g| match (ppl_of(g), reference.get(g)) {
+                (Some(p), Some(&r)) if p > 0.0 && r > 0.0 && (r / p).ln().is_finite() => {
                     format!("{:+.2}", (r / p).ln())
                 }
                 _ => "–".into(),
-            }
-        })
-        .collect();
-    // A run without a reference (one from before references, a foreign matrix) shows no gain row.
-    let gain_row = app
-        .run
-        .reference_valid
-        .is_some()
-        .then_some(("gain KN-3", gain));
+            })
+            .collect();
+        ("gain KN-3", gain)
+    });
+    // I(W) is scale-dependent: the mean norm and IsoScore (scale-free) come right after it, in
+    // the rows a short pane still shows; the rest on a tall terminal or zoomed.
     let rows = [("PPL", ppl)].into_iter().chain(gain_row).chain([
         ("Uniq", uniq),
         emb_row("I1", EmbeddingMetric::I1, 3),
@@ -452,18 +441,7 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
         (
             "Iso random",
             (0..4)
-                .map(|g| {
-                    cell(
-                        emb.map(|e| {
-                            if g < 3 {
-                                e.groups[g].isoscore_random
-                            } else {
-                                e.total.isoscore_random
-                            }
-                        }),
-                        3,
-                    )
-                })
+                .map(|g| cell(emb.map(|e| e.set(g).isoscore_random), 3))
                 .collect(),
         ),
         emb_row("I1 unit", EmbeddingMetric::I1Unit, 3),
