@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::Args;
 
 use conelab::analysis::{EvalOptions, evaluate_checkpoint};
+use conelab::checkpoint::{CheckpointChoice, RunDir};
 use conelab::data::Split;
 use conelab::model::DeviceSpec;
 
@@ -29,6 +30,11 @@ pub struct EvalArgs {
     /// checkpoint folders; several are compared side by side.
     #[arg(required = true, num_args = 1..)]
     pub runs: Vec<PathBuf>,
+
+    /// Which checkpoint of each run: `last` (the newest step-N), `best` (the lowest validation
+    /// PPL, kept in best/) or a step [default: last]. Not for checkpoint folders named directly.
+    #[arg(long, value_name = "last|best|N")]
+    pub step: Option<CheckpointChoice>,
 
     /// The split to evaluate [default: valid; test with --shift-from].
     #[arg(long, value_enum)]
@@ -76,7 +82,13 @@ pub fn exec(args: EvalArgs) -> Result<()> {
         k: args.k,
         shift_from: args.shift_from.map(|ShiftSource::Valid| Split::Valid),
     };
-    let reports = super::find_runs(&args.runs)?
+    let mut checkpoints = super::find_runs(&args.runs)?;
+    if let Some(choice) = args.step {
+        for path in &mut checkpoints {
+            *path = chosen_checkpoint(path, choice)?;
+        }
+    }
+    let reports = checkpoints
         .iter()
         .map(|run| evaluate_checkpoint(run, &options))
         .collect::<Result<Vec<_>, _>>()?;
@@ -96,4 +108,18 @@ pub fn exec(args: EvalArgs) -> Result<()> {
     } else {
         print_stdout(&reports[0].render())
     }
+}
+
+/// The checkpoint of a run folder that `--step` names; a checkpoint folder named directly
+/// already is one, and `--step` beside it is a contradiction.
+fn chosen_checkpoint(path: &std::path::Path, choice: CheckpointChoice) -> Result<PathBuf> {
+    let run = RunDir::open(path)?;
+    if run.path() != path {
+        return Err(conelab::base::error::Invalid::new(format!(
+            "{} is a checkpoint folder: --step chooses among a run's checkpoints, name the run instead",
+            path.display()
+        ))
+        .into());
+    }
+    Ok(run.checkpoint(choice)?)
 }

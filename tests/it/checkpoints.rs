@@ -125,3 +125,160 @@ fn leftovers_of_a_killed_process_are_cleaned_and_a_set_aside_checkpoint_is_put_b
     );
     assert!(stdout.contains("start step=1 total=2"), "{stdout}");
 }
+
+#[test]
+fn best_is_swapped_in_like_a_step_and_a_killed_swap_is_cleaned_or_put_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    fake(run, "best", "old");
+    fake(run, "step-000010", "ten");
+    // A failed swap leaves the old best in place.
+    let staged = fake(run, ".best.staged-a", "new");
+    conelab::fault::with_plan("checkpoint.commit:1:EIO", || {
+        checkpoint::commit_best(run, &staged)
+    })
+    .expect_err("injected");
+    assert_eq!(
+        fs::read_to_string(run.join("best/marker")).expect("read"),
+        "old"
+    );
+    // Then it succeeds, and best/ is never a step nor pruned with them.
+    checkpoint::commit_best(run, &staged).expect("commit");
+    assert_eq!(
+        fs::read_to_string(run.join("best/marker")).expect("read"),
+        "new"
+    );
+    assert_eq!(steps(run), vec![10], "best/ is not a step-N");
+    let placed =
+        checkpoint::commit(run, 20, &fake(run, ".step-000020.staged-b", "20"), 1).expect("commit");
+    assert_eq!(placed, run.join("step-000020"));
+    assert_eq!(steps(run), vec![20], "step-000010 pruned");
+    assert!(
+        run.join("best/marker").is_file(),
+        "best/ kept by the pruning"
+    );
+}
+
+#[test]
+fn a_best_checkpoint_set_aside_by_a_killed_swap_is_put_back_and_a_staged_one_removed() {
+    let f = crate::common::Fixture::new();
+    let out = f.train("run", &["--steps", "2", "--eval-every", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = f.path("run");
+    assert!(
+        run.join("best/model.safetensors").is_file(),
+        "best/ written"
+    );
+    fs::rename(run.join("best"), run.join(".best.old-99-0")).expect("set aside");
+    fake(&run, ".best.staged-99-1", "half");
+    let done = checkpoint::RunDir::open(&run)
+        .expect("open")
+        .recover()
+        .expect("recover");
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert!(done.iter().any(|l| l.contains("restored best")), "{done:?}");
+    assert!(
+        run.join("best/model.safetensors").is_file(),
+        "best/ is back"
+    );
+    assert!(!run.join(".best.staged-99-1").exists());
+}
+
+/// The validation evaluations a run's `train.log` reports (full precision): (step, PPL).
+fn valid_evals(log: &str) -> Vec<(u64, f64)> {
+    let field = |line: &str, key: &str| -> Option<String> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .map(str::to_owned)
+    };
+    log.lines()
+        .filter(|l| l.contains(" eval step=") && l.contains("split=valid"))
+        .filter_map(|l| {
+            let step = field(l, "step=")?.parse().ok()?;
+            let ppl = field(l, "ppl=")?.parse().ok()?;
+            Some((step, ppl))
+        })
+        .collect()
+}
+
+#[test]
+fn best_holds_the_lowest_validation_ppl_and_eval_step_best_reads_it() {
+    use crate::common::{assert_one_line_error, conelab, s};
+    let f = crate::common::Fixture::new();
+    // A rate so high that validation PPL jumps up and down (here the lowest came at step 44 of
+    // 48): best/ must follow the minimum, wherever it falls.
+    let out = f.train(
+        "run",
+        &[
+            "--steps",
+            "48",
+            "--eval-every",
+            "4",
+            "--lr",
+            "0.3",
+            "--log-every",
+            "48",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = f.path("run");
+    let log = fs::read_to_string(run.join("train.log")).expect("train.log");
+    let evals = valid_evals(&log);
+    assert!(evals.len() >= 12, "{evals:?}\n{log}");
+    let &(best_step, best_ppl) = evals
+        .iter()
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("evaluations");
+    let state: serde_json::Value =
+        serde_json::from_slice(&fs::read(run.join("best/state.json")).expect("best/state.json"))
+            .expect("json");
+    assert_eq!(state["step"], best_step, "{evals:?}");
+    let kept = state["best_valid_ppl"].as_f64().expect("ppl");
+    assert!(
+        (kept - best_ppl).abs() <= 1e-9 * best_ppl,
+        "{kept} vs {best_ppl}"
+    );
+
+    // eval --step best evaluates that model again: the same step, the same PPL.
+    let out = conelab(&["eval", s(&run), "--step", "best", "--json", "-k", "0"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["step"], best_step);
+    let again = report["outputs"]["ppl"].as_f64().expect("ppl");
+    assert!(
+        (again - best_ppl).abs() <= 1e-4 * best_ppl,
+        "{again} vs {best_ppl}"
+    );
+    // --step last and a step number name step-N folders.
+    let out = conelab(&["eval", s(&run), "--step", "last", "--json", "-k", "0"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["step"], 48);
+
+    // Bad input: a step with no checkpoint, --step beside a checkpoint folder, a run without best/.
+    let out = conelab(&["eval", s(&run), "--step", "7"]);
+    assert_one_line_error(&out, &["no checkpoint at step 7", "48"]);
+    let out = conelab(&["eval", s(&run.join("step-000048")), "--step", "best"]);
+    assert_one_line_error(&out, &["is a checkpoint folder", "--step"]);
+    let out = conelab(&["eval", s(&run), "--step", "soon"]);
+    assert_eq!(out.status.code(), Some(2));
+    fs::remove_dir_all(run.join("best")).expect("rm best");
+    let out = conelab(&["eval", s(&run), "--step", "best"]);
+    assert_one_line_error(&out, &["no best/ checkpoint", "--step last"]);
+}

@@ -817,6 +817,13 @@ impl engine::CheckpointSink for CountingSink {
             std::path::PathBuf::from("nowhere"),
         ))
     }
+    fn save_best(
+        &mut self,
+        _: &Trainer,
+        _: f64,
+    ) -> Result<Option<std::path::PathBuf>, checkpoint::CheckpointError> {
+        Ok(None)
+    }
 }
 
 /// A flood of commands cannot stall training or grow the run: 200 `save-checkpoint` and 1,500

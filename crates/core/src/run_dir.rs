@@ -11,6 +11,7 @@
 //!     spectral-optimizer.bpk the optimizer state of U, σ, V (only while spectrum control is on)
 //!     state.json             counters, lr state, applied commands
 //!     recurrent.safetensors  the LSTM state carried into the next window (LSTM runs only)
+//!   best/                    the checkpoint with the lowest validation PPL so far (same files)
 //! ```
 //! A checkpoint is written into a staging folder (`.step-NNNNNN.staged-…`), every file and the
 //! folder fsynced, then renamed into place and the run directory fsynced, so a crash leaves
@@ -18,6 +19,10 @@
 //! first and deletes it only once the new one is in place. Leftovers of a killed process are
 //! cleaned (or, for a folder set aside, put back) when a run starts ([`RunDir::recover`]).
 //! Folders are ordered by the step they name, whatever its width. The newest `keep` are kept.
+//!
+//! `best/` is written the same way (`.best.staged-…`, the old one set aside as `.best.old-…`)
+//! whenever an evaluation beats the PPL its own `state.json` records; it is never pruned and never
+//! resumed from (a resume starts from the newest `step-N`). Runs written before it have none.
 //!
 //! Under a metrics store the rename waits for the store: a checkpoint counts only once the store
 //! is durable up to its step (`conelab_train::checkpoint::Checkpointer::deferred`,
@@ -48,6 +53,17 @@ pub enum CheckpointError {
     NotARun(PathBuf),
     #[error("{}: no checkpoint (no step-NNNNNN folder)", .0.display())]
     NoCheckpoint(PathBuf),
+    #[error(
+        "{}: no best/ checkpoint (the run was written before conelab kept one, or no validation ran yet): use --step last or a step",
+        .0.display()
+    )]
+    NoBest(PathBuf),
+    #[error("{}: no checkpoint at step {step} (checkpoints: {have})", path.display())]
+    NoStep {
+        path: PathBuf,
+        step: u64,
+        have: String,
+    },
     #[error("{}: corrupt: {reason}", path.display())]
     Corrupt { path: PathBuf, reason: String },
     #[error("{}: {reason}", path.display())]
@@ -238,9 +254,9 @@ impl RunDir {
         })
     }
 
-    /// Opens an existing run directory, or the run directory of a `step-NNNNNN` folder.
+    /// Opens an existing run directory, or the run directory of a `step-NNNNNN` or `best` folder.
     pub fn open(path: &Path) -> Result<Self, CheckpointError> {
-        let dir = if is_step_dir(path) {
+        let dir = if is_checkpoint_dir(path) {
             path.parent().unwrap_or(path)
         } else {
             path
@@ -297,6 +313,47 @@ impl RunDir {
             .ok_or_else(|| CheckpointError::NoCheckpoint(self.path.clone()))
     }
 
+    /// The checkpoint with the lowest validation PPL (`best/`).
+    pub fn best_checkpoint(&self) -> Result<PathBuf, CheckpointError> {
+        let best = self.path.join(BEST_DIR);
+        if best.is_dir() {
+            Ok(best)
+        } else {
+            Err(CheckpointError::NoBest(self.path.clone()))
+        }
+    }
+
+    /// The checkpoint folder at `step` (whatever the width of its name).
+    pub fn checkpoint_at(&self, step: u64) -> Result<PathBuf, CheckpointError> {
+        let all = self.checkpoints()?;
+        if let Some(p) = all.iter().find(|p| step_of(p) == Some(step)) {
+            return Ok(p.clone());
+        }
+        let have: Vec<String> = all
+            .iter()
+            .filter_map(|p| step_of(p))
+            .map(|s| s.to_string())
+            .collect();
+        Err(CheckpointError::NoStep {
+            path: self.path.clone(),
+            step,
+            have: if have.is_empty() {
+                "none".into()
+            } else {
+                have.join(", ")
+            },
+        })
+    }
+
+    /// The checkpoint a [`CheckpointChoice`] names.
+    pub fn checkpoint(&self, choice: CheckpointChoice) -> Result<PathBuf, CheckpointError> {
+        match choice {
+            CheckpointChoice::Last => self.latest_checkpoint(),
+            CheckpointChoice::Best => self.best_checkpoint(),
+            CheckpointChoice::At(step) => self.checkpoint_at(step),
+        }
+    }
+
     /// Rewrites `run.toml` (a resumed run whose settings changed), atomically.
     pub fn update_spec(&mut self, spec: RunSpec) -> Result<(), CheckpointError> {
         let run_toml = self.path.join("run.toml");
@@ -322,23 +379,27 @@ impl RunDir {
             let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
                 continue;
             };
-            let Some(rest) = name.strip_prefix(".step-") else {
+            let (home_name, kind) = if let Some(rest) = name.strip_prefix(".step-") {
+                let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+                if digits.is_empty() {
+                    continue;
+                }
+                let kind = &rest[digits.len()..];
+                (format!("step-{digits}"), kind)
+            } else if let Some(kind) = name.strip_prefix(".best") {
+                (BEST_DIR.to_owned(), kind)
+            } else {
                 continue;
             };
-            let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-            let kind = &rest[digits.len()..];
-            if digits.is_empty() {
-                continue;
-            }
             if kind.starts_with(".old-") {
-                let home = self.path.join(format!("step-{digits}"));
+                let home = self.path.join(&home_name);
                 if home.exists() {
                     fs::remove_dir_all(p).map_err(io(p))?;
                     done.push(format!("removed {name} (left by an interrupted re-save)"));
                 } else {
                     fs::rename(p, &home).map_err(io(&home))?;
                     done.push(format!(
-                        "restored step-{digits} (an interrupted re-save had set it aside)"
+                        "restored {home_name} (an interrupted re-save had set it aside)"
                     ));
                 }
             } else if kind.starts_with(".staged-") || kind.starts_with(".tmp-") {
@@ -374,8 +435,47 @@ pub fn step_of(p: &Path) -> Option<u64> {
         .and_then(|n| n.parse().ok())
 }
 
-fn is_step_dir(p: &Path) -> bool {
-    step_of(p).is_some()
+/// The folder of the best checkpoint in a run directory.
+pub const BEST_DIR: &str = "best";
+
+/// Which of a run's checkpoints: `last`, `best` or a step (the spelling `--step` takes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointChoice {
+    /// The newest `step-N`.
+    Last,
+    /// `best/`: the lowest validation PPL.
+    Best,
+    At(u64),
+}
+
+impl std::str::FromStr for CheckpointChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "last" => Ok(Self::Last),
+            "best" => Ok(Self::Best),
+            n => n
+                .parse()
+                .map(Self::At)
+                .map_err(|_| format!("'{s}' is not a step: use last, best or a number")),
+        }
+    }
+}
+
+/// A `step-N` or `best` folder (a checkpoint, not a run directory).
+fn is_checkpoint_dir(p: &Path) -> bool {
+    step_of(p).is_some() || p.file_name().and_then(|n| n.to_str()) == Some(BEST_DIR)
+}
+
+/// The step a checkpoint folder holds: the one its name says, or for `best/` the one its
+/// `state.json` records.
+pub fn checkpoint_step(dir: &Path) -> Option<u64> {
+    step_of(dir).or_else(|| {
+        let bytes = fs::read(dir.join("state.json")).ok()?;
+        serde_json::from_slice::<crate::state::RunState>(&bytes)
+            .ok()
+            .map(|s| s.step)
+    })
 }
 
 /// The folder name of the checkpoint at `step`.
@@ -392,8 +492,20 @@ pub fn commit(
     staging: &Path,
     keep: usize,
 ) -> Result<PathBuf, CheckpointError> {
-    let name = step_dir_name(step);
-    let final_dir = run_dir.join(&name);
+    let final_dir = put_in_place(run_dir, &step_dir_name(step), staging)?;
+    prune(run_dir, keep, step)?;
+    Ok(final_dir)
+}
+
+/// Puts a staged checkpoint in place as `best/`, the previous one set aside until it is.
+pub fn commit_best(run_dir: &Path, staging: &Path) -> Result<PathBuf, CheckpointError> {
+    put_in_place(run_dir, BEST_DIR, staging)
+}
+
+/// Renames `staging` to `run_dir/name`: an existing folder of that name is renamed aside, the new
+/// one renamed in, the run directory fsynced, then the old one deleted.
+fn put_in_place(run_dir: &Path, name: &str, staging: &Path) -> Result<PathBuf, CheckpointError> {
+    let final_dir = run_dir.join(name);
     conelab_base::fault::check("checkpoint.commit").map_err(io(&final_dir))?;
     let aside = if final_dir.exists() {
         let aside = run_dir.join(format!(".{name}.old-{}", unique_suffix()));
@@ -413,7 +525,6 @@ pub fn commit(
     if let Some(a) = aside {
         fs::remove_dir_all(&a).map_err(io(&a))?;
     }
-    prune(run_dir, keep, step)?;
     Ok(final_dir)
 }
 

@@ -140,44 +140,20 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
 
 /// The checkpoint folder of a run for the chosen step.
 pub(crate) fn checkpoint_for(run: &Path, req: &ExportRequest) -> Result<PathBuf, StoreError> {
-    let dir = conelab_core::run_dir::RunDir::open(run).map_err(StoreError::bad_input)?;
-    let all = dir.checkpoints().map_err(StoreError::bad_input)?;
-    let step_of = |p: &PathBuf| {
-        p.file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix("step-"))
-            .and_then(|n| n.parse::<u64>().ok())
+    use conelab_core::run_dir::{CheckpointChoice, RunDir};
+    let dir = RunDir::open(run).map_err(StoreError::bad_input)?;
+    let choice = match req.step.unwrap_or(StepChoice::Last) {
+        StepChoice::Last => CheckpointChoice::Last,
+        StepChoice::At(n) => CheckpointChoice::At(n),
+        // best/ is the best on validation; on another split, or in a run written before best/
+        // was kept, the step-N of that split's best evaluation (if it was kept).
+        StepChoice::Best => match dir.best_checkpoint() {
+            Ok(best) if held_out(req)? == split::VALID => return Ok(best),
+            _ => {
+                let store = conelab_store::load(run)?;
+                CheckpointChoice::At(resolve_step(&store, held_out(req)?, StepChoice::Best)?)
+            }
+        },
     };
-    let want = match req.step.unwrap_or(StepChoice::Last) {
-        StepChoice::Last => {
-            return dir.latest_checkpoint().map_err(StoreError::bad_input);
-        }
-        StepChoice::At(n) => n,
-        StepChoice::Best => {
-            let store = conelab_store::load(run)?;
-            resolve_step(&store, held_out(req)?, StepChoice::Best)?
-        }
-    };
-    all.iter()
-        .find(|p| step_of(p) == Some(want))
-        .cloned()
-        .ok_or_else(|| {
-            let have: Vec<String> = all
-                .iter()
-                .filter_map(step_of)
-                .map(|s| s.to_string())
-                .collect();
-            StoreError::Invalid(
-                format!(
-                    "{}: no checkpoint at step {want} (checkpoints: {})",
-                    run.display(),
-                    if have.is_empty() {
-                        "none".into()
-                    } else {
-                        have.join(", ")
-                    }
-                )
-                .into(),
-            )
-        })
+    dir.checkpoint(choice).map_err(StoreError::bad_input)
 }

@@ -65,7 +65,7 @@ pub struct LoadedMatrix {
     pub group_bounds: Option<[f64; 2]>,
 }
 
-/// Loads `path`: a conelab run directory or `step-NNNNNN` folder, a `.safetensors` file or a
+/// Loads `path`: a conelab run directory or its `step-NNNNNN` or `best` folder, a `.safetensors` file or a
 /// `.npy` file. `tensor` names the tensor inside a safetensors file (required when it holds more
 /// than one 2-D tensor).
 pub fn load_matrix(path: &Path, tensor: Option<&str>) -> Result<LoadedMatrix, MatrixFileError> {
@@ -179,11 +179,7 @@ fn load_run(path: &Path) -> Result<LoadedMatrix, MatrixFileError> {
         ));
     }
     check_finite(&model_path, d, &data)?;
-    let step = step_dir
-        .file_name()
-        .and_then(|s| s.to_str())
-        .and_then(|s| s.strip_prefix("step-"))
-        .and_then(|s| s.parse().ok());
+    let step = super::checkpoint_step(&step_dir);
     let classes = run_classes(&run, &tokens);
     Ok(LoadedMatrix {
         source: step_dir.display().to_string(),

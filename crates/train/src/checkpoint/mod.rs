@@ -42,7 +42,15 @@ pub fn save(run: &RunDir, trainer: &Trainer, keep: usize) -> Result<PathBuf, Che
 /// Writes a checkpoint of the trainer into a staging folder of the run directory, every file and
 /// the folder fsynced. Nothing else in the run directory changes.
 pub fn write_staged(run_dir: &Path, trainer: &Trainer) -> Result<PathBuf, CheckpointError> {
-    let name = step_dir_name(trainer.state().step);
+    write_staged_as(run_dir, &step_dir_name(trainer.state().step), trainer)
+}
+
+/// [`write_staged`] for the checkpoint folder `name` (`step-N` or `best`).
+fn write_staged_as(
+    run_dir: &Path,
+    name: &str,
+    trainer: &Trainer,
+) -> Result<PathBuf, CheckpointError> {
     let staging = run_dir.join(format!(".{name}.staged-{}", unique_suffix()));
     fs::create_dir_all(&staging).map_err(io(&staging))?;
     let result = write_checkpoint_files(&staging, trainer)
@@ -57,19 +65,40 @@ pub fn write_staged(run_dir: &Path, trainer: &Trainer) -> Result<PathBuf, Checkp
 /// The engine's checkpoint writer for a run directory. Immediate: each checkpoint is put in place
 /// as soon as it is written. Deferred: it is left staged, and the metrics store's recorder puts it
 /// in place once the store is durable up to its step.
+///
+/// `best/` is always put in place at once: nothing resumes from it, so it need not wait for the
+/// store, and its own `state.json` records the validation PPL it was kept for.
 pub struct Checkpointer {
     run: RunDir,
     defer: bool,
+    /// The validation PPL of the checkpoint in `best/` (none, or unreadable: `None`).
+    best: Option<f64>,
 }
 
 impl Checkpointer {
     pub fn immediate(run: RunDir) -> Self {
-        Self { run, defer: false }
+        let best = best_ppl_on_disk(run.path());
+        Self {
+            run,
+            defer: false,
+            best,
+        }
     }
 
     pub fn deferred(run: RunDir) -> Self {
-        Self { run, defer: true }
+        Self {
+            defer: true,
+            ..Self::immediate(run)
+        }
     }
+}
+
+/// The validation PPL recorded in a run's `best/state.json`; `None` when there is no best
+/// checkpoint or it cannot be read (a damaged one is then replaced by the next best).
+pub fn best_ppl_on_disk(run_dir: &Path) -> Option<f64> {
+    let bytes = fs::read(run_dir.join(BEST_DIR).join("state.json")).ok()?;
+    let state: RunState = serde_json::from_slice(&bytes).ok()?;
+    state.best_valid_ppl.filter(|p| p.is_finite())
 }
 
 impl CheckpointSink for Checkpointer {
@@ -85,6 +114,24 @@ impl CheckpointSink for Checkpointer {
         }
         commit(self.run.path(), trainer.state().step, &staging, keep)
             .map(SavedCheckpoint::Committed)
+    }
+
+    fn save_best(
+        &mut self,
+        trainer: &Trainer,
+        ppl: f64,
+    ) -> Result<Option<PathBuf>, CheckpointError> {
+        // A resumed run restarts from an older step-N whose state knows a worse best than the
+        // one in best/: only a better PPL than best/'s own replaces it.
+        if !ppl.is_finite() || self.best.is_some_and(|b| b <= ppl) {
+            return Ok(None);
+        }
+        let staging = write_staged_as(self.run.path(), BEST_DIR, trainer)?;
+        let path = commit_best(self.run.path(), &staging).inspect_err(|_| {
+            let _ = fs::remove_dir_all(&staging);
+        })?;
+        self.best = Some(ppl);
+        Ok(Some(path))
     }
 }
 

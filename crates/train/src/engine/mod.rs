@@ -110,6 +110,13 @@ pub trait CheckpointSink: Send {
     fn run_dir(&self) -> Option<PathBuf>;
     /// Writes a checkpoint of the trainer at its current step.
     fn save(&mut self, trainer: &Trainer) -> Result<SavedCheckpoint, CheckpointError>;
+    /// Keeps the trainer as the run's best checkpoint if `ppl`, its validation perplexity, is
+    /// lower than the one kept (`best/`); the path when it did.
+    fn save_best(
+        &mut self,
+        trainer: &Trainer,
+        ppl: f64,
+    ) -> Result<Option<PathBuf>, CheckpointError>;
 }
 
 /// How an engine is wired to its owner.
@@ -679,7 +686,20 @@ impl Engine {
         let stats = self.evaluate(conelab_data::Split::Valid)?;
         let ppl = stats.ppl;
         self.emit(Event::Eval(stats));
-        if let Some((before, after)) = self.trainer.observe_valid(ppl) {
+        let improves = self.trainer.improves_valid(ppl);
+        let plateau = self.trainer.observe_valid(ppl);
+        // After `observe_valid`: best/state.json records this PPL as the best.
+        if improves && let Err(e) = self.save_best(ppl) {
+            let step = self.step();
+            self.emit(Event::Warning {
+                step,
+                message: format!(
+                    "the best checkpoint could not be written: {}; training goes on (best/ keeps the one before)",
+                    chain(&e)
+                ),
+            });
+        }
+        if let Some((before, after)) = plateau {
             let step = self.step();
             self.emit(Event::Warning {
                 step,
@@ -721,6 +741,19 @@ impl Engine {
         self.analysis.submit(snapshot);
         let step = self.step();
         self.emit(Event::Snapshot { step });
+        Ok(())
+    }
+
+    /// Keeps the model as `best/` (its validation PPL just improved).
+    fn save_best(&mut self, ppl: f64) -> Result<(), CheckpointError> {
+        let Some(sink) = &mut self.checkpoints else {
+            return Ok(());
+        };
+        let step = self.trainer.state().step;
+        self.trainer
+            .weights_check()
+            .map_err(|reason| CheckpointError::Unhealthy { step, reason })?;
+        sink.save_best(&self.trainer, ppl)?;
         Ok(())
     }
 

@@ -1491,10 +1491,14 @@ impl Trainer {
         Ok(stats)
     }
 
+    /// Whether a validation PPL is better than every one before (a non-finite one never is).
+    pub(crate) fn improves_valid(&self, ppl: f64) -> bool {
+        ppl.is_finite() && self.state.best_valid_ppl.is_none_or(|b| ppl < b)
+    }
+
     /// Records a validation result; the plateau schedule divides the rate when it did not improve.
     pub(crate) fn observe_valid(&mut self, ppl: f64) -> Option<(f64, f64)> {
-        let improved = self.state.best_valid_ppl.is_none_or(|b| ppl < b);
-        if improved {
+        if self.improves_valid(ppl) {
             self.state.best_valid_ppl = Some(ppl);
             return None;
         }
