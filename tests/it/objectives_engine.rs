@@ -203,6 +203,91 @@ fn spectrum_control_switches_on_and_off_without_a_loss_jump() {
         .expect("training goes on with the collapsed W");
 }
 
+/// W's singular values, descending, by faer's SVD of the composed W (a second algorithm).
+fn singular_values(t: &Trainer) -> Vec<f64> {
+    let w = w_rows(t);
+    let d = t.model_config().embed_dim();
+    let n = w.len() / d;
+    let m = faer::Mat::<f64>::from_fn(n, d, |i, j| w[i * d + j] as f64);
+    let mut s: Vec<f64> = m.singular_values().expect("svd").into_iter().collect();
+    s.sort_by(|a, b| b.total_cmp(a));
+    s
+}
+
+/// Spectrum control that acts (#38 part 5). A prior ten times W's scale (c1 = 5, W's σ ≈ 0.3):
+/// the proximal σ step reaches it within 40 steps while σ in AdamW's group moves about one
+/// learning rate a step and stays far; σ stays W's singular values (U, V held orthonormal);
+/// and the prior's gradient stays out of the clipping norm, which AdamW's variant puts it in.
+#[test]
+fn the_proximal_sigma_step_reaches_the_prior_and_adamw_does_not() {
+    let _turn = one_trainer();
+    let run = |reg: &str, steps: usize| {
+        let mut o = Objectives::default();
+        o.apply_reg_arg(reg).expect("sc");
+        let mut t = trainer(40, o, true);
+        let first = t.train_step().expect("step");
+        for _ in 1..steps {
+            t.train_step().expect("step");
+        }
+        let spectral = t.snapshot().expect("snapshot").spectral.expect("factors");
+        (first.grad_norm, spectral, singular_values(&t))
+    };
+    let (norm, proximal, w_sv) = run("sc=exp:1:c1=5", 40);
+    assert_eq!(proximal.update, "proximal");
+    let gap = |sigma: &[f64], targets: &[f64]| {
+        let d: f64 = sigma
+            .iter()
+            .zip(targets)
+            .map(|(s, t)| (s - t).powi(2))
+            .sum();
+        let t: f64 = targets.iter().map(|t| t * t).sum();
+        (d / t).sqrt()
+    };
+    // The targets, independently: 5·exp(−0.01·k).
+    for (k, t) in proximal.targets.iter().enumerate() {
+        let want = 5.0 * (-0.01 * (k + 1) as f64).exp();
+        assert!((t - want).abs() < 1e-5 * want, "t_{k}: {t} vs {want}");
+    }
+    let reached = gap(&proximal.sigma, &proximal.targets);
+    assert!(reached < 0.05, "proximal: ‖σ − t‖/‖t‖ = {reached}");
+    assert!((proximal.prior_gap() - reached).abs() < 1e-12);
+    // σ are W's singular values: U and V stayed orthonormal under their penalties.
+    let off = proximal
+        .sigma
+        .iter()
+        .zip(&w_sv)
+        .map(|(s, w)| (s - w).abs())
+        .fold(0.0, f64::max)
+        / w_sv[0];
+    assert!(
+        off < 0.05,
+        "σ vs W's singular values: {off} (U off by {})",
+        proximal.u_orth
+    );
+    assert!(
+        (proximal.clone().against_w(&w_sv).sigma_vs_w - off).abs() < 1e-12,
+        "against_w is the same comparison"
+    );
+
+    let (adam_norm, adam, _) = run("sc=exp:1:c1=5:sigma-adamw", 40);
+    assert_eq!(adam.update, "adamw");
+    let stuck = gap(&adam.sigma, &adam.targets);
+    assert!(stuck > 0.5, "AdamW's σ: ‖σ − t‖/‖t‖ = {stuck}");
+
+    // A prior ten times further: the proximal step's first clipping norm is the same (the prior is
+    // not in it); AdamW's grows with the prior's gradient 2λ(σ − t).
+    let (far_norm, _, _) = run("sc=exp:1:c1=50", 1);
+    assert!(
+        (far_norm - norm).abs() <= 1e-9 * norm,
+        "the prior changed the clipping norm: {norm} vs {far_norm}"
+    );
+    let (adam_far, _, _) = run("sc=exp:1:c1=50:sigma-adamw", 1);
+    assert!(
+        adam_far > 2.0 * adam_norm,
+        "AdamW's σ: the prior's gradient is in the norm ({adam_norm} vs {adam_far})"
+    );
+}
+
 #[test]
 fn the_orthogonality_penalties_keep_u_near_orthonormal() {
     let _turn = one_trainer();
@@ -436,6 +521,48 @@ fn a_checkpoint_from_before_the_counter_choice_resumes_with_the_warm_counter() {
     let (old, _) = checkpoint::resume(dir.path(), None).expect("resume an old checkpoint");
     assert_eq!(old.objectives().agg.counter, AggCounter::Warm, "as it ran");
     assert!(old.objectives().label().contains("warm"));
+}
+
+/// A spectrum-control checkpoint written before the σ update was a choice (state format 1) stepped
+/// σ with AdamW, and resumes so; a new one records the proximal step and keeps it.
+#[test]
+fn a_spectrum_checkpoint_from_before_the_sigma_choice_resumes_with_adamw() {
+    use conelab::objective::SigmaUpdate;
+    let _turn = one_trainer();
+    let mut o = Objectives::default();
+    o.apply_reg_arg("sc=exp:1").expect("sc");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut t = trainer(8, o.clone(), true);
+    let run = run_dir(dir.path(), &t, config(8, o));
+    t.train_step().expect("step");
+    checkpoint::save(&run, &t, 2).expect("checkpoint");
+    drop(t);
+    let (resumed, _) = checkpoint::resume(dir.path(), None).expect("resume");
+    assert_eq!(resumed.objectives().spectrum.sigma, SigmaUpdate::Proximal);
+    drop(resumed);
+    let step_dir = checkpoint::checkpoints_in(dir.path())
+        .expect("list")
+        .pop()
+        .expect("a checkpoint");
+    let state_path = step_dir.join("state.json");
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state_path).expect("read")).expect("json");
+    state["format"] = 1.into();
+    let spectrum = state["objectives"]["spectrum"]
+        .as_object_mut()
+        .expect("spectrum");
+    spectrum.remove("sigma").expect("sigma written");
+    spectrum.remove("sigma_lr").expect("sigma_lr written");
+    std::fs::write(&state_path, serde_json::to_vec(&state).expect("json")).expect("write");
+    std::fs::remove_file(step_dir.join(checkpoint::MANIFEST)).expect("no manifest");
+    let (mut old, _) = checkpoint::resume(dir.path(), None).expect("resume an old checkpoint");
+    assert_eq!(
+        old.objectives().spectrum.sigma,
+        SigmaUpdate::Adamw,
+        "as it ran"
+    );
+    assert!(old.objectives().label().contains("σ-adamw"));
+    old.train_step().expect("it trains on");
 }
 
 #[test]

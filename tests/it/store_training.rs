@@ -472,3 +472,74 @@ fn a_kill_just_after_a_checkpoint_keeps_that_steps_analysis() {
     assert!(embedding_rows_at(&run, 20) > 0);
     eprintln!("embedding rows at step 10: {before} after the kill, {after} after the resume");
 }
+
+/// Issue #38 part 5: under spectrum control every analysed snapshot stores how far σ is from its
+/// prior and from W's own singular values; with the proximal σ step the gap to the prior closes.
+#[test]
+fn spectrum_control_stores_its_gap_to_the_prior_and_to_w() {
+    let f = Fixture::new();
+    let out = f.train(
+        "run",
+        &[
+            "--steps",
+            "30",
+            "--snapshot-every",
+            "10",
+            "--reg",
+            "sc=exp:1:c1=3",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = f.path("run");
+    let metrics = [
+        "sc_prior_gap",
+        "sc_sigma_vs_w",
+        "sc_target_max",
+        "sc_u_orth",
+    ];
+    let mut args = vec!["export", s(&run), "--table", "curves", "--format", "csv"];
+    let names: Vec<String> = metrics
+        .iter()
+        .map(|m| format!("embedding/total/{m}"))
+        .collect();
+    for n in &names {
+        args.extend(["--metric", n.as_str()]);
+    }
+    let out = conelab(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = String::from_utf8_lossy(&out.stdout).to_string();
+    let rows: Vec<Vec<f64>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            l.split(',')
+                .skip(3)
+                .map(|v| v.parse().expect("number"))
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 3, "snapshots at 10, 20, 30:\n{csv}");
+    // t_1 = c1·exp(−c2·1) with c2 = 0.01, by hand.
+    let t1 = 3.0 * (-0.01f64).exp();
+    for r in &rows {
+        assert!((r[2] - t1).abs() < 1e-5, "t_1 {} vs {t1}", r[2]);
+        assert!(
+            r[1] < 0.05 && r[3] < 0.2,
+            "σ vs W {}, ‖UᵀU − I‖ {}",
+            r[1],
+            r[3]
+        );
+    }
+    assert!(
+        rows[2][0] < rows[0][0] && rows[2][0] < 0.1,
+        "the gap to the prior closes: {csv}"
+    );
+}

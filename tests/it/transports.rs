@@ -203,6 +203,7 @@ fn the_socket_and_the_in_process_viewer_see_the_same_run() {
         groups: [set(0.6), set(0.4), set(0.2)],
         rare_frequent_cos: 0.7,
         seconds: 0.1,
+        spectral: None,
     })));
     let command = Command::Objective {
         change: ObjectiveChange::Enable {

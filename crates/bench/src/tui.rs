@@ -108,6 +108,7 @@ fn analysis(
             n,
             d,
             weights,
+            spectral: None,
         }),
         panel,
     }))

@@ -35,6 +35,16 @@ impl EmbeddingAnalysis {
             spectrum: self.panel.total.sv_norm.clone(),
         }
     }
+
+    /// The analysis as an event's numbers (`None` without groups): spectrum control's σ, where
+    /// the snapshot has it, compared with W's singular values as the panel found them.
+    pub fn stats(&self, seconds: f64) -> Option<EmbeddingStats> {
+        let mut stats = EmbeddingStats::from_panel(self.snapshot.step, &self.panel, seconds)?;
+        let total = &self.panel.total;
+        let w_sv: Vec<f64> = total.sv_norm.iter().map(|v| v * total.sv_max).collect();
+        stats.spectral = self.snapshot.spectral.clone().map(|s| s.against_w(&w_sv));
+        Some(stats)
+    }
 }
 
 /// The newest analysis, for whoever needs W or the projections of the newest snapshot (the run's
@@ -128,11 +138,7 @@ impl AnalysisWorker {
                         }
                     };
                     let analysis = Arc::new(analysis);
-                    let stats = EmbeddingStats::from_panel(
-                        step,
-                        &analysis.panel,
-                        start.elapsed().as_secs_f64(),
-                    );
+                    let stats = analysis.stats(start.elapsed().as_secs_f64());
                     latest.put(analysis.clone());
                     let projection = Event::Projection(Arc::new(analysis.frame()));
                     // Groups were given, so the stats exist.

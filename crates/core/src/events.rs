@@ -138,6 +138,46 @@ pub struct Snapshot {
     pub n: usize,
     pub d: usize,
     pub weights: Vec<f32>,
+    /// Spectrum control's factors, while it is on (`sigma_vs_w` still NaN: the analysis fills
+    /// it in from W's singular values).
+    pub spectral: Option<SpectralStats>,
+}
+
+/// Spectrum control's factors W = U·diag(σ)·Vᵀ at a snapshot: whether σ reached the prior, and
+/// whether σ still are W's singular values (U and V orthonormal).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpectralStats {
+    /// How σ is updated: `proximal` or `adamw`.
+    pub update: String,
+    /// ‖UᵀU − I‖_F.
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub u_orth: f64,
+    /// ‖VᵀV − I‖_F.
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub v_orth: f64,
+    /// σ, descending.
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64_vec")]
+    pub sigma: Vec<f64>,
+    /// The prior's targets t_k, k = 1..d.
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64_vec")]
+    pub targets: Vec<f64>,
+    /// max_k |σ_(k) − s_k(W)| / s_1(W), s_k(W) the singular values of W itself.
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub sigma_vs_w: f64,
+}
+
+impl SpectralStats {
+    /// ‖σ − t‖₂ / ‖t‖₂: how far σ is from the prior, as a fraction of it.
+    pub fn prior_gap(&self) -> f64 {
+        conelab_metrics::spectral::relative_gap(&self.sigma, &self.targets)
+    }
+
+    /// With `sigma_vs_w` from W's singular values, descending (`sv_norm · sv_max`).
+    pub fn against_w(mut self, w_singular_values: &[f64]) -> Self {
+        self.sigma_vs_w =
+            conelab_metrics::spectral::max_deviation_of_scale(&self.sigma, w_singular_values);
+        self
+    }
 }
 
 /// The numbers of one snapshot's analysis, as an event.
@@ -151,6 +191,9 @@ pub struct EmbeddingStats {
     pub rare_frequent_cos: f64,
     #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
     pub seconds: f64,
+    /// Spectrum control's factors, while it is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spectral: Option<SpectralStats>,
 }
 
 impl EmbeddingStats {
@@ -167,6 +210,7 @@ impl EmbeddingStats {
             groups: panel.groups.clone()?,
             rare_frequent_cos: panel.rare_frequent_cos.unwrap_or(f64::NAN),
             seconds,
+            spectral: None,
         })
     }
 }

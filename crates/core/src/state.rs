@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::events::AppliedCommand;
-use crate::objective::{AggCounter, Objectives};
+use crate::objective::{AggCounter, Objectives, SigmaUpdate};
 
 /// Counters and settings that change during a run; saved with every checkpoint so a resumed run
 /// continues exactly.
@@ -36,14 +36,19 @@ pub struct RunState {
 }
 
 /// The checkpoint state's format. 1: AGG's counter is recorded (`objectives.agg.counter`);
-/// states before it ran with the `warm` counter and resume with it.
-pub const STATE_FORMAT: u32 = 1;
+/// states before it ran with the `warm` counter and resume with it. 2: spectrum control's σ
+/// update is recorded (`objectives.spectrum.sigma`); states before it stepped σ with AdamW and
+/// resume so.
+pub const STATE_FORMAT: u32 = 2;
 
 impl RunState {
     /// Brings a state read from an older checkpoint up to [`STATE_FORMAT`], as it ran.
     pub fn upgrade(&mut self) {
         if self.format < 1 {
             self.objectives.agg.counter = AggCounter::Warm;
+        }
+        if self.format < 2 {
+            self.objectives.spectrum.sigma = SigmaUpdate::Adamw;
         }
         self.format = STATE_FORMAT;
     }

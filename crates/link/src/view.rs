@@ -838,6 +838,9 @@ impl Rows {
             seconds: self
                 .value_at(split::EMBEDDING, "total", "seconds", step)
                 .unwrap_or(f64::NAN),
+            // The store keeps spectrum control's summaries (`sc_*`), not σ and its targets: the
+            // Spectrum pane's line waits for the next snapshot of a live run.
+            spectral: None,
         }
     }
 }

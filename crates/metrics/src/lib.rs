@@ -7,6 +7,7 @@
 //! - [`outputs`]: per-group perplexity, Uniq, log Z statistics and the Theorem-2 diagnostic from
 //!   per-position numbers the evaluator hands in.
 //! - [`matrix`]: the row-major matrix view, row groups, and reading foreign matrices.
+//! - [`spectral`]: spectrum control's distance from its prior and from W's own singular values.
 //! - [`ngram`]: the reference models of methods.md §4 — unigram and interpolated modified
 //!   Kneser–Ney trigram — and their perplexity per group.
 
@@ -16,6 +17,7 @@ pub mod matrix;
 pub mod neighbors;
 pub mod ngram;
 pub mod outputs;
+pub mod spectral;
 
 pub use embedding::{EmbeddingPanel, PanelOptions, Projection, ProjectionMode, SetStats};
 pub use matrix::{Embeddings, MatrixError, RowGroups};

@@ -173,6 +173,13 @@ fn emit(event: &Event, every: u64) {
                 isoscore = t.isoscore, mean_cos = t.mean_cos, mean_norm = t.mean_norm,
                 effective_rank = t.effective_rank, sv_max = t.sv_max, seconds = e.seconds,
                 "embedding");
+            if let Some(s) = &e.spectral {
+                info!(target: "conelab::embedding", step = e.step, sigma_update = %s.update,
+                    prior_gap = s.prior_gap(), sigma_vs_w = s.sigma_vs_w, u_orth = s.u_orth,
+                    v_orth = s.v_orth, sigma_max = s.sigma.first().copied().unwrap_or(f64::NAN),
+                    target_max = s.targets.first().copied().unwrap_or(f64::NAN),
+                    "spectrum control");
+            }
         }
         Event::Applied(a) if a.coalesced => {}
         Event::Applied(a) => info!(target: "conelab::run", step = a.step,

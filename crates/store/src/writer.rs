@@ -520,6 +520,22 @@ impl StoreWriter {
             self.metrics
                 .push(step, epoch, t, split::EMBEDDING, "total", metric, value);
         }
+        if let Some(s) = &e.spectral {
+            for (metric, value) in [
+                (SC_PRIOR_GAP, s.prior_gap()),
+                (SC_SIGMA_VS_W, s.sigma_vs_w),
+                (SC_U_ORTH, s.u_orth),
+                (SC_V_ORTH, s.v_orth),
+                (SC_SIGMA_MAX, s.sigma.first().copied().unwrap_or(f64::NAN)),
+                (
+                    SC_TARGET_MAX,
+                    s.targets.first().copied().unwrap_or(f64::NAN),
+                ),
+            ] {
+                self.metrics
+                    .push(step, epoch, t, split::EMBEDDING, "total", metric, value);
+            }
+        }
         for (k, &sv) in e.total.sv_norm.iter().enumerate() {
             self.metrics.push(
                 step,
@@ -533,6 +549,15 @@ impl StoreWriter {
         }
     }
 }
+
+/// Spectrum control's numbers at a snapshot (`embedding/total/…`, only while it is on):
+/// ‖σ − t‖/‖t‖, max_k |σ_(k) − s_k(W)|/s_1(W), ‖UᵀU − I‖_F, ‖VᵀV − I‖_F, σ_1 and t_1.
+pub const SC_PRIOR_GAP: &str = "sc_prior_gap";
+pub const SC_SIGMA_VS_W: &str = "sc_sigma_vs_w";
+pub const SC_U_ORTH: &str = "sc_u_orth";
+pub const SC_V_ORTH: &str = "sc_v_orth";
+pub const SC_SIGMA_MAX: &str = "sc_sigma_max";
+pub const SC_TARGET_MAX: &str = "sc_target_max";
 
 /// Metric names of the entropy–log Z histogram of an evaluation.
 pub const HIST_ENTROPY_LO: &str = "hist_entropy_lo";

@@ -76,6 +76,7 @@ impl Side {
                 ],
                 rare_frequent_cos: f64::NAN,
                 seconds: 0.0,
+                spectral: None,
             });
         app.on_event(Event::Embedding(Box::new(stats)));
         app.on_analysis(Arc::new(EmbeddingAnalysis {
@@ -84,6 +85,7 @@ impl Side {
                 n: m.n,
                 d: m.d,
                 weights: m.data.clone(),
+                spectral: None,
             }),
             panel,
         }));

@@ -54,7 +54,7 @@ impl LossArg {
 impl Objectives {
     /// Applies one `--reg` argument: `NAME=WEIGHT[:OPTION…]` or `NAME=off`. Names: cos, lap, agg
     /// (options g1, g2, static, memory=K, warm, paper), sc (options exp|poly, gamma=, c2=,
-    /// c1=auto|X, orth=, spec=), dev, ul.
+    /// c1=auto|X, orth=, spec=, sigma-lr=, sigma-adamw), dev, ul.
     pub fn apply_reg_arg(&mut self, arg: &str) -> Result<(), Invalid> {
         let (name, value) = arg
             .split_once('=')
@@ -146,6 +146,11 @@ impl Objectives {
                 (Term::Spectrum, "spec", Some(v)) => {
                     self.spectrum.lambda_spec = parse_num(v, "spec")?
                 }
+                (Term::Spectrum, "sigma-lr", Some(v)) => {
+                    self.spectrum.sigma = SigmaUpdate::Proximal;
+                    self.spectrum.sigma_lr = parse_num(v, "sigma-lr")?
+                }
+                (Term::Spectrum, "sigma-adamw", None) => self.spectrum.sigma = SigmaUpdate::Adamw,
                 _ => return Err(bad().into()),
             }
         }

@@ -383,6 +383,38 @@ pub struct SpectrumConfig {
     pub gamma: f64,
     /// The prior's scale c1: σ_1 at switch-on (`auto`) or a number.
     pub c1: SpectrumC1,
+    /// How σ is updated (U and V take the run's AdamW either way).
+    pub sigma: SigmaUpdate,
+    /// η_σ of the proximal σ step at the schedule's full rate; each step's is η_σ · lr/base lr.
+    pub sigma_lr: f64,
+}
+
+/// How spectrum control updates σ.
+///
+/// Wang et al. trained with SGD, where a step is proportional to the gradient, so the prior's
+/// pull 2λ(σ − target) moves σ to its targets. AdamW moves every parameter by about one learning
+/// rate per step whatever its gradient: σ travelled ≈ 0.3 over a 600-step run while its targets
+/// were 10–40 away, and the prior never acted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SigmaUpdate {
+    /// A proximal gradient step: σ ← prox(σ − η_σ·∇_σ data), the prior's proximal map
+    /// (x + 2η_σλ·t)/(1 + 2η_σλ) applied by rank. Stable for any η_σλ, and the prior's gradient
+    /// never enters the data term's clipping norm.
+    #[default]
+    Proximal,
+    /// σ in the AdamW group with U and V, the prior in the loss (conelab before the choice;
+    /// checkpoints written then resume with it).
+    Adamw,
+}
+
+impl SigmaUpdate {
+    pub fn name(self) -> &'static str {
+        match self {
+            SigmaUpdate::Proximal => "proximal",
+            SigmaUpdate::Adamw => "adamw",
+        }
+    }
 }
 
 impl Default for SpectrumConfig {
@@ -399,6 +431,10 @@ impl Default for SpectrumConfig {
             c2: 0.01,
             gamma: 1.0,
             c1: SpectrumC1::Auto,
+            sigma: SigmaUpdate::Proximal,
+            // With λ_prior = 1 a step at the full rate closes 1/6 of the distance to the targets
+            // (2η_σλ = 0.2): the prior is reached within ~30 steps, and warmup eases it in.
+            sigma_lr: 0.1,
         }
     }
 }
@@ -660,6 +696,9 @@ impl Objectives {
                         Prior::Polynomial => " poly",
                     });
                     s.push_str(&format!(" c1={}", self.spectrum.c1));
+                    if self.spectrum.sigma == SigmaUpdate::Adamw {
+                        s.push_str(" σ-adamw");
+                    }
                 }
                 parts.push(s);
             }

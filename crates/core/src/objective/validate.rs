@@ -79,6 +79,13 @@ impl Objectives {
             )
             .into());
         }
+        if !positive(self.spectrum.sigma_lr) {
+            return Err(format!(
+                "spectrum sigma-lr = {} must be > 0 and at most {MAX_WEIGHT:.0e}",
+                self.spectrum.sigma_lr
+            )
+            .into());
+        }
         if let SpectrumC1::Fixed(c1) = self.spectrum.c1
             && !positive(c1)
         {

@@ -13,7 +13,7 @@ use burn::tensor::Gradients;
 
 use super::config::{OptimizerKind, Precision, Schedule, TrainConfig};
 use super::fused_adamw::FusedAdamW;
-use super::protocol::{AppliedCommand, Command, EvalStats, Snapshot, StepStats};
+use super::protocol::{AppliedCommand, Command, EvalStats, Snapshot, SpectralStats, StepStats};
 use super::{EngineError, RunState, eval, grad_norm};
 use crate::model::DeviceSpecExt;
 use crate::model::lstm::detach_state;
@@ -33,10 +33,12 @@ use crate::objective::head::{HeadOutput, HeadTerms, full_softmax_head};
 use crate::objective::self_norm::{
     UnigramSampler, nce_loss, sample_positions, sampled_log_z_penalty,
 };
-use crate::objective::spectrum::{prior_targets, spectrum_penalty};
+use crate::objective::spectrum::{
+    orthogonality_frobenius, prior_penalty, prior_targets, proximal_sigma_step, spectrum_penalty,
+};
 use crate::objective::{
-    GateParts, LossKind, ObjectiveChange, Objectives, SpectrumC1, Term, cosreg, laplacian,
-    unlikelihood,
+    GateParts, LossKind, ObjectiveChange, Objectives, SigmaUpdate, SpectrumC1, SpectrumConfig,
+    Term, cosreg, laplacian, unlikelihood,
 };
 use conelab_base::error::Invalid;
 use conelab_data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
@@ -788,6 +790,7 @@ impl Trainer {
         // decided there, and the host reads the values when it gets to them.
         #[cfg(feature = "tch")]
         if !self.host_paths
+            && !self.proximal_sigma()
             && let Some(SquaredNorm::Device(sq)) = &squared_norm
             && let Some(guard) =
                 self.device_guard(&objective.data_loss, &penalty_sum, sq, pipelined)?
@@ -1188,8 +1191,21 @@ impl Trainer {
         if let (Some(s), Some(c1)) = (self.model.spectral(), self.state.spectrum_c1) {
             let d = s.sigma.dims()[0];
             let targets = prior_targets(&objectives.spectrum, c1, d);
-            let pen = spectrum_penalty(s, &objectives.spectrum, &targets);
-            objective = add(objective, pen);
+            let config = &objectives.spectrum;
+            if config.sigma == SigmaUpdate::Proximal {
+                // The prior acts in the σ step (`update`), out of the loss's gradient and so out
+                // of the clipping norm; its value is still reported with the penalties.
+                let orthogonality = SpectrumConfig {
+                    lambda_prior: 0.0,
+                    ..*config
+                };
+                objective = add(objective, spectrum_penalty(s, &orthogonality, &targets));
+                let prior =
+                    prior_penalty(s.sigma.val().detach(), &targets).mul_scalar(config.lambda_prior);
+                penalties.push(prior);
+            } else {
+                objective = add(objective, spectrum_penalty(s, config, &targets));
+            }
         }
         objective
     }
@@ -1249,13 +1265,19 @@ impl Trainer {
         #[cfg(feature = "tch")]
         let batch = super::fused_adamw::AdamWBatch::open();
         let w_before = (!frozen.is_empty()).then(|| constant(self.model.embedding()));
+        let proximal = self.proximal_sigma();
+        let mut sigma_grad = None;
         let spectral_grads = self.model.spectral().map(|s| {
             let mut g = GradientsParams::new();
             if let Some(t) = grads.remove::<2>(s.u.id) {
                 g.register(s.u.id, t);
             }
             if let Some(t) = grads.remove::<1>(s.sigma.id) {
-                g.register(s.sigma.id, t);
+                if proximal {
+                    sigma_grad = Some(t);
+                } else {
+                    g.register(s.sigma.id, t);
+                }
             }
             if let Some(t) = grads.remove::<2>(s.v.id) {
                 g.register(s.v.id, t);
@@ -1275,7 +1297,20 @@ impl Trainer {
             let optim = self
                 .spectral_optim
                 .get_or_insert_with(|| spectral_optimizer(&self.config, self.host_paths));
-            let factors = factors.map(|f| optim.step(lr, f, g));
+            let mut factors = factors.map(|f| optim.step(lr, f, g));
+            if proximal && let (Some(f), Some(c1)) = (factors.as_mut(), self.state.spectrum_c1) {
+                let config = &self.state.objectives.spectrum;
+                let targets = prior_targets(config, c1, f.sigma.dims()[0]);
+                // η_σ follows the schedule (warmup, decay) as the rate of every other parameter.
+                let eta = config.sigma_lr * lr / self.config.lr;
+                let sigma = f.sigma.val().inner();
+                let sigma =
+                    proximal_sigma_step(sigma, sigma_grad, eta, config.lambda_prior, &targets);
+                f.sigma = f
+                    .sigma
+                    .clone()
+                    .map(|_| Tensor::from_inner(sigma).require_grad());
+            }
             self.model = model.set_spectral_raw(factors);
         }
         #[cfg(feature = "tch")]
@@ -1491,6 +1526,14 @@ impl Trainer {
         Ok(stats)
     }
 
+    /// Spectrum control is on with the proximal σ step: σ is stepped outside the fused AdamW, so
+    /// the step takes the host-read path (its loss read before the update) instead of the
+    /// device's guard, which only AdamW's kernel reads.
+    fn proximal_sigma(&self) -> bool {
+        self.state.spectrum_c1.is_some()
+            && self.state.objectives.spectrum.sigma == SigmaUpdate::Proximal
+    }
+
     /// Whether a validation PPL is better than every one before (a non-finite one never is).
     pub(crate) fn improves_valid(&self, ppl: f64) -> bool {
         ppl.is_finite() && self.state.best_valid_ppl.is_none_or(|b| ppl < b)
@@ -1522,7 +1565,38 @@ impl Trainer {
             n,
             d,
             weights,
+            spectral: self.spectral_stats()?,
         })
+    }
+
+    /// Spectrum control's factors for a snapshot: σ against its targets, and how orthonormal U
+    /// and V still are (`None` without control).
+    fn spectral_stats(&self) -> Result<Option<SpectralStats>, EngineError> {
+        let (Some(s), Some(c1)) = (self.model.spectral(), self.state.spectrum_c1) else {
+            return Ok(None);
+        };
+        let read = |t: Tensor<1>, what: &'static str| {
+            t.try_into_vec_as::<f64>()
+                .map_err(EngineError::backend(what))
+        };
+        let mut sigma = read(s.sigma.val().detach(), "reading σ")?;
+        sigma.sort_by(|a, b| b.total_cmp(a));
+        let config = &self.state.objectives.spectrum;
+        let targets = prior_targets(config, c1, sigma.len())
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        let orth = |m: Tensor<2>, what| {
+            read(orthogonality_frobenius(m.detach()).sqrt(), what).map(|v| v[0])
+        };
+        Ok(Some(SpectralStats {
+            update: config.sigma.name().to_owned(),
+            u_orth: orth(s.u.val(), "reading UᵀU")?,
+            v_orth: orth(s.v.val(), "reading VᵀV")?,
+            sigma,
+            targets,
+            sigma_vs_w: f64::NAN,
+        }))
     }
 
     /// Applies a command between two steps. Returns the record, or why it was refused.

@@ -6,6 +6,10 @@
 //!
 //! target_k = c1·exp(−c2·k^γ) (exponential) or c1·k^(−γ) (polynomial), σ_(k) the k-th largest.
 //! **Choice** (methods.md): c1 = σ_1 at the moment control is switched on; c2 and γ configurable.
+//! How σ moves is `SigmaUpdate`: by default a proximal step ([`proximal_sigma_step`]) that takes
+//! the prior out of the loss's gradient (and so out of the clipping norm) and applies it exactly;
+//! U and V train with AdamW and the orthogonality penalties either way.
+//!
 //! The spectral norm of the symmetric E = MᵀM − I is |xᵀEx| at its top eigenvector x, found by
 //! power iteration on the detached E; the gradient flows through E only (x is a constant: at an
 //! eigenvector the derivative of the Rayleigh quotient with respect to x vanishes).
@@ -85,6 +89,35 @@ pub fn prior_penalty(sigma: Tensor<1>, targets: &[f32]) -> Tensor<1> {
     let sorted = sigma.select(0, order);
     let target = Tensor::<1>::from_data(TensorData::new(targets[..d].to_vec(), [d]), &device);
     (sorted - target).square().sum()
+}
+
+/// One proximal gradient step of σ for the data term's gradient `grad` and the prior
+/// λ·Σ_k (σ_(k) − t_k)²: x = σ − η·grad, then the prior's proximal map
+///
+/// σ_(k) ← argmin_s (s − x_(k))²/(2η) + λ(s − t_k)² = (x_(k) + 2ηλ·t_k) / (1 + 2ηλ),
+///
+/// taken by the rank of x (the ranks do not change: the map is increasing in x and t is
+/// non-increasing). Stable for every ηλ ≥ 0; it closes the fraction 2ηλ/(1 + 2ηλ) of the distance
+/// to the targets per step whatever their scale, where AdamW moved σ by about η.
+pub fn proximal_sigma_step(
+    sigma: Tensor<1>,
+    grad: Option<Tensor<1>>,
+    eta: f64,
+    lambda: f64,
+    targets: &[f32],
+) -> Tensor<1> {
+    let [d] = sigma.dims();
+    let device = sigma.device();
+    let x = match grad {
+        Some(g) => sigma - g.mul_scalar(eta),
+        None => sigma,
+    };
+    let (sorted, order) = x.sort_descending_with_indices(0);
+    let pull = 2.0 * eta * lambda;
+    let target = Tensor::<1>::from_data(TensorData::new(targets[..d].to_vec(), [d]), &device);
+    let moved = (sorted + target.mul_scalar(pull)).div_scalar(1.0 + pull);
+    // Back to σ's own order: `order` is a permutation, its argsort the inverse.
+    moved.select(0, order.argsort(0))
 }
 
 /// The whole weighted penalty of a spectral embedding.

@@ -498,6 +498,7 @@ mod tests {
                 n: N,
                 d: D,
                 weights,
+                spectral: None,
             }),
             panel,
         })
@@ -630,6 +631,40 @@ mod tests {
         let a = crate::keys::action_for(&app, KeyEvent::from(KeyCode::End));
         app.apply(a);
         assert!(draw(&app, 120, 40).contains("── now"));
+    }
+
+    /// Issue #38 part 5: under spectrum control the Spectrum pane draws the prior's shape and
+    /// says σ₁ against t₁, the prior gap, σ against W and U's orthogonality.
+    #[test]
+    fn the_spectrum_pane_shows_spectrum_control_against_its_prior() {
+        use conelab_core::events::SpectralStats;
+        let mut app = app();
+        app.focus = Pane::Spectrum;
+        assert!(!draw(&app, 120, 40).contains("prior"));
+        let a = app.analysis.clone().expect("an analysis");
+        let Event::Embedding(mut stats) = stats(&a) else {
+            unreachable!("stats() makes an Embedding event")
+        };
+        // σ = (3, 1) against t = (4, 2): ‖σ − t‖/‖t‖ = √2/√20 = 31.6 %.
+        stats.spectral = Some(SpectralStats {
+            update: "proximal".into(),
+            u_orth: 0.02,
+            v_orth: 0.01,
+            sigma: vec![3.0, 1.0],
+            targets: vec![4.0, 2.0],
+            sigma_vs_w: 0.005,
+        });
+        app.on_event(Event::Embedding(stats));
+        let text = draw(&app, 120, 40);
+        for needle in [
+            "σ₁ 3 → prior 4",
+            "off prior 31.6%",
+            "σ vs W 0.5%",
+            "σ proximal",
+            "prior",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing in:\n{text}");
+        }
     }
 
     /// Issue #38: the Groups pane shows the context gain over the corpus's KN-3 trigram,

@@ -617,12 +617,60 @@ pub(super) fn spectrum(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) 
     if let Some(first) = &app.run.first_spectrum {
         series.push(Series::new("start", first).style(pal.fg(Color::DarkGray)));
     }
+    // Under spectrum control: the prior's shape beside W's, and one line of numbers saying
+    // whether σ reached it and whether σ still are W's singular values.
+    let spectral = app
+        .run
+        .last_embedding
+        .as_ref()
+        .and_then(|e| e.spectral.as_ref());
+    let prior: Vec<f64> = spectral
+        .and_then(|s| {
+            let t1 = *s.targets.first()?;
+            (t1 > 0.0).then(|| s.targets.iter().map(|t| t / t1).collect())
+        })
+        .unwrap_or_default();
+    if !prior.is_empty() {
+        series.push(Series::new("prior", &prior).style(pal.fg(Color::Magenta)));
+    }
+    let area = match spectral {
+        Some(s) if area.height >= 5 => {
+            let [top, rest] =
+                Layout::vertical([Constraint::Length(2), Constraint::Min(0)]).areas(area);
+            frame.render_widget(Paragraph::new(spectral_lines(s)), top);
+            rest
+        }
+        _ => area,
+    };
     frame.render_widget(
         SpectrumPlot::new(series)
             .legend(true)
             .no_color(pal.no_color),
         area,
     );
+}
+
+/// Spectrum control in two lines: σ's distance from the prior, from W's own singular values, and
+/// U's from orthonormal columns.
+fn spectral_lines(s: &conelab_core::events::SpectralStats) -> String {
+    let first = |v: &[f64]| v.first().map_or("–".to_string(), |x| format_compact(*x));
+    format!(
+        "σ₁ {} → prior {} · off prior {}\nσ vs W {} · ‖UᵀU−I‖ {} · σ {}",
+        first(&s.sigma),
+        first(&s.targets),
+        percent(s.prior_gap()),
+        percent(s.sigma_vs_w),
+        format_compact(s.u_orth),
+        s.update
+    )
+}
+
+fn percent(x: f64) -> String {
+    if x.is_finite() {
+        format!("{:.1}%", 100.0 * x)
+    } else {
+        "–".into()
+    }
 }
 
 pub(super) fn controls(frame: &mut Frame, app: &App, area: Rect) {
