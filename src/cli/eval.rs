@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use conelab::analysis::{EvalOptions, evaluate_checkpoint};
+use conelab::analysis::{EvalOptions, EvalReport, evaluate_checkpoint};
 use conelab::checkpoint::{CheckpointChoice, RunDir};
 use conelab::data::Split;
 use conelab::model::DeviceSpec;
@@ -65,7 +65,32 @@ pub struct EvalArgs {
     /// for several runs).
     #[arg(long)]
     pub markdown: bool,
+
+    /// 95 % intervals of each group's PPL from N resamplings of the split's sentences (whole
+    /// sentences, with replacement; percentile interval; a fixed seed, so the same every time).
+    #[arg(long, value_name = "N", value_parser = replicates)]
+    pub bootstrap: Option<usize>,
+
+    /// Two runs on the same split: PPL_B − PPL_A per group with its 95 % interval from a paired
+    /// bootstrap (each replicate scores both runs on the same drawn sentences; --bootstrap N
+    /// replicates, default 1,000).
+    #[arg(long)]
+    pub paired: bool,
 }
+
+/// The replicates of a bootstrap: 1 to 100,000.
+fn replicates(s: &str) -> Result<usize, String> {
+    use conelab::metrics::bootstrap::MAX_REPLICATES;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_REPLICATES).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "'{s}': a number of replicates from 1 to {MAX_REPLICATES}"
+        )),
+    }
+}
+
+/// Replicates of a paired comparison without --bootstrap.
+const PAIRED_REPLICATES: usize = 1_000;
 
 pub fn exec(args: EvalArgs) -> Result<()> {
     let split_of = |s: HeldOutSplit| match s {
@@ -81,7 +106,16 @@ pub fn exec(args: EvalArgs) -> Result<()> {
         device: args.device,
         k: args.k,
         shift_from: args.shift_from.map(|ShiftSource::Valid| Split::Valid),
+        keep_scores: args.paired,
+        bootstrap: args.bootstrap,
     };
+    if args.paired && args.runs.len() != 2 {
+        return Err(conelab::base::error::Invalid::new(format!(
+            "--paired compares two runs (A B), not {}",
+            args.runs.len()
+        ))
+        .into());
+    }
     let mut checkpoints = super::find_runs(&args.runs)?;
     if let Some(choice) = args.step {
         for path in &mut checkpoints {
@@ -92,6 +126,13 @@ pub fn exec(args: EvalArgs) -> Result<()> {
         .iter()
         .map(|run| evaluate_checkpoint(run, &options))
         .collect::<Result<Vec<_>, _>>()?;
+    if args.paired {
+        return print_paired(
+            &reports,
+            args.bootstrap.unwrap_or(PAIRED_REPLICATES),
+            args.json,
+        );
+    }
     if args.json {
         let json = match reports.as_slice() {
             [one] => one.to_json(),
@@ -122,4 +163,58 @@ fn chosen_checkpoint(path: &std::path::Path, choice: CheckpointChoice) -> Result
         .into());
     }
     Ok(run.checkpoint(choice)?)
+}
+
+/// `--paired`: PPL_B − PPL_A per group with its paired-bootstrap interval.
+fn print_paired(reports: &[EvalReport], replicates: usize, json: bool) -> Result<()> {
+    use conelab::analysis::{BOOTSTRAP_SEED, bootstrap_json};
+    use conelab::metrics::bootstrap::paired_bootstrap;
+    let [a, b] = reports else {
+        unreachable!("--paired is refused for anything but two runs");
+    };
+    fn scores(r: &EvalReport) -> Result<&conelab::metrics::bootstrap::SentenceScores> {
+        r.scores
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("{}: no per-sentence scores", r.run))
+    }
+    let (sa, sb) = (scores(a)?, scores(b)?);
+    let diff = paired_bootstrap(sa, sb, replicates, BOOTSTRAP_SEED)
+        .map_err(|e| anyhow::Error::new(e).context(format!("{} against {}", b.run, a.run)))?;
+    if json {
+        let out = serde_json::json!({
+            "runs": [a.to_json(), b.to_json()],
+            "paired": bootstrap_json(&diff, replicates, sa.sentences()),
+        });
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&out)?));
+    }
+    let ppl = |r: &EvalReport| {
+        let g = &r.eval.outputs.groups;
+        [g[0].ppl, g[1].ppl, g[2].ppl, r.eval.ppl]
+    };
+    let row = |label: &str, v: [f64; 4]| {
+        format!(
+            "{label:<12} {:>12.2} {:>12.2} {:>12.2} {:>12.2}\n",
+            v[0], v[1], v[2], v[3]
+        )
+    };
+    let mut out = format!(
+        "paired bootstrap on the {} split: {} sentences, {replicates} replicates, seed {BOOTSTRAP_SEED}\n  A = {} (step {})\n  B = {} (step {})\n{:<12} {:>12} {:>12} {:>12} {:>12}\n",
+        a.eval.split,
+        sa.sentences(),
+        a.run,
+        a.step,
+        b.run,
+        b.step,
+        "",
+        "frequent",
+        "medium",
+        "rare",
+        "total"
+    );
+    out.push_str(&row("PPL A", ppl(a)));
+    out.push_str(&row("PPL B", ppl(b)));
+    out.push_str(&row("B − A", diff.map(|i| i.estimate)));
+    out.push_str(&row("95 % low", diff.map(|i| i.lo)));
+    out.push_str(&row("95 % high", diff.map(|i| i.hi)));
+    print_stdout(&out)
 }

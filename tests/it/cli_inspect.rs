@@ -474,3 +474,144 @@ fn the_reference_spectrum_is_the_normalised_singular_values_and_a_bad_file_one_e
     let e = conelab::checkpoint::matrix::reference_spectrum(&bad).expect_err("refused");
     assert!(e.to_string().contains("w.txt"), "{e}");
 }
+
+/// Issue #38 part 2: `eval --bootstrap N` brackets each group's PPL with a 95 % interval, the
+/// same on every call; `eval A B --paired` gives PPL_B − PPL_A with its paired interval — zero
+/// for a run against itself, and of the sign of the plain difference for two runs; bad input is
+/// one line, exit 2.
+#[test]
+fn eval_bootstraps_intervals_and_pairs_two_runs() {
+    let f = Fixture::new();
+    for (run, steps) in [("short", "4"), ("long", "40")] {
+        let out = f.train(run, &["--steps", steps, "--eval-every", "0"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (short, long) = (f.path("short"), f.path("long"));
+    let boot = |extra: &[&str]| {
+        let mut args = vec!["eval", s(&long), "--json", "-k", "0"];
+        args.extend_from_slice(extra);
+        json(&conelab(&args))
+    };
+    let v = boot(&["--bootstrap", "300"]);
+    let b = &v["bootstrap"];
+    assert_eq!(b["replicates"], 300);
+    assert!(b["sentences"].as_u64().expect("sentences") > 10, "{b}");
+    for g in ["frequent", "medium", "rare", "total"] {
+        let (e, lo, hi) = (
+            b[g]["estimate"].as_f64().expect("estimate"),
+            b[g]["lo"].as_f64().expect("lo"),
+            b[g]["hi"].as_f64().expect("hi"),
+        );
+        assert!(lo <= e && e <= hi && lo < hi, "{g}: {lo} {e} {hi}");
+    }
+    let total = v["outputs"]["ppl"].as_f64().expect("ppl");
+    assert!((b["total"]["estimate"].as_f64().expect("e") - total).abs() < 1e-6 * total);
+    assert_eq!(
+        boot(&["--bootstrap", "300"])["bootstrap"],
+        *b,
+        "a fixed seed"
+    );
+
+    let paired = |a: &Path, b: &Path| {
+        json(&conelab(&[
+            "eval",
+            s(a),
+            s(b),
+            "--paired",
+            "--bootstrap",
+            "300",
+            "--json",
+            "-k",
+            "0",
+        ]))
+    };
+    let same = paired(&long, &long);
+    for g in ["frequent", "total"] {
+        let p = &same["paired"][g];
+        assert_eq!(
+            (p["estimate"].as_f64(), p["lo"].as_f64(), p["hi"].as_f64()),
+            (Some(0.0), Some(0.0), Some(0.0))
+        );
+    }
+    let two = paired(&short, &long);
+    let ppl = |i: usize| two["runs"][i]["outputs"]["ppl"].as_f64().expect("ppl");
+    let d = &two["paired"]["total"];
+    let estimate = d["estimate"].as_f64().expect("estimate");
+    assert!(
+        (estimate - (ppl(1) - ppl(0))).abs() < 1e-6 * ppl(0),
+        "B − A"
+    );
+    assert!(d["lo"].as_f64().expect("lo") <= estimate && estimate <= d["hi"].as_f64().expect("hi"));
+    // The text form names both runs and the difference.
+    let out = conelab(&[
+        "eval",
+        s(&short),
+        s(&long),
+        "--paired",
+        "--bootstrap",
+        "50",
+        "-k",
+        "0",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("B − A") && text.contains("95 % low"),
+        "{text}"
+    );
+
+    assert_one_line_error(
+        &conelab(&["eval", s(&long), "--bootstrap", "0"]),
+        &["--bootstrap", "replicates"],
+    );
+    assert_one_line_error(
+        &conelab(&["eval", s(&long), "--paired"]),
+        &["--paired", "two runs"],
+    );
+    // Another corpus is another split: no pairing.
+    let other = f.path("other");
+    let out = conelab(&[
+        "data",
+        "synth",
+        "--out",
+        s(&other),
+        "--vocab",
+        "150",
+        "--tokens",
+        "7000",
+        "--classes",
+        "5",
+    ]);
+    assert!(out.status.success());
+    let out = conelab(&[
+        "train",
+        s(&other),
+        "--config",
+        s(&f.path("small.toml")),
+        "--run-dir",
+        s(&f.path("elsewhere")),
+        "--steps",
+        "2",
+        "--eval-every",
+        "0",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_one_line_error(
+        &conelab(&[
+            "eval",
+            s(&long),
+            s(&f.path("elsewhere")),
+            "--paired",
+            "-k",
+            "0",
+        ]),
+        &["not scored on the same split"],
+    );
+}

@@ -1030,3 +1030,54 @@ fn an_objective_change_that_changes_nothing_is_answered_as_such() {
     handle.join();
     assert_eq!(answers, [(true, true), (false, false)]);
 }
+
+/// Issue #38 part 2: the per-position scores a bootstrap resamples. Every target of the split is
+/// scored exactly once (the streams, the last shorter window and the leftover after the last
+/// stream: 7 streams leave some), their mean is the evaluation's loss, and summed by sentence
+/// and group they give the evaluation's own per-group perplexities — for a Transformer and an
+/// LSTM (whose state is carried into the leftover).
+#[test]
+fn scored_positions_cover_the_split_once_and_add_up_to_the_evaluation() {
+    use conelab::metrics::bootstrap::SentenceScores;
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    for model in [small_transformer(), small_lstm()] {
+        let mut config = train_config(2);
+        config.eval_batch = 7;
+        let mut t = Trainer::new(corpus.clone(), model, config, DeviceSpec::Cpu).expect("trainer");
+        t.train_step().expect("step");
+        let (stats, lp) = t.evaluate_scored(Split::Valid).expect("scored");
+        let tokens = corpus.split(Split::Valid);
+        assert_eq!(lp.len(), tokens.len());
+        assert!(lp[0].is_nan(), "token 0 is never a target");
+        assert!(
+            lp[1..].iter().all(|x| x.is_finite() && *x <= 0.0),
+            "every target scored"
+        );
+        assert_ne!(
+            (tokens.len() - 1) % 7,
+            0,
+            "the split leaves a leftover after 7 streams"
+        );
+        let mean: f64 = -lp[1..].iter().map(|&x| f64::from(x)).sum::<f64>() / (lp.len() - 1) as f64;
+        assert!(
+            (mean - stats.loss).abs() < 1e-5 * stats.loss,
+            "{mean} vs {}",
+            stats.loss
+        );
+        let groups = corpus.groups();
+        let scores = SentenceScores::new(tokens, &lp, corpus.vocab().eos(), |t| {
+            groups.group_of(t) as usize
+        })
+        .expect("scores");
+        let ppl = scores.ppl();
+        for (g, &(want, _)) in stats.groups.iter().enumerate() {
+            assert!(
+                (ppl[g] - want).abs() < 1e-4 * want,
+                "group {g}: {} vs {want}",
+                ppl[g]
+            );
+        }
+        assert!((ppl[3] - stats.ppl).abs() < 1e-4 * stats.ppl);
+    }
+}

@@ -7,7 +7,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
 /// Uniform in 0 ..= n − 1 (Lemire's multiply-shift; the bias is below n/2⁶⁴).
-fn below(rng: &mut ChaCha8Rng, n: usize) -> usize {
+pub fn below(rng: &mut ChaCha8Rng, n: usize) -> usize {
     ((u128::from(rng.next_u64()) * n as u128) >> 64) as usize
 }
 

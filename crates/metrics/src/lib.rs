@@ -7,10 +7,13 @@
 //! - [`outputs`]: per-group perplexity, Uniq, log Z statistics and the Theorem-2 diagnostic from
 //!   per-position numbers the evaluator hands in.
 //! - [`matrix`]: the row-major matrix view, row groups, and reading foreign matrices.
+//! - [`bootstrap`]: 95 % intervals of a split's perplexity, and of two runs' difference, by
+//!   resampling its sentences.
 //! - [`spectral`]: spectrum control's distance from its prior and from W's own singular values.
 //! - [`ngram`]: the reference models of methods.md §4 — unigram and interpolated modified
 //!   Kneser–Ney trigram — and their perplexity per group.
 
+pub mod bootstrap;
 pub mod embedding;
 pub mod fastmath;
 pub mod matrix;

@@ -10,6 +10,7 @@ use crate::checkpoint::matrix::{LoadedMatrix, run_classes};
 use crate::engine::{EngineError, EvalStats};
 use crate::model::DeviceSpec;
 use conelab_data::{Group, GroupBounds, Split, thousands};
+use conelab_metrics::bootstrap::{BootstrapError, Interval, SentenceScores, bootstrap_ppl};
 use conelab_metrics::neighbors::{ClassPrecision, class_precision};
 use conelab_metrics::outputs::ShiftedOutputs;
 use conelab_metrics::{
@@ -31,6 +32,8 @@ pub enum AnalysisError {
     RowOutOfRange { row: usize, n: usize },
     #[error("-k must be at least 1")]
     ZeroK,
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
 }
 
 fn suggestions(close: &[String]) -> String {
@@ -441,6 +444,11 @@ pub struct EvalReport {
     pub shifted: Option<ShiftedOutputs>,
     /// The split whose μ_z is the shift.
     pub shift_from: Option<Split>,
+    /// The split's sentences as scored (`eval --bootstrap`, `--paired`).
+    pub scores: Option<SentenceScores>,
+    /// Frequent, medium, rare and total PPL with their 95 % bootstrap interval, and the number
+    /// of replicates.
+    pub bootstrap: Option<([Interval; 4], usize)>,
 }
 
 /// What `conelab eval` computes for one checkpoint.
@@ -452,7 +460,14 @@ pub struct EvalOptions {
     pub k: usize,
     /// Also report the shifted model, its shift the μ_z of this split (Goldberger & Melamud).
     pub shift_from: Option<Split>,
+    /// Keep the split's per-sentence scores (for a bootstrap or a paired comparison).
+    pub keep_scores: bool,
+    /// Per-group 95 % intervals from this many resamplings of the split's sentences.
+    pub bootstrap: Option<usize>,
 }
+
+/// The seed of every bootstrap's draws: the same intervals on every run of the command.
+pub const BOOTSTRAP_SEED: u64 = 2026;
 
 pub fn evaluate_checkpoint(
     path: &Path,
@@ -463,9 +478,26 @@ pub fn evaluate_checkpoint(
         device,
         k,
         shift_from,
+        keep_scores,
+        bootstrap,
     } = options;
     let (trainer, run) = crate::checkpoint::resume_on(path, None, device)?;
-    let eval = trainer.evaluate(split)?;
+    let (eval, scores) = if keep_scores || bootstrap.is_some() {
+        let (eval, log_probs) = trainer.evaluate_scored(split)?;
+        let corpus = trainer.corpus();
+        let groups = corpus.groups();
+        let scores =
+            SentenceScores::new(corpus.split(split), &log_probs, corpus.vocab().eos(), |t| {
+                groups.group_of(t) as usize
+            })?;
+        (eval, Some(scores))
+    } else {
+        (trainer.evaluate(split)?, None)
+    };
+    let bootstrap = match (bootstrap, &scores) {
+        (Some(n), Some(s)) => Some((bootstrap_ppl(s, n, BOOTSTRAP_SEED)?, n)),
+        _ => None,
+    };
     let shifted = match shift_from {
         Some(s) if s == split => Some(eval.outputs.shifted(eval.outputs.mu_z)),
         Some(s) => Some(eval.outputs.shifted(trainer.evaluate(s)?.outputs.mu_z)),
@@ -498,7 +530,28 @@ pub fn evaluate_checkpoint(
         class_precision,
         shifted,
         shift_from,
+        scores,
+        bootstrap,
     })
+}
+
+/// Intervals of frequent, medium, rare and total as JSON: `{"replicates", "sentences", "seed",
+/// "frequent": {"estimate", "lo", "hi"}, …}`.
+pub fn bootstrap_json(intervals: &[Interval; 4], replicates: usize, sentences: usize) -> Value {
+    let mut m = Map::new();
+    m.insert("replicates".into(), json!(replicates));
+    m.insert("sentences".into(), json!(sentences));
+    m.insert("seed".into(), json!(BOOTSTRAP_SEED));
+    for (name, i) in ["frequent", "medium", "rare", "total"]
+        .iter()
+        .zip(intervals)
+    {
+        m.insert(
+            (*name).into(),
+            json!({"estimate": num(i.estimate), "lo": num(i.lo), "hi": num(i.hi)}),
+        );
+    }
+    Value::Object(m)
 }
 
 /// Goldberger & Melamud's Tables 3/4 layout, a row per run: μ_z, σ_z, PPL and unnormalised PPL,
@@ -637,6 +690,12 @@ impl EvalReport {
                 }),
             );
         }
+        if let (Some((intervals, replicates)), Some(scores)) = (&self.bootstrap, &self.scores) {
+            m.insert(
+                "bootstrap".into(),
+                bootstrap_json(intervals, *replicates, scores.sentences()),
+            );
+        }
         m.insert("seconds".into(), json!(self.eval.seconds));
         Value::Object(m)
     }
@@ -663,6 +722,12 @@ impl EvalReport {
             "PPL",
             fmt_row(&[g[0].ppl, g[1].ppl, g[2].ppl, o.ppl], 12).join(" ")
         ));
+        if let Some((intervals, _)) = &self.bootstrap {
+            for (label, pick) in [("  95 % low", 0), ("  95 % high", 1)] {
+                let v = intervals.map(|i| if pick == 0 { i.lo } else { i.hi });
+                out.push_str(&format!("{label:<22} {}\n", fmt_row(&v, 12).join(" ")));
+            }
+        }
         let ints: [(&str, [u64; 3], u64); 3] = [
             (
                 "positions",

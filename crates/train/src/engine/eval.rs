@@ -32,13 +32,16 @@ pub struct EvalRequest {
 }
 
 /// Scores a whole split; `progress(done, total)` hears of the prediction positions scored, once
-/// before the first batch and after each.
-pub fn evaluate(
+/// before the first batch and after each. With `log_probs`, also writes each position's target
+/// log-probability there, indexed by the target token's place in the split (entry 0, never a
+/// target, left NaN): what a bootstrap over the split's sentences resamples.
+pub fn evaluate_scored(
     model: &LanguageModel,
     device: &Device,
     corpus: &Corpus,
     request: &EvalRequest,
     progress: &mut dyn FnMut(u64, u64),
+    mut log_probs: Option<&mut Vec<f32>>,
 ) -> Result<EvalStats, EngineError> {
     let &EvalRequest {
         split,
@@ -55,15 +58,30 @@ pub fn evaluate(
     let tokens = corpus.split(split);
     let batcher = StreamBatcher::new(tokens, streams, window, PartialWindow::Keep)
         .map_err(EngineError::invalid(format!("{split} split")))?;
+    if let Some(lp) = log_probs.as_deref_mut() {
+        lp.clear();
+        lp.resize(tokens.len(), f32::NAN);
+    }
+    // Each row's first target: stream b of window k starts at b·L + k·T, its target one later.
+    let stream_len = batcher.stream_len();
     let mut acc = OutputAccumulator::new(*corpus.groups());
     let mut state: Option<RecurrentState> = None;
     let read_f32 = |t: Tensor<1>, what: &str| {
         t.try_into_vec_as::<f32>()
             .map_err(EngineError::backend(format!("reading {what}")))
     };
+    let mut keep = |row_starts: &[usize], time: usize, target_log_probs: &[f32]| {
+        if let Some(lp) = log_probs.as_deref_mut() {
+            for (row, &start) in row_starts.iter().enumerate() {
+                lp[start..start + time]
+                    .copy_from_slice(&target_log_probs[row * time..(row + 1) * time]);
+            }
+        }
+    };
     let mut score = |inputs: Vec<u32>,
                      targets: Vec<u32>,
                      shape: [usize; 2],
+                     row_starts: &[usize],
                      state: Option<RecurrentState>|
      -> Result<Option<RecurrentState>, EngineError> {
         let x = Tensor::<2, Int>::from_data(TensorData::new(inputs, shape), device);
@@ -90,6 +108,7 @@ pub fn evaluate(
                 .map_err(EngineError::backend("reading the logits"))?;
             let out = host_outputs(&values, vocab, &targets)
                 .map_err(EngineError::backend("the output metrics on the host"))?;
+            keep(row_starts, shape[1], &out.target_log_probs);
             acc.add(OutputBatch {
                 targets: &targets,
                 target_log_probs: &out.target_log_probs,
@@ -113,9 +132,11 @@ pub fn evaluate(
             .into_iter()
             .map(|a| a as u32)
             .collect::<Vec<_>>();
+        let target_log_probs = read_f32(out.target_log_probs, "log-probabilities")?;
+        keep(row_starts, shape[1], &target_log_probs);
         acc.add(OutputBatch {
             targets: &targets,
-            target_log_probs: &read_f32(out.target_log_probs, "log-probabilities")?,
+            target_log_probs: &target_log_probs,
             log_z: &read_f32(out.log_z, "log Z")?,
             entropy: &read_f32(out.entropy, "entropies")?,
             argmax: &argmax,
@@ -127,12 +148,16 @@ pub fn evaluate(
     let total = tokens.len().saturating_sub(1) as u64;
     let mut done = 0u64;
     progress(done, total);
-    for batch in batcher.iter() {
+    for (k, batch) in batcher.iter().enumerate() {
         let positions = (batch.batch * batch.time) as u64;
+        let row_starts: Vec<usize> = (0..batch.batch)
+            .map(|b| b * stream_len + k * window + 1)
+            .collect();
         state = score(
             batch.inputs,
             batch.targets,
             [batch.batch, batch.time],
+            &row_starts,
             state,
         )?;
         done += positions;
@@ -149,7 +174,8 @@ pub fn evaluate(
                 })
                 .collect()
         });
-        score(rest.inputs, rest.targets, [1, rest.time], carried)?;
+        let start = [streams * stream_len + 1];
+        score(rest.inputs, rest.targets, [1, rest.time], &start, carried)?;
     }
     let outputs = acc.finish(window, cosine_weight);
     Ok(EvalStats {

@@ -1505,8 +1505,25 @@ impl Trainer {
         split: Split,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<EvalStats, EngineError> {
+        self.evaluate_into(split, progress, None)
+    }
+
+    /// [`Self::evaluate`] with every position's target log-probability, indexed by the target's
+    /// place in the split (`eval::evaluate_scored`).
+    pub fn evaluate_scored(&self, split: Split) -> Result<(EvalStats, Vec<f32>), EngineError> {
+        let mut log_probs = Vec::new();
+        let stats = self.evaluate_into(split, &mut |_, _| {}, Some(&mut log_probs))?;
+        Ok((stats, log_probs))
+    }
+
+    fn evaluate_into(
+        &self,
+        split: Split,
+        progress: &mut dyn FnMut(u64, u64),
+        log_probs: Option<&mut Vec<f32>>,
+    ) -> Result<EvalStats, EngineError> {
         let _autocast = Autocast::enter(self.config.precision);
-        let stats = eval::evaluate(
+        let stats = eval::evaluate_scored(
             &self.model,
             &self.device.clone().inner(),
             &self.corpus,
@@ -1522,6 +1539,7 @@ impl Trainer {
                 host_lstm: self.host_lstm,
             },
             progress,
+            log_probs,
         )?;
         Ok(stats)
     }
