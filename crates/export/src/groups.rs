@@ -170,7 +170,7 @@ pub(crate) fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
     Ok(out)
 }
 
-/// A run's configuration with what a seed sweep varies taken out (the seed, the run's name and
+/// A run's configuration with what a seed sweep varies taken out (the seed and data seed, the run's name and
 /// the version that wrote it), plus the objectives in force and the step the table takes: runs
 /// with equal settings are seeds of one experiment.
 pub(crate) fn setting_without_seed(config_toml: &str, objectives: &str, step: u64) -> String {
@@ -179,7 +179,9 @@ pub(crate) fn setting_without_seed(config_toml: &str, objectives: &str, step: u6
             t.remove("name");
             t.remove("conelab_version");
             if let Some(toml::Value::Table(train)) = t.get_mut("train") {
+                // The data order is a seed too (`--data-seed`).
                 train.remove("seed");
+                train.remove("data_seed");
             }
             t.to_string()
         }
@@ -512,5 +514,18 @@ mod tests {
         }
         assert!(t975(0).is_nan());
         assert!((t975(100_000) - 1.95996).abs() < 1e-4);
+    }
+
+    /// Runs that differ by seed and data seed are one setting; by anything else, not.
+    #[test]
+    fn seeds_and_data_seeds_are_not_part_of_the_setting() {
+        let run = |seed: u32, data_seed: u32, lr: f64| {
+            format!(
+                "name = \"r{seed}\"\n[train]\nseed = {seed}\ndata_seed = {data_seed}\nlr = {lr}\n"
+            )
+        };
+        let setting = |toml: &str| setting_without_seed(toml, "MLE", 100);
+        assert_eq!(setting(&run(1, 1, 1e-3)), setting(&run(2, 7, 1e-3)));
+        assert_ne!(setting(&run(1, 1, 1e-3)), setting(&run(1, 1, 2e-3)));
     }
 }

@@ -7,6 +7,9 @@
 //! [grid]               # each value a list of alternatives: the cartesian product of all keys
 //! seed = [1, 2]
 //! reg = ["cos=off", "cos=1"]
+//! [[zip]]              # seeds that vary the data order too (methods.md §4)
+//! seed = [1, 2, 3]
+//! data-seed = [1, 2, 3]
 //! freeze = [[], ["rare"]]   # a repeatable option: one value, or a list of values, per alternative
 //! [[zip]]              # lists of equal length that vary together
 //! lr = [1e-3, 5e-4]
@@ -16,13 +19,18 @@
 //! [`Sweep::parse`] checks everything before anything runs — a key given twice, an unknown
 //! option, an empty list, unequal zip lists, a value `conelab train` refuses — and expands the
 //! grid into [`PlannedRun`]s: each named by its varying values in the order written
-//! (`seed-1_reg-cos=1`), labelled (`--name`) by that name without its seed part, so that the seeds
+//! (`seed-1_reg-cos=1`), labelled (`--name`) by that name without its seed and data-seed parts, so that the seeds
 //! of one setting share a label and `export --aggregate seeds` puts them in one row. [`local`]
 //! runs them on this machine, [`slurm`] as a job array; [`record`] keeps `sweep.json` and tells
 //! their state; [`start`] is `conelab sweep run`, from the file to the exit status.
 
 pub mod local;
 pub mod record;
+
+/// A sweep key that only varies the randomness of a run: `seed`, `data-seed` (`data_seed`).
+fn is_seed_key(key: &str) -> bool {
+    matches!(key, "seed" | "data-seed" | "data_seed")
+}
 pub mod slurm;
 pub mod start;
 
@@ -293,9 +301,11 @@ impl Sweep {
             } else {
                 varying.iter().map(part).collect::<Vec<_>>().join("_")
             };
+            // The data order is a seed too (`--data-seed`, zipped with `seed` so that seeds vary
+            // both): runs differing only there are one setting.
             let label_parts: Vec<String> = varying
                 .iter()
-                .filter(|(k, _)| k != "seed")
+                .filter(|(k, _)| !is_seed_key(k))
                 .map(part)
                 .collect();
             let label = if label_parts.is_empty() {
@@ -431,6 +441,23 @@ warmup = [10, 20]
         assert_eq!(s.runs.len(), 3);
         assert!(s.runs.iter().all(|r| r.label == "mle"));
         assert_eq!(s.runs[2].name, "seed-3");
+        // Seeds zipped with data seeds: still one setting, and each run gets both flags.
+        let s = Sweep::parse(
+            "[base]\nsteps = 4\n[grid]\nreg = [\"cos=1\"]\n[[zip]]\nseed = [1, 2]\ndata-seed = [1, 2]\n",
+            "mle",
+        )
+        .expect("ok");
+        assert_eq!(s.runs.len(), 2);
+        assert!(
+            s.runs.iter().all(|r| r.label == "reg-cos=1"),
+            "{:?}",
+            s.runs
+        );
+        assert!(
+            s.runs[1].args.windows(2).any(|w| w == ["--data-seed", "2"]),
+            "{:?}",
+            s.runs[1].args
+        );
         let single = Sweep::parse("[base]\nsteps = 4\n", "one").expect("ok");
         assert_eq!(single.runs.len(), 1);
         assert_eq!(single.runs[0].name, "one");
