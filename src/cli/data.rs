@@ -25,6 +25,30 @@ pub enum DataCommand {
     /// (methods.md §2). A language model's context gain in a group is ln(PPL_KN3 / PPL). Cached
     /// in $XDG_CACHE_HOME/conelab/baselines.
     Baseline(BaselineArgs),
+    /// Re-segment a word-level corpus into byte-pair pieces (Sennrich et al. 2016): merges learnt
+    /// on the train split, applied to every split, pieces written whitespace-separated with
+    /// every piece but a word's last ending in `@@` (`low@@ er`). The merges go to
+    /// bpe-merges.txt. Prints the new vocabulary and the Rare group's median training count.
+    Bpe(BpeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BpeArgs {
+    /// Corpus directory or name (found under the data roots), or `synthetic`.
+    pub corpus: String,
+
+    /// Number of merges to learn (more merges, longer pieces, rarer types).
+    #[arg(long, default_value_t = 8000)]
+    pub merges: usize,
+
+    /// Directory to write train.txt, valid.txt, test.txt and bpe-merges.txt into (created; if it
+    /// exists it must be empty).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+
+    /// Where the medium and the rare group start, for the printed summary.
+    #[arg(long, value_name = "MEDIUM,RARE", default_value = "0.3,0.8")]
+    pub groups: GroupBounds,
 }
 
 #[derive(Debug, Args)]
@@ -217,5 +241,73 @@ pub fn exec(command: DataCommand) -> Result<()> {
         DataCommand::Stats(args) => stats(args),
         DataCommand::Synth(args) => synth(args),
         DataCommand::Baseline(args) => baseline(args),
+        DataCommand::Bpe(args) => bpe(args),
     }
+}
+
+fn bpe(args: BpeArgs) -> Result<()> {
+    use conelab::base::error::Invalid;
+    use conelab::data::bpe::Merges;
+    let start = Instant::now();
+    // Everything is checked before anything is written.
+    let nonempty = std::fs::read_dir(&args.out).is_ok_and(|mut d| d.next().is_some());
+    if nonempty || args.out.is_file() {
+        return Err(Invalid::new(format!(
+            "{}: exists and is not an empty folder (bpe writes a new corpus)",
+            args.out.display()
+        ))
+        .into());
+    }
+    let source = CorpusSource::parse(&args.corpus);
+    let texts = Corpus::read_texts(&source, &LoadOptions::default())?;
+    let merges = Merges::learn(texts[0].lines(), args.merges)
+        .map_err(|e| Invalid::because(args.corpus.clone())(e))?;
+    let mut cache = Default::default();
+    let segmented: Vec<String> = texts
+        .iter()
+        .map(|t| merges.apply_text(t.lines(), &mut cache))
+        .collect();
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    for (name, text) in ["train.txt", "valid.txt", "test.txt"]
+        .iter()
+        .zip(&segmented)
+        .chain([(&"bpe-merges.txt", &merges.to_text())])
+    {
+        let path = args.out.join(name);
+        conelab::atomic::write_file(&path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    // The new corpus as every command will read it.
+    let corpus = Corpus::load(
+        &CorpusSource::Dir(args.out.clone()),
+        &LoadOptions {
+            groups: args.groups,
+            ..LoadOptions::default()
+        },
+    )?;
+    let counts = corpus.vocab().counts();
+    let median = |range: std::ops::Range<usize>| {
+        let mut c: Vec<u64> = counts[range].to_vec();
+        c.sort_unstable();
+        c.get(c.len() / 2).copied().unwrap_or(0)
+    };
+    let rare = corpus.groups().range(conelab::data::Group::Rare);
+    let words = texts[0].word_count();
+    // The split's tokens less its <eos>, one a line.
+    let pieces = corpus.stats(conelab::data::Split::Train).tokens - texts[0].lines().count();
+    print_stdout(&format!(
+        "wrote {} (train.txt, valid.txt, test.txt, bpe-merges.txt) in {:.1} s: {} merges, {} types (vocabulary with <eos> and <unk>), {} train pieces for {} words ({:.2} a word); Rare group: {} types, median training count {} (min {}, max {})\n",
+        args.out.display(),
+        start.elapsed().as_secs_f64(),
+        thousands(merges.len() as u64),
+        thousands(corpus.vocab().len() as u64),
+        thousands(pieces as u64),
+        thousands(words as u64),
+        pieces as f64 / words.max(1) as f64,
+        thousands(rare.len() as u64),
+        thousands(median(rare.clone())),
+        thousands(counts[rare.clone()].iter().copied().min().unwrap_or(0)),
+        thousands(counts[rare].iter().copied().max().unwrap_or(0)),
+    ))
 }

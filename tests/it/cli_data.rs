@@ -1,7 +1,7 @@
 //! `conelab data …` through the real binary: output, help, and every bad input the foundation issue
 //! lists — each must end in one line on stderr and exit status 2.
 
-use crate::common::{assert_one_line_error, conelab, corpus_dir};
+use crate::common::{assert_one_line_error, conelab, corpus_dir, s};
 use conelab::data::{DataError, SplitText, VocabBuilder};
 
 const OK: &[u8] = b"a b c\nb c\n";
@@ -437,4 +437,89 @@ fn baseline_computes_caches_and_refuses_a_tiny_corpus() {
         &["data", "baseline", dir.path().to_str().expect("utf-8")],
     );
     assert_one_line_error(&out, &["too small for a trigram model", "2 tokens"]);
+}
+
+/// Issue #38 part 7: `data bpe` re-segments a corpus with merges learnt on train (Sennrich et
+/// al.'s example, merges counted by hand in `conelab_data::bpe`), every split joins back to its
+/// words, the result loads as a corpus, and impossible requests are one line, exit 2, nothing
+/// written.
+#[test]
+fn data_bpe_writes_a_segmented_corpus_and_refuses_impossible_merges() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let corpus = dir.path().join("words");
+    std::fs::create_dir_all(&corpus).expect("mkdir");
+    let train = "low low low low low lower lower\nnewest newest newest newest newest newest\nwidest widest widest\n";
+    let valid = "lowest <unk> newer\n";
+    for (name, text) in [
+        ("train.txt", train),
+        ("valid.txt", valid),
+        ("test.txt", "wider low\n"),
+    ] {
+        std::fs::write(corpus.join(name), text).expect("write");
+    }
+    let out = dir.path().join("bpe");
+    let run = |merges: &str, to: &std::path::Path| {
+        conelab(&[
+            "data",
+            "bpe",
+            s(&corpus),
+            "--merges",
+            merges,
+            "--out",
+            s(to),
+        ])
+    };
+    let done = run("5", &out);
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(
+        stdout.contains("5 merges") && stdout.contains("Rare group"),
+        "{stdout}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("bpe-merges.txt")).expect("merges"),
+        "e s\nes t</w>\nl o\ne w\nn ew\n"
+    );
+    let valid_out = std::fs::read_to_string(out.join("valid.txt")).expect("valid");
+    assert_eq!(valid_out, "lo@@ w@@ est <unk> new@@ e@@ r\n");
+    for (name, text) in [
+        ("train.txt", train),
+        ("valid.txt", valid),
+        ("test.txt", "wider low\n"),
+    ] {
+        let got = std::fs::read_to_string(out.join(name)).expect("split");
+        assert_eq!(got.replace("@@ ", ""), text, "{name}");
+    }
+    // The written corpus is a corpus.
+    let stats = conelab(&["data", "stats", s(&out), "--json"]);
+    assert!(
+        stats.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stats.stderr)
+    );
+
+    // Bad input: nothing written.
+    let fresh = dir.path().join("fresh");
+    assert_one_line_error(&run("0", &fresh), &["--merges 0", "at least 1"]);
+    assert_one_line_error(&run("1000", &fresh), &["--merges 1000", "allows only"]);
+    assert!(!fresh.exists(), "nothing written");
+    assert_one_line_error(&run("5", &out), &["not an empty folder"]);
+    let missing = dir.path().join("no-such-corpus");
+    assert_one_line_error(
+        &conelab(&[
+            "data",
+            "bpe",
+            s(&missing),
+            "--merges",
+            "5",
+            "--out",
+            s(&fresh),
+        ]),
+        &["no-such-corpus"],
+    );
+    assert!(!fresh.exists(), "nothing written");
 }

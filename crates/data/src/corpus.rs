@@ -105,17 +105,28 @@ pub struct Corpus {
 
 impl Corpus {
     pub fn load(source: &CorpusSource, options: &LoadOptions) -> Result<Self, DataError> {
+        let name = match source {
+            CorpusSource::Dir(dir) => dir.display().to_string(),
+            CorpusSource::Synthetic(_) => source.describe(),
+        };
+        let [train, valid, test] = Self::read_texts(source, options)?;
+        Self::from_texts(name, train, valid, test, options)
+    }
+
+    /// The three split texts of a source, read and validated (train, valid, test).
+    pub fn read_texts(
+        source: &CorpusSource,
+        options: &LoadOptions,
+    ) -> Result<[SplitText; 3], DataError> {
         match source {
-            CorpusSource::Dir(dir) => Self::load_dir(dir, options),
+            CorpusSource::Dir(dir) => Self::read_dir(dir, options),
             CorpusSource::Synthetic(config) => {
-                let synth = SyntheticCorpus::generate(config)?;
-                let [train, valid, test] = synth.into_split_texts(options.max_line_bytes)?;
-                Self::from_texts(source.describe(), train, valid, test, options)
+                SyntheticCorpus::generate(config)?.into_split_texts(options.max_line_bytes)
             }
         }
     }
 
-    fn load_dir(dir: &Path, options: &LoadOptions) -> Result<Self, DataError> {
+    fn read_dir(dir: &Path, options: &LoadOptions) -> Result<[SplitText; 3], DataError> {
         if !dir.exists() {
             return Err(DataError::MissingDir(dir.to_path_buf()));
         }
@@ -150,7 +161,7 @@ impl Corpus {
             Ok(result) => result?,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        Self::from_texts(dir.display().to_string(), train?, valid, test, options)
+        Ok([train?, valid, test])
     }
 
     /// Builds the corpus from validated split texts.

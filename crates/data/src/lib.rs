@@ -4,6 +4,7 @@
 //! gets, which frequency group it falls in, and how the token stream is cut into training windows.
 
 mod batching;
+pub mod bpe;
 mod corpus;
 mod groups;
 pub mod order;
