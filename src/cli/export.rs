@@ -49,11 +49,12 @@ pub struct ExportArgs {
     /// Output format [default: from the --out extension, else md].
     #[arg(long, value_enum)]
     pub format: Option<ExportFormatArg>,
-    /// `last`, `best` (lowest total PPL on --split) or a step number [default: last; all steps
-    /// for --table metrics].
+    /// `last`, `best` (the lowest total validation PPL; the table reads --split at that step, so
+    /// `--split test` needs runs trained with --eval-test) or a step number [default: last; all
+    /// steps for --table metrics].
     #[arg(long, value_parser = parse_step_choice)]
     pub step: Option<StepChoice>,
-    /// Held-out split of the groups table and of `best` (valid or test); a filter on the split
+    /// Held-out split of the groups table (valid or test); a filter on the split
     /// column for --table metrics (train, valid, test, embedding, spectrum).
     #[arg(long)]
     pub split: Option<String>,

@@ -190,13 +190,18 @@ fn a_best_checkpoint_set_aside_by_a_killed_swap_is_put_back_and_a_staged_one_rem
 
 /// The validation evaluations a run's `train.log` reports (full precision): (step, PPL).
 fn valid_evals(log: &str) -> Vec<(u64, f64)> {
+    split_evals(log, "valid")
+}
+
+/// The evaluations of `split` a run's `train.log` reports: (step, PPL).
+fn split_evals(log: &str, split: &str) -> Vec<(u64, f64)> {
     let field = |line: &str, key: &str| -> Option<String> {
         line.split_whitespace()
             .find_map(|w| w.strip_prefix(key))
             .map(str::to_owned)
     };
     log.lines()
-        .filter(|l| l.contains(" eval step=") && l.contains("split=valid"))
+        .filter(|l| l.contains(" eval step=") && l.contains(&format!("split={split} ")))
         .filter_map(|l| {
             let step = field(l, "step=")?.parse().ok()?;
             let ppl = field(l, "ppl=")?.parse().ok()?;
@@ -222,6 +227,7 @@ fn best_holds_the_lowest_validation_ppl_and_eval_step_best_reads_it() {
             "0.3",
             "--log-every",
             "48",
+            "--eval-test",
         ],
     );
     assert!(
@@ -233,6 +239,13 @@ fn best_holds_the_lowest_validation_ppl_and_eval_step_best_reads_it() {
     let log = fs::read_to_string(run.join("train.log")).expect("train.log");
     let evals = valid_evals(&log);
     assert!(evals.len() >= 12, "{evals:?}\n{log}");
+    // --eval-test: test beside every validation, once each (the end's included).
+    let tests = split_evals(&log, "test");
+    assert_eq!(
+        tests.iter().map(|t| t.0).collect::<Vec<_>>(),
+        evals.iter().map(|e| e.0).collect::<Vec<_>>(),
+        "{log}"
+    );
     let &(best_step, best_ppl) = evals
         .iter()
         .min_by(|a, b| a.1.total_cmp(&b.1))
@@ -270,6 +283,37 @@ fn best_holds_the_lowest_validation_ppl_and_eval_step_best_reads_it() {
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(report["step"], 48);
+
+    // export --step best --split test: the test numbers at the best *validation* step.
+    let out = conelab(&[
+        "export",
+        s(&run),
+        "--table",
+        "groups",
+        "--step",
+        "best",
+        "--split",
+        "test",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(rows[0]["step"], best_step, "{rows}");
+    let test_at_best = tests
+        .iter()
+        .find(|t| t.0 == best_step)
+        .expect("a test eval")
+        .1;
+    let got = rows[0]["total_ppl"].as_f64().expect("total_ppl");
+    assert!(
+        (got - test_at_best).abs() <= 1e-9 * got,
+        "{got} vs {test_at_best}"
+    );
 
     // Bad input: a step with no checkpoint, --step beside a checkpoint folder, a run without best/.
     let out = conelab(&["eval", s(&run), "--step", "7"]);

@@ -69,6 +69,10 @@ pub struct TrainConfig {
     /// Clip gradients to this global L2 norm (0 = no clipping).
     pub clip_norm: f64,
     pub eval_every: u64,
+    /// `--eval-test`: every validation evaluation also evaluates the test split, so that a
+    /// table can read test at the best validation step (methods.md §4).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub eval_test: bool,
     /// Streams used for evaluation (the whole split is always evaluated).
     pub eval_batch: usize,
     pub checkpoint_every: u64,
@@ -105,6 +109,7 @@ impl Default for TrainConfig {
             plateau_factor: 4.0,
             clip_norm: 1.0,
             eval_every: 200,
+            eval_test: false,
             eval_batch: 10,
             checkpoint_every: 500,
             keep_checkpoints: 3,

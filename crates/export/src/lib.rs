@@ -73,7 +73,7 @@ impl Format {
 pub enum StepChoice {
     /// The newest evaluation (or checkpoint, for neighbours).
     Last,
-    /// The evaluation with the lowest total perplexity on the split.
+    /// The evaluation with the lowest total validation perplexity (whatever split is read).
     Best,
     At(u64),
 }
@@ -266,12 +266,37 @@ pub fn resolve_step(
     }
     match choice {
         StepChoice::Last => Ok(evals.iter().map(|e| e.0).max().unwrap_or(0)),
-        StepChoice::Best => Ok(evals
-            .iter()
-            .filter(|e| e.1.is_finite())
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|e| e.0)
-            .unwrap_or(evals[evals.len() - 1].0)),
+        // Chosen on validation whatever split the table reads (methods.md §4: best-validation
+        // checkpoints); choosing on test would flatter the test numbers.
+        StepChoice::Best => {
+            let valid = if split == split::VALID {
+                evals.clone()
+            } else {
+                eval_steps(store, split::VALID)?
+            };
+            let best = valid
+                .iter()
+                .filter(|e| e.1.is_finite())
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .or(valid.last())
+                .map(|e| e.0)
+                .ok_or_else(|| {
+                    StoreError::Invalid(
+                        format!("run {run} has no valid evaluation to choose its best step by")
+                            .into(),
+                    )
+                })?;
+            if evals.iter().any(|e| e.0 == best) {
+                Ok(best)
+            } else {
+                Err(StoreError::Invalid(
+                    format!(
+                        "run {run}: its best validation step {best} has no {split} evaluation (train with --eval-test to evaluate test beside every validation)"
+                    )
+                    .into(),
+                ))
+            }
+        }
         StepChoice::At(n) => {
             if evals.iter().any(|e| e.0 == n) {
                 Ok(n)

@@ -125,6 +125,7 @@ fn settings(opts: &TrainOptions) -> Result<Settings, RunError> {
     set(&mut train.clip_norm, opts.clip);
     set(&mut train.precision, opts.precision);
     set(&mut train.eval_every, opts.eval_every);
+    train.eval_test |= opts.eval_test;
     set(&mut train.checkpoint_every, opts.checkpoint_every);
     set(&mut train.keep_checkpoints, opts.keep);
     set(&mut train.snapshot_every, opts.snapshot_every);

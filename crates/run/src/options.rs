@@ -98,6 +98,11 @@ pub struct TrainOptions {
     #[arg(long)]
     pub eval_every: Option<u64>,
 
+    /// Evaluate the test split beside every validation evaluation, so that tables can be read on
+    /// test at the best validation step (`export --step best --split test`).
+    #[arg(long)]
+    pub eval_test: bool,
+
     /// Write a checkpoint every N steps; 0 = only at the end [default: 500].
     #[arg(long)]
     pub checkpoint_every: Option<u64>,

@@ -699,6 +699,10 @@ impl Engine {
                 ),
             });
         }
+        if self.trainer.config().eval_test {
+            let test = self.evaluate(conelab_data::Split::Test)?;
+            self.emit(Event::Eval(test));
+        }
         if let Some((before, after)) = plateau {
             let step = self.step();
             self.emit(Event::Warning {
@@ -714,11 +718,18 @@ impl Engine {
     fn finish(&mut self) -> Result<(), EngineError> {
         let step = self.step();
         let cfg = self.trainer.config();
-        if cfg.eval_every == 0 || !step.is_multiple_of(cfg.eval_every) {
+        let (eval_test, evaluated) = (
+            cfg.eval_test,
+            cfg.eval_every > 0 && step.is_multiple_of(cfg.eval_every),
+        );
+        if !evaluated {
             self.evaluate_valid()?;
         }
-        let test = self.evaluate(conelab_data::Split::Test)?;
-        self.emit(Event::Eval(test));
+        // With --eval-test the validation just done evaluated test too.
+        if !eval_test {
+            let test = self.evaluate(conelab_data::Split::Test)?;
+            self.emit(Event::Eval(test));
+        }
         self.take_snapshot()?;
         if self.last_saved != Some(step) {
             self.save().map_err(|source| EngineError::Checkpoint {
