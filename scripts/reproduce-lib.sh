@@ -1,5 +1,7 @@
 # Shared by the scripts/reproduce-*.sh: train a table's rows for several seeds, then export the
-# table from the runs' stores (`conelab export --aggregate seeds`: mean ± std per cell). Sourced.
+# table from the runs' stores (`conelab export --aggregate seeds`: mean ± std [95 % interval] per
+# cell), each run at its best validation step, read on test (methods.md §4). A seed sets the
+# initialisation and the data order (`--data-seed`). Sourced.
 #
 # Environment: CONELAB (the binary; default target/release/conelab), SEEDS (default "1 2 3"),
 # MODEL (default tiny), EVAL_EVERY (default: STEPS / 4), PARALLEL (runs at once, default 1: a
@@ -61,19 +63,22 @@ train_row() {
     echo "== $name, seed $seed: $bin train $corpus --model $model --steps $steps --seed $seed $*"
     local start=$SECONDS
     "$bin" train "$corpus" --headless --model "$model" --steps "$steps" --seed "$seed" \
+        --data-seed "$seed" --eval-test \
         --eval-every "$eval_every" --checkpoint-every 0 --snapshot-every "$eval_every" \
         --log-every "$steps" --name "$name" --tag reproduce --run-dir "$dir" "$@" \
         | grep -E '^(finished|diverged|eval)' | tail -2 || true
     echo "   $(( SECONDS - start )) s"
 }
 
-# table OUT FILE_STEM RUN_DIR…: the groups table on the test split, seeds aggregated, as Markdown
-# (printed and written to OUT/FILE_STEM.md) and CSV (OUT/FILE_STEM.csv, the source of the numbers).
+# table OUT FILE_STEM RUN_DIR…: the groups table on the test split at each run's best validation
+# step, seeds aggregated, as Markdown (printed and written to OUT/FILE_STEM.md) and CSV
+# (OUT/FILE_STEM.csv, the source of the numbers).
 table() {
     local out=$1 stem=$2
     shift 2
-    "$bin" export "$@" --table groups --aggregate seeds --split test --out "$out/$stem.csv"
-    "$bin" export "$@" --table groups --aggregate seeds --split test --out "$out/$stem.md"
+    local export=(export "$@" --table groups --aggregate seeds --split test --step best)
+    "$bin" "${export[@]}" --out "$out/$stem.csv"
+    "$bin" "${export[@]}" --out "$out/$stem.md"
     cat "$out/$stem.md"
 }
 

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::common::{Fixture, assert_one_line_error, conelab, copy_dir, s};
+use crate::common::{Fixture, assert_one_line_error, conelab, conelab_env, copy_dir, s};
 
 #[test]
 fn a_small_run_in_a_pipe_logs_plain_lines_and_resumes() {
@@ -717,4 +717,66 @@ fn set_aside_stores(run: &Path) -> usize {
             })
         })
         .count()
+}
+
+/// Issue #39 part 6: `--notify CMD` runs once when the run ends, told how in its environment —
+/// a completed run, and one that diverged (exit 3, which the notifier neither changes nor hides).
+#[test]
+fn notify_runs_a_command_with_how_the_run_ended() {
+    let f = Fixture::new();
+    let said = f.path("said.txt");
+    let notify = format!(
+        "printf '%s|%s|%s|%s\\n' \"$CONELAB_STATUS\" \"$CONELAB_STEP\" \"$CONELAB_EXIT_CODE\" \"$CONELAB_SUMMARY\" >> {}",
+        said.display()
+    );
+    let out = f.train(
+        "done",
+        &["--steps", "4", "--eval-every", "2", "--notify", &notify],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&said).expect("the notifier ran");
+    let line = text.lines().next().expect("a line");
+    assert!(line.starts_with("completed|4|0|"), "{line}");
+    assert!(
+        line.contains("completed at step 4/4, best valid PPL"),
+        "{line}"
+    );
+    // A divergence at step 3 (the loss made NaN), nobody watching: exit 3, notified as such.
+    let diverged = f.path("diverged");
+    let out = conelab_env(
+        &[
+            "train",
+            s(&f.path("corpus")),
+            "--config",
+            s(&f.path("small.toml")),
+            "--run-dir",
+            s(&diverged),
+            "--steps",
+            "6",
+            "--notify",
+            &notify,
+        ],
+        &[("CONELAB_FAULT", "engine.nan:3:EIO")],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&said).expect("read");
+    let line = text.lines().nth(1).expect("a second line");
+    assert!(line.starts_with("diverged|2|3|"), "{line}");
+    // A notifier that fails is a warning; the run's status stays its own.
+    let out = f.train("warned", &["--steps", "2", "--notify", "exit 9"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--notify") && stderr.contains("9"),
+        "{stderr}"
+    );
 }

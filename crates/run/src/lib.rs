@@ -16,6 +16,7 @@ pub mod detach;
 pub mod headless;
 pub mod launch;
 pub mod log;
+pub mod notify;
 pub mod options;
 pub mod run_config;
 pub mod serve;

@@ -203,6 +203,14 @@ pub struct TrainOptions {
     )]
     pub store_flush_secs: f64,
 
+    /// A shell command run once when the run ends (completed, stopped, diverged or failed), with
+    /// CONELAB_RUN_NAME, CONELAB_RUN_DIR, CONELAB_STATUS, CONELAB_STEP, CONELAB_TOTAL_STEPS,
+    /// CONELAB_EXIT_CODE, CONELAB_MESSAGE, CONELAB_BEST_VALID_PPL and CONELAB_SUMMARY (one line)
+    /// in its environment; e.g. 'notify-send conelab "$CONELAB_SUMMARY"'. At most 30 s; it never
+    /// changes the run's exit status.
+    #[arg(long, value_name = "CMD")]
+    pub notify: Option<String>,
+
     /// The data term: mle (full softmax), nce (k unigram noise samples, log Z fixed at 0), nce-r
     /// (NCE + α/γ·(log Z)² on a sampled fraction γ of positions), and (Andreas & Klein: −s[y]
     /// unnormalised + α/γ·(log Z)² on a sampled fraction γ; it trains poorly) or and:squash (AND

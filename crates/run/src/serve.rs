@@ -58,6 +58,8 @@ pub struct ServeOptions {
     pub on_ready: Option<OnReady>,
     /// Called with the hub's counters once the hub runs (benchmarks).
     pub on_hub: Option<Box<dyn FnOnce(HubStats)>>,
+    /// `--notify CMD`: run once the run has ended and said so in `final.json`.
+    pub notify: Option<String>,
 }
 
 /// How the run ended.
@@ -151,6 +153,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         labels,
     } = prepared;
     let dir = run.path().to_path_buf();
+    let notify = options.notify.clone();
     // Said once the run's output goes where it stays (output.log for a background run).
     let mut notes: Vec<String> = recovered
         .iter()
@@ -408,6 +411,25 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
             "conelab: warning: recording how the run ended: {e}"
         ));
     }
+    if let Some(command) = &notify {
+        let ending = crate::notify::Ending {
+            name: conelab_train::checkpoint::RunDir::open(&dir)
+                .map(|r| r.spec().name.clone())
+                .unwrap_or_else(|_| dir.display().to_string()),
+            dir: dir.display().to_string(),
+            status: record.status.clone(),
+            step: record.step,
+            total_steps: record.total_steps,
+            exit_code: record.exit_code,
+            message: record.message.clone(),
+            best_valid_ppl: conelab_train::checkpoint::best_ppl_on_disk(&dir),
+        };
+        if let Err(warning) =
+            crate::notify::notify(command, &ending, &dir, crate::notify::NOTIFY_TIMEOUT)
+        {
+            super::say(&format!("conelab: warning: {warning}"));
+        }
+    }
     drop(lock);
     Ok(exit)
 }
@@ -442,6 +464,7 @@ pub fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<Exit
             flush: std::time::Duration::from_secs_f64(opts.store_flush_secs),
             on_ready,
             on_hub: None,
+            notify: opts.notify.clone(),
         },
     )?;
     let status = exit.status();

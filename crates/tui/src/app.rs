@@ -253,6 +253,8 @@ pub struct App {
     pub read_only: Option<String>,
     /// The connection to the run is gone (its process ended).
     pub connection_lost: bool,
+    /// The run this viewer watched live has just ended, diverged or failed: ring the bell.
+    pub bell: bool,
     /// A local analysis (the browser, tests): neighbours and projections from it, not asked for.
     pub analysis: Option<Arc<EmbeddingAnalysis>>,
     /// Another spectrum to draw against the current one (`--compare`), labelled.
@@ -300,6 +302,7 @@ impl App {
             hello: None,
             read_only: None,
             connection_lost: false,
+            bell: false,
             analysis: None,
             spectrum_reference: None,
             focus: Pane::Progress,
@@ -345,9 +348,20 @@ impl App {
         }
     }
 
+    fn run_was_watched_live(&self) -> bool {
+        matches!(
+            self.run.status,
+            RunStatus::Running | RunStatus::Paused | RunStatus::Stopping
+        )
+    }
+
     /// Folds one engine event into the state.
     pub fn on_event(&mut self, event: Event) {
+        let was_live = self.run_was_watched_live();
         self.run.on_event(&event);
+        // A run watched while it trained ends (or waits after a divergence): say so with the
+        // bell; attaching to one that has ended already rings nothing.
+        self.bell |= was_live && !self.run_was_watched_live();
         // The answer to what this line sent (another viewer's change of another line leaves
         // it pending).
         let answered = match &event {

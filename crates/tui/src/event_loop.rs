@@ -76,6 +76,20 @@ pub trait View {
     fn mouse(&self) -> bool {
         false
     }
+    /// Whether the terminal's bell should ring now (asked after each event; a `true` is
+    /// answered once).
+    fn take_bell(&mut self) -> bool {
+        false
+    }
+}
+
+/// What the loop asks of the terminal besides drawing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TerminalEffect {
+    /// Mouse capture on or off.
+    Mouse(bool),
+    /// Ring the bell (BEL): the attached run ended, diverged or failed.
+    Bell,
 }
 
 /// The loop's channel, made before the loop so the view's source can be given its sender.
@@ -132,11 +146,15 @@ pub fn run<V: View>(view: &mut V, events: Events<V::Message>) -> Result<V::Exit,
     let _guard = TerminalGuard;
     start_input(events.sender())?;
     start_hang_up_watcher(events.sender())?;
-    let exit = drive(view, &mut terminal, events, |on| {
-        let _ = if on {
-            execute!(io::stdout(), EnableMouseCapture)
-        } else {
-            execute!(io::stdout(), DisableMouseCapture)
+    let exit = drive(view, &mut terminal, events, |effect| {
+        let _ = match effect {
+            TerminalEffect::Mouse(true) => execute!(io::stdout(), EnableMouseCapture),
+            TerminalEffect::Mouse(false) => execute!(io::stdout(), DisableMouseCapture),
+            TerminalEffect::Bell => {
+                use std::io::Write;
+                let mut out = io::stdout();
+                out.write_all(b"\x07").and_then(|()| out.flush())
+            }
         };
     });
     signals.close();
@@ -145,20 +163,21 @@ pub fn run<V: View>(view: &mut V, events: Events<V::Message>) -> Result<V::Exit,
 }
 
 /// The loop itself, on any backend: block for the next event, fold it, draw when something
-/// changed (at once after a quiet spell, else at most once a [`FRAME`]). `set_mouse` is told
-/// whenever the view's wish for the mouse changes (and once at the start if it wants it).
+/// changed (at once after a quiet spell, else at most once a [`FRAME`]). `terminal_effect` is told
+/// whenever the view's wish for the mouse changes (and once at the start if it wants it), and
+/// when the view rings its bell.
 pub fn drive<V: View, B: Backend>(
     view: &mut V,
     terminal: &mut Terminal<B>,
     events: Events<V::Message>,
-    mut set_mouse: impl FnMut(bool),
+    mut terminal_effect: impl FnMut(TerminalEffect),
 ) -> V::Exit {
     let Events { tx, rx } = events;
     // The loop holds no sender: when every source is gone, it is not waiting forever.
     drop(tx);
     let mut mouse = view.mouse();
     if mouse {
-        set_mouse(true);
+        terminal_effect(TerminalEffect::Mouse(true));
     }
     let mut dirty = true;
     let mut last_draw: Option<Instant> = None;
@@ -195,9 +214,12 @@ pub fn drive<V: View, B: Backend>(
             Flow::Changed => dirty = true,
             Flow::Exit(e) => return e,
         }
+        if view.take_bell() {
+            terminal_effect(TerminalEffect::Bell);
+        }
         if view.mouse() != mouse {
             mouse = view.mouse();
-            set_mouse(mouse);
+            terminal_effect(TerminalEffect::Mouse(mouse));
         }
     }
 }
@@ -337,6 +359,7 @@ mod tests {
         folded: usize,
         gone: bool,
         mouse: bool,
+        bell: bool,
         renders: std::cell::Cell<usize>,
     }
 
@@ -360,6 +383,10 @@ mod tests {
                     Flow::Changed
                 }
                 ViewerEvent::Key(k) if k.code == KeyCode::Char('q') => Flow::Exit("left"),
+                ViewerEvent::Key(k) if k.code == KeyCode::Char('b') => {
+                    self.bell = true;
+                    Flow::Unchanged
+                }
                 ViewerEvent::Detach => Flow::Exit("detached"),
                 _ => Flow::Unchanged,
             }
@@ -377,6 +404,10 @@ mod tests {
 
         fn mouse(&self) -> bool {
             self.mouse
+        }
+
+        fn take_bell(&mut self) -> bool {
+            std::mem::take(&mut self.bell)
         }
     }
 
@@ -434,7 +465,11 @@ mod tests {
         let mut view = Counter::default();
         let mut terminal = Terminal::new(TestBackend::new(30, 1)).expect("terminal");
         let mut mouse = Vec::new();
-        let exit = drive(&mut view, &mut terminal, events, |on| mouse.push(on));
+        let exit = drive(&mut view, &mut terminal, events, |effect| {
+            if let TerminalEffect::Mouse(on) = effect {
+                mouse.push(on)
+            }
+        });
         feeder.join().expect("feeder");
         assert_eq!(exit, "detached");
         assert_eq!(mouse, vec![true], "told once, when the wish changed");
@@ -459,5 +494,29 @@ mod tests {
         let exit = drive(&mut view, &mut terminal, events, |_| {});
         assert_eq!(exit, "terminal gone");
         assert_eq!((view.last, view.gone), (42, true));
+    }
+
+    /// A view's bell reaches the terminal once per ring, beside its mouse wishes.
+    #[test]
+    fn the_bell_is_asked_of_the_terminal_once_per_ring() {
+        let events = Events::<u32>::new();
+        let tx = events.sender();
+        for c in ['b', 'm', 'b', 'q'] {
+            tx.send(key(c)).expect("queued");
+        }
+        drop(tx);
+        let mut view = Counter::default();
+        let mut terminal = Terminal::new(TestBackend::new(30, 1)).expect("terminal");
+        let mut effects = Vec::new();
+        let exit = drive(&mut view, &mut terminal, events, |e| effects.push(e));
+        assert_eq!(exit, "left");
+        assert_eq!(
+            effects,
+            [
+                TerminalEffect::Bell,
+                TerminalEffect::Mouse(true),
+                TerminalEffect::Bell
+            ]
+        );
     }
 }

@@ -232,6 +232,10 @@ impl View for Workbench {
     type Message = ServerMessage;
     type Exit = ViewerExit;
 
+    fn take_bell(&mut self) -> bool {
+        std::mem::take(&mut self.app.bell)
+    }
+
     fn on_event(&mut self, event: ViewerEvent<ServerMessage>, screen: Rect) -> Flow<ViewerExit> {
         let flow = match event {
             ViewerEvent::Source(m) => {

@@ -633,6 +633,31 @@ mod tests {
         assert!(draw(&app, 120, 40).contains("── now"));
     }
 
+    /// Issue #39 part 6: a run watched while it trains rings the bell once when it ends; a view
+    /// of a run that has ended already does not.
+    #[test]
+    fn the_bell_rings_once_when_a_watched_run_ends() {
+        use conelab_core::events::FinishReason;
+        let mut app = app();
+        assert!(!app.bell, "training: no bell");
+        app.on_event(Event::Finished {
+            step: 80,
+            reason: FinishReason::Completed,
+        });
+        assert!(std::mem::take(&mut app.bell), "the end rings");
+        app.on_event(Event::Finished {
+            step: 80,
+            reason: FinishReason::Completed,
+        });
+        assert!(!app.bell, "once");
+        let mut ended = App::new(Objectives::default(), app.view);
+        ended.on_event(Event::Finished {
+            step: 80,
+            reason: FinishReason::Completed,
+        });
+        assert!(!ended.bell, "a run seen only after it ended");
+    }
+
     /// Issue #38 part 5: under spectrum control the Spectrum pane draws the prior's shape and
     /// says σ₁ against t₁, the prior gap, σ against W and U's orthogonality.
     #[test]
