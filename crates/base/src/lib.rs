@@ -20,6 +20,7 @@ pub mod fault;
 pub mod integrity;
 pub mod jsonfloat;
 pub mod lockfile;
+pub mod platform;
 pub mod pump;
 pub mod revision;
 

@@ -29,14 +29,7 @@ pub struct LockFile {
 
 /// This host's name ("unknown" if the OS will not say).
 pub fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer we own.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    crate::platform::host_name()
 }
 
 /// `pid N on HOST`: how a lock names its holder.

@@ -8,7 +8,6 @@
 //! its place), and the hub never waits for any of them.
 
 use std::io::{BufReader, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -159,8 +158,7 @@ pub fn socket_path(run_dir: &Path) -> std::io::Result<PathBuf> {
     if direct.as_os_str().len() <= MAX_SOCKET_PATH {
         return Ok(direct);
     }
-    // SAFETY: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
+    let uid = conelab_base::platform::own_uid();
     let base = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
         Some(d) if d.is_dir() => d.join("conelab"),
         _ => std::env::temp_dir().join(format!("conelab-{uid}")),
@@ -215,38 +213,15 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     // The socket is created with the process's umask: no window in which another user could
     // connect. umask is process-wide; the run binds before it starts any thread that creates
     // files.
-    // SAFETY: umask only swaps the process's file-creation mask.
-    let old = unsafe { libc::umask(0o177) };
-    let listener = UnixListener::bind(path);
-    // SAFETY: as above, restoring the previous mask.
-    unsafe { libc::umask(old) };
-    let listener = listener?;
+    let listener = conelab_base::platform::with_umask(0o177, || UnixListener::bind(path))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
 }
 
-/// The uid of the process at the other end of a Unix socket.
+/// The uid of the process at the other end of a Unix socket (`SO_PEERCRED`, or `getpeereid`
+/// off Linux: `conelab_base::platform`).
 pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: SO_PEERCRED fills a ucred of the size we pass; both live on this stack frame.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(cred.uid)
+    conelab_base::platform::peer_uid(stream)
 }
 
 /// The running server.
@@ -334,17 +309,17 @@ fn accept_loop(
     let next_id = Arc::new(AtomicU64::new(1));
     let open = Arc::new(AtomicUsize::new(0));
     let connections = Connections::default();
-    // SAFETY: geteuid cannot fail.
-    let own_uid = unsafe { libc::geteuid() };
+    let own_uid = conelab_base::platform::own_uid();
     let mut pace = Pace::new(ACCEPTS_PER_SECOND);
     for stream in listener.incoming() {
         pace.take(1.0);
         let Ok(mut stream) = stream else {
             continue;
         };
-        match peer_uid(&stream) {
-            Ok(uid) if uid == own_uid => {}
-            Ok(uid) => {
+        use conelab_base::platform::{Refusal, admit_peer};
+        match admit_peer(peer_uid(&stream), own_uid) {
+            Ok(()) => {}
+            Err(Refusal::OtherUser(uid)) => {
                 log_as(
                     "refused",
                     &format!("refused a client of uid {uid} (the run belongs to uid {own_uid})"),
@@ -355,7 +330,7 @@ fn accept_loop(
                 );
                 continue;
             }
-            Err(e) => {
+            Err(Refusal::Unknown(e)) => {
                 log_as(
                     "refused",
                     &format!("refused a client whose credentials are unknown: {e}"),

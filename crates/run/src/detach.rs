@@ -9,7 +9,6 @@
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -47,10 +46,8 @@ pub fn spawn(args: Vec<OsString>) -> Result<Ready, RunError> {
     // SAFETY: only async-signal-safe calls between fork and exec: setsid and signal.
     unsafe {
         command.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            conelab_base::platform::new_session()?;
+            conelab_base::platform::ignore_hang_up();
             Ok(())
         });
     }
@@ -123,19 +120,7 @@ pub fn announce_ready(ready: &Ready) -> std::io::Result<()> {
     .map_err(std::io::Error::other)?;
     std::io::stdout().flush()?;
     let _ = std::io::stderr().flush();
-    // SAFETY: dup of this process's stdout; the new descriptor is owned by `starter` below.
-    let saved = unsafe { libc::dup(1) };
-    if saved < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `saved` is a fresh descriptor nothing else owns; the File closes it.
-    let mut starter = unsafe { std::fs::File::from_raw_fd(saved) };
-    // SAFETY: dup2 onto the standard descriptors of this process, from a file we own.
-    unsafe {
-        if libc::dup2(log.as_raw_fd(), 1) < 0 || libc::dup2(log.as_raw_fd(), 2) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
+    let mut starter = conelab_base::platform::redirect_stdout_and_stderr(&log)?;
     writeln!(starter, "{READY_PREFIX}{line}")?;
     starter.flush()
 }

@@ -89,10 +89,7 @@ struct Signals {
 
 impl Signals {
     fn install() -> Result<Self, RunError> {
-        // SAFETY: setting SIGHUP's disposition to "ignore" has no preconditions.
-        unsafe {
-            libc::signal(libc::SIGHUP, libc::SIG_IGN);
-        }
+        conelab_base::platform::ignore_hang_up();
         let stop: Arc<OnceLock<CommandSender>> = Arc::default();
         let by_signal = Arc::new(AtomicBool::new(false));
         let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])

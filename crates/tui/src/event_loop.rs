@@ -291,31 +291,16 @@ fn start_input<M: Send + 'static>(tx: SyncSender<ViewerEvent<M>>) -> io::Result<
 /// connection is gone). `poll` with no events asked for still reports a hang-up, and reads
 /// nothing, so it never races crossterm's reader.
 fn start_hang_up_watcher<M: Send + 'static>(tx: SyncSender<ViewerEvent<M>>) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let fd = io::stdin().as_raw_fd();
-    // SAFETY: isatty on our own standard input.
-    if unsafe { libc::isatty(fd) } != 1 {
+    use std::io::IsTerminal;
+    if !io::stdin().is_terminal() {
         return Ok(());
     }
     std::thread::Builder::new()
         .name("conelab-hang-up".into())
         .spawn(move || {
-            loop {
-                let mut p = libc::pollfd {
-                    fd,
-                    events: 0,
-                    revents: 0,
-                };
-                // SAFETY: poll on our own standard input, with a pollfd on this stack frame.
-                let n = unsafe { libc::poll(&mut p, 1, -1) };
-                if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                if n < 0 || p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
-                    let _ = tx.send(ViewerEvent::TerminalGone);
-                    return;
-                }
-            }
+            // Hung up, or failing: either way the terminal is gone.
+            let _ = conelab_base::platform::wait_for_hang_up(io::stdin());
+            let _ = tx.send(ViewerEvent::TerminalGone);
         })?;
     Ok(())
 }
