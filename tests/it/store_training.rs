@@ -543,3 +543,61 @@ fn spectrum_control_stores_its_gap_to_the_prior_and_to_w() {
         "the gap to the prior closes: {csv}"
     );
 }
+
+/// Issue #39 part 1: a run samples its own process from its first moment (the store's thread, not
+/// the training one): its resident memory and the host's are in the store, the RSS against
+/// the size the run's own weights alone take.
+#[test]
+fn a_run_stores_its_process_load() {
+    let f = Fixture::new();
+    let out = f.train("run", &["--steps", "4", "--eval-every", "0"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = f.path("run");
+    let out = conelab(&[
+        "export",
+        s(&run),
+        "--table",
+        "curves",
+        "--format",
+        "csv",
+        "--metric",
+        "system/total/rss_mib",
+        "--metric",
+        "system/total/host_total_mib",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = String::from_utf8_lossy(&out.stdout).to_string();
+    let row: Vec<f64> = csv
+        .lines()
+        .nth(1)
+        .expect("a sample")
+        .split(',')
+        .skip(3)
+        .map(|v| v.parse().expect("number"))
+        .collect();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
+    let total_kb: f64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("MemTotal");
+    assert!(
+        row[0] > 1.0 && row[0] < total_kb / 1024.0,
+        "rss {} MiB",
+        row[0]
+    );
+    assert!(
+        (row[1] - total_kb / 1024.0).abs() < 1.0,
+        "{} vs {}",
+        row[1],
+        total_kb / 1024.0
+    );
+}

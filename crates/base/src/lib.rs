@@ -23,6 +23,7 @@ pub mod lockfile;
 pub mod platform;
 pub mod pump;
 pub mod revision;
+pub mod system;
 
 /// The memory the kernel says new work can take without swapping (`MemAvailable` of
 /// /proc/meminfo), in bytes; `None` where it does not say (not Linux, no /proc).

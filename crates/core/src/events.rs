@@ -215,6 +215,30 @@ impl EmbeddingStats {
     }
 }
 
+/// The run process's CPU and memory and the host's memory at a step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SystemStats {
+    pub step: u64,
+    /// CPU time over the last interval as a percentage of one core (NaN for the first sample).
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub cpu_percent: f64,
+    pub rss_bytes: u64,
+    pub host_used_bytes: u64,
+    pub host_total_bytes: u64,
+}
+
+impl SystemStats {
+    pub fn from_sample(step: u64, s: &conelab_base::system::Sample) -> Self {
+        Self {
+            step,
+            cpu_percent: s.cpu_percent,
+            rss_bytes: s.rss_bytes,
+            host_used_bytes: s.host_used_bytes,
+            host_total_bytes: s.host_total_bytes,
+        }
+    }
+}
+
 /// A held-out split's reference perplexities: frequent, medium, rare, total.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SplitReferencePpl {
@@ -366,6 +390,9 @@ pub enum Event {
     /// Embedding metrics of a snapshot (total and per group), computed off the training thread.
     /// Its 2-D projections came just before, as [`Event::Projection`].
     Embedding(Box<EmbeddingStats>),
+    /// The run process's load and the host's memory, sampled every few seconds off the
+    /// training thread (`conelab_base::system`).
+    System(SystemStats),
     /// The 2-D projections of an analysed snapshot: kept by the metrics store and answered to
     /// viewers on request, never sent to them as an event.
     #[serde(skip)]
@@ -444,6 +471,7 @@ impl Event {
             Event::Eval(e) => e.step,
             Event::Embedding(e) => e.step,
             Event::Reference(r) => r.step,
+            Event::System(s) => s.step,
             Event::Projection(p) => p.step,
             Event::Applied(a) => a.step,
         }

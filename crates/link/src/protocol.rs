@@ -27,8 +27,9 @@ use conelab_store::labels::{LabelEdit, RunLabels};
 /// The protocol's version; a client of another version is refused. 2: the AND data term (a loss
 /// kind and a `squash` in loss changes) that a version-1 run could not take. 3: the
 /// `eval-progress` event (an evaluation under way) that a version-2 viewer cannot read. 4: the
-/// `reference` event (the corpus's KN-3 and unigram PPL per group).
-pub const PROTOCOL_VERSION: u32 = 4;
+/// `reference` event (the corpus's KN-3 and unigram PPL per group). 5: the `system` event (the
+/// run process's CPU and memory, the host's memory).
+pub const PROTOCOL_VERSION: u32 = 5;
 /// The longest line a client may send (commands and requests are small).
 pub const MAX_CLIENT_LINE: usize = 1 << 20;
 /// The longest line a client accepts from a run (a history or a projection of a big vocabulary).

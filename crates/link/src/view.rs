@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use conelab_core::events::{
-    Command, EmbeddingStats, EvalStats, Event, EventSink, FinishReason, StepStats,
+    Command, EmbeddingStats, EvalStats, Event, EventSink, FinishReason, StepStats, SystemStats,
 };
 use conelab_core::objective::Objectives;
 use conelab_metrics::OutputMetrics;
@@ -232,6 +232,9 @@ pub struct RunView {
     pub embedding: Vec<EmbeddingPoint>,
     /// The newest analysed snapshot's numbers in full.
     pub last_embedding: Option<EmbeddingStats>,
+    /// The newest system sample of the run's process.
+    #[serde(default)]
+    pub last_system: Option<SystemStats>,
     /// The normalised spectrum of the first analysis, to compare against.
     pub first_spectrum: Option<Vec<f64>>,
     pub objectives: Objectives,
@@ -266,6 +269,7 @@ impl RunView {
             last_eval: None,
             embedding: Vec::new(),
             last_embedding: None,
+            last_system: None,
             first_spectrum: None,
             objectives,
             lr: None,
@@ -382,6 +386,7 @@ impl RunView {
                 push_capped(&mut self.projection_steps, e.step, usize::MAX);
                 self.last_embedding = Some((**e).clone());
             }
+            Event::System(s) => self.last_system = Some(*s),
             Event::Projection(_) | Event::Snapshot { .. } | Event::CheckpointStaged { .. } => {}
             Event::Applied(a) if a.coalesced => {}
             Event::Applied(a) => {

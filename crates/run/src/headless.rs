@@ -183,7 +183,10 @@ impl EventSink for Reporter {
                 }
                 self.line(eval_line(e));
             }
-            Event::Snapshot { .. } | Event::Projection(_) | Event::CheckpointStaged { .. } => {}
+            Event::Snapshot { .. }
+            | Event::Projection(_)
+            | Event::CheckpointStaged { .. }
+            | Event::System(_) => {}
             // The bar says it; plain lines wait for the result (a line every 200 ms would bury
             // the steps).
             Event::EvalProgress {

@@ -208,6 +208,12 @@ fn emit(event: &Event, every: u64) {
         Event::Failed { step, message } => {
             error!(target: "conelab::run", step, error = %message, "failed")
         }
+        // Every 5 s: in the store, and in train.log only at debug level.
+        Event::System(s) => {
+            debug!(target: "conelab::system", step = s.step, cpu_percent = s.cpu_percent,
+                rss_bytes = s.rss_bytes, host_used_bytes = s.host_used_bytes,
+                host_total_bytes = s.host_total_bytes, "system")
+        }
         Event::Projection(_)
         | Event::Snapshot { .. }
         | Event::CheckpointStaged { .. }

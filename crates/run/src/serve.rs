@@ -273,9 +273,14 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         .spawn(hub_rx, fault.clone())
         .map_err(internal("starting the hub"))?;
     let forward = hub_tx.clone();
-    let recorder = store::recorder::spawn(events, writer, dir.clone(), fault.clone(), move |e| {
-        forward.send(HubInput::Event(e)).is_ok()
-    })
+    let recorder = store::recorder::spawn_sampling(
+        events,
+        writer,
+        dir.clone(),
+        fault.clone(),
+        Some(system_sampler()),
+        move |e| forward.send(HubInput::Event(e)).is_ok(),
+    )
     .map_err(internal("starting the metrics store's thread"))?;
     let answers = Arc::new(LiveAnswers::new(latest, store::store_dir(&dir), vocab));
     let server = Server::start(listener, socket.clone(), hub_tx, answers, hello_base)
@@ -429,6 +434,24 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
     }
     drop(lock);
     Ok(exit)
+}
+
+/// The run's system sample every [`conelab_base::system::SAMPLE_EVERY`], on the store's thread.
+fn system_sampler() -> store::recorder::Sampler {
+    use conelab_base::system::{SAMPLE_EVERY, Sampler};
+    let mut sampler = Sampler::new();
+    let mut due = std::time::Instant::now();
+    Box::new(move |step| {
+        let now = std::time::Instant::now();
+        if now < due {
+            return None;
+        }
+        due = now + SAMPLE_EVERY;
+        let sample = sampler.sample()?;
+        Some(conelab_core::events::Event::System(
+            conelab_core::events::SystemStats::from_sample(step, &sample),
+        ))
+    })
 }
 
 /// Runs the run in this process: headless (a progress bar on a terminal, lines otherwise), or as

@@ -129,6 +129,8 @@ pub mod split {
     pub const EMBEDDING: &str = "embedding";
     /// Normalised singular values of W, metric `sv0000`, `sv0001`, … (group `total`).
     pub const SPECTRUM: &str = "spectrum";
+    /// The run process's CPU and memory, the host's memory (`conelab_base::system`).
+    pub const SYSTEM: &str = "system";
     /// Facts about the run recorded when it starts: `total_steps`, `windows_per_epoch`,
     /// `parameters`.
     pub const RUN: &str = "run";

@@ -34,7 +34,12 @@ struct Staged {
     keep: usize,
 }
 
+/// Asked at every turn of the recorder's loop (at least every [`TICK`]) with the newest step: an
+/// event to record and pass on when one is due (the run's system sample).
+pub type Sampler = Box<dyn FnMut(u64) -> Option<Event> + Send>;
+
 struct Recorder<F: FnMut(Event) -> bool> {
+    sampler: Option<Sampler>,
     writer: StoreWriter,
     run_dir: PathBuf,
     forward: F,
@@ -60,10 +65,27 @@ pub fn spawn<F>(
 where
     F: FnMut(Event) -> bool + Send + 'static,
 {
+    spawn_sampling(events, writer, run_dir, fault, None, forward)
+}
+
+/// [`spawn`], with `sampler` asked for an event at every turn of the loop: what the run samples
+/// of itself is recorded and passed on off the training thread, like the engine's events.
+pub fn spawn_sampling<F>(
+    events: Receiver<Event>,
+    writer: StoreWriter,
+    run_dir: PathBuf,
+    fault: Fault,
+    sampler: Option<Sampler>,
+    forward: F,
+) -> std::io::Result<JoinHandle<()>>
+where
+    F: FnMut(Event) -> bool + Send + 'static,
+{
     std::thread::Builder::new()
         .name("conelab-store".into())
         .spawn(move || {
             Recorder {
+                sampler,
                 writer,
                 run_dir,
                 forward,
@@ -105,6 +127,14 @@ impl<F: FnMut(Event) -> bool> Recorder<F> {
                         &events,
                     );
                     return;
+                }
+            }
+            let step = self.step;
+            if let Some(sampled) = self.sampler.as_mut().and_then(|s| s(step)) {
+                if self.broken {
+                    self.pass_through(sampled);
+                } else {
+                    self.guarded(|r| r.on_event(sampled));
                 }
             }
             self.guarded(|r| {

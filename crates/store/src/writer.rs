@@ -8,7 +8,7 @@ use super::segment::{self, Compaction, Keep, Kind};
 use super::{RUN_RECORD, RunRecord, STORE_DIR, StoreError, io_error, split, unix_now};
 use conelab_base::error::Invalid;
 use conelab_base::lockfile::{LockError, LockFile};
-use conelab_core::events::{Command, EmbeddingStats, EvalStats, Event, StepStats};
+use conelab_core::events::{Command, EmbeddingStats, EvalStats, Event, StepStats, SystemStats};
 use conelab_core::objective::ObjectiveChange;
 use conelab_metrics::embedding::SetStats;
 
@@ -359,6 +359,7 @@ impl StoreWriter {
             Event::Step(s) => self.record_step(s),
             Event::Eval(e) => self.record_eval(e),
             Event::Embedding(e) => self.record_embedding(e),
+            Event::System(s) => self.record_system(s),
             Event::Reference(r) => {
                 for s in &r.splits {
                     for (i, group) in ["frequent", "medium", "rare", "total"].iter().enumerate() {
@@ -504,6 +505,22 @@ impl StoreWriter {
         }
     }
 
+    fn record_system(&mut self, s: &SystemStats) {
+        const MIB: f64 = 1024.0 * 1024.0;
+        let (step, epoch, t) = (s.step, self.epoch, unix_now());
+        for (metric, value) in [
+            (SYS_CPU_PERCENT, s.cpu_percent),
+            (SYS_RSS_MIB, s.rss_bytes as f64 / MIB),
+            (SYS_HOST_USED_MIB, s.host_used_bytes as f64 / MIB),
+            (SYS_HOST_TOTAL_MIB, s.host_total_bytes as f64 / MIB),
+        ] {
+            if value.is_finite() {
+                self.metrics
+                    .push(step, epoch, t, split::SYSTEM, "total", metric, value);
+            }
+        }
+    }
+
     fn record_embedding(&mut self, e: &EmbeddingStats) {
         let (step, epoch, t) = (e.step, self.epoch, unix_now());
         let sets = std::iter::once(&e.total).chain(e.groups.iter());
@@ -549,6 +566,13 @@ impl StoreWriter {
         }
     }
 }
+
+/// The run's system sample (`system/total/…`): the process's CPU share of one core, its resident
+/// memory and the host's memory in use and in all, MiB.
+pub const SYS_CPU_PERCENT: &str = "cpu_percent";
+pub const SYS_RSS_MIB: &str = "rss_mib";
+pub const SYS_HOST_USED_MIB: &str = "host_used_mib";
+pub const SYS_HOST_TOTAL_MIB: &str = "host_total_mib";
 
 /// Spectrum control's numbers at a snapshot (`embedding/total/…`, only while it is on):
 /// ‖σ − t‖/‖t‖, max_k |σ_(k) − s_k(W)|/s_1(W), ‖UᵀU − I‖_F, ‖VᵀV − I‖_F, σ_1 and t_1.

@@ -633,6 +633,27 @@ mod tests {
         assert!(draw(&app, 120, 40).contains("── now"));
     }
 
+    /// Issue #39 part 1: the process's load in a Progress sub-line once it has been sampled.
+    #[test]
+    fn the_progress_pane_shows_the_process_load() {
+        use conelab_core::events::SystemStats;
+        let mut app = app();
+        assert!(!draw(&app, 120, 40).contains("rss"));
+        const GIB: u64 = 1 << 30;
+        app.on_event(Event::System(SystemStats {
+            step: 80,
+            cpu_percent: 197.6,
+            rss_bytes: 3 * GIB / 2,
+            host_used_bytes: 10 * GIB,
+            host_total_bytes: 24 * GIB,
+        }));
+        let text = draw(&app, 120, 40);
+        assert!(
+            text.contains("cpu 198% · rss 1.5G · host 10.0G/24.0G"),
+            "{text}"
+        );
+    }
+
     /// Issue #39 part 6: a run watched while it trains rings the bell once when it ends; a view
     /// of a run that has ended already does not.
     #[test]

@@ -189,8 +189,33 @@ pub(super) fn self_norm(frame: &mut Frame, app: &App, area: Rect, pal: &Palette)
     );
 }
 
+/// The run process's load in one line: `cpu 98% · rss 1.2G · host 10.1G/24.0G`.
+pub(super) fn system_line(s: &conelab_core::events::SystemStats) -> String {
+    const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+    let cpu = if s.cpu_percent.is_finite() {
+        format!("{:.0}%", s.cpu_percent)
+    } else {
+        "–".into()
+    };
+    format!(
+        "cpu {cpu} · rss {:.1}G · host {:.1}G/{:.1}G",
+        s.rss_bytes as f64 / GIB,
+        s.host_used_bytes as f64 / GIB,
+        s.host_total_bytes as f64 / GIB
+    )
+}
+
 pub(super) fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
-    let [text, chart] = Layout::vertical([Constraint::Length(2), Constraint::Min(0)]).areas(area);
+    // A third line for the process's load once it has been sampled, where there is room.
+    let system = app
+        .run
+        .last_system
+        .as_ref()
+        .filter(|_| area.height >= 6)
+        .map(system_line);
+    let lines = if system.is_some() { 3 } else { 2 };
+    let [text, chart] =
+        Layout::vertical([Constraint::Length(lines), Constraint::Min(0)]).areas(area);
     let s = app.run.last_step;
     let valid = app
         .run
@@ -230,10 +255,11 @@ pub(super) fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) 
         ),
         None => String::new(),
     };
-    frame.render_widget(
-        Paragraph::new(vec![Line::raw(line1), Line::raw(line2)]),
-        text,
-    );
+    let mut text_lines = vec![Line::raw(line1), Line::raw(line2)];
+    if let Some(line) = system {
+        text_lines.push(Line::styled(line, pal.fg(Color::DarkGray)));
+    }
+    frame.render_widget(Paragraph::new(text_lines), text);
     if chart.height < 3 || app.run.loss.is_empty() {
         return;
     }
