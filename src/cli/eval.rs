@@ -74,7 +74,7 @@ pub struct EvalArgs {
     /// Two runs on the same split: PPL_B − PPL_A per group with its 95 % interval from a paired
     /// bootstrap (each replicate scores both runs on the same drawn sentences; --bootstrap N
     /// replicates, default 1,000).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["markdown", "shift_from"])]
     pub paired: bool,
 }
 
@@ -107,7 +107,8 @@ pub fn exec(args: EvalArgs) -> Result<()> {
         k: args.k,
         shift_from: args.shift_from.map(|ShiftSource::Valid| Split::Valid),
         keep_scores: args.paired,
-        bootstrap: args.bootstrap,
+        // Paired: the replicates are the pair's; each run's own intervals are not shown.
+        bootstrap: args.bootstrap.filter(|_| !args.paired),
     };
     if args.paired && args.runs.len() != 2 {
         return Err(conelab::base::error::Invalid::new(format!(

@@ -326,3 +326,32 @@ fn best_holds_the_lowest_validation_ppl_and_eval_step_best_reads_it() {
     let out = conelab(&["eval", s(&run), "--step", "best"]);
     assert_one_line_error(&out, &["no best/ checkpoint", "--step last"]);
 }
+
+/// A run may be named `best`: its folder holds its own run.toml, so it is a run, not a best/
+/// checkpoint (review of #38 part 3).
+#[test]
+fn a_run_named_best_is_a_run() {
+    use crate::common::{conelab, s};
+    let f = crate::common::Fixture::new();
+    let out = f.train("best", &["--steps", "2", "--eval-every", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = f.path("best");
+    let dir = checkpoint::RunDir::open(&run).expect("a run");
+    assert_eq!(dir.path(), run.as_path());
+    assert_eq!(
+        checkpoint::RunDir::open(&run.join("best"))
+            .expect("its best/")
+            .path(),
+        run.as_path()
+    );
+    let out = conelab(&["eval", s(&run), "--step", "best", "--json", "-k", "0"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

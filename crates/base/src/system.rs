@@ -129,6 +129,7 @@ mod tests {
         assert_eq!(host_memory("MemTotal: 5 kB\n"), None);
     }
 
+    #[cfg(target_os = "linux")]
     /// The process's CPU time as the sampler reads it against getrusage(2) taken around it (a
     /// second source, to the kernel's 10 ms tick); RSS against /proc/self/status's VmRSS; the
     /// share over an interval is the CPU time used over the wall time, whatever the load.

@@ -188,7 +188,7 @@ pub const COMPUTE_AT_START_TOKENS: usize = 20_000_000;
 /// The corpus's reference models if the cache in `cache_dir` holds them (a file that cannot
 /// be read or parsed, or of another key, holds nothing).
 pub fn cached(corpus: &Corpus, cache_dir: &Path) -> Option<(Reference, PathBuf)> {
-    cached_keyed(&cache_key(corpus), cache_dir)
+    cached_for(corpus, &cache_key(corpus), cache_dir)
 }
 
 fn cached_keyed(key: &str, cache_dir: &Path) -> Option<(Reference, PathBuf)> {
@@ -196,6 +196,15 @@ fn cached_keyed(key: &str, cache_dir: &Path) -> Option<(Reference, PathBuf)> {
     let bytes = std::fs::read(&file).ok()?;
     let r = serde_json::from_slice::<Reference>(&bytes).ok()?;
     (r.format == FORMAT && r.key == key).then_some((r, file))
+}
+
+/// A cached result for `corpus`, under its own name: the cache is keyed by content, and the same
+/// text under another folder is the same corpus.
+fn cached_for(corpus: &Corpus, key: &str, cache_dir: &Path) -> Option<(Reference, PathBuf)> {
+    cached_keyed(key, cache_dir).map(|(mut r, file)| {
+        r.corpus = corpus.name().to_string();
+        (r, file)
+    })
 }
 
 /// Whether the results came from the cache.
@@ -213,7 +222,7 @@ pub enum Cached {
 /// computed and cached.
 pub fn reference(corpus: &Corpus, cache_dir: &Path) -> Result<(Reference, Cached), BaselineError> {
     let key = cache_key(corpus);
-    if let Some((r, file)) = cached_keyed(&key, cache_dir) {
+    if let Some((r, file)) = cached_for(corpus, &key, cache_dir) {
         return Ok((r, Cached::Hit(file)));
     }
     let r = compute_keyed(corpus, key)?;
@@ -269,6 +278,27 @@ mod tests {
             reference(&corpus, tmp.path()).expect("again").1,
             Cached::Hit(_)
         ));
+        // The same text in another folder: the cached numbers, under the name asked for.
+        let [train, valid, test] = Corpus::read_texts(
+            &CorpusSource::Synthetic(SynthConfig {
+                tokens: 30_000,
+                seed: 1,
+                ..SynthConfig::default()
+            }),
+            &LoadOptions::default(),
+        )
+        .expect("texts");
+        let elsewhere = Corpus::from_texts(
+            "elsewhere".into(),
+            train,
+            valid,
+            test,
+            &LoadOptions::default(),
+        )
+        .expect("corpus");
+        let (hit, how) = reference(&elsewhere, tmp.path()).expect("hit");
+        assert!(matches!(how, Cached::Hit(_)), "{how:?}");
+        assert_eq!(hit.corpus, "elsewhere");
         // Another corpus has another key; a damaged file is computed again.
         let other = load(2);
         assert_ne!(cache_key(&other), cache_key(&corpus));

@@ -462,9 +462,13 @@ impl std::str::FromStr for CheckpointChoice {
     }
 }
 
-/// A `step-N` or `best` folder (a checkpoint, not a run directory).
+/// A `step-N` folder, or the `best` folder of a run (a run may itself be named `best`: a folder
+/// holding its own `run.toml` is a run, not a checkpoint).
 fn is_checkpoint_dir(p: &Path) -> bool {
-    step_of(p).is_some() || p.file_name().and_then(|n| n.to_str()) == Some(BEST_DIR)
+    step_of(p).is_some()
+        || (p.file_name().and_then(|n| n.to_str()) == Some(BEST_DIR)
+            && !p.join(RUN_TOML).is_file()
+            && p.parent().is_some_and(|run| run.join(RUN_TOML).is_file()))
 }
 
 /// The step a checkpoint folder holds: the one its name says, or for `best/` the one its

@@ -50,6 +50,7 @@ pub struct Merges {
     order: Vec<(Sym, Sym)>,
     /// Pair → its rank (position in `order`) and the symbol it makes.
     rank: FxHashMap<(Sym, Sym), (usize, Sym)>,
+    /// The characters' symbols by text (merged symbols are reached through `rank`).
     index: FxHashMap<String, Sym>,
 }
 
@@ -196,7 +197,8 @@ impl Merges {
         let id = self.symbols.len() as Sym;
         self.rank.insert(pair, (self.order.len(), id));
         self.order.push(pair);
-        self.index.insert(text.clone(), id);
+        // Not into `index`, which holds the characters `initial` looks up: a merged text can
+        // equal a marked character's (a word with a literal `x</w>` in it).
         self.symbols.push(text);
         id
     }

@@ -145,11 +145,11 @@ pub(crate) fn checkpoint_for(run: &Path, req: &ExportRequest) -> Result<PathBuf,
     let choice = match req.step.unwrap_or(StepChoice::Last) {
         StepChoice::Last => CheckpointChoice::Last,
         StepChoice::At(n) => CheckpointChoice::At(n),
-        // best/ is the best on validation; on another split, or in a run written before best/
-        // was kept, the step-N of that split's best evaluation (if it was kept).
+        // best/ is the best on validation, whatever split the table reads; a run written before
+        // best/ was kept: the step-N of its best validation (if it was kept).
         StepChoice::Best => match dir.best_checkpoint() {
-            Ok(best) if held_out(req)? == split::VALID => return Ok(best),
-            _ => {
+            Ok(best) => return Ok(best),
+            Err(_) => {
                 let store = conelab_store::load(run)?;
                 CheckpointChoice::At(resolve_step(&store, held_out(req)?, StepChoice::Best)?)
             }

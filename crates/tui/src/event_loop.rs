@@ -209,13 +209,15 @@ pub fn drive<V: View, B: Backend>(
             Ok(s) => Rect::new(0, 0, s.width, s.height),
             Err(_) => return view.terminal_gone(),
         };
-        match view.on_event(event, screen) {
+        let flow = view.on_event(event, screen);
+        // Before an exit too: a view that leaves when its run ends still rings for it.
+        if view.take_bell() {
+            terminal_effect(TerminalEffect::Bell);
+        }
+        match flow {
             Flow::Unchanged => {}
             Flow::Changed => dirty = true,
             Flow::Exit(e) => return e,
-        }
-        if view.take_bell() {
-            terminal_effect(TerminalEffect::Bell);
         }
         if view.mouse() != mouse {
             mouse = view.mouse();
@@ -292,7 +294,9 @@ fn start_input<M: Send + 'static>(tx: SyncSender<ViewerEvent<M>>) -> io::Result<
 /// nothing, so it never races crossterm's reader.
 fn start_hang_up_watcher<M: Send + 'static>(tx: SyncSender<ViewerEvent<M>>) -> io::Result<()> {
     use std::io::IsTerminal;
-    if !io::stdin().is_terminal() {
+    // macOS's poll(2) does not take terminals (it answers POLLNVAL at once): no watcher there;
+    // SIGHUP still says a hang-up.
+    if !io::stdin().is_terminal() || cfg!(target_vendor = "apple") {
         return Ok(());
     }
     std::thread::Builder::new()
@@ -371,6 +375,11 @@ mod tests {
                 ViewerEvent::Key(k) if k.code == KeyCode::Char('b') => {
                     self.bell = true;
                     Flow::Unchanged
+                }
+                // Rings and leaves at once (a workbench that exits when its run ends).
+                ViewerEvent::Key(k) if k.code == KeyCode::Char('x') => {
+                    self.bell = true;
+                    Flow::Exit("rang and left")
                 }
                 ViewerEvent::Detach => Flow::Exit("detached"),
                 _ => Flow::Unchanged,
@@ -486,7 +495,7 @@ mod tests {
     fn the_bell_is_asked_of_the_terminal_once_per_ring() {
         let events = Events::<u32>::new();
         let tx = events.sender();
-        for c in ['b', 'm', 'b', 'q'] {
+        for c in ['b', 'm', 'b', 'x'] {
             tx.send(key(c)).expect("queued");
         }
         drop(tx);
@@ -494,14 +503,16 @@ mod tests {
         let mut terminal = Terminal::new(TestBackend::new(30, 1)).expect("terminal");
         let mut effects = Vec::new();
         let exit = drive(&mut view, &mut terminal, events, |e| effects.push(e));
-        assert_eq!(exit, "left");
+        assert_eq!(exit, "rang and left");
         assert_eq!(
             effects,
             [
                 TerminalEffect::Bell,
                 TerminalEffect::Mouse(true),
+                TerminalEffect::Bell,
                 TerminalEffect::Bell
-            ]
+            ],
+            "the last ring comes with the exit"
         );
     }
 }

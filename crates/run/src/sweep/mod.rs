@@ -5,15 +5,14 @@
 //! corpus = "synthetic" # plus `corpus` for the positional argument
 //! model = "tiny"
 //! [grid]               # each value a list of alternatives: the cartesian product of all keys
-//! seed = [1, 2]
 //! reg = ["cos=off", "cos=1"]
-//! [[zip]]              # seeds that vary the data order too (methods.md §4)
-//! seed = [1, 2, 3]
-//! data-seed = [1, 2, 3]
 //! freeze = [[], ["rare"]]   # a repeatable option: one value, or a list of values, per alternative
 //! [[zip]]              # lists of equal length that vary together
 //! lr = [1e-3, 5e-4]
 //! warmup = [100, 200]
+//! [[zip]]              # seeds that vary the data order too (methods.md §4)
+//! seed = [1, 2, 3]
+//! data-seed = [1, 2, 3]
 //! ```
 //!
 //! [`Sweep::parse`] checks everything before anything runs — a key given twice, an unknown
@@ -27,12 +26,13 @@
 pub mod local;
 pub mod record;
 
+pub mod slurm;
+pub mod start;
+
 /// A sweep key that only varies the randomness of a run: `seed`, `data-seed` (`data_seed`).
 fn is_seed_key(key: &str) -> bool {
     matches!(key, "seed" | "data-seed" | "data_seed")
 }
-pub mod slurm;
-pub mod start;
 
 use std::path::{Path, PathBuf};
 

@@ -686,10 +686,11 @@ impl Engine {
         let stats = self.evaluate(conelab_data::Split::Valid)?;
         let ppl = stats.ppl;
         self.emit(Event::Eval(stats));
-        let improves = self.trainer.improves_valid(ppl);
         let plateau = self.trainer.observe_valid(ppl);
-        // After `observe_valid`: best/state.json records this PPL as the best.
-        if improves && let Err(e) = self.save_best(ppl) {
+        // After `observe_valid`: best/state.json records this PPL as the best. Every evaluation
+        // is offered: the sink keeps it only if it beats what best/ itself holds (a run resumed
+        // from before best/ existed, a write that failed before).
+        if let Err(e) = self.save_best(ppl) {
             let step = self.step();
             self.emit(Event::Warning {
                 step,

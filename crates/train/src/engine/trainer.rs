@@ -34,11 +34,12 @@ use crate::objective::self_norm::{
     UnigramSampler, nce_loss, sample_positions, sampled_log_z_penalty,
 };
 use crate::objective::spectrum::{
-    orthogonality_frobenius, prior_penalty, prior_targets, proximal_sigma_step, spectrum_penalty,
+    orthogonality_frobenius, orthogonality_penalty, prior_penalty, prior_targets,
+    proximal_sigma_step, spectrum_penalty,
 };
 use crate::objective::{
-    GateParts, LossKind, ObjectiveChange, Objectives, SigmaUpdate, SpectrumC1, SpectrumConfig,
-    Term, cosreg, laplacian, unlikelihood,
+    GateParts, LossKind, ObjectiveChange, Objectives, SigmaUpdate, SpectrumC1, Term, cosreg,
+    laplacian, unlikelihood,
 };
 use conelab_base::error::Invalid;
 use conelab_data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
@@ -1195,11 +1196,7 @@ impl Trainer {
             if config.sigma == SigmaUpdate::Proximal {
                 // The prior acts in the σ step (`update`), out of the loss's gradient and so out
                 // of the clipping norm; its value is still reported with the penalties.
-                let orthogonality = SpectrumConfig {
-                    lambda_prior: 0.0,
-                    ..*config
-                };
-                objective = add(objective, spectrum_penalty(s, &orthogonality, &targets));
+                objective = add(objective, orthogonality_penalty(s, config));
                 let prior =
                     prior_penalty(s.sigma.val().detach(), &targets).mul_scalar(config.lambda_prior);
                 penalties.push(prior);

@@ -126,8 +126,15 @@ pub fn spectrum_penalty(
     config: &SpectrumConfig,
     targets: &[f32],
 ) -> Tensor<1> {
+    prior_penalty(spectral.sigma.val(), targets).mul_scalar(config.lambda_prior)
+        + orthogonality_penalty(spectral, config)
+}
+
+/// The weighted orthogonality penalties of U and V alone (the proximal σ step applies the prior
+/// itself).
+pub fn orthogonality_penalty(spectral: &SpectralEmbedding, config: &SpectrumConfig) -> Tensor<1> {
     const POWER_ITERATIONS: usize = 20;
-    let mut total = prior_penalty(spectral.sigma.val(), targets).mul_scalar(config.lambda_prior);
+    let mut total = Tensor::zeros([1], &spectral.sigma.val().device());
     if config.lambda_orth <= 0.0 && config.lambda_spec <= 0.0 {
         return total;
     }
