@@ -27,8 +27,9 @@ finish
 # c1 = σ_1 of the trained MLE model (seed 1's, its last snapshot): the scale a prior fitted to a
 # trained model would have.
 first=${seeds%% *}
+# The curves CSV is run_id,run,step,VALUE: the value is the last field.
 c1=$("$bin" export "$out/mle-s$first" --table curves --metric embedding/sv_max --format csv \
-    | tail -1 | cut -d, -f3)
+    | tail -1 | awk -F, '{ print $NF }')
 echo "== spectrum control: c1 = $c1 (σ_1 of MLE seed $first at step $steps)"
 for seed in $seeds; do
     in_turn train_row "$out" "$corpus" "$steps" "CosReg" "$seed" --reg cos=1

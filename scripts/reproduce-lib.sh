@@ -83,7 +83,8 @@ table() {
 }
 
 # self_norm OUT FILE_STEM RUN_DIR…: μ_z and σ_z of log Z on the test split at each run's last
-# evaluation (`conelab export --table curves`), mean ± sample std over the runs of one name, as
+# evaluation (`conelab export --table curves`; its CSV rows end in the two values), mean ± sample
+# std over the runs of one name, as
 # Markdown (printed and written to OUT/FILE_STEM-self-norm.md); the per-run CSV beside it.
 self_norm() {
     local out=$1 stem=$2
@@ -98,7 +99,8 @@ self_norm() {
     done
     awk -F, '
         { n[$1]++; if (!($1 in order)) { order[$1] = ++k; names[k] = $1 }
-          m[$1] += $4; mm[$1] += $4 * $4; s[$1] += $5; ss[$1] += $5 * $5 }
+          mu = $(NF - 1); sg = $NF
+          m[$1] += mu; mm[$1] += mu * mu; s[$1] += sg; ss[$1] += sg * sg }
         function sd(sum, sq, c) { return c > 1 ? sqrt((sq - sum * sum / c) / (c - 1)) : 0 }
         END {
             print "| Run | Seeds | μ_z (test) | σ_z (test) |"
