@@ -449,15 +449,17 @@ pub enum CheckpointChoice {
 }
 
 impl std::str::FromStr for CheckpointChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = conelab_base::error::Invalid;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "last" => Ok(Self::Last),
             "best" => Ok(Self::Best),
             n => n
                 .parse()
                 .map(Self::At)
-                .map_err(|_| format!("'{s}' is not a step: use last, best or a number")),
+                .map_err(conelab_base::error::Invalid::because(format!(
+                    "'{s}' is not a step: use last, best or a number"
+                ))),
         }
     }
 }

@@ -78,19 +78,16 @@ pub enum StepChoice {
     At(u64),
 }
 
+/// The same spelling as a checkpoint's (`conelab_core::run_dir::CheckpointChoice`), parsed once.
 impl std::str::FromStr for StepChoice {
     type Err = Invalid;
     fn from_str(s: &str) -> Result<Self, Invalid> {
-        match s {
-            "last" => Ok(StepChoice::Last),
-            "best" => Ok(StepChoice::Best),
-            n => n
-                .parse()
-                .map(StepChoice::At)
-                .map_err(Invalid::because(format!(
-                    "'{s}' is not a step: use last, best or a number"
-                ))),
-        }
+        use conelab_core::run_dir::CheckpointChoice;
+        Ok(match s.parse::<CheckpointChoice>()? {
+            CheckpointChoice::Last => StepChoice::Last,
+            CheckpointChoice::Best => StepChoice::Best,
+            CheckpointChoice::At(n) => StepChoice::At(n),
+        })
     }
 }
 
