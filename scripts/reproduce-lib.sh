@@ -72,7 +72,9 @@ train_row() {
 
 # table OUT FILE_STEM RUN_DIR…: the groups table on the test split at each run's best validation
 # step, seeds aggregated, as Markdown (printed and written to OUT/FILE_STEM.md) and CSV
-# (OUT/FILE_STEM.csv, the source of the numbers).
+# (OUT/FILE_STEM.csv, the source of the numbers); then each row's per-seed paired differences from
+# the MLE rows (OUT/FILE_STEM-paired.{md,csv}: a direction holds where the interval excludes 0,
+# methods.md §4).
 table() {
     local out=$1 stem=$2
     shift 2
@@ -80,6 +82,9 @@ table() {
     "$bin" "${export[@]}" --out "$out/$stem.csv"
     "$bin" "${export[@]}" --out "$out/$stem.md"
     cat "$out/$stem.md"
+    "$bin" "${export[@]}" --paired-with MLE --out "$out/$stem-paired.csv"
+    "$bin" "${export[@]}" --paired-with MLE --out "$out/$stem-paired.md"
+    cat "$out/$stem-paired.md"
 }
 
 # self_norm OUT FILE_STEM RUN_DIR…: μ_z and σ_z of log Z on the test split at each run's last

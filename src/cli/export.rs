@@ -76,11 +76,25 @@ pub struct ExportArgs {
     /// run lacks a value; CSV, JSON and Parquet get _mean, _std and _n columns.
     #[arg(long, value_enum)]
     pub aggregate: Option<AggregateArg>,
+    /// With --aggregate seeds: each other setting's differences from RUN's setting (a run's
+    /// name, folder or id), paired by seed and data seed, with the 95 % t-interval of the
+    /// per-seed differences (methods.md §4); bold where the interval excludes 0.
+    #[arg(long, value_name = "RUN", requires = "aggregate")]
+    pub paired_with: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum AggregateArg {
     Seeds,
+}
+
+/// A baseline given as a folder is known in the table by its folder's name (its run id).
+fn baseline_name(run: &str) -> String {
+    let path = std::path::Path::new(run);
+    match path.file_name().and_then(|n| n.to_str()) {
+        Some(name) if path.is_dir() => name.to_string(),
+        _ => run.to_string(),
+    }
 }
 
 fn parse_step_choice(s: &str) -> Result<StepChoice, Invalid> {
@@ -129,6 +143,7 @@ pub fn exec(args: ExportArgs) -> Result<()> {
         words: args.words,
         k: args.k,
         aggregate_seeds: args.aggregate == Some(AggregateArg::Seeds),
+        paired_with: args.paired_with.map(|run| baseline_name(&run)),
     };
     let table = export::build(&request)?;
     for w in &table.warnings {

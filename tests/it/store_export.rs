@@ -199,6 +199,7 @@ fn request(runs: Vec<PathBuf>, table: Table, format: Format) -> ExportRequest {
         words: Vec::new(),
         k: 5,
         aggregate_seeds: false,
+        paired_with: None,
     }
 }
 
@@ -734,6 +735,83 @@ fn seeds_of_one_setting_aggregate_into_mean_std_and_count() {
         "seeds",
     ]);
     assert_one_line_error(&out, &["--aggregate seeds applies to --table groups"]);
+}
+
+/// methods.md §4: a difference between two settings is read from the per-seed paired
+/// differences, each run against the baseline's run of the same seed.
+#[test]
+fn paired_differences_pair_each_run_with_the_baselines_run_of_its_seed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let cos = "CosReg γ=1";
+    // Given out of seed order, so that pairing by position would be wrong.
+    let runs = vec![
+        seed_run(root, "mle-1", 1, 100, "MLE", [120.0, 50.0, 250.0, 1800.0]),
+        seed_run(root, "mle-2", 2, 100, "MLE", [126.0, 52.0, 260.0, 1750.0]),
+        seed_run(root, "mle-3", 3, 100, "MLE", [129.0, 54.0, 255.0, 1700.0]),
+        seed_run(root, "cos-3", 3, 100, cos, [135.0, 55.0, 250.0, 1650.0]),
+        seed_run(root, "cos-1", 1, 100, cos, [130.0, 52.0, 240.0, 1400.0]),
+        seed_run(root, "cos-2", 2, 100, cos, [134.0, 50.0, 230.0, 1900.0]),
+    ];
+    let mut req = request(runs.clone(), Table::Groups, Format::Json);
+    req.aggregate_seeds = true;
+    req.paired_with = Some("mle-2".into());
+    let json: serde_json::Value = serde_json::from_str(&text(&req)).expect("json");
+    let rows = json.as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "the baseline has no row of its own: {json}");
+    let row = &rows[0];
+    let f = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
+    assert_eq!(row["seeds"], 3);
+    assert_eq!(row["run"], "CosReg γ=1 − MLE");
+    // By hand, total: 130 − 120, 134 − 126, 135 − 129 = 10, 8, 6 → 8 ± 2, and the t-interval
+    // of the differences, t(0.975, 2)·2/√3 = 4.968 (not the two settings' own spreads).
+    assert!((f("total_ppl_mean") - 8.0).abs() < 1e-9);
+    assert!((f("total_ppl_std") - 2.0).abs() < 1e-9);
+    assert!((f("total_ppl_ci95") - 4.302_653 * 2.0 / 3f64.sqrt()).abs() < 1e-3);
+    // Rare: −400, +150, −50 → −100, std √(((−300)² + 250² + 50²)/2) = √77,500.
+    assert!((f("rare_ppl_mean") + 100.0).abs() < 1e-9);
+    assert!((f("rare_ppl_std") - 77_500f64.sqrt()).abs() < 1e-9);
+    // Uniq differs only by seed (900 + seed) in both: every difference 0.
+    assert!(f("total_uniq_mean").abs() < 1e-12 && f("total_uniq_std").abs() < 1e-12);
+
+    // Bold where the interval excludes 0: total PPL's [3.03, 12.97] does, Rare's does not.
+    req.format = Format::Markdown;
+    let md = text(&req);
+    assert!(md.contains("**8.00 ± 2.00 [3.03, 12.97]**"), "{md}");
+    assert!(
+        md.contains("-100.00 ± 278.39") && !md.contains("**-100.00"),
+        "{md}"
+    );
+    assert!(!md.contains("Human"), "{md}");
+
+    // Through the binary: by folder; a baseline not given, or a seed without its partner, is bad
+    // input.
+    let mut args: Vec<String> = ["export", "--aggregate", "seeds", "--format", "json"]
+        .map(String::from)
+        .to_vec();
+    args.extend(runs.iter().map(|r| s(r).to_string()));
+    let run = |extra: &[String]| {
+        let mut all = args.clone();
+        all.extend_from_slice(extra);
+        conelab(&all.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let out = run(&["--paired-with".into(), s(&runs[0]).into()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let by_folder: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(by_folder[0]["total_ppl_mean"], 8.0);
+    assert_one_line_error(
+        &run(&["--paired-with".into(), "nobody".into()]),
+        &["--paired-with nobody", "no run"],
+    );
+    let lone = seed_run(root, "cos-4", 4, 100, cos, [131.0, 51.0, 241.0, 1401.0]);
+    assert_one_line_error(
+        &run(&["--paired-with".into(), "mle-1".into(), s(&lone).into()]),
+        &["cos-4", "seed 4", "no run of mle-1"],
+    );
 }
 
 #[test]

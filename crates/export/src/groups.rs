@@ -111,6 +111,8 @@ pub(crate) struct GroupRow {
     setting: String,
     /// Its name, if it has one: runs of one name are seeds of one setting too.
     name: Option<String>,
+    /// (seed, data seed) from its run.toml: what pairs it with a baseline's run.
+    seeds: (Option<i64>, Option<i64>),
 }
 
 /// Yu et al. Table 3: one row per run, Freq / Med / Rare / Total × PPL, Uniq, I(W), mean norm,
@@ -154,6 +156,7 @@ pub(crate) fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
         let objectives = query::objective_at(&s.events, Some(step))?.unwrap_or_default();
         rows.push(GroupRow {
             setting: setting_without_seed(&s.run.config_toml, &objectives, step),
+            seeds: seeds_of(&s.run.config_toml),
             name: s.run.labels.name.clone(),
             label,
             id: s.run.run_id.clone(),
@@ -161,8 +164,10 @@ pub(crate) fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
             values,
         });
     }
-    let mut out = if req.aggregate_seeds {
-        seed_groups_table(rows, &human)?
+    let mut out = if let Some(baseline) = &req.paired_with {
+        paired_groups_table(seed_sets(rows), baseline)?
+    } else if req.aggregate_seeds {
+        seed_groups_table(seed_sets(rows), &human)?
     } else {
         run_groups_table(rows, &human)?
     };
@@ -189,6 +194,18 @@ pub(crate) fn setting_without_seed(config_toml: &str, objectives: &str, step: u6
         Err(_) => config_toml.to_string(),
     };
     format!("{config}\n{objectives}\n{step}")
+}
+
+/// The run's (seed, data seed); a run without `--data-seed` has none.
+fn seeds_of(config_toml: &str) -> (Option<i64>, Option<i64>) {
+    let table = config_toml.parse::<toml::Table>().ok();
+    let train = table.as_ref().and_then(|t| t.get("train"));
+    let int = |key: &str| {
+        train
+            .and_then(|t| t.get(key))
+            .and_then(toml::Value::as_integer)
+    };
+    (int("seed"), int("data_seed"))
 }
 
 /// The spanning headers of a groups table: `lead` columns without a group, then each group's.
@@ -359,14 +376,9 @@ pub fn mean_std(values: impl IntoIterator<Item = Option<f64>>) -> Spread {
     }
 }
 
-/// One row per set of runs that differ only by seed — the same name, or the same setting — in the
-/// order their first run was given: every cell the mean, sample std and count of the runs' values.
-pub(crate) fn seed_groups_table(
-    rows: Vec<GroupRow>,
-    human: &[Option<f64>],
-) -> Result<Exported, StoreError> {
-    let per_group = GROUP_COLUMNS.len();
-    let n_values = GROUP_HEADERS.len() * per_group;
+/// The runs in sets that differ only by seed — the same name, or the same setting — in the order
+/// their first run was given.
+pub(crate) fn seed_sets(rows: Vec<GroupRow>) -> Vec<Vec<GroupRow>> {
     let mut sets: Vec<Vec<GroupRow>> = Vec::new();
     for row in rows {
         let same = |other: &GroupRow| {
@@ -377,6 +389,91 @@ pub(crate) fn seed_groups_table(
             None => sets.push(vec![row]),
         }
     }
+    sets
+}
+
+/// methods.md §4: a difference between two settings run with the same seeds is read from the
+/// per-seed paired differences — one row per setting other than `baseline`'s, every cell the mean,
+/// std and 95 % t-interval of (run − the baseline's run of the same seed and data seed). A cell is
+/// bold when its interval excludes 0: the direction holds.
+pub(crate) fn paired_groups_table(
+    sets: Vec<Vec<GroupRow>>,
+    baseline: &str,
+) -> Result<Exported, StoreError> {
+    let is_baseline = |r: &GroupRow| {
+        r.name.as_deref() == Some(baseline) || r.id == baseline || r.label == baseline
+    };
+    let Some(bi) = sets.iter().position(|set| set.iter().any(is_baseline)) else {
+        return Err(Invalid::new(format!(
+            "--paired-with {baseline}: no run of that name, id or label among the runs given"
+        ))
+        .into());
+    };
+    let mut sets = sets;
+    let base = sets.remove(bi);
+    if sets.is_empty() {
+        return Err(Invalid::new(format!(
+            "--paired-with {baseline}: every run given is {baseline}'s; give the runs to compare with it too"
+        ))
+        .into());
+    }
+    let base_label = base[0]
+        .name
+        .clone()
+        .unwrap_or_else(|| base[0].label.clone());
+    let mut differences = Vec::with_capacity(sets.len());
+    for set in sets {
+        let mut paired = Vec::with_capacity(set.len());
+        for mut row in set {
+            let Some(b) = base.iter().find(|b| b.seeds == row.seeds) else {
+                return Err(Invalid::new(format!(
+                    "--paired-with {baseline}: run {} (seed {}, data seed {}) has no run of {baseline} with the same seeds",
+                    row.id,
+                    show_seed(row.seeds.0),
+                    show_seed(row.seeds.1),
+                ))
+                .into());
+            };
+            for (v, w) in row.values.iter_mut().zip(&b.values) {
+                *v = v.zip(*w).map(|(v, w)| v - w);
+            }
+            row.label = format!(
+                "{} − {base_label}",
+                row.name.as_deref().unwrap_or(&row.label)
+            );
+            paired.push(row);
+        }
+        differences.push(paired);
+    }
+    let mut out = seed_groups_table(differences, &[])?;
+    // Bold: the interval excludes 0, not the best mean.
+    let spread = out.layout.spread.clone();
+    let height = out.frame.height();
+    for (&mean_col, &(_, _, ci_col)) in &spread {
+        let columns = out.frame.columns();
+        let (means, cis) = (columns[mean_col].f64()?, columns[ci_col].f64()?);
+        for row in 0..height {
+            out.layout.bold[row][mean_col] = matches!(
+                (means.get(row), cis.get(row)),
+                (Some(m), Some(c)) if m.abs() > c
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn show_seed(seed: Option<i64>) -> String {
+    seed.map_or_else(|| "none".into(), |s| s.to_string())
+}
+
+/// One row per set of runs that differ only by seed (`seed_sets`): every cell the mean, sample
+/// std and count of the runs' values.
+pub(crate) fn seed_groups_table(
+    sets: Vec<Vec<GroupRow>>,
+    human: &[Option<f64>],
+) -> Result<Exported, StoreError> {
+    let per_group = GROUP_COLUMNS.len();
+    let n_values = GROUP_HEADERS.len() * per_group;
     let firsts: Vec<String> = sets.iter().map(|set| set[0].id.clone()).collect();
     let mut run_col = unique_names(
         sets.iter().map(|set| set[0].label.clone()).collect(),

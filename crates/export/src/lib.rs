@@ -108,6 +108,9 @@ pub struct ExportRequest {
     pub k: usize,
     /// `groups`: one row per set of runs that differ only by seed, mean ± std (`--aggregate seeds`).
     pub aggregate_seeds: bool,
+    /// `groups` with `aggregate_seeds`: each other setting's per-seed differences from this run's
+    /// setting (a run's name, id or label), paired by seed (methods.md §4, `--paired-with`).
+    pub paired_with: Option<String>,
 }
 
 /// The curves exported when none are named.
