@@ -37,6 +37,9 @@ pub enum ExportFormatArg {
     Md,
     #[value(alias = "tex")]
     Latex,
+    /// A TensorBoard log folder (--out DIR): every stored metric as a scalar named
+    /// split/group/metric and the checkpoints' embeddings for the Projector, a sub-folder per run.
+    Tfevents,
 }
 
 #[derive(Debug, Args)]
@@ -44,8 +47,9 @@ pub struct ExportArgs {
     /// Runs (folders, names or NAME#SEED, from any folder); several are compared in one table.
     #[arg(required = true, num_args = 1..)]
     pub runs: Vec<PathBuf>,
-    #[arg(long, value_enum, default_value = "groups")]
-    pub table: ExportTableArg,
+    /// The table [default: groups; --format tfevents writes every metric and takes none].
+    #[arg(long, value_enum)]
+    pub table: Option<ExportTableArg>,
     /// Output format [default: from the --out extension, else md].
     #[arg(long, value_enum)]
     pub format: Option<ExportFormatArg>,
@@ -68,8 +72,9 @@ pub struct ExportArgs {
     /// Neighbours per word.
     #[arg(short = 'k', long, default_value_t = 10)]
     pub k: usize,
-    /// Write here (atomically) instead of stdout.
-    #[arg(long, value_name = "FILE")]
+    /// Write here (atomically) instead of stdout: a file; a folder for --format tfevents (the
+    /// log folder `tensorboard --logdir` takes).
+    #[arg(long, value_name = "FILE|DIR")]
     pub out: Option<PathBuf>,
     /// --table groups: one row per set of runs that differ only by seed (same run.toml but the
     /// seed, same objectives at the step, same step): mean ± sample std, and the count where a
@@ -88,6 +93,36 @@ pub enum AggregateArg {
     Seeds,
 }
 
+/// `--format tfevents`: the runs' TensorBoard log folder.
+fn tensorboard_log(args: ExportArgs) -> Result<()> {
+    let Some(out) = &args.out else {
+        bail!("--format tfevents writes a log folder: give --out DIR");
+    };
+    if let Some(table) = args.table {
+        bail!(
+            "--format tfevents writes every stored metric and the embeddings: --table {} does not apply",
+            format!("{table:?}").to_lowercase()
+        );
+    }
+    if args.aggregate.is_some() || args.paired_with.is_some() {
+        bail!("--format tfevents writes each run as it is: --aggregate does not apply");
+    }
+    let runs = super::find_runs(&args.runs)?;
+    let written = export::tensorboard::write_log(&runs, out, args.step)?;
+    for w in &written.warnings {
+        say(&format!("conelab: warning: {w}"));
+    }
+    super::print_stdout(&format!(
+        "{} scalars and {} embedding matrices of {} runs written to {}: tensorboard --logdir {}\n",
+        written.scalars,
+        written.embeddings,
+        written.runs.len(),
+        out.display(),
+        out.display()
+    ))?;
+    Ok(())
+}
+
 /// A baseline given as a folder is known in the table by its folder's name (its run id).
 fn baseline_name(run: &str) -> String {
     let path = std::path::Path::new(run);
@@ -102,6 +137,7 @@ fn parse_step_choice(s: &str) -> Result<StepChoice, Invalid> {
 }
 
 pub fn exec(args: ExportArgs) -> Result<()> {
+    let table = args.table.unwrap_or(ExportTableArg::Groups);
     let format = match (args.format, &args.out) {
         (Some(f), _) => f,
         (None, Some(out)) => match out.extension().and_then(|e| e.to_str()) {
@@ -119,16 +155,17 @@ pub fn exec(args: ExportArgs) -> Result<()> {
         ExportFormatArg::Json => export::Format::Json,
         ExportFormatArg::Md => export::Format::Markdown,
         ExportFormatArg::Latex => export::Format::Latex,
+        ExportFormatArg::Tfevents => return tensorboard_log(args),
     };
     if format.is_binary() && args.out.is_none() && std::io::stdout().is_terminal() {
         bail!("Parquet is binary: give --out FILE or redirect stdout");
     }
-    if args.aggregate.is_some() && args.table != ExportTableArg::Groups {
+    if args.aggregate.is_some() && table != ExportTableArg::Groups {
         bail!("--aggregate seeds applies to --table groups only");
     }
     let request = export::ExportRequest {
         runs: super::find_runs(&args.runs)?,
-        table: match args.table {
+        table: match table {
             ExportTableArg::Metrics => export::Table::Metrics,
             ExportTableArg::Groups => export::Table::Groups,
             ExportTableArg::Curves => export::Table::Curves,

@@ -15,6 +15,7 @@ mod config;
 mod data;
 mod eval;
 mod export;
+mod import_tb;
 mod inspect;
 mod labels;
 mod man;
@@ -38,6 +39,7 @@ use config::ConfigCommand;
 use data::DataCommand;
 use eval::EvalArgs;
 use export::ExportArgs;
+use import_tb::ImportTbArgs;
 use inspect::InspectArgs;
 use runs::RunsArgs;
 use store::StoreCommand;
@@ -92,6 +94,10 @@ pub enum Command {
     /// Tables from runs' metrics stores for papers and other tools: CSV, Parquet, JSON,
     /// Markdown, LaTeX.
     Export(ExportArgs),
+    /// Read a TensorBoard log's scalars (PyTorch's SummaryWriter, TensorFlow, any tfevents file)
+    /// into conelab runs, one per folder of event files, to overlay in `compare` or export; a
+    /// damaged record or a cut file is reported once and skipped, the rest read.
+    ImportTb(ImportTbArgs),
     /// Maintenance of a run's metrics store.
     #[command(subcommand)]
     Store(StoreCommand),
@@ -146,6 +152,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Eval(args) => done(eval::exec(args)),
         Command::Inspect(args) => done(inspect::exec(args)),
         Command::Export(args) => done(export::exec(args)),
+        Command::ImportTb(args) => done(import_tb::exec(args)),
         Command::Store(command) => store::exec(command),
         Command::Bench(command) => done(bench::exec(command)),
         Command::Tag { run, changes } => done(labels::tag(&find_run(&run)?, &changes)),

@@ -27,5 +27,6 @@ mod store_training;
 mod sweep;
 mod synthetic;
 mod tch;
+mod tensorboard;
 mod transports;
 mod tui_e2e;

@@ -11,7 +11,8 @@
 //! error), `atomic.rename`, `segment.write`, `segment.rename`, `segment.read`,
 //! `checkpoint.write`, `checkpoint.manifest` (its `checksums.json`), `checkpoint.commit`,
 //! `checkpoint.committed` (the process aborts just after a
-//! checkpoint is put in place, as a `kill -9` there would), `export.write`, `projection.write`, `store.set_aside`
+//! checkpoint is put in place, as a `kill -9` there would), `export.write`, `tfevents.write` and
+//! `projector.write` (`export --format tfevents`), `projection.write`, `store.set_aside`
 //! (moving an unfinished run's store aside before a restart), `log.write` (a
 //! line of train.log), `manifest.write`/`manifest.rename` (a folder's `checksums.json` beside
 //! `run.toml`, `vocab.tsv` or `run.json`), `run.write` (`run.toml`, `vocab.tsv`),

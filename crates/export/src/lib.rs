@@ -12,6 +12,7 @@ mod groups;
 mod neighbors;
 mod render;
 mod tables;
+pub mod tensorboard;
 
 pub use groups::{Spread, mean_std};
 pub use render::{format_number, latex_escape, render};

@@ -140,9 +140,15 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
 
 /// The checkpoint folder of a run for the chosen step.
 pub(crate) fn checkpoint_for(run: &Path, req: &ExportRequest) -> Result<PathBuf, StoreError> {
+    held_out(req)?;
+    checkpoint_at(run, req.step.unwrap_or(StepChoice::Last))
+}
+
+/// The checkpoint of `run` at `step`.
+pub(crate) fn checkpoint_at(run: &Path, step: StepChoice) -> Result<PathBuf, StoreError> {
     use conelab_core::run_dir::{CheckpointChoice, RunDir};
     let dir = RunDir::open(run).map_err(StoreError::bad_input)?;
-    let choice = match req.step.unwrap_or(StepChoice::Last) {
+    let choice = match step {
         StepChoice::Last => CheckpointChoice::Last,
         StepChoice::At(n) => CheckpointChoice::At(n),
         // best/ is the best on validation, whatever split the table reads; a run written before
@@ -151,7 +157,7 @@ pub(crate) fn checkpoint_for(run: &Path, req: &ExportRequest) -> Result<PathBuf,
             Ok(best) => return Ok(best),
             Err(_) => {
                 let store = conelab_store::load(run)?;
-                CheckpointChoice::At(resolve_step(&store, held_out(req)?, StepChoice::Best)?)
+                CheckpointChoice::At(resolve_step(&store, split::VALID, StepChoice::Best)?)
             }
         },
     };

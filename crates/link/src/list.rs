@@ -336,6 +336,13 @@ pub fn row(dir: &Path) -> RunRow {
             mark_damaged(&mut r);
             return r;
         }
+        // A metrics store without a run.toml: an imported log (`import-tb`), listed from its
+        // store.
+        Err(conelab_core::run_dir::CheckpointError::NotARun(_))
+            if store::store_dir(dir).join(store::RUN_RECORD).is_file() =>
+        {
+            r.total_steps = r.step;
+        }
         Err(e) => {
             r.status = "unreadable".into();
             r.reason = Some(e.to_string());
@@ -349,6 +356,9 @@ pub fn row(dir: &Path) -> RunRow {
     match store::load(dir) {
         Ok(st) => {
             r.started = Some(rfc3339(st.run.started_unix));
+            if r.device.is_none() {
+                r.device = Some(st.run.device.clone());
+            }
             let labels = st.run.labels.clone();
             if let Some(name) = labels.name {
                 r.name = name;

@@ -526,3 +526,80 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A Python with `requirements` (pip's spelling, pinned) installed in a virtual environment kept
+/// under `~/.cache/conelab/test-python/` (made once, a few seconds; a lock keeps two test
+/// processes from making it at once). `None` where python3, venv or the package index is not to
+/// be had — outside CI only; under `CI=true` that fails the test.
+pub fn python_with(requirements: &[&str]) -> Option<PathBuf> {
+    let key: String = requirements
+        .join("_")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let root = std::env::var_os("HOME")
+        .map(|h| PathBuf::from(h).join(".cache/conelab/test-python"))
+        .unwrap_or_else(|| std::env::temp_dir().join("conelab-test-python"));
+    let venv = root.join(key);
+    let python = venv.join("bin/python");
+    let ready = venv.join("ready");
+    if ready.is_file() {
+        return Some(python);
+    }
+    std::fs::create_dir_all(&root).expect("test-python folder");
+    let lock = std::fs::File::create(root.join(".lock")).expect("lock file");
+    lock.lock().expect("lock");
+    if ready.is_file() {
+        return Some(python);
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output()
+        .is_ok_and(|o| o.status.success())
+        && Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(requirements)
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if made {
+        std::fs::write(&ready, requirements.join("\n")).expect("ready mark");
+        Some(python)
+    } else {
+        skip_or_fail(&format!(
+            "no python3 with {} (python3 -m venv and pip install failed)",
+            requirements.join(", ")
+        ));
+        None
+    }
+}
+
+/// Runs `script` with `python`, arguments after it; panics with its stderr when it fails.
+pub fn python_run(python: &Path, script: &str, args: &[&str]) -> String {
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "python failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}

@@ -1,0 +1,61 @@
+//! `conelab import-tb`: a TensorBoard log's scalars as conelab runs, to draw beside conelab's.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+
+use conelab::run::say;
+use conelab::store::export::tensorboard;
+
+#[derive(Debug, Args)]
+pub struct ImportTbArgs {
+    /// The log folder (as `tensorboard --logdir` takes it): each folder in or below it that holds
+    /// event files is one run.
+    pub logdir: PathBuf,
+    /// Where the runs are made, one folder each (`compare` and `export` take them as runs).
+    #[arg(long, value_name = "DIR", default_value = "checkpoints")]
+    pub out: PathBuf,
+    /// The runs' name, and the start of each sub-folder run's (NAME-SUB) [default: the log
+    /// folder's name].
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
+pub fn exec(args: ImportTbArgs) -> Result<()> {
+    let name = match &args.name {
+        Some(n) => n.clone(),
+        None => std::fs::canonicalize(&args.logdir)
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "tensorboard".into()),
+    };
+    let imported = tensorboard::import_log(&args.logdir, &args.out, &name)?;
+    for w in &imported.warnings {
+        say(&format!("conelab: warning: {w}"));
+    }
+    let mut text = String::new();
+    for run in &imported.runs {
+        // Listed as `imported`, not as a run that crashed (it has no process and no final
+        // record otherwise).
+        let record = conelab::run::live::FinalRecord {
+            status: "imported".into(),
+            step: run.last_step,
+            total_steps: run.last_step,
+            exit_code: 0,
+            message: format!("imported from {}", args.logdir.display()),
+            by_signal: false,
+            finished_unix: run.last_wall_time,
+            host: conelab::base::platform::host_name(),
+        };
+        conelab::run::live::conclude(&run.dir, &record)?;
+        text.push_str(&format!("{}: {} scalars\n", run.dir.display(), run.scalars));
+    }
+    if let Some(first) = imported.runs.first().map(|r| &r.dir) {
+        text.push_str(&format!(
+            "draw them beside a conelab run: conelab compare RUN {}\n",
+            first.display()
+        ));
+    }
+    super::print_stdout(&text)
+}
