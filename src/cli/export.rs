@@ -26,6 +26,10 @@ pub enum ExportTableArg {
     /// Each run's resolved configuration, flattened to dotted keys, a row per run; the keys whose
     /// values differ between the runs come first.
     Config,
+    /// One row per run: run_id, run, run_uuid, folder, status, start, corpus, device, version,
+    /// tags, notes, last step, best and last validation PPL, then every run.toml key as a typed
+    /// column (docs/STORE.md).
+    Runs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -172,6 +176,7 @@ pub fn exec(args: ExportArgs) -> Result<()> {
             ExportTableArg::Events => export::Table::Events,
             ExportTableArg::Neighbors => export::Table::Neighbors,
             ExportTableArg::Config => export::Table::Config,
+            ExportTableArg::Runs => export::Table::Runs,
         },
         format,
         step: args.step,

@@ -23,6 +23,7 @@ mod run_index;
 mod run_process;
 mod store;
 mod store_export;
+mod store_python;
 mod store_training;
 mod sweep;
 mod synthetic;

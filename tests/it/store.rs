@@ -11,6 +11,8 @@ fn record(id: &str) -> RunRecord {
     let mut r = RunRecord::new(id, "[train]\n".into(), "synthetic".into(), "cpu".into());
     r.started_unix = 0.0;
     r.git_revision = "test".into();
+    // Fixed, so that a record read back equals the one written by a second call.
+    r.uuid = Some("00000000-0000-4000-8000-000000000001".into());
     r
 }
 
@@ -745,4 +747,46 @@ fn a_failed_roll_loses_nothing_and_the_next_one_succeeds() {
 
 fn store_segment_count(run: &Path) -> usize {
     segment_files(run, "metrics-").len() + segment_files(run, "events-").len()
+}
+
+/// A store made before run records held a UUID reads with one derived from the record: the
+/// same at every read, unlike another run's, and nothing written to the store for it.
+#[test]
+fn a_store_without_a_uuid_gets_the_same_derived_one_at_every_read() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let make = |id: &str| {
+        let dir = tmp.path().join(id);
+        let mut r = record(id);
+        r.uuid = None;
+        let mut w = StoreWriter::open(&dir, &r).expect("open store");
+        w.push_metric(1, "train", "total", "loss", 1.0);
+        w.flush().expect("flush");
+        dir
+    };
+    let (a, b) = (make("a"), make("b"));
+    let json = std::fs::read(a.join("store/run.json")).expect("run.json");
+    assert!(
+        !String::from_utf8_lossy(&json).contains("uuid"),
+        "an old record has none"
+    );
+    let uuid = |dir: &Path| store::load(dir).expect("load").run.uuid();
+    let first = uuid(&a);
+    assert_eq!(uuid(&a), first);
+    assert_ne!(uuid(&b), first);
+    // The canonical form of a version-4 UUID.
+    let parsed: Vec<&str> = first.split('-').collect();
+    assert_eq!(
+        parsed.iter().map(|p| p.len()).collect::<Vec<_>>(),
+        [8, 4, 4, 4, 12],
+        "{first}"
+    );
+    assert!(parsed[2].starts_with('4'), "{first}");
+    assert_eq!(
+        std::fs::read(a.join("store/run.json")).expect("run.json"),
+        json
+    );
+    // New records get one of their own, at random.
+    let new = || RunRecord::new("x", String::new(), "synthetic".into(), "cpu".into());
+    let (x, y) = (new(), new());
+    assert!(x.uuid.is_some() && x.uuid != y.uuid);
 }

@@ -44,6 +44,11 @@ fn make_run_of(
     let mut record = RunRecord::new(id, config_toml.into(), "synthetic".into(), "cpu".into());
     record.started_unix = 1.7e9;
     record.git_revision = "test".into();
+    // A fixed UUID per run, so that the snapshots hold still.
+    record.uuid = Some(format!(
+        "00000000-0000-4000-8000-{:012x}",
+        id.len() * 4099 + id.as_bytes()[0] as usize
+    ));
     let mut w = StoreWriter::open(&dir, &record)
         .expect("store")
         .with_policy(FlushPolicy {
@@ -424,14 +429,14 @@ fn curves_put_chosen_metrics_side_by_side_by_step() {
     assert!(
         csv.lines()
             .next()
-            .is_some_and(|h| h.starts_with("run_id,run,step,")),
+            .is_some_and(|h| h.starts_with("run_id,run,run_uuid,step,")),
         "{csv}"
     );
     // Independent of the snapshot: MLE's train loss at step 100 is 7 − 100/100 = 6 and its rare
     // PPL there 2000; CosReg's rare PPL at step 200 is 1400.
     let row = |run: &str, step: &str| {
         csv.lines()
-            .find(|l| l.starts_with(&format!("{run},")) && l.split(',').nth(2) == Some(step))
+            .find(|l| l.starts_with(&format!("{run},")) && l.split(',').nth(3) == Some(step))
             .unwrap_or_else(|| panic!("no {run} row at {step}:\n{csv}"))
             .to_string()
     };
@@ -846,13 +851,25 @@ fn the_config_table_flattens_each_run_toml_with_the_differing_keys_first() {
     assert_eq!(
         lines.next(),
         Some(
-            "run_id,run,train.clip,train.lr,train.seed,corpus.dir.path,model.transformer.layers,name,train.steps"
+            "run_id,run,run_uuid,train.clip,train.lr,train.seed,corpus.dir.path,model.transformer.layers,name,train.steps"
         )
     );
     // `run` is the name a run goes by (unnamed here: its folder's), as in the groups table.
-    assert_eq!(lines.next(), Some("a,a,,0.001,1,/data/ptb,2,r,100"));
-    assert_eq!(lines.next(), Some("b,b,1.0,0.0003,1,/data/ptb,2,r,100"));
-    assert_eq!(lines.next(), Some("c,c,,0.001,2,/data/ptb,2,r,100"));
+    // run_uuid: the record's (the fixture fixes it from the id).
+    let uuid = |n: usize| format!("00000000-0000-4000-8000-{n:012x}");
+    let line = |id: &str, n: usize, rest: &str| format!("{id},{id},{},{rest}", uuid(n));
+    assert_eq!(
+        lines.next(),
+        Some(line("a", 4099 + 97, ",0.001,1,/data/ptb,2,r,100").as_str())
+    );
+    assert_eq!(
+        lines.next(),
+        Some(line("b", 4099 + 98, "1.0,0.0003,1,/data/ptb,2,r,100").as_str())
+    );
+    assert_eq!(
+        lines.next(),
+        Some(line("c", 4099 + 99, ",0.001,2,/data/ptb,2,r,100").as_str())
+    );
     assert_eq!(lines.next(), None);
     let mut md = req.clone();
     md.format = Format::Markdown;

@@ -275,7 +275,8 @@ fn curve(run: &Path, metric: &str) -> Vec<(u64, f64)> {
                 .as_object()?
                 .iter()
                 .find(|(k, _)| {
-                    !["run_id", "run", "step", "epoch", "wall_time"].contains(&k.as_str())
+                    !["run_id", "run", "run_uuid", "step", "epoch", "wall_time"]
+                        .contains(&k.as_str())
                 })?
                 .1
                 .as_f64()?;

@@ -11,6 +11,7 @@
 mod groups;
 mod neighbors;
 mod render;
+mod runs;
 mod tables;
 pub mod tensorboard;
 
@@ -19,6 +20,7 @@ pub use render::{format_number, latex_escape, render};
 
 use groups::*;
 use neighbors::*;
+use runs::*;
 use tables::*;
 
 use std::collections::BTreeMap;
@@ -52,6 +54,9 @@ pub enum Table {
     /// Each run's resolved configuration, flattened, the keys that differ first (the HParams
     /// table of TensorBoard).
     Config,
+    /// One row per run: who it is (folder, UUID, name, tags), how it went (status, steps, best
+    /// validation PPL) and its hyper-parameters as typed columns.
+    Runs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,61 +157,63 @@ pub fn build(req: &ExportRequest) -> Result<Exported, StoreError> {
     }
     let load = || load_stores(&req.runs);
     match req.table {
-        Table::Metrics => {
-            let stores = load()?;
-            with_run_names(metrics_table(&stores, req)?, &stores)
-        }
+        Table::Metrics => metrics_table(&load()?, req),
         Table::Events => {
             let stores = load()?;
-            let mut out = plain(query::cross_run_events(&stores)?);
+            let mut out = plain(per_run(&stores, |s| Ok(s.events.clone()))?);
             out.warnings = warnings_of(&stores);
-            with_run_names(out, &stores)
+            Ok(out)
         }
-        Table::Curves => {
-            let stores = load()?;
-            with_run_names(curves(&stores, req)?, &stores)
-        }
+        Table::Curves => curves(&load()?, req),
         Table::Groups => groups(&load()?, req),
         Table::Neighbors => neighbors(req),
-        Table::Config => {
-            let stores = load()?;
-            with_run_names(config_table(&stores)?, &stores)
-        }
+        Table::Config => config_table(&load()?),
+        Table::Runs => runs_table(&load()?, &req.runs),
     }
 }
 
-/// A table keyed by `run_id` (the folder's name) gets, right after it, the name the run goes
-/// by — `run`: its name, else the folder's — as the groups and neighbours tables label runs.
-fn with_run_names(mut out: Exported, stores: &[LoadedStore]) -> Result<Exported, StoreError> {
-    let names: std::collections::HashMap<&str, &str> = stores
-        .iter()
-        .map(|s| {
-            let id = s.run.run_id.as_str();
-            (id, s.run.labels.name.as_deref().unwrap_or(id))
-        })
-        .collect();
-    let Some(at) = out
-        .frame
-        .get_column_names()
-        .iter()
-        .position(|n| n.as_str() == c::RUN_ID)
-    else {
-        return Ok(out);
-    };
-    let run: Vec<Option<String>> = out
-        .frame
-        .column(c::RUN_ID)?
-        .str()?
-        .iter()
-        .map(|id| id.map(|id| names.get(id).copied().unwrap_or(id).to_owned()))
-        .collect();
-    out.frame
-        .insert_column(at + 1, Column::new("run".into(), run))?;
-    // Per-column decimals follow their columns.
-    if out.layout.decimals.len() > at + 1 {
-        out.layout.decimals.insert(at + 1, None);
+/// The column of every long table holding the run's UUID (`run_id` is its folder's name, which
+/// repeats across sweeps).
+pub const RUN_UUID: &str = "run_uuid";
+/// The column beside `run_id` holding the name the run goes by (its name, else the folder's).
+pub const RUN_NAME: &str = "run";
+
+/// The name a run goes by: its name, else its folder's.
+fn run_name(s: &LoadedStore) -> &str {
+    s.run.labels.name.as_deref().unwrap_or(&s.run.run_id)
+}
+
+/// Each run's rows (`rows` of its store), with its name and UUID after `run_id` so that rows of
+/// runs whose folders share a name stay apart, stacked in the order the runs were given.
+fn per_run(
+    stores: &[LoadedStore],
+    rows: impl Fn(&LoadedStore) -> Result<DataFrame, StoreError>,
+) -> Result<DataFrame, StoreError> {
+    let mut out: Option<DataFrame> = None;
+    for s in stores {
+        let mut frame = rows(s)?;
+        let height = frame.height();
+        let at = frame
+            .get_column_names()
+            .iter()
+            .position(|n| n.as_str() == c::RUN_ID)
+            .map_or(0, |i| i + 1);
+        frame.insert_column(
+            at,
+            Column::new(RUN_NAME.into(), vec![run_name(s).to_string(); height]),
+        )?;
+        frame.insert_column(
+            at + 1,
+            Column::new(RUN_UUID.into(), vec![s.run.uuid(); height]),
+        )?;
+        match &mut out {
+            Some(o) => {
+                o.vstack_mut(&frame)?;
+            }
+            None => out = Some(frame),
+        }
     }
-    Ok(out)
+    Ok(out.unwrap_or_default())
 }
 
 fn load_stores(runs: &[PathBuf]) -> Result<Vec<LoadedStore>, StoreError> {

@@ -138,7 +138,7 @@ pub(crate) fn headers(table: &Exported) -> Vec<String> {
     }
 }
 
-/// Columns the presentation formats leave out: the run ids (the name says it) in `groups`, and
+/// Columns the presentation formats leave out: the run ids (the name says it) in `groups`, `run_uuid` everywhere, and
 /// the std and count columns that an aggregated cell already shows beside its mean.
 pub(crate) fn shown(table: &Exported) -> Vec<usize> {
     let names = table.frame.get_column_names();
@@ -151,7 +151,8 @@ pub(crate) fn shown(table: &Exported) -> Vec<usize> {
     (0..names.len())
         .filter(|&i| {
             let id = matches!(names[i].as_str(), c::RUN_ID | RUN_IDS);
-            let hidden_id = table.layout.groups.len() > 1 && id;
+            // A UUID is for joins, not for reading: CSV, JSON and Parquet keep it.
+            let hidden_id = (table.layout.groups.len() > 1 && id) || names[i] == RUN_UUID;
             !hidden_id && !partners.contains(&i)
         })
         .collect()

@@ -30,13 +30,7 @@ pub(crate) fn config_table(stores: &[LoadedStore]) -> Result<Exported, StoreErro
         flat.iter().any(|k| k.get(*key) != first)
     });
     let height = stores.len();
-    let mut columns = vec![Column::new(
-        c::RUN_ID.into(),
-        stores
-            .iter()
-            .map(|s| s.run.run_id.clone())
-            .collect::<Vec<_>>(),
-    )];
+    let mut columns = identity_columns(stores);
     for key in differ.iter().chain(&same) {
         let values: Vec<Option<String>> = flat.iter().map(|k| k.get(*key).cloned()).collect();
         columns.push(Column::new(key.as_str().into(), values));
@@ -44,6 +38,16 @@ pub(crate) fn config_table(stores: &[LoadedStore]) -> Result<Exported, StoreErro
     let mut out = plain(DataFrame::new(height, columns)?);
     out.warnings = warnings_of(stores);
     Ok(out)
+}
+
+/// `run_id`, `run` and `run_uuid`: a row per run.
+pub(crate) fn identity_columns(stores: &[LoadedStore]) -> Vec<Column> {
+    let of = |f: &dyn Fn(&LoadedStore) -> String| stores.iter().map(f).collect::<Vec<_>>();
+    vec![
+        Column::new(c::RUN_ID.into(), of(&|s| s.run.run_id.clone())),
+        Column::new(RUN_NAME.into(), of(&|s| run_name(s).to_string())),
+        Column::new(RUN_UUID.into(), of(&|s| s.run.uuid())),
+    ]
 }
 
 /// `value`'s leaves under dotted keys below `prefix`; array elements as `key[i]`.
@@ -80,21 +84,16 @@ pub(crate) fn metrics_table(
     req: &ExportRequest,
 ) -> Result<Exported, StoreError> {
     let split = req.split.as_deref();
-    let df = match req.step {
-        None => query::metric_rows(&query::cross_run(stores)?, split, None)?,
-        Some(StepChoice::At(n)) => query::metric_rows(&query::cross_run(stores)?, split, Some(n))?,
-        Some(choice) => {
+    let df = per_run(stores, |s| {
+        let step = match req.step {
+            None => None,
+            Some(StepChoice::At(n)) => Some(n),
             // last/best are per run: the step each run is taken at.
-            let held = held_out(req)?;
-            let mut out = conelab_store::empty_metrics();
-            for s in stores {
-                let step = resolve_step(s, held, choice)?;
-                out.vstack_mut(&query::metric_rows(&s.metrics, split, Some(step))?)?;
-            }
-            out
-        }
-    };
-    let mut out = plain(df.select(conelab_store::METRIC_COLUMNS)?);
+            Some(choice) => Some(resolve_step(s, held_out(req)?, choice)?),
+        };
+        Ok(query::metric_rows(&s.metrics, split, step)?.select(conelab_store::METRIC_COLUMNS)?)
+    })?;
+    let mut out = plain(df);
     out.warnings = warnings_of(stores);
     Ok(out)
 }
@@ -167,13 +166,14 @@ pub(crate) fn curves(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
             ));
         }
     }
-    let ids: Vec<&str> = rows
-        .keys()
-        .map(|(r, _)| stores[*r].run.run_id.as_str())
-        .collect();
+    let of_run = |f: &dyn Fn(&LoadedStore) -> String| -> Vec<String> {
+        rows.keys().map(|(r, _)| f(&stores[*r])).collect()
+    };
     let steps: Vec<u64> = rows.keys().map(|(_, s)| *s).collect();
     let mut columns = vec![
-        Column::new(c::RUN_ID.into(), ids),
+        Column::new(c::RUN_ID.into(), of_run(&|s| s.run.run_id.clone())),
+        Column::new(RUN_NAME.into(), of_run(&|s| run_name(s).to_string())),
+        Column::new(RUN_UUID.into(), of_run(&|s| s.run.uuid())),
         Column::new(c::STEP.into(), steps),
     ];
     for (ci, name) in names.iter().enumerate() {

@@ -185,6 +185,10 @@ pub struct RunRecord {
     /// Name, tags and notes (absent in records written before they existed).
     #[serde(flatten)]
     pub labels: labels::RunLabels,
+    /// A random UUID given when the store is made: `run_id` is the folder's name, which repeats
+    /// across sweeps (`seed-1_reg-cos=1`). Absent in stores made before it: see [`Self::uuid`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
 }
 
 impl RunRecord {
@@ -198,8 +202,45 @@ impl RunRecord {
             git_revision: conelab_base::revision::get().to_string(),
             started_unix: unix_now(),
             labels: labels::RunLabels::default(),
+            uuid: Some(uuid::Uuid::new_v4().to_string()),
         }
     }
+
+    /// The run's UUID: the one its record holds, or, for a store made before records held one,
+    /// one derived from what the record fixed at the start (run id, start time to the
+    /// microsecond, corpus, configuration) — the same at every read, and nothing is written to
+    /// the store to keep it.
+    pub fn uuid(&self) -> String {
+        if let Some(u) = &self.uuid {
+            return u.clone();
+        }
+        let started = format!("{:.6}", self.started_unix);
+        let parts = [
+            self.run_id.as_str(),
+            started.as_str(),
+            self.corpus.as_str(),
+            self.config_toml.as_str(),
+        ];
+        let mut bytes = [0u8; 16];
+        let (a, b) = bytes.split_at_mut(8);
+        a.copy_from_slice(&fnv1a(0xcbf2_9ce4_8422_2325, &parts).to_le_bytes());
+        b.copy_from_slice(&fnv1a(0x6c62_272e_07bb_0142, &parts).to_le_bytes());
+        uuid::Builder::from_random_bytes(bytes)
+            .into_uuid()
+            .to_string()
+    }
+}
+
+/// 64-bit FNV-1a from `basis` over the parts, a zero byte between them.
+fn fnv1a(basis: u64, parts: &[&str]) -> u64 {
+    let mut h = basis;
+    for part in parts {
+        for b in part.bytes().chain(std::iter::once(0)) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
 }
 
 pub fn unix_now() -> f64 {
@@ -320,6 +361,8 @@ fn record_without_run_json(dir: &Path) -> RunRecord {
     let mut record = RunRecord::new(&id, config, "unknown".into(), "unknown".into());
     record.started_unix = 0.0;
     record.git_revision = "unknown".into();
+    // Derived from what is left, so that every read agrees.
+    record.uuid = None;
     record
 }
 
