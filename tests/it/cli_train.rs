@@ -579,6 +579,16 @@ fn bench_train_prints_a_table_and_json() {
     assert_eq!(v["vocab"], 500);
     assert_eq!(v["window"], 8);
     assert!(v["tokens_per_sec"].as_f64().expect("number") > 0.0);
+    // The process's CPU over the timed steps (Linux: some share of a core, at most all of them);
+    // no GPU figures on the CPU.
+    let cpu = v["cpu_percent"].as_f64().expect("cpu_percent");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    // (Two tiny steps can fall inside one clock tick: 0 is a possible reading.)
+    assert!((0.0..=100.0 * cores + 10.0).contains(&cpu), "cpu {cpu}");
+    assert!(
+        v["gpu_util_percent"].is_null() && v["gpu_mem_peak_mib"].is_null(),
+        "{v}"
+    );
     assert_one_line_error(
         &conelab(&["bench", "train", "--vocab", "2"]),
         &["vocabulary"],

@@ -790,3 +790,37 @@ fn a_store_without_a_uuid_gets_the_same_derived_one_at_every_read() {
     let (x, y) = (new(), new());
     assert!(x.uuid.is_some() && x.uuid != y.uuid);
 }
+
+/// A CUDA run's system sample: the GPU's numbers stored beside the process's, in MiB; a sensor
+/// the board lacks (NaN) is left out, not stored as NaN.
+#[test]
+fn a_gpu_sample_is_stored_beside_the_process_load() {
+    use conelab::engine::protocol::{GpuStats, SystemStats};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut w = writer(tmp.path());
+    const GIB: u64 = 1 << 30;
+    w.record(&Event::System(SystemStats {
+        step: 7,
+        cpu_percent: 100.0,
+        rss_bytes: GIB,
+        host_used_bytes: 4 * GIB,
+        host_total_bytes: 8 * GIB,
+        gpu: Some(GpuStats {
+            util_percent: 93.0,
+            mem_used_bytes: 3 * GIB / 2,
+            mem_total_bytes: 80 * GIB,
+            power_watts: f64::NAN,
+            temp_c: 61.0,
+        }),
+    }))
+    .expect("record");
+    w.flush().expect("flush");
+    let st = store::load(tmp.path()).expect("load");
+    let at = |m: &str| query::value_at(&st.metrics, split::SYSTEM, "total", m, 7).expect("query");
+    assert_eq!(at("gpu_util_percent"), Some(93.0));
+    assert_eq!(at("gpu_mem_used_mib"), Some(1536.0));
+    assert_eq!(at("gpu_mem_total_mib"), Some(81920.0));
+    assert_eq!(at("gpu_temp_c"), Some(61.0));
+    assert_eq!(at("gpu_power_w"), None);
+    assert_eq!(at("rss_mib"), Some(1024.0));
+}

@@ -199,7 +199,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
     let text = String::from_utf8_lossy(&csv.stdout);
     assert_eq!(
         text.lines().next(),
-        Some("run_id,run,step,train/loss,valid/ppl,embedding/i1")
+        Some("run_id,run,run_uuid,step,train/loss,valid/ppl,embedding/i1")
     );
     assert_eq!(text.lines().count(), 1 + 6);
 
@@ -521,7 +521,7 @@ fn spectrum_control_stores_its_gap_to_the_prior_and_to_w() {
         .skip(1)
         .map(|l| {
             l.split(',')
-                .skip(3)
+                .skip(4)
                 .map(|v| v.parse().expect("number"))
                 .collect()
         })
@@ -580,7 +580,7 @@ fn a_run_stores_its_process_load() {
         .nth(1)
         .expect("a sample")
         .split(',')
-        .skip(3)
+        .skip(4)
         .map(|v| v.parse().expect("number"))
         .collect();
     let meminfo = std::fs::read_to_string("/proc/meminfo").expect("meminfo");

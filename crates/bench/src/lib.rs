@@ -53,6 +53,12 @@ pub struct TrainBenchResult {
     pub ms_per_step: f64,
     pub ms_per_step_std: f64,
     pub peak_rss_mib: f64,
+    /// The process's CPU time over the timed steps as a share of one core (NaN off Linux).
+    pub cpu_percent: f64,
+    /// On CUDA, as the driver reports it (NVML) over the timed steps, sampled every 50 ms: the
+    /// device's mean utilisation and its peak memory in use (every process's).
+    pub gpu_util_percent: Option<f64>,
+    pub gpu_mem_peak_mib: Option<f64>,
 }
 
 /// A corpus of uniformly random words: what the PyTorch reference trains on, and big enough that
@@ -157,6 +163,9 @@ pub fn bench_train(b: &TrainBench) -> Result<TrainBenchResult, EngineError> {
     }
     trainer.settle()?;
     let mut times = Vec::with_capacity(b.steps as usize);
+    let mut cpu = conelab_base::system::Sampler::new();
+    cpu.sample();
+    let gpu = GpuWatch::start(&b.device.to_string());
     let start = Instant::now();
     for _ in 0..b.steps {
         let t = Instant::now();
@@ -165,6 +174,8 @@ pub fn bench_train(b: &TrainBench) -> Result<TrainBenchResult, EngineError> {
     }
     trainer.settle()?;
     let total = start.elapsed().as_secs_f64();
+    let cpu_percent = cpu.sample().map_or(f64::NAN, |s| s.cpu_percent);
+    let (gpu_util_percent, gpu_mem_peak_mib) = gpu.map_or((None, None), GpuWatch::stop);
     let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
     let var = times.iter().map(|t| (t - mean).powi(2)).sum::<f64>() / times.len().max(1) as f64;
     Ok(TrainBenchResult {
@@ -193,7 +204,50 @@ pub fn bench_train(b: &TrainBench) -> Result<TrainBenchResult, EngineError> {
         },
         ms_per_step_std: var.sqrt(),
         peak_rss_mib: peak_rss_mib(),
+        cpu_percent,
+        gpu_util_percent,
+        gpu_mem_peak_mib,
     })
+}
+
+/// The device's load while the timed steps run, sampled on a thread of its own (NVML's calls
+/// stay out of the steps' time).
+struct GpuWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(Option<f64>, Option<f64>)>,
+}
+
+impl GpuWatch {
+    /// None where `device` is not CUDA or the driver does not answer.
+    fn start(device: &str) -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        let sampler = conelab_run::gpu::GpuSampler::open(device)?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("bench-gpu".into())
+            .spawn(move || {
+                let (mut util, mut peak) = (Vec::new(), 0u64);
+                while !flag.load(Ordering::Relaxed) {
+                    if let Some(s) = sampler.sample() {
+                        if s.util_percent.is_finite() {
+                            util.push(s.util_percent);
+                        }
+                        peak = peak.max(s.mem_used_bytes);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                let mean = (!util.is_empty()).then(|| util.iter().sum::<f64>() / util.len() as f64);
+                (mean, (peak > 0).then(|| peak as f64 / (1024.0 * 1024.0)))
+            })
+            .ok()?;
+        Some(Self { stop, thread })
+    }
+
+    fn stop(self) -> (Option<f64>, Option<f64>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or((None, None))
+    }
 }
 
 /// Peak resident set size of this process (VmHWM), in MiB; NaN where /proc is unavailable.
@@ -889,8 +943,9 @@ impl MetricsBenchResult {
 impl TrainBenchResult {
     /// The one-row table `conelab bench train` prints.
     pub fn render(&self) -> String {
+        let opt = |v: Option<f64>| v.map_or_else(|| "–".to_string(), |v| format!("{v:.0}"));
         format!(
-            "{:<9} {:<6} {:<13} {:>5} {:>5} {:>7} {:>11} {:>11} {:>9} {:>9} {:>10}\n{:<9} {:<6} {:<13} {:>5} {:>5} {:>7} {:>11} {:>11.0} {:>9.1} {:>9.1} {:>10.0}\n",
+            "{:<9} {:<6} {:<13} {:>5} {:>5} {:>7} {:>11} {:>11} {:>9} {:>9} {:>10} {:>6} {:>6} {:>9}\n{:<9} {:<6} {:<13} {:>5} {:>5} {:>7} {:>11} {:>11.0} {:>9.1} {:>9.1} {:>10.0} {:>6.0} {:>6} {:>9}\n",
             "engine",
             "model",
             "device",
@@ -902,6 +957,9 @@ impl TrainBenchResult {
             "ms/step",
             "± std",
             "peak MiB",
+            "cpu %",
+            "gpu %",
+            "gpu MiB",
             self.engine,
             self.model,
             self.device,
@@ -912,7 +970,10 @@ impl TrainBenchResult {
             self.tokens_per_sec,
             self.ms_per_step,
             self.ms_per_step_std,
-            self.peak_rss_mib
+            self.peak_rss_mib,
+            self.cpu_percent,
+            opt(self.gpu_util_percent),
+            opt(self.gpu_mem_peak_mib),
         )
     }
 }

@@ -225,16 +225,34 @@ pub struct SystemStats {
     pub rss_bytes: u64,
     pub host_used_bytes: u64,
     pub host_total_bytes: u64,
+    /// The run's CUDA device, where the driver reports it (absent in messages from before).
+    #[serde(default)]
+    pub gpu: Option<GpuStats>,
+}
+
+/// A CUDA device's load as NVML reports it; NaN where the board does not say.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GpuStats {
+    /// Share of the last sample period a kernel ran, %.
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub util_percent: f64,
+    pub mem_used_bytes: u64,
+    pub mem_total_bytes: u64,
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub power_watts: f64,
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub temp_c: f64,
 }
 
 impl SystemStats {
-    pub fn from_sample(step: u64, s: &conelab_base::system::Sample) -> Self {
+    pub fn from_sample(step: u64, s: &conelab_base::system::Sample, gpu: Option<GpuStats>) -> Self {
         Self {
             step,
             cpu_percent: s.cpu_percent,
             rss_bytes: s.rss_bytes,
             host_used_bytes: s.host_used_bytes,
             host_total_bytes: s.host_total_bytes,
+            gpu,
         }
     }
 }

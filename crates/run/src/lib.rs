@@ -13,6 +13,7 @@
 //! labels) is the `conelab_link` crate, re-exported here under its old paths.
 
 pub mod detach;
+pub mod gpu;
 pub mod headless;
 pub mod launch;
 pub mod log;

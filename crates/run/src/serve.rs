@@ -278,7 +278,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         writer,
         dir.clone(),
         fault.clone(),
-        Some(system_sampler()),
+        Some(system_sampler(&run.spec().device)),
         move |e| forward.send(HubInput::Event(e)).is_ok(),
     )
     .map_err(internal("starting the metrics store's thread"))?;
@@ -436,10 +436,12 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
     Ok(exit)
 }
 
-/// The run's system sample every [`conelab_base::system::SAMPLE_EVERY`], on the store's thread.
-fn system_sampler() -> store::recorder::Sampler {
+/// The run's system sample every [`conelab_base::system::SAMPLE_EVERY`], on the store's thread,
+/// with its GPU's where `device` is a CUDA device and the driver reports it.
+fn system_sampler(device: &str) -> store::recorder::Sampler {
     use conelab_base::system::{SAMPLE_EVERY, Sampler};
     let mut sampler = Sampler::new();
+    let gpu = crate::gpu::GpuSampler::open(device);
     let mut due = std::time::Instant::now();
     Box::new(move |step| {
         let now = std::time::Instant::now();
@@ -449,7 +451,11 @@ fn system_sampler() -> store::recorder::Sampler {
         due = now + SAMPLE_EVERY;
         let sample = sampler.sample()?;
         Some(conelab_core::events::Event::System(
-            conelab_core::events::SystemStats::from_sample(step, &sample),
+            conelab_core::events::SystemStats::from_sample(
+                step,
+                &sample,
+                gpu.as_ref().and_then(|g| g.sample()),
+            ),
         ))
     })
 }

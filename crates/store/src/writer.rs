@@ -513,7 +513,17 @@ impl StoreWriter {
             (SYS_RSS_MIB, s.rss_bytes as f64 / MIB),
             (SYS_HOST_USED_MIB, s.host_used_bytes as f64 / MIB),
             (SYS_HOST_TOTAL_MIB, s.host_total_bytes as f64 / MIB),
-        ] {
+        ]
+        .into_iter()
+        .chain(s.gpu.iter().flat_map(|g| {
+            [
+                (SYS_GPU_UTIL_PERCENT, g.util_percent),
+                (SYS_GPU_MEM_USED_MIB, g.mem_used_bytes as f64 / MIB),
+                (SYS_GPU_MEM_TOTAL_MIB, g.mem_total_bytes as f64 / MIB),
+                (SYS_GPU_POWER_W, g.power_watts),
+                (SYS_GPU_TEMP_C, g.temp_c),
+            ]
+        })) {
             if value.is_finite() {
                 self.metrics
                     .push(step, epoch, t, split::SYSTEM, "total", metric, value);
@@ -573,6 +583,12 @@ pub const SYS_CPU_PERCENT: &str = "cpu_percent";
 pub const SYS_RSS_MIB: &str = "rss_mib";
 pub const SYS_HOST_USED_MIB: &str = "host_used_mib";
 pub const SYS_HOST_TOTAL_MIB: &str = "host_total_mib";
+/// The run's CUDA device (NVML): utilisation %, memory used and in all (MiB), power (W), °C.
+pub const SYS_GPU_UTIL_PERCENT: &str = "gpu_util_percent";
+pub const SYS_GPU_MEM_USED_MIB: &str = "gpu_mem_used_mib";
+pub const SYS_GPU_MEM_TOTAL_MIB: &str = "gpu_mem_total_mib";
+pub const SYS_GPU_POWER_W: &str = "gpu_power_w";
+pub const SYS_GPU_TEMP_C: &str = "gpu_temp_c";
 
 /// Spectrum control's numbers at a snapshot (`embedding/total/…`, only while it is on):
 /// ‖σ − t‖/‖t‖, max_k |σ_(k) − s_k(W)|/s_1(W), ‖UᵀU − I‖_F, ‖VᵀV − I‖_F, σ_1 and t_1.

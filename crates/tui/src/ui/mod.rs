@@ -646,10 +646,32 @@ mod tests {
             rss_bytes: 3 * GIB / 2,
             host_used_bytes: 10 * GIB,
             host_total_bytes: 24 * GIB,
+            gpu: None,
         }));
         let text = draw(&app, 120, 40);
         assert!(
             text.contains("cpu 198% · rss 1.5G · host 10.0G/24.0G"),
+            "{text}"
+        );
+        assert!(!text.contains("gpu"), "a CPU run has no GPU part: {text}");
+        // A CUDA run: the device's load after the process's; a board without a power sensor.
+        app.on_event(Event::System(SystemStats {
+            step: 90,
+            cpu_percent: 99.0,
+            rss_bytes: 2 * GIB,
+            host_used_bytes: 10 * GIB,
+            host_total_bytes: 24 * GIB,
+            gpu: Some(conelab_core::events::GpuStats {
+                util_percent: 87.4,
+                mem_used_bytes: 30 * GIB,
+                mem_total_bytes: 80 * GIB,
+                power_watts: f64::NAN,
+                temp_c: 64.0,
+            }),
+        }));
+        let text = draw(&app, 120, 40);
+        assert!(
+            text.contains("cpu 99% · rss 2.0G · host 10.0G/24.0G · gpu 87% 30.0G/80.0G – 64°C"),
             "{text}"
         );
     }

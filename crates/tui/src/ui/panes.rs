@@ -189,20 +189,35 @@ pub(super) fn self_norm(frame: &mut Frame, app: &App, area: Rect, pal: &Palette)
     );
 }
 
-/// The run process's load in one line: `cpu 98% · rss 1.2G · host 10.1G/24.0G`.
+/// The run process's load in one line: `cpu 98% · rss 1.2G · host 10.1G/24.0G`, then its GPU's
+/// where the driver reports it: `· gpu 87% 30.1G/79.6G 312W 64°C`.
 pub(super) fn system_line(s: &conelab_core::events::SystemStats) -> String {
     const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
-    let cpu = if s.cpu_percent.is_finite() {
-        format!("{:.0}%", s.cpu_percent)
-    } else {
-        "–".into()
+    let known = |v: f64, unit: &str| {
+        if v.is_finite() {
+            format!("{v:.0}{unit}")
+        } else {
+            "–".into()
+        }
     };
-    format!(
-        "cpu {cpu} · rss {:.1}G · host {:.1}G/{:.1}G",
+    let mut line = format!(
+        "cpu {} · rss {:.1}G · host {:.1}G/{:.1}G",
+        known(s.cpu_percent, "%"),
         s.rss_bytes as f64 / GIB,
         s.host_used_bytes as f64 / GIB,
         s.host_total_bytes as f64 / GIB
-    )
+    );
+    if let Some(g) = &s.gpu {
+        line.push_str(&format!(
+            " · gpu {} {:.1}G/{:.1}G {} {}",
+            known(g.util_percent, "%"),
+            g.mem_used_bytes as f64 / GIB,
+            g.mem_total_bytes as f64 / GIB,
+            known(g.power_watts, "W"),
+            known(g.temp_c, "°C"),
+        ));
+    }
+    line
 }
 
 pub(super) fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
