@@ -21,28 +21,19 @@ pub struct AttachArgs {
     /// `ssh -L LOCAL:REMOTE HOST`).
     #[arg(long, value_name = "PATH", conflicts_with = "runs")]
     pub socket: Option<PathBuf>,
-    /// Draw the embedding scatter with ASCII density glyphs instead of braille.
-    #[arg(long)]
-    pub ascii: bool,
-    /// Leave the mouse to the terminal, so text can be selected (over SSH too); `M` switches
-    /// capture on and off in the workbench.
-    #[arg(long)]
-    pub no_mouse: bool,
-    /// Colours for a dark or a light terminal background [default: the config file's theme,
-    /// else dark].
-    #[arg(long, value_enum)]
-    pub theme: Option<run::options::Theme>,
+    #[command(flatten)]
+    pub view: run::options::ViewFlags,
 }
 
 pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
     if args.runs.len() > 1 {
         return super::compare::exec(super::compare::CompareArgs {
             runs: args.runs,
-            x: super::compare::XAxisArg::Step,
+            x_axis: super::compare::XAxisArg::Step,
             smoothing: conelab::tui::compare::DEFAULT_SMOOTHING,
             log_y: false,
             curve: conelab::tui::compare::CURVES[0].clone(),
-            theme: args.theme,
+            view: args.view,
         });
     }
     // Reach the run first (a refusal is worth saying as such), then the terminal.
@@ -64,7 +55,7 @@ pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
     }
     let dir = opened.hello.dir.clone();
     let setup = conelab::tui::ViewerSetup {
-        view: super::view_options(args.theme, args.ascii, args.no_mouse),
+        view: super::view_options(&args.view),
         reference: None,
         read_only: opened.read_only.clone(),
     };

@@ -72,9 +72,8 @@ pub struct BenchOpsArgs {
     /// Count conelab only.
     #[arg(long)]
     pub no_reference: bool,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -98,9 +97,8 @@ pub struct BenchAttachArgs {
     /// Steps in the store of the attach benchmark.
     #[arg(long, default_value_t = 100_000)]
     pub history: u64,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -114,9 +112,8 @@ pub struct BenchRunsArgs {
     /// Times each figure is measured (the median is printed).
     #[arg(long, default_value_t = 5)]
     pub repeats: usize,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -140,9 +137,8 @@ pub struct BenchChaosArgs {
         default_value = "unread,idle,subscribe,flood"
     )]
     pub attack: Vec<String>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -171,9 +167,8 @@ pub struct BenchTuiArgs {
     /// Only the frame times.
     #[arg(long)]
     pub frames_only: bool,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -190,9 +185,8 @@ pub struct BenchStoreArgs {
     /// Timed repeats (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub repeats: usize,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -221,9 +215,8 @@ pub struct BenchObjectivesArgs {
     /// side-by-side comparisons).
     #[arg(long)]
     pub graph_lstm: bool,
-    /// Print JSON instead of tables.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -245,9 +238,8 @@ pub struct BenchMetricsArgs {
     /// Also time faer's thin SVD of W in f64 (the usual way to get the spectrum) for comparison.
     #[arg(long)]
     pub reference: bool,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -283,9 +275,8 @@ pub struct BenchTrainArgs {
     /// steps were pipelined on LibTorch devices (for side-by-side comparisons).
     #[arg(long)]
     pub step_sync: bool,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 }
 
 fn tui(args: BenchTuiArgs) -> Result<()> {
@@ -305,7 +296,7 @@ fn tui(args: BenchTuiArgs) -> Result<()> {
             args.rounds,
         )?)
     };
-    if args.json {
+    if args.output.json("bench tui")? {
         let v = serde_json::json!({ "frames": frames, "throughput": throughput });
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&v)?));
     }
@@ -331,7 +322,7 @@ fn attach(args: BenchAttachArgs) -> Result<()> {
         history: args.history,
         work: std::env::temp_dir(),
     })?;
-    if args.json {
+    if args.output.json("bench attach")? {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
     print_stdout(&r.render())
@@ -356,7 +347,7 @@ fn chaos(args: BenchChaosArgs) -> Result<()> {
         attacks: args.attack,
         work: std::env::temp_dir(),
     })?;
-    if args.json {
+    if args.output.json("bench chaos")? {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
     print_stdout(&r.render())
@@ -378,7 +369,7 @@ fn runs(args: BenchRunsArgs) -> Result<()> {
         repeats: args.repeats,
         work: std::env::temp_dir(),
     })?;
-    if args.json {
+    if args.output.json("bench runs")? {
         return print_stdout(&format!(
             "{}
 ",
@@ -398,7 +389,7 @@ fn store(args: BenchStoreArgs) -> Result<()> {
         points: args.points,
         repeats: args.repeats.max(1),
     })?;
-    if args.json {
+    if args.output.json("bench store")? {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
     print_stdout(&r.render())
@@ -422,12 +413,12 @@ fn objectives(args: BenchObjectivesArgs) -> Result<()> {
             graph_lstm: args.graph_lstm,
         };
         let r = bench_objectives(&bench)?;
-        if !args.json {
+        if !args.output.json("bench objectives")? {
             print_stdout(&format!("{}\n", r.render()))?;
         }
         results.push(r);
     }
-    if args.json {
+    if args.output.json("bench objectives")? {
         print_stdout(&format!("{}\n", serde_json::to_string_pretty(&results)?))?;
     }
     Ok(())
@@ -448,7 +439,7 @@ fn train(args: BenchTrainArgs) -> Result<()> {
         step_sync: args.step_sync,
     };
     let r = bench_train(&bench)?;
-    if args.json {
+    if args.output.json("bench train")? {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
     print_stdout(&r.render())
@@ -477,7 +468,7 @@ fn ops(args: BenchOpsArgs) -> Result<()> {
         }),
     };
     let r = bench_ops(&bench)?;
-    if args.json {
+    if args.output.json("bench ops")? {
         return print_stdout(&format!(
             "{}
 ",
@@ -499,7 +490,7 @@ fn metrics(args: BenchMetricsArgs) -> Result<()> {
         seed: args.seed,
         reference: args.reference,
     })?;
-    if args.json {
+    if args.output.json("bench metrics")? {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
     print_stdout(&r.render())

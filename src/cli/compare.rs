@@ -17,8 +17,9 @@ pub struct CompareArgs {
     #[arg(required = true, value_name = "RUN")]
     pub runs: Vec<PathBuf>,
     /// Draw the curves against the step or against wall-clock time since each run began.
-    #[arg(long, value_enum, default_value = "step")]
-    pub x: XAxisArg,
+    /// (`--x`, its name before, still works.)
+    #[arg(long = "x-axis", alias = "x", value_enum, default_value = "step")]
+    pub x_axis: XAxisArg,
     /// TensorBoard's smoothing weight, 0 (raw) to 0.99; `+`/`-` change it in the view.
     #[arg(long, default_value_t = conelab::tui::compare::DEFAULT_SMOOTHING,
         allow_negative_numbers = true, value_parser = smoothing_weight)]
@@ -26,10 +27,8 @@ pub struct CompareArgs {
     /// A logarithmic y axis (`l` in the view).
     #[arg(long)]
     pub log_y: bool,
-    /// Colours for a dark or a light terminal background [default: the config file's theme,
-    /// else dark].
-    #[arg(long, value_enum)]
-    pub theme: Option<run::options::Theme>,
+    #[command(flatten)]
+    pub view: run::options::ViewFlags,
     /// The curve shown first (↑/↓ and / in the view): a named one (loss, ppl-rare, i1-rare,
     /// isoscore-rare, grad-norm, … — see the view's list) or any stored series as
     /// SPLIT/GROUP/METRIC (valid/rare/uniq) or SPLIT/METRIC (group total).
@@ -79,8 +78,8 @@ pub fn exec(args: CompareArgs) -> Result<ExitStatus> {
         );
     }
     let options = CompareOptions {
-        view: super::view_options(args.theme, false, false),
-        x_axis: match args.x {
+        view: super::view_options(&args.view),
+        x_axis: match args.x_axis {
             XAxisArg::Step => XAxis::Step,
             XAxisArg::Time => XAxis::Time,
         },

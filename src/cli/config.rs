@@ -11,15 +11,15 @@ pub enum ConfigCommand {
     /// Print the resolved settings — data roots, run roots, the run index, theme, colour — each
     /// with where it came from (the environment, a line of the config file, the default).
     Show {
-        /// Print JSON instead.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: super::output::OutputArgs,
     },
 }
 
 pub fn exec(command: ConfigCommand) -> Result<()> {
     // A malformed file stopped the command before this (main checks it first).
-    let ConfigCommand::Show { json } = command;
+    let ConfigCommand::Show { output } = command;
+    let json = output.json("config show")?;
     let c = config::current();
     if json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&to_json(c))?));

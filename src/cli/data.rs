@@ -56,9 +56,8 @@ pub struct BaselineArgs {
     /// Corpus directory or name (found under the data roots), or `synthetic`.
     pub corpus: String,
 
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 
     /// Where the medium and the rare group start, as for `data stats` (and `train --groups`).
     #[arg(long, value_name = "MEDIUM,RARE", default_value = "0.3,0.8")]
@@ -70,10 +69,8 @@ pub struct StatsArgs {
     /// Corpus directory (train.txt/valid.txt/test.txt, wiki.*.tokens or ptb.*.txt) or `synthetic`.
     pub corpus: String,
 
-    /// Print JSON instead of a table (keys: train_tokens, valid_tokens, test_tokens, vocab_size,
-    /// groups.{frequent,medium,rare}.{size,min_count,max_count}, splits, load_seconds, …).
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 
     /// Where the medium and the rare group start, as fractions of the vocabulary ranks; both
     /// strictly inside (0, 1), increasing. Group boundaries are floor(fraction × vocabulary size);
@@ -120,7 +117,7 @@ fn stats(args: StatsArgs) -> Result<()> {
     let seconds = start.elapsed().as_secs_f64();
     let bounds = [args.groups.medium_start(), args.groups.rare_start()];
     let report = CorpusReport::new(&corpus, bounds, seconds);
-    if args.json {
+    if args.output.json("data stats")? {
         let json = serde_json::to_string_pretty(&report).context("serialising the report")?;
         print_stdout(&format!("{json}\n"))
     } else {
@@ -172,7 +169,7 @@ fn baseline(args: BaselineArgs) -> Result<()> {
     if let Cached::NotStored(why) = &cached {
         eprintln!("conelab: warning: the results are not cached ({why})");
     }
-    if args.json {
+    if args.output.json("data baseline")? {
         let json = serde_json::to_string_pretty(&reference).context("serialising the models")?;
         return print_stdout(&format!("{json}\n"));
     }

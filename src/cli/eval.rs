@@ -36,7 +36,7 @@ pub struct EvalArgs {
     #[arg(long, value_name = "last|best|N")]
     pub step: Option<CheckpointChoice>,
 
-    /// The split to evaluate [default: valid; test with --shift-from].
+    /// The split to evaluate [default: valid; test with --shift].
     #[arg(long, value_enum)]
     pub split: Option<HeldOutSplit>,
 
@@ -45,7 +45,11 @@ pub struct EvalArgs {
     /// sigma_z) and as a line of the table; several runs get a self-normalisation table
     /// (their Tables 3/4). The shift comes from the validation split, as in the paper, never
     /// from the split evaluated on (test by default): a shift fitted on test would flatter it.
-    #[arg(long, value_enum, value_name = "SPLIT")]
+    #[arg(long)]
+    pub shift: bool,
+
+    /// `--shift` as it was spelled before (`valid`, its only value).
+    #[arg(long, value_enum, value_name = "SPLIT", hide = true)]
     pub shift_from: Option<ShiftSource>,
 
     /// Device to evaluate on [default: the run's own].
@@ -57,14 +61,10 @@ pub struct EvalArgs {
     #[arg(short, long, default_value_t = 10)]
     pub k: usize,
 
-    /// Print JSON instead of tables (an array for several runs).
-    #[arg(long, conflicts_with = "markdown")]
-    pub json: bool,
-
-    /// One Markdown table, a row per run: PPL and I1 per group, Uniq, mean cosine (the default
-    /// for several runs).
-    #[arg(long)]
-    pub markdown: bool,
+    /// table (one run), json (an array for several runs) or md: one Markdown table, a row per
+    /// run — PPL and I1 per group, Uniq, mean cosine (the default for several runs).
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 
     /// 95 % intervals of each group's PPL from N resamplings of the split's sentences (whole
     /// sentences, with replacement; percentile interval; a fixed seed, so the same every time).
@@ -74,7 +74,7 @@ pub struct EvalArgs {
     /// Two runs on the same split: PPL_B − PPL_A per group with its 95 % interval from a paired
     /// bootstrap (each replicate scores both runs on the same drawn sentences; --bootstrap N
     /// replicates, default 1,000).
-    #[arg(long, conflicts_with_all = ["markdown", "shift_from"])]
+    #[arg(long, conflicts_with_all = ["shift", "shift_from"])]
     pub paired: bool,
 }
 
@@ -97,15 +97,18 @@ pub fn exec(args: EvalArgs) -> Result<()> {
         HeldOutSplit::Valid => Split::Valid,
         HeldOutSplit::Test => Split::Test,
     };
-    let default_split = match args.shift_from {
-        Some(_) => HeldOutSplit::Test,
-        None => HeldOutSplit::Valid,
+    // The shift comes from validation: `--shift`, or `--shift-from valid` as it was spelled.
+    let shift = args.shift || args.shift_from.is_some();
+    let default_split = if shift {
+        HeldOutSplit::Test
+    } else {
+        HeldOutSplit::Valid
     };
     let options = EvalOptions {
         split: split_of(args.split.unwrap_or(default_split)),
         device: args.device,
         k: args.k,
-        shift_from: args.shift_from.map(|ShiftSource::Valid| Split::Valid),
+        shift_from: shift.then_some(Split::Valid),
         keep_scores: args.paired,
         // Paired: the replicates are the pair's; each run's own intervals are not shown.
         bootstrap: args.bootstrap.filter(|_| !args.paired),
@@ -127,22 +130,21 @@ pub fn exec(args: EvalArgs) -> Result<()> {
         .iter()
         .map(|run| evaluate_checkpoint(run, &options))
         .collect::<Result<Vec<_>, _>>()?;
+    use super::output::OutputFormat as F;
     if args.paired {
-        return print_paired(
-            &reports,
-            args.bootstrap.unwrap_or(PAIRED_REPLICATES),
-            args.json,
-        );
+        let json = args.output.json("eval --paired")?;
+        return print_paired(&reports, args.bootstrap.unwrap_or(PAIRED_REPLICATES), json);
     }
-    if args.json {
+    let format = args.output.choose("eval", &[F::Table, F::Json, F::Md])?;
+    if format == F::Json {
         let json = match reports.as_slice() {
             [one] => one.to_json(),
             many => serde_json::Value::Array(many.iter().map(|r| r.to_json()).collect()),
         };
         print_stdout(&format!("{}\n", serde_json::to_string_pretty(&json)?))
-    } else if args.markdown || reports.len() > 1 {
+    } else if format == F::Md || reports.len() > 1 {
         let mut out = conelab::analysis::comparison_markdown(&reports);
-        if args.shift_from.is_some() {
+        if shift {
             out.push('\n');
             out.push_str(&conelab::analysis::self_normalisation_markdown(&reports));
         }

@@ -58,17 +58,16 @@ pub struct InspectArgs {
     #[arg(short, long, default_value_t = 10)]
     pub k: usize,
 
-    /// Neighbour similarity.
-    #[arg(long, value_enum, default_value = "cosine")]
-    pub metric: NeighborMetric,
+    /// Neighbour similarity (`--metric`, its name before, still works).
+    #[arg(long, alias = "metric", value_enum, default_value = "cosine")]
+    pub similarity: NeighborMetric,
 
     /// Group boundaries for --counts (see `data stats --help`) [default: the run's, else 0.3,0.8].
     #[arg(long, value_name = "MEDIUM,RARE")]
     pub groups: Option<GroupBounds>,
 
-    /// Print JSON instead of tables.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 
     /// A second checkpoint or matrix to show beside PATH (same loading rules; --tensor, --vocab
     /// and --counts apply to PATH only).
@@ -80,10 +79,8 @@ pub struct InspectArgs {
     #[arg(long, visible_alias = "no-tui")]
     pub headless: bool,
 
-    /// The browser's colours for a dark or a light terminal background [default: the config
-    /// file's theme, else dark].
-    #[arg(long, value_enum)]
-    pub theme: Option<run::options::Theme>,
+    #[command(flatten)]
+    pub view: run::options::ViewFlags,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -112,8 +109,9 @@ pub fn exec(args: InspectArgs) -> Result<()> {
         Some(p) => Some(load_matrix(p, None)?),
         None => None,
     };
-    if !args.json && !args.headless && std::io::stdout().is_terminal() {
-        let view = super::view_options(args.theme, false, false);
+    let json = args.output.json("inspect")?;
+    if !args.output.given() && !args.headless && std::io::stdout().is_terminal() {
+        let view = super::view_options(&args.view);
         let mut sides = vec![conelab::tui::browser::Side::new(&m, bounds, view)?];
         if let Some(o) = &other {
             sides.push(conelab::tui::browser::Side::new(o, bounds_of(o)?, view)?);
@@ -124,7 +122,7 @@ pub fn exec(args: InspectArgs) -> Result<()> {
     let request = InspectRequest {
         queries: args.words.clone(),
         k: args.k,
-        similarity: match args.metric {
+        similarity: match args.similarity {
             NeighborMetric::Cosine => Similarity::Cosine,
             NeighborMetric::Euclidean => Similarity::Euclidean,
         },
@@ -134,7 +132,7 @@ pub fn exec(args: InspectArgs) -> Result<()> {
         Some(o) => Some(inspect(o, bounds_of(o)?, &request)?),
         None => None,
     };
-    if args.json {
+    if json {
         let value = match &other {
             Some(o) => serde_json::json!([report.to_json(), o.to_json()]),
             None => report.to_json(),

@@ -19,6 +19,7 @@ mod import_tb;
 mod inspect;
 mod labels;
 mod man;
+mod output;
 mod runs;
 mod store;
 mod sweep;
@@ -178,23 +179,26 @@ fn find_runs(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
     args.iter().map(|a| find_run(a)).collect()
 }
 
-/// How a view draws: the theme and switches of its command (the config file's theme and colour
-/// where the command names none), and NO_COLOR from the environment.
-fn view_options(
-    theme: Option<conelab::run::options::Theme>,
-    ascii: bool,
-    no_mouse: bool,
-) -> conelab::tui::app::ViewOptions {
+/// How a view draws: the switches of its command (the config file's theme and colour where the
+/// command names none), and NO_COLOR from the environment unless `--color always`.
+fn view_options(flags: &conelab::run::options::ViewFlags) -> conelab::tui::app::ViewOptions {
     use conelab::base::config::{ColorChoice, ThemeChoice};
+    use conelab::run::options::ColorWhen;
     let config = conelab::base::config::current();
-    let light = match theme {
+    let light = match flags.theme {
         Some(t) => t == conelab::run::options::Theme::Light,
         None => config.theme.value == ThemeChoice::Light,
     };
+    let no_color = match flags.color {
+        Some(ColorWhen::Always) => false,
+        Some(ColorWhen::Never) => true,
+        Some(ColorWhen::Auto) => conelab_widgets::no_color_from_env(),
+        None => conelab_widgets::no_color_from_env() || config.color.value == ColorChoice::Never,
+    };
     conelab::tui::app::ViewOptions {
-        no_color: conelab_widgets::no_color_from_env() || config.color.value == ColorChoice::Never,
-        ascii,
-        no_mouse,
+        no_color,
+        ascii: flags.ascii,
+        no_mouse: flags.no_mouse,
         light,
         true_color: std::env::var("COLORTERM")
             .is_ok_and(|v| v.eq_ignore_ascii_case("truecolor") || v.eq_ignore_ascii_case("24bit")),

@@ -38,9 +38,8 @@ pub struct RunsArgs {
     /// Order of the rows.
     #[arg(long, value_enum, default_value = "started")]
     pub sort: SortArg,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -89,7 +88,7 @@ pub fn exec(args: RunsArgs) -> Result<()> {
             SortArg::Step => SortBy::Step,
         },
     );
-    if args.json {
+    if args.output.json("runs")? {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&rows)?));
     }
     if rows.is_empty() {

@@ -40,7 +40,7 @@ pub fn exec(opts: TrainOptions) -> Result<ExitStatus> {
     let ready = run::detach::spawn(run::detach::child_args())?;
     let opened = run::attach::connect(&ready.socket)?;
     let setup = conelab::tui::ViewerSetup {
-        view: super::view_options(opts.theme, opts.ascii, opts.no_mouse),
+        view: super::view_options(&opts.view),
         reference,
         read_only: None,
     };

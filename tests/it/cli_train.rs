@@ -790,3 +790,54 @@ fn notify_runs_a_command_with_how_the_run_ended() {
         "{stderr}"
     );
 }
+
+/// Issue #39 part 4: every command that opens a view takes the same view switches, with the same
+/// help, and the renamed flags keep their old names.
+#[test]
+fn every_view_takes_the_same_switches_and_old_flag_names_still_work() {
+    let help = |cmd: &str| {
+        let out = conelab(&[cmd, "--help"]);
+        assert!(out.status.success(), "{cmd} --help");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let switches = ["--ascii", "--no-mouse", "--theme <THEME>", "--color <WHEN>"];
+    let train = help("train");
+    for cmd in ["attach", "compare", "inspect"] {
+        let text = help(cmd);
+        for s in switches {
+            assert!(text.contains(s) && train.contains(s), "{cmd}: {s}");
+        }
+    }
+    // New names in the help; the old ones hidden but read.
+    assert!(help("compare").contains("--x-axis") && !help("compare").contains("--x <"));
+    assert!(help("eval").contains("--shift") && !help("eval").contains("--shift-from"));
+    assert!(help("inspect").contains("--similarity") && !help("inspect").contains("--metric <"));
+    assert!(help("runs").contains("--format") && !help("runs").contains("--json"));
+    assert_one_line_error(
+        &conelab(&["compare", "a", "--color", "sometimes"]),
+        &["sometimes"],
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().to_str().expect("utf-8");
+    for args in [
+        vec!["runs", dir, "--json"],
+        vec!["runs", dir, "--format", "json"],
+    ] {
+        let out = conelab(&args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert!(v.is_array(), "{args:?}");
+    }
+    assert_one_line_error(
+        &conelab(&["runs", dir, "--format", "csv"]),
+        &["runs writes --format table, json, not csv"],
+    );
+    assert_one_line_error(
+        &conelab(&["runs", dir, "--json", "--format", "table"]),
+        &["disagree"],
+    );
+}

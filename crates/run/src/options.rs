@@ -162,20 +162,8 @@ pub struct TrainOptions {
     #[arg(long, hide = true)]
     pub internal_detached: bool,
 
-    /// Draw the embedding scatter with ASCII density glyphs instead of braille (fonts without
-    /// braille). NO_COLOR in the environment turns colour off.
-    #[arg(long)]
-    pub ascii: bool,
-
-    /// Leave the mouse to the terminal, so text can be selected (over SSH too); `M` switches
-    /// capture on and off in the workbench.
-    #[arg(long)]
-    pub no_mouse: bool,
-
-    /// The workbench's colours for a dark or a light terminal background (16 ANSI colours
-    /// either way; NO_COLOR turns them off) [default: the config file's theme, else dark].
-    #[arg(long, value_enum)]
-    pub theme: Option<Theme>,
+    #[command(flatten)]
+    pub view: ViewFlags,
 
     /// Another run (its newest checkpoint) or embedding matrix whose normalised spectrum the
     /// workbench's Spectrum pane draws beside this run's.
@@ -455,6 +443,38 @@ impl TrainOptions {
             || self.nce_r.is_some()
             || self.and_lm.is_some()
     }
+}
+
+/// How a view draws: the switches of every command that opens one (train, attach, compare,
+/// inspect), each the same there.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct ViewFlags {
+    /// Draw plots with ASCII density glyphs instead of braille (fonts without braille).
+    #[arg(long)]
+    pub ascii: bool,
+
+    /// Leave the mouse to the terminal, so text can be selected (over SSH too); `M` switches
+    /// capture on and off in a view.
+    #[arg(long)]
+    pub no_mouse: bool,
+
+    /// Colours for a dark or a light terminal background (16 ANSI colours either way, true colour
+    /// where the terminal has it) [default: the config file's theme, else dark].
+    #[arg(long, value_enum)]
+    pub theme: Option<Theme>,
+
+    /// Colour: auto (unless NO_COLOR is set), always (even then), never (glyphs alone)
+    /// [default: the config file's colour, else auto].
+    #[arg(long, value_enum, value_name = "WHEN")]
+    pub color: Option<ColorWhen>,
+}
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
 }
 
 /// `--theme`: colours for a dark or a light terminal background.
