@@ -87,6 +87,12 @@ fn render(c: &Config) -> String {
         color(c.color.value),
         c.color.from
     ));
+    out.push_str(&format!(
+        "{:<12} {}  [{}]\n",
+        "device",
+        c.device.value.as_deref().unwrap_or("cpu"),
+        c.device.from
+    ));
     out
 }
 
@@ -106,5 +112,6 @@ fn to_json(c: &Config) -> serde_json::Value {
         "cache": {"path": c.cache_dir.value.to_string_lossy(), "from": c.cache_dir.from.to_string()},
         "theme": {"value": theme(c.theme.value), "from": c.theme.from.to_string()},
         "color": {"value": color(c.color.value), "from": c.color.from.to_string()},
+        "device": {"value": c.device.value.as_deref().unwrap_or("cpu"), "from": c.device.from.to_string()},
     })
 }

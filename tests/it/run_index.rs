@@ -403,6 +403,58 @@ fn the_config_file_is_read_shown_and_refused_when_malformed() {
         stats["train_tokens"].as_u64().is_some_and(|n| n > 0),
         "{stats}"
     );
+    // The default device: shown with its line; a value no device has stops a new run with one
+    // line naming the file's line, before anything is made.
+    std::fs::write(&config, "theme = \"dark\"\ndevice = \"gpu7\"\n").expect("config");
+    let shown = ok(&at(
+        &f.path(""),
+        &state,
+        &["config", "show", "--format", "json"],
+        &env,
+    ));
+    let v: serde_json::Value = serde_json::from_str(&shown).expect("json");
+    assert_eq!(v["device"]["value"], "gpu7");
+    assert_eq!(v["device"]["from"], format!("{}:2", config.display()));
+    let run = f.path("device-run");
+    let out = at(
+        &f.path(""),
+        &state,
+        &[
+            "train",
+            s(&f.path("corpus")),
+            "--steps",
+            "1",
+            "--headless",
+            "--run-dir",
+            s(&run),
+        ],
+        &env,
+    );
+    assert_one_line_error(&out, &[&format!("{}:2", config.display()), "gpu7"]);
+    assert!(!run.exists(), "nothing made");
+    std::fs::write(&config, "device = \"cpu\"\n").expect("config");
+    let out = at(
+        &f.path(""),
+        &state,
+        &[
+            "train",
+            s(&f.path("corpus")),
+            "--config",
+            s(&f.path("small.toml")),
+            "--steps",
+            "1",
+            "--eval-every",
+            "0",
+            "--headless",
+            "--run-dir",
+            s(&run),
+        ],
+        &env,
+    );
+    ok(&out);
+    let toml = std::fs::read_to_string(run.join("run.toml")).expect("run.toml");
+    assert!(toml.contains("device = \"cpu\""), "{toml}");
+
     // A typo on line 3: every command refuses, naming the file and line.
     std::fs::write(&config, "theme = \"dark\"\n\nrun_rots = [\"/x\"]\n").expect("config");
     for args in [

@@ -84,6 +84,9 @@ pub struct Config {
     pub cache_dir: Setting<PathBuf>,
     pub theme: Setting<ThemeChoice>,
     pub color: Setting<ColorChoice>,
+    /// The device a new run trains on when `--device` is not given (`cpu`, `libtorch-cpu`,
+    /// `cuda[:N]`; checked where a run starts, which names this setting's line when it is wrong).
+    pub device: Setting<Option<String>>,
     /// What could not be read (a config file behind a folder this user cannot enter): said,
     /// then done without.
     pub warnings: Vec<String>,
@@ -106,6 +109,7 @@ struct FileConfig {
     run_roots: Option<Spanned<Vec<String>>>,
     theme: Option<Spanned<ThemeChoice>>,
     color: Option<Spanned<ColorChoice>>,
+    device: Option<Spanned<String>>,
 }
 
 /// The line (1-based) of byte `offset` of `text`.
@@ -211,6 +215,10 @@ impl Config {
                 value: ColorChoice::Auto,
                 from: Source::Default,
             },
+            device: Setting {
+                value: None,
+                from: Source::Default,
+            },
             file: file.clone(),
             warnings: Vec::new(),
         };
@@ -264,6 +272,12 @@ impl Config {
                 config.color = Setting {
                     from: from(color.span()),
                     value: color.into_inner(),
+                };
+            }
+            if let Some(device) = parsed.device {
+                config.device = Setting {
+                    from: from(device.span()),
+                    value: Some(device.into_inner()),
                 };
             }
         }

@@ -189,7 +189,10 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "corpus".into()),
     };
-    let device = opts.device.unwrap_or(conelab_train::model::DeviceSpec::Cpu);
+    let device = match opts.device {
+        Some(d) => d,
+        None => default_device()?,
+    };
     let mut trainer =
         Trainer::new(Arc::new(corpus), model, train, device).map_err(RunError::bad_input)?;
     if let Some(epochs) = opts.epochs {
@@ -542,4 +545,16 @@ fn concerns(e: &checkpoint::CheckpointError, dir: &Path) -> bool {
 /// `YYYYmmdd-HHMMSS` in UTC, for run names.
 pub fn utc_stamp() -> String {
     super::clock::format_unix(super::clock::now_unix(), "%Y%m%d-%H%M%S")
+}
+
+/// The device of a new run without `--device`: the config file's `device`, else the CPU. A value
+/// the file got wrong is bad input naming its line.
+fn default_device() -> Result<conelab_train::model::DeviceSpec, RunError> {
+    let setting = &conelab_base::config::current().device;
+    match &setting.value {
+        None => Ok(conelab_train::model::DeviceSpec::Cpu),
+        Some(text) => text.parse().map_err(|e| {
+            RunError::Usage(format!("config file {}: device = {text:?}: {e}", setting.from).into())
+        }),
+    }
 }
