@@ -25,6 +25,10 @@ use conelab::run::say;
 
 fn main() -> ExitCode {
     conelab::base::revision::set(option_env!("CONELAB_GIT_REVISION"));
+    // `COMPLETE=bash conelab …`: the shell asks for completions (run names included); answered
+    // and exited here. Without COMPLETE, nothing.
+    clap_complete::CompleteEnv::with_factory(<cli::Cli as clap::CommandFactory>::command)
+        .complete();
     conelab::allocator::keep_freed_memory();
     // Defence in depth: a bug must still end in one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
@@ -91,7 +95,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Help and version go out as clap renders them; a usage error becomes its first line.
+/// Help and version go out as clap renders them; a usage error becomes one line with all that
+/// clap said: the error, its tips ("a similar argument exists: '--json'") and the usage.
 fn usage_error(e: clap::Error) -> ExitCode {
     match e.kind() {
         ErrorKind::DisplayHelp
@@ -101,14 +106,53 @@ fn usage_error(e: clap::Error) -> ExitCode {
             ExitCode::from(e.exit_code() as u8)
         }
         _ => {
-            let rendered = e.render().to_string();
-            let line = rendered
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid command line");
-            let line = line.strip_prefix("error: ").unwrap_or(line);
-            say(&format!("conelab: error: {line} (see conelab --help)"));
+            say(&format!(
+                "conelab: error: {}",
+                one_line(&e.render().to_string())
+            ));
             ExitStatus::BadInput.into()
         }
+    }
+}
+
+/// clap's rendering of a usage error (error, blank line, `  tip: …` lines, `Usage: …`, "For more
+/// information, try '--help'.") as one line: `ERROR; tip: …; usage: …`.
+fn one_line(rendered: &str) -> String {
+    let mut error = None;
+    let mut parts = Vec::new();
+    for line in rendered.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(tip) = line.strip_prefix("tip: ") {
+            parts.push(format!("tip: {tip}"));
+        } else if let Some(usage) = line.strip_prefix("Usage: ") {
+            parts.push(format!("usage: {usage}"));
+        } else if line.starts_with("For more information") {
+            continue;
+        } else if error.is_none() {
+            error = Some(line.strip_prefix("error: ").unwrap_or(line).to_string());
+        } else {
+            // A continuation of the error (a list of possible values, …).
+            parts.push(line.to_string());
+        }
+    }
+    let mut out = error.unwrap_or_else(|| "invalid command line".into());
+    for p in parts {
+        out.push_str("; ");
+        out.push_str(&p);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_usage_error_keeps_its_tip_and_usage_on_one_line() {
+        let rendered = "error: unexpected argument '--jsn' found\n\n  tip: a similar argument exists: '--json'\n\nUsage: conelab runs --json [DIR]\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            one_line(rendered),
+            "unexpected argument '--jsn' found; tip: a similar argument exists: '--json'; usage: conelab runs --json [DIR]"
+        );
+        assert_eq!(one_line(""), "invalid command line");
     }
 }

@@ -15,7 +15,7 @@ pub struct AttachArgs {
     /// under checkpoints/ — from any folder [default: the live run; a list to pick from when
     /// there are several]. Several runs open the compare view (as
     /// `conelab compare` does).
-    #[arg(value_name = "RUN")]
+    #[arg(value_name = "RUN", add = super::run_names())]
     pub runs: Vec<PathBuf>,
     /// Attach through this socket instead (a run's socket forwarded from another host with
     /// `ssh -L LOCAL:REMOTE HOST`).

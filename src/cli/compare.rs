@@ -14,7 +14,7 @@ use conelab::run::{self};
 pub struct CompareArgs {
     /// Run directories, or names of runs under checkpoints/ (live or over; 12 colours on a
     /// dark background, 5 on a light one, then they repeat).
-    #[arg(required = true, value_name = "RUN")]
+    #[arg(required = true, value_name = "RUN", add = super::run_names())]
     pub runs: Vec<PathBuf>,
     /// Draw the curves against the step or against wall-clock time since each run began.
     /// (`--x`, its name before, still works.)

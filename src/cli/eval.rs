@@ -28,7 +28,7 @@ pub enum ShiftSource {
 pub struct EvalArgs {
     /// Runs (their newest checkpoint: a folder, a run's name, NAME#SEED) or `step-NNNNNN`
     /// checkpoint folders; several are compared side by side.
-    #[arg(required = true, num_args = 1..)]
+    #[arg(required = true, num_args = 1.., add = super::run_names())]
     pub runs: Vec<PathBuf>,
 
     /// Which checkpoint of each run: `last` (the newest step-N), `best` (the lowest validation

@@ -49,7 +49,7 @@ pub enum ExportFormatArg {
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// Runs (folders, names or NAME#SEED, from any folder); several are compared in one table.
-    #[arg(required = true, num_args = 1..)]
+    #[arg(required = true, num_args = 1.., add = super::run_names())]
     pub runs: Vec<PathBuf>,
     /// The table [default: groups; --format tfevents writes every metric and takes none].
     #[arg(long, value_enum)]

@@ -109,18 +109,24 @@ pub enum Command {
     /// run changes its own run.json; one that is over is edited in place.
     Tag {
         /// The run: its folder, or its name (`conelab runs` lists them).
+        #[arg(add = run_names())]
         run: PathBuf,
         #[arg(allow_hyphen_values = true, num_args = 0.., value_name = "+TAG|-TAG")]
         changes: Vec<String>,
     },
     /// Set a run's notes (replacing them; "" clears them, - reads them from stdin).
     Note {
+        #[arg(add = run_names())]
         run: PathBuf,
         #[arg(allow_hyphen_values = true)]
         text: String,
     },
     /// Name a run: the label `conelab runs`, the workbench and exports show ("" takes it away).
-    Rename { run: PathBuf, name: String },
+    Rename {
+        #[arg(add = run_names())]
+        run: PathBuf,
+        name: String,
+    },
     /// The user's settings ($XDG_CONFIG_HOME/conelab/config.toml and the environment).
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -173,6 +179,34 @@ fn find_run(arg: &std::path::Path) -> Result<PathBuf> {
         std::path::Path::new("checkpoints"),
     )?)
 }
+
+/// The shell's completion of a RUN argument (`source <(COMPLETE=bash conelab)`): the name and
+/// the folder name of every run this user has — the index and the run roots, as `find_run`
+/// looks — read when the shell asks, at most [`MAX_COMPLETED_RUNS`] of them.
+fn run_names() -> clap_complete::ArgValueCandidates {
+    clap_complete::ArgValueCandidates::new(|| {
+        let known = conelab::run::index::known();
+        let mut names = std::collections::BTreeSet::new();
+        for dir in known.runs.iter().rev().take(MAX_COMPLETED_RUNS) {
+            if let Some(folder) = dir.file_name() {
+                names.insert(folder.to_string_lossy().into_owned());
+            }
+            let store = conelab::store::store_dir(dir);
+            if let Ok(record) = conelab::store::read_run_record(&store)
+                && let Some(name) = record.labels.name
+            {
+                names.insert(name);
+            }
+        }
+        names
+            .into_iter()
+            .map(clap_complete::CompletionCandidate::new)
+            .collect()
+    })
+}
+
+/// A bound on the runs a completion reads (each costs a small file read).
+const MAX_COMPLETED_RUNS: usize = 2_000;
 
 /// [`find_run`] of each.
 fn find_runs(args: &[PathBuf]) -> Result<Vec<PathBuf>> {

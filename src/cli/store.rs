@@ -17,7 +17,7 @@ pub enum StoreCommand {
     /// it ends).
     Compact {
         /// Runs (folders, names or NAME#SEED).
-        #[arg(required = true, num_args = 1..)]
+        #[arg(required = true, num_args = 1.., add = super::run_names())]
         runs: Vec<PathBuf>,
     },
     /// Check every file of a run whose bytes conelab can verify: run.toml and vocab.tsv against
@@ -27,7 +27,7 @@ pub enum StoreCommand {
     /// nothing; exit status 4 when something is damaged (listed on stderr), 0 when not.
     Verify {
         /// Runs (folders, names or NAME#SEED).
-        #[arg(required = true, num_args = 1..)]
+        #[arg(required = true, num_args = 1.., add = super::run_names())]
         runs: Vec<PathBuf>,
     },
 }

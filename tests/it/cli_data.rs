@@ -223,6 +223,71 @@ fn unknown_subcommand_is_one_line() {
     assert_one_line_error(&conelab(&["data", "frobnicate"]), &["frobnicate"]);
 }
 
+/// Issue #39 part 4: the shell completes run names — the folder's and the run's own name — as
+/// clap_complete's engine asks (`source <(COMPLETE=bash conelab)`), from the runs this user has.
+#[test]
+fn the_shell_completes_run_names() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path().join("checkpoints/wt2-baseline");
+    std::fs::create_dir_all(run.join("store")).expect("mkdir");
+    let mut record =
+        conelab::store::RunRecord::new("wt2-baseline", String::new(), "c".into(), "cpu".into());
+    record.labels.name = Some("best-so-far".into());
+    conelab::store::StoreWriter::open(&run, &record).expect("store");
+    std::fs::write(run.join("run.toml"), "").expect("run.toml");
+    let complete = |word: &str| {
+        let out = crate::common::command()
+            .current_dir(tmp.path())
+            .env("XDG_STATE_HOME", tmp.path().join("state"))
+            .env("COMPLETE", "bash")
+            .env("_CLAP_COMPLETE_INDEX", "2")
+            .env("_CLAP_COMPLETE_COMP_TYPE", "9")
+            .env("_CLAP_COMPLETE_SPACE", "true")
+            .args(["--", "conelab", "attach", word])
+            .output()
+            .expect("conelab runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let got = complete("wt2");
+    assert!(
+        got.split_whitespace().any(|w| w == "wt2-baseline"),
+        "{got:?}"
+    );
+    let got = complete("best");
+    assert!(
+        got.split_whitespace().any(|w| w == "best-so-far"),
+        "{got:?}"
+    );
+    assert!(!complete("zzz").contains("wt2"), "only what matches");
+    // The registration script itself.
+    let out = crate::common::command()
+        .env("COMPLETE", "bash")
+        .output()
+        .expect("runs");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("complete "),
+        "a bash script"
+    );
+}
+
+/// A usage error keeps what clap says — the tip and the usage — on its one line.
+#[test]
+fn a_usage_error_says_the_tip_and_the_usage_in_one_line() {
+    assert_one_line_error(
+        &conelab(&["runs", "--jsonn"]),
+        &[
+            "unexpected argument '--jsonn'",
+            "tip: a similar argument exists",
+            "usage: conelab runs",
+        ],
+    );
+}
+
 #[test]
 fn completions_are_valid_shell_and_know_the_subcommands_and_flags() {
     let out = conelab(&["completions", "bash"]);
