@@ -70,9 +70,9 @@ pub struct InspectArgs {
     pub output: super::output::OutputArgs,
 
     /// A second checkpoint or matrix to show beside PATH (same loading rules; --tensor, --vocab
-    /// and --counts apply to PATH only).
-    #[arg(long, value_name = "OTHER")]
-    pub compare: Option<PathBuf>,
+    /// and --counts apply to PATH only; `--compare` is its older name).
+    #[arg(long, alias = "compare", value_name = "OTHER")]
+    pub beside: Option<PathBuf>,
 
     /// Print the tables even on a terminal (no browser), as `train --headless` runs without the
     /// workbench.
@@ -105,7 +105,7 @@ pub fn exec(args: InspectArgs) -> Result<()> {
         })
     };
     let bounds = bounds_of(&m)?;
-    let other = match &args.compare {
+    let other = match &args.beside {
         Some(p) => Some(load_matrix(p, None)?),
         None => None,
     };

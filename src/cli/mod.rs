@@ -140,9 +140,10 @@ pub enum Command {
     /// Print the manual page (roff) of conelab and its subcommands: `conelab man | man -l -`, or
     /// `conelab man --dir DIR` writes conelab.1 and one page per subcommand (conelab-train.1, …).
     Man {
-        /// Write every page into this folder instead of printing the main one.
-        #[arg(long, value_name = "DIR")]
-        dir: Option<PathBuf>,
+        /// Write every page into this folder instead of printing the main one (`--dir`, its
+        /// older name, still works).
+        #[arg(long, alias = "dir", value_name = "DIR")]
+        out: Option<PathBuf>,
     },
 }
 
@@ -167,7 +168,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Rename { run, name } => done(labels::rename(&find_run(&run)?, name)),
         Command::Config(command) => done(config::exec(command)),
         Command::Completions { shell } => done(completions::exec(shell)),
-        Command::Man { dir } => done(man::exec(dir)),
+        Command::Man { out } => done(man::exec(out)),
     }
 }
 

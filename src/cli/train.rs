@@ -33,7 +33,7 @@ pub fn exec(opts: TrainOptions) -> Result<ExitStatus> {
         return Ok(run::serve::serve_here(&opts, tty, false)?);
     }
     // The workbench: the run is a process of its own; this one is its first viewer.
-    let reference = match &opts.compare {
+    let reference = match &opts.spectrum_beside {
         Some(other) => Some(conelab::checkpoint::matrix::reference_spectrum(other)?),
         None => None,
     };

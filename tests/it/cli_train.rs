@@ -813,6 +813,12 @@ fn every_view_takes_the_same_switches_and_old_flag_names_still_work() {
     assert!(help("eval").contains("--shift") && !help("eval").contains("--shift-from"));
     assert!(help("inspect").contains("--similarity") && !help("inspect").contains("--metric <"));
     assert!(help("runs").contains("--format") && !help("runs").contains("--json"));
+    // `--compare` meant two things beside `conelab compare`: now each says what it is.
+    assert!(train.contains("--spectrum-beside <OTHER>") && !train.contains("--compare <"));
+    assert!(
+        help("inspect").contains("--beside <OTHER>") && !help("inspect").contains("--compare <")
+    );
+    assert!(help("man").contains("--out <DIR>"));
     assert_one_line_error(
         &conelab(&["compare", "a", "--color", "sometimes"]),
         &["sometimes"],

@@ -166,9 +166,10 @@ pub struct TrainOptions {
     pub view: ViewFlags,
 
     /// Another run (its newest checkpoint) or embedding matrix whose normalised spectrum the
-    /// workbench's Spectrum pane draws beside this run's.
-    #[arg(long, value_name = "OTHER")]
-    pub compare: Option<PathBuf>,
+    /// workbench's Spectrum pane draws beside this run's (`--compare`, as it was called
+    /// before `conelab compare` existed, still works).
+    #[arg(long = "spectrum-beside", alias = "compare", value_name = "OTHER")]
+    pub spectrum_beside: Option<PathBuf>,
 
     /// In plain-log mode and in train.log, a step line every N steps [default: every 1% of the
     /// run].

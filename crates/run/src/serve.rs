@@ -463,7 +463,7 @@ fn system_sampler(device: &str) -> store::recorder::Sampler {
 /// Runs the run in this process: headless (a progress bar on a terminal, lines otherwise), or as
 /// the background run (`detached`: tells its starter when it is ready, then writes output.log).
 pub fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<ExitStatus, RunError> {
-    if let Some(other) = &opts.compare {
+    if let Some(other) = &opts.spectrum_beside {
         // Only the workbench draws it, but a bad path is still a bad path.
         conelab_core::run_dir::matrix::reference_spectrum(other)?;
     }
