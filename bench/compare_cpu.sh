@@ -40,7 +40,7 @@ row() { "$python" -c "$row_py"; }
 
 printf '%-22s %-14s %10s %10s %8s %9s\n' engine device tokens/s ms/step "±std" "peak MiB"
 for round in $(seq "$rounds"); do
-  "$conelab_flex" bench train "${args[@]}" --device cpu --json | row
-  [ "$libtorch" = 0 ] || "$conelab" bench train "${args[@]}" --device libtorch-cpu --json | row
+  "$conelab_flex" bench train "${args[@]}" --device cpu --format json | row
+  [ "$libtorch" = 0 ] || "$conelab" bench train "${args[@]}" --device libtorch-cpu --format json | row
   "$python" bench/reference_torch.py "${args[@]}" --device cpu --json | row
 done

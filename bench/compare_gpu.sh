@@ -66,14 +66,14 @@ printf '%-18s %-11s %-8s %11s %9s %9s %7s\n' engine model mode tokens/s ms/step 
 for round in $(seq "$rounds"); do
   for model in ${models//,/ }; do
     args=(--model "$model" --steps "$steps" --warmup "$warmup" --vocab "$vocab" --batch "$batch")
-    sampled "$conelab" bench train "${args[@]}" --device cuda --json | "$python" -c "$row_py" "$peak" fp32 \
+    sampled "$conelab" bench train "${args[@]}" --device cuda --format json | "$python" -c "$row_py" "$peak" fp32 \
       || echo "conelab            $model fp32: failed (its error above)"
     if [ "$step_sync" = 1 ]; then
-      sampled "$conelab" bench train "${args[@]}" --device cuda --step-sync --json \
+      sampled "$conelab" bench train "${args[@]}" --device cuda --step-sync --format json \
         | "$python" -c "$row_py" "$peak" fp32 \
         || echo "conelab            $model fp32 step sync: failed (its error above)"
     fi
-    sampled "$conelab" bench train "${args[@]}" --device cuda --precision bf16 --json \
+    sampled "$conelab" bench train "${args[@]}" --device cuda --precision bf16 --format json \
       | "$python" -c "$row_py" "$peak_bf16" bf16 \
       || echo "conelab            $model bf16: failed (its error above)"
     for mode in ${modes//,/ }; do

@@ -52,7 +52,7 @@ stage_smoke() {
     > "$out/smoke-train.log" 2>&1
   echo "smoke train exit $?"
   tail -5 "$out/smoke-train.log"
-  "$conelab" eval checkpoints/gpu-smoke --device "$device" --json > "$out/smoke-eval.json"
+  "$conelab" eval checkpoints/gpu-smoke --device "$device" --format json > "$out/smoke-eval.json"
   echo "smoke eval exit $?"
   tar czf "$out/smoke-run.tar.gz" -C checkpoints gpu-smoke
   du -h "$out/smoke-run.tar.gz"
@@ -145,7 +145,7 @@ stage_wt2() {
 stage_collect() {
   local dirs=()
   for name in $names; do dirs+=("$runs/$name"); done
-  "$conelab" eval "${dirs[@]}" --split test --device "$device" --json > "$out/$tag-eval-test.json"
+  "$conelab" eval "${dirs[@]}" --split test --device "$device" --format json > "$out/$tag-eval-test.json"
   echo "eval exit $?"
   "$conelab" export "${dirs[@]}" --table groups --split valid --format md | tee "$out/$tag-groups.md"
   "$conelab" export "${dirs[@]}" --table groups --step best --split valid --format md \

@@ -30,5 +30,5 @@ run cosreg --reg cos=1
 run freeze-rare --freeze rare
 run agg --reg "agg=$alpha"
 run spectrum --reg sc=exp:1
-echo "== $bin eval --split test --markdown $out/{mle,cosreg,freeze-rare,agg,spectrum}"
-"$bin" eval --split test --markdown "$out"/{mle,cosreg,freeze-rare,agg,spectrum}
+echo "== $bin eval --split test --format md $out/{mle,cosreg,freeze-rare,agg,spectrum}"
+"$bin" eval --split test --format md "$out"/{mle,cosreg,freeze-rare,agg,spectrum}

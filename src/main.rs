@@ -25,9 +25,10 @@ use conelab::run::say;
 
 fn main() -> ExitCode {
     conelab::base::revision::set(option_env!("CONELAB_GIT_REVISION"));
-    // `COMPLETE=bash conelab …`: the shell asks for completions (run names included); answered
-    // and exited here. Without COMPLETE, nothing.
+    // `CONELAB_COMPLETE=bash conelab …`: the shell asks for completions (run names included);
+    // answered and exited here. Not clap's default `COMPLETE`: too common a name to claim.
     clap_complete::CompleteEnv::with_factory(<cli::Cli as clap::CommandFactory>::command)
+        .var("CONELAB_COMPLETE")
         .complete();
     conelab::allocator::keep_freed_memory();
     // Defence in depth: a bug must still end in one line, not a backtrace.
@@ -136,7 +137,8 @@ fn one_line(rendered: &str) -> String {
     }
     let mut out = error.unwrap_or_else(|| "invalid command line".into());
     for p in parts {
-        out.push_str("; ");
+        // A line ending in `:` introduces the next ("…were not provided:" then the argument).
+        out.push_str(if out.ends_with(':') { " " } else { "; " });
         out.push_str(&p);
     }
     out
@@ -154,5 +156,10 @@ mod tests {
             "unexpected argument '--jsn' found; tip: a similar argument exists: '--json'; usage: conelab runs --json [DIR]"
         );
         assert_eq!(one_line(""), "invalid command line");
+        let missing = "error: the following required arguments were not provided:\n  <RUNS>...\n\nUsage: conelab export <RUNS>...\n";
+        assert_eq!(
+            one_line(missing),
+            "the following required arguments were not provided: <RUNS>...; usage: conelab export <RUNS>..."
+        );
     }
 }

@@ -280,6 +280,7 @@ pub struct BenchTrainArgs {
 }
 
 fn tui(args: BenchTuiArgs) -> Result<()> {
+    let json = args.output.json("bench tui")?;
     if args.n < 2 || args.d == 0 || args.frames == 0 || args.steps < 4 || args.vocab < 3 {
         bail!("--n ≥ 2, --d ≥ 1, --frames ≥ 1, --steps ≥ 4 and --vocab ≥ 3 are needed");
     }
@@ -296,7 +297,7 @@ fn tui(args: BenchTuiArgs) -> Result<()> {
             args.rounds,
         )?)
     };
-    if args.output.json("bench tui")? {
+    if json {
         let v = serde_json::json!({ "frames": frames, "throughput": throughput });
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&v)?));
     }
@@ -309,6 +310,7 @@ fn tui(args: BenchTuiArgs) -> Result<()> {
 }
 
 fn attach(args: BenchAttachArgs) -> Result<()> {
+    let json = args.output.json("bench attach")?;
     if args.steps < 2 || args.warmup < 1 || args.history < 10 || args.batch == 0 {
         bail!("--steps ≥ 2, --warmup ≥ 1, --history ≥ 10 and --batch ≥ 1 are needed");
     }
@@ -322,13 +324,14 @@ fn attach(args: BenchAttachArgs) -> Result<()> {
         history: args.history,
         work: std::env::temp_dir(),
     })?;
-    if args.output.json("bench attach")? {
+    if json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
     print_stdout(&r.render())
 }
 
 fn chaos(args: BenchChaosArgs) -> Result<()> {
+    let json = args.output.json("bench chaos")?;
     if args.steps < 10 || args.batch == 0 || args.rounds == 0 || args.rounds > 100 {
         bail!("--steps ≥ 10, --batch ≥ 1 and --rounds from 1 to 100 are needed");
     }
@@ -347,13 +350,14 @@ fn chaos(args: BenchChaosArgs) -> Result<()> {
         attacks: args.attack,
         work: std::env::temp_dir(),
     })?;
-    if args.output.json("bench chaos")? {
+    if json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
     print_stdout(&r.render())
 }
 
 fn runs(args: BenchRunsArgs) -> Result<()> {
+    let json = args.output.json("bench runs")?;
     if args.runs == 0 || args.runs > 100_000 {
         bail!("--runs {}: from 1 to 100000 runs", args.runs);
     }
@@ -369,7 +373,7 @@ fn runs(args: BenchRunsArgs) -> Result<()> {
         repeats: args.repeats,
         work: std::env::temp_dir(),
     })?;
-    if args.output.json("bench runs")? {
+    if json {
         return print_stdout(&format!(
             "{}
 ",
@@ -380,6 +384,7 @@ fn runs(args: BenchRunsArgs) -> Result<()> {
 }
 
 fn store(args: BenchStoreArgs) -> Result<()> {
+    let json = args.output.json("bench store")?;
     if args.rows == 0 || args.steps == 0 || args.points == 0 {
         bail!("--rows, --steps and --points must be at least 1");
     }
@@ -389,13 +394,14 @@ fn store(args: BenchStoreArgs) -> Result<()> {
         points: args.points,
         repeats: args.repeats.max(1),
     })?;
-    if args.output.json("bench store")? {
+    if json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
     print_stdout(&r.render())
 }
 
 fn objectives(args: BenchObjectivesArgs) -> Result<()> {
+    let json = args.output.json("bench objectives")?;
     if args.rounds == 0 || args.steps == 0 || args.vocab.is_empty() {
         bail!("--rounds, --steps and --vocab must be at least 1");
     }
@@ -413,18 +419,19 @@ fn objectives(args: BenchObjectivesArgs) -> Result<()> {
             graph_lstm: args.graph_lstm,
         };
         let r = bench_objectives(&bench)?;
-        if !args.output.json("bench objectives")? {
+        if !json {
             print_stdout(&format!("{}\n", r.render()))?;
         }
         results.push(r);
     }
-    if args.output.json("bench objectives")? {
+    if json {
         print_stdout(&format!("{}\n", serde_json::to_string_pretty(&results)?))?;
     }
     Ok(())
 }
 
 fn train(args: BenchTrainArgs) -> Result<()> {
+    let json = args.output.json("bench train")?;
     let bench = TrainBench {
         model_name: args.model.name().to_owned(),
         model: with_window(args.model.config(), args.bptt),
@@ -439,13 +446,14 @@ fn train(args: BenchTrainArgs) -> Result<()> {
         step_sync: args.step_sync,
     };
     let r = bench_train(&bench)?;
-    if args.output.json("bench train")? {
+    if json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
     print_stdout(&r.render())
 }
 
 fn ops(args: BenchOpsArgs) -> Result<()> {
+    let json = args.output.json("bench ops")?;
     if args.batch == 0 || args.vocab < 3 {
         bail!("--batch must be at least 1 and --vocab at least 3");
     }
@@ -468,7 +476,7 @@ fn ops(args: BenchOpsArgs) -> Result<()> {
         }),
     };
     let r = bench_ops(&bench)?;
-    if args.output.json("bench ops")? {
+    if json {
         return print_stdout(&format!(
             "{}
 ",
@@ -479,6 +487,7 @@ fn ops(args: BenchOpsArgs) -> Result<()> {
 }
 
 fn metrics(args: BenchMetricsArgs) -> Result<()> {
+    let json = args.output.json("bench metrics")?;
     if args.n < 2 || args.d == 0 {
         bail!("--n must be at least 2 and --d at least 1");
     }
@@ -490,7 +499,7 @@ fn metrics(args: BenchMetricsArgs) -> Result<()> {
         seed: args.seed,
         reference: args.reference,
     })?;
-    if args.output.json("bench metrics")? {
+    if json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
     }
     print_stdout(&r.render())

@@ -8,7 +8,7 @@ use super::print_stdout;
 
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
-    /// Print the resolved settings — data roots, run roots, the run index, theme, colour — each
+    /// Print the resolved settings — data roots, run roots, the run index, theme, colour, default device — each
     /// with where it came from (the environment, a line of the config file, the default).
     Show {
         #[command(flatten)]

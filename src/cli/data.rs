@@ -107,6 +107,7 @@ pub struct SynthArgs {
 }
 
 fn stats(args: StatsArgs) -> Result<()> {
+    let json = args.output.json("data stats")?;
     let options = LoadOptions {
         groups: args.groups,
         ..LoadOptions::default()
@@ -117,7 +118,7 @@ fn stats(args: StatsArgs) -> Result<()> {
     let seconds = start.elapsed().as_secs_f64();
     let bounds = [args.groups.medium_start(), args.groups.rare_start()];
     let report = CorpusReport::new(&corpus, bounds, seconds);
-    if args.output.json("data stats")? {
+    if json {
         let json = serde_json::to_string_pretty(&report).context("serialising the report")?;
         print_stdout(&format!("{json}\n"))
     } else {
@@ -158,6 +159,7 @@ fn synth(args: SynthArgs) -> Result<()> {
 }
 
 fn baseline(args: BaselineArgs) -> Result<()> {
+    let json = args.output.json("data baseline")?;
     use conelab::baseline::{self, Cached};
     let options = LoadOptions {
         groups: args.groups,
@@ -169,7 +171,7 @@ fn baseline(args: BaselineArgs) -> Result<()> {
     if let Cached::NotStored(why) = &cached {
         eprintln!("conelab: warning: the results are not cached ({why})");
     }
-    if args.output.json("data baseline")? {
+    if json {
         let json = serde_json::to_string_pretty(&reference).context("serialising the models")?;
         return print_stdout(&format!("{json}\n"));
     }

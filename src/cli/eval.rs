@@ -97,6 +97,13 @@ pub fn exec(args: EvalArgs) -> Result<()> {
         HeldOutSplit::Valid => Split::Valid,
         HeldOutSplit::Test => Split::Test,
     };
+    use super::output::OutputFormat as F;
+    // The format first: a wrong one is said before any checkpoint is evaluated.
+    let format = if args.paired {
+        args.output.choose("eval --paired", &[F::Table, F::Json])?
+    } else {
+        args.output.choose("eval", &[F::Table, F::Json, F::Md])?
+    };
     // The shift comes from validation: `--shift`, or `--shift-from valid` as it was spelled.
     let shift = args.shift || args.shift_from.is_some();
     let default_split = if shift {
@@ -130,12 +137,10 @@ pub fn exec(args: EvalArgs) -> Result<()> {
         .iter()
         .map(|run| evaluate_checkpoint(run, &options))
         .collect::<Result<Vec<_>, _>>()?;
-    use super::output::OutputFormat as F;
     if args.paired {
-        let json = args.output.json("eval --paired")?;
+        let json = format == F::Json;
         return print_paired(&reports, args.bootstrap.unwrap_or(PAIRED_REPLICATES), json);
     }
-    let format = args.output.choose("eval", &[F::Table, F::Json, F::Md])?;
     if format == F::Json {
         let json = match reports.as_slice() {
             [one] => one.to_json(),

@@ -82,7 +82,7 @@ pub struct ExportArgs {
     pub out: Option<PathBuf>,
     /// --table groups: one row per set of runs that differ only by seed (same run.toml but the
     /// seed, same objectives at the step, same step): mean ± sample std, and the count where a
-    /// run lacks a value; CSV, JSON and Parquet get _mean, _std and _n columns.
+    /// run lacks a value; CSV, JSON and Parquet get _mean, _std, _n and _ci95 columns.
     #[arg(long, value_enum)]
     pub aggregate: Option<AggregateArg>,
     /// With --aggregate seeds: each other setting's differences from RUN's setting (a run's
@@ -127,13 +127,16 @@ fn tensorboard_log(args: ExportArgs) -> Result<()> {
     Ok(())
 }
 
-/// A baseline given as a folder is known in the table by its folder's name (its run id).
+/// A baseline given as a folder is known in the table by the run id its record holds (a moved
+/// or renamed folder keeps it); anything else is a run's name or id.
 fn baseline_name(run: &str) -> String {
     let path = std::path::Path::new(run);
-    match path.file_name().and_then(|n| n.to_str()) {
-        Some(name) if path.is_dir() => name.to_string(),
-        _ => run.to_string(),
+    if path.is_dir()
+        && let Ok(record) = conelab::store::read_run_record(&conelab::store::store_dir(path))
+    {
+        return record.run_id;
     }
+    run.to_string()
 }
 
 fn parse_step_choice(s: &str) -> Result<StepChoice, Invalid> {

@@ -181,7 +181,7 @@ fn find_run(arg: &std::path::Path) -> Result<PathBuf> {
     )?)
 }
 
-/// The shell's completion of a RUN argument (`source <(COMPLETE=bash conelab)`): the name and
+/// The shell's completion of a RUN argument (`source <(CONELAB_COMPLETE=bash conelab)`): the name and
 /// the folder name of every run this user has — the index and the run roots, as `find_run`
 /// looks — read when the shell asks, at most [`MAX_COMPLETED_RUNS`] of them.
 fn run_names() -> clap_complete::ArgValueCandidates {

@@ -210,7 +210,7 @@ fn help_documents_every_option_with_its_default_and_version_works() {
     }
     let stats = help(&["data", "stats", "--help"]);
     assert!(
-        stats.contains("--json") && stats.contains("[default: 0.3,0.8]"),
+        stats.contains("--format <FORMAT>") && stats.contains("[default: 0.3,0.8]"),
         "{stats}"
     );
     let version = conelab(&["--version"]);
@@ -224,7 +224,7 @@ fn unknown_subcommand_is_one_line() {
 }
 
 /// Issue #39 part 4: the shell completes run names — the folder's and the run's own name — as
-/// clap_complete's engine asks (`source <(COMPLETE=bash conelab)`), from the runs this user has.
+/// clap_complete's engine asks (`source <(CONELAB_COMPLETE=bash conelab)`), from the runs this user has.
 #[test]
 fn the_shell_completes_run_names() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -239,7 +239,7 @@ fn the_shell_completes_run_names() {
         let out = crate::common::command()
             .current_dir(tmp.path())
             .env("XDG_STATE_HOME", tmp.path().join("state"))
-            .env("COMPLETE", "bash")
+            .env("CONELAB_COMPLETE", "bash")
             .env("_CLAP_COMPLETE_INDEX", "2")
             .env("_CLAP_COMPLETE_COMP_TYPE", "9")
             .env("_CLAP_COMPLETE_SPACE", "true")
@@ -266,7 +266,7 @@ fn the_shell_completes_run_names() {
     assert!(!complete("zzz").contains("wt2"), "only what matches");
     // The registration script itself.
     let out = crate::common::command()
-        .env("COMPLETE", "bash")
+        .env("CONELAB_COMPLETE", "bash")
         .output()
         .expect("runs");
     assert!(

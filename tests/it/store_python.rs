@@ -134,6 +134,25 @@ fn the_store_pages_python_reads_the_stores_as_conelab_does() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // The runs table as conelab reads it (outside CI without Python, its only check here).
+    let runs = json_rows(&[
+        "export",
+        s(&a),
+        s(&b),
+        "--table",
+        "runs",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(runs.len(), 2);
+    let uuids: Vec<&str> = runs.iter().filter_map(|r| r["run_uuid"].as_str()).collect();
+    assert!(uuids.len() == 2 && uuids[0] != uuids[1], "{uuids:?}");
+    for r in &runs {
+        assert_eq!(r["status"], "completed");
+        assert_eq!(r["last_step"], 12);
+        assert_eq!(r["train.steps"], 12, "typed, not text: {r}");
+        assert!(r["best_valid_ppl"].as_f64().is_some_and(|p| p > 1.0), "{r}");
+    }
     let Some(python) = python_with(&PACKAGES) else {
         return;
     };
@@ -169,18 +188,6 @@ fn the_store_pages_python_reads_the_stores_as_conelab_does() {
     );
     assert_eq!(read["deduplicated_rows"], rows.len());
     assert_eq!(read["last_steps"], serde_json::json!({"a": 12, "b": 12}));
-    let runs = json_rows(&[
-        "export",
-        s(&a),
-        s(&b),
-        "--table",
-        "runs",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(runs.len(), 2);
-    let uuids: Vec<&str> = runs.iter().filter_map(|r| r["run_uuid"].as_str()).collect();
-    assert!(uuids.len() == 2 && uuids[0] != uuids[1], "{uuids:?}");
     for r in &runs {
         let uuid = r["run_uuid"].as_str().expect("uuid");
         let want = r["best_valid_ppl"].as_f64().expect("best");
@@ -191,8 +198,6 @@ fn the_store_pages_python_reads_the_stores_as_conelab_does() {
                 "{who} {uuid}: {got} vs {want}"
             );
         }
-        assert_eq!(r["status"], "completed");
-        assert_eq!(r["last_step"], 12);
     }
     assert_eq!(read["lr_type"], "Float64");
     assert_eq!(read["batch_type"], "Int64");

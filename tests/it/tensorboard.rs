@@ -403,3 +403,45 @@ fn import_tb_reads_pytorch_and_tf2_logs_and_skips_damage_once() {
         &["--table groups does not apply"],
     );
 }
+
+/// Two sub-folders that would get one run name are refused before anything is written; a name
+/// with nothing safe in it falls back to `tensorboard`. (Logs written by conelab's own writer:
+/// this runs without Python.)
+#[test]
+fn import_tb_refuses_two_runs_of_one_name_before_writing_anything() {
+    use conelab::store::export::tensorboard::events::{push_event, scalar_event};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let log = tmp.path().join("log");
+    for sub in ["a b", "a_b", "c"] {
+        let dir = log.join(sub);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let mut bytes = Vec::new();
+        for step in 0..3 {
+            push_event(
+                &mut bytes,
+                &scalar_event(1.7e9, step, "loss", 1.0 / (step as f32 + 1.0)),
+            );
+        }
+        std::fs::write(dir.join("events.out.tfevents.1.host"), bytes).expect("write");
+    }
+    let out_dir = tmp.path().join("runs");
+    assert_one_line_error(
+        &conelab(&["import-tb", s(&log), "--out", s(&out_dir), "--name", "x"]),
+        &["would both be run x-a_b"],
+    );
+    assert!(!out_dir.exists(), "nothing written");
+    std::fs::remove_dir_all(log.join("a b")).expect("rm");
+    let out = conelab(&["import-tb", s(&log), "--out", s(&out_dir), "--name", "."]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut made: Vec<String> = std::fs::read_dir(&out_dir)
+        .expect("runs")
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    made.sort();
+    assert_eq!(made, ["tensorboard-a_b", "tensorboard-c"]);
+    assert_eq!(curve(&out_dir.join("tensorboard-c"), "tb/loss").len(), 3);
+}

@@ -214,7 +214,7 @@ pub fn bench_train(b: &TrainBench) -> Result<TrainBenchResult, EngineError> {
 /// stay out of the steps' time).
 struct GpuWatch {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<(Option<f64>, Option<f64>)>,
+    thread: Option<std::thread::JoinHandle<(Option<f64>, Option<f64>)>>,
 }
 
 impl GpuWatch {
@@ -241,12 +241,25 @@ impl GpuWatch {
                 (mean, (peak > 0).then(|| peak as f64 / (1024.0 * 1024.0)))
             })
             .ok()?;
-        Some(Self { stop, thread })
+        Some(Self {
+            stop,
+            thread: Some(thread),
+        })
     }
 
-    fn stop(self) -> (Option<f64>, Option<f64>) {
+    fn stop(mut self) -> (Option<f64>, Option<f64>) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.thread.join().unwrap_or((None, None))
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or((None, None))
+    }
+}
+
+/// A bench that ends in an error (a divergence) stops the sampling thread too.
+impl Drop for GpuWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

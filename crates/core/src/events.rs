@@ -226,7 +226,7 @@ pub struct SystemStats {
     pub host_used_bytes: u64,
     pub host_total_bytes: u64,
     /// The run's CUDA device, where the driver reports it (absent in messages from before).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuStats>,
 }
 

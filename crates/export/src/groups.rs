@@ -400,12 +400,11 @@ pub(crate) fn paired_groups_table(
     sets: Vec<Vec<GroupRow>>,
     baseline: &str,
 ) -> Result<Exported, StoreError> {
-    let is_baseline = |r: &GroupRow| {
-        r.name.as_deref() == Some(baseline) || r.id == baseline || r.label == baseline
-    };
+    // By name or id only: a label (the objectives) can be several settings'.
+    let is_baseline = |r: &GroupRow| r.name.as_deref() == Some(baseline) || r.id == baseline;
     let Some(bi) = sets.iter().position(|set| set.iter().any(is_baseline)) else {
         return Err(Invalid::new(format!(
-            "--paired-with {baseline}: no run of that name, id or label among the runs given"
+            "--paired-with {baseline}: no run of that name or id among the runs given"
         ))
         .into());
     };

@@ -115,7 +115,7 @@ pub struct ExportRequest {
     /// `groups`: one row per set of runs that differ only by seed, mean ± std (`--aggregate seeds`).
     pub aggregate_seeds: bool,
     /// `groups` with `aggregate_seeds`: each other setting's per-seed differences from this run's
-    /// setting (a run's name, id or label), paired by seed (methods.md §4, `--paired-with`).
+    /// setting (a run's name or id), paired by seed (methods.md §4, `--paired-with`).
     pub paired_with: Option<String>,
 }
 
@@ -198,10 +198,18 @@ fn per_run(
             .iter()
             .position(|n| n.as_str() == c::RUN_ID)
             .map_or(0, |i| i + 1);
-        frame.insert_column(
-            at,
-            Column::new(RUN_NAME.into(), vec![run_name(s).to_string(); height]),
-        )?;
+        // The run's name, else the id its rows carry (a stand-in record, for a store whose
+        // run.json is lost, is named by the folder: the rows say who they are).
+        let names: Vec<String> = match (&s.run.labels.name, frame.column(c::RUN_ID)) {
+            (Some(name), _) => vec![name.clone(); height],
+            (None, Ok(ids)) => ids
+                .str()?
+                .iter()
+                .map(|id| id.unwrap_or(&s.run.run_id).to_string())
+                .collect(),
+            (None, Err(_)) => vec![s.run.run_id.clone(); height],
+        };
+        frame.insert_column(at, Column::new(RUN_NAME.into(), names))?;
         frame.insert_column(
             at + 1,
             Column::new(RUN_UUID.into(), vec![s.run.uuid(); height]),

@@ -113,7 +113,7 @@ pub(crate) fn runs_table(stores: &[LoadedStore], dirs: &[PathBuf]) -> Result<Exp
         let mut keys = BTreeMap::new();
         // An imported run has no configuration; an unreadable one is said by the config table.
         if let Ok(table) = s.run.config_toml.parse::<toml::Table>() {
-            flatten_typed("", toml::Value::Table(table), &mut keys);
+            tables::flatten("", &toml::Value::Table(table), true, &mut keys);
         }
         flat.push(keys);
     }
@@ -133,32 +133,6 @@ fn final_status(run: &Path) -> Option<String> {
     let text = std::fs::read_to_string(run.join("final.json")).ok()?;
     let value: serde_json::Value = serde_json::from_str(&text).ok()?;
     value.get("status")?.as_str().map(str::to_string)
-}
-
-/// `value`'s leaves under dotted keys, kept as TOML values; array elements as `key[i]`.
-fn flatten_typed(prefix: &str, value: toml::Value, out: &mut BTreeMap<String, toml::Value>) {
-    let join = |key: &str| {
-        if prefix.is_empty() {
-            key.to_string()
-        } else {
-            format!("{prefix}.{key}")
-        }
-    };
-    match value {
-        toml::Value::Table(t) => {
-            for (k, v) in t {
-                flatten_typed(&join(&k), v, out);
-            }
-        }
-        toml::Value::Array(items) => {
-            for (i, v) in items.into_iter().enumerate() {
-                flatten_typed(&format!("{prefix}[{i}]"), v, out);
-            }
-        }
-        leaf => {
-            out.insert(prefix.to_string(), leaf);
-        }
-    }
 }
 
 /// One hyper-parameter's column: the narrowest type every run's value fits.

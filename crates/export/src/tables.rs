@@ -52,6 +52,25 @@ pub(crate) fn identity_columns(stores: &[LoadedStore]) -> Vec<Column> {
 
 /// `value`'s leaves under dotted keys below `prefix`; array elements as `key[i]`.
 pub(crate) fn flatten_toml(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, String>) {
+    let mut leaves = BTreeMap::new();
+    flatten(prefix, value, false, &mut leaves);
+    for (key, leaf) in leaves {
+        let text = match leaf {
+            toml::Value::String(text) => text,
+            other => other.to_string(),
+        };
+        out.insert(key, text);
+    }
+}
+
+/// `value`'s leaves under dotted keys, as TOML values; array elements as `key[i]` — every
+/// array's with `split_arrays`, else only arrays of tables (an array of numbers stays one leaf).
+pub(crate) fn flatten(
+    prefix: &str,
+    value: &toml::Value,
+    split_arrays: bool,
+    out: &mut BTreeMap<String, toml::Value>,
+) {
     let join = |key: &str| {
         if prefix.is_empty() {
             key.to_string()
@@ -62,19 +81,16 @@ pub(crate) fn flatten_toml(prefix: &str, value: &toml::Value, out: &mut BTreeMap
     match value {
         toml::Value::Table(t) => {
             for (k, v) in t {
-                flatten_toml(&join(k), v, out);
+                flatten(&join(k), v, split_arrays, out);
             }
         }
-        toml::Value::Array(items) if items.iter().any(|v| v.is_table()) => {
+        toml::Value::Array(items) if split_arrays || items.iter().any(|v| v.is_table()) => {
             for (i, v) in items.iter().enumerate() {
-                flatten_toml(&format!("{prefix}[{i}]"), v, out);
+                flatten(&format!("{prefix}[{i}]"), v, split_arrays, out);
             }
         }
-        toml::Value::String(text) => {
-            out.insert(prefix.to_string(), text.clone());
-        }
-        other => {
-            out.insert(prefix.to_string(), other.to_string());
+        leaf => {
+            out.insert(prefix.to_string(), leaf.clone());
         }
     }
 }
@@ -166,8 +182,10 @@ pub(crate) fn curves(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
             ));
         }
     }
+    // Once per run (an old store's UUID is derived), then a row each.
     let of_run = |f: &dyn Fn(&LoadedStore) -> String| -> Vec<String> {
-        rows.keys().map(|(r, _)| f(&stores[*r])).collect()
+        let per_run: Vec<String> = stores.iter().map(f).collect();
+        rows.keys().map(|(r, _)| per_run[*r].clone()).collect()
     };
     let steps: Vec<u64> = rows.keys().map(|(_, s)| *s).collect();
     let mut columns = vec![

@@ -26,6 +26,14 @@ impl GpuSampler {
         let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
         let which = nvml_device(device, visible.as_deref())?;
         let nvml = Nvml::init().ok()?;
+        if matches!(which, Which::Index(_))
+            && std::env::var("CUDA_DEVICE_ORDER").as_deref() != Ok("PCI_BUS_ID")
+            && !one_model(&nvml)
+        {
+            // CUDA numbers the devices fastest first, NVML by PCI bus: with one model they agree,
+            // with mixed models an index could name another card. No sample beats a wrong one.
+            return None;
+        }
         let sampler = Self { nvml, which };
         sampler.sample().map(|_| sampler)
     }
@@ -53,6 +61,17 @@ impl GpuSampler {
                 .map_or(f64::NAN, f64::from),
         })
     }
+}
+
+/// Whether every device NVML sees is the same model.
+fn one_model(nvml: &Nvml) -> bool {
+    let Ok(count) = nvml.device_count() else {
+        return false;
+    };
+    let names: Vec<String> = (0..count)
+        .filter_map(|i| nvml.device_by_index(i).ok()?.name().ok())
+        .collect();
+    names.len() == count as usize && names.windows(2).all(|w| w[0] == w[1])
 }
 
 /// The NVML device behind CUDA device `device`: CUDA numbers the devices that

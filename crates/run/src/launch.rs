@@ -150,6 +150,9 @@ pub fn check(opts: &TrainOptions) -> Result<(), RunError> {
     let s = settings(opts)?;
     s.model.validate().map_err(RunError::Usage)?;
     s.train.validate().map_err(RunError::Usage)?;
+    if opts.device.is_none() {
+        default_device()?;
+    }
     let corpus_arg = opts.corpus.as_deref().unwrap_or("synthetic");
     if let CorpusSource::Dir(p) = CorpusSource::parse(corpus_arg)
         && !p.is_dir()

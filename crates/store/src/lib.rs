@@ -300,7 +300,7 @@ fn read_rows(run_dir: &Path, columns: Option<&[&str]>) -> Result<LoadedStore, St
         // intact: the rows are read, and the record is what the run folder still tells.
         Err(StoreError::NoStore(_)) if !segment::list(&dir)?.is_empty() => {
             warnings.push(format!(
-                "{}: missing; the run's name, tags and notes are unknown (its rows are intact)",
+                "{}: missing; the run's name, tags, notes and UUID are unknown (its rows are intact)",
                 dir.join(RUN_RECORD).display()
             ));
             record_without_run_json(&dir)
@@ -308,7 +308,7 @@ fn read_rows(run_dir: &Path, columns: Option<&[&str]>) -> Result<LoadedStore, St
         // Damaged: the rows are still read, under a stand-in record, and the damage said.
         Err(StoreError::Corrupt { path, reason }) if !segment::list(&dir)?.is_empty() => {
             warnings.push(format!(
-                "{}: corrupt ({reason}); the run's name, tags and notes are unknown (its rows \
+                "{}: corrupt ({reason}); the run's name, tags, notes and UUID are unknown (its rows \
                  are intact)",
                 path.display()
             ));

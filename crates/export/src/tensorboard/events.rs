@@ -115,6 +115,9 @@ pub const SCALARS_PLUGIN: &str = "scalars";
 pub const FILE_VERSION: &str = "brain.Event:2";
 
 const MASK_DELTA: u32 = 0xa282_ead8;
+/// After a damaged length, the longest record the reader looks for (a scalar event is tens of
+/// bytes): it bounds the work of finding the next whole record in a crafted file.
+const MAX_RESYNC_RECORD: usize = 1 << 20;
 const HEADER: usize = 12;
 const FOOTER: usize = 4;
 
@@ -205,7 +208,7 @@ pub fn split_records(bytes: &[u8]) -> (Vec<&[u8]>, Damage) {
         damage.first_bad_at.get_or_insert(at as u64);
     };
     while pos < bytes.len() {
-        match record_at(bytes, pos) {
+        match record_at(bytes, pos, usize::MAX) {
             Record::Whole(data, next) => {
                 records.push(data);
                 pos = next;
@@ -221,7 +224,7 @@ pub fn split_records(bytes: &[u8]) -> (Vec<&[u8]>, Damage) {
             Record::BadHeader => {
                 bad(&mut damage, pos);
                 match (pos + 1..bytes.len())
-                    .find(|&p| matches!(record_at(bytes, p), Record::Whole(..)))
+                    .find(|&p| matches!(record_at(bytes, p, MAX_RESYNC_RECORD), Record::Whole(..)))
                 {
                     Some(p) => pos = p,
                     None => break,
@@ -242,7 +245,8 @@ enum Record<'a> {
     Cut,
 }
 
-fn record_at(bytes: &[u8], pos: usize) -> Record<'_> {
+/// The record at `pos`; one claiming more than `max_len` bytes counts as a damaged header.
+fn record_at(bytes: &[u8], pos: usize, max_len: usize) -> Record<'_> {
     let rest = &bytes[pos..];
     let Some(header) = rest.get(..HEADER) else {
         return Record::Cut;
@@ -255,6 +259,9 @@ fn record_at(bytes: &[u8], pos: usize) -> Record<'_> {
     let mut len = [0u8; 8];
     len.copy_from_slice(len_bytes);
     let len = u64::from_le_bytes(len);
+    if usize::try_from(len).map_or(true, |n| n > max_len) {
+        return Record::BadHeader;
+    }
     let Some(end) = usize::try_from(len)
         .ok()
         .and_then(|n| HEADER.checked_add(n)?.checked_add(FOOTER))
@@ -331,11 +338,11 @@ pub fn scalars(
 
 /// The value of a one-element tensor, if it is one of a floating type.
 fn tensor_scalar(t: &TensorProto) -> Option<f64> {
-    let elements: i64 = t
-        .tensor_shape
+    // One element: every dimension 1 (a product could overflow on a crafted shape).
+    if t.tensor_shape
         .as_ref()
-        .map_or(1, |s| s.dim.iter().map(|d| d.size).product());
-    if elements != 1 {
+        .is_some_and(|s| s.dim.iter().any(|d| d.size != 1))
+    {
         return None;
     }
     let c = &t.tensor_content;

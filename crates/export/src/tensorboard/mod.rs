@@ -52,9 +52,15 @@ pub fn write_log(
     for run in runs {
         let store = conelab_store::load(run)?;
         written.warnings.extend(store.warnings.iter().cloned());
-        let mut name = store.run.run_id.clone();
-        if used.contains(&name) {
-            name = format!("{name}-{}", used.len() + 1);
+        // The record's id is file contents: one safe path component, unique in this log.
+        let base = match sanitize(&store.run.run_id) {
+            n if n.is_empty() => "run".to_string(),
+            n => n,
+        };
+        let (mut name, mut k) = (base.clone(), 2);
+        while used.contains(&name) {
+            name = format!("{base}-{k}");
+            k += 1;
         }
         used.push(name.clone());
         let dir = out.join(&name);
@@ -284,8 +290,9 @@ pub struct Imported {
 /// Reads every TensorBoard run under `logdir` (each folder holding `*tfevents*` files, as
 /// TensorBoard reads them) into a conelab run folder under `out`, named `name` (and the run's
 /// sub-folder, `name-sub-folder`), its store holding the scalars. Nothing is written over: a run
-/// folder that exists already is bad input. Each run is built in a hidden folder and renamed
-/// into place, so a failure leaves nothing half made.
+/// folder that exists already, or two runs that would get one name, is bad input found before
+/// anything is written. Each run is built in a hidden folder and renamed into place, so a
+/// failure leaves nothing half made; one event file at a time is held in memory.
 pub fn import_log(logdir: &Path, out: &Path, name: &str) -> Result<Imported, StoreError> {
     if !logdir.is_dir() {
         return Err(Invalid::new(format!("{}: not a folder", logdir.display())).into());
@@ -300,67 +307,47 @@ pub fn import_log(logdir: &Path, out: &Path, name: &str) -> Result<Imported, Sto
         .into());
     }
     runs.sort();
-    let targets: Vec<(String, PathBuf)> = runs
-        .iter()
-        .map(|(dir, _)| {
-            let rel = dir.strip_prefix(logdir).unwrap_or(dir);
-            let mut run_name = sanitize(name);
-            for part in rel.components() {
-                run_name.push('-');
-                run_name.push_str(&sanitize(&part.as_os_str().to_string_lossy()));
-            }
-            let target = out.join(&run_name);
-            (run_name, target)
-        })
-        .collect();
-    if let Some((_, taken)) = targets.iter().find(|(_, t)| t.exists()) {
-        return Err(Invalid::new(format!(
-            "{} exists already: import into another --out or under another --name (nothing is written over)",
-            taken.display()
-        ))
-        .into());
+    let base = match sanitize(name) {
+        n if n.is_empty() => "tensorboard".to_string(),
+        n => n,
+    };
+    let mut targets: Vec<(String, PathBuf)> = Vec::with_capacity(runs.len());
+    for (dir, _) in &runs {
+        let rel = dir.strip_prefix(logdir).unwrap_or(dir);
+        let mut run_name = base.clone();
+        for part in rel.components() {
+            run_name.push('-');
+            run_name.push_str(&sanitize(&part.as_os_str().to_string_lossy()));
+        }
+        let target = out.join(&run_name);
+        if target.exists() {
+            return Err(Invalid::new(format!(
+                "{} exists already: import into another --out or under another --name (nothing is written over)",
+                target.display()
+            ))
+            .into());
+        }
+        if let Some((_, first)) = targets.iter().find(|(n, _)| *n == run_name) {
+            return Err(Invalid::new(format!(
+                "{} and {} would both be run {run_name}: import them apart",
+                first.display(),
+                dir.display()
+            ))
+            .into());
+        }
+        targets.push((run_name, dir.clone()));
     }
     std::fs::create_dir_all(out).map_err(io(out))?;
     let mut imported = Imported::default();
-    for ((dir, files), (run_name, target)) in runs.iter().zip(&targets) {
-        let mut plugins = HashMap::new();
-        let mut scalars = Vec::new();
-        for file in files {
-            let size = std::fs::metadata(file).map_err(io(file))?.len();
-            if size > MAX_EVENT_FILE {
-                imported.warnings.push(format!(
-                    "{}: {size} bytes, over the {MAX_EVENT_FILE} read at most: skipped",
-                    file.display()
-                ));
-                continue;
-            }
-            let bytes = std::fs::read(file).map_err(io(file))?;
-            let (records, mut damage) = events::split_records(&bytes);
-            scalars.extend(events::scalars(&records, &mut plugins, &mut damage));
-            if let Some(what) = damage.describe() {
-                imported
-                    .warnings
-                    .push(format!("{}: {what}", file.display()));
-            }
-        }
-        if scalars.is_empty() {
-            imported.warnings.push(format!(
+    for ((_, files), (run_name, dir)) in runs.iter().zip(&targets) {
+        let target = out.join(run_name);
+        match import_run(dir, files, run_name, &target, &mut imported.warnings)? {
+            Some(run) => imported.runs.push(run),
+            None => imported.warnings.push(format!(
                 "{}: no scalars in its event files; no run made",
                 dir.display()
-            ));
-            continue;
+            )),
         }
-        let n = write_run(dir, run_name, target, &scalars, &mut imported.warnings)?;
-        imported.runs.push(ImportedRun {
-            dir: target.clone(),
-            scalars: n,
-            last_step: scalars.iter().map(|s| s.step).max().unwrap_or(0).max(0) as u64,
-            last_wall_time: scalars
-                .iter()
-                .map(|s| s.wall_time)
-                .filter(|t| t.is_finite())
-                .fold(0.0, f64::max),
-        });
     }
     Ok(imported)
 }
@@ -396,6 +383,7 @@ fn find_event_files(
     Ok(())
 }
 
+/// A name safe as one path component: letters, digits, `-`, `_` and `.` (not leading).
 fn sanitize(s: &str) -> String {
     let out: String = s
         .chars()
@@ -410,71 +398,115 @@ fn sanitize(s: &str) -> String {
     out.trim_start_matches('.').to_string()
 }
 
-/// One run's scalars into a new store at `target`, built beside it and renamed into place.
-fn write_run(
+/// One TensorBoard run's files into a new store at `target`, built beside it and renamed into
+/// place; none when its files hold no scalar.
+fn import_run(
     source: &Path,
+    files: &[PathBuf],
     run_name: &str,
     target: &Path,
-    scalars: &[events::Scalar],
     warnings: &mut Vec<String>,
-) -> Result<usize, StoreError> {
+) -> Result<Option<ImportedRun>, StoreError> {
     let parent = target.parent().unwrap_or(Path::new("."));
     let building = parent.join(format!(".{run_name}.importing-{}", std::process::id()));
     if building.exists() {
         std::fs::remove_dir_all(&building).map_err(io(&building))?;
     }
     let result = (|| {
-        let mut record = RunRecord::new(
-            run_name,
-            String::new(),
-            source.display().to_string(),
-            "tensorboard".into(),
-        );
-        record.started_unix = scalars
-            .iter()
-            .map(|s| s.wall_time)
-            .filter(|t| t.is_finite() && *t > 0.0)
-            .fold(f64::INFINITY, f64::min);
-        if !record.started_unix.is_finite() {
-            record.started_unix = 0.0;
-        }
-        record.labels.name = Some(run_name.to_string());
-        record.labels.tags = vec!["tensorboard".into()];
-        let mut writer = StoreWriter::open(&building, &record)?;
-        let (mut n, mut negative) = (0usize, 0usize);
-        for s in scalars {
-            let Ok(step) = u64::try_from(s.step) else {
-                negative += 1;
+        let mut plugins = HashMap::new();
+        let mut writer: Option<StoreWriter> = None;
+        let mut run = ImportedRun {
+            dir: target.to_path_buf(),
+            scalars: 0,
+            last_step: 0,
+            last_wall_time: 0.0,
+        };
+        let mut negative = 0usize;
+        for file in files {
+            let size = std::fs::metadata(file).map_err(io(file))?.len();
+            if size > MAX_EVENT_FILE {
+                warnings.push(format!(
+                    "{}: {size} bytes, over the {MAX_EVENT_FILE} read at most: skipped",
+                    file.display()
+                ));
                 continue;
+            }
+            let bytes = std::fs::read(file).map_err(io(file))?;
+            let (records, mut damage) = events::split_records(&bytes);
+            let scalars = events::scalars(&records, &mut plugins, &mut damage);
+            if let Some(what) = damage.describe() {
+                warnings.push(format!("{}: {what}", file.display()));
+            }
+            if scalars.is_empty() {
+                continue;
+            }
+            let writer = match &mut writer {
+                Some(w) => w,
+                None => writer.insert(open_store(&building, run_name, source, &scalars)?),
             };
-            let (split, group, metric) = store_key(&s.tag);
-            writer.push_metric_at(step, 0.0, s.wall_time, &split, &group, &metric, s.value);
-            n += 1;
-            if n % 100_000 == 0 {
-                writer.flush()?;
+            for s in &scalars {
+                let Ok(step) = u64::try_from(s.step) else {
+                    negative += 1;
+                    continue;
+                };
+                let (split, group, metric) = store_key(&s.tag);
+                writer.push_metric_at(step, 0.0, s.wall_time, &split, &group, &metric, s.value);
+                run.scalars += 1;
+                run.last_step = run.last_step.max(step);
+                if s.wall_time.is_finite() {
+                    run.last_wall_time = run.last_wall_time.max(s.wall_time);
+                }
+                if run.scalars.is_multiple_of(100_000) {
+                    writer.flush()?;
+                }
             }
         }
+        let Some(mut writer) = writer else {
+            return Ok(None);
+        };
         writer.push_event(0, "import", &source.display().to_string(), "", "");
         writer.flush()?;
         writer.compact()?;
+        drop(writer);
         if negative > 0 {
             warnings.push(format!(
                 "{}: {negative} scalars at a negative step left out",
                 source.display()
             ));
         }
-        Ok::<usize, StoreError>(n)
+        std::fs::rename(&building, target).map_err(io(target))?;
+        Ok::<Option<ImportedRun>, StoreError>(Some(run))
     })();
-    match result {
-        Ok(n) => {
-            std::fs::rename(&building, target).map_err(io(target))?;
-            Ok(n)
-        }
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&building);
-            Err(e)
-        }
+    if !matches!(result, Ok(Some(_))) {
+        let _ = std::fs::remove_dir_all(&building);
     }
+    result
+}
+
+/// The store of an imported run, its record started at the first file's earliest scalar.
+fn open_store(
+    building: &Path,
+    run_name: &str,
+    source: &Path,
+    first: &[events::Scalar],
+) -> Result<StoreWriter, StoreError> {
+    let mut record = RunRecord::new(
+        run_name,
+        String::new(),
+        source.display().to_string(),
+        "tensorboard".into(),
+    );
+    record.started_unix = first
+        .iter()
+        .map(|s| s.wall_time)
+        .filter(|t| t.is_finite() && *t > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    if !record.started_unix.is_finite() {
+        record.started_unix = 0.0;
+    }
+    record.labels.name = Some(run_name.to_string());
+    record.labels.tags = vec!["tensorboard".into()];
+    StoreWriter::open(building, &record)
 }
 
 #[cfg(test)]

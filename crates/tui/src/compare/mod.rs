@@ -411,6 +411,8 @@ const WARNINGS: usize = 4;
 pub enum CompareAction {
     None,
     Quit,
+    /// Esc: closes the help or the zoom, else leaves.
+    Escape,
     ToggleHelp,
     FocusNext,
     FocusPrev,
@@ -420,6 +422,8 @@ pub enum CompareAction {
     ToggleX,
     /// `+`/`-`: the smoothing weight up or down by this much (clamped to 0 ..= 0.99).
     Smoothing(f64),
+    /// `m`, as in the workbench: smoothing off, or back to the weight it had.
+    ToggleSmoothing,
     ToggleLogY,
     /// `o`: clip outliers from the y-range, or show every value.
     ToggleClip,
@@ -458,6 +462,8 @@ pub struct CompareApp {
     pub x_axis: XAxis,
     /// TensorBoard's exponential smoothing weight, 0 (raw) ..= 0.99.
     pub smoothing: f64,
+    /// The weight `m` turns smoothing back on with.
+    pub smoothing_off_from: f64,
     pub log_y: bool,
     /// The y-range from the 1st to the 99th percentile of the values drawn (the first losses,
     /// about ln V, flatten every curve otherwise); `o` switches it. `None`: on for the loss and
@@ -526,6 +532,11 @@ impl CompareApp {
             requested: wanted_keys(),
             x_axis: options.x_axis,
             smoothing: options.smoothing.clamp(0.0, MAX_SMOOTHING),
+            smoothing_off_from: if options.smoothing > 0.0 {
+                options.smoothing.clamp(0.0, MAX_SMOOTHING)
+            } else {
+                DEFAULT_SMOOTHING
+            },
             log_y: options.log_y,
             clip_outliers: None,
             legend_page: 0,
@@ -772,6 +783,16 @@ impl CompareApp {
                     self.exit = true;
                 }
             }
+            // As in the workbench and the browser: Esc closes what is open first.
+            CompareAction::Escape => {
+                if self.help {
+                    self.help = false;
+                } else if self.zoom {
+                    self.zoom = false;
+                } else {
+                    self.exit = true;
+                }
+            }
             CompareAction::ToggleHelp => self.help = !self.help,
             CompareAction::FocusNext | CompareAction::FocusPrev => {
                 let n = ComparePane::ALL.len();
@@ -795,6 +816,14 @@ impl CompareApp {
                 self.x_axis = match self.x_axis {
                     XAxis::Step => XAxis::Time,
                     XAxis::Time => XAxis::Step,
+                }
+            }
+            CompareAction::ToggleSmoothing => {
+                if self.smoothing > 0.0 {
+                    self.smoothing_off_from = self.smoothing;
+                    self.smoothing = 0.0;
+                } else {
+                    self.smoothing = self.smoothing_off_from;
                 }
             }
             CompareAction::Smoothing(d) => {
@@ -853,7 +882,7 @@ impl CompareApp {
 }
 
 /// The key bindings, as the help overlay and README list them.
-pub const HELP: [(&str, &str); 18] = [
+pub const HELP: [(&str, &str); 20] = [
     (
         "↑/↓ j/k",
         "choose the curve (the named ones, then every series the runs stored)",
@@ -868,6 +897,7 @@ pub const HELP: [(&str, &str); 18] = [
         "smoothing weight up / down (0.1; raw curve faint behind)",
     ),
     ("0", "smoothing off"),
+    ("m", "smoothing off / back on (as in the workbench)"),
     ("l", "log-y"),
     (
         "o",
@@ -889,7 +919,8 @@ pub const HELP: [(&str, &str); 18] = [
     ("Tab", "next pane"),
     ("z", "zoom the focused pane"),
     ("?", "this help"),
-    ("q Esc", "leave (the runs go on)"),
+    ("q", "leave (the runs go on)"),
+    ("Esc", "close the help or the zoom, else leave"),
 ];
 
 /// The action a key asks for.
@@ -901,7 +932,8 @@ pub fn action_for(key: KeyEvent) -> CompareAction {
         return CompareAction::Quit;
     }
     match key.code {
-        KeyCode::Char('q') | KeyCode::Esc => CompareAction::Quit,
+        KeyCode::Char('q') => CompareAction::Quit,
+        KeyCode::Esc => CompareAction::Escape,
         KeyCode::Char('?') => CompareAction::ToggleHelp,
         KeyCode::Tab => CompareAction::FocusNext,
         KeyCode::BackTab => CompareAction::FocusPrev,
@@ -912,6 +944,7 @@ pub fn action_for(key: KeyEvent) -> CompareAction {
         KeyCode::Char('+') | KeyCode::Char('=') => CompareAction::Smoothing(0.1),
         KeyCode::Char('-') => CompareAction::Smoothing(-0.1),
         KeyCode::Char('0') => CompareAction::Smoothing(-1.0),
+        KeyCode::Char('m') => CompareAction::ToggleSmoothing,
         KeyCode::Char('l') => CompareAction::ToggleLogY,
         KeyCode::Char('o') => CompareAction::ToggleClip,
         KeyCode::Char('[') => CompareAction::LegendPage(-1),
@@ -1366,6 +1399,15 @@ mod tests {
         press(&mut app, KeyCode::Char('+'));
         press(&mut app, KeyCode::Char('-'));
         assert_eq!(app.smoothing, 0.1);
+        // `m`, the workbench's key: off, then back to the weight it had.
+        press(&mut app, KeyCode::Char('m'));
+        assert_eq!(app.smoothing, 0.0);
+        press(&mut app, KeyCode::Char('m'));
+        assert_eq!(app.smoothing, 0.1);
+        // Esc closes the zoom before it leaves.
+        press(&mut app, KeyCode::Char('z'));
+        press(&mut app, KeyCode::Esc);
+        assert!(!app.zoom && !app.exit);
         press(&mut app, KeyCode::Char('2'));
         assert!(app.runs[1].hidden && !app.runs[0].hidden);
         press(&mut app, KeyCode::Char('9'));
