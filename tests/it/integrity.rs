@@ -212,7 +212,10 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
                 original.ends_with("store/run.json") || original.ends_with("store/checksums.json");
             if record_damaged {
                 let said = String::from_utf8_lossy(&m.stderr);
-                assert!(said.contains("UUID are unknown"), "{what}: no warning: {said}");
+                assert!(
+                    said.contains("UUID are unknown"),
+                    "{what}: no warning: {said}"
+                );
             }
             let rows = |out: &[u8]| {
                 let text = String::from_utf8_lossy(out).to_string();

@@ -224,6 +224,18 @@ fn per_run(
     Ok(out.unwrap_or_default())
 }
 
+/// A loaded matrix's frequency groups, from its counts and its run's group boundaries (the
+/// default boundaries where it has none); none without counts.
+pub(crate) fn row_groups(m: &conelab_core::run_dir::matrix::LoadedMatrix) -> Option<RowGroups> {
+    let bounds = m
+        .group_bounds
+        .and_then(|[a, b]| GroupBounds::new(a, b).ok())
+        .unwrap_or_default();
+    m.counts
+        .as_deref()
+        .map(|counts| RowGroups::from_counts(counts, bounds))
+}
+
 fn load_stores(runs: &[PathBuf]) -> Result<Vec<LoadedStore>, StoreError> {
     runs.iter()
         .map(|r| {

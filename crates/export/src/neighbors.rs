@@ -25,14 +25,7 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
             )
         })?;
         let w = Embeddings::new(m.n, m.d, &m.data).map_err(StoreError::bad_input)?;
-        let bounds = m
-            .group_bounds
-            .and_then(|[a, b]| GroupBounds::new(a, b).ok())
-            .unwrap_or_default();
-        let groups = m
-            .counts
-            .as_deref()
-            .map(|c| RowGroups::from_counts(c, bounds));
+        let groups = row_groups(&m);
         let index = NeighborIndex::new(w, Threads::All);
         let mut per_word = Vec::new();
         for word in &req.words {

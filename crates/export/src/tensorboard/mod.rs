@@ -12,8 +12,6 @@ use std::path::{Path, PathBuf};
 use conelab_base::error::Invalid;
 use conelab_core::run_dir::matrix::load_matrix;
 use conelab_core::run_dir::{BEST_DIR, checkpoints_in};
-use conelab_data::GroupBounds;
-use conelab_metrics::matrix::RowGroups;
 use conelab_store::{GROUPS, LoadedStore, RunRecord, StoreError, StoreWriter, col as c};
 
 use events::{Event, FILE_VERSION, event};
@@ -212,14 +210,7 @@ fn write_projector(dir: &Path, checkpoints: &[PathBuf]) -> Result<usize, StoreEr
 /// The Projector's metadata: a header, then token, frequency group and training count per row
 /// (a tab or newline in a token would split the row: written as a space).
 fn metadata(m: &conelab_core::run_dir::matrix::LoadedMatrix) -> String {
-    let bounds = m
-        .group_bounds
-        .and_then(|[a, b]| GroupBounds::new(a, b).ok())
-        .unwrap_or_default();
-    let groups = m
-        .counts
-        .as_deref()
-        .map(|counts| RowGroups::from_counts(counts, bounds));
+    let groups = crate::row_groups(m);
     let mut out = String::from("token\tgroup\tcount\n");
     for i in 0..m.n {
         let token = m
