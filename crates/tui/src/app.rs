@@ -78,6 +78,8 @@ pub enum Action {
     SaveCheckpoint,
     ToggleLogY,
     ToggleSmoothing,
+    /// `+`/`-` outside Controls, `0`: the smoothing weight by this much (clamped to 0 ..= 0.99).
+    Smoothing(f64),
     /// Capture the mouse or leave it to the terminal (text selection).
     ToggleMouse,
     ControlsUp,
@@ -268,7 +270,10 @@ pub struct App {
     /// Leave once the run has finished (after a stop from the quit dialog).
     pub exit_when_finished: bool,
     pub log_y: bool,
-    pub smoothing: bool,
+    /// The loss curve's smoothing weight (TensorBoard's, as `compare` has it): 0 is raw.
+    pub smoothing: f64,
+    /// The weight `m` turns smoothing back on with.
+    pub smoothing_off_from: f64,
     pub controls_cursor: usize,
     pub view: ViewOptions,
     /// The run's vocabulary (for the neighbour search), when known.
@@ -312,7 +317,8 @@ impl App {
             confirm_quit: false,
             exit_when_finished: false,
             log_y: false,
-            smoothing: false,
+            smoothing: 0.0,
+            smoothing_off_from: 0.9,
             controls_cursor: 0,
             view,
             vocab: None,
@@ -651,7 +657,18 @@ impl App {
                 Effect::None
             }
             Action::ToggleSmoothing => {
-                self.smoothing = !self.smoothing;
+                if self.smoothing > 0.0 {
+                    self.smoothing_off_from = self.smoothing;
+                    self.smoothing = 0.0;
+                } else {
+                    self.smoothing = self.smoothing_off_from;
+                }
+                Effect::None
+            }
+            Action::Smoothing(d) => {
+                // Rounded to the key's step, so + then - comes back to the same weight.
+                let w = ((self.smoothing + d) * 100.0).round() / 100.0;
+                self.smoothing = w.clamp(0.0, crate::compare::MAX_SMOOTHING);
                 Effect::None
             }
             Action::ToggleMouse => {

@@ -25,7 +25,14 @@ pub const HELP: &[(&str, &str)] = &[
     ("p", "pause / resume training"),
     ("s", "save a checkpoint now"),
     ("l", "log scale on the loss curve"),
-    ("m", "smooth the loss curve (EMA)"),
+    (
+        "m",
+        "smoothing of the loss curve on/off (TensorBoard's, weight 0.9)",
+    ),
+    (
+        "+ / - / 0",
+        "outside Controls: smoothing weight up / down by 0.1, off (as in compare)",
+    ),
     (
         "M",
         "mouse capture on/off (off: select text with the mouse, e.g. over SSH)",
@@ -180,6 +187,10 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
         KeyCode::Char('+') if controls => Action::ControlsScale(2.0),
         KeyCode::Char('=') if controls => Action::ControlsType,
         KeyCode::Char('-') if controls => Action::ControlsScale(0.5),
+        // Elsewhere, the loss curve's smoothing, as in `conelab compare`.
+        KeyCode::Char('+') => Action::Smoothing(0.1),
+        KeyCode::Char('-') => Action::Smoothing(-0.1),
+        KeyCode::Char('0') => Action::Smoothing(-1.0),
         KeyCode::Char('/') => Action::SearchStart,
         KeyCode::Enter if neighbors => Action::SearchStart,
         KeyCode::Char('w') if neighbors => Action::TogglePin,
@@ -233,7 +244,19 @@ mod tests {
         };
         assert!(said(&app).contains("mouse off"), "{}", said(&app));
         press(&mut app, KeyCode::Char('m'));
-        assert!(!app.mouse && app.smoothing, "m is smoothing, not the mouse");
+        assert!(
+            !app.mouse && app.smoothing == 0.9,
+            "m is smoothing, not the mouse"
+        );
+        // Outside Controls, + and - step the weight as compare's do; m turns it off and back.
+        press(&mut app, KeyCode::Char('-'));
+        assert_eq!(app.smoothing, 0.8);
+        press(&mut app, KeyCode::Char('m'));
+        assert_eq!(app.smoothing, 0.0);
+        press(&mut app, KeyCode::Char('m'));
+        assert_eq!(app.smoothing, 0.8);
+        press(&mut app, KeyCode::Char('0'));
+        assert_eq!(app.smoothing, 0.0);
         press(&mut app, KeyCode::Char('M'));
         assert!(app.mouse && said(&app).contains("mouse on"));
         let app = App::new(

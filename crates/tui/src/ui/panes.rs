@@ -376,22 +376,16 @@ pub(super) fn format_loss(v: f64) -> String {
     }
 }
 
-/// Exponential moving average (α = 0.1) when on.
-pub(super) fn smooth(points: &[(f64, f64)], on: bool) -> Vec<(f64, f64)> {
-    if !on {
+/// TensorBoard's debiased smoothing with weight `w` (the compare view's), raw at 0.
+pub(super) fn smooth(points: &[(f64, f64)], w: f64) -> Vec<(f64, f64)> {
+    if w <= 0.0 {
         return points.to_vec();
     }
-    let mut ema: Option<f64> = None;
+    let ys: Vec<f64> = points.iter().map(|p| p.1).collect();
     points
         .iter()
-        .map(|&(x, y)| {
-            let v = match ema {
-                Some(e) => 0.9 * e + 0.1 * y,
-                None => y,
-            };
-            ema = Some(v);
-            (x, v)
-        })
+        .zip(crate::compare::smooth_debiased(&ys, w))
+        .map(|(&(x, _), y)| (x, y))
         .collect()
 }
 
