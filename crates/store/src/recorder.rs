@@ -322,8 +322,10 @@ impl<F: FnMut(Event) -> bool> Recorder<F> {
                 r.warn(format!("{e}"));
             }
             r.flush_and_commit();
+            // A viewer reading at this moment delays the deletion of what the compaction
+            // superseded, by 5 s at most (the run ends; training is over).
             if !r.failing
-                && let Err(e) = r.writer.compact()
+                && let Err(e) = r.writer.compact_finally(Duration::from_secs(5))
             {
                 r.warn(format!(
                     "compaction failed: {e} (the segments are kept as they are)"
