@@ -116,7 +116,7 @@ impl Curve {
 /// The curves, in the order the list shows them: the training run's own numbers, validation
 /// PPL per group, then the embedding's isotropy in total and per group (the tool's headline:
 /// how each frequency group's I1, IsoScore and mean cosine move).
-pub const CURVES: [Curve; 23] = [
+pub const CURVES: [Curve; 27] = [
     Curve::new("loss", "train loss", split::TRAIN, "total", "loss"),
     Curve::new("ppl", "valid PPL", split::VALID, "total", "ppl"),
     Curve::new(
@@ -217,6 +217,24 @@ pub const CURVES: [Curve; 23] = [
         split::TRAIN,
         "total",
         "tokens_per_sec",
+    ),
+    // The run process and its device (the system sample): an input-bound run from a GPU-bound
+    // one.
+    Curve::new("cpu", "CPU %", split::SYSTEM, "total", "cpu_percent"),
+    Curve::new("rss", "RSS MiB", split::SYSTEM, "total", "rss_mib"),
+    Curve::new(
+        "gpu-util",
+        "GPU util %",
+        split::SYSTEM,
+        "total",
+        "gpu_util_percent",
+    ),
+    Curve::new(
+        "gpu-mem",
+        "GPU mem MiB",
+        split::SYSTEM,
+        "total",
+        "gpu_mem_used_mib",
     ),
 ];
 
@@ -1143,6 +1161,21 @@ pub fn run_compare(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue #39 part 1: the system sample is a named curve, followed from the first frame.
+    #[test]
+    fn the_process_and_device_load_are_named_curves() {
+        let gpu = Curve::parse("gpu-util").expect("named");
+        assert_eq!(
+            gpu.key(),
+            series_key(split::SYSTEM, "total", "gpu_util_percent")
+        );
+        let wanted = wanted_keys();
+        for name in ["cpu", "rss", "gpu-util", "gpu-mem"] {
+            let c = Curve::parse(name).expect(name);
+            assert!(wanted.contains(&c.key()), "{name} is followed");
+        }
+    }
 
     #[test]
     fn smoothing_matches_tensorboard_by_hand() {
