@@ -131,10 +131,14 @@ fn tensorboard_log(args: ExportArgs) -> Result<()> {
 /// or renamed folder keeps it); anything else is a run's name or id.
 fn baseline_name(run: &str) -> String {
     let path = std::path::Path::new(run);
-    if path.is_dir()
-        && let Ok(record) = conelab::store::read_run_record(&conelab::store::store_dir(path))
-    {
-        return record.run_id;
+    if path.is_dir() {
+        // A lost or damaged record: the stand-in's id, the folder's name.
+        return match conelab::store::read_run_record(&conelab::store::store_dir(path)) {
+            Ok(record) => record.run_id,
+            Err(_) => path
+                .file_name()
+                .map_or_else(|| run.to_string(), |n| n.to_string_lossy().into_owned()),
+        };
     }
     run.to_string()
 }

@@ -402,6 +402,17 @@ pub(crate) fn paired_groups_table(
 ) -> Result<Exported, StoreError> {
     // By name or id only: a label (the objectives) can be several settings'.
     let is_baseline = |r: &GroupRow| r.name.as_deref() == Some(baseline) || r.id == baseline;
+    if sets
+        .iter()
+        .filter(|set| set.iter().any(is_baseline))
+        .count()
+        > 1
+    {
+        return Err(Invalid::new(format!(
+            "--paired-with {baseline}: runs of two settings go by that name or id; name the baseline's runs apart (--name)"
+        ))
+        .into());
+    }
     let Some(bi) = sets.iter().position(|set| set.iter().any(is_baseline)) else {
         return Err(Invalid::new(format!(
             "--paired-with {baseline}: no run of that name or id among the runs given"

@@ -293,18 +293,14 @@ impl StoreWriter {
         self.compact_now(Keep::All)
     }
 
-    /// The last compaction of a run: [`Self::compact`], then the segments it superseded are
-    /// deleted as soon as no reader holds them (waiting up to `patience`), so the finished
-    /// store's files hold each value once (docs/STORE.md).
-    pub fn compact_finally(
-        &mut self,
+    /// After a run's last compaction: the segments it superseded, deleted as soon as no reader
+    /// holds them (waiting up to `patience`), so the finished store's files hold each value
+    /// once (docs/STORE.md). Whether none is left.
+    pub fn remove_superseded_within(
+        &self,
         patience: std::time::Duration,
-    ) -> Result<Compaction, StoreError> {
-        let mut done = self.compact()?;
-        if done.deferred > 0 && segment::remove_dead_within(&self.dir, patience)? {
-            done.deferred = 0;
-        }
-        Ok(done)
+    ) -> Result<bool, StoreError> {
+        segment::remove_dead_within(&self.dir, patience)
     }
 
     /// A run (re)starting at `step`: rows recorded after it belong to a timeline that no longer

@@ -668,7 +668,12 @@ impl App {
             Action::Smoothing(d) => {
                 // Rounded to the key's step, so + then - comes back to the same weight.
                 let w = ((self.smoothing + d) * 100.0).round() / 100.0;
-                self.smoothing = w.clamp(0.0, crate::compare::MAX_SMOOTHING);
+                let w = w.clamp(0.0, crate::compare::MAX_SMOOTHING);
+                if w == 0.0 && self.smoothing > 0.0 {
+                    // `m` brings back the weight it had.
+                    self.smoothing_off_from = self.smoothing;
+                }
+                self.smoothing = w;
                 Effect::None
             }
             Action::ToggleMouse => {

@@ -27,7 +27,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("l", "log scale on the loss curve"),
     (
         "m",
-        "smoothing of the loss curve on/off (TensorBoard's, weight 0.9)",
+        "smoothing of the loss curve off / back to its last weight (TensorBoard's; 0.9 at first)",
     ),
     (
         "+ / - / 0",
@@ -257,6 +257,8 @@ mod tests {
         assert_eq!(app.smoothing, 0.8);
         press(&mut app, KeyCode::Char('0'));
         assert_eq!(app.smoothing, 0.0);
+        press(&mut app, KeyCode::Char('m'));
+        assert_eq!(app.smoothing, 0.8, "m after 0: the weight it had");
         press(&mut app, KeyCode::Char('M'));
         assert!(app.mouse && said(&app).contains("mouse on"));
         let app = App::new(

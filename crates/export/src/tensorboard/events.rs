@@ -203,6 +203,9 @@ pub fn split_records(bytes: &[u8]) -> (Vec<&[u8]>, Damage) {
     let mut records = Vec::new();
     let mut damage = Damage::default();
     let mut pos = 0usize;
+    // What the searches for a whole record after a damaged length may hash in all: a crafted
+    // file of headers that pass but records that do not would make it quadratic.
+    let mut budget = (2 * bytes.len()).max(64 << 20);
     let bad = |damage: &mut Damage, at: usize| {
         damage.bad_records += 1;
         damage.first_bad_at.get_or_insert(at as u64);
@@ -223,16 +226,51 @@ pub fn split_records(bytes: &[u8]) -> (Vec<&[u8]>, Damage) {
             }
             Record::BadHeader => {
                 bad(&mut damage, pos);
-                match (pos + 1..bytes.len())
-                    .find(|&p| matches!(record_at(bytes, p, MAX_RESYNC_RECORD), Record::Whole(..)))
-                {
+                match resync(bytes, pos + 1, &mut budget) {
                     Some(p) => pos = p,
-                    None => break,
+                    None => {
+                        // Nothing whole found, or the search's budget spent: the rest is lost.
+                        damage.truncated_at = Some(pos as u64);
+                        break;
+                    }
                 }
             }
         }
     }
     (records, damage)
+}
+
+/// The offset of the next whole record from `from`, hashing at most `budget` bytes (taken off
+/// it) in the search.
+fn resync(bytes: &[u8], from: usize, budget: &mut usize) -> Option<usize> {
+    for p in from..bytes.len() {
+        let claimed = claimed_len(bytes, p)?;
+        if claimed == 0 {
+            continue;
+        }
+        *budget = budget.checked_sub(claimed)?;
+        if let Record::Whole(..) = record_at(bytes, p, MAX_RESYNC_RECORD) {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// The data length a header at `pos` claims when its own checksum holds and the record would
+/// fit the resync bound (Some(0): not a header); none past the end.
+fn claimed_len(bytes: &[u8], pos: usize) -> Option<usize> {
+    let header = bytes.get(pos..pos + HEADER)?;
+    let (len_bytes, len_crc) = header.split_at(8);
+    let stored = u32::from_le_bytes([len_crc[0], len_crc[1], len_crc[2], len_crc[3]]);
+    if masked_crc(len_bytes) != stored {
+        return Some(0);
+    }
+    let mut len = [0u8; 8];
+    len.copy_from_slice(len_bytes);
+    match usize::try_from(u64::from_le_bytes(len)) {
+        Ok(n) if n <= MAX_RESYNC_RECORD => Some(n.max(1)),
+        _ => Some(0),
+    }
 }
 
 enum Record<'a> {
@@ -445,6 +483,21 @@ mod tests {
         // Garbage alone: nothing, and no panic.
         let (records, damage) = split_records(&[0xff; 40]);
         assert!(records.is_empty() && damage.bad_records == 1);
+        // A crafted file: a damaged header, then headers that pass each claiming 1 MiB whose
+        // data never does. The search gives up within its budget instead of hashing 1 MiB at
+        // each of them.
+        let mut crafted = vec![0xffu8; 12];
+        let claim = (MAX_RESYNC_RECORD as u64).to_le_bytes();
+        for _ in 0..200_000 {
+            crafted.extend_from_slice(&claim);
+            crafted.extend_from_slice(&masked_crc(&claim).to_le_bytes());
+        }
+        // (Without the budget this would hash 200,000 MiB; with it, 64 MiB.)
+        let (records, damage) = split_records(&crafted);
+        assert!(
+            records.is_empty() && damage.truncated_at.is_some(),
+            "{damage:?}"
+        );
     }
 
     /// TF2's scalars: a tensor, the plugin named only in the tag's first value; a histogram's

@@ -847,7 +847,12 @@ impl CompareApp {
             CompareAction::Smoothing(d) => {
                 // Rounded to the key's step, so + then - comes back to the same weight.
                 let w = ((self.smoothing + d) * 100.0).round() / 100.0;
-                self.smoothing = w.clamp(0.0, MAX_SMOOTHING);
+                let w = w.clamp(0.0, MAX_SMOOTHING);
+                if w == 0.0 && self.smoothing > 0.0 {
+                    // `m` brings back the weight it had.
+                    self.smoothing_off_from = self.smoothing;
+                }
+                self.smoothing = w;
             }
             CompareAction::ToggleLogY => self.log_y = !self.log_y,
             CompareAction::ToggleClip => self.clip_outliers = Some(!self.clipping()),
