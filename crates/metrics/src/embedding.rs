@@ -703,7 +703,10 @@ fn grams_f64(w: Embeddings<'_>, par: Par, unit: bool) -> (Mat<f64>, Mat<f64>) {
 }
 
 /// Eigenvalues (descending) and unit eigenvectors (as columns, same order) of a symmetric matrix.
-fn eigen_descending(a: MatRef<'_, f64>, par: Par) -> Result<(Vec<f64>, Mat<f64>), MatrixError> {
+pub(crate) fn eigen_descending(
+    a: MatRef<'_, f64>,
+    par: Par,
+) -> Result<(Vec<f64>, Mat<f64>), MatrixError> {
     let d = a.nrows();
     let mut u = Mat::<f64>::zeros(d, d);
     let mut s = Diag::<f64>::zeros(d);

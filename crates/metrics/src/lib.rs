@@ -16,6 +16,7 @@
 pub mod bootstrap;
 pub mod embedding;
 pub mod fastmath;
+pub mod later;
 pub mod matrix;
 pub mod neighbors;
 pub mod ngram;
