@@ -2,6 +2,10 @@
 //! columns, so that a sweep's results are one join away (docs/STORE.md).
 
 use super::*;
+use conelab_store::RunRecord;
+
+/// A text field of a run's record.
+type TextField = fn(&RunRecord) -> String;
 
 /// The columns every run has, before its hyper-parameters.
 const FIXED: [&str; 16] = [
@@ -55,30 +59,18 @@ pub(crate) fn runs_table(stores: &[LoadedStore], dirs: &[PathBuf]) -> Result<Exp
             .map(|s| s.run.started_unix)
             .collect::<Vec<_>>(),
     ));
-    columns.push(Column::new(
-        "corpus".into(),
-        text(&|_, s| Some(s.run.corpus.clone())),
-    ));
-    columns.push(Column::new(
-        "device".into(),
-        text(&|_, s| Some(s.run.device.clone())),
-    ));
-    columns.push(Column::new(
-        "conelab_version".into(),
-        text(&|_, s| Some(s.run.conelab_version.clone())),
-    ));
-    columns.push(Column::new(
-        "git_revision".into(),
-        text(&|_, s| Some(s.run.git_revision.clone())),
-    ));
-    columns.push(Column::new(
-        "tags".into(),
-        text(&|_, s| Some(s.run.labels.tags.join(","))),
-    ));
-    columns.push(Column::new(
-        "notes".into(),
-        text(&|_, s| Some(s.run.labels.notes.clone())),
-    ));
+    // The record's own text fields, in FIXED's order.
+    let record: [(&str, TextField); 6] = [
+        ("corpus", |r| r.corpus.clone()),
+        ("device", |r| r.device.clone()),
+        ("conelab_version", |r| r.conelab_version.clone()),
+        ("git_revision", |r| r.git_revision.clone()),
+        ("tags", |r| r.labels.tags.join(",")),
+        ("notes", |r| r.labels.notes.clone()),
+    ];
+    for (name, field) in record {
+        columns.push(Column::new(name.into(), text(&|_, s| Some(field(&s.run)))));
+    }
     let mut last_step = Vec::with_capacity(height);
     let (mut best, mut best_step, mut last) = (Vec::new(), Vec::new(), Vec::new());
     for s in stores {
