@@ -17,6 +17,7 @@ pub mod config;
 pub mod error;
 pub mod exit;
 pub mod fault;
+pub mod hash;
 pub mod integrity;
 pub mod jsonfloat;
 pub mod lockfile;

@@ -34,9 +34,7 @@ use conelab_store::StoreError;
 /// 64-bit FNV-1a: names that must not change between conelab versions (a socket outside its
 /// run folder, an index entry, a cached row) and fingerprints.
 pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    conelab_base::hash::fnv1a(bytes)
 }
 
 /// Says a line on stderr (the terminal, or a background run's output.log) and drops it when

@@ -140,18 +140,11 @@ pub mod split {
 /// (stable across processes and versions: it is stored), its bits as an i64 (a polars literal
 /// of a u64 above i64::MAX would need 128-bit integers).
 pub fn series_key(split: &str, group: &str, metric: &str) -> i64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for (i, part) in [split, group, metric].iter().enumerate() {
-        if i > 0 {
-            // A zero byte between the parts (xor with 0 leaves h as it is).
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        for b in part.bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h as i64
+    use conelab_base::hash::{FNV_OFFSET, fnv1a_from};
+    // A zero byte between the parts.
+    let h = fnv1a_from(FNV_OFFSET, split.as_bytes());
+    let h = fnv1a_from(fnv1a_from(h, &[0]), group.as_bytes());
+    fnv1a_from(fnv1a_from(h, &[0]), metric.as_bytes()) as i64
 }
 
 /// The columns of the metrics table as exported (without the internal `key`).
@@ -231,16 +224,11 @@ impl RunRecord {
     }
 }
 
-/// 64-bit FNV-1a from `basis` over the parts, a zero byte between them.
+/// 64-bit FNV-1a from `basis` over the parts, each followed by a zero byte.
 fn fnv1a(basis: u64, parts: &[&str]) -> u64 {
-    let mut h = basis;
-    for part in parts {
-        for b in part.bytes().chain(std::iter::once(0)) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h
+    parts.iter().fold(basis, |h, part| {
+        conelab_base::hash::fnv1a_from(conelab_base::hash::fnv1a_from(h, part.as_bytes()), &[0])
+    })
 }
 
 pub fn unix_now() -> f64 {
