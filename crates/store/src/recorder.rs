@@ -317,19 +317,17 @@ impl<F: FnMut(Event) -> bool> Recorder<F> {
             }
             return;
         }
-        let mut deferred = 0;
         self.guarded(|r| {
             if let Err(e) = EventSink::on_event(&mut r.writer, &last) {
                 r.warn(format!("{e}"));
             }
             r.flush_and_commit();
-            if !r.failing {
-                match r.writer.compact() {
-                    Ok(done) => deferred = done.deferred,
-                    Err(e) => r.warn(format!(
-                        "compaction failed: {e} (the segments are kept as they are)"
-                    )),
-                }
+            if !r.failing
+                && let Err(e) = r.writer.compact()
+            {
+                r.warn(format!(
+                    "compaction failed: {e} (the segments are kept as they are)"
+                ));
             }
         });
         // Stragglers first, so that a consumer leaving on the final event has them recorded.
@@ -353,11 +351,5 @@ impl<F: FnMut(Event) -> bool> Recorder<F> {
             }
         });
         (self.forward)(last);
-        // A viewer was reading as the run compacted: what the compaction superseded is deleted
-        // once it lets go, 5 s at most, after the viewers have the run's end. Left behind, the
-        // dead segments are skipped by every conelab reader and `store compact` removes them.
-        if deferred > 0 {
-            let _ = self.writer.remove_superseded_within(Duration::from_secs(5));
-        }
     }
 }

@@ -600,23 +600,6 @@ pub(crate) fn read_guard(dir: &Path) -> ReadGuard {
     }
 }
 
-/// [`remove_dead`] until none is left or `patience` is over (readers hold the store only while
-/// they list and read): a run that ends while a viewer reads leaves no superseded segment for
-/// a reader of its raw files. Whether none is left.
-pub fn remove_dead_within(dir: &Path, patience: std::time::Duration) -> Result<bool, StoreError> {
-    let start = std::time::Instant::now();
-    loop {
-        remove_dead(dir)?;
-        if dead(&list(dir)?).is_empty() {
-            return Ok(true);
-        }
-        if start.elapsed() >= patience {
-            return Ok(false);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 /// Deletes the segments superseded by a newer base, unless a reader holds the store (then they
 /// stay, dead, for a later call). How many it deleted.
 pub fn remove_dead(dir: &Path) -> Result<usize, StoreError> {
@@ -679,16 +662,8 @@ mod tests {
         let (during, _) = read_live(dir.path(), Kind::Events).expect("read");
         assert_eq!(during.height(), before.height());
         assert_eq!(remove_dead(dir.path()).expect("held"), 0);
-        // Patiently: gone once the reader lets go, within the patience; not before it.
-        assert!(
-            !remove_dead_within(dir.path(), std::time::Duration::from_millis(50)).expect("held")
-        );
-        let reader = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            drop(guard);
-        });
-        assert!(remove_dead_within(dir.path(), std::time::Duration::from_secs(10)).expect("free"));
-        reader.join().expect("reader");
+        drop(guard);
+        assert_eq!(remove_dead(dir.path()).expect("free"), 4);
         assert_eq!(list(dir.path()).expect("list").len(), 1);
         let (after, _) = read_live(dir.path(), Kind::Events).expect("read");
         assert!(after.equals_missing(&during));

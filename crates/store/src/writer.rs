@@ -293,16 +293,6 @@ impl StoreWriter {
         self.compact_now(Keep::All)
     }
 
-    /// After a run's last compaction: the segments it superseded, deleted as soon as no reader
-    /// holds them (waiting up to `patience`), so the finished store's files hold each value
-    /// once (docs/STORE.md). Whether none is left.
-    pub fn remove_superseded_within(
-        &self,
-        patience: std::time::Duration,
-    ) -> Result<bool, StoreError> {
-        segment::remove_dead_within(&self.dir, patience)
-    }
-
     /// A run (re)starting at `step`: rows recorded after it belong to a timeline that no longer
     /// exists and are dropped (the run records them anew); at step 0 nothing of an earlier
     /// attempt is kept.
