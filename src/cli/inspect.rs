@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use conelab::analysis::{InspectRequest, inspect};
+use conelab::analysis::{InspectRequest, inspect, second_tier_report, stolen_report};
 use conelab::checkpoint::matrix::{load_matrix, read_counts_file, read_vocab_file};
 use conelab::data::GroupBounds;
 use conelab::metrics::Similarity;
@@ -74,6 +74,20 @@ pub struct InspectArgs {
     #[arg(long, alias = "compare", value_name = "OTHER")]
     pub beside: Option<PathBuf>,
 
+    /// Also decide, for every row, whether any h makes it the argmax of h·Wᵀ (+ b where the
+    /// checkpoint has an output bias) — stolen probability, Demeter et al. 2020 — exactly, on
+    /// every core, with a progress bar on stderr; prints the count per group beside the cheap
+    /// test's upper bound. Minutes for a 33,278 × 400 matrix; implies --headless.
+    #[arg(long)]
+    pub stolen: bool,
+
+    /// Also the measures over all pairs of rows, per group (the workbench's slower tier): the
+    /// share of each row's top-10 cosine neighbours in its own frequency group (Gong et al.
+    /// 2018), the TwoNN intrinsic dimension (Facco et al. 2017) and the cheap upper bound on
+    /// stolen rows. Needs training counts; seconds for a 33,278 × 400 matrix; implies --headless.
+    #[arg(long)]
+    pub second_tier: bool,
+
     /// Print the tables even on a terminal (no browser), as `train --headless` runs without the
     /// workbench.
     #[arg(long, visible_alias = "no-tui")]
@@ -81,6 +95,32 @@ pub struct InspectArgs {
 
     #[command(flatten)]
     pub view: run::options::ViewFlags,
+}
+
+/// `--stolen`, with a progress bar on stderr when it is a terminal.
+fn stolen_with_progress(
+    m: &conelab::checkpoint::matrix::LoadedMatrix,
+    bounds: GroupBounds,
+) -> Result<conelab::analysis::StolenReport> {
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(m.n as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "stolen rows {bar:30} {human_pos}/{human_len} rows · {elapsed} · eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let report = stolen_report(m, bounds, &mut |done, _| {
+        if let Some(b) = &bar {
+            b.set_position(done as u64);
+        }
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(report)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -105,12 +145,20 @@ pub fn exec(args: InspectArgs) -> Result<()> {
         })
     };
     let bounds = bounds_of(&m)?;
+    if args.second_tier && m.counts.is_none() {
+        anyhow::bail!("--second-tier needs training counts (a conelab run, or --counts FILE)");
+    }
     let other = match &args.beside {
         Some(p) => Some(load_matrix(p, None)?),
         None => None,
     };
     let json = args.output.json("inspect")?;
-    if !args.output.given() && !args.headless && std::io::stdout().is_terminal() {
+    if !args.output.given()
+        && !args.headless
+        && !args.stolen
+        && !args.second_tier
+        && std::io::stdout().is_terminal()
+    {
         let view = super::view_options(&args.view);
         let mut sides = vec![conelab::tui::browser::Side::new(&m, bounds, view)?];
         if let Some(o) = &other {
@@ -127,7 +175,13 @@ pub fn exec(args: InspectArgs) -> Result<()> {
             NeighborMetric::Euclidean => Similarity::Euclidean,
         },
     };
-    let report = inspect(&m, bounds, &request)?;
+    let mut report = inspect(&m, bounds, &request)?;
+    if args.second_tier {
+        report.second_tier = second_tier_report(&m, bounds)?;
+    }
+    if args.stolen {
+        report.stolen = Some(stolen_with_progress(&m, bounds)?);
+    }
     let other = match &other {
         Some(o) => Some(inspect(o, bounds_of(o)?, &request)?),
         None => None,

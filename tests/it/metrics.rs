@@ -775,3 +775,130 @@ fn the_same_matrix_gives_bit_identical_metrics_every_time() {
     }
     assert!(run(Threads::Sequential) == first, "one thread differs");
 }
+
+/// All-but-the-top and the rogue share in the panel (from the moments it already has) against a
+/// direct computation: the covariance's eigenvectors by Jacobi, each centred row projected off
+/// the top D by hand, the mean cosine of the residuals and each coordinate's contribution to the
+/// mean cosine pair by pair. d = 101 removes D = ⌈101/100⌉ = 2 components; a planted direction
+/// with a large spread and an offset make the numbers far from their isotropic values.
+#[test]
+fn all_but_the_top_and_rogue_share_match_a_direct_computation() {
+    let (n, d) = (160, 101);
+    let mut rng = Rng(17);
+    let w: Vec<f32> = (0..n * d)
+        .map(|k| {
+            let c = k % d;
+            let spread = match c {
+                0 => 9.0,
+                1 => 5.0,
+                _ => 1.0,
+            };
+            (spread * rng.normal() + if c == 7 { 4.0 } else { 0.0 }) as f32
+        })
+        .collect();
+    let counts: Vec<u64> = (0..n as u64).map(|i| 10_000 / (i + 1)).collect();
+    let groups = RowGroups::from_counts(&counts, GroupBounds::default());
+    let p = panel(&w, n, d, Some(&groups));
+    let reference = |rows: &[usize]| -> (f64, f64, f64) {
+        let m = rows.len();
+        let mean: Vec<f64> = (0..d)
+            .map(|k| rows.iter().map(|&i| w[i * d + k] as f64).sum::<f64>() / m as f64)
+            .collect();
+        let centred: Vec<Vec<f64>> = rows
+            .iter()
+            .map(|&i| (0..d).map(|k| w[i * d + k] as f64 - mean[k]).collect())
+            .collect();
+        let mut cov = vec![vec![0.0; d]; d];
+        for x in &centred {
+            for a in 0..d {
+                for b in 0..d {
+                    cov[a][b] += x[a] * x[b] / m as f64;
+                }
+            }
+        }
+        let (values, vectors) = jacobi(&cov);
+        let top = values[0] + values[1];
+        let total: f64 = values.iter().map(|v| v.max(0.0)).sum();
+        let residual: Vec<Vec<f64>> = centred
+            .iter()
+            .map(|x| {
+                let mut r = x.clone();
+                for c in 0..2 {
+                    let along: f64 = (0..d).map(|k| x[k] * vectors[k][c]).sum();
+                    for k in 0..d {
+                        r[k] -= along * vectors[k][c];
+                    }
+                }
+                r
+            })
+            .collect();
+        let cos = |a: &[f64], b: &[f64]| {
+            let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+            dot / (a.iter().map(|x| x * x).sum::<f64>() * b.iter().map(|x| x * x).sum::<f64>())
+                .sqrt()
+        };
+        let mut after = 0.0;
+        for i in 0..m {
+            for j in 0..m {
+                if i != j {
+                    after += cos(&residual[i], &residual[j]);
+                }
+            }
+        }
+        after /= (m * (m - 1)) as f64;
+        // Coordinate k's contribution: mean over pairs of x̂_k ŷ_k.
+        let units: Vec<Vec<f64>> = rows
+            .iter()
+            .map(|&i| {
+                let r: Vec<f64> = (0..d).map(|k| w[i * d + k] as f64).collect();
+                let norm = r.iter().map(|x| x * x).sum::<f64>().sqrt();
+                r.into_iter().map(|x| x / norm).collect()
+            })
+            .collect();
+        let mut contribution = vec![0.0; d];
+        for i in 0..m {
+            for j in 0..m {
+                if i != j {
+                    for k in 0..d {
+                        contribution[k] += units[i][k] * units[j][k] / (m * (m - 1)) as f64;
+                    }
+                }
+            }
+        }
+        let all: f64 = contribution.iter().sum();
+        contribution.sort_by(|a, b| b.total_cmp(a));
+        (
+            top / total,
+            after,
+            contribution[..3].iter().sum::<f64>() / all,
+        )
+    };
+    let all: Vec<usize> = (0..n).collect();
+    let sets = [
+        (&p.total, all),
+        (&p.groups.as_ref().unwrap()[0], (0..48).collect()),
+        (&p.groups.as_ref().unwrap()[2], (128..160).collect()),
+    ];
+    for (stats, rows) in sets {
+        let (top, after, rogue) = reference(&rows);
+        assert!(
+            rel(stats.abtt_top_variance, top) < 1e-9,
+            "{} vs {top}",
+            stats.abtt_top_variance
+        );
+        assert!(
+            (stats.abtt_mean_cos - after).abs() < 1e-9,
+            "{} vs {after}",
+            stats.abtt_mean_cos
+        );
+        assert!(
+            rel(stats.rogue_share, rogue) < 1e-9,
+            "{} vs {rogue}",
+            stats.rogue_share
+        );
+    }
+    // The planted directions make the top two components most of the variance, and the offset on
+    // coordinate 7 most of the mean cosine.
+    assert!(p.total.abtt_top_variance > 0.4);
+    assert!(p.total.rogue_share > 0.6);
+}

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use conelab::engine::{
     AppliedCommand, Command, CommandSender, DivergencePolicy, EmbeddingStats, Envelope, Event,
-    Fault, FinishReason, ProjectionFrame, RunStarted, StepStats,
+    Fault, FinishReason, ProjectionFrame, RunStarted, SecondTierStats, StepStats,
 };
 use conelab::metrics::embedding::SetStats;
 use conelab::objective::{ObjectiveChange, Objectives, Term};
@@ -75,6 +75,9 @@ fn set(x: f64) -> SetStats {
         i2_unit: x / 5.0,
         isoscore: x / 6.0,
         isoscore_random: x / 7.0,
+        abtt_top_variance: x / 8.0,
+        abtt_mean_cos: x / 9.0,
+        rogue_share: x / 10.0,
     }
 }
 
@@ -204,6 +207,14 @@ fn the_socket_and_the_in_process_viewer_see_the_same_run() {
         rare_frequent_cos: 0.7,
         seconds: 0.1,
         spectral: None,
+        // A NaN (a group too small for TwoNN) crosses the socket as well.
+        second_tier: Some(SecondTierStats {
+            same_group: vec![0.5, 0.25, 0.125],
+            two_nn: vec![12.5, 20.0, f64::NAN],
+            two_nn_duplicates: vec![0, 1, 2],
+            stolen_at_most: vec![3, 4, 5],
+            seconds: 1.5,
+        }),
     })));
     let command = Command::Objective {
         change: ObjectiveChange::Enable {

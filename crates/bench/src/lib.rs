@@ -289,6 +289,16 @@ pub struct MetricsBench {
     pub seed: u64,
     /// Also time faer's thin SVD of W (f64) as the reference the issue quotes.
     pub reference: bool,
+    /// Plant this many interior rows and time the exact stolen-row decision (0: not timed).
+    pub stolen: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsBenchError {
+    #[error(transparent)]
+    Matrix(#[from] conelab_metrics::MatrixError),
+    #[error(transparent)]
+    Hull(#[from] conelab_metrics::hull::HullError),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -332,6 +342,46 @@ pub fn random_embeddings(n: usize, d: usize, seed: u64) -> Vec<f32> {
     w
 }
 
+/// Replaces `count` rows of `w` (row-major n × d) by convex combinations of 2–10 other rows
+/// that are not replaced (weights: normalised exponential draws); returns the replaced rows.
+pub fn plant_interior_rows(
+    w: &mut [f32],
+    n: usize,
+    d: usize,
+    count: usize,
+    seed: u64,
+) -> Vec<usize> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x091a_47ed);
+    let count = count.min(n / 2);
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in 0..count {
+        let j = i + (rng.next_u64() % (n - i) as u64) as usize;
+        order.swap(i, j);
+    }
+    let (planted, sources) = order.split_at(count);
+    for &row in planted {
+        let k = 2 + (rng.next_u64() % 9) as usize;
+        let picks: Vec<usize> = (0..k)
+            .map(|_| sources[(rng.next_u64() % sources.len() as u64) as usize])
+            .collect();
+        let weights: Vec<f64> = (0..k)
+            .map(|_| -(((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64).ln())
+            .collect();
+        let total: f64 = weights.iter().sum();
+        for c in 0..d {
+            let v: f64 = picks
+                .iter()
+                .zip(&weights)
+                .map(|(&p, &l)| l / total * f64::from(w[p * d + c]))
+                .sum();
+            w[row * d + c] = v as f32;
+        }
+    }
+    let mut planted = planted.to_vec();
+    planted.sort_unstable();
+    planted
+}
+
 /// Times `repeats` runs of `f`; the last run also measures the peak of bytes allocated (after
 /// the first run, so per-thread scratch that gemm keeps for the life of a thread is not charged
 /// to every computation).
@@ -359,7 +409,7 @@ fn summarise(what: &str, mut times: Vec<f64>, peak_extra_w: Option<f64>) -> Metr
     }
 }
 
-pub fn bench_metrics(b: &MetricsBench) -> Result<MetricsBenchResult, conelab_metrics::MatrixError> {
+pub fn bench_metrics(b: &MetricsBench) -> Result<MetricsBenchResult, MetricsBenchError> {
     use conelab_data::{FrequencyGroups, GroupBounds};
     use conelab_metrics::{
         EmbeddingPanel, Embeddings, NeighborIndex, PanelOptions, ProjectionMode, RowGroups,
@@ -425,6 +475,50 @@ pub fn bench_metrics(b: &MetricsBench) -> Result<MetricsBenchResult, conelab_met
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
         rows.push(summarise(name, times, None));
+    }
+    if b.stolen > 0 {
+        // `inspect --stolen`'s work: `stolen` rows replaced by convex combinations of others
+        // (random rows are all vertices, so the planted ones are what there is to find).
+        let mut planted_data = data.clone();
+        let planted = plant_interior_rows(&mut planted_data, b.n, b.d, b.stolen, b.seed);
+        let pw = Embeddings::new(b.n, b.d, &planted_data)?;
+        let (t, m, verdicts) = time_it(1, w_mib, || {
+            conelab_metrics::hull::stolen_rows(pw, None, Threads::All, &mut |_, _| {})
+        });
+        let verdicts = verdicts?;
+        use conelab_metrics::hull::RowVerdict;
+        let found = verdicts
+            .iter()
+            .filter(|v| **v == RowVerdict::Stolen)
+            .count();
+        let found_planted = planted
+            .iter()
+            .filter(|&&i| verdicts[i] == RowVerdict::Stolen)
+            .count();
+        let undecided = verdicts
+            .iter()
+            .filter(|v| **v == RowVerdict::Undecided)
+            .count();
+        rows.push(summarise(
+            &format!(
+                "stolen rows, exact (inspect --stolen): {} planted; {found} stolen ({found_planted} of them planted), {undecided} undecided",
+                b.stolen
+            ),
+            t,
+            m,
+        ));
+        let (t, m, bound) = time_it(1, w_mib, || {
+            conelab_metrics::hull::can_win_upper_bound(pw, None, Threads::All)
+        });
+        let bound = bound?;
+        rows.push(summarise(
+            &format!(
+                "  the cheap test alone (the live upper bound): stolen ≤ {}",
+                bound.stolen_at_most()
+            ),
+            t,
+            m,
+        ));
     }
     if b.reference {
         let (t, m, _) = time_it(1, w_mib, || {

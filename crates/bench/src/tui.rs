@@ -142,6 +142,7 @@ fn eval(step: u64, groups: &FrequencyGroups) -> Event {
         positions: n as u64,
         seconds: 1.0,
         outputs: Box::new(outputs),
+        hidden: None,
     })
 }
 

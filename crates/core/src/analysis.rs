@@ -12,7 +12,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::events::{EmbeddingStats, Event, ProjectionFrame, Snapshot};
+use crate::events::{EmbeddingStats, Event, ProjectionFrame, SecondTierStats, Snapshot};
 use crate::run_fault::Fault;
 use conelab_metrics::{
     EmbeddingPanel, Embeddings, MatrixError, PanelOptions, ProjectionMode, RowGroups, Threads,
@@ -91,6 +91,72 @@ pub fn analyse(
     Ok(EmbeddingAnalysis { snapshot, panel })
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum SecondTierError {
+    #[error(transparent)]
+    Matrix(#[from] MatrixError),
+    #[error(transparent)]
+    Hull(#[from] conelab_metrics::hull::HullError),
+}
+
+/// The second tier of one snapshot (one thread): see [`second_tier_stats`].
+pub fn second_tier(
+    snapshot: &Snapshot,
+    groups: &RowGroups,
+) -> Result<SecondTierStats, SecondTierError> {
+    let w = Embeddings::new(snapshot.n, snapshot.d, &snapshot.weights)?;
+    second_tier_stats(w, groups, None, Threads::Sequential)
+}
+
+/// The metrics over all pairs of W's rows, per group: neighbour frequency mix, TwoNN, and the
+/// cheap test's bound on stolen rows (with the output bias `bias`, where there is one) — the
+/// live workbench's slower tier and `inspect --second-tier`.
+pub fn second_tier_stats(
+    w: Embeddings<'_>,
+    groups: &RowGroups,
+    bias: Option<&[f32]>,
+    threads: Threads,
+) -> Result<SecondTierStats, SecondTierError> {
+    let start = Instant::now();
+    let tier = conelab_metrics::later::second_tier(w, groups, threads)?;
+    let bound = conelab_metrics::hull::can_win_upper_bound(w, bias, threads)?;
+    let stolen_at_most = conelab_data::Group::ALL
+        .iter()
+        .map(|&g| {
+            groups
+                .members(g)
+                .iter()
+                .filter(|&&i| !bound.proven.get(i as usize).copied().unwrap_or(false))
+                .count()
+        })
+        .collect();
+    Ok(SecondTierStats {
+        same_group: tier.neighbour_mix.same_group.to_vec(),
+        two_nn: tier.two_nn.iter().map(|t| t.dimension).collect(),
+        two_nn_duplicates: tier.two_nn.iter().map(|t| t.duplicates).collect(),
+        stolen_at_most,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// When the second tier is due: on the first snapshot, then once at least ten times its last
+/// duration has passed since it last started — it takes at most about a tenth of the metrics
+/// thread, and the panel of the snapshots in between is not held up more than that.
+#[derive(Debug, Default)]
+struct SecondTierClock {
+    last: Option<(Instant, f64)>,
+}
+
+impl SecondTierClock {
+    /// The share of the metrics thread the second tier may take.
+    const DUTY: f64 = 0.1;
+
+    fn due(&self, now: Instant) -> bool {
+        self.last
+            .is_none_or(|(at, secs)| now.duration_since(at).as_secs_f64() * Self::DUTY >= secs)
+    }
+}
+
 impl AnalysisWorker {
     /// Starts the worker. A panic inside an analysis ends the worker and is reported through
     /// `fault` (the engine then stops the run); so is a thread the OS refuses.
@@ -105,6 +171,7 @@ impl AnalysisWorker {
         let thread = std::thread::Builder::new()
             .name("conelab-metrics".into())
             .spawn(move || {
+                let mut clock = SecondTierClock::default();
                 while let Some(snapshot) = next(&inbox) {
                     let step = snapshot.step;
                     let start = Instant::now();
@@ -138,7 +205,40 @@ impl AnalysisWorker {
                         }
                     };
                     let analysis = Arc::new(analysis);
-                    let stats = analysis.stats(start.elapsed().as_secs_f64());
+                    let mut stats = analysis.stats(start.elapsed().as_secs_f64());
+                    if clock.due(Instant::now()) {
+                        let began = Instant::now();
+                        let tier = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            second_tier(&analysis.snapshot, &groups)
+                        }));
+                        clock.last = Some((began, began.elapsed().as_secs_f64()));
+                        match tier {
+                            Ok(Ok(t)) => {
+                                if let Some(s) = stats.as_mut() {
+                                    s.second_tier = Some(t);
+                                }
+                            }
+                            Ok(Err(e)) => {
+                                let warning = Event::Warning {
+                                    step,
+                                    message: format!(
+                                        "second-tier metrics skipped: {}",
+                                        conelab_base::error::chain(&e)
+                                    ),
+                                };
+                                if events.send(warning).is_err() {
+                                    break;
+                                }
+                            }
+                            Err(panic) => {
+                                fault.set(format!(
+                                    "the metrics thread panicked at step {step} (second tier): {}",
+                                    crate::run_fault::panic_message(panic.as_ref())
+                                ));
+                                break;
+                            }
+                        }
+                    }
                     latest.put(analysis.clone());
                     let projection = Event::Projection(Arc::new(analysis.frame()));
                     // Groups were given, so the stats exist.
@@ -197,5 +297,52 @@ fn next(shared: &Shared) -> Option<Arc<Snapshot>> {
             return None;
         }
         p = cv.wait(p).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The second tier runs on the first snapshot, then waits ten times its own duration: a
+    /// tier that took 2 s is due again 20 s after it started, not before.
+    #[test]
+    fn the_second_tier_takes_a_tenth_of_the_metrics_thread() {
+        let mut clock = SecondTierClock::default();
+        let t0 = Instant::now();
+        assert!(clock.due(t0));
+        clock.last = Some((t0, 2.0));
+        assert!(!clock.due(t0 + Duration::from_secs(2)));
+        assert!(!clock.due(t0 + Duration::from_millis(19_900)));
+        assert!(clock.due(t0 + Duration::from_secs(20)));
+    }
+
+    /// The live tier on a small W with groups: every group's numbers present, the bound a count
+    /// of the group's rows at most.
+    #[test]
+    fn the_second_tier_of_a_snapshot_has_every_group() {
+        let (n, d) = (300, 8);
+        let weights: Vec<f32> = (0..n * d)
+            .map(|k| ((k * 7919 % 1000) as f32 / 1000.0 - 0.5) + if k % d == 0 { 1.0 } else { 0.0 })
+            .collect();
+        let snapshot = Snapshot {
+            step: 1,
+            n,
+            d,
+            weights,
+            spectral: None,
+        };
+        let groups = RowGroups::from_ranks(&conelab_data::FrequencyGroups::new(
+            n,
+            conelab_data::GroupBounds::default(),
+        ));
+        let t = second_tier(&snapshot, &groups).expect("tier");
+        assert_eq!(t.same_group.len(), 3);
+        assert!(t.same_group.iter().all(|v| (0.0..=1.0).contains(v)));
+        assert!(t.two_nn.iter().all(|v| v.is_finite() && *v > 0.0));
+        for (g, size) in [90, 150, 60].into_iter().enumerate() {
+            assert!(t.stolen_at_most[g] <= size);
+        }
     }
 }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::objective::{ObjectiveChange, Objectives};
 use conelab_metrics::embedding::{Projection, SetStats};
+use conelab_metrics::hidden::HiddenStats;
 use conelab_metrics::{EmbeddingPanel, OutputMetrics};
 
 /// A request to the running engine.
@@ -129,6 +130,9 @@ pub struct EvalStats {
     pub seconds: f64,
     /// Every model-output metric (Uniq, μ_z, σ_z, histogram, Theorem 2, …).
     pub outputs: Box<OutputMetrics>,
+    /// The hidden states' geometry on the split's fixed sample (absent from runs before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<Box<HiddenStats>>,
 }
 
 /// The embedding matrix at one step, row-major `[n, d]`.
@@ -194,6 +198,28 @@ pub struct EmbeddingStats {
     /// Spectrum control's factors, while it is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spectral: Option<SpectralStats>,
+    /// The slower tier, on the snapshots it was due for ([`crate::analysis`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_tier: Option<SecondTierStats>,
+}
+
+/// The metrics that need all pairs of rows (methods.md §2, later literature), per group
+/// (frequent, medium, rare): computed on some snapshots only, as their cost allows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SecondTierStats {
+    /// Mean fraction of a row's top-10 cosine neighbours in its own group (Gong et al. 2018).
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64_vec")]
+    pub same_group: Vec<f64>,
+    /// TwoNN intrinsic dimension within the group (Facco et al. 2017).
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64_vec")]
+    pub two_nn: Vec<f64>,
+    /// Rows left out of TwoNN as exact duplicates.
+    pub two_nn_duplicates: Vec<usize>,
+    /// Rows the cheap test cannot prove able to win the argmax: an UPPER BOUND on the stolen
+    /// rows (the exact count is `inspect --stolen`'s).
+    pub stolen_at_most: Vec<usize>,
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub seconds: f64,
 }
 
 impl EmbeddingStats {
@@ -211,6 +237,7 @@ impl EmbeddingStats {
             rare_frequent_cos: panel.rare_frequent_cos.unwrap_or(f64::NAN),
             seconds,
             spectral: None,
+            second_tier: None,
         })
     }
 }

@@ -13,11 +13,13 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use conelab_core::events::{
-    Command, EmbeddingStats, EvalStats, Event, EventSink, FinishReason, StepStats, SystemStats,
+    Command, EmbeddingStats, EvalStats, Event, EventSink, FinishReason, SecondTierStats, StepStats,
+    SystemStats,
 };
 use conelab_core::objective::Objectives;
 use conelab_metrics::OutputMetrics;
 use conelab_metrics::embedding::SetStats;
+use conelab_metrics::hidden::HiddenStats;
 use conelab_metrics::outputs::{GroupOutputs, Histogram2d};
 use conelab_store::{self as store, StoreError, col, series_key, split};
 
@@ -189,6 +191,31 @@ pub struct EmbeddingPoint {
     pub isoscore: [f64; 4],
 }
 
+/// The hidden-state geometry of one validation (the Groups pane's history of it).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HiddenPoint {
+    pub step: u64,
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub mean_cos: f64,
+    /// The separation margin (0 when not separable).
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub margin: f64,
+    /// Self-similarity of the Rare group's input types.
+    #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub self_sim_rare: f64,
+}
+
+impl HiddenPoint {
+    pub fn of(step: u64, h: &HiddenStats) -> Self {
+        HiddenPoint {
+            step,
+            mean_cos: h.mean_cos,
+            margin: h.margin,
+            self_sim_rare: h.self_sim.get(2).copied().unwrap_or(f64::NAN),
+        }
+    }
+}
+
 fn quad<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[f64; 4], D::Error> {
     let v = <[Option<f64>; 4]>::deserialize(d)?;
     Ok(v.map(|x| x.unwrap_or(f64::NAN)))
@@ -228,10 +255,16 @@ pub struct RunView {
     #[serde(deserialize_with = "conelab_base::jsonfloat::xy_vec")]
     pub valid_loss: Vec<(f64, f64)>,
     pub last_eval: Option<EvalStats>,
+    /// Every validation's hidden-state geometry, oldest first (capped like the curves).
+    #[serde(default)]
+    pub hidden: Vec<HiddenPoint>,
     /// Every analysed snapshot's headline numbers (thinned), oldest first.
     pub embedding: Vec<EmbeddingPoint>,
     /// The newest analysed snapshot's numbers in full.
     pub last_embedding: Option<EmbeddingStats>,
+    /// The newest second tier and its step (computed on some snapshots only).
+    #[serde(default)]
+    pub last_second_tier: Option<(u64, SecondTierStats)>,
     /// The newest system sample of the run's process.
     #[serde(default)]
     pub last_system: Option<SystemStats>,
@@ -267,8 +300,10 @@ impl RunView {
             loss: Vec::new(),
             valid_loss: Vec::new(),
             last_eval: None,
+            hidden: Vec::new(),
             embedding: Vec::new(),
             last_embedding: None,
+            last_second_tier: None,
             last_system: None,
             first_spectrum: None,
             objectives,
@@ -372,6 +407,9 @@ impl RunView {
                 }
                 self.log(e.step, LogKind::Eval, eval_text(e));
                 if e.split == "valid" {
+                    if let Some(h) = &e.hidden {
+                        push_capped(&mut self.hidden, HiddenPoint::of(e.step, h), CURVE_POINTS);
+                    }
                     self.last_eval = Some(e.clone());
                 }
             }
@@ -384,6 +422,9 @@ impl RunView {
                 }
                 push_capped(&mut self.embedding, EmbeddingPoint::of(e), EMBEDDING_POINTS);
                 push_capped(&mut self.projection_steps, e.step, usize::MAX);
+                if let Some(t) = &e.second_tier {
+                    self.last_second_tier = Some((e.step, t.clone()));
+                }
                 self.last_embedding = Some((**e).clone());
             }
             Event::System(s) => self.last_system = Some(*s),
@@ -540,6 +581,11 @@ impl RunView {
             .get(split::VALID, "total", "ppl")
             .last()
             .map(|&(step, _)| rows.eval_at(split::VALID, step));
+        for &(step, _) in rows.get(split::VALID, "total", store::writer::H_POSITIONS) {
+            if let Some(h) = rows.eval_at(split::VALID, step).hidden {
+                push_capped(&mut view.hidden, HiddenPoint::of(step, &h), CURVE_POINTS);
+            }
+        }
         // The corpus's reference (recorded at the start of runs since it exists).
         let reference: Vec<f64> = ["frequent", "medium", "rare", "total"]
             .iter()
@@ -560,6 +606,9 @@ impl RunView {
             );
             if view.first_spectrum.is_none() {
                 view.first_spectrum = Some(e.total.sv_norm.clone());
+            }
+            if let Some(t) = &e.second_tier {
+                view.last_second_tier = Some((step, t.clone()));
             }
             view.last_embedding = Some(e);
         }
@@ -788,6 +837,29 @@ impl Rows {
             theorem2_gamma: total("theorem2_gamma"),
             theorem2_threshold: Some(total("theorem2_threshold")).filter(|v| v.is_finite()),
         };
+        use store::writer as w;
+        // Runs from before the hidden-state sample have no `h_positions`.
+        let hidden = at("total", w::H_POSITIONS).map(|positions| {
+            let names = &store::GROUPS[1..];
+            Box::new(HiddenStats {
+                positions: positions as usize,
+                mean_cos: total(w::H_MEAN_COS),
+                isoscore: total(w::H_ISOSCORE),
+                self_sim: names
+                    .iter()
+                    .map(|g| at(g, w::H_SELF_SIM).unwrap_or(f64::NAN))
+                    .collect(),
+                self_sim_types: [0, 1, 2].map(|g| count(names[g], w::H_SELF_SIM_TYPES)),
+                separable: total(w::H_SEPARABLE) == 1.0,
+                margin: total(w::H_MARGIN),
+                certificate: total(w::H_CERTIFICATE),
+                proven: total(w::H_PROVEN) == 1.0,
+                support: count("total", w::H_SUPPORT),
+                neg_u_rare_cos: total(w::H_NEG_U_RARE_COS),
+                direction: Vec::new(),
+                weights: Vec::new(),
+            })
+        });
         EvalStats {
             step,
             split: split_name.to_string(),
@@ -797,6 +869,7 @@ impl Rows {
             positions: total("positions") as u64,
             seconds: total("seconds"),
             outputs: Box::new(outputs),
+            hidden,
         }
     }
 
@@ -822,6 +895,9 @@ impl Rows {
                 i2_unit: at("i2_unit"),
                 isoscore: at("isoscore"),
                 isoscore_random: at("isoscore_random"),
+                abtt_top_variance: at("abtt_top_variance"),
+                abtt_mean_cos: at("abtt_mean_cos"),
+                rogue_share: at("rogue_share"),
             }
         };
         let mut total = set("total");
@@ -846,7 +922,36 @@ impl Rows {
             // The store keeps spectrum control's summaries (`sc_*`), not σ and its targets: the
             // Spectrum pane's line waits for the next snapshot of a live run.
             spectral: None,
+            second_tier: self.second_tier_at(step),
         }
+    }
+
+    /// The second tier of the snapshot at `step`, if it was due there.
+    fn second_tier_at(&self, step: u64) -> Option<SecondTierStats> {
+        use store::writer as w;
+        let seconds = self.value_at(split::EMBEDDING, "total", w::ST_SECONDS, step)?;
+        let per_group = |metric: &str| -> Vec<f64> {
+            store::GROUPS[1..]
+                .iter()
+                .map(|g| {
+                    self.value_at(split::EMBEDDING, g, metric, step)
+                        .unwrap_or(f64::NAN)
+                })
+                .collect()
+        };
+        let counts = |metric: &str| -> Vec<usize> {
+            per_group(metric)
+                .into_iter()
+                .map(|v| if v.is_finite() { v as usize } else { 0 })
+                .collect()
+        };
+        Some(SecondTierStats {
+            same_group: per_group(w::ST_SAME_GROUP),
+            two_nn: per_group(w::ST_TWO_NN),
+            two_nn_duplicates: counts(w::ST_TWO_NN_DUPLICATES),
+            stolen_at_most: counts(w::ST_STOLEN_AT_MOST),
+            seconds,
+        })
     }
 }
 
@@ -920,6 +1025,97 @@ mod tests {
         assert_eq!(v[0], 0);
         assert_eq!(*v.last().expect("last"), 99);
         assert!(v.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    /// An evaluation with the hidden-state geometry, recorded by the store and read back, gives
+    /// the view the same numbers as the live event did (what a viewer attaching to a finished run
+    /// sees), and an evaluation without it (a run from before) gives none.
+    #[test]
+    fn hidden_state_geometry_survives_the_store() {
+        use conelab_data::{FrequencyGroups, GroupBounds};
+        use conelab_metrics::{OutputAccumulator, OutputBatch};
+        let eval = |step: u64, hidden: Option<HiddenStats>| {
+            let mut acc = OutputAccumulator::new(FrequencyGroups::new(10, GroupBounds::default()));
+            let targets: Vec<u32> = (0..10).collect();
+            let lp = vec![-2.0f32; 10];
+            let ones = vec![1.0f32; 10];
+            acc.add(OutputBatch {
+                targets: &targets,
+                target_log_probs: &lp,
+                log_z: &ones,
+                entropy: &ones,
+                argmax: &targets,
+                prob_sum: &ones,
+            })
+            .expect("batch");
+            let outputs = acc.finish(10, 0.0);
+            Event::Eval(EvalStats {
+                step,
+                split: "valid".into(),
+                loss: outputs.loss,
+                ppl: outputs.ppl,
+                groups: [0, 1, 2].map(|g| (outputs.groups[g].ppl, outputs.groups[g].positions)),
+                positions: 10,
+                seconds: 1.0,
+                outputs: Box::new(outputs),
+                hidden: hidden.map(Box::new),
+            })
+        };
+        let hidden = |step: u64| HiddenStats {
+            positions: 4096,
+            mean_cos: 0.5 + step as f64 / 1000.0,
+            isoscore: 0.25,
+            self_sim: vec![0.1, 0.2, f64::NAN],
+            self_sim_types: [64, 64, 0],
+            separable: step > 10,
+            margin: if step > 10 { 0.125 } else { 0.0 },
+            certificate: 0.126,
+            proven: true,
+            support: 3,
+            neg_u_rare_cos: if step > 10 { 0.75 } else { f64::NAN },
+            direction: Vec::new(),
+            weights: Vec::new(),
+        };
+        let events = [
+            eval(5, None),
+            eval(10, Some(hidden(10))),
+            eval(20, Some(hidden(20))),
+        ];
+        let tmp = tempfile::tempdir().expect("tmp");
+        let record = store::RunRecord::new("h", String::new(), "synthetic".into(), "cpu".into());
+        let mut writer = store::StoreWriter::open(tmp.path(), &record).expect("store");
+        let mut live = RunView::new(Objectives::default());
+        for e in &events {
+            writer.record(e).expect("record");
+            live.on_event(e);
+        }
+        writer.flush().expect("flush");
+        let stored = RunView::from_store(
+            tmp.path(),
+            RunInfo::default(),
+            Objectives::default(),
+            RunStatus::Starting,
+        )
+        .expect("view");
+        for view in [&live, &stored] {
+            let steps: Vec<u64> = view.hidden.iter().map(|h| h.step).collect();
+            assert_eq!(steps, vec![10, 20]);
+            assert_eq!(view.hidden[1].margin, 0.125);
+            assert_eq!(view.hidden[0].mean_cos, 0.51);
+            let h = view.last_eval.as_ref().and_then(|e| e.hidden.as_deref());
+            let h = h.expect("hidden");
+            assert!(h.separable && h.proven);
+            assert_eq!(
+                (h.positions, h.support, h.self_sim_types),
+                (4096, 3, [64, 64, 0])
+            );
+            assert_eq!(
+                (h.margin, h.neg_u_rare_cos, h.mean_cos),
+                (0.125, 0.75, 0.52)
+            );
+            assert_eq!(&h.self_sim[..2], &[0.1, 0.2]);
+            assert!(h.self_sim[2].is_nan());
+        }
     }
 
     #[test]

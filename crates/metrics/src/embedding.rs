@@ -23,6 +23,9 @@ use serde::{Deserialize, Serialize};
 use super::Threads;
 use super::matrix::{Embeddings, MatrixError, RowGroups, RowSet};
 use crate::fastmath::log_sum_exp_both_signs;
+use crate::later::{
+    AllButTheTop, ROGUE_TOP, all_but_the_top_from_moments, contributions_from_sums, top_share,
+};
 use conelab_data::Group;
 
 /// Which 2-D projection the scatter shows.
@@ -102,6 +105,17 @@ pub struct SetStats {
     /// value a set that never moved from its initialisation reads.
     #[serde(default = "nan", deserialize_with = "conelab_base::jsonfloat::f64")]
     pub isoscore_random: f64,
+    /// All-but-the-top (Mu & Viswanath 2018): the top ⌈d/100⌉ principal components' share of the
+    /// centred variance — how much of the cone one removable common direction carries.
+    #[serde(default = "nan", deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub abtt_top_variance: f64,
+    /// Mean pairwise cosine after removing the mean row and those components.
+    #[serde(default = "nan", deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub abtt_mean_cos: f64,
+    /// Rogue dimensions (Timkey & van Schijndel 2021): the share of `mean_cos` carried by its 3
+    /// largest coordinate-wise contributions.
+    #[serde(default = "nan", deserialize_with = "conelab_base::jsonfloat::f64")]
+    pub rogue_share: f64,
 }
 
 impl SetStats {
@@ -122,6 +136,9 @@ impl SetStats {
             i2_unit: f64::NAN,
             isoscore: f64::NAN,
             isoscore_random: f64::NAN,
+            abtt_top_variance: f64::NAN,
+            abtt_mean_cos: f64::NAN,
+            rogue_share: f64::NAN,
         }
     }
 }
@@ -303,7 +320,7 @@ impl Analysis {
     }
 }
 
-fn dot(a: &[f64], b: &[f64]) -> f64 {
+pub(crate) fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
@@ -408,13 +425,34 @@ fn analyse(
         Ok(isoscore_from_covariance(&cov, d))
     };
 
-    let (main, (unit, isoscore)) = match threads {
-        Threads::All => rayon::join(isotropy, || rayon::join(unit_isotropy, isoscore)),
-        Threads::Sequential => (isotropy(), (unit_isotropy(), isoscore())),
+    // All-but-the-top from the same moments: one more d×d decomposition (of the covariance) and
+    // one pass over the rows for the residuals' norms.
+    let abtt = || -> Result<AllButTheTop, MatrixError> {
+        if n < 2 || !scale_free {
+            return Ok(AllButTheTop::unknown(d));
+        }
+        let mean: Vec<f64> = sums.raw.iter().map(|s| s / n as f64).collect();
+        let cov = Mat::<f64>::from_fn(d, d, |i, j| gram[(i, j)] / n as f64 - mean[i] * mean[j]);
+        all_but_the_top_from_moments(w, &mean, cov.as_ref(), par)
+    };
+
+    let (main, ((unit, isoscore), abtt)) = match threads {
+        Threads::All => rayon::join(isotropy, || {
+            rayon::join(|| rayon::join(unit_isotropy, isoscore), abtt)
+        }),
+        Threads::Sequential => (isotropy(), ((unit_isotropy(), isoscore()), abtt())),
     };
     let (eigenvalues, eigenvectors, (i1, i2)) = main?;
     let (i1_unit, i2_unit) = unit?;
     let isoscore = isoscore?;
+    let abtt = abtt?;
+    let rogue_share = if scale_free {
+        let squares: Vec<f64> = (0..d).map(|k| unit_gram[(k, k)]).collect();
+        let c = contributions_from_sums(&sums.unit, &squares, sums.nonzero);
+        top_share(c, ROGUE_TOP)
+    } else {
+        f64::NAN
+    };
 
     let sigma: Vec<f64> = eigenvalues.iter().map(|&l| l.max(0.0).sqrt()).collect();
     let sv_max = sigma[0];
@@ -465,6 +503,9 @@ fn analyse(
                 i2_unit,
                 isoscore,
                 isoscore_random: isoscore_random(n, d),
+                abtt_top_variance: abtt.top_variance,
+                abtt_mean_cos: abtt.mean_cos_after,
+                rogue_share,
             },
             rows_nonzero: nz,
         },

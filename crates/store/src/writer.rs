@@ -487,6 +487,30 @@ impl StoreWriter {
                     .push(step, epoch, t, split, "total", &hist_cell(i), count as f64);
             }
         }
+        if let Some(h) = &e.hidden {
+            for (metric, value) in [
+                (H_POSITIONS, h.positions as f64),
+                (H_MEAN_COS, h.mean_cos),
+                (H_ISOSCORE, h.isoscore),
+                (H_SEPARABLE, if h.separable { 1.0 } else { 0.0 }),
+                (H_MARGIN, h.margin),
+                (H_CERTIFICATE, h.certificate),
+                (H_PROVEN, if h.proven { 1.0 } else { 0.0 }),
+                (H_SUPPORT, h.support as f64),
+                (H_NEG_U_RARE_COS, h.neg_u_rare_cos),
+            ] {
+                self.metrics
+                    .push(step, epoch, t, split, "total", metric, value);
+            }
+            for (g, name) in super::GROUPS[1..].iter().enumerate() {
+                let sim = h.self_sim.get(g).copied().unwrap_or(f64::NAN);
+                self.metrics
+                    .push(step, epoch, t, split, name, H_SELF_SIM, sim);
+                let types = h.self_sim_types[g] as f64;
+                self.metrics
+                    .push(step, epoch, t, split, name, H_SELF_SIM_TYPES, types);
+            }
+        }
         for (g, name) in o.groups.iter().zip(&super::GROUPS[1..]) {
             for (metric, value) in [
                 ("ppl", g.ppl),
@@ -547,6 +571,26 @@ impl StoreWriter {
             self.metrics
                 .push(step, epoch, t, split::EMBEDDING, "total", metric, value);
         }
+        if let Some(s) = &e.second_tier {
+            for (g, name) in super::GROUPS[1..].iter().enumerate() {
+                let at = |v: &[f64]| v.get(g).copied().unwrap_or(f64::NAN);
+                let count = |v: &[usize]| v.get(g).map_or(f64::NAN, |&c| c as f64);
+                for (metric, value) in [
+                    (ST_SAME_GROUP, at(&s.same_group)),
+                    (ST_TWO_NN, at(&s.two_nn)),
+                    (ST_TWO_NN_DUPLICATES, count(&s.two_nn_duplicates)),
+                    (ST_STOLEN_AT_MOST, count(&s.stolen_at_most)),
+                ] {
+                    self.metrics
+                        .push(step, epoch, t, split::EMBEDDING, name, metric, value);
+                }
+            }
+            let stolen: usize = s.stolen_at_most.iter().sum();
+            for (metric, value) in [(ST_STOLEN_AT_MOST, stolen as f64), (ST_SECONDS, s.seconds)] {
+                self.metrics
+                    .push(step, epoch, t, split::EMBEDDING, "total", metric, value);
+            }
+        }
         if let Some(s) = &e.spectral {
             for (metric, value) in [
                 (SC_PRIOR_GAP, s.prior_gap()),
@@ -590,6 +634,15 @@ pub const SYS_GPU_MEM_TOTAL_MIB: &str = "gpu_mem_total_mib";
 pub const SYS_GPU_POWER_W: &str = "gpu_power_w";
 pub const SYS_GPU_TEMP_C: &str = "gpu_temp_c";
 
+/// The second tier of a snapshot, where it was due (`embedding/GROUP/…`): the mean same-group
+/// share of the top-10 cosine neighbours, TwoNN dimension and its duplicates left out, the cheap
+/// test's upper bound on stolen rows (also `total`), and the tier's seconds (`total`).
+pub const ST_SAME_GROUP: &str = "nbr_same_group";
+pub const ST_TWO_NN: &str = "two_nn";
+pub const ST_TWO_NN_DUPLICATES: &str = "two_nn_duplicates";
+pub const ST_STOLEN_AT_MOST: &str = "stolen_at_most";
+pub const ST_SECONDS: &str = "second_tier_seconds";
+
 /// Spectrum control's numbers at a snapshot (`embedding/total/…`, only while it is on):
 /// ‖σ − t‖/‖t‖, max_k |σ_(k) − s_k(W)|/s_1(W), ‖UᵀU − I‖_F, ‖VᵀV − I‖_F, σ_1 and t_1.
 pub const SC_PRIOR_GAP: &str = "sc_prior_gap";
@@ -598,6 +651,23 @@ pub const SC_U_ORTH: &str = "sc_u_orth";
 pub const SC_V_ORTH: &str = "sc_v_orth";
 pub const SC_SIGMA_MAX: &str = "sc_sigma_max";
 pub const SC_TARGET_MAX: &str = "sc_target_max";
+
+/// The hidden-state geometry of an evaluation (`SPLIT/total/…`, `conelab_metrics::hidden`): the
+/// sample's size, mean pairwise cosine and IsoScore; separable (1) or not (0), the margin, the
+/// certificate's check, the minimum-norm point's support, cos(−u, mean Rare row).
+pub const H_POSITIONS: &str = "h_positions";
+pub const H_MEAN_COS: &str = "h_mean_cos";
+pub const H_ISOSCORE: &str = "h_isoscore";
+pub const H_SEPARABLE: &str = "h_separable";
+pub const H_MARGIN: &str = "h_margin";
+pub const H_CERTIFICATE: &str = "h_certificate";
+pub const H_SUPPORT: &str = "h_support";
+/// 1 where the certificate was checked against the rows and holds (and Wolfe converged).
+pub const H_PROVEN: &str = "h_proven";
+pub const H_NEG_U_RARE_COS: &str = "h_neg_u_rare_cos";
+/// Per group of the input token (`SPLIT/GROUP/…`): self-similarity and the types behind it.
+pub const H_SELF_SIM: &str = "h_self_sim";
+pub const H_SELF_SIM_TYPES: &str = "h_self_sim_types";
 
 /// Metric names of the entropy–log Z histogram of an evaluation.
 pub const HIST_ENTROPY_LO: &str = "hist_entropy_lo";
@@ -619,7 +689,7 @@ pub fn spectrum_metric(k: usize) -> String {
     format!("sv{k:04}")
 }
 
-fn set_metrics(s: &SetStats) -> [(&'static str, f64); 12] {
+fn set_metrics(s: &SetStats) -> [(&'static str, f64); 15] {
     [
         ("isoscore_random", s.isoscore_random),
         ("i1", s.i1),
@@ -633,6 +703,9 @@ fn set_metrics(s: &SetStats) -> [(&'static str, f64); 12] {
         ("effective_rank", s.effective_rank),
         ("sv_max", s.sv_max),
         ("rows", s.rows as f64),
+        ("abtt_top_variance", s.abtt_top_variance),
+        ("abtt_mean_cos", s.abtt_mean_cos),
+        ("rogue_share", s.rogue_share),
     ]
 }
 

@@ -7,12 +7,16 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use crate::checkpoint::matrix::{LoadedMatrix, run_classes};
-use crate::engine::{EngineError, EvalStats};
+use crate::engine::analysis::{SecondTierError, second_tier_stats};
+use crate::engine::{EngineError, EvalStats, SecondTierStats};
 use crate::model::DeviceSpec;
 use conelab_data::{Group, GroupBounds, Split, thousands};
 use conelab_metrics::bootstrap::{BootstrapError, Interval, SentenceScores, bootstrap_ppl};
+use conelab_metrics::hidden::HiddenStats;
+use conelab_metrics::hull::{HullError, RowVerdict, can_win_upper_bound, stolen_rows};
 use conelab_metrics::neighbors::{ClassPrecision, class_precision};
 use conelab_metrics::outputs::ShiftedOutputs;
+use conelab_metrics::stolen::{StolenCount, StolenSummary, summarise};
 use conelab_metrics::{
     EmbeddingPanel, Embeddings, MatrixError, NeighborIndex, PanelOptions, RowGroups, SetStats,
     Similarity, Threads,
@@ -34,6 +38,10 @@ pub enum AnalysisError {
     ZeroK,
     #[error(transparent)]
     Bootstrap(#[from] BootstrapError),
+    #[error(transparent)]
+    Hull(#[from] HullError),
+    #[error(transparent)]
+    SecondTier(#[from] SecondTierError),
 }
 
 fn suggestions(close: &[String]) -> String {
@@ -64,6 +72,9 @@ fn set_json(s: &SetStats) -> Map<String, Value> {
     m.insert("effective_rank".into(), num(s.effective_rank));
     m.insert("mean_cos".into(), num(s.mean_cos));
     m.insert("mean_cos_to_mean".into(), num(s.mean_cos_to_mean));
+    m.insert("abtt_top_variance".into(), num(s.abtt_top_variance));
+    m.insert("abtt_mean_cos".into(), num(s.abtt_mean_cos));
+    m.insert("rogue_share".into(), num(s.rogue_share));
     m
 }
 
@@ -117,6 +128,183 @@ pub struct InspectReport {
     pub neighbors: Vec<(String, Vec<NeighborRow>)>,
     pub similarity: Similarity,
     pub class_precision: Option<ClassPrecision>,
+    /// `inspect --stolen`: every row's exact verdict, per group.
+    pub stolen: Option<StolenReport>,
+    /// `inspect --second-tier`: the all-pairs measures per group.
+    pub second_tier: Option<SecondTierStats>,
+}
+
+/// The all-pairs measures of `m` per group (the live workbench's second tier, on every core):
+/// `None` without training counts (no groups).
+pub fn second_tier_report(
+    m: &LoadedMatrix,
+    bounds: GroupBounds,
+) -> Result<Option<SecondTierStats>, AnalysisError> {
+    let Some(counts) = m.counts.as_deref() else {
+        return Ok(None);
+    };
+    let w = Embeddings::new(m.n, m.d, &m.data)?;
+    let groups = RowGroups::from_counts(counts, bounds);
+    let stats = second_tier_stats(w, &groups, m.bias.as_deref(), Threads::All)?;
+    Ok(Some(stats))
+}
+
+fn second_tier_json(t: &SecondTierStats) -> Value {
+    let per_group = |v: Vec<Value>| -> Value {
+        let m: Map<String, Value> = Group::ALL
+            .iter()
+            .zip(v)
+            .map(|(g, x)| (g.name().to_owned(), x))
+            .collect();
+        Value::Object(m)
+    };
+    json!({
+        "neighbour_mix": per_group(t.same_group.iter().map(|&v| num(v)).collect()),
+        "two_nn": per_group(t.two_nn.iter().map(|&v| num(v)).collect()),
+        "two_nn_duplicates": per_group(t.two_nn_duplicates.iter().map(|&v| json!(v)).collect()),
+        "stolen_at_most": per_group(t.stolen_at_most.iter().map(|&v| json!(v)).collect()),
+        "seconds": num(t.seconds),
+    })
+}
+
+fn second_tier_text(t: &SecondTierStats) -> String {
+    let mut out = format!(
+        "\nall pairs of rows ({:.1} s)   {:>12} {:>12} {:>12}\n",
+        t.seconds, "frequent", "medium", "rare"
+    );
+    let row = |label: &str, v: &[f64]| format!("{label:<26} {}\n", fmt_row(v, 12).join(" "));
+    out.push_str(&row("same-group top-10 nbrs", &t.same_group));
+    out.push_str(&row("TwoNN dimension", &t.two_nn));
+    let counts = |v: &[usize]| {
+        v.iter()
+            .map(|&c| format!("{:>12}", thousands(c as u64)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    out.push_str(&format!(
+        "{:<26} {}\n",
+        "TwoNN duplicates left out",
+        counts(&t.two_nn_duplicates)
+    ));
+    out.push_str(&format!(
+        "{:<26} {}\n",
+        "stolen ≤ (cheap bound)",
+        counts(&t.stolen_at_most)
+    ));
+    out
+}
+
+/// Stolen probability of a matrix (methods.md §2): the exact count per group beside the cheap
+/// test's upper bound (the live figure), with the output bias where the checkpoint has one.
+#[derive(Debug, Clone)]
+pub struct StolenReport {
+    pub exact: StolenSummary,
+    /// Rows the cheap test (h = w_i, h = w_i − mean) cannot prove able to win, per group: an
+    /// upper bound on `exact`'s stolen counts.
+    pub upper_bound: StolenSummary,
+    pub bias: bool,
+    pub seconds: f64,
+}
+
+/// [`StolenReport`] of `m`: Wolfe's minimum-norm point per row on every core (minutes for a
+/// 33,278 × 400 W), telling `progress(done, n)` as rows are decided.
+pub fn stolen_report(
+    m: &LoadedMatrix,
+    bounds: GroupBounds,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<StolenReport, AnalysisError> {
+    let start = std::time::Instant::now();
+    let w = Embeddings::new(m.n, m.d, &m.data)?;
+    let groups = m
+        .counts
+        .as_deref()
+        .map(|c| RowGroups::from_counts(c, bounds));
+    let bias = m.bias.as_deref();
+    let verdicts = stolen_rows(w, bias, Threads::All, progress)?;
+    // The cheap test's verdicts: proven rows can win, the rest counted as stolen (the bound).
+    let bound: Vec<RowVerdict> = can_win_upper_bound(w, bias, Threads::All)?
+        .proven
+        .into_iter()
+        .map(|p| {
+            if p {
+                RowVerdict::CanWin
+            } else {
+                RowVerdict::Stolen
+            }
+        })
+        .collect();
+    let counts = m.counts.as_deref();
+    Ok(StolenReport {
+        exact: summarise(w, &verdicts, groups.as_ref(), counts),
+        upper_bound: summarise(w, &bound, groups.as_ref(), counts),
+        bias: bias.is_some(),
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+impl StolenReport {
+    fn sets(&self) -> Vec<(&'static str, StolenCount, usize)> {
+        let mut sets = vec![("total", self.exact.total, self.upper_bound.total.stolen)];
+        if let (Some(g), Some(b)) = (&self.exact.groups, &self.upper_bound.groups) {
+            for (k, group) in Group::ALL.iter().enumerate() {
+                sets.push((group.name(), g[k], b[k].stolen));
+            }
+        }
+        sets
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        for (name, c, bound) in self.sets() {
+            m.insert(
+                name.into(),
+                json!({
+                    "rows": c.rows,
+                    "stolen": c.stolen,
+                    "fraction": num(c.fraction()),
+                    "undecided": c.undecided,
+                    "stolen_at_most": bound,
+                }),
+            );
+        }
+        m.insert(
+            "norm_count_spearman".into(),
+            num(self.exact.norm_count_spearman),
+        );
+        m.insert("bias".into(), json!(self.bias));
+        m.insert("seconds".into(), num(self.seconds));
+        Value::Object(m)
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "\nstolen probability (rows no h makes the argmax of h·Wᵀ{}; exact, {:.1} s)\n  {:<9} {:>8} {:>8} {:>9} {:>10} {:>14}\n",
+            if self.bias { " + b" } else { "" },
+            self.seconds,
+            "group",
+            "rows",
+            "stolen",
+            "fraction",
+            "undecided",
+            "cheap bound ≤"
+        );
+        for (name, c, bound) in self.sets() {
+            out.push_str(&format!(
+                "  {:<9} {:>8} {:>8} {:>9} {:>10} {:>14}\n",
+                name,
+                thousands(c.rows as u64),
+                thousands(c.stolen as u64),
+                fmt(c.fraction(), 9).trim(),
+                thousands(c.undecided as u64),
+                thousands(bound as u64),
+            ));
+        }
+        out.push_str(&format!(
+            "  Spearman(row norm, log count): {}\n",
+            fmt(self.exact.norm_count_spearman, 0).trim()
+        ));
+        out
+    }
 }
 
 /// Rows named by the user: a token of the vocabulary, or `#ROW` (and a bare number when the
@@ -249,6 +437,8 @@ pub fn inspect(
         neighbors,
         similarity: request.similarity,
         class_precision,
+        stolen: None,
+        second_tier: None,
     })
 }
 
@@ -299,6 +489,12 @@ impl InspectReport {
         if let Some(p) = &self.class_precision {
             m.insert("class_precision".into(), class_precision_json(p));
         }
+        if let Some(s) = &self.stolen {
+            m.insert("stolen".into(), s.to_json());
+        }
+        if let Some(t) = &self.second_tier {
+            m.insert("second_tier".into(), second_tier_json(t));
+        }
         Value::Object(m)
     }
 
@@ -338,6 +534,12 @@ impl InspectReport {
                     r.count.map(thousands).unwrap_or_else(|| "-".into())
                 ));
             }
+        }
+        if let Some(t) = &self.second_tier {
+            out.push_str(&second_tier_text(t));
+        }
+        if let Some(s) = &self.stolen {
+            out.push_str(&s.render());
         }
         out
     }
@@ -391,7 +593,7 @@ pub fn panel_table(p: &EmbeddingPanel) -> String {
     }
     out.push('\n');
     type Column = fn(&SetStats) -> f64;
-    let rows: [(&str, Column); 12] = [
+    let rows: [(&str, Column); 15] = [
         ("rows", |s| s.rows as f64),
         ("I1(W)", |s| s.i1),
         ("I2(W)", |s| s.i2),
@@ -401,6 +603,9 @@ pub fn panel_table(p: &EmbeddingPanel) -> String {
         ("mean norm", |s| s.mean_norm),
         ("mean cosine", |s| s.mean_cos),
         ("cosine to mean", |s| s.mean_cos_to_mean),
+        ("top-D variance", |s| s.abtt_top_variance),
+        ("cos w/o top-D", |s| s.abtt_mean_cos),
+        ("rogue-3 share", |s| s.rogue_share),
         ("effective rank", |s| s.effective_rank),
         ("sigma_max", |s| s.sv_max),
         ("sigma_10 / sigma_max", |s| {
@@ -674,6 +879,12 @@ impl EvalReport {
             }),
         );
         m.insert("embedding".into(), Value::Object(panel_json(&self.panel)));
+        if let Some(h) = &self.eval.hidden {
+            m.insert(
+                "hidden".into(),
+                serde_json::to_value(h).unwrap_or(Value::Null),
+            );
+        }
         if let Some(p) = &self.class_precision {
             m.insert("class_precision".into(), class_precision_json(p));
         }
@@ -793,6 +1004,9 @@ impl EvalReport {
                 fmt(s.unnormalised_ppl, 0).trim(),
             ));
         }
+        if let Some(h) = &self.eval.hidden {
+            out.push_str(&hidden_text(h));
+        }
         out.push_str(&panel_table(&self.panel));
         if let Some(p) = &self.class_precision {
             out.push_str(&format!(
@@ -802,6 +1016,44 @@ impl EvalReport {
         }
         out
     }
+}
+
+/// The hidden-state geometry as `eval` prints it.
+fn hidden_text(h: &HiddenStats) -> String {
+    let verdict = match (h.separable, h.proven) {
+        (true, _) => format!(
+            "separable from the origin: margin {}, certificate min u·ĥ {} (u in --format json); cos(−u, mean Rare row) {}",
+            fmt(h.margin, 0).trim(),
+            fmt(h.certificate, 0).trim(),
+            fmt(h.neg_u_rare_cos, 0).trim()
+        ),
+        (false, proven) => format!(
+            "not separable{}: convex weights on {} places combine to norm {} (weights in --format json)",
+            if proven {
+                ""
+            } else {
+                " (not proven: the solver stopped at its cap)"
+            },
+            h.support,
+            fmt(h.certificate, 0).trim()
+        ),
+    };
+    format!(
+        "hidden states ({} sampled places): mean cosine {}, IsoScore {}; {verdict}\n{:<22} {}\n\n",
+        thousands(h.positions as u64),
+        fmt(h.mean_cos, 0).trim(),
+        fmt(h.isoscore, 0).trim(),
+        "self-similarity",
+        fmt_row(
+            &[
+                h.self_sim.first().copied().unwrap_or(f64::NAN),
+                h.self_sim.get(1).copied().unwrap_or(f64::NAN),
+                h.self_sim.get(2).copied().unwrap_or(f64::NAN),
+            ],
+            12
+        )
+        .join(" ")
+    )
 }
 
 #[cfg(test)]

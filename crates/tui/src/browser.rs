@@ -77,6 +77,7 @@ impl Side {
                 rare_frequent_cos: f64::NAN,
                 seconds: 0.0,
                 spectral: None,
+                second_tier: None,
             });
         app.on_event(Event::Embedding(Box::new(stats)));
         app.on_analysis(Arc::new(EmbeddingAnalysis {
@@ -306,6 +307,7 @@ mod tests {
             tokens: Some((0..N).map(|i| format!("w{i}")).collect()),
             counts: Some((0..N as u64).map(|i| 1_000 / (i + 1)).collect()),
             classes: None,
+            bias: None,
             step: Some(500),
             group_bounds: None,
         }

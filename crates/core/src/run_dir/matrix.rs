@@ -63,6 +63,9 @@ pub struct LoadedMatrix {
     pub step: Option<u64>,
     /// Group boundaries of a conelab run (the run's own, which may differ from the default).
     pub group_bounds: Option<[f64; 2]>,
+    /// The output layer's bias b (logits h·Wᵀ + b), where a conelab checkpoint has one: what
+    /// decides which rows can win the argmax (stolen probability).
+    pub bias: Option<Vec<f32>>,
 }
 
 /// Loads `path`: a conelab run directory or its `step-NNNNNN` or `best` folder, a `.safetensors` file or a
@@ -112,6 +115,7 @@ pub fn load_matrix(path: &Path, tensor: Option<&str>) -> Result<LoadedMatrix, Ma
         tokens: None,
         counts: None,
         classes: None,
+        bias: None,
         step: None,
         group_bounds: None,
     })
@@ -179,6 +183,7 @@ fn load_run(path: &Path) -> Result<LoadedMatrix, MatrixFileError> {
         ));
     }
     check_finite(&model_path, d, &data)?;
+    let bias = output_bias(&model_path, &st, n)?;
     let step = super::checkpoint_step(&step_dir);
     let classes = run_classes(&run, &tokens);
     Ok(LoadedMatrix {
@@ -189,9 +194,46 @@ fn load_run(path: &Path) -> Result<LoadedMatrix, MatrixFileError> {
         tokens: Some(tokens),
         counts: Some(counts),
         classes,
+        bias,
         step,
         group_bounds: Some(run.spec().group_bounds),
     })
+}
+
+/// The checkpoint's output bias (a tensor named `…output_bias`, f32, one per row), if it has one.
+fn output_bias(
+    path: &Path,
+    st: &SafeTensors<'_>,
+    n: usize,
+) -> Result<Option<Vec<f32>>, MatrixFileError> {
+    let Some(name) = st.names().into_iter().find(|t| t.ends_with("output_bias")) else {
+        return Ok(None);
+    };
+    let view = st
+        .tensor(name)
+        .map_err(|e| invalid(path, format!("tensor {name:?}: {e}")))?;
+    if view.shape() != [n] || view.dtype() != Dtype::F32 {
+        return Err(invalid(
+            path,
+            format!(
+                "tensor {name:?} has shape {:?} and dtype {:?}; expected [{n}] F32",
+                view.shape(),
+                view.dtype()
+            ),
+        ));
+    }
+    let bias: Vec<f32> = view
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    if bias.iter().any(|b| !b.is_finite()) {
+        return Err(invalid(
+            path,
+            format!("tensor {name:?} holds a non-finite value"),
+        ));
+    }
+    Ok(Some(bias))
 }
 
 /// The normalised singular values of another run's newest checkpoint (or a matrix file),

@@ -11,7 +11,8 @@ use super::EngineError;
 use super::protocol::EvalStats;
 use crate::model::output::{host_outputs, output_tensors};
 use crate::model::{LanguageModel, RecurrentState};
-use conelab_data::{Corpus, PartialWindow, Split, StreamBatcher};
+use conelab_data::{Corpus, Group, PartialWindow, Split, StreamBatcher};
+use conelab_metrics::hidden::{HiddenPlan, hidden_geometry};
 use conelab_metrics::{OutputAccumulator, OutputBatch};
 
 /// How to evaluate: which split, in how many parallel streams of which window length, at which
@@ -29,6 +30,60 @@ pub struct EvalRequest {
     pub host: bool,
     /// An LSTM's layers run on the host (`model/lstm_host.rs`), as in training.
     pub host_lstm: bool,
+    /// Keep the hidden states of the split's fixed sample and measure their geometry
+    /// (`conelab_metrics::hidden`).
+    pub hidden: bool,
+}
+
+/// The hidden states of a [`HiddenPlan`]'s places, gathered batch by batch as the split is scored.
+struct HiddenCapture {
+    plan: HiddenPlan,
+    /// `plan.places.len()` × d, row-major; sized at the first batch (d is the model's).
+    rows: Vec<f32>,
+    d: usize,
+    filled: usize,
+}
+
+impl HiddenCapture {
+    /// Takes the rows of `hidden` (`[rows·time, d]`, row b's first target at `row_starts[b]`)
+    /// whose places the plan keeps: a gather on the device, so only those rows travel.
+    fn take(
+        &mut self,
+        hidden: &Tensor<2>,
+        row_starts: &[usize],
+        time: usize,
+        device: &Device,
+    ) -> Result<(), EngineError> {
+        let places = &self.plan.places;
+        let (mut source, mut target) = (Vec::new(), Vec::new());
+        for (b, &start) in row_starts.iter().enumerate() {
+            let lo = places.partition_point(|&p| p < start);
+            let hi = places.partition_point(|&p| p < start + time);
+            for (i, &p) in places.iter().enumerate().take(hi).skip(lo) {
+                source.push((b * time + p - start) as u32);
+                target.push(i);
+            }
+        }
+        if source.is_empty() {
+            return Ok(());
+        }
+        let [_, d] = hidden.dims();
+        if self.d == 0 {
+            self.d = d;
+            self.rows = vec![0.0; places.len() * d];
+        }
+        let index = Tensor::<1, Int>::from_data(TensorData::new(source, [target.len()]), device);
+        let picked = hidden
+            .clone()
+            .select(0, index)
+            .try_into_vec_as::<f32>()
+            .map_err(EngineError::backend("reading the sampled hidden states"))?;
+        for (row, &i) in picked.chunks_exact(d).zip(&target) {
+            self.rows[i * d..(i + 1) * d].copy_from_slice(row);
+        }
+        self.filled += target.len();
+        Ok(())
+    }
 }
 
 /// Scores a whole split; `progress(done, total)` hears of the prediction positions scored, once
@@ -52,6 +107,7 @@ pub fn evaluate_scored(
         squash,
         host,
         host_lstm,
+        hidden: measure_hidden,
     } = request;
     let start = Instant::now();
     let model = model.valid();
@@ -65,6 +121,12 @@ pub fn evaluate_scored(
     // Each row's first target: stream b of window k starts at b·L + k·T, its target one later.
     let stream_len = batcher.stream_len();
     let mut acc = OutputAccumulator::new(*corpus.groups());
+    let mut capture = measure_hidden.then(|| HiddenCapture {
+        plan: HiddenPlan::new(tokens, |id| corpus.groups().group_of(id)),
+        rows: Vec::new(),
+        d: 0,
+        filled: 0,
+    });
     let mut state: Option<RecurrentState> = None;
     let read_f32 = |t: Tensor<1>, what: &str| {
         t.try_into_vec_as::<f32>()
@@ -97,6 +159,9 @@ pub fn evaluate_scored(
             Some((hidden, next, _window)) => (hidden, Some(next)),
             None => model.hidden(x, state),
         };
+        if let Some(c) = capture.as_mut() {
+            c.take(&hidden, row_starts, shape[1], device)?;
+        }
         let mut logits = model.logits(hidden);
         if squash {
             logits = crate::objective::squash::squash(logits);
@@ -177,6 +242,27 @@ pub fn evaluate_scored(
         let start = [streams * stream_len + 1];
         score(rest.inputs, rest.targets, [1, rest.time], &start, carried)?;
     }
+    let hidden = match capture {
+        Some(c) if c.d > 0 && c.filled == c.plan.places.len() => {
+            // cos(−u, mean Rare row): the mean of W's Rare rows, read as d numbers.
+            let rare = corpus.groups().range(Group::Rare);
+            let rare_mean = if rare.is_empty() {
+                None
+            } else {
+                let w = model.embedding();
+                let mean = w
+                    .narrow(0, rare.start, rare.len())
+                    .mean_dim(0)
+                    .try_into_vec_as::<f64>()
+                    .map_err(EngineError::backend("reading the Rare group's mean row"))?;
+                Some(mean)
+            };
+            let stats = hidden_geometry(&c.rows, c.d, &c.plan, rare_mean.as_deref())
+                .map_err(EngineError::backend("the hidden-state geometry"))?;
+            Some(Box::new(stats))
+        }
+        _ => None,
+    };
     let outputs = acc.finish(window, cosine_weight);
     Ok(EvalStats {
         step,
@@ -187,5 +273,6 @@ pub fn evaluate_scored(
         positions: outputs.positions,
         seconds: start.elapsed().as_secs_f64(),
         outputs: Box::new(outputs),
+        hidden,
     })
 }

@@ -24,7 +24,7 @@ pub use conelab_core::{analysis, events as protocol, train_config as config};
 pub use config::{OptimizerKind, Schedule, TrainConfig, check_lr};
 pub use protocol::{
     AppliedCommand, Command, EmbeddingStats, EvalStats, Event, FinishReason, ProjectionFrame,
-    RunStarted, Snapshot, StepStats,
+    RunStarted, SecondTierStats, Snapshot, StepStats,
 };
 pub use trainer::{COMMAND_LOG, ReadBack, Trainer, WEIGHT_BOUND, clip_global_norm};
 pub(crate) use trainer::{build_optimizer, spectral_optimizer};

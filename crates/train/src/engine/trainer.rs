@@ -1534,6 +1534,7 @@ impl Trainer {
                 squash: self.state.objectives.squashed_scores(),
                 host: self.device_spec == DeviceSpec::Cpu,
                 host_lstm: self.host_lstm,
+                hidden: true,
             },
             progress,
             log_probs,

@@ -116,7 +116,7 @@ impl Curve {
 /// The curves, in the order the list shows them: the training run's own numbers, validation
 /// PPL per group, then the embedding's isotropy in total and per group (the tool's headline:
 /// how each frequency group's I1, IsoScore and mean cosine move).
-pub const CURVES: [Curve; 27] = [
+pub const CURVES: [Curve; 34] = [
     Curve::new("loss", "train loss", split::TRAIN, "total", "loss"),
     Curve::new("ppl", "valid PPL", split::VALID, "total", "ppl"),
     Curve::new(
@@ -208,6 +208,45 @@ pub const CURVES: [Curve; 27] = [
         split::EMBEDDING,
         "rare",
         "mean_cos",
+    ),
+    // The later literature's measures: how much of the cone one removable direction holds, and
+    // the hidden states W is trained against (valid's fixed sample).
+    Curve::new(
+        "top-d-var",
+        "top-D variance",
+        split::EMBEDDING,
+        "total",
+        "abtt_top_variance",
+    ),
+    Curve::new(
+        "rogue",
+        "rogue-3 share",
+        split::EMBEDDING,
+        "total",
+        "rogue_share",
+    ),
+    Curve::new("h-cos", "h mean cos", split::VALID, "total", "h_mean_cos"),
+    Curve::new(
+        "h-isoscore",
+        "h IsoScore",
+        split::VALID,
+        "total",
+        "h_isoscore",
+    ),
+    Curve::new("h-margin", "h margin", split::VALID, "total", "h_margin"),
+    Curve::new(
+        "h-self-sim-rare",
+        "h self-sim rare",
+        split::VALID,
+        "rare",
+        "h_self_sim",
+    ),
+    Curve::new(
+        "h-neg-u-rare",
+        "cos(-u, rare)",
+        split::VALID,
+        "total",
+        "h_neg_u_rare_cos",
     ),
     Curve::new("grad-norm", "grad norm", split::TRAIN, "total", "grad_norm"),
     Curve::new("lr", "learning rate", split::TRAIN, "total", "lr"),

@@ -463,6 +463,7 @@ mod tests {
             positions: N as u64,
             seconds: 1.0,
             outputs: Box::new(outputs),
+            hidden: None,
         })
     }
 
@@ -737,6 +738,66 @@ mod tests {
 
     /// Issue #38: the Groups pane shows the context gain over the corpus's KN-3 trigram,
     /// ln(PPL_KN3 / PPL), per group, once the run has announced its reference.
+    /// The hidden states of the newest validation and the newest second tier reach the Groups
+    /// pane's rows, in the columns they belong to, and their histories its sparklines.
+    #[test]
+    fn the_groups_pane_shows_the_hidden_states_and_the_second_tier() {
+        use conelab_core::events::SecondTierStats;
+        use conelab_metrics::hidden::HiddenStats;
+        let mut a = app();
+        a.zoom = true;
+        a.focus = Pane::Groups;
+        let mut eval = a.run.last_eval.clone().expect("an evaluation");
+        eval.step += 1;
+        eval.hidden = Some(Box::new(HiddenStats {
+            positions: 4096,
+            mean_cos: 0.625,
+            isoscore: 0.25,
+            self_sim: vec![0.111, 0.222, 0.333],
+            self_sim_types: [64; 3],
+            separable: true,
+            margin: 0.0625,
+            certificate: 0.0625,
+            proven: true,
+            support: 2,
+            neg_u_rare_cos: 0.875,
+            direction: Vec::new(),
+            weights: Vec::new(),
+        }));
+        a.on_event(Event::Eval(eval));
+        let mut emb = a.run.last_embedding.clone().expect("an analysis");
+        emb.step += 1;
+        emb.second_tier = Some(SecondTierStats {
+            same_group: vec![0.444, 0.555, 0.666],
+            two_nn: vec![12.5, 20.0, 31.5],
+            two_nn_duplicates: vec![0, 0, 0],
+            stolen_at_most: vec![7, 8, 9],
+            seconds: 1.0,
+        });
+        a.on_event(Event::Embedding(Box::new(emb)));
+        let text = draw(&a, 120, 60);
+        let row = |label: &str| -> Vec<String> {
+            text.lines()
+                .find(|l| l.contains(label))
+                .unwrap_or_else(|| panic!("no {label} row in {text}"))
+                .split('│')
+                .nth(1)
+                .unwrap_or_default()
+                .trim_start_matches(label)
+                .split_whitespace()
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(row("h self-sim")[..3], ["0.111", "0.222", "0.333"]);
+        assert_eq!(row("h mean cos"), ["–", "–", "–", "0.625"]);
+        assert_eq!(row("h separ."), ["–", "–", "–", "yes", "0.062"]);
+        assert_eq!(row("cos(-u,R)"), ["–", "–", "0.875", "–"]);
+        assert_eq!(row("nbr same g")[..3], ["0.444", "0.555", "0.666"]);
+        assert_eq!(row("TwoNN dim")[..3], ["12.5", "20.0", "31.5"]);
+        assert_eq!(row("stolen ≤"), ["7", "8", "9", "24"]);
+        assert!(text.contains("h margin"), "the margin's history: {text}");
+    }
+
     #[test]
     fn the_groups_pane_shows_the_gain_over_kn3() {
         use conelab_core::events::{ReferencePpl, SplitReferencePpl};

@@ -436,6 +436,14 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
         (name, values)
     };
     let ppl_of = |g: usize| eval.map(|e| if g < 3 { e.groups[g].0 } else { e.ppl });
+    let hidden = eval.and_then(|e| e.hidden.as_deref());
+    let tier = app.run.last_second_tier.as_ref().map(|(_, t)| t);
+    // A row with a number for the whole sample only.
+    let total_only = |v: Option<String>| -> Vec<String> {
+        let mut row = vec!["–".to_string(); 3];
+        row.push(v.unwrap_or_else(|| "–".into()));
+        row
+    };
     let ppl: Vec<String> = (0..4).map(|g| cell(ppl_of(g), 1)).collect();
     let uniq: Vec<String> = (0..4)
         .map(|g| {
@@ -482,6 +490,84 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
         emb_row("I1 unit", EmbeddingMetric::I1Unit, 3),
         emb_row("I2", EmbeddingMetric::I2, 3),
         emb_row("I2 unit", EmbeddingMetric::I2Unit, 3),
+        // The later literature's view of the cone: the top ⌈d/100⌉ components' share of the
+        // variance, the mean cosine once they are removed, and the share of the mean cosine
+        // three coordinates carry.
+        (
+            "top-D var",
+            (0..4)
+                .map(|g| cell(emb.map(|e| e.set(g).abtt_top_variance), 3))
+                .collect(),
+        ),
+        (
+            "cos -top D",
+            (0..4)
+                .map(|g| cell(emb.map(|e| e.set(g).abtt_mean_cos), 3))
+                .collect(),
+        ),
+        (
+            "rogue 3",
+            (0..4)
+                .map(|g| cell(emb.map(|e| e.set(g).rogue_share), 3))
+                .collect(),
+        ),
+        // The hidden states W is trained against (valid's fixed sample): each input group's
+        // self-similarity, the sample's mean cosine, whether it lies on one side of a hyperplane
+        // (with its margin), and Gao's uniformly negative direction against the Rare rows.
+        (
+            "h self-sim",
+            (0..4)
+                .map(|g| cell(hidden.and_then(|h| h.self_sim.get(g).copied()), 3))
+                .collect(),
+        ),
+        (
+            "h mean cos",
+            total_only(hidden.map(|h| cell(Some(h.mean_cos), 3))),
+        ),
+        (
+            "h separ.",
+            total_only(hidden.map(|h| match (h.separable, h.proven) {
+                (true, _) => format!("yes {:.3}", h.margin),
+                (false, true) => "no".into(),
+                // Wolfe stopped at its cap: "not separable" is not proven.
+                (false, false) => "no?".into(),
+            })),
+        ),
+        // The second tier (all pairs of rows: computed on some snapshots only).
+        (
+            "nbr same g",
+            (0..4)
+                .map(|g| cell(tier.and_then(|t| t.same_group.get(g).copied()), 3))
+                .collect(),
+        ),
+        (
+            "TwoNN dim",
+            (0..4)
+                .map(|g| cell(tier.and_then(|t| t.two_nn.get(g).copied()), 1))
+                .collect(),
+        ),
+        (
+            "stolen ≤",
+            (0..4)
+                .map(|g| match tier {
+                    Some(t) if g < 3 => t
+                        .stolen_at_most
+                        .get(g)
+                        .map_or_else(|| "–".into(), |c| c.to_string()),
+                    Some(t) => t.stolen_at_most.iter().sum::<usize>().to_string(),
+                    None => "–".into(),
+                })
+                .collect(),
+        ),
+        (
+            "cos(-u,R)",
+            (0..4)
+                .map(|g| match g {
+                    2 => cell(hidden.map(|h| h.neg_u_rare_cos), 3),
+                    _ => "–".into(),
+                })
+                .collect(),
+        ),
     ]);
     let corner = match scrubbed {
         Some(p) => Cell::from(format!("@{}", p.step)).style(pal.fg(Color::Yellow)),
@@ -546,6 +632,16 @@ pub(super) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palett
         )
         .delta(delta(&cos)),
     );
+    // The hidden states' history, one point per validation (no "since the intervention": their
+    // steps are the evaluations', not the snapshots').
+    let h_cos: Vec<f64> = app.run.hidden.iter().map(|h| h.mean_cos).collect();
+    let margin: Vec<f64> = app.run.hidden.iter().map(|h| h.margin).collect();
+    if !app.run.hidden.is_empty() {
+        for (name, series) in [("h cos", &h_cos), ("h margin", &margin)] {
+            let now = format!("{:.3}", series.last().copied().unwrap_or(f64::NAN));
+            rows.push(SparkRow::new(name, series, now));
+        }
+    }
     frame.render_widget(
         SparklineTable::new(rows)
             .header("", "history", "now", "Δ change")
