@@ -95,6 +95,36 @@ fn eval_and_inspect_a_trained_run() {
     );
     assert!((un - ppl * (-mu).exp()).abs() < 1e-6 * un.max(1.0));
     assert!(e["embedding"]["groups"]["rare"]["i1"].as_f64().is_some());
+    // The hidden states of test's fixed sample: as many places as the split has targets up to
+    // 4,096, a verdict whose certificate the report carries and whose check agrees with it.
+    let h = &e["hidden"];
+    let places = h["positions"].as_u64().expect("positions");
+    assert_eq!(
+        places,
+        o["positions"].as_u64().expect("positions").min(4096)
+    );
+    let margin = h["margin"].as_f64().expect("margin");
+    let certificate = h["certificate"].as_f64().expect("certificate");
+    if h["separable"] == true {
+        assert_eq!(h["direction"].as_array().expect("u").len(), 16);
+        // The true margin lies between the checked min_t u·ĥ_t and the found point's norm,
+        // which are a Wolfe tolerance apart (1e-10 of the unit rows' scale, over the margin).
+        assert!(
+            certificate > 0.0 && certificate <= margin * (1.0 + 1e-12),
+            "{h}"
+        );
+        assert!(margin - certificate <= 1e-9 / margin, "{h}");
+    } else {
+        let weights = h["weights"].as_array().expect("weights");
+        let sum: f64 = weights.iter().map(|w| w[1].as_f64().expect("λ")).sum();
+        assert!((sum - 1.0).abs() < 1e-9 && certificate < 1e-6, "{h}");
+        assert_eq!(margin, 0.0);
+    }
+    assert_eq!(h["self_sim"].as_array().expect("self-sim").len(), 3);
+    // The later literature's W measures beside IsoScore.
+    for key in ["abtt_top_variance", "abtt_mean_cos", "rogue_share"] {
+        assert!(e["embedding"][key].as_f64().is_some(), "{key}");
+    }
     // The shifted model: test split by default, shifted by the validation μ_z that a plain
     // `eval --split valid` reports; the uniform shift keeps PPL and σ_z and moves μ_z.
     let v = json(&conelab(&["eval", s(&run), "--json", "--split", "valid"]));
@@ -263,6 +293,97 @@ fn eval_and_inspect_a_trained_run() {
     let typo = format!("{word}x");
     let out = conelab(&["inspect", s(&run), "--neighbors", &typo]);
     assert_one_line_error(&out, &["unknown word", &word]);
+}
+
+/// `inspect --stolen` on a foreign matrix with one row planted inside the others' hull (row 4 at
+/// the origin, the other nine on the unit circle, every one a vertex) finds exactly that row, in
+/// its group; the cheap
+/// bound is at least as large; `--second-tier` gives every group's numbers; without counts
+/// `--second-tier` is refused in one line before any work.
+#[test]
+fn inspect_finds_a_planted_stolen_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data: Vec<f32> = (0..10)
+        .flat_map(|k| {
+            let a = std::f32::consts::TAU * k as f32 / 10.0;
+            if k == 4 {
+                [0.0, 0.0]
+            } else {
+                [a.cos(), a.sin()]
+            }
+        })
+        .collect();
+    let npy = dir.path().join("w.npy");
+    write_npy(&npy, 10, 2, &data);
+    let counts = dir.path().join("counts.txt");
+    std::fs::write(&counts, "90\n80\n70\n60\n1\n50\n40\n30\n20\n10\n").expect("counts");
+    let v = json(&conelab(&[
+        "inspect",
+        s(&npy),
+        "--counts",
+        s(&counts),
+        "--stolen",
+        "--second-tier",
+        "--format",
+        "json",
+    ]));
+    let stolen = &v["stolen"];
+    assert_eq!(stolen["total"]["stolen"], 1, "{stolen}");
+    assert_eq!(stolen["total"]["undecided"], 0);
+    // Count 1 is the lowest: row 4 is in the Rare group (the last 20 %: 2 rows).
+    assert_eq!(stolen["rare"]["stolen"], 1, "{stolen}");
+    assert_eq!(stolen["rare"]["rows"], 2);
+    assert!(stolen["total"]["stolen_at_most"].as_u64().expect("bound") >= 1);
+    assert_eq!(stolen["bias"], false);
+    let tier = &v["second_tier"];
+    for g in ["frequent", "medium", "rare"] {
+        let mix = tier["neighbour_mix"][g].as_f64().expect("mix");
+        assert!((0.0..=1.0).contains(&mix), "{tier}");
+    }
+    let text = String::from_utf8_lossy(
+        &conelab(&["inspect", s(&npy), "--counts", s(&counts), "--stolen"]).stdout,
+    )
+    .to_string();
+    assert!(text.contains("stolen probability"), "{text}");
+    assert_one_line_error(
+        &conelab(&["inspect", s(&npy), "--second-tier"]),
+        &["--second-tier needs training counts"],
+    );
+}
+
+/// A checkpoint with an output bias (DEV adds one) is inspected with it: stolen rows are decided
+/// for h·Wᵀ + b, as the model scores.
+#[test]
+fn inspect_decides_stolen_rows_with_the_checkpoints_output_bias() {
+    let fx = Fixture::new();
+    let out = fx.train(
+        "dev",
+        &["--steps", "2", "--eval-every", "0", "--reg", "dev=0.1"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&conelab(&[
+        "inspect",
+        s(&fx.path("dev")),
+        "--stolen",
+        "--format",
+        "json",
+    ]));
+    assert_eq!(v["stolen"]["bias"], true, "{v}");
+    assert_eq!(v["stolen"]["total"]["rows"], v["n"]);
+    let plain = fx.train("plain", &["--steps", "2", "--eval-every", "0"]);
+    assert!(plain.status.success());
+    let v = json(&conelab(&[
+        "inspect",
+        s(&fx.path("plain")),
+        "--stolen",
+        "--format",
+        "json",
+    ]));
+    assert_eq!(v["stolen"]["bias"], false, "{v}");
 }
 
 #[test]
