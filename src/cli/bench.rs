@@ -242,6 +242,10 @@ pub struct BenchMetricsArgs {
     /// others (the budget: 1000 on 33,278 × 400, ≤ 10 minutes on 2 cores).
     #[arg(long, value_name = "ROWS", default_value_t = 0)]
     pub stolen: usize,
+    /// Also time the live second tier (neighbour frequency mix, TwoNN per group, the cheap
+    /// stolen bound) on one thread, as the run's metrics thread computes it.
+    #[arg(long)]
+    pub second_tier: bool,
     #[command(flatten)]
     pub output: super::output::OutputArgs,
 }
@@ -503,6 +507,7 @@ fn metrics(args: BenchMetricsArgs) -> Result<()> {
         seed: args.seed,
         reference: args.reference,
         stolen: args.stolen,
+        second_tier: args.second_tier,
     })?;
     if json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));

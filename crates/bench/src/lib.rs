@@ -291,6 +291,8 @@ pub struct MetricsBench {
     pub reference: bool,
     /// Plant this many interior rows and time the exact stolen-row decision (0: not timed).
     pub stolen: usize,
+    /// Also time the live second tier on one thread.
+    pub second_tier: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -299,6 +301,8 @@ pub enum MetricsBenchError {
     Matrix(#[from] conelab_metrics::MatrixError),
     #[error(transparent)]
     Hull(#[from] conelab_metrics::hull::HullError),
+    #[error(transparent)]
+    SecondTier(#[from] conelab_train::engine::analysis::SecondTierError),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -475,6 +479,28 @@ pub fn bench_metrics(b: &MetricsBench) -> Result<MetricsBenchResult, MetricsBenc
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
         rows.push(summarise(name, times, None));
+    }
+    if b.second_tier {
+        // The live slower tier as the metrics thread runs it: one thread, every all-pairs
+        // measure; it is due when ten times its last duration has passed, so its budget is a
+        // tenth of that thread, whatever this time is.
+        let (t, m, tier) = time_it(1, w_mib, || {
+            conelab_train::engine::analysis::second_tier_stats(
+                w,
+                &groups,
+                None,
+                Threads::Sequential,
+            )
+        });
+        let tier = tier?;
+        rows.push(summarise(
+            &format!(
+                "second tier, one thread (neighbour mix + TwoNN + stolen bound ≤ {}): runs when 10× this has passed",
+                tier.stolen_at_most.iter().sum::<usize>()
+            ),
+            t,
+            m,
+        ));
     }
     if b.stolen > 0 {
         // `inspect --stolen`'s work: `stolen` rows replaced by convex combinations of others
