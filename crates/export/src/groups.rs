@@ -47,7 +47,7 @@ pub(crate) type GroupColumn = (
 
 /// I(W) is scale-dependent: the mean row norm, the mean cosine and IsoScore (scale-free) beside it
 /// say whether two runs' I(W) can be compared.
-pub(crate) const GROUP_COLUMNS: [GroupColumn; 12] = [
+pub(crate) const GROUP_COLUMNS: [GroupColumn; 9] = [
     ("ppl", "ppl", "PPL", 2, Best::Lowest, Source::Eval),
     // The bar of methods.md §4: the corpus's KN-3 trigram, and the gain over it.
     (
@@ -91,32 +91,6 @@ pub(crate) const GROUP_COLUMNS: [GroupColumn; 12] = [
         "isoscore_random",
         "isoscore_random",
         "Iso. random",
-        3,
-        Best::None,
-        Source::Embedding,
-    ),
-    // Later literature: how much of the cone is one removable direction (Mu & Viswanath), and
-    // how much of the mean cosine three coordinates carry (Timkey & van Schijndel).
-    (
-        "abtt_top_variance",
-        "abtt_top_variance",
-        "Top-D var.",
-        3,
-        Best::None,
-        Source::Embedding,
-    ),
-    (
-        "abtt_mean_cos",
-        "abtt_mean_cos",
-        "Cos w/o top",
-        3,
-        Best::None,
-        Source::Embedding,
-    ),
-    (
-        "rogue_share",
-        "rogue_share",
-        "Rogue 3",
         3,
         Best::None,
         Source::Embedding,
