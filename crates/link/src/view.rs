@@ -582,7 +582,7 @@ impl RunView {
             .last()
             .map(|&(step, _)| rows.eval_at(split::VALID, step));
         for &(step, _) in rows.get(split::VALID, "total", store::writer::H_POSITIONS) {
-            if let Some(h) = rows.eval_at(split::VALID, step).hidden {
+            if let Some(h) = rows.hidden_at(split::VALID, step) {
                 push_capped(&mut view.hidden, HiddenPoint::of(step, &h), CURVE_POINTS);
             }
         }
@@ -837,29 +837,7 @@ impl Rows {
             theorem2_gamma: total("theorem2_gamma"),
             theorem2_threshold: Some(total("theorem2_threshold")).filter(|v| v.is_finite()),
         };
-        use store::writer as w;
-        // Runs from before the hidden-state sample have no `h_positions`.
-        let hidden = at("total", w::H_POSITIONS).map(|positions| {
-            let names = &store::GROUPS[1..];
-            Box::new(HiddenStats {
-                positions: positions as usize,
-                mean_cos: total(w::H_MEAN_COS),
-                isoscore: total(w::H_ISOSCORE),
-                self_sim: names
-                    .iter()
-                    .map(|g| at(g, w::H_SELF_SIM).unwrap_or(f64::NAN))
-                    .collect(),
-                self_sim_types: [0, 1, 2].map(|g| count(names[g], w::H_SELF_SIM_TYPES)),
-                separable: total(w::H_SEPARABLE) == 1.0,
-                margin: total(w::H_MARGIN),
-                certificate: total(w::H_CERTIFICATE),
-                proven: total(w::H_PROVEN) == 1.0,
-                support: count("total", w::H_SUPPORT),
-                neg_u_rare_cos: total(w::H_NEG_U_RARE_COS),
-                direction: Vec::new(),
-                weights: Vec::new(),
-            })
-        });
+        let hidden = self.hidden_at(split_name, step).map(Box::new);
         EvalStats {
             step,
             split: split_name.to_string(),
@@ -924,6 +902,35 @@ impl Rows {
             spectral: None,
             second_tier: self.second_tier_at(step),
         }
+    }
+
+    /// The hidden-state geometry of the evaluation of `split_name` at `step`; `None` for a run
+    /// from before the sample (no `h_positions`).
+    fn hidden_at(&self, split_name: &str, step: u64) -> Option<HiddenStats> {
+        use store::writer as w;
+        let at = |group: &str, m: &str| self.value_at(split_name, group, m, step);
+        let total = |m: &str| at("total", m).unwrap_or(f64::NAN);
+        let count = |group: &str, m: &str| at(group, m).unwrap_or(0.0) as usize;
+        let positions = at("total", w::H_POSITIONS)?;
+        let names = &store::GROUPS[1..];
+        Some(HiddenStats {
+            positions: positions as usize,
+            mean_cos: total(w::H_MEAN_COS),
+            isoscore: total(w::H_ISOSCORE),
+            self_sim: names
+                .iter()
+                .map(|g| at(g, w::H_SELF_SIM).unwrap_or(f64::NAN))
+                .collect(),
+            self_sim_types: [0, 1, 2].map(|g| count(names[g], w::H_SELF_SIM_TYPES)),
+            separable: total(w::H_SEPARABLE) == 1.0,
+            margin: total(w::H_MARGIN),
+            certificate: total(w::H_CERTIFICATE),
+            proven: total(w::H_PROVEN) == 1.0,
+            support: count("total", w::H_SUPPORT),
+            neg_u_rare_cos: total(w::H_NEG_U_RARE_COS),
+            direction: Vec::new(),
+            weights: Vec::new(),
+        })
     }
 
     /// The second tier of the snapshot at `step`, if it was due there.
