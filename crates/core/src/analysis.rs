@@ -172,6 +172,11 @@ impl AnalysisWorker {
             .name("conelab-metrics".into())
             .spawn(move || {
                 let mut clock = SecondTierClock::default();
+                // A metric that failed on this snapshot: a warning, and whether anyone heard it.
+                let warn = |step: u64, what: &str, e: &(dyn std::error::Error + 'static)| {
+                    let message = format!("{what} skipped: {}", conelab_base::error::chain(e));
+                    events.send(Event::Warning { step, message }).is_ok()
+                };
                 while let Some(snapshot) = next(&inbox) {
                     let step = snapshot.step;
                     let start = Instant::now();
@@ -184,14 +189,7 @@ impl AnalysisWorker {
                     let analysis = match result {
                         Ok(Ok(a)) => a,
                         Ok(Err(e)) => {
-                            let warning = Event::Warning {
-                                step,
-                                message: format!(
-                                    "embedding metrics skipped: {}",
-                                    conelab_base::error::chain(&e)
-                                ),
-                            };
-                            if events.send(warning).is_err() {
+                            if !warn(step, "embedding metrics", &e) {
                                 break;
                             }
                             continue;
@@ -219,14 +217,7 @@ impl AnalysisWorker {
                                 }
                             }
                             Ok(Err(e)) => {
-                                let warning = Event::Warning {
-                                    step,
-                                    message: format!(
-                                        "second-tier metrics skipped: {}",
-                                        conelab_base::error::chain(&e)
-                                    ),
-                                };
-                                if events.send(warning).is_err() {
+                                if !warn(step, "second-tier metrics", &e) {
                                     break;
                                 }
                             }
