@@ -408,6 +408,64 @@ fn out_of_memory_at_the_first_step_is_one_line_and_status_4() {
     );
 }
 
+/// The second tier failing on a snapshot is a warning: the run completes, the panel of that
+/// snapshot is recorded, and the tier runs again on a later one.
+#[test]
+fn a_failed_second_tier_warns_and_the_run_goes_on() {
+    let f = Fixture::new();
+    let child = spawn_train_env(
+        &f,
+        "run",
+        &[
+            "--steps",
+            "12",
+            "--eval-every",
+            "0",
+            "--snapshot-every",
+            "3",
+        ],
+        &[("CONELAB_FAULT", "metrics.second_tier:1:EIO")],
+    );
+    let out = child.wait_with_output().expect("the run ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("second-tier metrics skipped: injected"),
+        "{stdout}"
+    );
+    let run = f.path("run");
+    assert_eq!(wait_final(&run)["status"], "completed");
+    let csv = |metric: &str| {
+        let out = conelab(&[
+            "export",
+            s(&run),
+            "--table",
+            "curves",
+            "--metric",
+            metric,
+            "--format",
+            "csv",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).lines().skip(1).count()
+    };
+    let panels = csv("embedding/total/i1");
+    let tiers = csv("embedding/total/second_tier_seconds");
+    assert!(tiers >= 1, "the tier ran again after the failure");
+    assert!(
+        tiers < panels,
+        "the failed snapshot has its panel and no tier: {tiers} of {panels}"
+    );
+}
+
 #[test]
 fn a_dead_metrics_thread_or_recorder_ends_the_run_with_a_checkpoint_and_the_store_flushed() {
     for (fault, needle) in [

@@ -21,7 +21,7 @@
 //! the segments it superseded); and, to kill a thread, `engine.panic` (a training step; with `ENOMEM`
 //! the panic is libtorch's CUDA out-of-memory as tch raises it), `engine.nan` (a training
 //! step's loss and gradients made NaN: a divergence, whatever the errno), `metrics.panic`
-//! (an analysis), `store.panic` (the recorder, at a step's rows), `spectrum.switch` (factorising
+//! (an analysis), `metrics.second_tier` (the slower tier fails: a warning, the run goes on), `store.panic` (the recorder, at a step's rows), `spectrum.switch` (factorising
 //! W fails).
 
 use crate::error::Invalid;

@@ -97,6 +97,9 @@ pub enum SecondTierError {
     Matrix(#[from] MatrixError),
     #[error(transparent)]
     Hull(#[from] conelab_metrics::hull::HullError),
+    /// An injected failure (`CONELAB_FAULT=metrics.second_tier:…`).
+    #[error("injected: {0}")]
+    Injected(#[from] std::io::Error),
 }
 
 /// The second tier of one snapshot (one thread): see [`second_tier_stats`].
@@ -104,6 +107,7 @@ pub fn second_tier(
     snapshot: &Snapshot,
     groups: &RowGroups,
 ) -> Result<SecondTierStats, SecondTierError> {
+    conelab_base::fault::check("metrics.second_tier")?;
     let w = Embeddings::new(snapshot.n, snapshot.d, &snapshot.weights)?;
     second_tier_stats(w, groups, None, Threads::Sequential)
 }
