@@ -8,6 +8,7 @@
 //! - [`fault`]: the I/O failures the tests inject (`CONELAB_FAULT`).
 //! - [`pump`]: a thread that hands on what a channel receives.
 //! - [`jsonfloat`]: floats in JSON that survive NaN and infinity.
+//! - [`name`]: text made safe as one path component.
 //! - [`revision`]: the source revision the binary was built from.
 //! - [`alloc_count`]: the counting allocator behind the benchmarks' memory columns.
 
@@ -21,6 +22,7 @@ pub mod hash;
 pub mod integrity;
 pub mod jsonfloat;
 pub mod lockfile;
+pub mod name;
 pub mod platform;
 pub mod pump;
 pub mod revision;

@@ -67,18 +67,12 @@ pub fn absolute(dir: &Path) -> PathBuf {
 /// The entry file of the run at (absolute) `path`: its folder's name for a reader, and a hash
 /// of the whole path so that two runs never share one.
 fn entry_file(index: &Path, path: &Path) -> PathBuf {
-    let stem: String = path
+    let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let stem: String = conelab_base::name::path_component(&name, "-_.", '_')
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
         .take(64)
         .collect();
     // FNV-1a: an entry's file name must not change between conelab versions.

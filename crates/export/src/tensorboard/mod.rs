@@ -376,17 +376,9 @@ fn find_event_files(
 
 /// A name safe as one path component: letters, digits, `-`, `_` and `.` (not leading).
 fn sanitize(s: &str) -> String {
-    let out: String = s
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    out.trim_start_matches('.').to_string()
+    conelab_base::name::path_component(s, "-_.", '_')
+        .trim_start_matches('.')
+        .to_string()
 }
 
 /// One TensorBoard run's files into a new store at `target`, built beside it and renamed into

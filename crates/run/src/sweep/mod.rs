@@ -144,15 +144,7 @@ fn name_part(value: &toml::Value) -> String {
 
 /// Characters outside `[A-Za-z0-9=._-]` become `-`.
 fn safe(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "=._-".contains(c) {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect()
+    conelab_base::name::path_component(text, "=._-", '-')
 }
 
 /// `conelab train`'s options by long name, and whether each takes a value.
