@@ -10,7 +10,8 @@
 # from the training counts and the tokens per update so that the live rare set is the nearest
 # achievable to 20 % of the vocabulary (the Rare group's size); or α itself in occurrences per
 # update. Spectrum control's σ takes the proximal step that reaches the prior (the default).
-# SEEDS, MODEL and CONELAB as in
+# FIXES chooses the rows beside MLE (default "cosreg agg sc dev"; e.g. FIXES="cosreg agg sc"
+# where DEV's row is not wanted). SEEDS, MODEL and CONELAB as in
 # scripts/reproduce-lib.sh. The MLE rows are shared with scripts/reproduce-freezing.sh when OUT_DIR
 # is the same.
 source "$(dirname "$0")/reproduce-lib.sh"
@@ -18,6 +19,24 @@ corpus=${1:?usage: reproduce-fixes.sh CORPUS STEPS OUT_DIR [AGG]}
 steps=${2:?steps}
 out=${3:?out dir}
 agg=${4:-rare:0.2}
+c1=""
+# fix KEY: the row's name and its objective flag.
+fix() {
+    case $1 in
+        cosreg) echo "CosReg|cos=1" ;;
+        agg) echo "AGG|agg=$agg" ;;
+        sc) echo "spectrum control|sc=exp:1:c1=$c1" ;;
+        dev) echo "DEV|dev=0.1" ;;
+        *) echo "unknown fix '$1' in FIXES (cosreg, agg, sc, dev)" >&2; exit 2 ;;
+    esac
+}
+# The rows are checked before anything is trained.
+fixes=${FIXES:-cosreg agg sc dev}
+names=("MLE")
+for key in $fixes; do
+    spec=$(fix "$key")
+    names+=("${spec%%|*}")
+done
 mkdir -p "$out"
 start=$SECONDS
 for seed in $seeds; do
@@ -32,13 +51,13 @@ c1=$("$bin" export "$out/mle-s$first" --table curves --metric embedding/sv_max -
     | tail -1 | awk -F, '{ print $NF }')
 echo "== spectrum control: c1 = $c1 (σ_1 of MLE seed $first at step $steps)"
 for seed in $seeds; do
-    in_turn train_row "$out" "$corpus" "$steps" "CosReg" "$seed" --reg cos=1
-    in_turn train_row "$out" "$corpus" "$steps" "AGG" "$seed" --reg "agg=$agg"
-    in_turn train_row "$out" "$corpus" "$steps" "spectrum control" "$seed" --reg "sc=exp:1:c1=$c1"
-    in_turn train_row "$out" "$corpus" "$steps" "DEV" "$seed" --reg dev=0.1
+    for key in $fixes; do
+        spec=$(fix "$key")
+        in_turn train_row "$out" "$corpus" "$steps" "${spec%%|*}" "$seed" --reg "${spec#*|}"
+    done
 done
 finish
-mapfile -t dirs < <(rows "$out" "MLE" "CosReg" "AGG" "spectrum control" "DEV")
+mapfile -t dirs < <(rows "$out" "${names[@]}")
 table "$out" fixes "${dirs[@]}"
 # DEV's claim is about log Z: μ_z and σ_z beside the table, from the same runs.
 self_norm "$out" fixes "${dirs[@]}"
