@@ -72,6 +72,10 @@ pub struct BenchOpsArgs {
     /// Count conelab only.
     #[arg(long)]
     pub no_reference: bool,
+    /// A regulariser on conelab's step, as `train --reg` takes it (repeatable): e.g. `ul=0.5`.
+    /// The reference stays plain MLE.
+    #[arg(long, value_name = "NAME=WEIGHT")]
+    pub reg: Vec<String>,
     #[command(flatten)]
     pub output: super::output::OutputArgs,
 }
@@ -465,6 +469,12 @@ fn ops(args: BenchOpsArgs) -> Result<()> {
     if args.batch == 0 || args.vocab < 3 {
         bail!("--batch must be at least 1 and --vocab at least 3");
     }
+    let mut objectives = conelab::objective::Objectives::default();
+    for reg in &args.reg {
+        objectives
+            .apply_reg_arg(reg)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     let python = args
         .python
         .or_else(|| std::env::var_os("CONELAB_TORCH_PYTHON").map(Into::into))
@@ -477,6 +487,7 @@ fn ops(args: BenchOpsArgs) -> Result<()> {
         vocab: args.vocab,
         warmup: args.warmup,
         seed: args.seed,
+        objectives,
         reference: (!args.no_reference).then_some(Reference {
             python,
             script: args.reference,

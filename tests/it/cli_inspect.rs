@@ -537,6 +537,12 @@ fn inspect_foreign_matrices() {
         &["--device libtorch-cpu"],
     );
     assert_one_line_error(&conelab(&["bench", "ops", "--batch", "0"]), &["--batch"]);
+    // An objective `train --reg` would refuse, refused the same way before any work.
+    assert_one_line_error(
+        &conelab(&["bench", "ops", "--reg", "ul=much"]),
+        &["--reg ul=much"],
+    );
+    assert_one_line_error(&conelab(&["bench", "ops", "--reg", "zz=1"]), &["unknown"]);
     // bench runs: no runs, absurdly many, no history, no measurement at all.
     for bad in [
         ["--runs", "0"],

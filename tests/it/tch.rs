@@ -101,15 +101,16 @@ fn same_loss(cfg: ModelConfig) {
 /// its host pass, LibTorch in closed form (objective/device_softmax.rs); both run an LSTM's
 /// layers on the host (model/lstm_host.rs) over their own tensors, draw the same dropout masks
 /// on the host and take AdamW's step in one fused pass over their own buffers. The losses of
-/// every step, its gradient norm and the penalty (DEV's, when on) agree within 1e-4. Returns
-/// flex's gradient norms.
-fn same_training(model: ModelConfig, reg: Option<&str>) -> Vec<f64> {
+/// every step, its gradient norm and the penalty (the regularisers', when on) agree within 1e-4.
+/// With unlikelihood, flex's host pass and LibTorch's extension call (`csrc/head.cpp`) are two
+/// implementations of its gradient. Returns flex's gradient norms.
+fn same_training(model: ModelConfig, regs: &[&str]) -> Vec<f64> {
     use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
     use conelab::objective::Objectives;
     let source = corpus_source();
     let corpus = corpus();
     let mut objectives = Objectives::default();
-    if let Some(r) = reg {
+    for r in regs {
         objectives.apply_reg_arg(r).expect("reg");
     }
     let train = TrainConfig {
@@ -168,7 +169,7 @@ fn same_training(model: ModelConfig, reg: Option<&str>) -> Vec<f64> {
             );
         }
         assert_eq!(
-            reg.is_some(),
+            !regs.is_empty(),
             a.penalty != 0.0,
             "the penalty is on when asked"
         );
@@ -178,17 +179,23 @@ fn same_training(model: ModelConfig, reg: Option<&str>) -> Vec<f64> {
 
 #[test]
 fn transformer_training_matches_between_flex_and_libtorch() {
-    same_training(transformer(), None);
+    same_training(transformer(), &[]);
 }
 
 #[test]
 fn transformer_training_with_dev_matches_between_flex_and_libtorch() {
-    same_training(transformer(), Some("dev=0.5"));
+    same_training(transformer(), &["dev=0.5"]);
+}
+
+#[test]
+fn transformer_training_with_unlikelihood_and_dev_matches_between_flex_and_libtorch() {
+    same_training(transformer(), &["ul=0.5"]);
+    same_training(transformer(), &["ul=0.5", "dev=0.5"]);
 }
 
 #[test]
 fn lstm_training_matches_between_flex_and_libtorch() {
-    same_training(lstm(), None);
+    same_training(lstm(), &[]);
 }
 
 /// `cfg` with dropout `p` (the tests' presets have none).
@@ -219,8 +226,8 @@ fn same_training_with_dropout(model: ModelConfig) {
             ..l
         }),
     };
-    let dropped = same_training(with_dropout(model.clone(), 0.3), None);
-    let kept = same_training(model, None);
+    let dropped = same_training(with_dropout(model.clone(), 0.3), &[]);
+    let kept = same_training(model, &[]);
     assert!(
         dropped
             .iter()
@@ -449,6 +456,7 @@ fn bench_ops_counts_the_products_of_a_step() {
         vocab: 120,
         warmup: 1,
         seed: 3,
+        objectives: Default::default(),
         reference: None,
     };
     let r = bench_ops(&b).expect("counted");
@@ -487,6 +495,29 @@ fn bench_ops_counts_the_products_of_a_step() {
         );
     }
     assert!(r.reference.is_none());
+    // With unlikelihood (and DEV) on, the head is still the extension's one call: no autodiff
+    // graph over the logits (whose log Z begins with a row maximum and whose backward would
+    // differentiate a log-softmax), and the same products.
+    let mut objectives = conelab::objective::Objectives::default();
+    for reg in ["ul=0.5", "dev=0.1"] {
+        objectives.apply_reg_arg(reg).expect("reg");
+    }
+    let with_ul = bench_ops(&OpsBench { objectives, ..b }).expect("counted");
+    let theirs = &with_ul.conelab;
+    assert!(with_ul.objective.contains("UL"), "{}", with_ul.objective);
+    assert_eq!(theirs.by_kind.get("matmul"), ours.by_kind.get("matmul"));
+    assert_eq!(theirs.by_name.get("aten::_log_softmax").copied(), Some(1));
+    for composed in [
+        "aten::max",
+        "aten::amax",
+        "aten::_log_softmax_backward_data",
+    ] {
+        assert!(
+            !theirs.by_name.contains_key(composed),
+            "{composed}: {}",
+            with_ul.render()
+        );
+    }
 }
 
 /// On LibTorch CPU, the paths CUDA takes (burn's graph for the LSTM, burn's dropout, AdamW as

@@ -12,6 +12,7 @@ use conelab_train::aten::{OpCountError, OpCounts, count_ops};
 use conelab_train::engine::EngineError;
 use conelab_train::engine::config::Precision;
 use conelab_train::model::{DeviceSpec, ModelConfig};
+use conelab_train::objective::Objectives;
 
 use crate::random_trainer;
 
@@ -138,6 +139,8 @@ pub struct OpsBench {
     /// Steps before the counted one (LibTorch's first steps allocate and pick kernels).
     pub warmup: u64,
     pub seed: u64,
+    /// The step's objective (`--reg`); the reference is always plain MLE.
+    pub objectives: Objectives,
     pub reference: Option<Reference>,
 }
 
@@ -149,6 +152,8 @@ pub enum OpsBenchError {
     Engine(#[from] EngineError),
     #[error(transparent)]
     Count(#[from] OpCountError),
+    #[error("the objective: {0}")]
+    Objectives(String),
     #[error("the PyTorch reference ({what}): {why}")]
     Reference { what: String, why: String },
 }
@@ -160,6 +165,8 @@ pub struct OpsBenchResult {
     pub batch: usize,
     pub window: usize,
     pub vocab: usize,
+    /// conelab's objective (`MLE`, `MLE + UL α=0.5`, …); the reference's is MLE.
+    pub objective: String,
     pub conelab: OpSummary,
     pub reference: Option<OpSummary>,
 }
@@ -188,6 +195,9 @@ pub fn bench_ops(b: &OpsBench) -> Result<OpsBenchResult, OpsBenchError> {
         Precision::Fp32,
     )?;
     trainer.use_device_paths();
+    trainer
+        .set_objectives(b.objectives.clone())
+        .map_err(|e| OpsBenchError::Objectives(e.to_string()))?;
     let vocab = trainer.corpus().vocab().len();
     for _ in 0..b.warmup {
         trainer.train_step()?;
@@ -204,6 +214,7 @@ pub fn bench_ops(b: &OpsBench) -> Result<OpsBenchResult, OpsBenchError> {
         batch: b.batch,
         window,
         vocab,
+        objective: b.objectives.label(),
         conelab: OpSummary::new("conelab", counts),
         reference,
     })
@@ -274,8 +285,18 @@ fn reference_ops(b: &OpsBench, r: &Reference, window: usize) -> Result<OpSummary
 impl OpsBenchResult {
     pub fn render(&self) -> String {
         let mut out = format!(
-            "top-level ATen operators of one training step: {} on {} (CUDA's paths), B={} T={} N={}\n",
-            self.model, self.device, self.batch, self.window, self.vocab
+            "top-level ATen operators of one training step: {} on {} (CUDA's paths), B={} T={} N={}, {}{}\n",
+            self.model,
+            self.device,
+            self.batch,
+            self.window,
+            self.vocab,
+            self.objective,
+            if self.reference.is_some() && self.objective != "MLE" {
+                " (the reference: MLE)"
+            } else {
+                ""
+            }
         );
         let reference = self.reference.as_ref();
         let width = reference.map_or(0, |r| r.engine.chars().count().max(9));
@@ -359,10 +380,18 @@ mod tests {
             batch: 2,
             window: 8,
             vocab: 50,
+            objective: "MLE + UL α=0.5".into(),
             conelab: ours,
             reference: Some(theirs),
         };
         let text = r.render();
+        // The reference's objective is said where conelab's is not MLE.
+        assert!(
+            text.lines()
+                .next()
+                .is_some_and(|l| l.ends_with("N=50, MLE + UL α=0.5 (the reference: MLE)")),
+            "{text}"
+        );
         let line = |label: &str| {
             text.lines()
                 .find(|l| l.starts_with(label))
@@ -391,6 +420,7 @@ mod tests {
             vocab: 50,
             warmup: 0,
             seed: 1,
+            objectives: Objectives::default(),
             reference: None,
         };
         let e = bench_ops(&b).expect_err("flex has no ATen operators");
@@ -407,6 +437,7 @@ mod tests {
             vocab: 50,
             warmup: 0,
             seed: 1,
+            objectives: Objectives::default(),
             reference: Some(Reference {
                 python: "python3".into(),
                 script: "/nonexistent/reference_torch.py".into(),

@@ -1343,43 +1343,81 @@ unsafe extern "C" {
         logits: *mut torch_sys::C_tensor,
         targets: *mut torch_sys::C_tensor,
         alpha: f64,
+        ul_idx: *mut torch_sys::C_tensor,
+        ul_mask: *mut torch_sys::C_tensor,
+        beta: f64,
         nll: *mut *mut torch_sys::C_tensor,
         dev: *mut *mut torch_sys::C_tensor,
+        ul: *mut *mut torch_sys::C_tensor,
         g: *mut *mut torch_sys::C_tensor,
         err: *mut c_char,
         err_len: usize,
     ) -> i32;
 }
 
-/// The MLE head's terms and G on LibTorch (`csrc/head.cpp`): the mean NLL `[1]`, DEV's
-/// α·mean (log Z)² `[1]` when α > 0, and G = ∂(NLL + DEV)/∂z `[P, N]` f32, from the logits
-/// `[P, N]` (f32 or bf16) and the int64 targets `[P]`.
+/// Unlikelihood's part of the head: its weight β and its candidates, int64 columns `[P, T]`
+/// with a mask `[P, T]` (0 = padding), distinct within a row and never the row's target
+/// (`objective::unlikelihood::candidates`).
+#[cfg(feature = "tch")]
+pub struct HeadUnlikelihood<'a> {
+    pub beta: f64,
+    pub idx: &'a tch::Tensor,
+    pub mask: &'a tch::Tensor,
+}
+
+/// The full-softmax head on LibTorch (`csrc/head.cpp`).
+#[cfg(feature = "tch")]
+pub struct SoftmaxHead {
+    /// The mean NLL, `[1]`.
+    pub nll: tch::Tensor,
+    /// DEV's α·mean (log Z)², `[1]`, when α > 0.
+    pub dev: Option<tch::Tensor>,
+    /// Unlikelihood's β/P Σ −ln(1 − p), `[1]`, when given.
+    pub ul: Option<tch::Tensor>,
+    /// G = ∂(NLL + DEV + UL)/∂z, `[P, N]` f32.
+    pub g: tch::Tensor,
+}
+
+/// The head's terms and G on LibTorch (`csrc/head.cpp`) from the logits `[P, N]` (f32 or bf16),
+/// the int64 targets `[P]`, DEV's α (0 = off) and unlikelihood's part where it is on.
 #[cfg(feature = "tch")]
 pub fn softmax_head(
     logits: &tch::Tensor,
     targets: &tch::Tensor,
     alpha: f64,
-) -> Result<(tch::Tensor, Option<tch::Tensor>, tch::Tensor), AtenError> {
-    let mut out = [std::ptr::null_mut::<torch_sys::C_tensor>(); 3];
-    let [nll, dev, g] = &mut out;
+    unlikelihood: Option<HeadUnlikelihood<'_>>,
+) -> Result<SoftmaxHead, AtenError> {
+    let mut out = [std::ptr::null_mut::<torch_sys::C_tensor>(); 4];
+    let [nll, dev, ul, g] = &mut out;
+    let (idx, mask, beta) = match &unlikelihood {
+        Some(u) => (u.idx.as_ptr() as *mut _, u.mask.as_ptr() as *mut _, u.beta),
+        None => (std::ptr::null_mut(), std::ptr::null_mut(), 0.0),
+    };
     call("softmax head", |err, len| {
-        // SAFETY: live handles and out-pointers to our locals.
+        // SAFETY: live handles (or null where β = 0, which the call does not read) and
+        // out-pointers to our locals.
         unsafe {
             conelab_softmax_head(
                 logits.as_ptr() as *mut _,
                 targets.as_ptr() as *mut _,
                 alpha,
+                idx,
+                mask,
+                beta,
                 nll,
                 dev,
+                ul,
                 g,
                 err,
                 len,
             )
         }
     })?;
-    let [nll, dev, g] = take_outputs(out);
+    let [nll, dev, ul, g] = take_outputs(out);
     match (nll, g) {
-        (Some(nll), Some(g)) if dev.is_some() == (alpha > 0.0) => Ok((nll, dev, g)),
+        (Some(nll), Some(g)) if dev.is_some() == (alpha > 0.0) && ul.is_some() == (beta > 0.0) => {
+            Ok(SoftmaxHead { nll, dev, ul, g })
+        }
         _ => Err(AtenError {
             op: "softmax head",
             why: "no result".into(),

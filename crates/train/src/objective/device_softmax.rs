@@ -17,7 +17,9 @@
 //! scale and the one-hot correction; the shift, the exponential and the scale in place where the
 //! backend reuses a buffer nobody else holds (burn-tch's scatter-add makes one fresh copy).
 //!
-//! Unlikelihood stays on burn's graph (its candidates' correction is not written out here).
+//! Unlikelihood is written out only in the LibTorch call ([`libtorch_head`], `csrc/head.cpp`: its
+//! candidates' columns need an overwriting scatter); elsewhere it stays on burn's graph
+//! (`head.rs`).
 
 use burn::prelude::*;
 use burn::tensor::IndexingUpdateOp;
@@ -28,15 +30,21 @@ pub struct DeviceHead {
     pub nll: Tensor<1>,
     /// DEV's α·mean (log Z)², `[1]`, when α > 0.
     pub dev: Option<Tensor<1>>,
-    /// ∂(NLL + DEV)/∂z, `[P, N]`.
+    /// Unlikelihood's β/P Σ_p Σ_c −ln(1 − p_pc), `[1]`, when it is on (LibTorch only).
+    pub ul: Option<Tensor<1>>,
+    /// ∂(NLL + DEV + UL)/∂z, `[P, N]`.
     pub g: Tensor<2>,
 }
+
+/// Unlikelihood's weight β and its candidates `(indices [P, T], mask [P, T])`, as
+/// [`super::head::HeadTerms`] holds them.
+pub type Unlikelihood<'a> = (f64, &'a Tensor<2, Int>, &'a Tensor<2>);
 
 /// NLL, DEV (weight `dev`, 0 = off) and G from the logits `[P, N]` (not tracked) and the
 /// targets `[P]`.
 pub fn device_head(logits: Tensor<2>, targets: Tensor<1, Int>, dev: f64) -> DeviceHead {
     #[cfg(feature = "tch")]
-    if let Some(head) = libtorch_head(&logits, &targets, dev) {
+    if let Some(head) = libtorch_head(&logits, &targets, dev, None) {
         return head;
     }
     let [p, _] = logits.dims();
@@ -66,35 +74,56 @@ pub fn device_head(logits: Tensor<2>, targets: Tensor<1, Int>, dev: f64) -> Devi
     DeviceHead {
         nll,
         dev: dev_value,
+        ul: None,
         g,
     }
 }
 
-/// On LibTorch, the same terms and G in one call of our extension (`aten::softmax_head`: a
-/// fused log-softmax, G written in place over it, four passes over the logits); `None` where the
-/// tensors are not LibTorch's or libtorch refused (the composed form then runs, and says why
-/// once).
+/// On LibTorch, the same terms (and unlikelihood's, where given) and G in one call of our
+/// extension (`aten::softmax_head`: a fused log-softmax, G written in place over it, four passes
+/// over the logits); `None` where the tensors are not LibTorch's or libtorch refused (the
+/// composed form then runs, and says why once).
 #[cfg(feature = "tch")]
 #[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
-fn libtorch_head(logits: &Tensor<2>, targets: &Tensor<1, Int>, dev: f64) -> Option<DeviceHead> {
+pub fn libtorch_head(
+    logits: &Tensor<2>,
+    targets: &Tensor<1, Int>,
+    dev: f64,
+    unlikelihood: Option<Unlikelihood<'_>>,
+) -> Option<DeviceHead> {
     use burn::backend::{Autodiff, AutodiffBackend, LibTorch, libtorch::TchTensor};
     let autodiff = logits.is_autodiff();
-    let z = if autodiff {
-        logits.clone().inner()
-    } else {
-        logits.clone()
-    }
-    .try_into_primitive::<LibTorch>()
-    .ok()?;
-    let y = if targets.is_autodiff() {
-        targets.clone().inner()
-    } else {
-        targets.clone()
-    }
-    .try_into_primitive::<LibTorch>()
-    .ok()?;
-    let (nll, dev_value, g) =
-        crate::aten::AtenError::or_composed(crate::aten::softmax_head(&z.tensor, &y.tensor, dev))?;
+    // `inner` leaves a tensor without autodiff as it is.
+    let z = logits
+        .clone()
+        .inner()
+        .try_into_primitive::<LibTorch>()
+        .ok()?;
+    let y = targets
+        .clone()
+        .inner()
+        .try_into_primitive::<LibTorch>()
+        .ok()?;
+    let candidates = match unlikelihood {
+        Some((beta, idx, mask)) => Some((
+            beta,
+            idx.clone().inner().try_into_primitive::<LibTorch>().ok()?,
+            mask.clone().inner().try_into_primitive::<LibTorch>().ok()?,
+        )),
+        None => None,
+    };
+    let head = crate::aten::AtenError::or_composed(crate::aten::softmax_head(
+        &z.tensor,
+        &y.tensor,
+        dev,
+        candidates
+            .as_ref()
+            .map(|(beta, idx, mask)| crate::aten::HeadUnlikelihood {
+                beta: *beta,
+                idx: &idx.tensor,
+                mask: &mask.tensor,
+            }),
+    ))?;
     let back = |t: tch::Tensor| -> Tensor<1> {
         let t = TchTensor::new(t.reshape([-1]));
         if autodiff {
@@ -103,15 +132,16 @@ fn libtorch_head(logits: &Tensor<2>, targets: &Tensor<1, Int>, dev: f64) -> Opti
             Tensor::from_primitive::<LibTorch>(t)
         }
     };
-    let g = TchTensor::new(g);
+    let g = TchTensor::new(head.g);
     let g = if autodiff {
         Tensor::<2>::from_primitive::<Autodiff<LibTorch>>(Autodiff::<LibTorch>::from_inner(g))
     } else {
         Tensor::<2>::from_primitive::<LibTorch>(g)
     };
     Some(DeviceHead {
-        nll: back(nll),
-        dev: dev_value.map(back),
+        nll: back(head.nll),
+        dev: head.dev.map(back),
+        ul: head.ul.map(back),
         g,
     })
 }
@@ -261,5 +291,156 @@ mod tests {
                 "G[{i}] = {a}, autodiff {b}"
             );
         }
+    }
+
+    /// Unlikelihood's candidates for [`case`]: row 0 {1, 5}, row 1 {2}, row 2 none, row 3
+    /// {0, 1, 2}, padded to 3 with column 0 and mask 0 and never the row's target, as
+    /// `unlikelihood::candidates` builds them.
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    fn ul_candidates() -> (Vec<i64>, Vec<f32>, usize) {
+        (
+            vec![1, 5, 0, 2, 0, 0, 0, 0, 0, 0, 1, 2],
+            vec![1., 1., 0., 1., 0., 0., 0., 0., 0., 1., 1., 1.],
+            3,
+        )
+    }
+
+    /// [`reference`] with unlikelihood, its gradient written term by term as the derivative of
+    /// −ln(1 − p_c): ∂/∂z_j = p_c·(δ_jc − p_j)/(1 − p_c) (not the module's factored form), with
+    /// the clamp at 1 − p_c = 1e-12 (value clamped, gradient 0).
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    #[allow(clippy::too_many_arguments)]
+    fn reference_with_ul(
+        z: &[f32],
+        y: &[i64],
+        p: usize,
+        n: usize,
+        dev: f64,
+        beta: f64,
+        (idx, mask, width): (&[i64], &[f32], usize),
+    ) -> (f64, f64, f64, Vec<f64>) {
+        let (nll, dev_value, mut g) = reference(z, y, p, n, dev);
+        let mut ul = 0.0;
+        for row in 0..p {
+            let zr: Vec<f64> = z[row * n..(row + 1) * n]
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
+            let m = zr.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let log_z = m + zr.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+            let probs: Vec<f64> = zr.iter().map(|v| (v - log_z).exp()).collect();
+            for k in 0..width {
+                if mask[row * width + k] == 0.0 {
+                    continue;
+                }
+                let c = idx[row * width + k] as usize;
+                let rest = 1.0 - probs[c];
+                ul -= rest.max(1e-12).ln();
+                if rest <= 1e-12 {
+                    continue;
+                }
+                for (j, pj) in probs.iter().enumerate() {
+                    let delta = if j == c { 1.0 } else { 0.0 };
+                    g[row * n + j] += beta * probs[c] * (delta - pj) / rest / p as f64;
+                }
+            }
+        }
+        (nll, dev_value, beta * ul / p as f64, g)
+    }
+
+    /// The LibTorch call with unlikelihood's candidates on, from `z` `[P, N]`.
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    fn libtorch_with_ul(
+        z: &[f32],
+        y: &[i64],
+        (p, n): (usize, usize),
+        dev: f64,
+        beta: f64,
+        (idx, mask, width): (&[i64], &[f32], usize),
+    ) -> DeviceHead {
+        let device = DeviceSpec::LibtorchCpu.device().expect("libtorch");
+        let logits = Tensor::<2>::from_data(TensorData::new(z.to_vec(), [p, n]), &device);
+        let targets = Tensor::<1, Int>::from_data(TensorData::new(y.to_vec(), [p]), &device);
+        let idx = Tensor::<2, Int>::from_data(TensorData::new(idx.to_vec(), [p, width]), &device);
+        let mask = Tensor::<2>::from_data(TensorData::new(mask.to_vec(), [p, width]), &device);
+        libtorch_head(&logits, &targets, dev, Some((beta, &idx, &mask))).expect("the fused call")
+    }
+
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    #[test]
+    fn unlikelihood_in_the_libtorch_call_matches_its_derivative_in_f64() {
+        let (z, y, p, n) = case();
+        let (idx, mask, width) = ul_candidates();
+        let beta = 0.7;
+        for dev in [0.0, 0.3] {
+            let out = libtorch_with_ul(&z, &y, (p, n), dev, beta, (&idx, &mask, width));
+            let (nll, dev_value, ul, g) =
+                reference_with_ul(&z, &y, p, n, dev, beta, (&idx, &mask, width));
+            assert!((scalar(out.nll) - nll).abs() < 1e-5 * nll.abs().max(1.0));
+            assert_eq!(
+                out.dev.is_some(),
+                dev > 0.0,
+                "DEV's value exactly when it is on"
+            );
+            if let Some(v) = out.dev {
+                assert!((scalar(v) - dev_value).abs() < 1e-4 * dev_value);
+            }
+            let got_ul = scalar(out.ul.expect("unlikelihood's value"));
+            assert!(
+                ul > 0.0 && (got_ul - ul).abs() < 1e-5 * ul,
+                "UL {got_ul}, want {ul}"
+            );
+            let got = out.g.try_into_vec_as::<f32>().expect("read");
+            for (i, (a, b)) in got.iter().zip(&g).enumerate() {
+                assert!(
+                    (*a as f64 - b).abs() < 2e-6 * b.abs().max(1.0),
+                    "G[{i}] = {a}, want {b} (α {dev})"
+                );
+            }
+        }
+    }
+
+    /// A candidate the model is nearly sure of (1 − p_c ≈ 5e-6, f32's p_c then holds 1 − p_c
+    /// to about 1 %), and one past the clamp (1 − p_c ≈ 4e-18): its own column, p_c·(1 + β)/P
+    /// here, is as exact as p_c itself though S ≈ 1/(1 − p_c) is 2·10⁵, the clamped one has no
+    /// unlikelihood gradient, and nothing is infinite.
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    #[test]
+    fn a_nearly_certain_candidate_keeps_its_own_column_exact() {
+        let (p, n) = (2, 7);
+        let mut z = vec![0.0f32; p * n];
+        z[2] = 14.0; // row 0: candidate 2 at 1 − p ≈ 6·e^−14
+        z[n + 4] = 40.0; // row 1: candidate 4 past 1e-12
+        let y = [5i64, 1];
+        let (idx, mask, width) = (vec![2i64, 0, 4, 0], vec![1.0f32, 0.0, 1.0, 0.0], 2);
+        let beta = 0.5;
+        let out = libtorch_with_ul(&z, &y, (p, n), 0.0, beta, (&idx, &mask, width));
+        let (_, _, ul, g) = reference_with_ul(&z, &y, p, n, 0.0, beta, (&idx, &mask, width));
+        let got = out.g.try_into_vec_as::<f32>().expect("read");
+        assert!(got.iter().all(|v| v.is_finite()), "{got:?}");
+        // Row 0's own column: p_c·(1 + β)/P, well conditioned.
+        let own = got[2] as f64;
+        assert!(
+            (own - g[2]).abs() < 1e-6 * g[2].abs(),
+            "own column {own}, want {}",
+            g[2]
+        );
+        // The other columns carry β·S with S = p_c/(1 − p_c) ≈ 2·10⁵: as good as 1 − p_c.
+        for j in [0, 1, 3, 4, 5, 6] {
+            assert!(
+                (got[j] as f64 - g[j]).abs() < 2e-2 * g[j].abs(),
+                "G[{j}] {}",
+                got[j]
+            );
+        }
+        // Row 1: clamped, so its G is MLE's.
+        let h = 1.0 / (1.0 + 6.0 * (-40.0f64).exp());
+        assert!(
+            (got[n + 4] as f64 - h / p as f64).abs() < 1e-6,
+            "{}",
+            got[n + 4]
+        );
+        let got_ul = scalar(out.ul.expect("value"));
+        assert!((got_ul - ul).abs() < 1e-2 * ul, "UL {got_ul}, want {ul}");
     }
 }

@@ -217,15 +217,33 @@ pub fn full_softmax_head(
     )
     // A fresh leaf: the gradient of the head terms stops here.
     .detach();
-    let (nll, penalties, g) = match terms.host_targets.as_deref() {
-        Some(host_targets) => host_head(logits, bias.clone().map(constant), host_targets, &terms)?,
+    // Unlikelihood's terms in one LibTorch call, where the logits are LibTorch's.
+    #[cfg(feature = "tch")]
+    let fused = match (&terms.host_targets, &terms.unlikelihood) {
+        (None, Some((beta, idx, mask))) => super::device_softmax::libtorch_head(
+            &logits,
+            &targets,
+            terms.dev,
+            Some((*beta, idx, mask)),
+        ),
+        _ => None,
+    };
+    #[cfg(not(feature = "tch"))]
+    let fused: Option<super::device_softmax::DeviceHead> = None;
+    let (nll, penalties, g) = match (terms.host_targets.as_deref(), fused) {
+        (Some(host_targets), _) => {
+            host_head(logits, bias.clone().map(constant), host_targets, &terms)?
+        }
         // Without unlikelihood, G in closed form: a few passes over the logits instead of
         // burn's graph of the same terms (`device_softmax`).
-        None if terms.unlikelihood.is_none() => {
+        (None, None) if terms.unlikelihood.is_none() => {
             let out = device_head(logits, targets.clone(), terms.dev);
             (out.nll, out.dev.into_iter().collect(), out.g)
         }
-        None => {
+        // With it, on LibTorch: the same, the candidates' columns written out in the call.
+        (None, Some(out)) => (out.nll, out.dev.into_iter().chain(out.ul).collect(), out.g),
+        // Elsewhere (or where libtorch refused), burn's autodiff of the terms.
+        (None, None) => {
             let logits = logits.require_grad();
             let [p, _] = logits.dims();
             // log Z once: the log-probabilities and DEV's (log Z)² share it.
@@ -323,6 +341,88 @@ mod tests {
             for k in 0..d {
                 let want: f32 = (0..p).map(|i| g[i * n + j] * h[i * d + k]).sum();
                 assert!((to_w[j * d + k] - want).abs() < 1e-5, "Gᵀ·h at ({j}, {k})");
+            }
+        }
+    }
+
+    /// On LibTorch, unlikelihood's terms come from the extension's one call, not from burn's
+    /// autodiff graph over the logits (whose log Z starts with a row maximum and whose backward
+    /// differentiates the log-softmax), and they are the graph's values and gradient: the
+    /// composed path is forced by the same terms on burn-flex without its host pass.
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    #[test]
+    fn libtorch_takes_unlikelihood_in_the_fused_call() {
+        let (p, n, d) = (4, 9, 3);
+        let (h, w) = (matrix(p, d, 2), matrix(n, d, 3));
+        let y = vec![0i64, 3, 6, 2];
+        // Candidates: distinct, never the target, padded with mask 0.
+        let (idx, mask) = (
+            vec![1i64, 2, 0, 0, 4, 0, 0, 1, 3, 0, 0, 0],
+            vec![
+                1.0f32, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0,
+            ],
+        );
+        let run = |spec: DeviceSpec| {
+            let device = spec.training_device().expect("device with autodiff");
+            let tensor = |v: &[f32], shape: [usize; 2]| {
+                Tensor::<2>::from_data(TensorData::new(v.to_vec(), shape), &device)
+            };
+            let hidden = tensor(&h, [p, d]).require_grad();
+            let weights = tensor(&w, [n, d]).require_grad();
+            let targets = Tensor::<1, Int>::from_data(TensorData::new(y.clone(), [p]), &device);
+            let terms = HeadTerms {
+                dev: 0.2,
+                unlikelihood: Some((
+                    0.6,
+                    Tensor::<2, Int>::from_data(TensorData::new(idx.clone(), [p, 3]), &device),
+                    tensor(&mask, [p, 3]),
+                )),
+                ..HeadTerms::default()
+            };
+            let (out, ops) = crate::aten::count_ops(|| {
+                full_softmax_head(hidden.clone(), weights.clone(), None, targets, terms)
+            })
+            .expect("counted");
+            let out = out.expect("head");
+            let grads = out.graph.backward();
+            let read = |t: Tensor<2>| t.try_into_vec_as::<f32>().expect("read");
+            let values: Vec<f64> = std::iter::once(out.nll)
+                .chain(out.penalties)
+                .map(|t| t.try_into_vec_as::<f64>().expect("read")[0])
+                .collect();
+            (
+                values,
+                read(hidden.grad(&grads).expect("∂h")),
+                read(weights.grad(&grads).expect("∂W")),
+                ops,
+            )
+        };
+        let (values, dh, dw, ops) = run(DeviceSpec::LibtorchCpu);
+        assert!(ops.contains_key("aten::_log_softmax"), "{ops:?}");
+        for composed in [
+            "aten::max",
+            "aten::amax",
+            "aten::_log_softmax_backward_data",
+        ] {
+            assert!(
+                !ops.contains_key(composed),
+                "the composed form ran: {ops:?}"
+            );
+        }
+        let (want_values, want_dh, want_dw, _) = run(DeviceSpec::Cpu);
+        assert_eq!(values.len(), 3, "NLL, DEV and UL");
+        for (a, b) in values.iter().zip(&want_values) {
+            assert!(
+                (a - b).abs() < 1e-5 * b.abs().max(1.0),
+                "{values:?} vs {want_values:?}"
+            );
+        }
+        for (got, want) in [(dh, want_dh), (dw, want_dw)] {
+            for (a, b) in got.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() < 1e-5 * b.abs().max(1.0),
+                    "{got:?} vs {want:?}"
+                );
             }
         }
     }
