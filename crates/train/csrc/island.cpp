@@ -108,10 +108,13 @@ int conelab_lstm_layer(at::Tensor* x, at::Tensor* h0, at::Tensor* c0, at::Tensor
                       {in[1], in[2], in[3], in[4]}, /*has_biases=*/true,
                       /*num_layers=*/1, /*dropout=*/0.0, /*train=*/track != 0,
                       /*bidirectional=*/false, /*batch_first=*/true);
-    at::Tensor o = std::get<0>(r).to(at::kFloat);
+    // Back to f32 where the layer ran in bf16; in f32 no `to` is dispatched at all (a no-op
+    // `to` launches nothing but costs a dispatch, three a layer and step).
+    auto f32 = [](const at::Tensor& t) { return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat); };
+    at::Tensor o = f32(std::get<0>(r));
     *out = new at::Tensor(o.detach());
-    *h_n = new at::Tensor(std::get<1>(r).squeeze(0).to(at::kFloat).detach());
-    *c_n = new at::Tensor(std::get<2>(r).squeeze(0).to(at::kFloat).detach());
+    *h_n = new at::Tensor(f32(std::get<1>(r).squeeze(0)).detach());
+    *c_n = new at::Tensor(f32(std::get<2>(r).squeeze(0)).detach());
     *island = track != 0 ? new Island{std::move(leaves), o} : nullptr;
   });
 }

@@ -202,8 +202,10 @@ mod fused {
         let device = x.device();
         let [input, forget, output, cell] = super::side_by_side(layer)?;
         let gates = [input, forget, cell, output];
+        // Each gate's `[d_in, H]` transposed, one under the other: `[4H, d_in]`, contiguous, in
+        // one kernel (side by side and then transposed, the island would copy it once more).
         let stacked = |f: &dyn Fn(&GateController) -> Tensor<2>| {
-            Tensor::cat(gates.iter().map(|g| f(g)).collect(), 1).transpose()
+            Tensor::cat(gates.iter().map(|g| f(g).transpose()).collect(), 0)
         };
         let bias = |l: &Linear| l.bias.as_ref().map(|b| b.val());
         let biases = |f: &dyn Fn(&GateController) -> Option<Tensor<1>>| {
@@ -215,8 +217,18 @@ mod fused {
         };
         let b_ih = biases(&|g| bias(&g.input_transform))?;
         let b_hh = biases(&|g| bias(&g.hidden_transform))?;
-        let w_ih = stacked(&|g| g.input_transform.weight.val());
-        let w_hh = stacked(&|g| g.hidden_transform.weight.val());
+        let weights = |f: &dyn Fn(&GateController) -> Tensor<2>| gates.map(f);
+        let (w_ih, w_hh) = if device.is_autodiff() {
+            (
+                super::gates_stacked(weights(&|g| g.input_transform.weight.val()))?,
+                super::gates_stacked(weights(&|g| g.hidden_transform.weight.val()))?,
+            )
+        } else {
+            (
+                stacked(&|g| g.input_transform.weight.val()),
+                stacked(&|g| g.hidden_transform.weight.val()),
+            )
+        };
         let [b, _, _] = x.dims();
         let h = layer.d_hidden;
         let (c0, h0) = match state {
@@ -299,6 +311,69 @@ mod fused {
             Tensor::from_primitive::<Ad>(out),
             LstmState::new(constant(c_n), constant(h_n)),
         ))
+    }
+}
+
+/// The four gates' weights `[d_in, H]` one under the other, transposed, as torch's LSTM takes
+/// them (`[4H, d_in]`, contiguous): one node of burn's graph ([`GatesStacked`]), `None` where the
+/// tensors are not LibTorch's with autodiff.
+#[cfg(feature = "tch")]
+#[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
+fn gates_stacked(weights: [Tensor<2>; 4]) -> Option<Tensor<2>> {
+    use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+    use burn::backend::autodiff::ops::{Backward, OpsKind};
+    use burn::backend::{Autodiff, LibTorch, libtorch::TchTensor};
+    let [d_in, h] = weights[0].dims();
+    if weights.iter().any(|w| w.dims() != [d_in, h]) {
+        return None;
+    }
+    let inputs = weights
+        .into_iter()
+        .map(|w| w.try_into_primitive::<Autodiff<LibTorch>>().ok())
+        .collect::<Option<Vec<_>>>()?;
+    let parts: Vec<tch::Tensor> = inputs.iter().map(|w| w.primitive().tensor.tr()).collect();
+    let out = TchTensor::new(tch::Tensor::cat(&parts, 0));
+    let nodes: [_; 4] = std::array::from_fn(|k| inputs[k].node());
+    let out = match GatesStacked
+        .prepare::<NoCheckpointing>(nodes)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish([d_in, h], out),
+        OpsKind::UnTracked(prep) => prep.finish(out),
+    };
+    Some(Tensor::from_primitive::<Autodiff<LibTorch>>(out))
+}
+
+/// The node of [`gates_stacked`]. burn's own cat of the transposed weights would hand each gate
+/// its gradient as a transposed slice of the `[4H, d_in]` gradient, which the fused AdamW then
+/// copies to a dense buffer, four copies a matrix; here one copy makes the `[4, d_in, H]`
+/// gradient whose blocks are already dense.
+#[cfg(feature = "tch")]
+#[derive(Debug)]
+struct GatesStacked;
+
+#[cfg(feature = "tch")]
+#[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
+impl burn::backend::autodiff::ops::Backward<burn::backend::LibTorch, 4> for GatesStacked {
+    /// `[d_in, H]` of each gate's weight.
+    type State = [usize; 2];
+
+    fn backward(
+        self,
+        ops: burn::backend::autodiff::ops::Ops<[usize; 2], 4>,
+        grads: &mut burn::backend::autodiff::grads::Gradients,
+        _: &mut burn::backend::autodiff::checkpoint::base::Checkpointer,
+    ) {
+        use burn::backend::{LibTorch, libtorch::TchTensor};
+        let g: TchTensor = grads.consume::<LibTorch>(&ops.node);
+        let [d_in, h] = ops.state.map(|v| v as i64);
+        let blocks = g.tensor.view([4, h, d_in]).transpose(1, 2).contiguous();
+        for (k, parent) in ops.parents.into_iter().enumerate() {
+            if let Some(node) = parent {
+                grads.register::<LibTorch>(node.id, TchTensor::new(blocks.get(k as i64)));
+            }
+        }
     }
 }
 
@@ -930,5 +1005,47 @@ mod tests {
             .map(|(p, q)| (p - q).abs())
             .fold(0f32, f32::max);
         assert!(worst < 1e-5, "max difference {worst}");
+    }
+
+    /// The stacked gate weights are each gate's transposed, one under the other, and each gate's
+    /// gradient is its block of the output's gradient transposed, handed over dense (so the
+    /// fused AdamW copies none of them); written out here element by element.
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    #[test]
+    #[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
+    fn stacked_gates_and_their_dense_gradients() {
+        use burn::backend::LibTorch;
+        let device = crate::model::DeviceSpec::LibtorchCpu
+            .training_device()
+            .expect("libtorch");
+        let (d_in, h) = (3, 2);
+        let ws: [Tensor<2>; 4] = std::array::from_fn(|_| {
+            Tensor::<2>::random([d_in, h], Distribution::Default, &device).require_grad()
+        });
+        let r = Tensor::<2>::random([4 * h, d_in], Distribution::Default, &device);
+        let stacked = gates_stacked(ws.clone()).expect("LibTorch autodiff tensors");
+        let values = stacked.clone().try_into_vec_as::<f32>().expect("read");
+        let grads = (stacked * r.clone()).sum().backward();
+        let rv = r.try_into_vec_as::<f32>().expect("read");
+        for (k, w) in ws.iter().enumerate() {
+            let wv = w.clone().try_into_vec_as::<f32>().expect("read");
+            let g = w.grad(&grads).expect("a gradient");
+            let dense = g
+                .clone()
+                .try_into_primitive::<LibTorch>()
+                .expect("LibTorch")
+                .tensor
+                .is_contiguous();
+            assert!(dense, "gate {k}'s gradient is not dense");
+            let gv = g.try_into_vec_as::<f32>().expect("read");
+            for i in 0..d_in {
+                for j in 0..h {
+                    // Row k·H + j, column i of the stacked matrix is w_k[i, j].
+                    let at = (k * h + j) * d_in + i;
+                    assert_eq!(values[at], wv[i * h + j], "stacked ({k}, {i}, {j})");
+                    assert_eq!(gv[i * h + j], rv[at], "gradient ({k}, {i}, {j})");
+                }
+            }
+        }
     }
 }
