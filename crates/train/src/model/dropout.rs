@@ -7,8 +7,11 @@
 //! draw, one multiply. Masks depend only on the step's seed and their order within the step, so
 //! a resumed run draws the same ones, as with the device's generator. LibTorch on the CPU draws
 //! the same masks (its tensors are in host memory too, so burn-flex and LibTorch train alike);
-//! on CUDA the masks are drawn on the device (burn's `Dropout`): host masks would be copied
-//! there at every layer.
+//! on CUDA the masks are drawn on the device: host masks would be copied there at every layer.
+//! On LibTorch's device paths a dropout is one node of burn's graph, torch's `native_dropout`
+//! forward and `native_dropout_backward` (one kernel each way on CUDA, from the device's
+//! generator, which the engine seeds at every step), where burn's `Dropout` is a Bernoulli draw
+//! into a fresh tensor and two products each way.
 //!
 //! The step's seed belongs to the thread that runs the step (a trainer steps on one thread, and
 //! the model's forward runs on it): two trainers stepping on two threads, as tests do, never
@@ -67,11 +70,66 @@ pub fn forward<const D: usize>(layer: &Dropout, x: Tensor<D>) -> Tensor<D> {
         return layer.forward(x);
     }
     let Some(seed) = next_mask_seed() else {
+        #[cfg(feature = "tch")]
+        if let Some(dropped) = fused::dropout(&x, layer.prob) {
+            return dropped;
+        }
         return layer.forward(x);
     };
     let shape = x.shape();
     let mask = host_mask(shape.num_elements(), layer.prob, seed);
     x * Tensor::<D>::from_data(TensorData::new(mask, shape), &device)
+}
+
+/// Dropout as one node of burn's graph on LibTorch (module comment).
+#[cfg(feature = "tch")]
+#[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
+mod fused {
+    use burn::backend::autodiff::checkpoint::base::Checkpointer;
+    use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+    use burn::backend::autodiff::grads::Gradients;
+    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+    use burn::backend::{Autodiff, LibTorch, libtorch::TchTensor};
+    use burn::prelude::*;
+
+    /// `x` with each element zeroed with probability `p` and the rest scaled by 1/(1 − p);
+    /// `None` where `x` is not a LibTorch autodiff tensor.
+    pub(super) fn dropout<const D: usize>(x: &Tensor<D>, p: f64) -> Option<Tensor<D>> {
+        let input = x.clone().try_into_primitive::<Autodiff<LibTorch>>().ok()?;
+        let (out, mask) = input.primitive().tensor.native_dropout(p, true);
+        let out = TchTensor::new(out);
+        let out = match NativeDropout
+            .prepare::<NoCheckpointing>([input.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((TchTensor::new(mask), 1.0 / (1.0 - p)), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        };
+        Some(Tensor::from_primitive::<Autodiff<LibTorch>>(out))
+    }
+
+    /// The node: its state is the kept-elements mask and the scale 1/(1 − p).
+    #[derive(Debug)]
+    struct NativeDropout;
+
+    impl Backward<LibTorch, 1> for NativeDropout {
+        type State = (TchTensor, f64);
+
+        fn backward(
+            self,
+            ops: Ops<(TchTensor, f64), 1>,
+            grads: &mut Gradients,
+            _: &mut Checkpointer,
+        ) {
+            let grad: TchTensor = grads.consume::<LibTorch>(&ops.node);
+            let (mask, scale) = ops.state;
+            if let [Some(node)] = ops.parents {
+                let g = tch::Tensor::native_dropout_backward(&grad.tensor, &mask.tensor, scale);
+                grads.register::<LibTorch>(node.id, TchTensor::new(g));
+            }
+        }
+    }
 }
 
 /// Whether `layer` drops anything on `device` (training, under autodiff, p > 0).
@@ -180,5 +238,63 @@ mod tests {
         .expect("thread");
         assert_eq!(other.0, None, "the other thread starts unseeded");
         assert_eq!(next_mask_seed(), expected, "this thread's sequence went on");
+    }
+
+    /// LibTorch's dropout node, on CUDA's path (no host masks): each element dropped with
+    /// probability p (binomial bounds at n = 200,000), the rest scaled by 1/(1 − p), the same
+    /// mask again from the same device seed (what exact resume needs), and the gradient of
+    /// Σ r·dropout(x) exactly r/(1 − p) where kept and 0 where dropped.
+    #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
+    #[test]
+    fn the_libtorch_dropout_node_drops_at_the_rate_and_differentiates_through_its_mask() {
+        use crate::model::DeviceSpecExt;
+        use burn::tensor::Distribution;
+        let device = crate::model::DeviceSpec::LibtorchCpu
+            .training_device()
+            .expect("libtorch");
+        seed_host_masks(None);
+        let n = 200_000;
+        let layer = burn::nn::DropoutConfig::new(0.3).init();
+        let x = Tensor::<1>::random([n], Distribution::Uniform(0.5, 1.5), &device).require_grad();
+        let r = Tensor::<1>::random([n], Distribution::Default, &device);
+        let draw = |seed: u64| {
+            device.seed(seed);
+            forward(&layer, x.clone())
+        };
+        let (out, ops) = crate::aten::count_ops(|| draw(7)).expect("counted");
+        assert_eq!(ops.get("aten::native_dropout"), Some(&1), "{ops:?}");
+        assert!(
+            !ops.contains_key("aten::bernoulli_"),
+            "burn's dropout ran: {ops:?}"
+        );
+        let again = draw(7).try_into_vec_as::<f32>().expect("read");
+        let grads = (out.clone() * r.clone()).sum().backward();
+        let out = out.try_into_vec_as::<f32>().expect("read");
+        assert_eq!(out, again, "the same seed, the same mask");
+        assert_ne!(out, draw(8).try_into_vec_as::<f32>().expect("read"));
+        let xv = x.clone().try_into_vec_as::<f32>().expect("read");
+        let rv = r.try_into_vec_as::<f32>().expect("read");
+        let g = x
+            .grad(&grads)
+            .expect("a gradient")
+            .try_into_vec_as::<f32>()
+            .expect("read");
+        let scale = 1.0 / 0.7f32;
+        let mut dropped = 0usize;
+        for i in 0..n {
+            if out[i] == 0.0 {
+                dropped += 1;
+                assert_eq!(g[i], 0.0, "a dropped element has no gradient");
+            } else {
+                assert!(
+                    (out[i] - xv[i] * scale).abs() <= 1e-6 * out[i].abs(),
+                    "kept {i}"
+                );
+                assert!((g[i] - rv[i] * scale).abs() <= 1e-6 * scale, "gradient {i}");
+            }
+        }
+        // Binomial: the rate's standard deviation is 0.001 at n = 200,000.
+        let rate = dropped as f64 / n as f64;
+        assert!((rate - 0.3).abs() < 0.005, "dropped {rate}");
     }
 }
