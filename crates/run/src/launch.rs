@@ -14,7 +14,7 @@ use conelab_data::{Corpus, CorpusSource, LoadOptions};
 use conelab_store::labels::{LabelEdit, RunLabels};
 use conelab_train::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
 use conelab_train::engine::{Command, Event, TrainConfig, Trainer};
-use conelab_train::model::{ModelConfig, Preset};
+use conelab_train::model::{DeviceSpec, ModelConfig, Preset};
 use conelab_train::objective::{GateParts, ObjectiveChange, Objectives};
 
 /// A run ready to serve.
@@ -168,6 +168,48 @@ pub fn check(opts: &TrainOptions) -> Result<(), RunError> {
     Ok(())
 }
 
+/// A new run on a CUDA device that has less free memory than the run needs at least (the
+/// trainer's estimate for host memory, `memory_refusal`, against the free memory the driver
+/// reports through NVML): one line, before anything is allocated or written. Without NVML (no
+/// driver library) or for another device nothing is checked here.
+fn check_device_memory(
+    device: DeviceSpec,
+    model: &ModelConfig,
+    train: &TrainConfig,
+    corpus: &Corpus,
+) -> Result<(), RunError> {
+    if !matches!(device, DeviceSpec::Cuda(_)) {
+        return Ok(());
+    }
+    let name = device.to_string();
+    let Some(stats) = crate::gpu::GpuSampler::open(&name).and_then(|s| s.sample()) else {
+        return Ok(());
+    };
+    let free = stats.mem_total_bytes.saturating_sub(stats.mem_used_bytes);
+    device_memory_refusal(&name, free, model, train, corpus)
+        .map_or(Ok(()), |why| Err(RunError::Usage(why.into())))
+}
+
+/// [`check_device_memory`]'s decision for `free` bytes on the device `name`.
+fn device_memory_refusal(
+    name: &str,
+    free: u64,
+    model: &ModelConfig,
+    train: &TrainConfig,
+    corpus: &Corpus,
+) -> Option<String> {
+    let window = (train.batch * model.window()).max(1);
+    let windows = corpus.split(conelab_data::Split::Train).len() / window;
+    conelab_train::engine::memory_refusal(
+        model,
+        train,
+        corpus.vocab().len(),
+        windows as u64,
+        free,
+        &format!("{name} has"),
+    )
+}
+
 fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
     let Settings {
         preset,
@@ -196,6 +238,7 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
         Some(d) => d,
         None => default_device()?,
     };
+    check_device_memory(device, &model, &train, &corpus)?;
     let mut trainer =
         Trainer::new(Arc::new(corpus), model, train, device).map_err(RunError::bad_input)?;
     if let Some(epochs) = opts.epochs {
@@ -559,5 +602,37 @@ fn default_device() -> Result<conelab_train::model::DeviceSpec, RunError> {
         Some(text) => text.parse().map_err(|e| {
             RunError::Usage(format!("config file {}: device = {text:?}: {e}", setting.from).into())
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CUDA device's free memory against the run's lower bound: `gpt2-small` at batch 64 does
+    /// not fit 1 GiB (its 16 bytes a parameter alone are ~1.5 GiB at this vocabulary), and does
+    /// fit 80 GiB; the line names the device.
+    #[test]
+    fn a_device_without_the_free_memory_refuses_the_run() {
+        let corpus = Corpus::load(&CorpusSource::parse("synthetic"), &LoadOptions::default())
+            .expect("the built-in corpus");
+        let model = Preset::Gpt2Small.config();
+        let train = TrainConfig {
+            batch: 64,
+            ..TrainConfig::default()
+        };
+        let gib = 1u64 << 30;
+        let why = device_memory_refusal("cuda:1", gib, &model, &train, &corpus)
+            .expect("1 GiB is too little");
+        assert!(
+            why.contains("cuda:1 has 1.0 GiB") && why.contains("batch 64"),
+            "{why}"
+        );
+        assert_eq!(
+            device_memory_refusal("cuda:1", 80 * gib, &model, &train, &corpus),
+            None
+        );
+        // Not a CUDA device: nothing to read, nothing refused here.
+        assert!(check_device_memory(DeviceSpec::Cpu, &model, &train, &corpus).is_ok());
     }
 }

@@ -26,7 +26,10 @@ pub use protocol::{
     AppliedCommand, Command, EmbeddingStats, EvalStats, Event, FinishReason, ProjectionFrame,
     RunStarted, SecondTierStats, Snapshot, StepStats,
 };
-pub use trainer::{COMMAND_LOG, ReadBack, Trainer, WEIGHT_BOUND, clip_global_norm};
+pub use trainer::{
+    COMMAND_LOG, ReadBack, Trainer, WEIGHT_BOUND, clip_global_norm, memory_refusal,
+    training_bytes_needed,
+};
 pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 
 use crate::model::DeviceError;

@@ -292,6 +292,48 @@ pub const WEIGHT_BOUND: f64 = 1e6;
 const NCE_NOISE_SALT: u64 = 0x4E43_455F_4E4F_4953;
 const NCE_POSITIONS_SALT: u64 = 0x4E43_455F_504F_5353;
 
+/// The bytes a run needs at least to train (a lower bound: activations come on top): the
+/// parameters with their gradients and AdamW's two moments, the logits and their gradient, and
+/// AGG's memory of K updates' targets (4 bytes a token; K = an epoch's updates by default).
+pub fn training_bytes_needed(
+    model_config: &ModelConfig,
+    config: &TrainConfig,
+    vocab: usize,
+    windows_per_epoch: u64,
+) -> f64 {
+    let mut need = model_config.training_bytes_at_least(vocab, config.batch);
+    let agg = &config.objectives.agg;
+    if agg.enabled {
+        let updates = agg.memory.unwrap_or(windows_per_epoch) as f64;
+        need += 4.0 * updates * (config.batch * model_config.window()) as f64;
+    }
+    need
+}
+
+/// The one-line refusal of a run whose [`training_bytes_needed`] exceed `available` bytes, or
+/// none; `has` names the memory: "the machine has" (available host memory) or "cuda:0 has"
+/// (free device memory).
+pub fn memory_refusal(
+    model_config: &ModelConfig,
+    config: &TrainConfig,
+    vocab: usize,
+    windows_per_epoch: u64,
+    available: u64,
+    has: &str,
+) -> Option<String> {
+    let need = training_bytes_needed(model_config, config, vocab, windows_per_epoch);
+    let gib = |b: f64| b / f64::from(1u32 << 30);
+    (need > available as f64).then(|| {
+        format!(
+            "this model needs at least {:.1} GiB to train at batch {} ({:.3e} parameters with their gradients and AdamW's moments, and the logits), and {has} {:.1} GiB available",
+            gib(need),
+            config.batch,
+            model_config.parameter_count(vocab),
+            gib(available as f64)
+        )
+    })
+}
+
 impl Trainer {
     /// A fresh run: the model is initialised from `config.seed`.
     pub fn new(
@@ -341,29 +383,20 @@ impl Trainer {
             .validate(group_sizes(&corpus))
             .map_err(EngineError::Config)?;
         // In host memory, a model that cannot fit is refused before anything is allocated (a
-        // CUDA device's own memory is not read here: its allocator's error says it in one line).
+        // CUDA device's own memory is read by the launcher, through the driver, with the same
+        // estimate: `memory_refusal`).
         if matches!(device_spec, DeviceSpec::Cpu | DeviceSpec::LibtorchCpu)
             && let Some(available) = conelab_base::available_memory()
+            && let Some(why) = memory_refusal(
+                &model_config,
+                &config,
+                corpus.vocab().len(),
+                windows_per_epoch,
+                available,
+                "the machine has",
+            )
         {
-            let mut need = model_config.training_bytes_at_least(corpus.vocab().len(), config.batch);
-            if objectives.agg.enabled {
-                // AGG's counter keeps K updates' targets, 4 bytes a token.
-                let updates = objectives.agg.memory.unwrap_or(windows_per_epoch) as f64;
-                need += 4.0 * updates * (config.batch * model_config.window()) as f64;
-            }
-            if need > available as f64 {
-                let gib = |b: f64| b / f64::from(1u32 << 30);
-                return Err(EngineError::Config(
-                    format!(
-                        "this model needs at least {:.1} GiB to train at batch {} ({:.3e} parameters with their gradients and AdamW's moments, and the logits), and the machine has {:.1} GiB available",
-                        gib(need),
-                        config.batch,
-                        model_config.parameter_count(corpus.vocab().len()),
-                        gib(available as f64)
-                    )
-                    .into(),
-                ));
-            }
+            return Err(EngineError::Config(why.into()));
         }
         let mut model_config = model_config;
         let self_normalising = objectives.loss != LossKind::Mle || objectives.dev.enabled;
@@ -2237,4 +2270,63 @@ fn mean_of<const D: usize>(values: Tensor<D>) -> Result<f64, EngineError> {
         .and_then(|v| v.first().copied())
         .filter(|v| v.is_finite())
         .ok_or_else(|| EngineError::backend_says("mean log Z is not a finite number"))
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+    use conelab_core::model::LstmConfig;
+
+    /// A one-layer LSTM, embedding and hidden width 8, without an output bias: its parameters
+    /// are N·8 (the tied W) + 4·8·(8 + 8) + 8·8 (two biases per gate), counted here by hand.
+    fn lstm() -> (ModelConfig, f64) {
+        let cfg = ModelConfig::Lstm(LstmConfig {
+            embed: 8,
+            hidden: 8,
+            layers: 1,
+            bptt: 5,
+            dropout: 0.0,
+            init_range: 0.1,
+            output_bias: false,
+        });
+        (cfg, 4.0 * 8.0 * 16.0 + 64.0)
+    }
+
+    /// 16 bytes a parameter (value, gradient, AdamW's two moments), 8 an entry of the
+    /// `[B·T, N]` logits (with their gradient), and with AGG 4 bytes a token of K updates: the
+    /// refusal comes exactly above that, names the memory, and says both sizes in GiB.
+    #[test]
+    fn a_run_is_refused_exactly_when_its_lower_bound_exceeds_the_memory() {
+        let (model, layers) = lstm();
+        let n = 1_000usize;
+        let mut config = TrainConfig {
+            batch: 4,
+            ..TrainConfig::default()
+        };
+        let params = n as f64 * 8.0 + layers;
+        let need = 16.0 * params + 8.0 * (4.0 * 5.0) * n as f64;
+        assert_eq!(training_bytes_needed(&model, &config, n, 50), need);
+        let refuse = |config: &TrainConfig, available: u64| {
+            memory_refusal(&model, config, n, 50, available, "cuda:0 has")
+        };
+        assert_eq!(refuse(&config, need as u64), None, "exactly enough");
+        let why = refuse(&config, need as u64 - 1).expect("one byte short");
+        assert!(
+            why.contains("at batch 4") && why.contains("cuda:0 has 0.0 GiB"),
+            "{why}"
+        );
+        // AGG's memory: K updates of B·T targets, an epoch's by default.
+        config.objectives.agg.enabled = true;
+        let with_epoch = need + 4.0 * 50.0 * 20.0;
+        assert_eq!(training_bytes_needed(&model, &config, n, 50), with_epoch);
+        config.objectives.agg.memory = Some(7);
+        assert_eq!(
+            training_bytes_needed(&model, &config, n, 50),
+            need + 4.0 * 7.0 * 20.0
+        );
+        assert!(
+            refuse(&config, need as u64).is_some(),
+            "AGG's memory counts"
+        );
+    }
 }
