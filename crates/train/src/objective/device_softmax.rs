@@ -171,17 +171,22 @@ mod tests {
         (z, vec![3, 0, 3, 6], p, n)
     }
 
+    /// Row `row` of the `[P, n]` logits in f64, and its log Z = m + ln Σ exp(z − m).
+    fn row_log_z(z: &[f32], row: usize, n: usize) -> (Vec<f64>, f64) {
+        let zr: Vec<f64> = z[row * n..(row + 1) * n]
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        let m = zr.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let log_z = m + zr.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+        (zr, log_z)
+    }
+
     /// The terms and G written out in f64 from the formulas (module documentation).
     fn reference(z: &[f32], y: &[i64], p: usize, n: usize, dev: f64) -> (f64, f64, Vec<f64>) {
         let (mut nll, mut dev_sum, mut g) = (0.0, 0.0, vec![0.0; p * n]);
         for row in 0..p {
-            let zr: Vec<f64> = z[row * n..(row + 1) * n]
-                .iter()
-                .map(|&v| v as f64)
-                .collect();
-            let m = zr.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let s: f64 = zr.iter().map(|v| (v - m).exp()).sum();
-            let log_z = m + s.ln();
+            let (zr, log_z) = row_log_z(z, row, n);
             nll += log_z - zr[y[row] as usize];
             dev_sum += log_z * log_z;
             for col in 0..n {
@@ -322,12 +327,7 @@ mod tests {
         let (nll, dev_value, mut g) = reference(z, y, p, n, dev);
         let mut ul = 0.0;
         for row in 0..p {
-            let zr: Vec<f64> = z[row * n..(row + 1) * n]
-                .iter()
-                .map(|&v| v as f64)
-                .collect();
-            let m = zr.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let log_z = m + zr.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+            let (zr, log_z) = row_log_z(z, row, n);
             let probs: Vec<f64> = zr.iter().map(|v| (v - log_z).exp()).collect();
             for k in 0..width {
                 if mask[row * width + k] == 0.0 {
