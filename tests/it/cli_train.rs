@@ -94,6 +94,43 @@ fn a_small_run_in_a_pipe_logs_plain_lines_and_resumes() {
     assert!(log.contains("finished step=9 reason=completed"), "{log}");
 }
 
+/// `--patience`: a run whose validation stops improving (a learning rate too small to move a
+/// weight) ends early, says so, and records the setting; resumed with a longer patience it goes
+/// on until that is spent too.
+#[test]
+fn patience_stops_a_run_early_and_a_resume_may_wait_longer() {
+    let f = Fixture::new();
+    let args = ["--steps", "50", "--eval-every", "2", "--lr", "1e-30"];
+    let out = f.train("early", &[&args[..], &["--patience", "2"]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("stopped early at step 6 of 50") && stdout.contains("finished step=6"),
+        "{stdout}"
+    );
+    let run = f.path("early");
+    let toml = std::fs::read_to_string(run.join("run.toml")).expect("run.toml");
+    assert!(toml.contains("patience = 2"), "{toml}");
+    // Evaluations at 8 and 10 do not improve either: with patience 4 the run ends at 10.
+    let resumed = conelab(&["train", "--resume", s(&run), "--patience", "4"]);
+    let text = String::from_utf8_lossy(&resumed.stdout);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert!(
+        text.contains("start step=6") && text.contains("finished step=10"),
+        "{text}"
+    );
+    let toml = std::fs::read_to_string(run.join("run.toml")).expect("run.toml");
+    assert!(toml.contains("patience = 4"), "{toml}");
+}
+
 #[test]
 fn train_log_in_json_and_a_full_disk_under_it() {
     let f = Fixture::new();
@@ -451,6 +488,7 @@ fn impossible_settings_are_one_line_errors() {
         // Ranges (docs/REFERENCE.md): a typo of a few digits is refused before anything runs.
         (&["--keep", "20000"], &["keep_checkpoints", "10000"]),
         (&["--clip", "1e9"], &["clip_norm", "1e6"]),
+        (&["--patience", "0"], &["patience 0", "1 to"]),
         (&["--steps", "2000000000000"], &["steps", "1e12"]),
         (
             &["--reg", "agg=0.03:memory=99999999"],

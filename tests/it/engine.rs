@@ -1081,3 +1081,54 @@ fn scored_positions_cover_the_split_once_and_add_up_to_the_evaluation() {
         assert!((ppl[3] - stats.ppl).abs() < 1e-4 * stats.ppl);
     }
 }
+
+/// `--patience 2`: with a learning rate too small to move an f32 weight (1e-30), every
+/// validation PPL equals the first, so none improves on the best: validation at 2 is the best, 4
+/// and 6 are two in a row without improvement, and the run ends at step 6 of 100 — completed,
+/// with a warning that says why, after the test split's evaluation, and with the state's count.
+#[test]
+fn patience_ends_a_run_whose_validation_stops_improving() {
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let trainer = Trainer::new(
+        corpus,
+        small_transformer(),
+        TrainConfig {
+            eval_every: 2,
+            lr: 1e-30,
+            patience: Some(2),
+            ..train_config(100)
+        },
+        DeviceSpec::Cpu,
+    )
+    .expect("trainer");
+    let handle = engine::spawn(trainer, engine::EngineOptions::default()).expect("engine");
+    let (mut valid, mut warned, mut tested) = (Vec::new(), None, false);
+    let finished = loop {
+        match next_event(&handle) {
+            Event::Eval(e) if e.split == "valid" => valid.push((e.step, e.ppl)),
+            Event::Eval(e) if e.split == "test" => tested = true,
+            Event::Warning { step, message } if message.contains("stopped early") => {
+                warned = Some((step, message));
+            }
+            Event::Finished { step, reason } => break (step, reason),
+            Event::Failed { message, .. } => panic!("engine failed: {message}"),
+            _ => {}
+        }
+    };
+    handle.join();
+    assert_eq!(finished, (6, engine::FinishReason::Completed));
+    assert_eq!(
+        valid.iter().map(|v| v.0).collect::<Vec<_>>(),
+        [2, 4, 6],
+        "{valid:?}"
+    );
+    assert!(valid.iter().all(|v| v.1 == valid[0].1), "{valid:?}");
+    let (step, message) = warned.expect("a warning saying why");
+    assert_eq!(step, 6);
+    assert!(
+        message.contains("in 2 evaluations") && message.contains("of 100"),
+        "{message}"
+    );
+    assert!(tested, "the final test evaluation");
+}

@@ -17,6 +17,9 @@ pub struct RunState {
     /// A learning rate set by command, replacing the schedule.
     pub lr_override: Option<f64>,
     pub best_valid_ppl: Option<f64>,
+    /// Validation evaluations in a row since the best one (for `--patience`).
+    #[serde(default)]
+    pub evals_since_best: u64,
     /// Every command applied so far, with its step.
     pub commands: Vec<AppliedCommand>,
     /// The objectives in force (the config's at the start, then as changed by commands).
@@ -61,6 +64,7 @@ impl Default for RunState {
             lr_scale: 1.0,
             lr_override: None,
             best_valid_ppl: None,
+            evals_since_best: 0,
             commands: Vec::new(),
             objectives: Objectives::default(),
             spectrum_c1: None,

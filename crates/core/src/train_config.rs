@@ -85,6 +85,11 @@ pub struct TrainConfig {
     /// batch's streams (`None`: the text's own order, as runs before it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_seed: Option<u64>,
+    /// `--patience`: end the run once this many validation evaluations in a row have not
+    /// improved on the best (early stopping; `best/` keeps the best checkpoint). `None`: train
+    /// to `steps`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patience: Option<u64>,
     /// fp32, or bf16 mixed precision (runs written before it existed are fp32).
     pub precision: Precision,
     /// The loss and regularisers at the start of the run (TOML table `[objectives]`).
@@ -116,6 +121,7 @@ impl Default for TrainConfig {
             snapshot_every: 50,
             seed: 1,
             data_seed: None,
+            patience: None,
             precision: Precision::Fp32,
             objectives: Objectives::default(),
         }
@@ -126,6 +132,8 @@ impl Default for TrainConfig {
 pub const MAX_BATCH: usize = 1 << 16;
 /// The largest number of steps (and of warm-up steps) a run may ask for.
 pub const MAX_STEPS: u64 = 1_000_000_000_000;
+/// The most evaluations without improvement `--patience` may wait for.
+pub const MAX_PATIENCE: u64 = 1_000_000;
 /// The most checkpoints a run keeps.
 pub const MAX_KEEP: usize = 10_000;
 
@@ -166,6 +174,12 @@ impl TrainConfig {
             ),
         )?;
         check_lr(self.lr)?;
+        if let Some(p) = self.patience {
+            check(
+                (1..=MAX_PATIENCE).contains(&p),
+                format!("patience {p} must be from 1 to {MAX_PATIENCE} evaluations"),
+            )?;
+        }
         check(
             (0.0..1.0).contains(&self.beta1) && (0.0..1.0).contains(&self.beta2),
             format!("betas {},{} must be in [0, 1)", self.beta1, self.beta2),

@@ -126,6 +126,9 @@ fn settings(opts: &TrainOptions) -> Result<Settings, RunError> {
     set(&mut train.precision, opts.precision);
     set(&mut train.eval_every, opts.eval_every);
     train.eval_test |= opts.eval_test;
+    if opts.patience.is_some() {
+        train.patience = opts.patience;
+    }
     set(&mut train.checkpoint_every, opts.checkpoint_every);
     set(&mut train.keep_checkpoints, opts.keep);
     set(&mut train.snapshot_every, opts.snapshot_every);
@@ -439,6 +442,10 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     set(&mut next.snapshot_every, opts.snapshot_every);
     set(&mut next.keep_checkpoints, opts.keep);
     set(&mut next.steps, opts.steps);
+    if opts.patience.is_some() {
+        next.patience = opts.patience;
+    }
+    next.validate().map_err(RunError::Usage)?;
     if let Some(epochs) = opts.epochs {
         next.steps = (epochs * trainer.windows_per_epoch() as f64)
             .ceil()
@@ -470,6 +477,8 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     ] {
         config_change(key, before.to_string(), after.to_string());
     }
+    let patience = |p: Option<u64>| p.map_or_else(|| "off".to_owned(), |p| p.to_string());
+    config_change("patience", patience(cfg.patience), patience(next.patience));
     *trainer.config_mut() = next.clone();
     if opts.objective_flags_given() {
         let mut objectives = trainer.objectives().clone();
@@ -492,6 +501,7 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
         spec.train.snapshot_every = next.snapshot_every;
         spec.train.keep_checkpoints = next.keep_checkpoints;
         spec.train.steps = next.steps;
+        spec.train.patience = next.patience;
         if let Some(d) = opts.device {
             spec.device = d.to_string();
         }

@@ -103,6 +103,11 @@ pub struct TrainOptions {
     #[arg(long)]
     pub eval_test: bool,
 
+    /// Early stopping: end the run once N validation evaluations in a row have not improved on
+    /// the best (the best checkpoint is kept in best/) [default: train to --steps].
+    #[arg(long, value_name = "N")]
+    pub patience: Option<u64>,
+
     /// Write a checkpoint every N steps; 0 = only at the end [default: 500].
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
@@ -136,10 +141,11 @@ pub struct TrainOptions {
     /// Continue the run in DIR (a run directory or one of its step-NNNNNN folders) exactly where its
     /// newest checkpoint left off. What can change at a step boundary may be given again and is
     /// recorded at the resume step: the objective flags, --lr, --eval-every, --checkpoint-every,
-    /// --snapshot-every, --keep, --steps/--epochs, --device. The model, corpus, data, optimizer,
-    /// precision and seed cannot change: given again with the run's own values they are accepted,
-    /// a different value is refused (naming the flag and both values). Without a step-NNNNNN
-    /// folder named, the newest checkpoint that loads and whose weights are sound is used.
+    /// --snapshot-every, --keep, --steps/--epochs, --patience, --device. The model, corpus, data,
+    /// optimizer, precision and seed cannot change: given again with the run's own values they
+    /// are accepted, a different value is refused (naming the flag and both values). Without a
+    /// step-NNNNNN folder named, the newest checkpoint that loads and whose weights are sound is
+    /// used.
     #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
 

@@ -721,6 +721,16 @@ impl Engine {
 
     fn finish(&mut self) -> Result<(), EngineError> {
         let step = self.step();
+        if let Some(patience) = self.trainer.stopped_early() {
+            let best = self.trainer.state().best_valid_ppl.unwrap_or(f64::NAN);
+            self.emit(Event::Warning {
+                step,
+                message: format!(
+                    "stopped early at step {step} of {}: validation PPL has not improved in {patience} evaluations (best {best:.3}, kept in best/)",
+                    self.trainer.config().steps
+                ),
+            });
+        }
         let cfg = self.trainer.config();
         let (eval_test, evaluated) = (
             cfg.eval_test,

@@ -627,8 +627,17 @@ impl Trainer {
         Ok(max_abs)
     }
 
+    /// At the last step, or stopped early ([`Self::stopped_early`]).
     pub fn is_done(&self) -> bool {
-        self.state.step >= self.config.steps
+        self.state.step >= self.config.steps || self.stopped_early().is_some()
+    }
+
+    /// `Some(n)` once `--patience n` validation evaluations in a row have not improved on the
+    /// best: the run ends there (early stopping).
+    pub fn stopped_early(&self) -> Option<u64> {
+        self.config
+            .patience
+            .filter(|&p| self.state.evals_since_best >= p)
     }
 
     /// Learning rate of the next step.
@@ -1592,8 +1601,10 @@ impl Trainer {
     pub(crate) fn observe_valid(&mut self, ppl: f64) -> Option<(f64, f64)> {
         if self.improves_valid(ppl) {
             self.state.best_valid_ppl = Some(ppl);
+            self.state.evals_since_best = 0;
             return None;
         }
+        self.state.evals_since_best += 1;
         if self.config.schedule == Schedule::Plateau && self.state.lr_override.is_none() {
             let before = self.current_lr();
             self.state.lr_scale /= self.config.plateau_factor;
