@@ -5,9 +5,16 @@
 #
 # Environment: CONELAB (the binary; default target/release/conelab), SEEDS (default "1 2 3"),
 # MODEL (default tiny), EVAL_EVERY (default: STEPS / 4), PARALLEL (runs at once, default 1: a
-# `tiny` run on the CPU keeps about one core busy, so 2 fills a 2-core machine).
+# `tiny` run on the CPU keeps about one core busy, so 2 fills a 2-core machine); where set,
+# DEVICE (`--device`, e.g. cuda), BATCH (`--batch`), PATIENCE (`--patience`: early stopping
+# after that many validations without improvement) and CHECKPOINT_EVERY (default 0: only at the
+# end; set it where a run may be cut short, as by a GPU session's time limit: the next call of
+# the script resumes the run from its newest checkpoint).
 set -euo pipefail
 bin=${CONELAB:-target/release/conelab}
+# A SIGTERM (`timeout`'s, sent to the whole process group) reaches every run too, which saves a
+# checkpoint and stops: the script waits for them, so that the next call finds them saved.
+trap 'trap "" TERM INT; wait; exit 143' TERM INT
 seeds=${SEEDS:-1 2 3}
 parallel=${PARALLEL:-1}
 running=0
@@ -48,8 +55,12 @@ rows() {
 }
 
 # train_row OUT CORPUS STEPS NAME SEED [FLAGS…]: one run, OUT/NAME-sSEED, named NAME (so that the
-# export puts its seeds in one row). A run that completed before is kept (the script resumes).
+# export puts its seeds in one row). A run that completed before is kept, one cut short after a
+# checkpoint is resumed, any other started afresh (the script can be called again until done).
 train_row() {
+    # In the background subshell that runs this row: a SIGTERM waits for the run in the
+    # foreground (bash runs the trap once it returns), which is saving its checkpoint.
+    trap 'exit 143' TERM INT
     local out=$1 corpus=$2 steps=$3 name=$4 seed=$5
     shift 5
     local dir
@@ -58,13 +69,26 @@ train_row() {
         echo "== $dir: completed before, kept"
         return
     fi
+    if compgen -G "$dir/step-*/model.safetensors" > /dev/null; then
+        echo "== $name, seed $seed: resuming $dir"
+        local start=$SECONDS
+        "$bin" train --resume "$dir" --headless --log-every "$steps" \
+            | grep -E '^(finished|diverged|eval)' | tail -2 || true
+        echo "   $(( SECONDS - start )) s"
+        return
+    fi
     rm -rf "$dir"
     local eval_every=${EVAL_EVERY:-$(( steps / 4 > 0 ? steps / 4 : 1 ))}
     echo "== $name, seed $seed: $bin train $corpus --model $model --steps $steps --seed $seed $*"
     local start=$SECONDS
+    local extra=()
+    [ -z "${DEVICE:-}" ] || extra+=(--device "$DEVICE")
+    [ -z "${BATCH:-}" ] || extra+=(--batch "$BATCH")
+    [ -z "${PATIENCE:-}" ] || extra+=(--patience "$PATIENCE")
     "$bin" train "$corpus" --headless --model "$model" --steps "$steps" --seed "$seed" \
-        --data-seed "$seed" --eval-test \
-        --eval-every "$eval_every" --checkpoint-every 0 --snapshot-every "$eval_every" \
+        --data-seed "$seed" --eval-test "${extra[@]}" \
+        --eval-every "$eval_every" --checkpoint-every "${CHECKPOINT_EVERY:-0}" \
+        --snapshot-every "$eval_every" \
         --log-every "$steps" --name "$name" --tag reproduce --run-dir "$dir" "$@" \
         | grep -E '^(finished|diverged|eval)' | tail -2 || true
     echo "   $(( SECONDS - start )) s"
