@@ -240,8 +240,9 @@ fn a_run_outlives_its_terminal_and_viewers_attach_steer_and_leave() {
 
     // 8. The finished run opens read-only, with its whole history.
     let fourth = terminal("fourth", &attach(4));
-    let screen = fourth.wait_for("read-only");
-    assert!(screen.contains("finished (stopped)"), "{screen}");
+    // The history comes after the first frame (a finished run's store is read first).
+    let screen = fourth.wait_for("finished (stopped)");
+    assert!(screen.contains("read-only"), "{screen}");
     // The whole event log, zoomed: the run's start and the intervention are there.
     fourth.keys(&["6", "z"]);
     let events = fourth.wait_for("MLE → CosReg γ=1");

@@ -253,6 +253,9 @@ pub struct App {
     pub hello: Option<RunHello>,
     /// Why the run takes no commands (a run that is over), shown in the Controls pane.
     pub read_only: Option<String>,
+    /// An attached viewer that has not yet had the run's history: its header says so, not the
+    /// empty view's "starting" (a finished run's store takes a moment to read).
+    pub awaiting_history: bool,
     /// The connection to the run is gone (its process ended).
     pub connection_lost: bool,
     /// The run this viewer watched live has just ended, diverged or failed: ring the bell.
@@ -306,6 +309,7 @@ impl App {
             run: RunView::new(objectives),
             hello: None,
             read_only: None,
+            awaiting_history: false,
             connection_lost: false,
             bell: false,
             analysis: None,
@@ -394,6 +398,7 @@ impl App {
         match message {
             ServerMessage::Hello { run, .. } => self.hello = Some(run),
             ServerMessage::History { view } => {
+                self.awaiting_history = false;
                 self.run = *view;
                 self.scrub = None;
                 if let Some(&newest) = self.run.projection_steps.last() {

@@ -316,6 +316,7 @@ pub fn run_viewer(
     let mut app = App::new(Objectives::default(), setup.view);
     app.spectrum_reference = setup.reference;
     app.read_only = setup.read_only;
+    app.awaiting_history = true;
     // Until the history arrives: who the run is, and that the view is coming.
     app.run.info.name = hello.run_id.clone();
     app.run.status = RunStatus::Starting;

@@ -251,6 +251,10 @@ fn header_status(status: &RunStatus) -> (String, Color) {
 
 fn header_line(app: &App, pal: &Palette, width: u16) -> Paragraph<'static> {
     let (status, color) = match (&app.run.status, &app.run.evaluating) {
+        _ if app.awaiting_history && app.read_only.is_some() => {
+            ("loading its history…".to_string(), Color::Gray)
+        }
+        _ if app.awaiting_history => ("connecting…".to_string(), Color::Gray),
         // An evaluation holds the steps (a minute and more on the CPU): say so, with how far.
         (RunStatus::Running | RunStatus::Stopping, Some(e)) => (
             format!("evaluating {} {:.0} %", e.split, 100.0 * e.fraction()),
@@ -403,6 +407,7 @@ mod tests {
     };
     use conelab_core::objective::{ObjectiveChange, Objectives, Term};
     use conelab_data::{FrequencyGroups, GroupBounds};
+    use conelab_link::protocol::ServerMessage;
     use conelab_metrics::{
         EmbeddingPanel, Embeddings, OutputAccumulator, OutputBatch, PanelOptions, RowGroups,
         Threads,
@@ -968,6 +973,44 @@ mod tests {
                 assert!(header.contains(word), "{width}: {header}");
             }
         }
+    }
+
+    /// Before the history arrives an attached viewer's header says it is coming — not the empty
+    /// view's "starting · step 0/1", which a finished run's viewer showed while its store was
+    /// read (the attach end-to-end test caught that frame under load).
+    #[test]
+    fn the_header_says_the_history_is_coming() {
+        let full = app();
+        let mut app = App::new(Objectives::default(), full.view);
+        app.awaiting_history = true;
+        let header = |app: &App| {
+            draw(app, 80, 24)
+                .lines()
+                .next()
+                .expect("header")
+                .to_string()
+        };
+        let connecting = header(&app);
+        assert!(
+            connecting.contains("connecting…") && !connecting.contains("starting"),
+            "{connecting}"
+        );
+        app.read_only = Some("read-only: the run was stopped at step 480".into());
+        assert!(
+            header(&app).contains("loading its history…"),
+            "{}",
+            header(&app)
+        );
+        app.on_message(ServerMessage::History {
+            view: Box::new(full.run),
+        });
+        assert!(!app.awaiting_history);
+        // The history's own status from then on (this one's run is still running).
+        let after = header(&app);
+        assert!(
+            after.contains("running") && !after.contains("loading"),
+            "{after}"
+        );
     }
 
     /// Issue #37: the penalty after the loss is labelled, a diverged loss is not eighteen
