@@ -148,6 +148,35 @@ pub(crate) fn known_curves(stores: &[LoadedStore]) -> Result<Vec<String>, StoreE
     Ok(names.into_iter().collect())
 }
 
+/// How many known names an unknown metric's error names (a store knows hundreds: the histogram
+/// cells alone are a few hundred).
+const SUGGESTIONS: usize = 8;
+
+/// The one-line error for a metric no store has: the known names nearest to it (Jaro–Winkler),
+/// at most [`SUGGESTIONS`], and how many there are in all.
+fn unknown_metric(name: &str, known: &[String]) -> String {
+    let mut near: Vec<(f64, &String)> = known
+        .iter()
+        .map(|k| (strsim::jaro_winkler(name, k), k))
+        .collect();
+    near.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    let shown: Vec<&str> = near
+        .iter()
+        .take(SUGGESTIONS)
+        .map(|(_, k)| k.as_str())
+        .collect();
+    let more = known.len().saturating_sub(shown.len());
+    format!(
+        "unknown metric '{name}' (nearest known: {}{})",
+        shown.join(", "),
+        if more > 0 {
+            format!("; {more} more: `conelab export RUN --table metrics` lists every row")
+        } else {
+            String::new()
+        }
+    )
+}
+
 pub(crate) fn curves(stores: &[LoadedStore], req: &ExportRequest) -> Result<Exported, StoreError> {
     let names: Vec<String> = if req.metrics.is_empty() {
         DEFAULT_CURVES.iter().map(|s| s.to_string()).collect()
@@ -173,12 +202,7 @@ pub(crate) fn curves(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
         if !found && !req.metrics.is_empty() {
             let known = known_curves(stores)?;
             return Err(StoreError::Invalid(
-                format!(
-                    "unknown metric '{}' (known: {})",
-                    names[ci],
-                    known.join(", ")
-                )
-                .into(),
+                unknown_metric(&names[ci], &known).into(),
             ));
         }
     }
@@ -201,4 +225,45 @@ pub(crate) fn curves(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
     let mut out = plain(DataFrame::new(rows.len(), columns)?);
     out.warnings = warnings_of(stores);
     Ok(out)
+}
+
+#[cfg(test)]
+mod unknown_metric_tests {
+    use super::{SUGGESTIONS, unknown_metric};
+
+    /// A store knows hundreds of names (here 700, as a run with histogram cells does): the error
+    /// names the nearest few, nearest first, and counts the rest, on one line.
+    #[test]
+    fn a_mistyped_metric_gets_the_nearest_names_not_all_of_them() {
+        let mut known: Vec<String> = (0..690).map(|i| format!("valid/hist/{i:04}")).collect();
+        known.extend(
+            [
+                "valid/ppl",
+                "valid/uniq",
+                "test/ppl",
+                "embedding/sc_u_orth",
+                "embedding/i1",
+            ]
+            .map(String::from),
+        );
+        known.extend((0..5).map(|i| format!("train/m{i}")));
+        let line = unknown_metric("embedding/sc_orth_u", &known);
+        assert!(!line.contains('\n'));
+        let listed = line
+            .split("nearest known: ")
+            .nth(1)
+            .and_then(|r| r.split(';').next())
+            .expect("a list");
+        let names: Vec<&str> = listed.trim_end_matches(')').split(", ").collect();
+        assert_eq!(names.len(), SUGGESTIONS, "{line}");
+        assert_eq!(names[0], "embedding/sc_u_orth", "{line}");
+        assert!(
+            line.contains(&format!("{} more", known.len() - SUGGESTIONS)),
+            "{line}"
+        );
+        assert!(unknown_metric("valid/pll", &known).contains("nearest known: valid/ppl"));
+        // Few names: all of them, and no "more".
+        let few = unknown_metric("x", &["a/b".to_string()]);
+        assert!(few.ends_with("(nearest known: a/b)"), "{few}");
+    }
 }
