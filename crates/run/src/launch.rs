@@ -444,8 +444,8 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     set(&mut next.steps, opts.steps);
     if opts.patience.is_some() {
         next.patience = opts.patience;
+        next.validate().map_err(RunError::Usage)?;
     }
-    next.validate().map_err(RunError::Usage)?;
     if let Some(epochs) = opts.epochs {
         next.steps = (epochs * trainer.windows_per_epoch() as f64)
             .ceil()
