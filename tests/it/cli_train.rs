@@ -115,6 +115,9 @@ fn patience_stops_a_run_early_and_a_resume_may_wait_longer() {
     let run = f.path("early");
     let toml = std::fs::read_to_string(run.join("run.toml")).expect("run.toml");
     assert!(toml.contains("patience = 2"), "{toml}");
+    // An impossible patience given to --resume: one line, the run untouched.
+    let refused = conelab(&["train", "--resume", s(&run), "--patience", "0"]);
+    assert_one_line_error(&refused, &["patience 0"]);
     // Evaluations at 8 and 10 do not improve either: with patience 4 the run ends at 10.
     let resumed = conelab(&["train", "--resume", s(&run), "--patience", "4"]);
     let text = String::from_utf8_lossy(&resumed.stdout);
