@@ -4,6 +4,7 @@
 
 mod common;
 
+mod architecture;
 mod attach_e2e;
 mod chaos;
 mod checkpoints;

@@ -21,3 +21,4 @@ pub mod run_dir;
 pub mod run_fault;
 pub mod state;
 pub mod train_config;
+pub mod words;

@@ -29,7 +29,7 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
         let index = NeighborIndex::new(w, Threads::All);
         let mut per_word = Vec::new();
         for word in &req.words {
-            let id = conelab_train::analysis::resolve_word(word, Some(tokens), m.n)
+            let id = conelab_core::words::resolve_word(word, Some(tokens), m.n)
                 .map_err(|e| StoreError::Invalid(Invalid::because(run.display().to_string())(e)))?;
             per_word.push(
                 index

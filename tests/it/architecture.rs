@@ -1,0 +1,47 @@
+//! The layering docs/DEVELOPMENT.md draws, checked on the resolved dependency graph: only `train`
+//! (and what is built on it: run, bench, the binary) links burn — the viewer, the wire, the
+//! store and the exports build without the trainer.
+
+/// The crates `package` links (its normal dependencies, transitively, for this machine), by name.
+fn links(package: &str) -> Vec<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["tree", "-p", package, "-e", "normal", "--prefix", "none"])
+        .args(["--locked", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn only_the_trainer_side_links_burn() {
+    let burn = |package: &str| -> Vec<String> {
+        let mut b: Vec<String> = links(package)
+            .into_iter()
+            .filter(|c| c.starts_with("burn"))
+            .collect();
+        b.dedup();
+        b
+    };
+    for side in [
+        "conelab-tui",
+        "conelab-link",
+        "conelab-export",
+        "conelab-store",
+        "conelab-widgets",
+        "conelab-core",
+    ] {
+        assert_eq!(burn(side), Vec::<String>::new(), "{side} links burn");
+    }
+    // The check can fail: the trainer does link it.
+    assert!(burn("conelab-train").contains(&"burn".to_string()));
+}
