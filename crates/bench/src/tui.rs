@@ -133,17 +133,13 @@ fn eval(step: u64, groups: &FrequencyGroups) -> Event {
     };
     let _ = acc.add(batch);
     let outputs = acc.finish(n, 0.0);
-    Event::Eval(EvalStats {
+    Event::Eval(EvalStats::from_outputs(
         step,
-        split: "valid".into(),
-        loss: outputs.loss,
-        ppl: outputs.ppl,
-        groups: [0, 1, 2].map(|g| (outputs.groups[g].ppl, outputs.groups[g].positions)),
-        positions: n as u64,
-        seconds: 1.0,
-        outputs: Box::new(outputs),
-        hidden: None,
-    })
+        "valid".into(),
+        outputs,
+        1.0,
+        None,
+    ))
 }
 
 /// A workbench 2,000 steps into a run on an `n × d` W: every step's numbers, ten evaluations,

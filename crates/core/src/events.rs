@@ -135,6 +135,30 @@ pub struct EvalStats {
     pub hidden: Option<Box<HiddenStats>>,
 }
 
+impl EvalStats {
+    /// The evaluation of `split` at `step` whose every position went into `outputs`: the loss,
+    /// PPL, per-group PPL and positions are read from them, not given twice.
+    pub fn from_outputs(
+        step: u64,
+        split: String,
+        outputs: OutputMetrics,
+        seconds: f64,
+        hidden: Option<Box<HiddenStats>>,
+    ) -> Self {
+        Self {
+            step,
+            split,
+            loss: outputs.loss,
+            ppl: outputs.ppl,
+            groups: [0, 1, 2].map(|g| (outputs.groups[g].ppl, outputs.groups[g].positions)),
+            positions: outputs.positions,
+            seconds,
+            outputs: Box::new(outputs),
+            hidden,
+        }
+    }
+}
+
 /// The embedding matrix at one step, row-major `[n, d]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {

@@ -1056,17 +1056,13 @@ mod tests {
             })
             .expect("batch");
             let outputs = acc.finish(10, 0.0);
-            Event::Eval(EvalStats {
+            Event::Eval(EvalStats::from_outputs(
                 step,
-                split: "valid".into(),
-                loss: outputs.loss,
-                ppl: outputs.ppl,
-                groups: [0, 1, 2].map(|g| (outputs.groups[g].ppl, outputs.groups[g].positions)),
-                positions: 10,
-                seconds: 1.0,
-                outputs: Box::new(outputs),
-                hidden: hidden.map(Box::new),
-            })
+                "valid".into(),
+                outputs,
+                1.0,
+                hidden.map(Box::new),
+            ))
         };
         let hidden = |step: u64| HiddenStats {
             positions: 4096,

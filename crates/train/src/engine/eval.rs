@@ -264,15 +264,11 @@ pub fn evaluate_scored(
         _ => None,
     };
     let outputs = acc.finish(window, cosine_weight);
-    Ok(EvalStats {
+    Ok(EvalStats::from_outputs(
         step,
-        split: split.name().to_owned(),
-        loss: outputs.loss,
-        ppl: outputs.ppl,
-        groups: [0, 1, 2].map(|g| (outputs.groups[g].ppl, outputs.groups[g].positions)),
-        positions: outputs.positions,
-        seconds: start.elapsed().as_secs_f64(),
-        outputs: Box::new(outputs),
+        split.name().to_owned(),
+        outputs,
+        start.elapsed().as_secs_f64(),
         hidden,
-    })
+    ))
 }
