@@ -1,6 +1,6 @@
-//! Rows of an embedding matrix named by the user (`inspect --neighbors`, `export --table
-//! neighbors`): a token of the vocabulary, or `#ROW`, with close spellings when a word is not
-//! there.
+//! Names the user types: rows of an embedding matrix (`inspect --neighbors`, `export --table
+//! neighbors`), a token of the vocabulary or `#ROW`, with close spellings when a word is not
+//! there; and the nearest known names an error offers for a mistyped one (`export --metric`).
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum WordError {
@@ -42,15 +42,19 @@ pub fn resolve_word(word: &str, tokens: Option<&[String]>, n: usize) -> Result<u
     })
 }
 
-/// Up to `max` tokens within a small edit distance of `word` (nearest first).
+/// Up to `max` tokens within a small edit distance of `word` (Levenshtein, case ignored, at
+/// most a third of the word's length and never over 3), nearest first: a typo's fix, and none
+/// where nothing is close.
 pub fn close_spellings(word: &str, tokens: &[String], max: usize) -> Vec<String> {
     let limit = (word.chars().count() / 3).clamp(1, 3);
     let lower = word.to_lowercase();
+    let length = lower.chars().count();
     let mut scored: Vec<(usize, &String)> = tokens
         .iter()
+        .filter(|t| t.chars().count().abs_diff(length) <= limit)
         .filter_map(|t| {
-            let d = edit_distance(&lower, &t.to_lowercase(), limit)?;
-            Some((d, t))
+            let d = strsim::levenshtein(&lower, &t.to_lowercase());
+            (d <= limit).then_some((d, t))
         })
         .collect();
     scored.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(b.1)));
@@ -61,27 +65,19 @@ pub fn close_spellings(word: &str, tokens: &[String], max: usize) -> Vec<String>
         .collect()
 }
 
-/// Levenshtein distance, or `None` when it exceeds `limit`.
-fn edit_distance(a: &str, b: &str, limit: usize) -> Option<usize> {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    if a.len().abs_diff(b.len()) > limit {
-        return None;
-    }
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        if cur.iter().min().is_some_and(|&m| m > limit) {
-            return None;
-        }
-        prev = cur;
-    }
-    let d = prev[b.len()];
-    (d <= limit).then_some(d)
+/// The `max` names of `known` most like `name` (Jaro–Winkler, which rewards a shared prefix:
+/// metric names share their split and group), most alike first, ties in name order. Unlike
+/// [`close_spellings`] there is no cutoff: a mistyped metric always gets the nearest few.
+pub fn nearest_names<'a>(name: &str, known: &'a [String], max: usize) -> Vec<&'a str> {
+    let mut near: Vec<(f64, &String)> = known
+        .iter()
+        .map(|k| (strsim::jaro_winkler(name, k), k))
+        .collect();
+    near.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    near.into_iter()
+        .take(max)
+        .map(|(_, k)| k.as_str())
+        .collect()
 }
 
 #[cfg(test)]
@@ -89,11 +85,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn edit_distance_is_levenshtein_with_a_limit() {
-        assert_eq!(edit_distance("kitten", "sitting", 3), Some(3));
-        assert_eq!(edit_distance("kitten", "sitting", 2), None);
-        assert_eq!(edit_distance("", "ab", 2), Some(2));
-        assert_eq!(edit_distance("same", "same", 1), Some(0));
+    fn close_spellings_are_within_the_limit_nearest_first() {
+        let tokens: Vec<String> = ["sitting", "kitchen", "mitten", "Kitten", "bitter", "kit"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        // "kitten" (6 letters) allows 2 edits: Kitten 0 (case ignored), mitten 1, bitter 2,
+        // kitchen 2; sitting is 3 away (k→s, e→i, +g) and kit 3 (three deletions).
+        assert_eq!(
+            close_spellings("kitten", &tokens, 10),
+            ["Kitten", "mitten", "bitter", "kitchen"]
+        );
+        assert_eq!(close_spellings("kitten", &tokens, 2), ["Kitten", "mitten"]);
+        assert!(close_spellings("zzzzzz", &tokens, 10).is_empty());
+    }
+
+    #[test]
+    fn nearest_names_always_names_the_nearest_few() {
+        let known: Vec<String> = ["valid/ppl", "valid/uniq", "test/ppl", "embedding/i1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(nearest_names("valid/pll", &known, 1), ["valid/ppl"]);
+        assert_eq!(nearest_names("zzz", &known, 9).len(), known.len());
+        assert!(nearest_names("valid/ppl", &known, 0).is_empty());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The long tables: every metric row, chosen curves by step, each run's resolved configuration.
 
 use super::*;
+use conelab_core::words::nearest_names;
 
 /// One row per run: `run_id` (its folder's name; `run`, the name it goes by, is added beside it),
 /// then every key of its `run.toml` flattened to a dotted path
@@ -152,19 +153,10 @@ pub(crate) fn known_curves(stores: &[LoadedStore]) -> Result<Vec<String>, StoreE
 /// cells alone are a few hundred).
 const SUGGESTIONS: usize = 8;
 
-/// The one-line error for a metric no store has: the known names nearest to it (Jaro–Winkler),
-/// at most [`SUGGESTIONS`], and how many there are in all.
+/// The one-line error for a metric no store has: the known names nearest to it
+/// ([`nearest_names`]), at most [`SUGGESTIONS`], and how many there are in all.
 fn unknown_metric(name: &str, known: &[String]) -> String {
-    let mut near: Vec<(f64, &String)> = known
-        .iter()
-        .map(|k| (strsim::jaro_winkler(name, k), k))
-        .collect();
-    near.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
-    let shown: Vec<&str> = near
-        .iter()
-        .take(SUGGESTIONS)
-        .map(|(_, k)| k.as_str())
-        .collect();
+    let shown = nearest_names(name, known, SUGGESTIONS);
     let more = known.len().saturating_sub(shown.len());
     format!(
         "unknown metric '{name}' (nearest known: {}{})",
