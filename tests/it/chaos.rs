@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, Rng, conelab, s, store_losses};
+use crate::common::{Fixture, Rng, conelab, s, store_losses, succeeded};
 
 const STEPS: u64 = 1_500;
 const KILLS: usize = 20;
@@ -127,11 +127,7 @@ fn series(run: &std::path::Path, split: &str, metric: &str) -> Vec<(u64, f64)> {
 fn twenty_kills_and_resumes_end_where_an_uninterrupted_run_ends_bit_for_bit() {
     let f = Fixture::new();
     let out = f.train("straight", &settings());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let straight = f.path("straight");
     let want = store_losses(&straight);
     assert_eq!(want.len(), STEPS as usize);
@@ -209,11 +205,7 @@ fn twenty_kills_and_resumes_end_where_an_uninterrupted_run_ends_bit_for_bit() {
         tries += 1;
         assert!(tries < 5, "the run does not complete");
         let out = conelab(&["train", "--resume", s(&chaos)]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
     }
     assert!(
         kills >= KILLS / 2,
@@ -258,11 +250,7 @@ fn twenty_kills_and_resumes_end_where_an_uninterrupted_run_ends_bit_for_bit() {
         }
         let file = f.path(&format!("{table}.parquet"));
         let out = conelab(&["export", s(&chaos), "--table", table, "--out", s(&file)]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
         let bytes = std::fs::read(&file).expect("parquet");
         use polars_io::prelude::SerReader;
         let df = polars_io::prelude::ParquetReader::new(std::io::Cursor::new(bytes))

@@ -5,6 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::common::succeeded;
 use conelab::checkpoint::{self, checkpoints_in, step_of};
 
 fn mkdir(p: &Path) {
@@ -85,11 +86,7 @@ fn leftovers_of_a_killed_process_are_cleaned_and_a_set_aside_checkpoint_is_put_b
     // A real run folder (run.toml), as a killed process would leave it.
     let f = crate::common::Fixture::new();
     let out = f.train("run", &["--steps", "1", "--eval-every", "0"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let run = f.path("run");
     // Killed during a re-save of step 1: the old folder set aside, the new one not yet in.
     fs::rename(run.join("step-000001"), run.join(".step-000001.old-99-0")).expect("set aside");
@@ -117,12 +114,7 @@ fn leftovers_of_a_killed_process_are_cleaned_and_a_set_aside_checkpoint_is_put_b
         .stdin(std::process::Stdio::null())
         .output()
         .expect("conelab");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(stdout.contains("start step=1 total=2"), "{stdout}");
 }
 
@@ -163,11 +155,7 @@ fn best_is_swapped_in_like_a_step_and_a_killed_swap_is_cleaned_or_put_back() {
 fn a_best_checkpoint_set_aside_by_a_killed_swap_is_put_back_and_a_staged_one_removed() {
     let f = crate::common::Fixture::new();
     let out = f.train("run", &["--steps", "2", "--eval-every", "1"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let run = f.path("run");
     assert!(
         run.join("best/model.safetensors").is_file(),
@@ -230,11 +218,7 @@ fn best_holds_the_lowest_validation_ppl_and_eval_step_best_reads_it() {
             "--eval-test",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let run = f.path("run");
     let log = fs::read_to_string(run.join("train.log")).expect("train.log");
     let evals = valid_evals(&log);
@@ -262,11 +246,7 @@ fn best_holds_the_lowest_validation_ppl_and_eval_step_best_reads_it() {
 
     // eval --step best evaluates that model again: the same step, the same PPL.
     let out = conelab(&["eval", s(&run), "--step", "best", "--json", "-k", "0"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(report["step"], best_step);
     let again = report["outputs"]["ppl"].as_f64().expect("ppl");
@@ -276,11 +256,7 @@ fn best_holds_the_lowest_validation_ppl_and_eval_step_best_reads_it() {
     );
     // --step last and a step number name step-N folders.
     let out = conelab(&["eval", s(&run), "--step", "last", "--json", "-k", "0"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(report["step"], 48);
 
@@ -297,11 +273,7 @@ fn best_holds_the_lowest_validation_ppl_and_eval_step_best_reads_it() {
         "--format",
         "json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(rows[0]["step"], best_step, "{rows}");
     let test_at_best = tests
@@ -334,11 +306,7 @@ fn a_run_named_best_is_a_run() {
     use crate::common::{conelab, s};
     let f = crate::common::Fixture::new();
     let out = f.train("best", &["--steps", "2", "--eval-every", "1"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let run = f.path("best");
     let dir = checkpoint::RunDir::open(&run).expect("a run");
     assert_eq!(dir.path(), run.as_path());
@@ -349,9 +317,5 @@ fn a_run_named_best_is_a_run() {
         run.as_path()
     );
     let out = conelab(&["eval", s(&run), "--step", "best", "--json", "-k", "0"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
 }

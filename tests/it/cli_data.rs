@@ -1,7 +1,7 @@
 //! `conelab data …` through the real binary: output, help, and every bad input the foundation issue
 //! lists — each must end in one line on stderr and exit status 2.
 
-use crate::common::{assert_one_line_error, conelab, corpus_dir, s};
+use crate::common::{assert_one_line_error, conelab, corpus_dir, s, succeeded};
 use conelab::data::{DataError, SplitText, VocabBuilder};
 
 const OK: &[u8] = b"a b c\nb c\n";
@@ -124,11 +124,7 @@ fn stats_json_counts_are_exact() {
         dir.path().to_str().expect("utf-8"),
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     assert_eq!(v["train_tokens"], 8);
     assert_eq!(v["valid_tokens"], 4);
@@ -154,11 +150,7 @@ fn wikitext_file_names_are_found() {
         std::fs::write(dir.path().join(format!("wiki.{s}.tokens")), OK).expect("write");
     }
     let out = conelab(&["data", "stats", dir.path().to_str().expect("utf-8")]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("vocabulary  5 types"));
 }
 
@@ -246,11 +238,7 @@ fn the_shell_completes_run_names() {
             .args(["--", "conelab", "attach", word])
             .output()
             .expect("conelab runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
         String::from_utf8_lossy(&out.stdout).to_string()
     };
     let got = complete("wt2");
@@ -291,12 +279,7 @@ fn a_usage_error_says_the_tip_and_the_usage_in_one_line() {
 #[test]
 fn completions_are_valid_shell_and_know_the_subcommands_and_flags() {
     let out = conelab(&["completions", "bash"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let script = String::from_utf8_lossy(&out.stdout).to_string();
+    let script = succeeded(&out);
     for word in [
         "train",
         "export",
@@ -338,12 +321,7 @@ fn completions_are_valid_shell_and_know_the_subcommands_and_flags() {
 #[test]
 fn the_manual_pages_cover_every_subcommand() {
     let out = conelab(&["man"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let page = String::from_utf8_lossy(&out.stdout);
+    let page = succeeded(&out);
     assert!(
         page.starts_with(".ie") || page.contains(".TH conelab"),
         "{page}"
@@ -352,11 +330,7 @@ fn the_manual_pages_cover_every_subcommand() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("man1");
     let out = conelab(&["man", "--dir", dir.to_str().expect("utf-8")]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     for name in [
         "conelab",
         "conelab-train",
@@ -397,11 +371,7 @@ fn a_corpus_is_found_by_name_under_conelab_datasets() {
         &["data", "stats", "mycorpus", "--json"],
         &[("CONELAB_DATASETS", &env)],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert!(v["train_tokens"].as_u64().is_some_and(|n| n >= 5), "{v}");
     // Training by name too, and the run records the folder it found.
@@ -422,11 +392,7 @@ fn a_corpus_is_found_by_name_under_conelab_datasets() {
         ],
         &[("CONELAB_DATASETS", &env)],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let toml = std::fs::read_to_string(run.join("run.toml")).expect("run.toml");
     assert!(toml.contains("b/mycorpus"), "{toml}");
     let out = crate::common::conelab_env(
@@ -454,7 +420,7 @@ fn baseline_computes_caches_and_refuses_a_tiny_corpus() {
             .expect("conelab runs")
     };
     let out = run(&cache, &["data", "baseline", "synthetic", "--json"]);
-    assert!(out.status.success(), "{out:?}");
+    succeeded(&out);
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let valid = &r["splits"][0];
     assert_eq!(valid["split"], "valid");
@@ -480,7 +446,7 @@ fn baseline_computes_caches_and_refuses_a_tiny_corpus() {
     let blocked = tmp.path().join("blocked");
     std::fs::write(&blocked, "not a folder").expect("file");
     let out = run(&blocked, &["data", "baseline", "synthetic"]);
-    assert!(out.status.success(), "{out:?}");
+    succeeded(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("not cached"), "{stderr}");
     // Two short sentences: computed, each level saying how its discounts were estimated.
@@ -489,8 +455,7 @@ fn baseline_computes_caches_and_refuses_a_tiny_corpus() {
         &cache,
         &["data", "baseline", dir.path().to_str().expect("utf-8")],
     );
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = succeeded(&out);
     assert!(
         text.contains("(single Y)") || text.contains("(fixed 0.75)"),
         "{text}"
@@ -535,12 +500,7 @@ fn data_bpe_writes_a_segmented_corpus_and_refuses_impossible_merges() {
         ])
     };
     let done = run("5", &out);
-    let stdout = String::from_utf8_lossy(&done.stdout);
-    assert!(
-        done.status.success(),
-        "{}",
-        String::from_utf8_lossy(&done.stderr)
-    );
+    let stdout = succeeded(&done);
     assert!(
         stdout.contains("5 merges") && stdout.contains("Rare group"),
         "{stdout}"
@@ -561,11 +521,7 @@ fn data_bpe_writes_a_segmented_corpus_and_refuses_impossible_merges() {
     }
     // The written corpus is a corpus.
     let stats = conelab(&["data", "stats", s(&out), "--json"]);
-    assert!(
-        stats.status.success(),
-        "{}",
-        String::from_utf8_lossy(&stats.stderr)
-    );
+    succeeded(&stats);
 
     // Bad input: nothing written.
     let fresh = dir.path().join("fresh");

@@ -3,15 +3,11 @@
 
 use std::path::Path;
 
-use crate::common::{Fixture, assert_one_line_error, conelab, s};
+use crate::common::{Fixture, assert_one_line_error, conelab, s, succeeded};
 use serde_json::Value;
 
 fn json(out: &std::process::Output) -> Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(out);
     serde_json::from_slice(&out.stdout).expect("valid JSON")
 }
 
@@ -360,11 +356,7 @@ fn inspect_decides_stolen_rows_with_the_checkpoints_output_bias() {
         "dev",
         &["--steps", "2", "--eval-every", "0", "--reg", "dev=0.1"],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v = json(&conelab(&[
         "inspect",
         s(&fx.path("dev")),
@@ -611,11 +603,7 @@ fn eval_bootstraps_intervals_and_pairs_two_runs() {
     let f = Fixture::new();
     for (run, steps) in [("short", "4"), ("long", "40")] {
         let out = f.train(run, &["--steps", steps, "--eval-every", "0"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
     }
     let (short, long) = (f.path("short"), f.path("long"));
     let boot = |extra: &[&str]| {
@@ -725,11 +713,7 @@ fn eval_bootstraps_intervals_and_pairs_two_runs() {
         "--eval-every",
         "0",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert_one_line_error(
         &conelab(&[
             "eval",

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::common::{Fixture, assert_one_line_error, conelab, conelab_env, copy_dir, s};
+use crate::common::{Fixture, assert_one_line_error, conelab, conelab_env, copy_dir, s, succeeded};
 
 #[test]
 fn a_small_run_in_a_pipe_logs_plain_lines_and_resumes() {
@@ -22,12 +22,7 @@ fn a_small_run_in_a_pipe_logs_plain_lines_and_resumes() {
             "1",
         ],
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(
         !stdout.contains('\x1b'),
         "escape codes in a pipe: {stdout:?}"
@@ -61,12 +56,7 @@ fn a_small_run_in_a_pipe_logs_plain_lines_and_resumes() {
         "--log-every",
         "1",
     ]);
-    let text = String::from_utf8_lossy(&resumed.stdout);
-    assert!(
-        resumed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&resumed.stderr)
-    );
+    let text = succeeded(&resumed);
     assert!(
         text.contains("start step=6 total=9") && text.contains("finished step=9"),
         "{text}"
@@ -102,12 +92,7 @@ fn patience_stops_a_run_early_and_a_resume_may_wait_longer() {
     let f = Fixture::new();
     let args = ["--steps", "50", "--eval-every", "2", "--lr", "1e-30"];
     let out = f.train("early", &[&args[..], &["--patience", "2"]].concat());
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(
         stdout.contains("stopped early at step 6 of 50") && stdout.contains("finished step=6"),
         "{stdout}"
@@ -120,12 +105,7 @@ fn patience_stops_a_run_early_and_a_resume_may_wait_longer() {
     assert_one_line_error(&refused, &["patience 0"]);
     // Evaluations at 8 and 10 do not improve either: with patience 4 the run ends at 10.
     let resumed = conelab(&["train", "--resume", s(&run), "--patience", "4"]);
-    let text = String::from_utf8_lossy(&resumed.stdout);
-    assert!(
-        resumed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&resumed.stderr)
-    );
+    let text = succeeded(&resumed);
     assert!(
         text.contains("start step=6") && text.contains("finished step=10"),
         "{text}"
@@ -151,7 +131,7 @@ fn train_log_in_json_and_a_full_disk_under_it() {
             "json",
         ],
     );
-    assert!(out.status.success(), "{out:?}");
+    succeeded(&out);
     let log = std::fs::read_to_string(f.path("json").join("train.log")).expect("train.log");
     let lines: Vec<serde_json::Value> = log
         .lines()
@@ -197,7 +177,7 @@ fn train_log_in_json_and_a_full_disk_under_it() {
         .stdin(Stdio::null())
         .output()
         .expect("runs");
-    assert!(out.status.success(), "{out:?}");
+    succeeded(&out);
     let log = std::fs::read_to_string(run.join("train.log")).expect("train.log");
     assert_eq!(log.lines().count(), 2, "{log}");
     // The start, then the corpus's reference models.
@@ -294,12 +274,7 @@ fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
     copy_dir(&run, &empty);
     std::fs::remove_dir_all(empty.join("step-000002")).expect("rm");
     let out = conelab(&["train", "--resume", s(&empty), "--log-every", "1"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(stdout.contains("start step=0 total=2"), "{stdout}");
     // The earlier run's store is not deleted: set aside, and said where.
     assert!(stdout.contains("its earlier store is kept in"), "{stdout}");
@@ -320,12 +295,7 @@ fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
         "--log-every",
         "1",
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(stdout.contains("its store is kept in"), "{stdout}");
     assert_eq!(set_aside_stores(&empty), 2);
     // The move aside fails (an I/O error): nothing starts, the store stays where it was, exit 4.
@@ -376,11 +346,7 @@ fn a_carried_lstm_state_of_another_shape_is_a_one_line_error() {
     .expect("config");
     let out = f.train_with(&config, "lstm-run", &["--steps", "2", "--eval-every", "0"]);
     let run = f.path("lstm-run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let recurrent = run.join("step-000002/recurrent.safetensors");
     assert!(recurrent.is_file(), "an LSTM checkpoint carries its state");
     // The same layers and hidden size, three sequences instead of two.
@@ -611,11 +577,7 @@ fn bench_train_prints_a_table_and_json() {
         "bench", "train", "--steps", "2", "--warmup", "1", "--batch", "2", "--bptt", "8",
         "--vocab", "500", "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["vocab"], 500);
     assert_eq!(v["window"], 8);
@@ -644,11 +606,7 @@ fn bench_chaos_reports_a_quiet_and_an_attacked_run() {
     let out = conelab(&[
         "bench", "chaos", "--steps", "10", "--rounds", "1", "--attack", "flood", "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["attacks"], serde_json::json!(["flood"]));
     let round = &v["rounds"][0];
@@ -681,7 +639,7 @@ fn bench_chaos_reports_a_quiet_and_an_attacked_run() {
 fn compare_refuses_what_it_cannot_show_in_one_line() {
     let f = Fixture::new();
     let out = f.train("a", &["--headless", "--steps", "4", "--eval-every", "0"]);
-    assert!(out.status.success(), "{out:?}");
+    succeeded(&out);
     let run = f.path("a");
     let not_a_run = f.path("corpus");
     assert_one_line_error(
@@ -784,11 +742,7 @@ fn notify_runs_a_command_with_how_the_run_ended() {
         "done",
         &["--steps", "4", "--eval-every", "2", "--notify", &notify],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let text = std::fs::read_to_string(&said).expect("the notifier ran");
     let line = text.lines().next().expect("a line");
     assert!(line.starts_with("completed|4|0|"), "{line}");

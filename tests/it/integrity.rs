@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use crate::common::{Fixture, Rng, conelab, copy_dir, s};
+use crate::common::{Fixture, Rng, conelab, copy_dir, s, succeeded};
 
 /// The files whose bytes conelab verifies: the run's `run.toml` and `vocab.tsv`, the store's
 /// `run.json`, segments and projections, every file of every checkpoint, and the manifests.
@@ -87,11 +87,7 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
             "3",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let pristine = f.path("run");
     let files = verified_files(&pristine);
     let segment = |p: &Path| {
@@ -123,11 +119,7 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
         &["no metrics store"],
     );
     let clean = conelab(&["store", "verify", s(&pristine)]);
-    assert!(
-        clean.status.success(),
-        "{}",
-        String::from_utf8_lossy(&clean.stderr)
-    );
+    succeeded(&clean);
     assert!(
         String::from_utf8_lossy(&clean.stdout).contains("3 checkpoints verified"),
         "{}",
@@ -319,11 +311,7 @@ fn the_manifest_covers_the_checkpoint_and_an_old_checkpoint_reads_unverified() {
             "10",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let step = f.path("run").join("step-000010");
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(step.join("checksums.json")).expect("manifest"))
@@ -354,11 +342,7 @@ fn the_manifest_covers_the_checkpoint_and_an_old_checkpoint_reads_unverified() {
     let copy = f.path("copy");
     copy_dir(&f.path("run"), &copy);
     let out = conelab(&["train", "--resume", s(&copy), "--steps", "11", "--headless"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
 
     // Damage in an unverified checkpoint, its only one: an error in one line, never a panic.
     let optimizer = step.join("optimizer.bpk");

@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, conelab, process_gone, s, signal, wait_until};
+use crate::common::{Fixture, conelab, process_gone, s, signal, succeeded, wait_until};
 use conelab::run::protocol::PROTOCOL_VERSION;
 use serde_json::{Value, json};
 
@@ -30,11 +30,7 @@ fn live_run(f: &Fixture, name: &str) -> (PathBuf, PathBuf, u32) {
             "--detach",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let run = f.path(name);
     let live: Value =
         serde_json::from_slice(&std::fs::read(run.join("live.json")).expect("live")).expect("json");
@@ -328,11 +324,7 @@ fn a_stale_socket_is_replaced_and_a_long_folder_gets_its_socket_elsewhere() {
     wait_until("the kill", || process_gone(pid));
     assert!(socket.exists(), "a killed run leaves its socket file");
     let out = conelab(&["train", "--resume", s(&run), "--detach"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let live: Value =
         serde_json::from_slice(&std::fs::read(run.join("live.json")).expect("live")).expect("json");
     let mut c = Client::connect(Path::new(live["socket"].as_str().expect("socket")));

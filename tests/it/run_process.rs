@@ -8,7 +8,8 @@ use std::process::Command;
 
 use crate::common::{
     Fixture, assert_one_line_error, conelab, conelab_processes, copy_dir, process_gone, read_until,
-    s, signal, spawn_train, spawn_train_env, store_events, store_losses, wait_final, wait_until,
+    s, signal, spawn_train, spawn_train_env, store_events, store_losses, succeeded, wait_final,
+    wait_until,
 };
 
 fn steps_are_contiguous_and_once(run: &Path, last: u64) {
@@ -176,11 +177,7 @@ fn sigint_and_sigterm_stop_after_the_step_with_a_checkpoint_and_exit_75() {
             "--log-every",
             "1",
         ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
         steps_are_contiguous_and_once(&run, step + 3);
     }
 }
@@ -234,21 +231,13 @@ fn a_bad_number_is_refused_before_anything_is_created_and_a_folder_without_check
     }
     // ... can be started again, by the same command and by --resume.
     let again = f.train("run", &["--steps", "4", "--eval-every", "0"]);
-    assert!(
-        again.status.success(),
-        "{}",
-        String::from_utf8_lossy(&again.stderr)
-    );
+    succeeded(&again);
     steps_are_contiguous_and_once(&f.path("run"), 4);
     for p in conelab::checkpoint::checkpoints_in(&f.path("run")).expect("list") {
         std::fs::remove_dir_all(p).expect("rm");
     }
     let resumed = conelab(&["train", "--resume", s(&f.path("run")), "--steps", "2"]);
-    assert!(
-        resumed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&resumed.stderr)
-    );
+    succeeded(&resumed);
     steps_are_contiguous_and_once(&f.path("run"), 2);
 }
 
@@ -292,12 +281,7 @@ fn resume_applies_what_can_change_and_refuses_what_cannot() {
         "--log-every",
         "1",
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     // The lr and the objectives apply from the step after the resume, recorded as events there.
     assert!(stdout.contains("lr=5.000e-3"), "{stdout}");
     let events = store_events(&run);
@@ -450,11 +434,7 @@ fn a_failed_second_tier_warns_and_the_run_goes_on() {
             "--format",
             "csv",
         ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
         String::from_utf8_lossy(&out.stdout).lines().skip(1).count()
     };
     let panels = csv("embedding/total/i1");
@@ -566,11 +546,7 @@ fn a_kill_just_after_a_checkpoint_loses_no_row_it_covers() {
     // The resume continues from it with every step once.
     let until = (newest + 2).to_string();
     let out = conelab(&["train", "--resume", s(&run), "--steps", &until]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     steps_are_contiguous_and_once(&run, newest + 2);
 }
 
@@ -720,11 +696,7 @@ fn runs_lists_every_status_and_never_fails_on_one_folder() {
     std::fs::write(root.join("broken/run.toml"), "this is = not [valid").expect("write");
 
     let out = conelab(&["runs", s(&root), "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
     let by = |name: &str| {
         rows.iter()
@@ -816,11 +788,7 @@ fn runs_lists_every_status_and_never_fails_on_one_folder() {
     };
     let done = root.join("done");
     let out = conelab(&["tag", s(&done), "+x", "-seed1"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "tags: ptb, x\n");
     assert_eq!(run_json("done")["tags"], serde_json::json!(["ptb", "x"]));
     assert_eq!(
@@ -833,25 +801,13 @@ fn runs_lists_every_status_and_never_fails_on_one_folder() {
     assert!(run_json("done")["name"].is_null());
     let live_dir = root.join("live");
     let out = conelab(&["tag", s(&live_dir), "+hot"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert_eq!(run_json("live")["tags"], serde_json::json!(["hot"]));
     let out = conelab(&["note", s(&live_dir), "watch the rare group"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert_eq!(run_json("live")["notes"], "watch the rare group");
     let out = conelab(&["rename", s(&live_dir), "the live one"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let out = conelab(&["runs", s(&root), "--json"]);
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
     let live_row = rows.iter().find(|r| r["dir"] == "live").expect("live row");
@@ -1002,11 +958,7 @@ fn resume_accepts_the_runs_own_values_given_again() {
     let run = f.path("run");
     let again = [&first[..], &["--resume", s(&run), "--steps", "6"]].concat();
     let own = f.train("run", &again);
-    assert!(
-        own.status.success(),
-        "{}",
-        String::from_utf8_lossy(&own.stderr)
-    );
+    succeeded(&own);
     steps_are_contiguous_and_once(&run, 6);
     let out = f.train("run", &["--seed", "2", "--resume", s(&run), "--steps", "8"]);
     assert_one_line_error(&out, &["--seed 2 differs from the run's own 1"]);
@@ -1042,11 +994,7 @@ fn resume_knows_a_moved_corpus_by_its_files() {
         "4",
         "--headless",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -1055,11 +1003,7 @@ fn resume_knows_a_moved_corpus_by_its_files() {
     assert!(said.contains("the corpus is read from"), "{said}");
     // From now on the run reads it there, without being told.
     let out = conelab(&["train", "--resume", s(&run), "--steps", "5", "--headless"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     steps_are_contiguous_and_once(&run, 5);
     // Another corpus (its files differ by one byte) is refused, naming it and the run's own.
     let other = f.path("other-corpus");

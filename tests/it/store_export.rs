@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::common::{assert_one_line_error, conelab};
+use crate::common::{assert_one_line_error, conelab, succeeded};
 use conelab::store::export::{self, ExportRequest, Format, StepChoice, Table};
 use conelab::store::{FlushPolicy, RunRecord, StoreWriter, split};
 
@@ -537,11 +537,7 @@ fn the_command_line_writes_files_atomically_and_refuses_bad_input_in_one_line() 
     let r = runs();
     let out_file = r.mle.parent().expect("root").join("table.tex");
     let ok = conelab(&["export", s(&r.mle), s(&r.cos), "--out", s(&out_file)]);
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    succeeded(&ok);
     let tex = std::fs::read_to_string(&out_file).expect("written");
     assert!(
         tex.starts_with("\\begin{tabular}"),
@@ -801,11 +797,7 @@ fn paired_differences_pair_each_run_with_the_baselines_run_of_its_seed() {
         conelab(&all.iter().map(String::as_str).collect::<Vec<_>>())
     };
     let out = run(&["--paired-with".into(), s(&runs[0]).into()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let by_folder: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(by_folder[0]["total_ppl_mean"], 8.0);
     assert_one_line_error(

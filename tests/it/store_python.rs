@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::common::{Fixture, conelab, conelab_env, python_run, python_with, s};
+use crate::common::{Fixture, conelab, conelab_env, python_run, python_with, s, succeeded};
 
 const PACKAGES: [&str; 4] = [
     "polars==2.1.0",
@@ -55,11 +55,7 @@ fn listing(dir: &Path) -> BTreeMap<String, (u64, std::time::SystemTime)> {
 
 fn json_rows(args: &[&str]) -> Vec<serde_json::Value> {
     let out = conelab(args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     rows.as_array().expect("rows").clone()
 }
@@ -104,17 +100,9 @@ fn the_store_pages_python_reads_the_stores_as_conelab_does() {
         String::from_utf8_lossy(&failed.stderr)
     );
     let resumed = conelab(&["train", "--resume", s(&a)]);
-    assert!(
-        resumed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&resumed.stderr)
-    );
+    succeeded(&resumed);
     let trained = train(&b, &[]);
-    assert!(
-        trained.status.success(),
-        "{}",
-        String::from_utf8_lossy(&trained.stderr)
-    );
+    succeeded(&trained);
 
     let work = f.path("work");
     let before = listing(&checkpoints);
@@ -128,11 +116,7 @@ fn the_store_pages_python_reads_the_stores_as_conelab_does() {
             "--out",
             s(&work.join(format!("{table}.parquet"))),
         ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
     }
     // The runs table as conelab reads it (outside CI without Python, its only check here).
     let runs = json_rows(&[

@@ -4,7 +4,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, conelab, s};
+use crate::common::{Fixture, conelab, s, succeeded};
 use conelab::store::{self, query, split};
 use polars::prelude::*;
 
@@ -43,12 +43,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
             "1",
         ],
     );
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "{}{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     let st = store::load(&f.path("run")).expect("the run has a store");
     assert!(st.warnings.is_empty(), "{:?}", st.warnings);
     let metrics = &st.metrics;
@@ -152,7 +147,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
     // The corpus's reference models, recorded as the run started (issue #38), are those
     // `data baseline` computes for the corpus; the groups table carries them and the gain.
     let baseline = conelab(&["data", "baseline", s(&f.path("corpus")), "--json"]);
-    assert!(baseline.status.success(), "{baseline:?}");
+    succeeded(&baseline);
     let baseline: serde_json::Value = serde_json::from_slice(&baseline.stdout).expect("json");
     let kn3 = &baseline["splits"][0]["kn3"];
     assert_eq!(baseline["splits"][0]["split"], "valid");
@@ -173,7 +168,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
         "--format",
         "json",
     ]);
-    assert!(groups.status.success(), "{groups:?}");
+    succeeded(&groups);
     let rows: serde_json::Value = serde_json::from_slice(&groups.stdout).expect("json");
     let row = &rows[0];
     let total_ref = kn3["total"].as_f64().expect("total");
@@ -191,12 +186,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
         "--format",
         "csv",
     ]);
-    assert!(
-        csv.status.success(),
-        "{}",
-        String::from_utf8_lossy(&csv.stderr)
-    );
-    let text = String::from_utf8_lossy(&csv.stdout);
+    let text = succeeded(&csv);
     assert_eq!(
         text.lines().next(),
         Some("run_id,run,run_uuid,step,train/loss,valid/ppl,embedding/i1")
@@ -223,12 +213,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
         "--format",
         "csv",
     ]);
-    assert!(
-        csv.status.success(),
-        "{}",
-        String::from_utf8_lossy(&csv.stderr)
-    );
-    let text = String::from_utf8_lossy(&csv.stdout).to_string();
+    let text = succeeded(&csv);
     let rows: Vec<Vec<&str>> = text
         .lines()
         .skip(1)
@@ -344,11 +329,7 @@ fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates()
         "--log-every",
         "1",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let st = store::load(&run).expect("load");
     let h = query::history(&st.metrics, split::TRAIN, "total", "loss", 0).expect("history");
     let starts: Vec<u64> = kinds_and_steps(&st.events)
@@ -455,11 +436,7 @@ fn a_kill_just_after_a_checkpoint_keeps_that_steps_analysis() {
     // by chance before the kill: either way the resumed run's store has it exactly once.
     let before = embedding_rows_at(&run, 10);
     let out = crate::common::conelab(&["train", "--resume", crate::common::s(&run), "--headless"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let after = embedding_rows_at(&run, 10);
     assert!(
         after > 0,
@@ -489,11 +466,7 @@ fn spectrum_control_stores_its_gap_to_the_prior_and_to_w() {
             "sc=exp:1:c1=3",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let run = f.path("run");
     let metrics = [
         "sc_prior_gap",
@@ -510,12 +483,7 @@ fn spectrum_control_stores_its_gap_to_the_prior_and_to_w() {
         args.extend(["--metric", n.as_str()]);
     }
     let out = conelab(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let csv = String::from_utf8_lossy(&out.stdout).to_string();
+    let csv = succeeded(&out);
     let rows: Vec<Vec<f64>> = csv
         .lines()
         .skip(1)
@@ -551,11 +519,7 @@ fn spectrum_control_stores_its_gap_to_the_prior_and_to_w() {
 fn a_run_stores_its_process_load() {
     let f = Fixture::new();
     let out = f.train("run", &["--steps", "4", "--eval-every", "0"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let run = f.path("run");
     let out = conelab(&[
         "export",
@@ -569,12 +533,7 @@ fn a_run_stores_its_process_load() {
         "--metric",
         "system/total/host_total_mib",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let csv = String::from_utf8_lossy(&out.stdout).to_string();
+    let csv = succeeded(&out);
     let row: Vec<f64> = csv
         .lines()
         .nth(1)

@@ -2,7 +2,7 @@
 //! a time, run again (completed runs kept, an unfinished one resumed), its status, its table, a
 //! dry run, and bad files refused in one line.
 
-use crate::common::{Fixture, assert_one_line_error, conelab, s};
+use crate::common::{Fixture, assert_one_line_error, conelab, s, succeeded};
 
 fn sweep_file(f: &Fixture, body: &str) -> std::path::PathBuf {
     let path = f.path("grid.toml");
@@ -26,8 +26,7 @@ fn a_grid_runs_two_at_a_time_is_kept_resumed_and_tabled() {
 
     // A dry run names every run and writes nothing.
     let dry = conelab(&["sweep", "run", s(&file), "--out", s(&out), "--dry-run"]);
-    let text = String::from_utf8_lossy(&dry.stdout);
-    assert!(dry.status.success(), "{dry:?}");
+    let text = succeeded(&dry);
     assert!(text.starts_with("4 runs into"), "{text}");
     for name in [
         "seed-1_reg-cos=off",
@@ -74,8 +73,7 @@ fn a_grid_runs_two_at_a_time_is_kept_resumed_and_tabled() {
         "csv",
     ]);
     let table = conelab(&args);
-    let csv = String::from_utf8_lossy(&table.stdout);
-    assert!(table.status.success(), "{table:?}");
+    let csv = succeeded(&table);
     for label in ["reg-cos=off,2,", "reg-cos=1,2,"] {
         assert!(csv.lines().any(|l| l.starts_with(label)), "{csv}");
     }
@@ -201,7 +199,7 @@ fn slurm_submits_an_array_whose_tasks_run_stop_requeue_and_resume_exactly() {
         .env("PATH", &path)
         .output()
         .expect("runs");
-    assert!(submit.status.success(), "{submit:?}");
+    succeeded(&submit);
     assert!(String::from_utf8_lossy(&submit.stdout).contains("submitted job array 4242: 2 tasks"));
     // SLURM opens each task's output file itself and fails the task when the folder is missing
     // (found on a real one-node SLURM: every task failed at once).
@@ -227,7 +225,7 @@ fn slurm_submits_an_array_whose_tasks_run_stop_requeue_and_resume_exactly() {
         .arg(&script)
         .output()
         .expect("bash");
-    assert!(syntax.status.success(), "{syntax:?}");
+    succeeded(&syntax);
 
     // Task 1 as SLURM would run it; TERM (the time limit's warning) reaches the run, which
     // saves and exits 75; the script requeues its own task.
@@ -281,7 +279,7 @@ fn slurm_submits_an_array_whose_tasks_run_stop_requeue_and_resume_exactly() {
             "2",
         ],
     );
-    assert!(plain.status.success(), "{plain:?}");
+    succeeded(&plain);
     assert_eq!(losses, crate::common::store_losses(&f.path("plain")));
 
     // The status joins the runs' own state with the queue's and the accounting database's.
@@ -380,7 +378,7 @@ fn a_real_slurm_runs_the_array_and_a_preempted_task_is_requeued_and_resumes_exac
         "--cpus-per-task",
         "1",
     ]);
-    assert!(submit.status.success(), "{submit:?}");
+    succeeded(&submit);
     let mut jobs = CancelOnDrop(vec![job_id(&grid)]);
     let names = [
         "seed-1_reg-cos=off",
@@ -427,7 +425,7 @@ fn a_real_slurm_runs_the_array_and_a_preempted_task_is_requeued_and_resumes_exac
     std::fs::write(&long, text).expect("write");
     let preempt = f.path("preempt");
     let submit = conelab(&["sweep", "run", s(&long), "--out", s(&preempt), "--slurm"]);
-    assert!(submit.status.success(), "{submit:?}");
+    succeeded(&submit);
     let job = job_id(&preempt);
     jobs.0.push(job.clone());
     let run = preempt.join("runs/seed-2");
@@ -439,7 +437,7 @@ fn a_real_slurm_runs_the_array_and_a_preempted_task_is_requeued_and_resumes_exac
         .args(["--batch", "--signal=TERM", &job])
         .output()
         .expect("scancel");
-    assert!(term.status.success(), "{term:?}");
+    succeeded(&term);
     let log = preempt.join(format!("logs/slurm-{job}_0.log"));
     wait_secs("the task to stop and requeue itself", 120, || {
         std::fs::read_to_string(&log).is_ok_and(|t| t.contains("(exit 75): requeued"))
@@ -487,6 +485,6 @@ fn a_real_slurm_runs_the_array_and_a_preempted_task_is_requeued_and_resumes_exac
     let losses = crate::common::store_losses(&run);
     assert_eq!(losses.len(), 3000);
     let plain = plain.expect("the uninterrupted run");
-    assert!(plain.status.success(), "{plain:?}");
+    succeeded(&plain);
     assert_eq!(losses, crate::common::store_losses(&f.path("plain")));
 }

@@ -1100,11 +1100,7 @@ fn bench_train_times_pipelined_and_synchronised_steps() {
         ];
         args.extend_from_slice(extra);
         let out = crate::common::conelab(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::common::succeeded(&out);
         serde_json::from_slice(&out.stdout).expect("json")
     };
     let (piped, synced) = (json(&[]), json(&["--step-sync"]));

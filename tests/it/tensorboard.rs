@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::common::{
-    Fixture, assert_one_line_error, conelab, conelab_env, python_run, python_with, s,
+    Fixture, assert_one_line_error, conelab, conelab_env, python_run, python_with, s, succeeded,
 };
 
 const TENSORBOARD: &str = "tensorboard==2.21.0";
@@ -14,11 +14,7 @@ const TENSORBOARD: &str = "tensorboard==2.21.0";
 /// JSON has no NaN or infinity, so a value that is not finite reads as NaN here.
 fn stored(run: &Path) -> BTreeMap<(String, u64), f64> {
     let out = conelab(&["export", s(run), "--table", "metrics", "--format", "json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let mut map = BTreeMap::new();
     for r in rows.as_array().expect("rows") {
@@ -80,19 +76,11 @@ fn a_run_exported_as_tfevents_reads_in_tensorboard_and_back_through_import_tb() 
             "--headless",
         ],
     );
-    assert!(
-        trained.status.success(),
-        "{}",
-        String::from_utf8_lossy(&trained.stderr)
-    );
+    succeeded(&trained);
     let run = f.path("run");
     let log = f.path("log");
     let out = conelab(&["export", s(&run), "--format", "tfevents", "--out", s(&log)]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let store = stored(&run);
     assert!(
         store.len() > 100,
@@ -109,11 +97,7 @@ fn a_run_exported_as_tfevents_reads_in_tensorboard_and_back_through_import_tb() 
     // Round trip through conelab's own reader: every value back at its step, to f32.
     let back = f.path("imported");
     let out = conelab(&["import-tb", s(&log), "--out", s(&back), "--name", "tb"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let again = stored(&back.join("tb-run"));
     assert_eq!(again.len(), store.len());
     for ((tag, step), v) in &store {
@@ -260,11 +244,7 @@ fn curve(run: &Path, metric: &str) -> Vec<(u64, f64)> {
         "--format",
         "json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     rows.as_array()
         .expect("rows")
@@ -295,11 +275,7 @@ fn import_tb_reads_pytorch_and_tf2_logs_and_skips_damage_once() {
     python_run(&python, WRITE_LOG, &[s(&log)]);
     let out_dir = tmp.path().join("runs");
     let out = conelab(&["import-tb", s(&log), "--out", s(&out_dir)]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert!(
         out.stderr.is_empty(),
         "{}",
@@ -359,11 +335,7 @@ fn import_tb_reads_pytorch_and_tf2_logs_and_skips_damage_once() {
     )
     .expect("write");
     let out = conelab(&["import-tb", s(&damaged), "--out", s(&out_dir)]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
@@ -432,11 +404,7 @@ fn import_tb_refuses_two_runs_of_one_name_before_writing_anything() {
     assert!(!out_dir.exists(), "nothing written");
     std::fs::remove_dir_all(log.join("a b")).expect("rm");
     let out = conelab(&["import-tb", s(&log), "--out", s(&out_dir), "--name", "."]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let mut made: Vec<String> = std::fs::read_dir(&out_dir)
         .expect("runs")
         .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))

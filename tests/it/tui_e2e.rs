@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::common::{Fixture, Tmux, require_tmux, s};
+use crate::common::{Fixture, Tmux, require_tmux, s, succeeded};
 
 #[test]
 fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
@@ -320,7 +320,7 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
             "baseline",
         ],
     );
-    assert!(out.status.success(), "{out:?}");
+    succeeded(&out);
     // A live run with another objective: it trains until the test stops it.
     let mut live = crate::common::spawn_train(
         &f,

@@ -88,6 +88,18 @@ pub fn conelab_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     c.output().expect("the conelab binary runs")
 }
 
+/// Asserts the command succeeded (printing its stderr and stdout if not) and returns its stdout.
+pub fn succeeded(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}: {}{stdout}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// Asserts the run failed the way every bad input must: exit status 2 and exactly one line on
 /// stderr that contains each of `needles`, no panic, no backtrace.
 pub fn assert_one_line_error(out: &Output, needles: &[&str]) -> String {
