@@ -4,6 +4,9 @@
 # as one tar), and the WikiText-2 runs stop on SIGINT before the call's limit (exit 75, a checkpoint
 # saved) and continue with --resume in the next call on the same warm machine.
 #
+#   bench/gpu_session.sh pending               # what gpu-engine still needs measured, in one call of
+#                                              # about 5 minutes (docs/GPU.md, "Built since the last
+#                                              # GPU session"): run it first on a 15-minute budget
 #   bench/gpu_session.sh smoke                 # 200 steps of tiny on cuda, a mid-run unfreeze; eval
 #   bench/gpu_session.sh compare               # bench/compare_gpu.sh, fp32, small and gpt2-small
 #   bench/gpu_session.sh engine                # the gpu-engine matrix: small, gpt2-small at B = 16 and 64,
@@ -56,6 +59,44 @@ stage_smoke() {
   echo "smoke eval exit $?"
   tar czf "$out/smoke-run.tar.gz" -C checkpoints gpu-smoke
   du -h "$out/smoke-run.tar.gz"
+}
+
+# The figures docs/GPU.md lists as "built since the last GPU session", most wanted first, each part
+# under its own timeout (a part that overruns costs its own figure, not the rest) and written
+# under $OUT as it completes. The timeouts add up to 8.5 minutes (a call with timeout_s 540 ends
+# it whatever happens); the parts themselves should take about 5 on an H100.
+stage_pending() {
+  local py=/opt/torch/.venv/bin/python
+  [ -x "$py" ] || py=python3
+  local t0=$SECONDS
+  part() { echo "== [$((SECONDS - t0)) s] $*"; }
+  {
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 || true
+    "$conelab" --version
+    ldd "$conelab" | grep -i 'not found' || echo "ldd: every library resolved"
+    "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+  } | tee "$out/pending-machine.txt"
+  # Kernels per step with the stacked LSTM gates, native_dropout and unlikelihood in the head,
+  # beside PyTorch eager's (LibTorch CPU: small 258/373, lstm 71/76, awd 87/102).
+  part "bench ops"
+  for model in small lstm awd; do
+    timeout 60 "$conelab" bench ops --model "$model" --device "$device" --batch 16 --warmup 1 \
+      --python "$py" 2>&1 | tee -a "$out/pending-ops.txt"
+  done
+  timeout 45 "$conelab" bench ops --model small --device "$device" --batch 16 --warmup 1 \
+    --reg ul=1 --python "$py" 2>&1 | tee -a "$out/pending-ops.txt"
+  # Unlikelihood's step against MLE's (1.79x on CUDA before the head took its gradient).
+  part "bench objectives"
+  timeout 60 "$conelab" bench objectives --device "$device" --vocab 10000,33278 --rounds 5 2>&1 \
+    | tee "$out/pending-objectives.txt"
+  # Time per step beside PyTorch eager, pipelined and step-synchronised, at B = 16 then 64.
+  part "compare B = 16"
+  CONELAB="$conelab" timeout 150 bench/compare_gpu.sh --models small,gpt2-small --batch 16 \
+    --modes fp32,bf16 --step-sync --rounds 1 --steps 40 --warmup 8 2>&1 | tee "$out/pending-compare-b16.txt"
+  part "compare lstm, awd, B = 64"
+  CONELAB="$conelab" timeout 75 bench/compare_gpu.sh --models lstm,awd --batch 64 \
+    --modes fp32 --rounds 1 --steps 40 --warmup 8 2>&1 | tee "$out/pending-compare-lstm.txt"
+  part "done"
 }
 
 stage_compare() {
@@ -160,11 +201,12 @@ stage_collect() {
 stage=${1:-}
 shift || true
 case "$stage" in
+  pending) stage_pending ;;
   smoke) stage_smoke ;;
   compare) stage_compare ;;
   engine) stage_engine ;;
   objectives) stage_objectives ;;
   wt2) stage_wt2 "$@" ;;
   collect) stage_collect ;;
-  *) sed -n '2,19p' "$0"; exit 2 ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
 esac
