@@ -26,6 +26,10 @@ conelab="${CONELAB:-gpu-bin/conelab}"
 device="${DEVICE:-cuda}"
 corpus="${CORPUS:-gpu-data/wikitext-2}"
 out="${OUT:-/tmp/gpu-session-out}"
+# scripts/build-gpu-binary.sh leaves the binary xz'd (the device tool carries 64 MiB at most).
+if [ ! -x "$conelab" ] && [ -f "$conelab.xz" ]; then
+  xz -dk "$conelab.xz" && chmod +x "$conelab" || exit 1
+fi
 runs="${WT2_DIR:-checkpoints/wt2}"
 tag=$(basename "$runs")
 mkdir -p "$out" "$runs"

@@ -2,8 +2,8 @@
 # Builds a release conelab with the LibTorch engine (CUDA) for a GPU machine that has PyTorch but
 # no Rust toolchain: compiled here against the *exact* torch version of that machine (a binary built
 # against libtorch 2.9 crashes on 2.11's libraries), with an rpath to that machine's torch/lib so it
-# runs there without LD_LIBRARY_PATH. The result goes to gpu-bin/ (ignored by git), small enough to
-# travel with the working tree.
+# runs there without LD_LIBRARY_PATH. The result goes to gpu-bin/conelab.xz (ignored by git), small
+# enough to travel with the working tree; unpack it there with `xz -dk gpu-bin/conelab.xz`.
 #
 #   scripts/build-gpu-binary.sh [--torch 2.11.0] [--rpath DIR] [--out gpu-bin] [--with-deps]
 #
@@ -76,8 +76,12 @@ mkdir -p "$out"
 cp "$target/release/conelab" "$out/conelab"
 strip "$out/conelab" 2>/dev/null || true
 printf '%s\n' "$torch_version" > "$out/TORCH_VERSION"
-size=$(du -m "$out/conelab" | cut -f1)
-echo "wrote $out/conelab ($size MiB), linked against torch $torch_version, rpath $rpath" >&2
-if [ "$size" -ge 60 ]; then
-  echo "warning: $out/conelab is $size MiB; the device tool carries at most 64 MiB in all" >&2
+# The device tool carries at most 64 MiB in all (the binary is ~50 MiB, the corpora beside it
+# ~15 MiB): what travels is the xz'd binary (~11 MiB), unpacked on the device by
+# bench/gpu_session.sh or `xz -dk gpu-bin/conelab.xz`. It cannot run here anyway (no CUDA).
+xz -T0 -6 -f "$out/conelab"
+size=$(du -m "$out/conelab.xz" | cut -f1)
+echo "wrote $out/conelab.xz ($size MiB), linked against torch $torch_version, rpath $rpath" >&2
+if [ "$size" -ge 48 ]; then
+  echo "warning: $out/conelab.xz is $size MiB; the device tool carries at most 64 MiB in all" >&2
 fi
