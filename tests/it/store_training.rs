@@ -253,6 +253,19 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
     let md = String::from_utf8_lossy(&md.stdout).to_string();
     assert!(md.starts_with("| word | rank | MLE |"), "{md}");
     assert_eq!(md.lines().count(), 2 + 3, "{md}");
+    // A -k beyond the vocabulary: every other row once, not a line per rank asked.
+    let all = conelab(&[
+        "export",
+        s(&f.path("run")),
+        "--table",
+        "neighbors",
+        "--words",
+        &word,
+        "-k",
+        "99999999999",
+    ]);
+    let all = succeeded(&all);
+    assert_eq!(all.lines().count(), 2 + vocab.lines().count() - 1, "{all}");
 }
 
 #[test]

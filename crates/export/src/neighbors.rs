@@ -73,7 +73,10 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
         let mut rank_col = Vec::new();
         let mut run_cols: Vec<Vec<String>> = vec![Vec::new(); names.len()];
         for (wi, word) in req.words.iter().enumerate() {
-            for rank in 0..req.k {
+            // As many ranks as any run found: `-k` may exceed the rows (a huge -k once made a
+            // row per rank asked, until memory ran out).
+            let ranks = table.iter().map(|per_word| per_word[wi].len()).max();
+            for rank in 0..ranks.unwrap_or(0) {
                 word_col.push(if rank == 0 {
                     word.clone()
                 } else {
