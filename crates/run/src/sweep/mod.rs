@@ -162,6 +162,11 @@ const RESERVED: [&str; 6] = [
     "internal-detached",
 ];
 
+/// The most runs one sweep file may expand to: a sweep is run and tracked as one unit (one
+/// `sweep.json`, one SLURM array — whose default limit is 1,001 tasks), and a typo such as
+/// `seed = [0, …, 1999]` crossed with a long list should be refused at once, not expanded.
+pub const MAX_RUNS: usize = 10_000;
+
 /// One axis of the grid: a list of alternatives, each a set of (key, value).
 type Axis = Vec<Vec<(String, toml::Value)>>;
 
@@ -271,6 +276,17 @@ impl Sweep {
             }
             Some(_) => return Err(invalid("zip: write it as [[zip]] tables")),
         }
+        let count = axes
+            .iter()
+            .try_fold(1usize, |n, axis| n.checked_mul(axis.len()))
+            .filter(|&n| n <= MAX_RUNS);
+        let Some(count) = count else {
+            let sizes: Vec<String> = axes.iter().map(|a| a.len().to_string()).collect();
+            return Err(invalid(format!(
+                "the grid has {} runs, more than the {MAX_RUNS} a sweep may have: split it into several files",
+                sizes.join(" × ")
+            )));
+        };
         // The cartesian product, the first axis slowest (the order written).
         let mut combos: Vec<Vec<(String, toml::Value)>> = vec![Vec::new()];
         for axis in &axes {
@@ -285,7 +301,9 @@ impl Sweep {
                 })
                 .collect();
         }
-        let mut runs: Vec<PlannedRun> = Vec::new();
+        let mut runs: Vec<PlannedRun> = Vec::with_capacity(count);
+        let mut names = std::collections::HashSet::with_capacity(count);
+        let mut command = train_command();
         for varying in combos {
             let part = |(k, v): &(String, toml::Value)| safe(&format!("{k}-{}", name_part(v)));
             let name = if varying.is_empty() {
@@ -322,8 +340,8 @@ impl Sweep {
                 args.insert(0, c);
             }
             resolve_paths(&mut args, dir);
-            check_run(&name, &args)?;
-            if runs.iter().any(|r| r.name == name) {
+            check_run(&mut command, &name, &args)?;
+            if !names.insert(name.clone()) {
                 return Err(invalid(format!(
                     "two runs would be called {name}: give the alternatives different values"
                 )));
@@ -338,8 +356,8 @@ impl Sweep {
 }
 
 /// The arguments parse as `conelab train`'s and pass its checks.
-fn check_run(name: &str, args: &[String]) -> Result<(), SweepError> {
-    let matches = train_command().try_get_matches_from(args).map_err(|e| {
+fn check_run(command: &mut clap::Command, name: &str, args: &[String]) -> Result<(), SweepError> {
+    let matches = command.try_get_matches_from_mut(args).map_err(|e| {
         let rendered = e.render().to_string();
         let line = rendered
             .lines()
@@ -492,6 +510,33 @@ warmup = [10, 20]
                 "two runs would be called lr-0.001",
             ),
         ];
+        // Past the bound, by a product of lists each far below it, and past usize itself.
+        let list = |n: usize| {
+            let values: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+            format!("[{}]", values.join(", "))
+        };
+        let over = format!("[grid]\nseed = {}\nsteps = {}\n", list(101), list(100));
+        let huge = format!(
+            "[grid]\nseed = {0}\nsteps = {0}\nwarmup = {0}\nkeep = {0}\nbatch = {0}\n",
+            list(9000)
+        );
+        for (text, needle) in [
+            (
+                over.as_str(),
+                "the grid has 101 × 100 runs, more than the 10000",
+            ),
+            (huge.as_str(), "9000 × 9000 × 9000 × 9000 × 9000 runs"),
+        ] {
+            match Sweep::parse(text, "s") {
+                Err(SweepError::Invalid(e)) => assert!(e.contains(needle), "{e}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        let at_bound = format!("[base]\nsteps = 4\n[grid]\nseed = {}\n", list(MAX_RUNS));
+        assert_eq!(
+            Sweep::parse(&at_bound, "s").expect("parses").runs.len(),
+            MAX_RUNS
+        );
         for (text, needle) in cases {
             match Sweep::parse(text, "s") {
                 Err(SweepError::Invalid(e)) => assert!(e.contains(needle), "{text:?}: {e}"),
