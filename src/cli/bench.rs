@@ -14,6 +14,19 @@ use conelab::run::launch::with_window;
 
 use super::print_stdout;
 
+/// A whole number from `LO` to `HI`, for a size a user can grow (rows, vocabulary, steps…):
+/// outside, clap's one-line usage error names the flag and the range.
+fn within<const LO: u64, const HI: u64, T: TryFrom<u64>>(text: &str) -> Result<T, String> {
+    let value: u64 = text
+        .parse()
+        .map_err(|_| format!("a whole number from {LO} to {HI}"))?;
+    if (LO..=HI).contains(&value) {
+        T::try_from(value).map_err(|_| format!("a whole number from {LO} to {HI}"))
+    } else {
+        Err(format!("{value} is outside {LO} to {HI}"))
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Training throughput (tokens/s, ms/step, peak memory) on random tokens, after warm-up.
@@ -47,16 +60,16 @@ pub struct BenchOpsArgs {
     pub model: Preset,
     #[arg(long, default_value = "libtorch-cpu")]
     pub device: DeviceSpec,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = within::<1, 65_536, usize>)]
     pub batch: usize,
     /// Window length T [default: the preset's].
-    #[arg(long)]
+    #[arg(long, value_parser = within::<1, 65_536, usize>)]
     pub bptt: Option<usize>,
     /// Vocabulary size N.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = within::<3, 10_000_000, usize>)]
     pub vocab: usize,
     /// Steps before the counted one.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = within::<0, 1_000_000, u64>)]
     pub warmup: u64,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -84,22 +97,22 @@ pub struct BenchOpsArgs {
 pub struct BenchAttachArgs {
     #[arg(long, value_enum, default_value = "tiny")]
     pub model: Preset,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = within::<1, 65_536, usize>)]
     pub batch: usize,
     /// Window length T [default: the preset's].
-    #[arg(long)]
+    #[arg(long, value_parser = within::<1, 65_536, usize>)]
     pub bptt: Option<usize>,
     /// Untimed steps per run (the viewers attach during them).
-    #[arg(long, default_value_t = 15)]
+    #[arg(long, default_value_t = 15, value_parser = within::<1, 1_000_000, u64>)]
     pub warmup: u64,
     /// Timed steps per run.
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 40, value_parser = within::<2, 10_000_000, u64>)]
     pub steps: u64,
     /// Pairs of runs (without viewers, with two), alternating which goes first.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = within::<1, 1_000, usize>)]
     pub rounds: usize,
     /// Steps in the store of the attach benchmark.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = within::<10, 100_000_000, u64>)]
     pub history: u64,
     #[command(flatten)]
     pub output: super::output::OutputArgs,
@@ -124,10 +137,10 @@ pub struct BenchRunsArgs {
 pub struct BenchChaosArgs {
     #[arg(long, value_enum, default_value = "tiny")]
     pub model: Preset,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = within::<1, 65_536, usize>)]
     pub batch: usize,
     /// Steps per run.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, value_parser = within::<10, 10_000_000, u64>)]
     pub steps: u64,
     /// Pairs of runs (quiet, attacked), alternating which goes first.
     #[arg(long, default_value_t = 2)]
@@ -148,25 +161,25 @@ pub struct BenchChaosArgs {
 #[derive(Debug, Args)]
 pub struct BenchTuiArgs {
     /// Rows of W in the drawn state (the vocabulary size).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = within::<2, 10_000_000, usize>)]
     pub n: usize,
     /// Columns of W in the drawn state.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = within::<1, 65_536, usize>)]
     pub d: usize,
     /// Frames drawn per layout.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = within::<1, 1_000_000, usize>)]
     pub frames: usize,
     /// Model of the throughput comparison.
     #[arg(long, value_enum, default_value = "tiny")]
     pub model: Preset,
     /// Vocabulary of the throughput comparison.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = within::<3, 10_000_000, usize>)]
     pub vocab: usize,
     /// Steps per run of the throughput comparison.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = within::<4, 10_000_000, u64>)]
     pub steps: u64,
     /// Headless/TUI pairs of runs (the median ratio is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = within::<1, 1_000, usize>)]
     pub rounds: usize,
     /// Only the frame times.
     #[arg(long)]
@@ -178,16 +191,16 @@ pub struct BenchTuiArgs {
 #[derive(Debug, Args)]
 pub struct BenchStoreArgs {
     /// Rows appended in the append benchmark.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = within::<1, 10_000_000, usize>)]
     pub rows: usize,
     /// Training steps of the simulated long run.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = within::<1, 100_000_000, u64>)]
     pub steps: u64,
     /// Points of the decimated history.
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = 1_000, value_parser = within::<1, 1_000_000, usize>)]
     pub points: usize,
     /// Timed repeats (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = within::<1, 1_000, usize>)]
     pub repeats: usize,
     #[command(flatten)]
     pub output: super::output::OutputArgs,
@@ -200,18 +213,18 @@ pub struct BenchObjectivesArgs {
     #[arg(long, default_value = "cpu")]
     pub device: DeviceSpec,
     /// Vocabulary sizes N, one table each (10,000 = PTB, 33,278 = WikiText-2).
-    #[arg(long, value_delimiter = ',', default_value = "10000,33278")]
+    #[arg(long, value_delimiter = ',', default_value = "10000,33278", value_parser = within::<3, 10_000_000, usize>)]
     pub vocab: Vec<usize>,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = within::<1, 65_536, usize>)]
     pub batch: usize,
     /// Window length T [default: the preset's].
-    #[arg(long)]
+    #[arg(long, value_parser = within::<1, 65_536, usize>)]
     pub bptt: Option<usize>,
     /// Rounds over all objectives (the ratio is the median over rounds of the per-round ratio).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = within::<1, 1_000, usize>)]
     pub rounds: usize,
     /// Timed steps per objective per round.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = within::<1, 1_000_000, usize>)]
     pub steps: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -226,16 +239,16 @@ pub struct BenchObjectivesArgs {
 #[derive(Debug, Args)]
 pub struct BenchMetricsArgs {
     /// Rows of W (vocabulary size).
-    #[arg(long, default_value_t = 33_278)]
+    #[arg(long, default_value_t = 33_278, value_parser = within::<2, 10_000_000, usize>)]
     pub n: usize,
     /// Columns of W (embedding size).
-    #[arg(long, default_value_t = 400)]
+    #[arg(long, default_value_t = 400, value_parser = within::<1, 65_536, usize>)]
     pub d: usize,
     /// Timed repeats of each panel computation (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = within::<1, 1_000, usize>)]
     pub repeats: usize,
     /// Neighbour queries timed.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = within::<1, 1_000_000, usize>)]
     pub queries: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -244,7 +257,7 @@ pub struct BenchMetricsArgs {
     pub reference: bool,
     /// Also time `inspect --stolen` on W with this many rows replaced by convex combinations of
     /// others (the budget: 1000 on 33,278 × 400, ≤ 10 minutes on 2 cores).
-    #[arg(long, value_name = "ROWS", default_value_t = 0)]
+    #[arg(long, value_name = "ROWS", default_value_t = 0, value_parser = within::<0, 10_000_000, usize>)]
     pub stolen: usize,
     /// Also time the live second tier (neighbour frequency mix, TwoNN per group, the cheap
     /// stolen bound) on one thread, as the run's metrics thread computes it.
@@ -261,18 +274,18 @@ pub struct BenchTrainArgs {
     #[arg(long, default_value = "cpu")]
     pub device: DeviceSpec,
     /// Timed steps (after warm-up).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = within::<1, 10_000_000, u64>)]
     pub steps: u64,
     /// Untimed warm-up steps.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = within::<0, 1_000_000, u64>)]
     pub warmup: u64,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = within::<1, 65_536, usize>)]
     pub batch: usize,
     /// Window length T [default: the preset's].
-    #[arg(long)]
+    #[arg(long, value_parser = within::<1, 65_536, usize>)]
     pub bptt: Option<usize>,
     /// Vocabulary size N.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = within::<3, 10_000_000, usize>)]
     pub vocab: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -291,11 +304,20 @@ pub struct BenchTrainArgs {
     pub output: super::output::OutputArgs,
 }
 
+/// The most values a benchmark's random W may have (4 GiB of f32; WikiText-103's 267,735 × 400 is
+/// a tenth of it): each flag is bounded, and so is their product.
+const MATRIX_VALUES: usize = 1 << 30;
+
+fn matrix_within_bound(n: usize, d: usize) -> Result<()> {
+    if n.saturating_mul(d) > MATRIX_VALUES {
+        bail!("--n {n} × --d {d}: more than the {MATRIX_VALUES} values a benchmark's W may have");
+    }
+    Ok(())
+}
+
 fn tui(args: BenchTuiArgs) -> Result<()> {
     let json = args.output.json("bench tui")?;
-    if args.n < 2 || args.d == 0 || args.frames == 0 || args.steps < 4 || args.vocab < 3 {
-        bail!("--n ≥ 2, --d ≥ 1, --frames ≥ 1, --steps ≥ 4 and --vocab ≥ 3 are needed");
-    }
+    matrix_within_bound(args.n, args.d)?;
     let frames = conelab::bench::tui::bench_frames(args.n, args.d, args.frames)?;
     let throughput = if args.frames_only {
         None
@@ -323,16 +345,13 @@ fn tui(args: BenchTuiArgs) -> Result<()> {
 
 fn attach(args: BenchAttachArgs) -> Result<()> {
     let json = args.output.json("bench attach")?;
-    if args.steps < 2 || args.warmup < 1 || args.history < 10 || args.batch == 0 {
-        bail!("--steps ≥ 2, --warmup ≥ 1, --history ≥ 10 and --batch ≥ 1 are needed");
-    }
     let r = conelab::bench::attach::bench_attach(&conelab::bench::attach::AttachBench {
         model: args.model.name().to_owned(),
         batch: args.batch,
         bptt: args.bptt,
         warmup: args.warmup,
         steps: args.steps,
-        rounds: args.rounds.max(1),
+        rounds: args.rounds,
         history: args.history,
         work: std::env::temp_dir(),
     })?;
@@ -344,8 +363,8 @@ fn attach(args: BenchAttachArgs) -> Result<()> {
 
 fn chaos(args: BenchChaosArgs) -> Result<()> {
     let json = args.output.json("bench chaos")?;
-    if args.steps < 10 || args.batch == 0 || args.rounds == 0 || args.rounds > 100 {
-        bail!("--steps ≥ 10, --batch ≥ 1 and --rounds from 1 to 100 are needed");
+    if args.rounds == 0 || args.rounds > 100 {
+        bail!("--rounds {}: from 1 to 100", args.rounds);
     }
     let known = conelab::bench::chaos::ATTACKS;
     if let Some(a) = args.attack.iter().find(|a| !known.contains(&a.as_str())) {
@@ -397,14 +416,11 @@ fn runs(args: BenchRunsArgs) -> Result<()> {
 
 fn store(args: BenchStoreArgs) -> Result<()> {
     let json = args.output.json("bench store")?;
-    if args.rows == 0 || args.steps == 0 || args.points == 0 {
-        bail!("--rows, --steps and --points must be at least 1");
-    }
     let r = bench_store(&StoreBench {
         rows: args.rows,
         steps: args.steps,
         points: args.points,
-        repeats: args.repeats.max(1),
+        repeats: args.repeats,
     })?;
     if json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
@@ -414,8 +430,8 @@ fn store(args: BenchStoreArgs) -> Result<()> {
 
 fn objectives(args: BenchObjectivesArgs) -> Result<()> {
     let json = args.output.json("bench objectives")?;
-    if args.rounds == 0 || args.steps == 0 || args.vocab.is_empty() {
-        bail!("--rounds, --steps and --vocab must be at least 1");
+    if args.vocab.is_empty() {
+        bail!("--vocab: at least one vocabulary size");
     }
     let mut results = Vec::new();
     for &vocab in &args.vocab {
@@ -451,7 +467,7 @@ fn train(args: BenchTrainArgs) -> Result<()> {
         batch: args.batch,
         vocab: args.vocab,
         warmup: args.warmup,
-        steps: args.steps.max(1),
+        steps: args.steps,
         seed: args.seed,
         graph_lstm: args.graph_lstm,
         precision: args.precision,
@@ -466,9 +482,6 @@ fn train(args: BenchTrainArgs) -> Result<()> {
 
 fn ops(args: BenchOpsArgs) -> Result<()> {
     let json = args.output.json("bench ops")?;
-    if args.batch == 0 || args.vocab < 3 {
-        bail!("--batch must be at least 1 and --vocab at least 3");
-    }
     let mut objectives = conelab::objective::Objectives::default();
     for reg in &args.reg {
         objectives
@@ -507,14 +520,12 @@ fn ops(args: BenchOpsArgs) -> Result<()> {
 
 fn metrics(args: BenchMetricsArgs) -> Result<()> {
     let json = args.output.json("bench metrics")?;
-    if args.n < 2 || args.d == 0 {
-        bail!("--n must be at least 2 and --d at least 1");
-    }
+    matrix_within_bound(args.n, args.d)?;
     let r = bench_metrics(&MetricsBench {
         n: args.n,
         d: args.d,
-        repeats: args.repeats.max(1),
-        queries: args.queries.max(1),
+        repeats: args.repeats,
+        queries: args.queries,
         seed: args.seed,
         reference: args.reference,
         stolen: args.stolen,

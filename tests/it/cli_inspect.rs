@@ -523,6 +523,28 @@ fn inspect_foreign_matrices() {
         &["row 9"],
     );
     assert_one_line_error(&conelab(&["bench", "metrics", "--n", "1"]), &["--n"]);
+    // Every size a benchmark can grow is bounded (absurd ones once aborted out of memory or ran
+    // on for minutes), each flag and the matrix's n × d; zero repeats or steps are refused, not
+    // quietly taken as one.
+    for (bench, flag, value) in [
+        ("train", "--vocab", "99999999999"),
+        ("train", "--steps", "0"),
+        ("train", "--batch", "1000000"),
+        ("metrics", "--n", "99999999999"),
+        ("metrics", "--repeats", "0"),
+        ("metrics", "--d", "x"),
+        ("store", "--rows", "99999999999999"),
+        ("store", "--repeats", "0"),
+        ("objectives", "--vocab", "10000,99999999999"),
+        ("tui", "--frames", "0"),
+        ("attach", "--history", "5"),
+    ] {
+        assert_one_line_error(&conelab(&["bench", bench, flag, value]), &[flag]);
+    }
+    assert_one_line_error(
+        &conelab(&["bench", "metrics", "--n", "10000000", "--d", "65536"]),
+        &["--n 10000000 × --d 65536"],
+    );
     // bench ops: flex has no ATen operators; impossible sizes; a missing reference script.
     assert_one_line_error(
         &conelab(&["bench", "ops", "--device", "cpu"]),
@@ -569,6 +591,16 @@ fn inspect_foreign_matrices() {
     assert_one_line_error(
         &conelab(&["inspect", s(&dir.path().join("ints.npy"))]),
         &["not supported"],
+    );
+    // A header the Python-literal parser rejects: its caret diagnostic spans lines.
+    std::fs::write(
+        dir.path().join("header.npy"),
+        npy_bytes("<f4", "(2 2)", &[0u8; 16]),
+    )
+    .expect("write");
+    assert_one_line_error(
+        &conelab(&["inspect", s(&dir.path().join("header.npy"))]),
+        &["header.npy", "not a .npy file"],
     );
 }
 

@@ -594,7 +594,7 @@ fn bench_train_prints_a_table_and_json() {
     );
     assert_one_line_error(
         &conelab(&["bench", "train", "--vocab", "2"]),
-        &["vocabulary"],
+        &["--vocab", "outside 3 to 10000000"],
     );
 }
 

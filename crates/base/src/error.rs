@@ -8,7 +8,8 @@ use std::error::Error;
 pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
 
 /// `error: cause: its cause…`, one line. A cause whose text the line already ends with (an
-/// error that prints its source itself) is not repeated.
+/// error that prints its source itself) is not repeated; a library's message over several
+/// lines (a parser's caret diagnostic) has its lines joined.
 pub fn chain(error: &(dyn Error + 'static)) -> String {
     let mut line = error.to_string();
     let mut cause = error.source();
@@ -19,6 +20,14 @@ pub fn chain(error: &(dyn Error + 'static)) -> String {
             line.push_str(&text);
         }
         cause = c.source();
+    }
+    if line.contains(['\n', '\r']) {
+        line = line
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
     }
     line
 }
@@ -93,6 +102,12 @@ mod tests {
         );
         let plain = std::io::Error::other("alone");
         assert_eq!(chain(&plain), "alone");
+        // A parser's diagnostic over several lines comes out on one.
+        let caret = std::io::Error::other("syntax error:\n  --> 1:3\n  |\n1 | (5 8)\n  |   ^\n");
+        assert_eq!(
+            chain(&Outer(Middle(caret))),
+            "saving the checkpoint: writing step-000002: syntax error: --> 1:3 | 1 | (5 8) |   ^"
+        );
     }
 
     #[test]
