@@ -30,7 +30,12 @@ pub struct RunsArgs {
     #[arg(long = "tag", value_name = "TAG")]
     pub tags: Vec<String>,
     /// Only runs with this status (repeat or comma-separate: any of them).
-    #[arg(long, value_name = "STATUS", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "STATUS",
+        value_delimiter = ',',
+        value_parser = clap::builder::PossibleValuesParser::new(run::list::STATUSES)
+    )]
     pub status: Vec<String>,
     /// Only runs whose name or folder matches this glob (`ptb-*`, `*cos*`).
     #[arg(long, value_name = "GLOB")]
@@ -77,6 +82,7 @@ pub fn exec(args: RunsArgs) -> Result<()> {
             )
         }
     };
+    let before = rows.len();
     rows.retain(|r| filter.keeps(r));
     run::list::sort(
         &mut rows,
@@ -90,6 +96,11 @@ pub fn exec(args: RunsArgs) -> Result<()> {
     );
     if args.output.json("runs")? {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&rows)?));
+    }
+    if rows.is_empty() && before > 0 && filter.is_set() {
+        return print_stdout(&format!(
+            "no runs {place} match the filters ({before} without them)\n"
+        ));
     }
     if rows.is_empty() {
         return print_stdout(&format!("no runs {place}\n"));

@@ -353,6 +353,61 @@ fn a_sweep_folder_lists_its_runs() {
     );
 }
 
+/// A run whose store record (run.json) is damaged: listed as damaged with one line for the file,
+/// and no start time or wall time (it once showed 1970-01-01 and 56 years of wall time). A
+/// status filter takes the known statuses only, and a listing that filters out every run says
+/// so instead of "no runs".
+#[test]
+fn a_damaged_run_record_lists_no_start_and_filters_are_checked() {
+    let f = Fixture::new();
+    assert!(
+        f.train("r", &["--steps", "1", "--eval-every", "0", "--headless"])
+            .status
+            .success()
+    );
+    let run = f.path("list/r");
+    copy_dir(&f.path("r"), &run);
+    std::fs::write(run.join("store/run.json"), "{bad").expect("damage run.json");
+    let state = f.path("state");
+    let listed = rows(&at(
+        &f.path(""),
+        &state,
+        &["runs", "--json", s(&f.path("list"))],
+        &[],
+    ));
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let row = &listed[0];
+    assert_eq!(row["status"], "damaged", "{row}");
+    assert!(
+        row["started"].is_null() && row["seconds"].is_null(),
+        "{row}"
+    );
+    let damaged = row["damaged"].as_array().expect("damage lines");
+    assert_eq!(damaged.len(), 1, "one line for the one file: {row}");
+    let line = damaged[0].as_str().expect("text");
+    assert!(
+        line.contains("run.json") && line.contains("UUID are unknown"),
+        "{line}"
+    );
+    let table = ok(&at(&f.path(""), &state, &["runs", s(&f.path("list"))], &[]));
+    assert!(!table.contains("1970"), "{table}");
+
+    assert_one_line_error(
+        &at(&f.path(""), &state, &["runs", "--status", "bogus"], &[]),
+        &["--status", "completed"],
+    );
+    let none = ok(&at(
+        &f.path(""),
+        &state,
+        &["runs", s(&f.path("list")), "--status", "live,failed"],
+        &[],
+    ));
+    assert!(
+        none.contains("match the filters (1 without them)"),
+        "{none}"
+    );
+}
+
 /// The config file: its roots are used and shown with their line; a malformed file stops every
 /// command with one line naming the line.
 #[test]

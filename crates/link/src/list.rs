@@ -221,6 +221,18 @@ pub fn sort(rows: &mut [RunRow], by: SortBy) {
     });
 }
 
+/// Every status a row can have (`conelab runs --status` takes these only).
+pub const STATUSES: [&str; 8] = [
+    "live",
+    "completed",
+    "stopped",
+    "diverged",
+    "failed",
+    "crashed",
+    "damaged",
+    "unreadable",
+];
+
 /// Which rows `conelab runs` keeps: every tag given, any status given, a name (or folder name)
 /// matching the glob.
 #[derive(Debug, Clone, Default)]
@@ -238,6 +250,11 @@ impl Filter {
                 "--name {glob:?}: not a glob"
             ))(e))
         })
+    }
+
+    /// Whether any filter is set (an empty listing then says so, not "no runs").
+    pub fn is_set(&self) -> bool {
+        !self.tags.is_empty() || !self.status.is_empty() || self.name.is_some()
     }
 
     pub fn keeps(&self, r: &RunRow) -> bool {
@@ -355,7 +372,10 @@ pub fn row(dir: &Path) -> RunRow {
     r.damaged.extend(store::known_damage(dir));
     match store::load(dir) {
         Ok(st) => {
-            r.started = Some(rfc3339(st.run.started_unix));
+            // A stand-in record (run.json lost or damaged) has no start: none is shown, and no
+            // wall time reckoned from 1970.
+            let started = (st.run.started_unix > 0.0).then_some(st.run.started_unix);
+            r.started = started.map(rfc3339);
             if r.device.is_none() {
                 r.device = Some(st.run.device.clone());
             }
@@ -366,9 +386,14 @@ pub fn row(dir: &Path) -> RunRow {
             r.tags = labels.tags;
             r.notes = labels.notes;
             let end = ended_at.unwrap_or_else(store::unix_now);
-            r.seconds = Some((end - st.run.started_unix).max(0.0));
-            // Segments skipped as corrupt, a lost run.json.
-            r.damaged.extend(st.warnings.iter().cloned());
+            r.seconds = started.map(|start| (end - start).max(0.0));
+            // Segments skipped as corrupt, a lost run.json: the store's line for a file says
+            // what is lost with it, so it replaces `known_damage`'s line for the same file.
+            for warning in &st.warnings {
+                let file = damaged_file(warning);
+                r.damaged.retain(|d| damaged_file(d) != file);
+                r.damaged.push(warning.clone());
+            }
             if let Ok(numbers) = numbers(&st) {
                 if r.status == "live" || r.status == "crashed" {
                     r.step = numbers.step.or(r.step);
@@ -390,6 +415,11 @@ pub fn row(dir: &Path) -> RunRow {
     }
     mark_damaged(&mut r);
     r
+}
+
+/// The file a damage line is about: the text before its first ": " (lines start with the path).
+fn damaged_file(line: &str) -> &str {
+    line.split(": ").next().unwrap_or(line)
 }
 
 /// A run with damage found reads `damaged` (the status it had goes into its reason), unless it
