@@ -164,6 +164,12 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
             said.contains(name) || said.contains("checksums.json"),
             "{what}: verify said {said}"
         );
+        // Each damaged file's path once on its line.
+        for line in said.lines() {
+            let path = line.trim_start_matches("conelab: damaged: ");
+            let path = path.split(": ").next().unwrap_or(path);
+            assert_eq!(line.matches(path).count(), 1, "{what}: {line}");
+        }
 
         let in_store = segment(original);
         let in_checkpoint = original
