@@ -592,6 +592,21 @@ fn inspect_foreign_matrices() {
         &conelab(&["inspect", s(&dir.path().join("ints.npy"))]),
         &["not supported"],
     );
+    // A shape whose product overflows: it once wrapped to 0 and passed as an empty matrix (a
+    // release build), or panicked inside the decoder (a debug one).
+    std::fs::write(
+        dir.path().join("vast.npy"),
+        npy_bytes(
+            "<f4",
+            "(4611686018427387904, 4611686018427387904)",
+            &[0u8; 16],
+        ),
+    )
+    .expect("write");
+    assert_one_line_error(
+        &conelab(&["inspect", s(&dir.path().join("vast.npy"))]),
+        &["vast.npy"],
+    );
     // A header the Python-literal parser rejects: its caret diagnostic spans lines.
     std::fs::write(
         dir.path().join("header.npy"),

@@ -373,7 +373,7 @@ fn read_safetensors(
             ));
         }
     };
-    if data.len() != n * d || n == 0 || d == 0 {
+    if Some(data.len()) != n.checked_mul(d) || n == 0 || d == 0 {
         return Err(invalid(
             path,
             format!("tensor {name:?} is empty or truncated"),
@@ -383,8 +383,16 @@ fn read_safetensors(
 }
 
 fn read_npy(path: &Path, bytes: &[u8]) -> Result<(usize, usize, Vec<f32>), MatrixFileError> {
-    let npy =
-        npyz::NpyFile::new(bytes).map_err(|e| invalid(path, format!("not a .npy file: {e}")))?;
+    // npyz multiplies the header's shape out unchecked: an overflow panics in a debug build
+    // (and wraps in a release one, which the count below catches).
+    let npy = conelab_base::integrity::catch_panic(|| npyz::NpyFile::new(bytes))
+        .map_err(|panic| {
+            invalid(
+                path,
+                format!("not a .npy file: its header is unreadable ({panic})"),
+            )
+        })?
+        .map_err(|e| invalid(path, format!("not a .npy file: {e}")))?;
     let shape = npy.shape().to_vec();
     let [n, d] = shape[..] else {
         return Err(invalid(
@@ -396,6 +404,13 @@ fn read_npy(path: &Path, bytes: &[u8]) -> Result<(usize, usize, Vec<f32>), Matri
     if n == 0 || d == 0 {
         return Err(invalid(path, format!("array is empty ({n} × {d})")));
     }
+    // A header's shape is anybody's number: its product must exist before it is compared.
+    let Some(count) = n.checked_mul(d) else {
+        return Err(invalid(
+            path,
+            format!("array shape {n} × {d} has more values than memory can address"),
+        ));
+    };
     let fortran = npy.order() == npyz::Order::Fortran;
     let descr = npy.dtype().descr();
     let type_str = descr.trim_matches(|c| c == '\'' || c == '"');
@@ -414,7 +429,7 @@ fn read_npy(path: &Path, bytes: &[u8]) -> Result<(usize, usize, Vec<f32>), Matri
             format!("dtype {type_str} is not supported; expected float32 or float64"),
         ));
     };
-    if values.len() != n * d {
+    if values.len() != count {
         return Err(invalid(path, "truncated array data"));
     }
     let data = if fortran {
