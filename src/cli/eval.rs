@@ -78,13 +78,13 @@ pub struct EvalArgs {
     pub paired: bool,
 }
 
-/// The replicates of a bootstrap: 1 to 100,000.
+/// The replicates of a bootstrap: 40 to 100,000.
 fn replicates(s: &str) -> Result<usize, String> {
-    use conelab::metrics::bootstrap::MAX_REPLICATES;
+    use conelab::metrics::bootstrap::{MAX_REPLICATES, MIN_REPLICATES};
     match s.parse::<usize>() {
-        Ok(n) if (1..=MAX_REPLICATES).contains(&n) => Ok(n),
+        Ok(n) if (MIN_REPLICATES..=MAX_REPLICATES).contains(&n) => Ok(n),
         _ => Err(format!(
-            "'{s}': a number of replicates from 1 to {MAX_REPLICATES}"
+            "'{s}': a number of replicates from {MIN_REPLICATES} (a 95 % interval needs a replicate in each 2.5 % tail) to {MAX_REPLICATES}"
         )),
     }
 }

@@ -729,6 +729,11 @@ fn eval_bootstraps_intervals_and_pairs_two_runs() {
         &conelab(&["eval", s(&long), "--bootstrap", "0"]),
         &["--bootstrap", "replicates"],
     );
+    // One replicate's "interval" is that replicate (it excluded the PPL it was about): too few.
+    assert_one_line_error(
+        &conelab(&["eval", s(&long), "--bootstrap", "39"]),
+        &["--bootstrap", "from 40"],
+    );
     assert_one_line_error(
         &conelab(&["eval", s(&long), "--paired"]),
         &["--paired", "two runs"],

@@ -20,7 +20,9 @@ pub enum BootstrapError {
     Length(usize, usize),
     #[error("the split has no sentence with a scored position")]
     Empty,
-    #[error("--bootstrap {0}: the number of replicates must be from 1 to {MAX_REPLICATES}")]
+    #[error(
+        "--bootstrap {0}: the number of replicates must be from {MIN_REPLICATES} (a 95 % interval needs a replicate in each 2.5 % tail) to {MAX_REPLICATES}"
+    )]
     Replicates(usize),
     #[error(
         "the two runs were not scored on the same split ({0} and {1} sentences, or different positions per group): a paired comparison needs one corpus and vocabulary"
@@ -30,6 +32,10 @@ pub enum BootstrapError {
 
 /// At most this many replicates (each one a pass over the sentences).
 pub const MAX_REPLICATES: usize = 100_000;
+
+/// At least this many: the 2.5 % and 97.5 % percentiles of fewer replicates are the smallest and
+/// largest ones themselves (with one replicate the "interval" excluded the PPL it was about).
+pub const MIN_REPLICATES: usize = 40;
 
 /// Each sentence's NLL sum and scored positions, per set.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,7 +114,7 @@ impl SentenceScores {
 }
 
 fn check_replicates(replicates: usize) -> Result<(), BootstrapError> {
-    if (1..=MAX_REPLICATES).contains(&replicates) {
+    if (MIN_REPLICATES..=MAX_REPLICATES).contains(&replicates) {
         Ok(())
     } else {
         Err(BootstrapError::Replicates(replicates))
@@ -246,10 +252,13 @@ mod tests {
         // The extremes of any replicate: every draw the cheapest sentence (the second: NLL
         // 0.75 over 2 positions) or the dearest (the third: 6.25 over 4).
         assert!(t.lo >= 0.375f64.exp() - 1e-12 && t.hi <= 1.5625f64.exp() + 1e-12);
-        assert_eq!(
-            bootstrap_ppl(&s, 0, 7).expect_err("zero"),
-            BootstrapError::Replicates(0)
-        );
+        for few in [0, 1, MIN_REPLICATES - 1] {
+            assert_eq!(
+                bootstrap_ppl(&s, few, 7).expect_err("too few"),
+                BootstrapError::Replicates(few)
+            );
+        }
+        assert!(bootstrap_ppl(&s, MIN_REPLICATES, 7).is_ok());
     }
 
     #[test]
@@ -272,7 +281,7 @@ mod tests {
         // A split with a sentence less is not the same split.
         let c = SentenceScores::new(&tokens[..5], &lp[..5], EOS, group).expect("c");
         assert!(matches!(
-            paired_bootstrap(&a, &c, 10, 1),
+            paired_bootstrap(&a, &c, 100, 1),
             Err(BootstrapError::Unpaired(3, 2))
         ));
     }
