@@ -259,6 +259,15 @@ fn bpe(args: BpeArgs) -> Result<()> {
     }
     let source = CorpusSource::parse(&args.corpus);
     let texts = Corpus::read_texts(&source, &LoadOptions::default())?;
+    for text in &texts {
+        if let Some((line, word)) = conelab::data::bpe::first_marked_word(text.lines()) {
+            return Err(Invalid::new(format!(
+                "{}: line {line}: the word {word:?} ends with `@@`, the mark bpe puts on a continued piece: the segmented corpus could not be joined back (is it segmented already?)",
+                text.path().display()
+            ))
+            .into());
+        }
+    }
     let merges = Merges::learn(texts[0].lines(), args.merges)
         .map_err(|e| Invalid::because(args.corpus.clone())(e))?;
     let mut cache = Default::default();

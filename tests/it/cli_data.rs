@@ -51,6 +51,41 @@ fn binary_file() {
     assert_one_line_error(&out, &["train.txt", "binary file", "line 2"]);
 }
 
+/// Bad bytes in every split: the train file is named (it was the valid one, read on another
+/// thread, whose error came first).
+#[test]
+fn bad_bytes_everywhere_name_the_train_file() {
+    let bad = b"ok\nbad \xc3\x28 here\n";
+    let dir = corpus_dir(bad, bad, bad);
+    let out = conelab(&["data", "stats", dir.path().to_str().expect("utf-8")]);
+    assert_one_line_error(&out, &["train.txt", "invalid UTF-8", "line 2"]);
+}
+
+/// A held-out split too short for the evaluation batch: the error names `eval_batch`, the
+/// config-file setting behind the number, not just "batch size 10".
+#[test]
+fn a_valid_split_shorter_than_the_eval_batch_names_eval_batch() {
+    let dir = corpus_dir(
+        "a b c d e f g h i j k l m n o p\n".repeat(40).as_bytes(),
+        b"a b\n",
+        "a b c d e f g h i j k l m n o p\n".repeat(4).as_bytes(),
+    );
+    let out = conelab(&[
+        "train",
+        dir.path().to_str().expect("utf-8"),
+        "--headless",
+        "--steps",
+        "1",
+        "--batch",
+        "1",
+        "--bptt",
+        "2",
+        "--run-dir",
+        dir.path().join("run").to_str().expect("utf-8"),
+    ]);
+    assert_one_line_error(&out, &["valid split", "eval_batch"]);
+}
+
 #[test]
 fn invalid_utf8() {
     let dir = corpus_dir(OK, OK, b"ok\nfine\nbad \xc3\x28 here\n");
@@ -541,6 +576,22 @@ fn data_bpe_writes_a_segmented_corpus_and_refuses_impossible_merges() {
             s(&fresh),
         ]),
         &["no-such-corpus"],
+    );
+    assert!(!fresh.exists(), "nothing written");
+    // A corpus whose words already carry the continuation mark (segmented already): its
+    // segmentation could not be joined back, so it is refused, naming the file and line.
+    let marked = corpus_dir(b"low lower\nnew@@ er words\n", b"low\n", b"lower\n");
+    assert_one_line_error(
+        &conelab(&[
+            "data",
+            "bpe",
+            s(marked.path()),
+            "--merges",
+            "2",
+            "--out",
+            s(&fresh),
+        ]),
+        &["train.txt", "line 2", "new@@", "segmented already"],
     );
     assert!(!fresh.exists(), "nothing written");
 }

@@ -54,6 +54,17 @@ pub struct Merges {
     index: FxHashMap<String, Sym>,
 }
 
+/// The first word of `lines` that already ends with [`CONTINUATION`] (line number from 1, the
+/// word): segmenting such a text could not be undone by deleting `@@ ` (a corpus segmented
+/// already, or one that uses the mark itself).
+pub fn first_marked_word<'a>(lines: impl Iterator<Item = &'a str>) -> Option<(usize, String)> {
+    lines.enumerate().find_map(|(i, line)| {
+        words(line)
+            .find(|w| w.ends_with(CONTINUATION))
+            .map(|w| (i + 1, w.to_owned()))
+    })
+}
+
 /// The end-of-word mark inside the learner (never written out).
 const END: &str = "</w>";
 

@@ -157,11 +157,14 @@ impl Corpus {
             let train = SplitText::read(&train, options.max_line_bytes);
             (train, held_out.join())
         });
+        // The train file's error first: it is the one the user reads first (and all three
+        // are often one export's).
+        let train = train?;
         let (valid, test) = match held_out {
             Ok(result) => result?,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        Ok([train?, valid, test])
+        Ok([train, valid, test])
     }
 
     /// Builds the corpus from validated split texts.

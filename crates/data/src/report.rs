@@ -121,7 +121,8 @@ pub fn zipf_exponent(counts_by_rank: &[u64]) -> f64 {
     let my = points.iter().map(|p| p.1).sum::<f64>() / n;
     let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
     let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    -sxy / sxx
+    // Equal counts give a slope of −0.0: printed "rank^--0.000" until it was made +0.
+    -sxy / sxx + 0.0
 }
 
 /// `1234567` → `1,234,567`.
@@ -150,6 +151,9 @@ mod tests {
             assert!((zipf_exponent(&counts) - s).abs() < 1e-3, "s={s}");
         }
         assert!(zipf_exponent(&[5]).is_nan());
+        // Flat counts: exponent +0 (a −0 printed as "rank^--0.000").
+        let flat = zipf_exponent(&[5, 5, 5]);
+        assert!(flat == 0.0 && flat.is_sign_positive(), "{flat}");
     }
 
     #[test]

@@ -376,7 +376,10 @@ impl Trainer {
                 window,
                 PartialWindow::Keep,
             )
-            .map_err(EngineError::invalid(format!("{split} split")))?;
+            .map_err(EngineError::invalid(format!(
+                "{split} split at eval_batch {} (a config-file setting)",
+                config.eval_batch
+            )))?;
         }
         let objectives = config.objectives.clone();
         objectives
