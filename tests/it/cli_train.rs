@@ -382,6 +382,31 @@ fn a_carried_lstm_state_of_another_shape_is_a_one_line_error() {
     );
 }
 
+/// A --run-dir that is a folder of the user's own (files, none a run writes) is refused before
+/// anything is written into it; an empty folder is taken.
+#[test]
+fn a_folder_of_the_users_own_is_not_taken_as_a_run_dir() {
+    let f = Fixture::new();
+    let own = f.path("papers");
+    std::fs::create_dir_all(&own).expect("mkdir");
+    std::fs::write(own.join("vocab.tsv"), "my own table\n").expect("write");
+    let out = f.train("papers", &["--steps", "1", "--headless"]);
+    assert_one_line_error(&out, &["papers", "vocab.tsv", "nothing was written"]);
+    let left: Vec<_> = std::fs::read_dir(&own).expect("ls").collect();
+    assert_eq!(left.len(), 1, "only the user's file");
+    assert_eq!(
+        std::fs::read_to_string(own.join("vocab.tsv")).expect("read"),
+        "my own table\n"
+    );
+    let empty = f.path("empty");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    succeeded(&f.train(
+        "empty",
+        &["--steps", "1", "--headless", "--eval-every", "0"],
+    ));
+    assert!(empty.join("run.toml").is_file());
+}
+
 #[test]
 fn impossible_settings_are_one_line_errors() {
     let f = Fixture::new();
@@ -398,7 +423,9 @@ fn impossible_settings_are_one_line_errors() {
         (&["--batch", "100000"], &["batch"]),
         (&["--objective", "nce", "--reg", "agg=0.03"], &["gating"]),
         (&["--reg", "cos=-1"], &["cos", "≥ 0"]),
-        (&["--reg", "agg=0"], &["α"]),
+        (&["--reg", "agg=0"], &["α", "must be > 0"]),
+        // NaN gets AGG's own bound (it was told "≥ 0", which 0 then fails).
+        (&["--reg", "agg=NaN"], &["agg α = NaN must be > 0"]),
         (&["--reg", "lap"], &["NAME=WEIGHT"]),
         (&["--reg", "spectral=1"], &["unknown regulariser"]),
         (&["--freeze", "rares"], &["unknown group"]),

@@ -255,6 +255,15 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
         .run_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from("checkpoints").join(&name));
+    if let Some(first) = foreign_folder(&dir) {
+        return Err(RunError::Usage(
+            format!(
+                "{}: a folder with files of its own ({first}) and no run in it: give a new or empty --run-dir (nothing was written)",
+                dir.display()
+            )
+            .into(),
+        ));
+    }
     std::fs::create_dir_all(&dir).map_err(RunError::bad_input_at(dir.display().to_string()))?;
     let lock = live::hold(&dir)?;
     if dir.join("run.toml").exists() {
@@ -613,6 +622,26 @@ fn default_device() -> Result<conelab_train::model::DeviceSpec, RunError> {
             RunError::Usage(format!("config file {}: device = {text:?}: {e}", setting.from).into())
         }),
     }
+}
+
+/// What a run writes first or keeps at its top: a folder holding any of these is a run's (perhaps
+/// one that never reached a checkpoint), which the checks after it judge.
+const RUN_MARKERS: [&str; 5] = ["run.toml", "run.lock", "train.log", "output.log", "store"];
+
+/// The first entry (by name) of an existing, non-empty folder that holds nothing a run writes:
+/// a folder of the user's own, which a run's files would be mixed into (and a same-named file
+/// replaced). `None` for a new or empty folder or a run's.
+fn foreign_folder(dir: &Path) -> Option<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if names.is_empty() || names.iter().any(|n| RUN_MARKERS.contains(&n.as_str())) {
+        return None;
+    }
+    names.sort();
+    names.into_iter().next()
 }
 
 #[cfg(test)]

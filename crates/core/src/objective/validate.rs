@@ -32,7 +32,8 @@ impl Objectives {
             )
             .into());
         }
-        for term in Term::ALL {
+        // AGG's weight is its α, which must be > 0: checked below with that bound.
+        for term in Term::ALL.into_iter().filter(|&t| t != Term::Agg) {
             let (_, w) = self.term(term);
             finite_nonneg(term.name(), w)?;
         }
