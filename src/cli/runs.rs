@@ -13,7 +13,7 @@ use super::print_stdout;
 #[command(
     long_about = "One row per run: name, folder, seed, sweep (where any run is in one), tags, \
 status (live with its pid and host, completed, stopped, diverged, failed, crashed — no live \
-process and no final record — damaged, or unreadable with the reason), step / total, device, \
+process and no final record — imported (`import-tb`), damaged, or unreadable with the reason), step / total, device, \
 objectives in force, best validation PPL, newest I1 and mean cosine, start time (UTC) and wall \
 time.\n\nWithout DIR: every run this user has — those in the run index (each run registers \
 itself when it starts, in $XDG_STATE_HOME/conelab/runs) and those in the run roots \

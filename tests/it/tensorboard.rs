@@ -356,6 +356,20 @@ fn import_tb_reads_pytorch_and_tf2_logs_and_skips_damage_once() {
         &conelab(&["import-tb", s(&empty), "--out", s(&out_dir)]),
         &["no TensorBoard event files"],
     );
+    // Event files with no scalar at all (bytes that are no records): nothing imported is exit
+    // 2, not a success that made nothing, and no empty --out folder is left behind.
+    let garbage = tmp.path().join("garbage");
+    std::fs::create_dir_all(&garbage).expect("mkdir");
+    let noise: Vec<u8> = (0..3000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(garbage.join("events.out.tfevents.1.host"), noise).expect("write");
+    let fresh = tmp.path().join("fresh-out");
+    assert_one_line_error(
+        &conelab(&["import-tb", s(&garbage), "--out", s(&fresh)]),
+        &["no scalars in any of its event files", "nothing imported"],
+    );
+    assert!(!fresh.exists(), "an empty --out folder was left");
     let run = out_dir.join("log-pt");
     assert_one_line_error(
         &conelab(&["export", s(&run), "--format", "tfevents"]),

@@ -222,13 +222,14 @@ pub fn sort(rows: &mut [RunRow], by: SortBy) {
 }
 
 /// Every status a row can have (`conelab runs --status` takes these only).
-pub const STATUSES: [&str; 8] = [
+pub const STATUSES: [&str; 9] = [
     "live",
     "completed",
     "stopped",
     "diverged",
     "failed",
     "crashed",
+    "imported",
     "damaged",
     "unreadable",
 ];

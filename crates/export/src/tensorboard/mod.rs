@@ -328,6 +328,7 @@ pub fn import_log(logdir: &Path, out: &Path, name: &str) -> Result<Imported, Sto
         }
         targets.push((run_name, dir.clone()));
     }
+    let made_out = !out.exists();
     std::fs::create_dir_all(out).map_err(io(out))?;
     let mut imported = Imported::default();
     for ((_, files), (run_name, dir)) in runs.iter().zip(&targets) {
@@ -339,6 +340,23 @@ pub fn import_log(logdir: &Path, out: &Path, name: &str) -> Result<Imported, Sto
                 dir.display()
             )),
         }
+    }
+    if imported.runs.is_empty() {
+        // Nothing to show for it: bad input, said once, and no empty --out folder left behind.
+        if made_out {
+            let _ = std::fs::remove_dir(out);
+        }
+        let damage = imported
+            .warnings
+            .iter()
+            .find(|w| !w.ends_with("no run made"))
+            .map(|w| format!(" ({w})"))
+            .unwrap_or_default();
+        return Err(Invalid::new(format!(
+            "{}: no scalars in any of its event files{damage}: nothing imported",
+            logdir.display()
+        ))
+        .into());
     }
     Ok(imported)
 }
