@@ -156,7 +156,12 @@ pub fn exec(args: ExportArgs) -> Result<()> {
             Some("parquet") => ExportFormatArg::Parquet,
             Some("json") => ExportFormatArg::Json,
             Some("tex") => ExportFormatArg::Latex,
-            _ => ExportFormatArg::Md,
+            Some("md" | "markdown" | "txt") | None => ExportFormatArg::Md,
+            // Markdown in a file named .xlsx would open as a broken spreadsheet.
+            Some(other) => bail!(
+                "--out {}: no format is known by .{other}; name it .csv, .parquet, .json, .tex or .md, or give --format",
+                out.display()
+            ),
         },
         (None, None) => ExportFormatArg::Md,
     };

@@ -544,6 +544,14 @@ fn the_command_line_writes_files_atomically_and_refuses_bad_input_in_one_line() 
         "format from the extension: {tex}"
     );
 
+    // An extension no format has: refused, nothing written (Markdown went into a .xlsx).
+    let sheet = r.mle.parent().expect("root").join("table.xlsx");
+    assert_one_line_error(
+        &conelab(&["export", s(&r.mle), "--out", s(&sheet)]),
+        &["table.xlsx", ".xlsx", "--format"],
+    );
+    assert!(!sheet.exists());
+
     let missing = r.mle.parent().expect("root").join("nope");
     assert_one_line_error(&conelab(&["export", s(&missing)]), &["nope", "no such run"]);
     assert_one_line_error(

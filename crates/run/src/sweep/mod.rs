@@ -183,6 +183,11 @@ impl Sweep {
         let doc: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| invalid(format!("not a sweep file: {}", e.message())))?;
+        if doc.is_empty() {
+            return Err(invalid(
+                "an empty sweep file: nothing to run (a sweep file has [base], [grid] and [[zip]])",
+            ));
+        }
         for key in doc.keys() {
             if !["base", "grid", "zip"].contains(&key.as_str()) {
                 return Err(invalid(format!(
@@ -504,6 +509,8 @@ warmup = [10, 20]
             ),
             ("[grid]\nsteps = [{a = 1}]\n", "steps: {"),
             ("[other]\n", "[other]: a sweep file has"),
+            ("", "an empty sweep file"),
+            ("# only a comment\n", "an empty sweep file"),
             ("[grid\n", "not a sweep file"),
             (
                 "[grid]\nlr = [0.001, 1e-3]\n",
