@@ -201,19 +201,15 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
         .and_then(|l| l.split('\t').next())
         .expect("a word")
         .to_string();
-    let csv = conelab(&[
-        "export",
-        s(&f.path("run")),
-        "--table",
-        "neighbors",
-        "--words",
-        &word,
-        "-k",
-        "3",
-        "--format",
-        "csv",
-    ]);
-    let text = succeeded(&csv);
+    let run = f.path("run");
+    // `export --table neighbors` of the word, top k, in a format (none: Markdown).
+    let neighbors = |k: &str, format: &[&str]| {
+        let mut args = vec!["export", s(&run), "--table", "neighbors", "--words", &word];
+        args.extend(["-k", k]);
+        args.extend(format);
+        succeeded(&conelab(&args))
+    };
+    let text = neighbors("3", &["--format", "csv"]);
     let rows: Vec<Vec<&str>> = text
         .lines()
         .skip(1)
@@ -240,31 +236,11 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
             "{row:?} vs {w}"
         );
     }
-    let md = conelab(&[
-        "export",
-        s(&f.path("run")),
-        "--table",
-        "neighbors",
-        "--words",
-        &word,
-        "-k",
-        "3",
-    ]);
-    let md = String::from_utf8_lossy(&md.stdout).to_string();
+    let md = neighbors("3", &[]);
     assert!(md.starts_with("| word | rank | MLE |"), "{md}");
     assert_eq!(md.lines().count(), 2 + 3, "{md}");
     // A -k beyond the vocabulary: every other row once, not a line per rank asked.
-    let all = conelab(&[
-        "export",
-        s(&f.path("run")),
-        "--table",
-        "neighbors",
-        "--words",
-        &word,
-        "-k",
-        "99999999999",
-    ]);
-    let all = succeeded(&all);
+    let all = neighbors("99999999999", &[]);
     assert_eq!(all.lines().count(), 2 + vocab.lines().count() - 1, "{all}");
 }
 
