@@ -14,6 +14,8 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// [`write_file`] whose fault-injection points are `KIND.write` and `KIND.rename` (besides
 /// `atomic.write` and `atomic.rename`): `segment`, `export`, … (see `crate::fault`).
 pub fn write_file_as(kind: &str, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let resolved = replaceable(path)?;
+    let path = resolved.as_path();
     let dir = parent(path);
     let name = path
         .file_name()
@@ -41,6 +43,37 @@ pub fn write_file_as(kind: &str, path: &Path, bytes: &[u8]) -> io::Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// The file a write to `path` replaces: `path` itself when it is a regular file or absent, the
+/// file a symbolic link leads to (so the link stays and its target gets the bytes), and an error
+/// for anything else. A rename over a device, a pipe or a socket would put a plain file in its
+/// place (as root, `--out /dev/full` replaced the device).
+fn replaceable(path: &Path) -> io::Result<std::path::PathBuf> {
+    let target = match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(path.to_path_buf()),
+        Err(e) => return Err(e),
+        Ok(m) if m.file_type().is_symlink() => fs::canonicalize(path).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{} is a link to nothing that can be read ({e})",
+                    path.display()
+                ),
+            )
+        })?,
+        Ok(_) => path.to_path_buf(),
+    };
+    match fs::metadata(&target) {
+        Ok(m) if !m.is_file() => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is not a regular file (a folder, device, pipe or socket): nothing is written over it",
+                target.display()
+            ),
+        )),
+        _ => Ok(target),
+    }
 }
 
 /// A name for a temporary file beside `name`, unique in this process.
@@ -81,6 +114,56 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("a.txt")]);
+    }
+
+    /// A device, a pipe or a socket is never replaced by a plain file; a link keeps being a
+    /// link, and the file it leads to gets the bytes.
+    #[test]
+    fn only_regular_files_are_replaced_and_links_are_written_through() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        let e = write_file(&socket, b"x").expect_err("a socket");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        assert!(
+            fs::symlink_metadata(&socket)
+                .expect("still there")
+                .file_type()
+                .is_socket()
+        );
+        let e = write_file(Path::new("/dev/null"), b"x").expect_err("a device");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(
+            fs::metadata("/dev/null")
+                .expect("null")
+                .file_type()
+                .is_char_device()
+        );
+        assert!(write_file(dir.path(), b"x").is_err(), "a folder");
+
+        let target = dir.path().join("target.csv");
+        fs::write(&target, b"old").expect("write");
+        let link = dir.path().join("link.csv");
+        std::os::unix::fs::symlink("target.csv", &link).expect("symlink");
+        write_file(&link, b"new").expect("through the link");
+        assert!(
+            fs::symlink_metadata(&link)
+                .expect("link")
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(fs::read(&target).expect("read"), b"new");
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink("nowhere/at/all", &dangling).expect("symlink");
+        assert!(write_file(&dangling, b"x").is_err());
+        assert!(
+            fs::symlink_metadata(&dangling)
+                .expect("kept")
+                .file_type()
+                .is_symlink()
+        );
     }
 
     #[test]
