@@ -144,6 +144,17 @@ pub fn redirect_stdout_and_stderr(file: impl AsFd) -> io::Result<std::fs::File> 
     Ok(std::fs::File::from(saved))
 }
 
+/// Whether the peer of a connected stream socket has closed its end with nothing left to read
+/// (a read would see the end at once). Never waits.
+pub fn peer_hung_up(socket: impl AsFd) -> bool {
+    use rustix::net::RecvFlags;
+    let mut byte = [0u8; 1];
+    matches!(
+        rustix::net::recv(socket, &mut byte[..], RecvFlags::PEEK | RecvFlags::DONTWAIT),
+        Ok((0, _))
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

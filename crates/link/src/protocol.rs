@@ -171,6 +171,17 @@ pub enum Line {
 /// Reads one `\n`-terminated line of at most `max` bytes (the newline excluded) without ever
 /// holding more than `max` bytes: a longer line is consumed and reported, not buffered.
 pub fn read_line_limited(reader: &mut impl BufRead, max: usize) -> io::Result<Line> {
+    read_line(reader, max, true)
+}
+
+/// [`read_line_limited`] that stops as soon as a line passes `max` bytes, its rest unread, with
+/// [`Line::TooLong`] of the bytes read so far: for a reader that disconnects on it (a client
+/// streaming one endless line is not read to its end).
+pub fn read_line_bounded(reader: &mut impl BufRead, max: usize) -> io::Result<Line> {
+    read_line(reader, max, false)
+}
+
+fn read_line(reader: &mut impl BufRead, max: usize, skip_whole: bool) -> io::Result<Line> {
     let mut buf: Vec<u8> = Vec::new();
     let mut total = 0usize;
     loop {
@@ -200,6 +211,9 @@ pub fn read_line_limited(reader: &mut impl BufRead, max: usize) -> io::Result<Li
         }
         let used = done.unwrap_or(available.len());
         reader.consume(used);
+        if total > max && !skip_whole {
+            return Ok(Line::TooLong(total));
+        }
         if done.is_some() {
             return Ok(if total > max {
                 Line::TooLong(total)
@@ -243,6 +257,13 @@ mod tests {
             Line::Text("last".into())
         );
         assert_eq!(read_line_limited(&mut r, 10).expect("5"), Line::Eof);
+        // Bounded: it stops at the first chunk past the limit, the rest of the line unread.
+        let input = format!("{}\nnext\n", "x".repeat(100));
+        let mut r = std::io::BufReader::with_capacity(16, Cursor::new(input));
+        assert_eq!(read_line_bounded(&mut r, 10).expect("1"), Line::TooLong(16));
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut r, &mut rest).expect("rest");
+        assert_eq!(rest.len(), 100 - 16 + "\nnext\n".len());
     }
 
     #[test]

@@ -22,7 +22,7 @@ use super::answer::{Answers, answer};
 use super::hub::{HubInput, LineQueue, Sink, VIEWER_QUEUE_BYTES};
 use super::protocol::{
     ClientMessage, Line, MAX_CLIENT_LINE, PROTOCOL_VERSION, RunHello, ServerMessage, encode,
-    read_line_limited,
+    read_line_bounded,
 };
 
 /// The socket's name in the run directory.
@@ -312,10 +312,15 @@ fn accept_loop(
     let own_uid = conelab_base::platform::own_uid();
     let mut pace = Pace::new(ACCEPTS_PER_SECOND);
     for stream in listener.incoming() {
-        pace.take(1.0);
         let Ok(mut stream) = stream else {
             continue;
         };
+        // A client gone before it was accepted costs nothing and is not paced: a burst of
+        // connect-and-close once held every later client in the backlog for minutes.
+        if conelab_base::platform::peer_hung_up(&stream) {
+            continue;
+        }
+        pace.take(1.0);
         use conelab_base::platform::{Refusal, admit_peer};
         match admit_peer(peer_uid(&stream), own_uid) {
             Ok(()) => {}
@@ -382,6 +387,29 @@ fn accept_loop(
     }
 }
 
+/// The connection's reads, failing once `deadline` has passed: before hello, a client that
+/// trickles a byte now and then would otherwise renew a per-read timeout for ever.
+struct Deadlined<'a> {
+    stream: &'a UnixStream,
+    deadline: Option<std::time::Instant>,
+}
+
+impl std::io::Read for Deadlined<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(deadline) = self.deadline {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no hello within {} s", HELLO_TIMEOUT.as_secs()),
+                ));
+            }
+            self.stream.set_read_timeout(Some(left))?;
+        }
+        std::io::Read::read(&mut &*self.stream, buf)
+    }
+}
+
 fn refuse(stream: &mut UnixStream, message: &str) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     if let Ok(line) = encode(&ServerMessage::Error {
@@ -437,8 +465,10 @@ fn serve_connection(
             );
         }
     };
-    let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
-    let mut reader = BufReader::new(&stream);
+    let mut reader = BufReader::new(Deadlined {
+        stream: &stream,
+        deadline: Some(std::time::Instant::now() + HELLO_TIMEOUT),
+    });
     let mut greeted = false;
     let mut subscribed = false;
     let mut pace = Pace::new(MESSAGES_PER_SECOND);
@@ -446,20 +476,21 @@ fn serve_connection(
         if output_closed.load(Ordering::SeqCst) {
             break;
         }
-        let line = match read_line_limited(&mut reader, MAX_CLIENT_LINE) {
+        // A line over the limit ends the connection, so it is not read to its end.
+        let line = match read_line_bounded(&mut reader, MAX_CLIENT_LINE) {
             Ok(Line::Text(t)) => t,
             Ok(Line::Eof) => break,
             Ok(Line::TooLong(n)) => {
                 log_as(
                     "too long",
                     &format!(
-                        "viewer {viewer}: a {n}-byte message (limit {MAX_CLIENT_LINE}): disconnected"
+                        "viewer {viewer}: a message past {n} bytes (limit {MAX_CLIENT_LINE}): disconnected"
                     ),
                 );
                 reply(ServerMessage::Error {
                     id: None,
                     message: format!(
-                        "message of {n} bytes is longer than the limit of {MAX_CLIENT_LINE}: disconnecting"
+                        "message past {n} bytes is longer than the limit of {MAX_CLIENT_LINE}: disconnecting"
                     ),
                 });
                 break;
@@ -496,6 +527,10 @@ fn serve_connection(
                     id: None,
                     message: format!("malformed or unknown message: {e}"),
                 });
+                // Before hello it is not a viewer at all: no second chance.
+                if !greeted {
+                    break;
+                }
                 continue;
             }
         };
@@ -503,6 +538,7 @@ fn serve_connection(
             match message {
                 ClientMessage::Hello { protocol, client } if protocol == PROTOCOL_VERSION => {
                     greeted = true;
+                    reader.get_mut().deadline = None;
                     // Until it subscribes or sends a command (`active`).
                     let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
                     if !client.is_empty() {
@@ -593,6 +629,57 @@ fn serve_connection(
     drop(tx);
     let _ = writer.join();
     let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+#[cfg(test)]
+mod connection_tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Before hello the read deadline holds however the client trickles bytes (a per-read
+    /// timeout was renewed by every byte); after it is lifted, reads wait as before.
+    #[test]
+    fn the_hello_deadline_is_a_deadline() {
+        let (server, mut client) = UnixStream::pair().expect("pair");
+        let trickle = std::thread::spawn(move || {
+            for _ in 0..40 {
+                if client.write_all(b" ").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+        });
+        let started = std::time::Instant::now();
+        let mut reader = BufReader::new(Deadlined {
+            stream: &server,
+            deadline: Some(started + Duration::from_millis(300)),
+        });
+        let e = read_line_bounded(&mut reader, MAX_CLIENT_LINE).expect_err("timed out");
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(900), "{took:?}");
+        drop(reader);
+        drop(server);
+        trickle.join().expect("trickle");
+    }
+
+    /// A peer that connected and closed without a word is seen as gone (and skipped unpaced);
+    /// one that is there, or sent something before closing, is not.
+    #[test]
+    fn a_peer_that_hung_up_is_told_apart() {
+        let (a, b) = UnixStream::pair().expect("pair");
+        let hung_up = |s: &UnixStream| conelab_base::platform::peer_hung_up(s);
+        assert!(!hung_up(&a));
+        drop(b);
+        assert!(hung_up(&a));
+        let (c, mut d) = UnixStream::pair().expect("pair");
+        d.write_all(b"{").expect("write");
+        drop(d);
+        assert!(!hung_up(&c), "it has something to read");
+        // The byte is still there to read.
+        let mut byte = [0u8; 1];
+        assert_eq!(std::io::Read::read(&mut &c, &mut byte).expect("read"), 1);
+    }
 }
 
 #[cfg(test)]
