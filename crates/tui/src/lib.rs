@@ -159,9 +159,14 @@ pub fn after_viewer(dir: &std::path::Path, exit: ViewerExit) -> ExitStatus {
             ExitStatus::Success
         }
         ViewerExit::Left(status) if !status.is_live() => {
-            // The run writes how it ended as it exits: wait for it a little.
+            // The run writes how it ended as it exits: wait for it a little (not for one whose
+            // process is gone without a word: that is said at once).
             let start = std::time::Instant::now();
             while start.elapsed() < std::time::Duration::from_secs(10) {
+                if let Some(line) = crashed_summary(dir) {
+                    let _ = writeln!(std::io::stderr(), "{line}");
+                    return ExitStatus::Failed;
+                }
                 if let Ok(Some(f)) = conelab_link::live::read_final(dir) {
                     if f.status == "stopped" {
                         let _ = writeln!(std::io::stdout(), "{}", stopped_summary(dir, f.step));
@@ -179,8 +184,38 @@ pub fn after_viewer(dir: &std::path::Path, exit: ViewerExit) -> ExitStatus {
                 _ => ExitStatus::Failed,
             }
         }
-        ViewerExit::Left(_) => ExitStatus::Success,
+        // The viewer left a run it last saw live: it may have been killed meanwhile.
+        ViewerExit::Left(_) => match crashed_summary(dir) {
+            Some(line) => {
+                let _ = writeln!(std::io::stderr(), "{line}");
+                ExitStatus::Failed
+            }
+            None => ExitStatus::Success,
+        },
     }
+}
+
+/// For a run whose process ended without a final record (killed, out of memory, its machine
+/// gone): what happened and how to continue it; `None` for a live run or one that ended.
+pub fn crashed_summary(dir: &std::path::Path) -> Option<String> {
+    if !matches!(
+        conelab_link::live::liveness(dir),
+        Ok(conelab_link::live::Liveness::Crashed)
+    ) {
+        return None;
+    }
+    let newest = conelab_core::run_dir::checkpoints_in(dir)
+        .ok()
+        .and_then(|c| c.last().and_then(|p| conelab_core::run_dir::step_of(p)));
+    let resume = format!("`conelab train --resume {}`", dir.display());
+    Some(match newest {
+        Some(step) => format!(
+            "conelab: the run's process ended without a word (killed, or out of memory): {resume} continues it from its newest checkpoint, step {step}"
+        ),
+        None => format!(
+            "conelab: the run's process ended without a word (killed, or out of memory) before its first checkpoint: {resume} starts it again"
+        ),
+    })
 }
 
 /// The workbench on a run: the app, the link it steers the run through, and the frequency
@@ -337,7 +372,45 @@ pub fn run_viewer(
 
 #[cfg(test)]
 mod stop_tests {
-    use super::stopped_summary;
+    use super::{crashed_summary, stopped_summary};
+
+    /// A run whose process is gone without a final record (kill -9) is said to be so, with how
+    /// to continue it; a live run (its lock held) and one that ended are not.
+    #[test]
+    fn a_run_gone_without_a_word_says_so_and_how_to_go_on() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let lock = conelab_link::live::hold(dir.path()).expect("hold");
+        assert_eq!(crashed_summary(dir.path()), None, "live");
+        drop(lock);
+        let none = crashed_summary(dir.path()).expect("gone");
+        assert!(none.contains("ended without a word"), "{none}");
+        assert!(none.contains("before its first checkpoint"), "{none}");
+        std::fs::create_dir_all(dir.path().join("step-000050")).expect("mkdir");
+        let at = crashed_summary(dir.path()).expect("gone");
+        assert!(at.contains("newest checkpoint, step 50"), "{at}");
+        assert!(
+            at.contains(&format!(
+                "`conelab train --resume {}`",
+                dir.path().display()
+            )),
+            "{at}"
+        );
+        conelab_link::live::conclude(
+            dir.path(),
+            &conelab_link::live::FinalRecord {
+                status: "completed".into(),
+                step: 50,
+                total_steps: 50,
+                exit_code: 0,
+                message: String::new(),
+                by_signal: false,
+                finished_unix: 0.0,
+                host: "h".into(),
+            },
+        )
+        .expect("final");
+        assert_eq!(crashed_summary(dir.path()), None, "ended");
+    }
 
     /// A stop from a viewer says what was kept and the command that goes on, with the folder
     /// as given (absolute by then): a checkpoint at the step, an older one, or none.
