@@ -606,6 +606,15 @@ fn divergence_pauses_the_engine_without_applying_the_step() {
         }
     };
     assert!(matches!(next_event(&handle), Event::Paused { .. }));
+    // The step at 1e30 before it took the weights to ~1e30 with a finite loss: resuming at a
+    // lower lr cannot recover them, and the run says so and what can.
+    match next_event(&handle) {
+        Event::Warning { message, .. } => {
+            assert!(message.contains("did not survive"), "{message}");
+            assert!(message.contains("--resume"), "{message}");
+        }
+        other => panic!("expected the warning about the weights, got {other:?}"),
+    }
     handle.send(Command::Stop { save: false });
     loop {
         if let Event::Finished { step, .. } = next_event(&handle) {

@@ -468,6 +468,17 @@ impl Engine {
             self.diverged = true;
             let at = self.step();
             self.emit(Event::Paused { step: at });
+            // The diverging step was not applied, but the steps before it may have blown the
+            // weights up with a finite loss (an lr of 1e9: one step to weights of 1e9, the next
+            // loss NaN): then a lower lr cannot help, and the user is told what can.
+            if let Err(why) = self.trainer.weights_check() {
+                self.emit(Event::Warning {
+                    step: at,
+                    message: format!(
+                        "the weights did not survive the steps before the divergence ({why}): resuming here diverges again whatever the lr; stop and continue from the newest checkpoint with `conelab train --resume RUN_DIR`"
+                    ),
+                });
+            }
             return Flow::Pause;
         }
         // Nobody watches: end now, keeping the last good checkpoint as it is.
