@@ -521,6 +521,57 @@ fn a_freeze_until_a_step_ends_with_an_applied_change_at_that_step() {
     assert!(a.ticket.is_none());
 }
 
+/// A paused run takes at most `COMMANDS_PER_STEP` commands a second (no step paces them): a
+/// flood of distinct settings is applied in order, all of it, but no faster.
+#[test]
+fn commands_to_a_paused_run_are_paced() {
+    let _turn = one_trainer();
+    let (_, corpus) = small_synthetic();
+    let trainer = Trainer::new(
+        corpus,
+        small_transformer(),
+        train_config(1_000),
+        DeviceSpec::Cpu,
+    )
+    .expect("trainer");
+    let handle = engine::spawn(
+        trainer,
+        engine::EngineOptions {
+            initial_commands: vec![Command::Pause],
+            ..engine::EngineOptions::default()
+        },
+    )
+    .expect("engine");
+    while !matches!(next_event(&handle), Event::Paused { .. }) {}
+    let flood = 3 * engine::COMMANDS_PER_STEP;
+    let started = std::time::Instant::now();
+    for i in 0..flood {
+        handle.send(Command::SetLr {
+            lr: 1e-3 + i as f64 * 1e-7,
+        });
+    }
+    let mut applied_at = Vec::new();
+    while applied_at.len() < flood {
+        if let Event::Applied(_) = next_event(&handle) {
+            applied_at.push(started.elapsed());
+        }
+    }
+    // Within the first period, no more than a period's share.
+    let early = applied_at
+        .iter()
+        .filter(|t| **t < engine::PAUSED_COMMAND_PERIOD)
+        .count();
+    assert!(
+        early <= engine::COMMANDS_PER_STEP,
+        "{early} in the first second"
+    );
+    // All of them applied by the third period's end, none lost.
+    assert_eq!(applied_at.len(), flood);
+    handle.send(Command::Stop { save: false });
+    while !matches!(next_event(&handle), Event::Finished { .. }) {}
+    handle.join();
+}
+
 #[test]
 fn pause_resume_and_stop_with_save() {
     let _turn = one_trainer();

@@ -297,6 +297,11 @@ struct Engine {
 /// Commands applied between two steps at most; the rest wait, in order, for the next.
 pub const COMMANDS_PER_STEP: usize = 32;
 
+/// While paused no step paces the commands: [`COMMANDS_PER_STEP`] of them per this long instead,
+/// so a flood of commands cannot grow a paused run's log and store without bound (10,846 a second
+/// were applied, logged and stored before).
+pub const PAUSED_COMMAND_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+
 enum Flow {
     Continue,
     Pause,
@@ -367,8 +372,13 @@ impl Engine {
             // `COMMANDS_PER_STEP` each time, the rest waiting in order for the next (a flood of
             // commands cannot stall training).
             let mut handled = 0;
+            // When the first command of this round was taken (the pace while paused).
+            let mut first_taken: Option<std::time::Instant> = None;
             loop {
-                if !paused && handled == COMMANDS_PER_STEP {
+                if handled == COMMANDS_PER_STEP {
+                    if let (true, Some(first)) = (paused, first_taken) {
+                        std::thread::sleep(PAUSED_COMMAND_PERIOD.saturating_sub(first.elapsed()));
+                    }
                     break;
                 }
                 handled += 1;
@@ -389,6 +399,7 @@ impl Engine {
                         Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                     }
                 };
+                first_taken.get_or_insert_with(std::time::Instant::now);
                 // A command applies to a step whose loss is known: the one queued is read first.
                 match self.settle()? {
                     Flow::Pause => paused = true,
