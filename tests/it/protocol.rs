@@ -304,6 +304,58 @@ fn hostile_clients_get_errors_and_the_run_goes_on() {
     after_burst.hello();
     after_burst.send(json!({"type": "vocabulary", "id": 3}));
     assert_eq!(after_burst.until("vocabulary")["id"], 3);
+    // Many clients asking at once share the run's answers: within a second, no more than its
+    // rate and a burst of as many, however many connections ask (each one alone may ask 50 a
+    // second after a burst of 50: six would get 600).
+    use conelab::run::server::REQUESTS_PER_SECOND;
+    let mut askers: Vec<Client> = (0..6)
+        .map(|_| {
+            let mut c = Client::connect(&socket);
+            c.hello();
+            c
+        })
+        .collect();
+    let asked_at = Instant::now();
+    for (n, c) in askers.iter_mut().enumerate() {
+        for i in 0..100 {
+            c.send(json!({"type": "vocabulary", "id": 1000 * n + i}));
+        }
+    }
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let readers: Vec<_> = askers
+        .into_iter()
+        .map(|mut c| {
+            let answered = answered.clone();
+            std::thread::spawn(move || {
+                c.out
+                    .set_read_timeout(Some(Duration::from_millis(100)))
+                    .expect("timeout");
+                let mut line = String::new();
+                while asked_at.elapsed() < Duration::from_secs(1) {
+                    match c.lines.read_line(&mut line) {
+                        Ok(0) => break,
+                        Ok(_) => {
+                            if line.contains("\"vocabulary\"") {
+                                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            }
+                            line.clear();
+                        }
+                        // A timeout keeps what was read of the line.
+                        Err(_) => {}
+                    }
+                }
+            })
+        })
+        .collect();
+    for r in readers {
+        r.join().expect("reader");
+    }
+    let answered = answered.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        answered as f64 <= 2.0 * REQUESTS_PER_SECOND + 6.0,
+        "{answered} answers in the first second"
+    );
+    assert!(answered > 0);
     assert!(!process_gone(pid));
     stop(pid);
 }
