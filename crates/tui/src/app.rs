@@ -303,6 +303,9 @@ pub struct App {
     outbox: Vec<Request>,
 }
 
+/// The most characters a typed value may have (a weight or lr written out in full fits).
+const MAX_TYPED: usize = 64;
+
 impl App {
     pub fn new(objectives: Objectives, view: ViewOptions) -> Self {
         Self {
@@ -713,11 +716,21 @@ impl App {
                 Effect::None
             }
             Action::TypeInput(c) => {
-                if let Some((_, text)) = &mut self.typing
-                    && text.len() < 24
-                    && (c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+'))
-                {
-                    text.push(c);
+                if let Some((_, text)) = &mut self.typing {
+                    let numeric = c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+');
+                    if numeric && text.len() < MAX_TYPED {
+                        text.push(c);
+                    } else {
+                        // Said, not silently dropped: a cut-off "0.000…1" would be sent as 0.
+                        let step = self.step();
+                        self.run.log(
+                            step,
+                            LogKind::Warning,
+                            format!(
+                                "{c:?} not taken: a number is digits, '.', 'e', '+' and '-', at most {MAX_TYPED} of them"
+                            ),
+                        );
+                    }
                 }
                 Effect::None
             }
@@ -739,7 +752,7 @@ impl App {
                         self.run.log(
                             step,
                             LogKind::Warning,
-                            format!("{text:?}: not a number ≥ 0; nothing sent"),
+                            format!("{text:?}: not a finite number ≥ 0; nothing sent"),
                         );
                         Effect::None
                     }

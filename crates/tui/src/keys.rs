@@ -401,8 +401,28 @@ mod tests {
             press(&mut app, KeyCode::Char(c));
         }
         assert!(controls_text(&app).contains("lr = 1e-3_"));
-        // Letters are input while typing, not commands (`p` would pause).
+        // Letters are input while typing, not commands (`p` would pause), and said not taken.
         assert_eq!(press(&mut app, KeyCode::Char('p')), Effect::None);
+        let said = app
+            .run
+            .log
+            .back()
+            .map(|l| l.text.clone())
+            .unwrap_or_default();
+        assert!(said.contains("'p' not taken"), "{said}");
+        assert_eq!(press(&mut app, KeyCode::Enter), half(1e-3));
+        // A number written out in full is taken whole (cut at 24 characters, 0.000…1 was 0).
+        press(&mut app, KeyCode::Char('='));
+        let long = format!("0.{}1", "0".repeat(44));
+        for c in long.chars() {
+            press(&mut app, KeyCode::Char(c));
+        }
+        assert_eq!(press(&mut app, KeyCode::Enter), half(1e-45));
+        app.on_event(applied(1048, Command::SetLr { lr: 1e-45 }));
+        press(&mut app, KeyCode::Char('='));
+        for c in "1e-3".chars() {
+            press(&mut app, KeyCode::Char(c));
+        }
         assert_eq!(press(&mut app, KeyCode::Enter), half(1e-3));
         assert_eq!(app.typing, None);
         app.on_event(applied(1048, Command::SetLr { lr: 1e-3 }));
@@ -424,7 +444,7 @@ mod tests {
             .back()
             .map(|l| l.text.clone())
             .unwrap_or_default();
-        assert!(said.contains("not a number"), "{said}");
+        assert!(said.contains("not a finite number"), "{said}");
         press(&mut app, KeyCode::Char('='));
         press(&mut app, KeyCode::Char('5'));
         assert_eq!(press(&mut app, KeyCode::Esc), Effect::None);
