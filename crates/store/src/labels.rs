@@ -66,6 +66,21 @@ impl LabelEdit {
     }
 }
 
+/// Invisible characters that change how text around them shows (bidirectional overrides and
+/// isolates, zero-width spaces and joiners, the soft hyphen, the byte-order mark): in a name or
+/// a tag they can make it look like another one (U+202E shows "evil" as "live").
+fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}'
+    )
+}
+
 /// Why a tag cannot be one: it is written unquoted in tables, CSV cells and the command line.
 fn check_tag(tag: &str) -> Result<(), Invalid> {
     if tag.is_empty() {
@@ -74,10 +89,12 @@ fn check_tag(tag: &str) -> Result<(), Invalid> {
     if tag.chars().count() > MAX_TAG {
         return Err(format!("tag `{tag}` is longer than {MAX_TAG} characters").into());
     }
-    if let Some(c) = tag
-        .chars()
-        .find(|c| c.is_whitespace() || c.is_control() || matches!(c, ',' | '+' | '"' | '|'))
-    {
+    if let Some(c) = tag.chars().find(|&c| {
+        c.is_whitespace()
+            || c.is_control()
+            || is_invisible_format(c)
+            || matches!(c, ',' | '+' | '"' | '|')
+    }) {
         return Err(format!(
             "tag `{tag}` contains {c:?}: tags are single words (no spaces, commas, +, \" or |)"
         )
@@ -100,6 +117,12 @@ impl RunLabels {
             }
             if name.chars().any(char::is_control) {
                 return Err("a name is one line without control characters".into());
+            }
+            if let Some(c) = name.chars().find(|&c| is_invisible_format(c)) {
+                return Err(format!(
+                    "a name is shown as written: no invisible or direction-changing characters ({c:?})"
+                )
+                .into());
             }
             next.name = (!name.is_empty()).then(|| name.to_string());
         }
@@ -206,6 +229,15 @@ mod tests {
             ..LabelEdit::default()
         };
         assert!(l.apply(&name("line\nbreak")).is_err());
+        // Shown as something else: a right-to-left override, an invisible-only name, a
+        // zero-width space hiding in a tag.
+        for spoof in ["\u{202e}evil", "\u{200b}\u{200b}", "mle\u{2066}"] {
+            let e = l.apply(&name(spoof)).expect_err(spoof);
+            assert!(e.to_string().contains("invisible"), "{e}");
+        }
+        assert!(l.apply(&tags(&["+ab\u{200b}c"])).is_err());
+        l.apply(&name("Ünïcödé → fine"))
+            .expect("visible text is fine");
         assert!(l.apply(&name(&"n".repeat(MAX_NAME + 1))).is_err());
         l.apply(&name("  CosReg sweep ")).expect("name");
         assert_eq!(l.name.as_deref(), Some("CosReg sweep"));
