@@ -63,13 +63,24 @@ pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
     let exit = conelab::tui::run_viewer(opened.link, opened.hello, setup)?;
     if live && exit == conelab::tui::ViewerExit::Detached {
         conelab::tui::after_viewer(&dir, exit);
+    } else if live && let Some(line) = conelab::tui::crashed_summary(&dir) {
+        // Killed while watched: what happened and how to go on (the viewer still exits 0).
+        eprintln!("{line}");
     }
     // A viewer exits 0 however it leaves (the run's own status is the run's).
     Ok(ExitStatus::Success)
 }
 
-/// Several live runs: the user picks one by number.
+/// Several live runs: the user picks one by number (on a terminal; elsewhere nobody can).
 fn pick(list: &[(PathBuf, String)]) -> Result<PathBuf> {
+    if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
+        let names: Vec<&str> = list.iter().map(|(_, n)| n.as_str()).collect();
+        bail!(
+            "{} runs are live ({}): name one, `conelab attach RUN` (and attach needs a terminal)",
+            list.len(),
+            names.join(", ")
+        );
+    }
     let mut err = std::io::stderr();
     let _ = writeln!(err, "Several runs are live:");
     let width = list

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use crate::common::conelab_env;
 use crate::common::{
     Fixture, assert_one_line_error, conelab, conelab_processes, copy_dir, process_gone, read_until,
     s, signal, spawn_train, spawn_train_env, store_events, store_losses, succeeded, wait_final,
@@ -1020,4 +1021,37 @@ fn resume_knows_a_moved_corpus_by_its_files() {
             "moved-corpus",
         ],
     );
+}
+
+/// `conelab attach` without a name while several runs are live, with no terminal to ask on:
+/// one line naming them (it asked "Attach to which?" where nobody could answer, then failed).
+#[test]
+fn attach_without_a_name_or_a_terminal_names_the_live_runs() {
+    let f = Fixture::new();
+    let state = f.path("state");
+    let env = [("XDG_STATE_HOME", s(&state))];
+    let long = ["--steps", "100000", "--eval-every", "0", "--headless"];
+    let mut runs: Vec<_> = ["first", "second"]
+        .iter()
+        .map(|name| {
+            let mut child = spawn_train_env(&f, name, &long, &env);
+            crate::common::drain(&mut child);
+            child
+        })
+        .collect();
+    for name in ["first", "second"] {
+        let live = f.path(name).join("live.json");
+        wait_until("the run is live", || live.exists());
+    }
+    let out = conelab_env(&["attach"], &env);
+    assert_one_line_error(
+        &out,
+        &["2 runs are live", "first", "second", "conelab attach RUN"],
+    );
+    for child in &mut runs {
+        signal(child.id(), libc::SIGTERM);
+    }
+    for mut child in runs {
+        child.wait().expect("wait");
+    }
 }
