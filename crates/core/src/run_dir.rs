@@ -426,6 +426,14 @@ pub fn checkpoints_in(dir: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
     Ok(steps.into_iter().map(|(_, p)| p).collect())
 }
 
+/// The step of the newest `step-N` checkpoint in `dir`; `None` when it has none or cannot be
+/// listed (what a resume would start from, for the messages that say so).
+pub fn newest_checkpoint_step(dir: &Path) -> Option<u64> {
+    checkpoints_in(dir)
+        .ok()
+        .and_then(|c| c.last().and_then(|p| step_of(p)))
+}
+
 /// The step a `step-N` folder names (any number of digits).
 pub fn step_of(p: &Path) -> Option<u64> {
     p.file_name()

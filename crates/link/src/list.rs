@@ -343,10 +343,7 @@ pub fn row(dir: &Path) -> RunRow {
             r.seed = Some(run.spec().train.seed);
             r.device = Some(run.spec().device.clone());
             if r.step.is_none() {
-                r.step = run
-                    .checkpoints()
-                    .ok()
-                    .and_then(|c| c.last().and_then(|p| conelab_core::run_dir::step_of(p)));
+                r.step = conelab_core::run_dir::newest_checkpoint_step(dir);
             }
         }
         Err(e @ conelab_core::run_dir::CheckpointError::Corrupt { .. }) => {

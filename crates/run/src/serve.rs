@@ -497,18 +497,17 @@ pub fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<Exit
     match &exit.outcome {
         crate::headless::Outcome::Diverged { step, loss } => {
             // Say what there is to come back to: a checkpoint, or none at all.
-            let newest = conelab_core::run_dir::checkpoints_in(&exit.dir)
-                .ok()
-                .and_then(|c| c.last().and_then(|p| conelab_core::run_dir::step_of(p)));
-            crate::say(&match newest {
-                Some(at) => format!(
-                    "conelab: training diverged at step {step} (loss {loss}); its newest checkpoint (step {at}) is kept: `conelab train --resume {} --lr LOWER` continues from it",
-                    exit.dir.display()
-                ),
-                None => format!(
-                    "conelab: training diverged at step {step} (loss {loss}) before its first checkpoint: nothing to resume; start again with a lower --lr"
-                ),
-            })
+            crate::say(
+                &match conelab_core::run_dir::newest_checkpoint_step(&exit.dir) {
+                    Some(at) => format!(
+                        "conelab: training diverged at step {step} (loss {loss}); its newest checkpoint (step {at}) is kept: `conelab train --resume {} --lr LOWER` continues from it",
+                        exit.dir.display()
+                    ),
+                    None => format!(
+                        "conelab: training diverged at step {step} (loss {loss}) before its first checkpoint: nothing to resume; start again with a lower --lr"
+                    ),
+                },
+            )
         }
         crate::headless::Outcome::Failed { message } => {
             crate::say(&format!("conelab: training failed: {message}"))

@@ -119,14 +119,16 @@ impl Outgoing {
     }
 }
 
+/// The command that continues the run in `dir`, quoted for a message.
+fn resume_command(dir: &std::path::Path) -> String {
+    format!("`conelab train --resume {}`", dir.display())
+}
+
 /// What a run stopped from a viewer at `step` left, and how to go on: the line a stop by a
 /// signal says too.
 pub fn stopped_summary(dir: &std::path::Path, step: u64) -> String {
-    let newest = conelab_core::run_dir::checkpoints_in(dir)
-        .ok()
-        .and_then(|c| c.last().and_then(|p| conelab_core::run_dir::step_of(p)));
-    let resume = format!("`conelab train --resume {}`", dir.display());
-    match newest {
+    let resume = resume_command(dir);
+    match conelab_core::run_dir::newest_checkpoint_step(dir) {
         Some(s) if s == step => format!(
             "conelab: the run stopped at step {step} with a checkpoint: {resume} continues it"
         ),
@@ -204,11 +206,8 @@ pub fn crashed_summary(dir: &std::path::Path) -> Option<String> {
     ) {
         return None;
     }
-    let newest = conelab_core::run_dir::checkpoints_in(dir)
-        .ok()
-        .and_then(|c| c.last().and_then(|p| conelab_core::run_dir::step_of(p)));
-    let resume = format!("`conelab train --resume {}`", dir.display());
-    Some(match newest {
+    let resume = resume_command(dir);
+    Some(match conelab_core::run_dir::newest_checkpoint_step(dir) {
         Some(step) => format!(
             "conelab: the run's process ended without a word (killed, or out of memory): {resume} continues it from its newest checkpoint, step {step}"
         ),
