@@ -229,20 +229,30 @@ mod tests {
         app.apply(action)
     }
 
+    /// `=` and `text` typed into the selected control (not yet accepted).
+    fn type_in(app: &mut App, text: &str) {
+        press(app, KeyCode::Char('='));
+        for c in text.chars() {
+            press(app, KeyCode::Char(c));
+        }
+    }
+
+    /// The newest line of the run's log.
+    fn last_said(app: &App) -> String {
+        app.run
+            .log
+            .back()
+            .map(|l| l.text.clone())
+            .unwrap_or_default()
+    }
+
     #[test]
     fn shift_m_hands_the_mouse_to_the_terminal_and_back() {
         let mut app = running();
         assert!(app.mouse, "captured by default");
         press(&mut app, KeyCode::Char('M'));
         assert!(!app.mouse);
-        let said = |app: &App| {
-            app.run
-                .log
-                .back()
-                .map(|l| l.text.clone())
-                .unwrap_or_default()
-        };
-        assert!(said(&app).contains("mouse off"), "{}", said(&app));
+        assert!(last_said(&app).contains("mouse off"), "{}", last_said(&app));
         press(&mut app, KeyCode::Char('m'));
         assert!(
             !app.mouse && app.smoothing == 0.9,
@@ -260,7 +270,7 @@ mod tests {
         press(&mut app, KeyCode::Char('m'));
         assert_eq!(app.smoothing, 0.8, "m after 0: the weight it had");
         press(&mut app, KeyCode::Char('M'));
-        assert!(app.mouse && said(&app).contains("mouse on"));
+        assert!(app.mouse && last_said(&app).contains("mouse on"));
         let app = App::new(
             Objectives::default(),
             ViewOptions {
@@ -396,54 +406,28 @@ mod tests {
         assert_eq!(press(&mut app, KeyCode::Char('-')), half(2485.75));
         app.on_event(applied(1048, Command::SetLr { lr: 2485.75 }));
         // Typed: `=`, the number, Enter.
-        press(&mut app, KeyCode::Char('='));
-        for c in "1e-3".chars() {
-            press(&mut app, KeyCode::Char(c));
-        }
+        type_in(&mut app, "1e-3");
         assert!(controls_text(&app).contains("lr = 1e-3_"));
         // Letters are input while typing, not commands (`p` would pause), and said not taken.
         assert_eq!(press(&mut app, KeyCode::Char('p')), Effect::None);
-        let said = app
-            .run
-            .log
-            .back()
-            .map(|l| l.text.clone())
-            .unwrap_or_default();
+        let said = last_said(&app);
         assert!(said.contains("'p' not taken"), "{said}");
         assert_eq!(press(&mut app, KeyCode::Enter), half(1e-3));
         // A number written out in full is taken whole (cut at 24 characters, 0.000…1 was 0).
-        press(&mut app, KeyCode::Char('='));
-        let long = format!("0.{}1", "0".repeat(44));
-        for c in long.chars() {
-            press(&mut app, KeyCode::Char(c));
-        }
+        type_in(&mut app, &format!("0.{}1", "0".repeat(44)));
         assert_eq!(press(&mut app, KeyCode::Enter), half(1e-45));
         app.on_event(applied(1048, Command::SetLr { lr: 1e-45 }));
-        press(&mut app, KeyCode::Char('='));
-        for c in "1e-3".chars() {
-            press(&mut app, KeyCode::Char(c));
-        }
+        type_in(&mut app, "1e-3");
         assert_eq!(press(&mut app, KeyCode::Enter), half(1e-3));
         assert_eq!(app.typing, None);
         app.on_event(applied(1048, Command::SetLr { lr: 1e-3 }));
         // The value in force: nothing sent. Garbage: nothing sent, said. Esc: nothing.
-        press(&mut app, KeyCode::Char('='));
-        for c in "0.001".chars() {
-            press(&mut app, KeyCode::Char(c));
-        }
+        type_in(&mut app, "0.001");
         assert_eq!(press(&mut app, KeyCode::Enter), Effect::None);
         assert_eq!(app.pending, None);
-        press(&mut app, KeyCode::Char('='));
-        for c in "1e".chars() {
-            press(&mut app, KeyCode::Char(c));
-        }
+        type_in(&mut app, "1e");
         assert_eq!(press(&mut app, KeyCode::Enter), Effect::None);
-        let said = app
-            .run
-            .log
-            .back()
-            .map(|l| l.text.clone())
-            .unwrap_or_default();
+        let said = last_said(&app);
         assert!(said.contains("not a finite number"), "{said}");
         press(&mut app, KeyCode::Char('='));
         press(&mut app, KeyCode::Char('5'));
@@ -462,12 +446,7 @@ mod tests {
         // A term that is off: its weight is not sent (the change would be recorded nowhere).
         select(&mut app, Control::Term(Term::Lap));
         assert_eq!(press(&mut app, KeyCode::Char('+')), Effect::None);
-        let said = app
-            .run
-            .log
-            .back()
-            .map(|l| l.text.clone())
-            .unwrap_or_default();
+        let said = last_said(&app);
         assert!(said.contains("is off"), "{said}");
     }
 
@@ -497,12 +476,7 @@ mod tests {
                 },
             ])
         );
-        let said = app
-            .run
-            .log
-            .back()
-            .map(|l| l.text.clone())
-            .unwrap_or_default();
+        let said = last_said(&app);
         assert!(said.contains("9.4e-4") && said.contains("1024"), "{said}");
         // At the paper's own size, or with α set by hand, Space only switches it on.
         let mut app = running();
