@@ -94,13 +94,7 @@ fn verify(runs: Vec<PathBuf>) -> Result<ExitStatus> {
         let (summary, damaged) = verify_run(&run)?;
         print_stdout(&format!("{summary}\n"))?;
         for (path, why) in &damaged {
-            // A segment's reason names its file already.
-            let file = path.display().to_string();
-            if why.starts_with(&file) {
-                say(&format!("conelab: damaged: {why}"));
-            } else {
-                say(&format!("conelab: damaged: {file}: {why}"));
-            }
+            say(&format!("conelab: damaged: {}: {why}", path.display()));
         }
         any |= !damaged.is_empty();
     }

@@ -426,7 +426,12 @@ pub fn verify(run_dir: &Path) -> Result<Verification, StoreError> {
         match segment::read_one(&seg.path, seg.kind, None) {
             Ok(_) if seg.checksum.is_some() => out.verified += 1,
             Ok(_) => out.unverified += 1,
-            Err(segment::ReadError::Corrupt(why)) => out.damaged.push((seg.path, why)),
+            Err(segment::ReadError::Corrupt(why)) => {
+                // The reader's message names the file already; the pair names it once.
+                let named = format!("{}: ", seg.path.display());
+                let why = why.strip_prefix(&named).map(str::to_owned).unwrap_or(why);
+                out.damaged.push((seg.path, why));
+            }
             Err(segment::ReadError::Io(e)) => return Err(e),
         }
     }
