@@ -8,6 +8,7 @@
 //! - [`fault`]: the I/O failures the tests inject (`CONELAB_FAULT`).
 //! - [`pump`]: a thread that hands on what a channel receives.
 //! - [`jsonfloat`]: floats in JSON that survive NaN and infinity.
+//! - [`format`]: durations as the screens and tables write them.
 //! - [`name`]: text made safe as one path component.
 //! - [`revision`]: the source revision the binary was built from.
 //! - [`alloc_count`]: the counting allocator behind the benchmarks' memory columns.
@@ -18,6 +19,7 @@ pub mod config;
 pub mod error;
 pub mod exit;
 pub mod fault;
+pub mod format;
 pub mod hash;
 pub mod integrity;
 pub mod jsonfloat;

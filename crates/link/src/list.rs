@@ -578,7 +578,7 @@ pub fn render(rows: &[RunRow]) -> String {
                     .map(|s| s.replace('T', " ").trim_end_matches('Z').to_string())
                     .unwrap_or_else(dash),
                 r.seconds
-                    .map_or_else(dash, conelab_widgets::format_duration),
+                    .map_or_else(dash, conelab_base::format::format_duration),
             ]);
             row
         })

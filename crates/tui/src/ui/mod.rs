@@ -384,7 +384,7 @@ fn render_pane(
 
 /// `1h 02m`, `3m 20s`, `45s`.
 pub(crate) fn human_duration(seconds: f64) -> String {
-    conelab_widgets::format_duration(seconds)
+    conelab_base::format::format_duration(seconds)
 }
 
 #[cfg(test)]

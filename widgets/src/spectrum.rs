@@ -10,7 +10,8 @@ use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::widgets::Widget;
 
-use crate::common::{braille_bit, braille_char, put_char, put_str, text_width};
+use crate::braille::{braille_bit, braille_char};
+use crate::text::{put_char, put_str, text_width};
 
 /// Largest decade exponent magnitude the y axis accepts.
 const MAX_EXP: i32 = 400;
@@ -121,7 +122,7 @@ impl<'a> SpectrumPlot<'a> {
     }
 
     fn paint(&self, style: Style) -> Style {
-        crate::common::paint(self.no_color, style)
+        crate::color::paint(self.no_color, style)
     }
 
     /// The decade exponents `(min, max)` of the y axis for the current data and settings.
@@ -452,7 +453,7 @@ fn legend_corner(plot: Rect, bits: &[u8], w: u16, h: u16) -> (u16, u16) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::common::testutil::render_text;
+    use crate::testutil::render_text;
     use ratatui::style::Color;
 
     fn render(widget: &SpectrumPlot<'_>, w: u16, h: u16) -> Buffer {

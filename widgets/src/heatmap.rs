@@ -10,7 +10,8 @@ use ratatui::layout::Rect;
 use ratatui::style::{Color, Style};
 use ratatui::widgets::Widget;
 
-use crate::common::{format_compact, put_char, put_str, text_width};
+use crate::number::format_compact;
+use crate::text::{put_char, put_str, text_width};
 
 /// Default shading ramp, empty to full.
 const DEFAULT_GLYPHS: [char; 5] = [' ', '░', '▒', '▓', '█'];
@@ -194,7 +195,7 @@ impl<'a> HeatMap<'a> {
     }
 
     fn paint(&self, style: Style) -> Style {
-        crate::common::paint(self.no_color, style)
+        crate::color::paint(self.no_color, style)
     }
 
     /// Mean of the finite bins under cell (`cx`, `cy`) of a `w × h` plot (`cy` = 0 at the top).
@@ -364,7 +365,7 @@ impl Widget for &HeatMap<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::common::testutil::render_text;
+    use crate::testutil::render_text;
 
     fn render(widget: &HeatMap<'_>, w: u16, h: u16) -> Buffer {
         let mut buf = Buffer::empty(Rect::new(0, 0, w, h));

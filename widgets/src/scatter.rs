@@ -11,7 +11,8 @@ use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::Widget;
 
-use crate::common::{braille_bit, braille_char, put_char, put_str};
+use crate::braille::{braille_bit, braille_char};
+use crate::text::{put_char, put_str};
 
 /// One point: `(x, y, layer)`. `layer` indexes the scatter's [`Layer`] list; points whose layer
 /// has no entry are still drawn, in the widget's base style, and are left out of the legend.
@@ -237,7 +238,7 @@ impl<'a> Scatter<'a> {
     }
 
     fn paint(&self, style: Style) -> Style {
-        crate::common::paint(self.no_color, style)
+        crate::color::paint(self.no_color, style)
     }
 
     fn layer_style(&self, layer: usize) -> Style {
@@ -524,7 +525,7 @@ impl Scatter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::common::testutil::render_text;
+    use crate::testutil::render_text;
 
     fn layers() -> Vec<Layer<'static>> {
         vec![

@@ -10,7 +10,7 @@ use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
 use ratatui::widgets::Widget;
 
-use crate::common::{put_char, put_str, text_width};
+use crate::text::{put_char, put_str, text_width};
 
 /// Sparkline glyphs, lowest to highest.
 const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
@@ -170,7 +170,7 @@ impl<'a> SparklineTable<'a> {
     }
 
     fn paint(&self, style: Style) -> Style {
-        crate::common::paint(self.no_color, style)
+        crate::color::paint(self.no_color, style)
     }
 
     /// Widths of the label, sparkline, value and delta columns in `width` cells.
@@ -320,7 +320,7 @@ impl Widget for &SparklineTable<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::common::testutil::render_text;
+    use crate::testutil::render_text;
     use ratatui::style::Color;
 
     fn render(widget: &SparklineTable<'_>, w: u16, h: u16) -> Buffer {

@@ -9,14 +9,20 @@
 //! and tolerates empty data, NaN and infinities. Each has a `no_color` switch; see
 //! [`no_color_from_env`] for the `NO_COLOR` convention.
 
-mod common;
+mod braille;
+mod color;
 mod heatmap;
+mod number;
 mod scatter;
 mod sparkline_table;
 mod spectrum;
+#[cfg(test)]
+mod testutil;
+mod text;
 
-pub use common::{format_compact, format_duration, light_theme, no_color_from_env, on_light};
+pub use color::{light_theme, no_color_from_env, on_light};
 pub use heatmap::{HeatMap, HeatMapScale};
+pub use number::format_compact;
 pub use scatter::{Layer, Scatter, ScatterColoring, ScatterMode, ScatterPoint};
 pub use sparkline_table::{SparkRow, SparkScale, SparklineTable};
 pub use spectrum::{Series, SpectrumPlot};
