@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use conelab::run::{self};
-use conelab::store::labels::LabelEdit;
+use conelab_core::labels::LabelEdit;
 
 use super::print_stdout;
 

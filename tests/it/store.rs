@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use conelab::engine::{Event, RunStarted};
-use conelab::store::{self, FlushPolicy, RunRecord, StoreWriter, query, split};
+use conelab::store::{self, FlushPolicy, RunRecord, StoreWriter, query};
+use conelab_core::series::split;
 use polars::prelude::*;
 
 fn record(id: &str) -> RunRecord {

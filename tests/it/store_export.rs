@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use crate::common::{assert_one_line_error, conelab, succeeded};
 use conelab::store::export::{self, ExportRequest, Format, StepChoice, Table};
-use conelab::store::{FlushPolicy, RunRecord, StoreWriter, split};
+use conelab::store::{FlushPolicy, RunRecord, StoreWriter};
+use conelab_core::series::split;
 
 /// One evaluation: (step, [total, frequent, medium, rare] PPL, Uniq, Human Uniq, I(W)).
 struct Eval {

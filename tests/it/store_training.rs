@@ -5,7 +5,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::common::{Fixture, conelab, s, succeeded};
-use conelab::store::{self, query, split};
+use conelab::store::{self, query};
+use conelab_core::series::split;
 use polars::prelude::*;
 
 /// `key=value` of a log line.

@@ -3,6 +3,7 @@
 //! - [`exit`]: the exit statuses, one type for every process conelab starts.
 //! - [`error`]: typed errors with their causes, written as one line.
 //! - [`atomic`]: the crash-safe writes every file that matters goes through.
+//! - [`clock`]: the system clock as Unix seconds, and UTC dates from them.
 //! - [`config`]: the user's settings file and the environment that overrides it.
 //! - [`lockfile`]: the OS locks that keep two processes off one run folder.
 //! - [`fault`]: the I/O failures the tests inject (`CONELAB_FAULT`).
@@ -15,6 +16,7 @@
 
 pub mod alloc_count;
 pub mod atomic;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod exit;

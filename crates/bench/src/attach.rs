@@ -21,12 +21,13 @@ use ratatui::backend::TestBackend;
 use serde::Serialize;
 
 use super::median;
+use conelab_core::series::split;
 use conelab_data::{FrequencyGroups, GroupBounds};
 use conelab_metrics::RowGroups;
 use conelab_run::RunError;
 use conelab_run::attach::Opened;
 use conelab_run::protocol::{ClientMessage, ServerMessage};
-use conelab_store::{self as store, split};
+use conelab_store as store;
 use conelab_train::objective::Objectives;
 use conelab_tui::app::{App, ViewOptions};
 
@@ -215,7 +216,7 @@ fn train_args(b: &AttachBench, dir: &Path, steps: u64) -> Vec<std::ffi::OsString
 fn store_throughput(dir: &Path, warmup: u64, tokens_per_step: f64) -> Result<f64, RunError> {
     let st = store::load(dir)?;
     let df = &st.metrics;
-    let key = store::series_key(split::TRAIN, "total", "loss");
+    let key = conelab_core::series::series_key(split::TRAIN, "total", "loss");
     let mut rows: Vec<(u64, f64)> = store::rows::metric_rows(df)?
         .into_iter()
         .filter(|r| r.key == key)

@@ -825,7 +825,8 @@ pub(crate) fn simulate_run(
     dir: &std::path::Path,
     steps: u64,
 ) -> Result<(usize, usize), conelab_store::StoreError> {
-    use conelab_store::{GROUPS, RunRecord, StoreWriter, split};
+    use conelab_core::series::{GROUPS, split};
+    use conelab_store::{RunRecord, StoreWriter};
     let record = RunRecord::new("bench", String::new(), "synthetic".into(), "cpu".into());
     let mut w = StoreWriter::open(dir, &record)?;
     let mut rows = 0;
@@ -868,7 +869,7 @@ pub(crate) fn simulate_run(
                 }
             }
             for k in 0..128 {
-                let name = conelab_store::writer::spectrum_metric(k);
+                let name = conelab_core::series::spectrum_metric(k);
                 w.push_metric_at(
                     step,
                     epoch,
@@ -934,7 +935,7 @@ pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, conelab_store::St
                     let step = (i / names.len()) as u64 + 1;
                     w.push_metric(
                         step,
-                        store::split::TRAIN,
+                        conelab_core::series::split::TRAIN,
                         "total",
                         names[i % names.len()],
                         i as f64,
@@ -989,7 +990,7 @@ pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, conelab_store::St
             &mut |_| {
                 let h = query::history(
                     &loaded.metrics,
-                    store::split::TRAIN,
+                    conelab_core::series::split::TRAIN,
                     "total",
                     "loss",
                     b.points,

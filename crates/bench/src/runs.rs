@@ -15,9 +15,9 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::median;
+use conelab_core::labels::LabelEdit;
 use conelab_run::RunError;
 use conelab_run::{attach, index};
-use conelab_store::labels::LabelEdit;
 
 #[derive(Debug, Clone)]
 pub struct RunsBench {

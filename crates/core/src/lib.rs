@@ -10,15 +10,19 @@
 //! - [`analysis`]: the background embedding analysis and its result.
 //! - [`baseline`]: a corpus's reference n-gram models per group (cached).
 //! - [`run_dir`]: the run folder on disk (`run.toml`, `vocab.tsv`, `step-NNNNNN/`).
+//! - [`labels`]: a run's name, tags and notes.
+//! - [`series`]: the names of the stored metric series (split, group, metric) and their key.
 //! - [`run_fault`]: the first fatal failure of one of a run's threads.
 
 pub mod analysis;
 pub mod baseline;
 pub mod events;
+pub mod labels;
 pub mod model;
 pub mod objective;
 pub mod run_dir;
 pub mod run_fault;
+pub mod series;
 pub mod state;
 pub mod train_config;
 pub mod words;

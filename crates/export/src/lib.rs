@@ -32,12 +32,13 @@ use polars_io::prelude::*;
 
 use conelab_base::error::Invalid;
 use conelab_core::run_dir::matrix::load_matrix;
+use conelab_core::series::split;
 use conelab_data::GroupBounds;
 use conelab_metrics::matrix::{Embeddings, RowGroups};
 use conelab_metrics::neighbors::NeighborIndex;
 use conelab_metrics::{Similarity, Threads};
 use conelab_store::query::{self, value_at, value_at_or_before};
-use conelab_store::{LoadedStore, StoreError, col as c, split};
+use conelab_store::{LoadedStore, StoreError, col as c};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Table {

@@ -11,11 +11,11 @@ use super::view::Vocabulary;
 use conelab_base::error::chain;
 use conelab_core::analysis::LatestAnalysis;
 use conelab_core::events::ProjectionFrame;
+use conelab_core::labels::{LabelEdit, RunLabels};
 use conelab_core::run_dir::CheckpointError;
 use conelab_core::run_dir::matrix::MatrixFileError;
 use conelab_metrics::{Embeddings, MatrixError, NeighborIndex, Similarity, Threads};
 use conelab_store::StoreError;
-use conelab_store::labels::{LabelEdit, RunLabels};
 
 /// Why a request could not be answered (sent to the viewer as one line, causes included).
 #[derive(Debug, thiserror::Error)]

@@ -23,7 +23,7 @@ use conelab_store::{StoreError, col};
 /// One metrics row of a followed run.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Row {
-    /// The series (`store::series_key` of split, group, metric).
+    /// The series (`conelab_core::series::series_key` of split, group, metric).
     pub key: i64,
     pub step: u64,
     /// Seconds since the Unix epoch.
@@ -68,14 +68,14 @@ pub struct SeriesName {
 
 impl SeriesName {
     pub fn key(&self) -> i64 {
-        conelab_store::series_key(&self.split, &self.group, &self.metric)
+        conelab_core::series::series_key(&self.split, &self.group, &self.metric)
     }
 
     /// Whether a view offers it as a curve: not one singular value of a spectrum, not a fact
     /// recorded once (`run` split), not one histogram bin (`hist/0042`).
     pub fn is_curve(&self) -> bool {
-        self.split != conelab_store::split::SPECTRUM
-            && self.split != conelab_store::split::RUN
+        self.split != conelab_core::series::split::SPECTRUM
+            && self.split != conelab_core::series::split::RUN
             && !self.metric.contains('/')
     }
 }
@@ -304,7 +304,8 @@ fn status(dir: &std::path::Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use conelab_store::{RunRecord, StoreWriter, series_key};
+    use conelab_core::series::series_key;
+    use conelab_store::{RunRecord, StoreWriter};
 
     #[test]
     fn sends_the_wanted_rows_as_they_are_written() {

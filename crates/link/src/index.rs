@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use conelab_base::atomic;
 use conelab_base::lockfile::host_name;
-use conelab_store::labels::RunLabels;
+use conelab_core::labels::RunLabels;
 
 /// The file that makes a folder a sweep folder; its runs are in `runs/` inside it.
 pub const SWEEP_JSON: &str = "sweep.json";
@@ -94,7 +94,7 @@ pub fn register_in(index: &Path, dir: &Path, labels: &RunLabels) -> Result<PathB
         name: labels.name.clone(),
         tags: labels.tags.clone(),
         host: host_name(),
-        registered_unix: conelab_store::unix_now(),
+        registered_unix: conelab_base::clock::unix_now(),
         dev: std::fs::metadata(&path).ok().map(|m| m.dev()),
         path,
     };

@@ -10,7 +10,8 @@ use super::client::LinkError;
 use super::live::{self, Liveness};
 use super::protocol::{ClientMessage, ServerMessage};
 use conelab_base::lockfile::host_name;
-use conelab_store::labels::{LabelEdit, RunLabels, edit_record};
+use conelab_core::labels::{LabelEdit, RunLabels};
+use conelab_store::labels::edit_record;
 use conelab_store::{self as store, writer::lock_store};
 
 /// How long a live run has to answer.

@@ -9,13 +9,11 @@
 //!   transport), [`attach`] (which run `conelab attach` means and how to reach it), [`follow`]
 //!   (runs read from their folders as they go), [`labels`] (names, tags, notes).
 //! - On disk: [`live`] (whether a run is alive, an OS lock, and how it ended), [`list`]
-//!   (`conelab runs`), [`index`] (the per-user index that finds runs by name from anywhere),
-//!   [`clock`] (dates).
+//!   (`conelab runs`), [`index`] (the per-user index that finds runs by name from anywhere).
 
 pub mod answer;
 pub mod attach;
 pub mod client;
-pub mod clock;
 pub mod follow;
 pub mod hub;
 pub mod index;

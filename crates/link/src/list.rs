@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use super::live::{self, Liveness};
 use super::{RunError, index};
 use conelab_core::run_dir::RunDir;
-use conelab_store::{self as store, col, series_key, split};
+use conelab_core::series::{series_key, split};
+use conelab_store::{self as store, col};
 
 /// One run, as `conelab runs --json` prints it (keys documented in docs/REFERENCE.md; stable).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -383,7 +384,7 @@ pub fn row(dir: &Path) -> RunRow {
             }
             r.tags = labels.tags;
             r.notes = labels.notes;
-            let end = ended_at.unwrap_or_else(store::unix_now);
+            let end = ended_at.unwrap_or_else(conelab_base::clock::unix_now);
             r.seconds = started.map(|start| (end - start).max(0.0));
             // Segments skipped as corrupt, a lost run.json: the store's line for a file says
             // what is lost with it, so it replaces `known_damage`'s line for the same file.
@@ -479,7 +480,7 @@ fn numbers(st: &store::LoadedStore) -> Result<Numbers, store::StoreError> {
 
 /// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn rfc3339(unix: f64) -> String {
-    super::clock::format_unix(unix.max(0.0) as i64, "%Y-%m-%dT%H:%M:%SZ")
+    conelab_base::clock::format_unix(unix.max(0.0) as i64, "%Y-%m-%dT%H:%M:%SZ")
 }
 
 /// A table as `conelab runs` prints it: columns two spaces apart, no borders, no trailing

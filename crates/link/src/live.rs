@@ -136,7 +136,7 @@ pub fn announce(run_dir: &Path, socket: &Path) -> Result<LiveRecord, LiveError> 
         host: host_name(),
         socket: socket.to_path_buf(),
         protocol: super::protocol::PROTOCOL_VERSION,
-        started_unix: conelab_store::unix_now(),
+        started_unix: conelab_base::clock::unix_now(),
     };
     write_json(&run_dir.join(LIVE_FILE), &record)?;
     Ok(record)

@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 
 use super::view::{RunStatus, RunView};
 use conelab_core::events::{AppliedCommand, Command, Event, ProjectionFrame};
+use conelab_core::labels::{LabelEdit, RunLabels};
 use conelab_metrics::Neighbor;
-use conelab_store::labels::{LabelEdit, RunLabels};
 
 /// The protocol's version; a client of another version is refused. 2: the AND data term (a loss
 /// kind and a `squash` in loss changes) that a version-1 run could not take. 3: the

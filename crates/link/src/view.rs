@@ -17,11 +17,12 @@ use conelab_core::events::{
     SystemStats,
 };
 use conelab_core::objective::Objectives;
+use conelab_core::series::{series_key, split};
 use conelab_metrics::OutputMetrics;
 use conelab_metrics::embedding::SetStats;
 use conelab_metrics::hidden::HiddenStats;
 use conelab_metrics::outputs::{GroupOutputs, Histogram2d};
-use conelab_store::{self as store, StoreError, col, series_key, split};
+use conelab_store::{self as store, StoreError, col};
 
 /// Events kept in the log.
 pub const LOG_LINES: usize = 500;
@@ -700,7 +701,7 @@ struct Rows {
     spectrum: Vec<i64>,
 }
 
-/// Series keys are 64-bit FNV-1a hashes already ([`store::series_key`]): hashing them again with
+/// Series keys are 64-bit FNV-1a hashes already ([`conelab_core::series::series_key`]): hashing them again with
 /// SipHash was a tenth of opening a long run's store.
 #[derive(Default)]
 struct SeriesKeyHasher(u64);
@@ -757,7 +758,13 @@ impl Rows {
         }
         last_per_step(&mut epoch_of);
         let spectrum = (0..)
-            .map(|k| series_key(split::SPECTRUM, "total", &store::writer::spectrum_metric(k)))
+            .map(|k| {
+                series_key(
+                    split::SPECTRUM,
+                    "total",
+                    &conelab_core::series::spectrum_metric(k),
+                )
+            })
             .take_while(|key| series.contains_key(key))
             .collect();
         Ok(Self {
@@ -787,7 +794,7 @@ impl Rows {
         let total = |m: &str| at("total", m).unwrap_or(f64::NAN);
         let count = |group: &str, m: &str| at(group, m).unwrap_or(0.0) as usize;
         let groups: [GroupOutputs; 3] = [0, 1, 2].map(|g| {
-            let name = store::GROUPS[g + 1];
+            let name = conelab_core::series::GROUPS[g + 1];
             GroupOutputs {
                 ppl: at(name, "ppl").unwrap_or(f64::NAN),
                 positions: count(name, "positions") as u64,
@@ -912,7 +919,7 @@ impl Rows {
         let total = |m: &str| at("total", m).unwrap_or(f64::NAN);
         let count = |group: &str, m: &str| at(group, m).unwrap_or(0.0) as usize;
         let positions = at("total", w::H_POSITIONS)?;
-        let names = &store::GROUPS[1..];
+        let names = &conelab_core::series::GROUPS[1..];
         Some(HiddenStats {
             positions: positions as usize,
             mean_cos: total(w::H_MEAN_COS),
@@ -938,7 +945,7 @@ impl Rows {
         use store::writer as w;
         let seconds = self.value_at(split::EMBEDDING, "total", w::ST_SECONDS, step)?;
         let per_group = |metric: &str| -> Vec<f64> {
-            store::GROUPS[1..]
+            conelab_core::series::GROUPS[1..]
                 .iter()
                 .map(|g| {
                     self.value_at(split::EMBEDDING, g, metric, step)

@@ -10,8 +10,8 @@ use super::{RunError, live};
 use crate::run_config::ConfigFile;
 use conelab_base::error::Invalid;
 use conelab_base::lockfile::LockFile;
+use conelab_core::labels::{LabelEdit, RunLabels};
 use conelab_data::{Corpus, CorpusSource, LoadOptions};
-use conelab_store::labels::{LabelEdit, RunLabels};
 use conelab_train::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
 use conelab_train::engine::{Command, Event, TrainConfig, Trainer};
 use conelab_train::model::{DeviceSpec, ModelConfig, Preset};
@@ -609,7 +609,7 @@ fn concerns(e: &checkpoint::CheckpointError, dir: &Path) -> bool {
 
 /// `YYYYmmdd-HHMMSS` in UTC, for run names.
 pub fn utc_stamp() -> String {
-    super::clock::format_unix(super::clock::now_unix(), "%Y%m%d-%H%M%S")
+    conelab_base::clock::format_unix(conelab_base::clock::now_unix(), "%Y%m%d-%H%M%S")
 }
 
 /// The device of a new run without `--device`: the config file's `device`, else the CPU. A value

@@ -24,7 +24,7 @@ pub mod serve;
 pub mod sweep;
 
 pub use conelab_link::{
-    RunError, answer, attach, client, clock, follow, hub, index, labels, list, live, protocol, say,
+    RunError, answer, attach, client, follow, hub, index, labels, list, live, protocol, say,
     server, view,
 };
 pub use options::TrainOptions;

@@ -296,13 +296,13 @@ impl TrainOptions {
         if let Some(lr) = self.lr {
             conelab_train::engine::check_lr(lr).map_err(|why| format!("--lr: {why}"))?;
         }
-        conelab_store::labels::RunLabels::default().apply(&self.label_edit())?;
+        conelab_core::labels::RunLabels::default().apply(&self.label_edit())?;
         Ok(())
     }
 
     /// The name, tags and notes given on the command line, as an edit of the run's labels.
-    pub fn label_edit(&self) -> conelab_store::labels::LabelEdit {
-        conelab_store::labels::LabelEdit {
+    pub fn label_edit(&self) -> conelab_core::labels::LabelEdit {
+        conelab_core::labels::LabelEdit {
             name: self.name.clone(),
             add: self.tags.clone(),
             remove: Vec::new(),

@@ -20,7 +20,7 @@
 
 use std::path::Path;
 
-use conelab_store::labels::LabelEdit;
+use conelab_core::labels::LabelEdit;
 use conelab_train::engine::TrainConfig;
 use conelab_train::model::{ModelConfig, Preset};
 

@@ -405,7 +405,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         exit_code: i32::from(exit.status().code()),
         message,
         by_signal,
-        finished_unix: conelab_store::unix_now(),
+        finished_unix: conelab_base::clock::unix_now(),
         host: conelab_base::lockfile::host_name(),
     };
     if let Err(e) = live::conclude(&dir, &record) {

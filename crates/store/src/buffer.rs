@@ -86,7 +86,8 @@ impl MetricBuffer {
         self.split.push(s);
         self.group.push(g);
         self.metric.push(m);
-        self.key.push(super::series_key(split, group, metric));
+        self.key
+            .push(conelab_core::series::series_key(split, group, metric));
         self.value.push(value);
     }
 

@@ -111,7 +111,7 @@ pub mod col {
     pub const GROUP: &str = "group";
     pub const METRIC: &str = "metric";
     pub const VALUE: &str = "value";
-    /// 64-bit FNV-1a of "split\0group\0metric" ([`super::series_key`]): the series a row belongs
+    /// 64-bit FNV-1a of "split\0group\0metric" (`conelab_core::series::series_key`): the series a row belongs
     /// to as one integer, so deduplication and "last value of every metric" group on a u64 instead
     /// of three strings. Not exported.
     pub const KEY: &str = "key";
@@ -119,32 +119,6 @@ pub mod col {
     pub const DETAIL: &str = "detail";
     pub const BEFORE: &str = "before";
     pub const AFTER: &str = "after";
-}
-
-/// The `split` of rows that are not held-out evaluations.
-pub mod split {
-    pub const TRAIN: &str = "train";
-    pub const VALID: &str = "valid";
-    pub const TEST: &str = "test";
-    pub const EMBEDDING: &str = "embedding";
-    /// Normalised singular values of W, metric `sv0000`, `sv0001`, … (group `total`).
-    pub const SPECTRUM: &str = "spectrum";
-    /// The run process's CPU and memory, the host's memory (`conelab_base::system`).
-    pub const SYSTEM: &str = "system";
-    /// Facts about the run recorded when it starts: `total_steps`, `windows_per_epoch`,
-    /// `parameters`.
-    pub const RUN: &str = "run";
-}
-
-/// The series a metric row belongs to, as a stable 64-bit FNV-1a hash of split, group and metric
-/// (stable across processes and versions: it is stored), its bits as an i64 (a polars literal
-/// of a u64 above i64::MAX would need 128-bit integers).
-pub fn series_key(split: &str, group: &str, metric: &str) -> i64 {
-    use conelab_base::hash::{FNV_OFFSET, fnv1a_from};
-    // A zero byte between the parts.
-    let h = fnv1a_from(FNV_OFFSET, split.as_bytes());
-    let h = fnv1a_from(fnv1a_from(h, &[0]), group.as_bytes());
-    fnv1a_from(fnv1a_from(h, &[0]), metric.as_bytes()) as i64
 }
 
 /// The columns of the metrics table as exported (without the internal `key`).
@@ -158,9 +132,6 @@ pub const METRIC_COLUMNS: [&str; 8] = [
     col::METRIC,
     col::VALUE,
 ];
-
-/// The `group` of a row: the whole vocabulary or one frequency group.
-pub const GROUPS: [&str; 4] = ["total", "frequent", "medium", "rare"];
 
 /// What the store knows about its run (`run.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -177,7 +148,7 @@ pub struct RunRecord {
     pub started_unix: f64,
     /// Name, tags and notes (absent in records written before they existed).
     #[serde(flatten)]
-    pub labels: labels::RunLabels,
+    pub labels: conelab_core::labels::RunLabels,
     /// A random UUID given when the store is made: `run_id` is the folder's name, which repeats
     /// across sweeps (`seed-1_reg-cos=1`). Absent in stores made before it: see [`Self::uuid`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -193,8 +164,8 @@ impl RunRecord {
             device,
             conelab_version: env!("CARGO_PKG_VERSION").to_string(),
             git_revision: conelab_base::revision::get().to_string(),
-            started_unix: unix_now(),
-            labels: labels::RunLabels::default(),
+            started_unix: conelab_base::clock::unix_now(),
+            labels: conelab_core::labels::RunLabels::default(),
             uuid: Some(uuid::Uuid::new_v4().to_string()),
         }
     }
@@ -229,13 +200,6 @@ fn fnv1a(basis: u64, parts: &[&str]) -> u64 {
     parts.iter().fold(basis, |h, part| {
         conelab_base::hash::fnv1a_from(conelab_base::hash::fnv1a_from(h, part.as_bytes()), &[0])
     })
-}
-
-pub fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
 }
 
 /// A run's store as read from disk: the metrics and events tables (deduplicated, in arrival
@@ -385,7 +349,7 @@ pub fn has_snapshot_at(run_dir: &Path, step: u64) -> Result<bool, StoreError> {
     Ok(steps
         .iter()
         .zip(splits.iter())
-        .any(|(s, sp)| s == Some(step) && sp == Some(split::EMBEDDING)))
+        .any(|(s, sp)| s == Some(step) && sp == Some(conelab_core::series::split::EMBEDDING)))
 }
 
 /// What [`verify`] found in a store's files.
@@ -467,27 +431,4 @@ pub fn known_damage(run_dir: &Path) -> Vec<String> {
         Err(e) => out.push(e.to_string()),
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// FNV-1a over a byte string, written from the definition.
-    fn fnv1a(bytes: &[u8]) -> u64 {
-        bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-            (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-        })
-    }
-
-    #[test]
-    fn series_keys_are_fnv1a_of_the_parts_joined_by_zero_bytes() {
-        // The published test vector of 64-bit FNV-1a.
-        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(
-            series_key("valid", "rare", "ppl"),
-            fnv1a(b"valid\0rare\0ppl") as i64
-        );
-        assert_ne!(series_key("ab", "c", "d"), series_key("a", "bc", "d"));
-    }
 }

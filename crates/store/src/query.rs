@@ -66,7 +66,7 @@ pub fn series(
     group: &str,
     metric: &str,
 ) -> Result<Vec<(u64, f64)>, StoreError> {
-    let want = super::series_key(split, group, metric);
+    let want = conelab_core::series::series_key(split, group, metric);
     let keys = metrics.column(c::KEY)?.i64()?;
     let (step, value) = (
         metrics.column(c::STEP)?.u64()?,

@@ -5,11 +5,13 @@ use std::time::{Duration, Instant};
 
 use super::buffer::{EventBuffer, MetricBuffer};
 use super::segment::{self, Compaction, Keep, Kind};
-use super::{RUN_RECORD, RunRecord, STORE_DIR, StoreError, io_error, split, unix_now};
+use super::{RUN_RECORD, RunRecord, STORE_DIR, StoreError, io_error};
+use conelab_base::clock::unix_now;
 use conelab_base::error::Invalid;
 use conelab_base::lockfile::{LockError, LockFile};
 use conelab_core::events::{Command, EmbeddingStats, EvalStats, Event, StepStats, SystemStats};
 use conelab_core::objective::ObjectiveChange;
+use conelab_core::series::{GROUPS, spectrum_metric, split};
 use conelab_metrics::embedding::SetStats;
 
 /// When the buffer goes to disk: whichever comes first.
@@ -502,7 +504,7 @@ impl StoreWriter {
                 self.metrics
                     .push(step, epoch, t, split, "total", metric, value);
             }
-            for (g, name) in super::GROUPS[1..].iter().enumerate() {
+            for (g, name) in GROUPS[1..].iter().enumerate() {
                 let sim = h.self_sim.get(g).copied().unwrap_or(f64::NAN);
                 self.metrics
                     .push(step, epoch, t, split, name, H_SELF_SIM, sim);
@@ -511,7 +513,7 @@ impl StoreWriter {
                     .push(step, epoch, t, split, name, H_SELF_SIM_TYPES, types);
             }
         }
-        for (g, name) in o.groups.iter().zip(&super::GROUPS[1..]) {
+        for (g, name) in o.groups.iter().zip(&GROUPS[1..]) {
             for (metric, value) in [
                 ("ppl", g.ppl),
                 ("positions", g.positions as f64),
@@ -558,7 +560,7 @@ impl StoreWriter {
     fn record_embedding(&mut self, e: &EmbeddingStats) {
         let (step, epoch, t) = (e.step, self.epoch, unix_now());
         let sets = std::iter::once(&e.total).chain(e.groups.iter());
-        for (s, name) in sets.zip(super::GROUPS) {
+        for (s, name) in sets.zip(GROUPS) {
             for (metric, value) in set_metrics(s) {
                 self.metrics
                     .push(step, epoch, t, split::EMBEDDING, name, metric, value);
@@ -572,7 +574,7 @@ impl StoreWriter {
                 .push(step, epoch, t, split::EMBEDDING, "total", metric, value);
         }
         if let Some(s) = &e.second_tier {
-            for (g, name) in super::GROUPS[1..].iter().enumerate() {
+            for (g, name) in GROUPS[1..].iter().enumerate() {
                 let at = |v: &[f64]| v.get(g).copied().unwrap_or(f64::NAN);
                 let count = |v: &[usize]| v.get(g).map_or(f64::NAN, |&c| c as f64);
                 for (metric, value) in [
@@ -685,9 +687,6 @@ pub fn hist_cell(i: usize) -> String {
 }
 
 /// The metric name of the k-th normalised singular value (0-based), sorted by name = by k.
-pub fn spectrum_metric(k: usize) -> String {
-    format!("sv{k:04}")
-}
 
 fn set_metrics(s: &SetStats) -> [(&'static str, f64); 15] {
     [

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use conelab_base::error::Invalid;
 use conelab_core::run_dir::matrix::load_matrix;
 use conelab_core::run_dir::{BEST_DIR, checkpoints_in};
-use conelab_store::{GROUPS, LoadedStore, RunRecord, StoreError, StoreWriter, col as c};
+use conelab_core::series::GROUPS;
+use conelab_store::{LoadedStore, RunRecord, StoreError, StoreWriter, col as c};
 
 use events::{Event, FILE_VERSION, event};
 

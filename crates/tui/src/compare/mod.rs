@@ -26,9 +26,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::TuiError;
 use super::app::ViewOptions;
 use super::event_loop::{self, Events, Flow, View, ViewerEvent};
+use conelab_core::series::spectrum_metric;
+use conelab_core::series::{series_key, split};
 use conelab_link::follow::{self, FollowUpdate, SeriesName};
-use conelab_store::writer::spectrum_metric;
-use conelab_store::{series_key, split};
 
 /// One curve the view can show: a series of the store. The named ones ([`CURVES`]) come
 /// first; every other series a run has stored follows under its store name

@@ -22,7 +22,7 @@ use ratatui::widgets::{Axis, Block, Cell, Chart, Dataset, GraphType, Paragraph, 
 
 use super::{CompareApp, ComparePane, HELP, LEGEND_PAGE, TABLE_GROUPS, XAxis, smooth_debiased};
 use crate::ui::{human_duration, keys_overlay, shorten, too_small};
-use conelab_store::split;
+use conelab_core::series::split;
 
 /// One colour per run on a dark background, from the 16 ANSI colours every terminal has.
 const RUN_COLOURS: [Color; 12] = [
@@ -782,9 +782,9 @@ mod tests {
 
     use super::super::{CURVES, CompareOptions, CompareRun};
     use super::*;
+    use conelab_core::series::series_key;
+    use conelab_core::series::spectrum_metric;
     use conelab_link::follow::Row as StoreRow;
-    use conelab_store::series_key;
-    use conelab_store::writer::spectrum_metric;
 
     fn run(dir: &str, label: &str, losses: &[f64], ppl: f64) -> CompareRun {
         let mut r = CompareRun::new(PathBuf::from(dir));

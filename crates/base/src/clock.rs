@@ -1,5 +1,6 @@
-//! UTC calendar time from Unix seconds, for run names and `conelab runs` (chrono, already built
-//! for polars; only its `alloc`/`std` features, so the dependency tree is unchanged).
+//! The system clock as Unix seconds, and UTC calendar time from them, for run records, run names
+//! and `conelab runs` (chrono, already built for polars; only its `std` feature, so the
+//! dependency tree is unchanged).
 
 use chrono::{DateTime, Utc};
 
@@ -13,11 +14,19 @@ pub fn format_unix(secs: i64, pattern: &str) -> String {
     at(secs).format(pattern).to_string()
 }
 
+/// Now by the system clock, in seconds since the epoch (0 if the clock is before it).
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
 /// Now by the system clock, in whole seconds since the epoch (the epoch if the clock is before
 /// it).
 pub fn now_unix() -> i64 {
     // Whole seconds; the float holds them exactly for the next 285 million years.
-    conelab_store::unix_now() as i64
+    unix_now() as i64
 }
 
 #[cfg(test)]
