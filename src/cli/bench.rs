@@ -10,6 +10,7 @@ use conelab::bench::{
 };
 use conelab::engine::config::Precision;
 use conelab::model::{DeviceSpec, Preset};
+use conelab::run::choice_arg::choice;
 use conelab::run::launch::with_window;
 
 use super::print_stdout;
@@ -56,7 +57,7 @@ pub enum BenchCommand {
 
 #[derive(Debug, Args)]
 pub struct BenchOpsArgs {
-    #[arg(long, value_enum, default_value = "small")]
+    #[arg(long, value_parser = choice::<Preset>(), default_value = "small")]
     pub model: Preset,
     #[arg(long, default_value = "libtorch-cpu")]
     pub device: DeviceSpec,
@@ -95,7 +96,7 @@ pub struct BenchOpsArgs {
 
 #[derive(Debug, Args)]
 pub struct BenchAttachArgs {
-    #[arg(long, value_enum, default_value = "tiny")]
+    #[arg(long, value_parser = choice::<Preset>(), default_value = "tiny")]
     pub model: Preset,
     #[arg(long, default_value_t = 16, value_parser = within::<1, 65_536, usize>)]
     pub batch: usize,
@@ -135,7 +136,7 @@ pub struct BenchRunsArgs {
 
 #[derive(Debug, Args)]
 pub struct BenchChaosArgs {
-    #[arg(long, value_enum, default_value = "tiny")]
+    #[arg(long, value_parser = choice::<Preset>(), default_value = "tiny")]
     pub model: Preset,
     #[arg(long, default_value_t = 16, value_parser = within::<1, 65_536, usize>)]
     pub batch: usize,
@@ -170,7 +171,7 @@ pub struct BenchTuiArgs {
     #[arg(long, default_value_t = 200, value_parser = within::<1, 1_000_000, usize>)]
     pub frames: usize,
     /// Model of the throughput comparison.
-    #[arg(long, value_enum, default_value = "tiny")]
+    #[arg(long, value_parser = choice::<Preset>(), default_value = "tiny")]
     pub model: Preset,
     /// Vocabulary of the throughput comparison.
     #[arg(long, default_value_t = 10_000, value_parser = within::<3, 10_000_000, usize>)]
@@ -208,7 +209,7 @@ pub struct BenchStoreArgs {
 
 #[derive(Debug, Args)]
 pub struct BenchObjectivesArgs {
-    #[arg(long, value_enum, default_value = "tiny")]
+    #[arg(long, value_parser = choice::<Preset>(), default_value = "tiny")]
     pub model: Preset,
     #[arg(long, default_value = "cpu")]
     pub device: DeviceSpec,
@@ -269,7 +270,7 @@ pub struct BenchMetricsArgs {
 
 #[derive(Debug, Args)]
 pub struct BenchTrainArgs {
-    #[arg(long, value_enum, default_value = "tiny")]
+    #[arg(long, value_parser = choice::<Preset>(), default_value = "tiny")]
     pub model: Preset,
     #[arg(long, default_value = "cpu")]
     pub device: DeviceSpec,
@@ -294,7 +295,7 @@ pub struct BenchTrainArgs {
     #[arg(long)]
     pub graph_lstm: bool,
     /// fp32, or bf16 mixed precision (LibTorch only; see `train --help`).
-    #[arg(long, value_enum, default_value = "fp32")]
+    #[arg(long, value_parser = choice::<Precision>(), default_value = "fp32")]
     pub precision: Precision,
     /// Read every step's loss back before the next step is dispatched, as conelab did before
     /// steps were pipelined on LibTorch devices (for side-by-side comparisons).

@@ -41,3 +41,15 @@ fn only_the_trainer_side_links_burn() {
     // The check can fail: the trainer does link it.
     assert!(burn("conelab-train").contains(&"burn".to_string()));
 }
+
+#[test]
+fn core_speaks_no_command_line() {
+    // Core's named settings (`Choice`) are parsed by the run crate's clap parser: the shared
+    // vocabulary builds without clap.
+    let clap: Vec<String> = links("conelab-core")
+        .into_iter()
+        .filter(|c| c.starts_with("clap"))
+        .collect();
+    assert_eq!(clap, Vec::<String>::new(), "conelab-core links clap");
+    assert!(links("conelab-run").contains(&"clap".to_string()));
+}

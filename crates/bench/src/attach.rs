@@ -21,6 +21,7 @@ use ratatui::backend::TestBackend;
 use serde::Serialize;
 
 use super::median;
+use conelab_core::choice::Choice;
 use conelab_core::series::split;
 use conelab_data::{FrequencyGroups, GroupBounds};
 use conelab_metrics::RowGroups;
@@ -364,7 +365,8 @@ pub(crate) fn in_work_folder<T>(
 }
 
 fn run_all(b: &AttachBench, tmp: &Path) -> Result<AttachBenchResult, RunError> {
-    let preset: conelab_train::model::Preset = clap::ValueEnum::from_str(&b.model, true)
+    let preset = conelab_train::model::Preset::from_name(&b.model)
+        .ok_or_else(|| format!("invalid variant: {}", b.model))
         .map_err(RunError::bad_input_at(format!("--model {}", b.model)))?;
     let window = b.bptt.unwrap_or_else(|| preset.config().window());
     let tokens_per_step = (b.batch * window) as f64;

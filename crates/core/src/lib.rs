@@ -1,6 +1,7 @@
 //! conelab's shared vocabulary: the data that the trainer, the run process, the store and the
 //! viewer all speak of. Nothing here holds a tensor, so the viewer can depend on it without burn.
 //!
+//! - [`choice`]: settings that take one of a few names, with a line of help each.
 //! - [`objective`]: which loss and regularisers a run uses ([`objective::Objectives`]) and how a
 //!   command changes them.
 //! - [`model`]: the architectures' settings and `--device`.
@@ -16,6 +17,7 @@
 
 pub mod analysis;
 pub mod baseline;
+pub mod choice;
 pub mod events;
 pub mod labels;
 pub mod model;

@@ -5,6 +5,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::choice::Choice;
+
 /// Decoder-only Transformer with tied embeddings: learned positions, pre-LN blocks, GELU MLP,
 /// final LayerNorm before the tied output layer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,25 +48,27 @@ pub enum ModelConfig {
     Lstm(LstmConfig),
 }
 
-/// Named starting points for `--model`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+/// Named starting points for `--model` (what each is: [`Choice::help`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Preset {
-    /// Transformer d=128, 2 layers, 4 heads, T=64: the CPU demo.
     Tiny,
-    /// Transformer d=256, 4 layers, 4 heads, T=128.
     Small,
-    /// LSTM 2×650 (Zaremba et al. 2014, medium), BPTT 35.
     Lstm,
-    /// AWD-LSTM sized: 3 layers, hidden 1150, embedding 400, BPTT 70 (the papers' baseline).
     Awd,
-    /// Transformer 12×768, 12 heads, T=256: for the GPU.
-    #[value(name = "gpt2-small")]
     Gpt2Small,
 }
 
-impl Preset {
-    pub fn name(self) -> &'static str {
+impl Choice for Preset {
+    const ALL: &'static [Self] = &[
+        Preset::Tiny,
+        Preset::Small,
+        Preset::Lstm,
+        Preset::Awd,
+        Preset::Gpt2Small,
+    ];
+
+    fn name(self) -> &'static str {
         match self {
             Preset::Tiny => "tiny",
             Preset::Small => "small",
@@ -72,6 +76,25 @@ impl Preset {
             Preset::Awd => "awd",
             Preset::Gpt2Small => "gpt2-small",
         }
+    }
+
+    fn help(self) -> &'static str {
+        match self {
+            Preset::Tiny => "Transformer d=128, 2 layers, 4 heads, T=64: the CPU demo",
+            Preset::Small => "Transformer d=256, 4 layers, 4 heads, T=128",
+            Preset::Lstm => "LSTM 2×650 (Zaremba et al. 2014, medium), BPTT 35",
+            Preset::Awd => {
+                "AWD-LSTM sized: 3 layers, hidden 1150, embedding 400, BPTT 70 (the papers' baseline)"
+            }
+            Preset::Gpt2Small => "Transformer 12×768, 12 heads, T=256: for the GPU",
+        }
+    }
+}
+
+impl Preset {
+    /// The preset's name (as [`Choice::name`], callable without the trait in scope).
+    pub fn name(self) -> &'static str {
+        Choice::name(self)
     }
 
     pub fn config(self) -> ModelConfig {

@@ -3,49 +3,113 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::choice::Choice;
+
 use crate::objective::Objectives;
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, clap::ValueEnum)]
+/// The optimizer (what each is: [`Choice::help`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
-    /// AdamW (decoupled weight decay).
     Adamw,
-    /// SGD with optional momentum (AWD-LSTM style, usually with the plateau schedule).
     Sgd,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, clap::ValueEnum)]
+impl Choice for OptimizerKind {
+    const ALL: &'static [Self] = &[OptimizerKind::Adamw, OptimizerKind::Sgd];
+
+    fn name(self) -> &'static str {
+        match self {
+            OptimizerKind::Adamw => "adamw",
+            OptimizerKind::Sgd => "sgd",
+        }
+    }
+
+    fn help(self) -> &'static str {
+        match self {
+            OptimizerKind::Adamw => "AdamW (decoupled weight decay)",
+            OptimizerKind::Sgd => {
+                "SGD with optional momentum (AWD-LSTM style, usually with the plateau schedule)"
+            }
+        }
+    }
+}
+
+/// The learning-rate schedule after the warm-up (what each is: [`Choice::help`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Schedule {
-    /// Constant after warm-up.
     Constant,
-    /// Cosine decay from lr to lr·min_lr_ratio over the run, after warm-up.
     Cosine,
-    /// lr·√(warmup / step) after warm-up (the Transformer schedule, without the d_model factor).
     InverseSqrt,
-    /// AWD-style: divide lr by `plateau_factor` whenever a validation PPL fails to improve.
     Plateau,
 }
 
-/// The arithmetic of a training step's matrix products.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+impl Choice for Schedule {
+    const ALL: &'static [Self] = &[
+        Schedule::Constant,
+        Schedule::Cosine,
+        Schedule::InverseSqrt,
+        Schedule::Plateau,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Schedule::Constant => "constant",
+            Schedule::Cosine => "cosine",
+            Schedule::InverseSqrt => "inverse-sqrt",
+            Schedule::Plateau => "plateau",
+        }
+    }
+
+    fn help(self) -> &'static str {
+        match self {
+            Schedule::Constant => "Constant after warm-up",
+            Schedule::Cosine => {
+                "Cosine decay from lr to lr·min_lr_ratio over the run, after warm-up"
+            }
+            Schedule::InverseSqrt => {
+                "lr·√(warmup / step) after warm-up (the Transformer schedule, without the d_model factor)"
+            }
+            Schedule::Plateau => {
+                "AWD-style: divide lr by `plateau_factor` whenever a validation PPL fails to improve"
+            }
+        }
+    }
+}
+
+/// The arithmetic of a training step's matrix products (what each is: [`Choice::help`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
-    /// Everything in fp32.
     #[default]
     Fp32,
-    /// Mixed precision (LibTorch only): the model's matrix products, attention and LSTM layers
-    /// in bfloat16 with fp32 results; softmax, layer norm, the loss, gradients, the optimizer,
-    /// the weights and checkpoints in fp32.
     Bf16,
+}
+
+impl Choice for Precision {
+    const ALL: &'static [Self] = &[Precision::Fp32, Precision::Bf16];
+
+    fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    fn help(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "Everything in fp32",
+            Precision::Bf16 => {
+                "Mixed precision (LibTorch only): the model's matrix products, attention and LSTM layers in bfloat16 with fp32 results; softmax, layer norm, the loss, gradients, the optimizer, the weights and checkpoints in fp32"
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for Precision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Fp32 => "fp32",
-            Self::Bf16 => "bf16",
-        })
+        f.write_str(self.name())
     }
 }
 

@@ -5,6 +5,7 @@
 //! - [`serve`]: the run process itself, until the run ends; its exit status; [`log`]: its
 //!   train.log.
 //! - [`detach`]: starting the run process in the background (its own session, `output.log`).
+//! - [`choice_arg`]: the command line's parser for core's named settings.
 //! - [`options`]: the training options the command line and sweeps parse; [`run_config`]: a
 //!   run's settings from preset, file and flags.
 //! - [`headless`]: the reporter on stdout; [`sweep`]: grids of runs, local or on SLURM.
@@ -12,6 +13,7 @@
 //! The link to the viewers (protocol, view, hub, server, transports, attach, follow, live, list,
 //! labels) is the `conelab_link` crate, re-exported here under its old paths.
 
+pub mod choice_arg;
 pub mod detach;
 pub mod gpu;
 pub mod headless;

@@ -7,6 +7,8 @@ use clap::Args;
 
 use conelab_base::error::Invalid;
 
+use crate::choice_arg::choice;
+
 use conelab_data::GroupBounds;
 use conelab_train::engine::config::Precision;
 use conelab_train::engine::{OptimizerKind, Schedule};
@@ -27,7 +29,7 @@ pub struct TrainOptions {
     pub corpus: Option<String>,
 
     /// Model preset (the config file's [model] fields go on top of it).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = choice::<Preset>())]
     pub model: Option<Preset>,
 
     /// The run's name: shown in the workbench's header, by `conelab runs` and as its row label
@@ -69,11 +71,11 @@ pub struct TrainOptions {
     pub lr: Option<f64>,
 
     /// Optimizer [default: adamw].
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = choice::<OptimizerKind>())]
     pub optimizer: Option<OptimizerKind>,
 
     /// Learning-rate schedule after the linear warm-up [default: cosine].
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = choice::<Schedule>())]
     pub schedule: Option<Schedule>,
 
     /// Linear warm-up steps [default: 100].
@@ -91,7 +93,7 @@ pub struct TrainOptions {
     /// Arithmetic of the matrix products: fp32, or bf16 mixed precision (LibTorch only: the
     /// model's products, attention and LSTM layers in bfloat16; softmax, layer norm, the loss,
     /// gradients, AdamW, weights and checkpoints in fp32) [default: fp32].
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = choice::<Precision>())]
     pub precision: Option<Precision>,
 
     /// Evaluate exact validation PPL (total and per group) every N steps; 0 = only at the end [default: 200].

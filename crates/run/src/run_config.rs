@@ -20,6 +20,7 @@
 
 use std::path::Path;
 
+use conelab_core::choice::Choice;
 use conelab_core::labels::LabelEdit;
 use conelab_train::engine::TrainConfig;
 use conelab_train::model::{ModelConfig, Preset};
@@ -107,8 +108,8 @@ impl ConfigFile {
         let preset = match model.remove("preset") {
             None => None,
             Some(toml::Value::String(s)) => Some(
-                <Preset as clap::ValueEnum>::from_str(&s, true)
-                    .map_err(|_| invalid(format!("unknown model preset `{s}`")))?,
+                Preset::from_name(&s)
+                    .ok_or_else(|| invalid(format!("unknown model preset `{s}`")))?,
             ),
             Some(_) => return Err(invalid("model.preset must be a string".into())),
         };

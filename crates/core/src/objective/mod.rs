@@ -25,7 +25,7 @@ pub use validate::MAX_WEIGHT;
 pub use args::LossArg;
 
 /// The data term of the loss.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LossKind {
     /// Token negative log-likelihood under the full softmax.
