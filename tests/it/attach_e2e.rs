@@ -229,7 +229,10 @@ fn a_run_outlives_its_terminal_and_viewers_attach_steer_and_leave() {
         .as_array()
         .expect("commands")
         .iter()
-        .find(|c| c["after"] == "CosReg γ=1")
+        .find(|c| {
+            serde_json::from_value::<conelab_core::events::AppliedCommand>((*c).clone())
+                .is_ok_and(|a| a.change.after_text() == "CosReg γ=1")
+        })
         .and_then(|c| c["step"].as_u64())
         .expect("acknowledged");
     assert_eq!(on, acked);

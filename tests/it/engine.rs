@@ -475,7 +475,7 @@ fn a_command_takes_effect_at_the_next_step_and_is_recorded_with_it() {
     assert!(a.step >= 4, "applied at step {}", a.step);
     // The cosine schedule stops there, and the acknowledgement says so.
     assert_eq!(
-        a.after,
+        a.change.after_text(),
         format!("lr=1.230000e-2 (schedule off from step {})", a.step)
     );
     assert_eq!(
@@ -516,8 +516,8 @@ fn a_freeze_until_a_step_ends_with_an_applied_change_at_that_step() {
     assert_eq!(applied.len(), 1, "{applied:?}");
     let a = &applied[0];
     assert_eq!(a.step, 5);
-    assert_eq!(a.before, "freeze rare until 5");
-    assert_eq!(a.after, "MLE");
+    assert_eq!(a.change.before_text(), "freeze rare until 5");
+    assert_eq!(a.change.after_text(), "MLE");
     assert!(a.ticket.is_none());
 }
 
@@ -1026,7 +1026,11 @@ fn repeated_identical_commands_are_coalesced_and_still_answered() {
             Event::Applied(a) if a.command == same => {
                 answers.push((a.step, a.coalesced));
                 if a.coalesced {
-                    assert_eq!(a.before, a.after, "a coalesced command changes nothing");
+                    assert_eq!(
+                        a.change.before_text(),
+                        a.change.after_text(),
+                        "a coalesced command changes nothing"
+                    );
                 }
                 if answers.len() == sent {
                     handle.send(Command::Stop { save: false });
@@ -1081,7 +1085,9 @@ fn an_objective_change_that_changes_nothing_is_answered_as_such() {
     let mut answers = Vec::new();
     loop {
         match next_event(&handle) {
-            Event::Applied(a) => answers.push((a.coalesced, a.before == a.after)),
+            Event::Applied(a) => {
+                answers.push((a.coalesced, a.change.before_text() == a.change.after_text()))
+            }
             Event::Finished { .. } => break,
             Event::Failed { message, .. } => panic!("{message}"),
             _ => {}

@@ -12,6 +12,7 @@ mod cli_data;
 mod cli_inspect;
 mod cli_train;
 mod engine;
+mod history;
 mod integrity;
 mod metrics;
 mod objectives;

@@ -597,8 +597,8 @@ fn a_toggle_sent_mid_run_takes_effect_at_exactly_the_next_step() {
     }
     handle.join();
     let a = applied.expect("acknowledged");
-    assert_eq!(a.before, "MLE");
-    assert_eq!(a.after, "CosReg γ=1");
+    assert_eq!(a.change.before_text(), "MLE");
+    assert_eq!(a.change.after_text(), "CosReg γ=1");
     assert!(a.step >= 4);
     assert_eq!(
         penalties[&(a.step - 1)],
@@ -892,9 +892,12 @@ fn a_rare_fraction_chooses_alpha_from_the_runs_counts() {
         .expect("the viewer applies it");
     assert_eq!(&viewer, t.objectives());
     assert!(
-        applied.after.contains("tokens rare after the first epoch"),
+        applied
+            .change
+            .after_text()
+            .contains("tokens rare after the first epoch"),
         "{}",
-        applied.after
+        applied.change.after_text()
     );
     change(
         &mut t,

@@ -349,7 +349,7 @@ fn libtorch_runs_the_objectives_and_applies_toggles_at_the_next_step() {
                     });
                 }
             }
-            Event::Applied(a) => applied.push((a.step, a.after)),
+            Event::Applied(a) => applied.push((a.step, a.change.after_text())),
             Event::Finished { .. } => break,
             Event::Failed { message, .. } => panic!("{message}"),
             _ => {}

@@ -235,9 +235,8 @@ fn the_socket_and_the_in_process_viewer_see_the_same_run() {
     assert_eq!(envelope.command, command);
     send(Event::Applied(AppliedCommand {
         step: 41,
+        change: conelab_core::change::Change::from_words(&command, "MLE", "CosReg γ=1", false),
         command,
-        before: "MLE".into(),
-        after: "CosReg γ=1".into(),
         ticket: envelope.ticket,
         coalesced: false,
     }));

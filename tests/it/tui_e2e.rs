@@ -75,9 +75,14 @@ fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
     assert_eq!(objectives["cos"]["enabled"], true);
     assert_eq!(objectives["freeze"]["rare"], true);
     let commands = state["commands"].as_array().expect("commands");
-    let afters: Vec<&str> = commands
+    let afters: Vec<String> = commands
         .iter()
-        .map(|c| c["after"].as_str().unwrap_or_default())
+        .map(|c| {
+            serde_json::from_value::<conelab_core::events::AppliedCommand>(c.clone())
+                .expect("a command as the run logs it")
+                .change
+                .after_text()
+        })
         .collect();
     assert_eq!(
         afters,

@@ -15,6 +15,7 @@ use std::sync::mpsc::Sender;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::change::{Change, ConfigChange};
 use crate::objective::{ObjectiveChange, Objectives};
 use conelab_metrics::embedding::{Projection, SetStats};
 use conelab_metrics::hidden::HiddenStats;
@@ -60,12 +61,13 @@ impl std::fmt::Display for Command {
 
 /// A command as applied: the step it first affected, and what changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "AppliedCommandRecord")]
 pub struct AppliedCommand {
     /// The first optimizer step (1-based) that runs with the change.
     pub step: u64,
     pub command: Command,
-    pub before: String,
-    pub after: String,
+    /// What it changed (its words: [`Change::before_text`], [`Change::after_text`]).
+    pub change: Change,
     /// The sender's number for the command (a viewer's request), so its acknowledgement can be
     /// matched to it; never saved with a checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,6 +77,44 @@ pub struct AppliedCommand {
     /// logged or drawn (a flood of one command costs nothing; no "MLE → MLE").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub coalesced: bool,
+}
+
+/// An applied command as written: typed, or — in a checkpoint's command log from before
+/// changes were typed — with the change in words (`before`, `after`).
+#[derive(Deserialize)]
+struct AppliedCommandRecord {
+    step: u64,
+    command: Command,
+    #[serde(default)]
+    change: Option<Change>,
+    #[serde(default)]
+    before: Option<String>,
+    #[serde(default)]
+    after: Option<String>,
+    #[serde(default)]
+    ticket: Option<u64>,
+    #[serde(default)]
+    coalesced: bool,
+}
+
+impl From<AppliedCommandRecord> for AppliedCommand {
+    fn from(r: AppliedCommandRecord) -> Self {
+        let change = r.change.unwrap_or_else(|| {
+            Change::from_words(
+                &r.command,
+                r.before.as_deref().unwrap_or(""),
+                r.after.as_deref().unwrap_or(""),
+                r.coalesced,
+            )
+        });
+        Self {
+            step: r.step,
+            command: r.command,
+            change,
+            ticket: r.ticket,
+            coalesced: r.coalesced,
+        }
+    }
 }
 
 /// Numbers of one optimizer step.
@@ -438,9 +478,7 @@ pub enum Event {
     /// A setting changed when the run was resumed (`--eval-every`, `--steps`, `--device`, …).
     ConfigChanged {
         step: u64,
-        key: String,
-        before: String,
-        after: String,
+        change: ConfigChange,
     },
     Step(StepStats),
     Eval(EvalStats),
@@ -517,6 +555,43 @@ pub enum Event {
         step: u64,
         message: String,
     },
+    /// What a run's stored history keeps of a change only in words — an objective change, a
+    /// refused command, a setting this version does not know — replayed with the rest of the
+    /// history (`conelab_store::history`); a run never sends it.
+    #[serde(skip)]
+    Recorded(Recorded),
+}
+
+/// A run's history as its metrics store keeps it (`conelab_store::history`): the events that
+/// made it, in the order they happened, for a viewer to fold as it folds a live run's.
+#[derive(Debug, Clone, Default)]
+pub struct StoredHistory {
+    pub events: Vec<Event>,
+    /// The steps whose 2-D projections are stored (the time scrub).
+    pub projection_steps: Vec<u64>,
+    /// What the read skipped or could not check (a corrupt segment set aside), in words.
+    pub warnings: Vec<String>,
+}
+
+/// A line of a run's stored history that is kept only in words.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    pub step: u64,
+    pub what: RecordedWhat,
+    pub text: String,
+}
+
+/// What a [`Recorded`] line was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordedWhat {
+    /// An objective or learning-rate change: an intervention, marked on the curves.
+    Intervention,
+    /// Another change (a setting on resume).
+    Change,
+    /// A command the run refused.
+    Refused,
+    /// A kind of line this version does not know.
+    Other,
 }
 
 impl Event {
@@ -543,6 +618,7 @@ impl Event {
             Event::System(s) => s.step,
             Event::Projection(p) => p.step,
             Event::Applied(a) => a.step,
+            Event::Recorded(r) => r.step,
         }
     }
 
@@ -644,6 +720,38 @@ mod tests {
         assert_eq!(s.run_dir.as_deref(), Some(std::path::Path::new("runs/t")));
         assert_eq!(read.step(), 7);
         assert_eq!(serde_json::to_value(&read).expect("writes"), line);
+    }
+
+    /// A checkpoint's command log and a viewer of the last version wrote a change in words: such
+    /// a line reads as the typed change, and is written back typed.
+    #[test]
+    fn an_applied_command_in_todays_words_reads_typed() {
+        let line = r#"{"step":1048,"command":{"command":"set-lr","lr":0.0001},"before":"lr=1.000000e-3","after":"lr=1.000000e-4 (schedule off from step 1048)"}"#;
+        let a: AppliedCommand = serde_json::from_str(line).expect("an old line reads");
+        assert_eq!(a.step, 1048);
+        assert_eq!(
+            a.change,
+            Change::Lr {
+                before: 1e-3,
+                after: 1e-4,
+                schedule_off_from: Some(1048)
+            }
+        );
+        let old_objective = r#"{"step":7,"command":{"command":"objective","change":{"change":"enable","term":"cos","on":true}},"before":"MLE","after":"CosReg γ=1"}"#;
+        let o: AppliedCommand = serde_json::from_str(old_objective).expect("old objective line");
+        assert_eq!(
+            (o.change.before_text(), o.change.after_text()),
+            ("MLE".to_string(), "CosReg γ=1".to_string())
+        );
+        let old_repeat = r#"{"step":9,"command":{"command":"pause"},"before":"unchanged (the same command was just applied)","after":"unchanged (the same command was just applied)","coalesced":true}"#;
+        let r: AppliedCommand = serde_json::from_str(old_repeat).expect("old repeat");
+        assert_eq!((r.change, r.coalesced), (Change::Unchanged, true));
+        // Written typed, and read back the same.
+        let json = serde_json::to_value(&a).expect("writes");
+        assert_eq!(json["change"]["kind"], "lr");
+        assert!(json.get("before").is_none(), "{json}");
+        let back: AppliedCommand = serde_json::from_value(json).expect("reads");
+        assert_eq!(back, a);
     }
 
     /// Writes the steps it sees into a shared journal, under its name.

@@ -6,6 +6,7 @@
 //!   command changes them.
 //! - [`model`]: the architectures' settings and `--device`.
 //! - [`train_config`]: the optimizer, schedule and run length.
+//! - [`change`]: what a command or a resume changed, typed, and its words.
 //! - [`events`]: the engine's commands in and events out.
 //! - [`state`]: the counters a checkpoint saves (`state.json`).
 //! - [`analysis`]: the background embedding analysis and its result.
@@ -17,6 +18,7 @@
 
 pub mod analysis;
 pub mod baseline;
+pub mod change;
 pub mod choice;
 pub mod events;
 pub mod labels;

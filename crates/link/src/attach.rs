@@ -335,8 +335,10 @@ pub fn stored(dir: &Path, status: RunStatus, why: String) -> Result<Opened, RunE
         eval_every: spec.train.eval_every,
         tokens_per_update: (spec.train.batch * spec.model.window()) as u64,
     };
-    let view = match RunView::from_store(dir, info.clone(), objectives.clone(), status.clone()) {
-        Ok(v) => v,
+    let view = match conelab_store::history::read(dir) {
+        Ok(history) => {
+            RunView::from_history(&history, info.clone(), objectives.clone(), status.clone())
+        }
         Err(conelab_store::StoreError::NoStore(_)) => {
             let mut v = RunView::new(objectives);
             v.info = info;

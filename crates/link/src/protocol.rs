@@ -28,8 +28,10 @@ use conelab_metrics::Neighbor;
 /// kind and a `squash` in loss changes) that a version-1 run could not take. 3: the
 /// `eval-progress` event (an evaluation under way) that a version-2 viewer cannot read. 4: the
 /// `reference` event (the corpus's KN-3 and unigram PPL per group). 5: the `system` event (the
-/// run process's CPU and memory, the host's memory).
-pub const PROTOCOL_VERSION: u32 = 5;
+/// run process's CPU and memory, the host's memory). 6: typed changes — an applied command's
+/// `change` (the new lr and the step its schedule stopped, the objectives before and after) and
+/// a resume's `config-changed` values, where 5 sent the log's words.
+pub const PROTOCOL_VERSION: u32 = 6;
 /// The longest line a client may send (commands and requests are small).
 pub const MAX_CLIENT_LINE: usize = 1 << 20;
 /// The longest line a client accepts from a run (a history or a projection of a big vocabulary).

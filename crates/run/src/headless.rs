@@ -185,6 +185,7 @@ impl EventSink for Reporter {
             }
             Event::Snapshot { .. }
             | Event::Projection(_)
+            | Event::Recorded(_)
             | Event::CheckpointStaged { .. }
             | Event::System(_) => {}
             // The bar says it; plain lines wait for the result (a line every 200 ms would bury
@@ -201,12 +202,12 @@ impl EventSink for Reporter {
                     b.set_message(format!("evaluating {split} {pct:.0} %"));
                 }
             }
-            Event::ConfigChanged {
-                step,
-                key,
-                before,
-                after,
-            } => self.line(format!("config step={step} {key}: {before} -> {after}")),
+            Event::ConfigChanged { step, change } => self.line(format!(
+                "config step={step} {}: {} -> {}",
+                change.key(),
+                change.before_text(),
+                change.after_text()
+            )),
             Event::Reference(r) => {
                 if self.bar.is_none()
                     && let Some(k) = r.kn3("valid")
@@ -226,7 +227,10 @@ impl EventSink for Reporter {
             Event::Applied(a) if a.coalesced => {}
             Event::Applied(a) => self.line(format!(
                 "applied step={} {}: {} -> {}",
-                a.step, a.command, a.before, a.after
+                a.step,
+                a.command,
+                a.change.before_text(),
+                a.change.after_text()
             )),
             Event::Rejected {
                 step,

@@ -10,6 +10,7 @@ use super::{RunError, live};
 use crate::run_config::ConfigFile;
 use conelab_base::error::Invalid;
 use conelab_base::lockfile::LockFile;
+use conelab_core::change::ConfigChange;
 use conelab_core::labels::{LabelEdit, RunLabels};
 use conelab_data::{Corpus, CorpusSource, LoadOptions};
 use conelab_train::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
@@ -430,19 +431,17 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
             ),
         });
     }
-    let mut config_change = |key: &str, before: String, after: String| {
-        if before != after {
-            announcements.push(Event::ConfigChanged {
-                step: at,
-                key: key.into(),
-                before,
-                after,
-            });
+    let mut config_change = |change: ConfigChange| {
+        if change.is_change() {
+            announcements.push(Event::ConfigChanged { step: at, change });
         }
     };
     let spec_device = run.spec().device.clone();
     if let Some(d) = opts.device {
-        config_change("device", spec_device, d.to_string());
+        config_change(ConfigChange::Device {
+            before: spec_device,
+            after: d.to_string(),
+        });
     }
     let cfg = trainer.config().clone();
     let mut next = cfg.clone();
@@ -469,25 +468,34 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
             .into(),
         ));
     }
-    for (key, before, after) in [
-        ("eval_every", cfg.eval_every, next.eval_every),
-        (
-            "checkpoint_every",
-            cfg.checkpoint_every,
-            next.checkpoint_every,
-        ),
-        ("snapshot_every", cfg.snapshot_every, next.snapshot_every),
-        (
-            "keep",
-            cfg.keep_checkpoints as u64,
-            next.keep_checkpoints as u64,
-        ),
-        ("steps", cfg.steps, next.steps),
+    for change in [
+        ConfigChange::EvalEvery {
+            before: cfg.eval_every,
+            after: next.eval_every,
+        },
+        ConfigChange::CheckpointEvery {
+            before: cfg.checkpoint_every,
+            after: next.checkpoint_every,
+        },
+        ConfigChange::SnapshotEvery {
+            before: cfg.snapshot_every,
+            after: next.snapshot_every,
+        },
+        ConfigChange::Keep {
+            before: cfg.keep_checkpoints as u64,
+            after: next.keep_checkpoints as u64,
+        },
+        ConfigChange::Steps {
+            before: cfg.steps,
+            after: next.steps,
+        },
+        ConfigChange::Patience {
+            before: cfg.patience,
+            after: next.patience,
+        },
     ] {
-        config_change(key, before.to_string(), after.to_string());
+        config_change(change);
     }
-    let patience = |p: Option<u64>| p.map_or_else(|| "off".to_owned(), |p| p.to_string());
-    config_change("patience", patience(cfg.patience), patience(next.patience));
     *trainer.config_mut() = next.clone();
     if opts.objective_flags_given() {
         let mut objectives = trainer.objectives().clone();

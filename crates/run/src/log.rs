@@ -130,12 +130,8 @@ fn emit(event: &Event, every: u64) {
                 windows_per_epoch = s.windows_per_epoch, parameters = s.parameters,
                 device = %s.device, run_dir = %dir, objective = %s.objective, "start");
         }
-        Event::ConfigChanged {
-            step,
-            key,
-            before,
-            after,
-        } => info!(target: "conelab::run", step, key = %key, before = %before, after = %after,
+        Event::ConfigChanged { step, change } => info!(target: "conelab::run", step,
+            key = %change.key(), before = %change.before_text(), after = %change.after_text(),
             "config changed on resume"),
         Event::Step(s) => {
             macro_rules! step_line {
@@ -183,7 +179,8 @@ fn emit(event: &Event, every: u64) {
         }
         Event::Applied(a) if a.coalesced => {}
         Event::Applied(a) => info!(target: "conelab::run", step = a.step,
-            command = %a.command, before = %a.before, after = %a.after, "applied"),
+            command = %a.command, before = %a.change.before_text(),
+            after = %a.change.after_text(), "applied"),
         Event::Rejected {
             step,
             command,
@@ -215,6 +212,7 @@ fn emit(event: &Event, every: u64) {
                 host_total_bytes = s.host_total_bytes, "system")
         }
         Event::Projection(_)
+        | Event::Recorded(_)
         | Event::Snapshot { .. }
         | Event::CheckpointStaged { .. }
         | Event::EvalProgress { .. } => {}

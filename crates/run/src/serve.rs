@@ -207,12 +207,12 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         && start_step.is_multiple_of(snapshot_every)
         && !store::has_snapshot_at(&dir, start_step)?;
     let view = if start_step > 0 {
-        RunView::from_store(
-            &dir,
+        RunView::from_history(
+            &store::history::read(&dir)?,
             info,
             trainer.objectives().clone(),
             RunStatus::Starting,
-        )?
+        )
     } else {
         let mut v = RunView::new(trainer.objectives().clone());
         v.info = info;

@@ -20,9 +20,11 @@
 //! group, metric) rows — possible only when a resumed run re-emits a step it had recorded — keep
 //! the newest.
 //!
-//! The writer is fed by the engine's event consumer ([`recorder`]), never by the training step.
+//! The writer is fed by the engine's event consumer ([`recorder`]), never by the training step;
+//! [`history`] reads a run back as the events it was written from.
 
 pub mod buffer;
+pub mod history;
 pub mod labels;
 pub mod projection;
 pub mod query;

@@ -351,12 +351,13 @@ impl StoreWriter {
                     self.push_metric(s.step, split::RUN, "total", metric, value);
                 }
             }
-            Event::ConfigChanged {
-                step,
-                key,
-                before,
-                after,
-            } => self.push_event(*step, "config", key, before, after),
+            Event::ConfigChanged { step, change } => self.push_event(
+                *step,
+                "config",
+                change.key(),
+                &change.before_text(),
+                &change.after_text(),
+            ),
             Event::Projection(frame) => self.write_projection(frame)?,
             Event::Step(s) => self.record_step(s),
             Event::Eval(e) => self.record_eval(e),
@@ -380,7 +381,13 @@ impl StoreWriter {
             Event::Applied(a) => {
                 let (kind, detail) = command_kind(&a.command);
                 if let Some(kind) = kind {
-                    self.push_event(a.step, kind, &detail, &a.before, &a.after);
+                    self.push_event(
+                        a.step,
+                        kind,
+                        &detail,
+                        &a.change.before_text(),
+                        &a.change.after_text(),
+                    );
                 }
             }
             Event::Rejected {
@@ -414,7 +421,9 @@ impl StoreWriter {
             | Event::Resumed { .. }
             | Event::Snapshot { .. }
             | Event::CheckpointStaged { .. }
-            | Event::EvalProgress { .. } => {}
+            | Event::EvalProgress { .. }
+            // Already in the store: read back from it.
+            | Event::Recorded(_) => {}
         }
         Ok(false)
     }

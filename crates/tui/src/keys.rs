@@ -342,9 +342,8 @@ mod tests {
     fn applied(step: u64, command: Command) -> conelab_core::events::Event {
         conelab_core::events::Event::Applied(conelab_core::events::AppliedCommand {
             step,
+            change: conelab_core::change::Change::from_words(&command, "", "", false),
             command,
-            before: String::new(),
-            after: String::new(),
             ticket: None,
             coalesced: false,
         })
@@ -394,7 +393,11 @@ mod tests {
         // Acknowledged while paused (no step comes): the line shows it, the next press halves it.
         let mut ack = applied(1048, Command::SetLr { lr: 4971.5 });
         if let conelab_core::events::Event::Applied(a) = &mut ack {
-            a.after = "lr=4.971500e3 (schedule off from step 1048)".into();
+            a.change = conelab_core::change::Change::Lr {
+                before: 9943.0,
+                after: 4971.5,
+                schedule_off_from: Some(1048),
+            };
         }
         app.on_event(ack);
         assert_eq!(app.pending, None);

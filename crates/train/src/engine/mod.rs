@@ -567,12 +567,10 @@ impl Engine {
             && *at == step
             && *last == command
         {
-            let unchanged = "unchanged (the same command was just applied)".to_string();
             self.emit(Event::Applied(AppliedCommand {
                 step: step + 1,
                 command,
-                before: unchanged.clone(),
-                after: unchanged,
+                change: conelab_core::change::Change::Unchanged,
                 ticket,
                 coalesced: true,
             }));
@@ -594,8 +592,7 @@ impl Engine {
         applied.ticket = ticket;
         // An objective change that changes nothing (a regulariser switched off that was off)
         // is answered as such: no "MLE → MLE" in the logs, no intervention mark.
-        applied.coalesced =
-            matches!(command, Command::Objective { .. }) && applied.before == applied.after;
+        applied.coalesced = applied.change.changes_nothing();
         self.emit(Event::Applied(applied));
         self.last_applied = settles.then(|| (step, command.clone()));
         Ok(match command {

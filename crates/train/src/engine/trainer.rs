@@ -42,6 +42,7 @@ use crate::objective::{
     laplacian, unlikelihood,
 };
 use conelab_base::error::Invalid;
+use conelab_core::change::{Change, ObjectivesInForce, RareAlpha};
 use conelab_data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
 
 /// One step's forward pass, as the objective and the backward pass need it.
@@ -1665,11 +1666,10 @@ impl Trainer {
     /// Applies a command between two steps. Returns the record, or why it was refused.
     pub fn apply(&mut self, command: &Command) -> Result<AppliedCommand, Invalid> {
         let step = self.state.step + 1;
-        let record = |before: String, after: String| AppliedCommand {
+        let record = |change: Change| AppliedCommand {
             step,
             command: command.clone(),
-            before,
-            after,
+            change,
             ticket: None,
             coalesced: false,
         };
@@ -1683,22 +1683,23 @@ impl Trainer {
                 let scheduled = self.state.lr_override.is_none()
                     && !(self.config.schedule == Schedule::Constant && step > self.config.warmup);
                 self.state.lr_override = Some(*lr);
-                // The viewers look for these words (conelab_link::view::SCHEDULE_OFF).
-                let after = if scheduled {
-                    format!("lr={lr:.6e} (schedule off from step {step})")
-                } else {
-                    format!("lr={lr:.6e}")
-                };
-                record(format!("lr={before:.6e}"), after)
+                record(Change::Lr {
+                    before,
+                    after: *lr,
+                    schedule_off_from: scheduled.then_some(step),
+                })
             }
-            Command::Pause => record("running".into(), "paused".into()),
-            Command::Resume => record("paused".into(), "running".into()),
-            Command::Stop { save } => record("running".into(), format!("stopped (save={save})")),
-            Command::SaveCheckpoint => record(String::new(), "checkpoint".into()),
+            Command::Pause => record(Change::Paused),
+            Command::Resume => record(Change::Resumed),
+            Command::Stop { save } => record(Change::Stopping { save: *save }),
+            Command::SaveCheckpoint => record(Change::Checkpoint),
             Command::Objective { change } => {
-                let before = self.objectives_record();
+                let before = self.objectives_in_force();
                 self.change_objectives(change)?;
-                let mut applied = record(before, self.objectives_record());
+                let mut applied = record(Change::Objectives {
+                    before: Box::new(before),
+                    after: Box::new(self.objectives_in_force()),
+                });
                 // α chosen from a rare fraction is the run's: the viewers, which fold the
                 // acknowledged change into their copy, get the objectives as the run has them.
                 if self.state.objectives.agg.rare_fraction.is_some() {
@@ -1731,32 +1732,26 @@ fn group_sizes(corpus: &Corpus) -> [usize; 3] {
 }
 
 impl Trainer {
-    /// The objectives as recorded with a change: the label, and under spectrum control the prior's
-    /// constants (c1 is chosen when control is switched on, so it is recorded with it).
-    fn objectives_record(&self) -> String {
+    /// The objectives as a change records them: under spectrum control with the prior's c1
+    /// (chosen when control is switched on), under a rare fraction with the α it chose.
+    fn objectives_in_force(&self) -> ObjectivesInForce {
         let o = &self.state.objectives;
-        let mut record = o.label();
-        if let Some(c1) = self.state.spectrum_c1 {
-            record.push_str(&format!(
-                " (c1={c1:.6}, c2={}, γ={})",
-                o.spectrum.c2, o.spectrum.gamma
-            ));
+        let rare_alpha = if o.agg.enabled {
+            self.resolve_rare_fraction(&mut o.clone())
+                .map(|c| RareAlpha {
+                    alpha: c.alpha,
+                    expected: c.expected,
+                    target: c.target,
+                    vocab: self.corpus.vocab().len(),
+                })
+        } else {
+            None
+        };
+        ObjectivesInForce {
+            objectives: o.clone(),
+            spectrum_c1: self.state.spectrum_c1,
+            rare_alpha,
         }
-        if o.agg.enabled {
-            // The label names only the non-default counter; the record always says which.
-            record.push_str(&format!(" (AGG counter {})", o.agg.counter.name()));
-            // A rare fraction says what it chose and what that selects.
-            if let Some(c) = self.resolve_rare_fraction(&mut o.clone()) {
-                record.push_str(&format!(
-                    " (α={:.4e}: {} of {} tokens rare after the first epoch, {} asked)",
-                    c.alpha,
-                    c.expected,
-                    self.corpus.vocab().len(),
-                    c.target
-                ));
-            }
-        }
-        record
     }
 
     /// `agg=rare:F` (issue #38): sets α to the value whose steady-state rare set is the nearest

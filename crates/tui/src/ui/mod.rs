@@ -1066,8 +1066,20 @@ mod tests {
                             on: true,
                         },
                     },
-                    before: "MLE".into(),
-                    after: "CosReg γ=1".into(),
+                    change: conelab_core::change::Change::Objectives {
+                        before: Box::new(Objectives::default().into()),
+                        after: Box::new({
+                            let mut cos = Objectives::default();
+                            let _ = cos.apply(
+                                &ObjectiveChange::Enable {
+                                    term: Term::Cos,
+                                    on: true,
+                                },
+                                [usize::MAX; 3],
+                            );
+                            cos.into()
+                        }),
+                    },
                     ticket: None,
                     coalesced: false,
                 }));
