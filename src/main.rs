@@ -7,24 +7,24 @@ mod cli;
 // Counting is off except inside `conelab bench` (see alloc_count).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static ALLOCATOR: conelab::alloc_count::CountingAllocator<mimalloc::MiMalloc> =
-    conelab::alloc_count::CountingAllocator(mimalloc::MiMalloc);
+static ALLOCATOR: conelab_base::alloc_count::CountingAllocator<mimalloc::MiMalloc> =
+    conelab_base::alloc_count::CountingAllocator(mimalloc::MiMalloc);
 
 #[cfg(not(feature = "mimalloc"))]
 #[global_allocator]
-static ALLOCATOR: conelab::alloc_count::CountingAllocator<std::alloc::System> =
-    conelab::alloc_count::CountingAllocator(std::alloc::System);
+static ALLOCATOR: conelab_base::alloc_count::CountingAllocator<std::alloc::System> =
+    conelab_base::alloc_count::CountingAllocator(std::alloc::System);
 
 use std::process::ExitCode;
 
-use conelab::base::exit::ExitStatus;
+use conelab_base::exit::ExitStatus;
 
 use clap::Parser;
 use clap::error::ErrorKind;
-use conelab::run::say;
+use conelab_base::stderr::say;
 
 fn main() -> ExitCode {
-    conelab::base::revision::set(option_env!("CONELAB_GIT_REVISION"));
+    conelab_base::revision::set(option_env!("CONELAB_GIT_REVISION"));
     // `CONELAB_COMPLETE=bash conelab …`: the shell asks for completions (run names included);
     // answered and exited here. Not clap's default `COMPLETE`: too common a name to claim.
     clap_complete::CompleteEnv::with_factory(<cli::Cli as clap::CommandFactory>::command)
@@ -34,7 +34,7 @@ fn main() -> ExitCode {
     // Defence in depth: a bug must still end in one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
         // A decoder's panic on a damaged file is caught and reported as that file's damage.
-        if conelab::base::integrity::catching_panic() {
+        if conelab_base::integrity::catching_panic() {
             return;
         }
         // A panic of a run's worker threads is caught there and reported as the run's failure.
@@ -66,7 +66,7 @@ fn main() -> ExitCode {
     };
     // A malformed config file stops every command, with its line (before anything is done
     // with settings it might have meant to change).
-    match conelab::base::config::check() {
+    match conelab_base::config::check() {
         Ok(config) => {
             for w in &config.warnings {
                 say(&format!("conelab: warning: {w}"));
@@ -81,15 +81,15 @@ fn main() -> ExitCode {
         Ok(status) => status.into(),
         Err(e) => {
             let status = e
-                .downcast_ref::<conelab::run::RunError>()
+                .downcast_ref::<conelab_catalog::RunError>()
                 .map_or(ExitStatus::BadInput, |r| r.exit_status());
-            let status = conelab::base::exit::status_for(e.as_ref(), status);
+            let status = conelab_base::exit::status_for(e.as_ref(), status);
             // Each cause once: an error whose message already ends with its source's text
             // (thiserror's `{0}` beside `#[source]`) would otherwise print that text twice.
             let error: &(dyn std::error::Error + 'static) = e.as_ref();
             say(&format!(
                 "conelab: error: {}",
-                conelab::base::error::chain(error)
+                conelab_base::error::chain(error)
             ));
             status.into()
         }

@@ -5,9 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use conelab::base::exit::ExitStatus;
-
-use conelab::run::{self};
+use conelab_base::exit::ExitStatus;
 
 #[derive(Debug, Args)]
 pub struct AttachArgs {
@@ -22,7 +20,7 @@ pub struct AttachArgs {
     #[arg(long, value_name = "PATH", conflicts_with = "runs")]
     pub socket: Option<PathBuf>,
     #[command(flatten)]
-    pub view: run::options::ViewFlags,
+    pub view: conelab_run::options::ViewFlags,
 }
 
 pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
@@ -30,22 +28,25 @@ pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
         return super::compare::exec(super::compare::CompareArgs {
             runs: args.runs,
             x_axis: super::compare::XAxisArg::Step,
-            smoothing: conelab::tui::compare::DEFAULT_SMOOTHING,
+            smoothing: conelab_tui::compare::DEFAULT_SMOOTHING,
             log_y: false,
-            curve: conelab::tui::compare::CURVES[0].clone(),
+            curve: conelab_tui::compare::CURVES[0].clone(),
             view: args.view,
         });
     }
     // Reach the run first (a refusal is worth saying as such), then the terminal.
     let opened = match &args.socket {
-        Some(socket) => run::attach::connect(socket)?,
+        Some(socket) => conelab_client::open::connect(socket)?,
         None => {
             let root = PathBuf::from("checkpoints");
-            let dir = match run::attach::resolve(args.runs.first().map(PathBuf::as_path), &root)? {
-                run::attach::Resolved::One(d) => d,
-                run::attach::Resolved::Several(list) => pick(&list)?,
+            let dir = match conelab_catalog::find::resolve(
+                args.runs.first().map(PathBuf::as_path),
+                &root,
+            )? {
+                conelab_catalog::find::Resolved::One(d) => d,
+                conelab_catalog::find::Resolved::Several(list) => pick(&list)?,
             };
-            run::attach::open(&dir)?
+            conelab_client::open::open(&dir, &conelab_run::archive::StoreArchive)?
         }
     };
     if !std::io::stdout().is_terminal() {
@@ -54,16 +55,16 @@ pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
         );
     }
     let dir = opened.hello.dir.clone();
-    let setup = conelab::tui::ViewerSetup {
+    let setup = conelab_tui::ViewerSetup {
         view: super::view_options(&args.view),
         reference: None,
         read_only: opened.read_only.clone(),
     };
     let live = opened.read_only.is_none();
-    let exit = conelab::tui::run_viewer(opened.link, opened.hello, setup)?;
-    if live && exit == conelab::tui::ViewerExit::Detached {
-        conelab::tui::after_viewer(&dir, exit);
-    } else if live && let Some(line) = conelab::tui::crashed_summary(&dir) {
+    let exit = conelab_tui::run_viewer(opened.link, opened.hello, setup)?;
+    if live && exit == conelab_tui::ViewerExit::Detached {
+        conelab_tui::after_viewer(&dir, exit);
+    } else if live && let Some(line) = conelab_tui::crashed_summary(&dir) {
         // Killed while watched: what happened and how to go on (the viewer still exits 0).
         eprintln!("{line}");
     }

@@ -3,15 +3,15 @@
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 
-use conelab::bench::ops::{OpsBench, Reference, ReferenceMode, bench_ops};
-use conelab::bench::{
+use conelab_bench::ops::{OpsBench, Reference, ReferenceMode, bench_ops};
+use conelab_bench::{
     MetricsBench, ObjectivesBench, StoreBench, TrainBench, bench_metrics, bench_objectives,
     bench_store, bench_train,
 };
-use conelab::engine::config::Precision;
-use conelab::model::{DeviceSpec, Preset};
-use conelab::run::choice_arg::choice;
-use conelab::run::launch::with_window;
+use conelab_core::model::{DeviceSpec, Preset};
+use conelab_core::train_config::Precision;
+use conelab_run::choice_arg::choice;
+use conelab_run::launch::with_window;
 
 use super::print_stdout;
 
@@ -319,12 +319,12 @@ fn matrix_within_bound(n: usize, d: usize) -> Result<()> {
 fn tui(args: BenchTuiArgs) -> Result<()> {
     let json = args.output.json("bench tui")?;
     matrix_within_bound(args.n, args.d)?;
-    let frames = conelab::bench::tui::bench_frames(args.n, args.d, args.frames)?;
+    let frames = conelab_bench::tui::bench_frames(args.n, args.d, args.frames)?;
     let throughput = if args.frames_only {
         None
     } else {
         let model = args.model.config();
-        Some(conelab::bench::tui::bench_throughput(
+        Some(conelab_bench::tui::bench_throughput(
             args.model.name(),
             &model,
             args.vocab,
@@ -336,7 +336,7 @@ fn tui(args: BenchTuiArgs) -> Result<()> {
         let v = serde_json::json!({ "frames": frames, "throughput": throughput });
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&v)?));
     }
-    let mut out = conelab::bench::tui::render_frames(args.n, args.d, &frames);
+    let mut out = conelab_bench::tui::render_frames(args.n, args.d, &frames);
     if let Some(t) = throughput {
         out.push('\n');
         out.push_str(&t.render());
@@ -346,7 +346,7 @@ fn tui(args: BenchTuiArgs) -> Result<()> {
 
 fn attach(args: BenchAttachArgs) -> Result<()> {
     let json = args.output.json("bench attach")?;
-    let r = conelab::bench::attach::bench_attach(&conelab::bench::attach::AttachBench {
+    let r = conelab_bench::attach::bench_attach(&conelab_bench::attach::AttachBench {
         model: args.model.name().to_owned(),
         batch: args.batch,
         bptt: args.bptt,
@@ -367,14 +367,14 @@ fn chaos(args: BenchChaosArgs) -> Result<()> {
     if args.rounds == 0 || args.rounds > 100 {
         bail!("--rounds {}: from 1 to 100", args.rounds);
     }
-    let known = conelab::bench::chaos::ATTACKS;
+    let known = conelab_bench::chaos::ATTACKS;
     if let Some(a) = args.attack.iter().find(|a| !known.contains(&a.as_str())) {
         bail!(
             "--attack {a}: unknown; the attackers are {}",
             known.join(", ")
         );
     }
-    let r = conelab::bench::chaos::bench_chaos(&conelab::bench::chaos::ChaosBench {
+    let r = conelab_bench::chaos::bench_chaos(&conelab_bench::chaos::ChaosBench {
         model: args.model.name().to_owned(),
         batch: args.batch,
         steps: args.steps,
@@ -399,7 +399,7 @@ fn runs(args: BenchRunsArgs) -> Result<()> {
     if !(1..=100).contains(&args.repeats) {
         bail!("--repeats {}: from 1 to 100", args.repeats);
     }
-    let r = conelab::bench::runs::bench_runs(&conelab::bench::runs::RunsBench {
+    let r = conelab_bench::runs::bench_runs(&conelab_bench::runs::RunsBench {
         runs: args.runs,
         history: args.history,
         repeats: args.repeats,
@@ -483,7 +483,7 @@ fn train(args: BenchTrainArgs) -> Result<()> {
 
 fn ops(args: BenchOpsArgs) -> Result<()> {
     let json = args.output.json("bench ops")?;
-    let mut objectives = conelab::objective::Objectives::default();
+    let mut objectives = conelab_core::objective::Objectives::default();
     for reg in &args.reg {
         objectives
             .apply_reg_arg(reg)

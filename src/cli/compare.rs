@@ -5,10 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::Args;
-use conelab::base::error::Invalid;
-use conelab::base::exit::ExitStatus;
-
-use conelab::run::{self};
+use conelab_base::error::Invalid;
+use conelab_base::exit::ExitStatus;
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
@@ -21,19 +19,19 @@ pub struct CompareArgs {
     #[arg(long = "x-axis", alias = "x", value_enum, default_value = "step")]
     pub x_axis: XAxisArg,
     /// TensorBoard's smoothing weight, 0 (raw) to 0.99; `+`/`-` change it in the view.
-    #[arg(long, default_value_t = conelab::tui::compare::DEFAULT_SMOOTHING,
+    #[arg(long, default_value_t = conelab_tui::compare::DEFAULT_SMOOTHING,
         allow_negative_numbers = true, value_parser = smoothing_weight)]
     pub smoothing: f64,
     /// A logarithmic y axis (`l` in the view).
     #[arg(long)]
     pub log_y: bool,
     #[command(flatten)]
-    pub view: run::options::ViewFlags,
+    pub view: conelab_run::options::ViewFlags,
     /// The curve shown first (↑/↓ and / in the view): a named one (loss, ppl-rare, i1-rare,
     /// isoscore-rare, grad-norm, … — see the view's list) or any stored series as
     /// SPLIT/GROUP/METRIC (valid/rare/uniq) or SPLIT/METRIC (group total).
     #[arg(long, default_value = "loss", value_parser = curve_name)]
-    pub curve: conelab::tui::compare::Curve,
+    pub curve: conelab_tui::compare::Curve,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -43,8 +41,8 @@ pub enum XAxisArg {
 }
 
 /// `--curve`: a named curve or a stored series' SPLIT/GROUP/METRIC.
-fn curve_name(text: &str) -> std::result::Result<conelab::tui::compare::Curve, Invalid> {
-    use conelab::tui::compare::{CURVES, Curve};
+fn curve_name(text: &str) -> std::result::Result<conelab_tui::compare::Curve, Invalid> {
+    use conelab_tui::compare::{CURVES, Curve};
     Curve::parse(text).ok_or_else(|| {
         let names: Vec<String> = CURVES.iter().map(|c| c.name.to_string()).collect();
         format!(
@@ -57,7 +55,7 @@ fn curve_name(text: &str) -> std::result::Result<conelab::tui::compare::Curve, I
 
 /// `--smoothing`: a weight from 0 (raw) to the view's maximum.
 fn smoothing_weight(text: &str) -> std::result::Result<f64, Invalid> {
-    let max = conelab::tui::compare::MAX_SMOOTHING;
+    let max = conelab_tui::compare::MAX_SMOOTHING;
     let expected = format!("a weight from 0 (raw) to {max}");
     let w = text
         .parse::<f64>()
@@ -70,8 +68,8 @@ fn smoothing_weight(text: &str) -> std::result::Result<f64, Invalid> {
 }
 
 pub fn exec(args: CompareArgs) -> Result<ExitStatus> {
-    use conelab::tui::compare::{CompareOptions, XAxis};
-    let dirs = run::attach::resolve_many(&args.runs, &PathBuf::from("checkpoints"))?;
+    use conelab_tui::compare::{CompareOptions, XAxis};
+    let dirs = conelab_catalog::find::resolve_many(&args.runs, &PathBuf::from("checkpoints"))?;
     if !std::io::stdout().is_terminal() {
         bail!(
             "compare needs a terminal (stdout is not one); `conelab export --table groups RUN…` and `--table curves` give the same numbers as tables"
@@ -87,6 +85,8 @@ pub fn exec(args: CompareArgs) -> Result<ExitStatus> {
         log_y: args.log_y,
         curve: args.curve,
     };
-    conelab::tui::compare::run_compare(dirs, options, std::time::Duration::from_secs(1))?;
+    conelab_tui::compare::run_compare(dirs, options, |dirs, wanted| {
+        conelab_catalog::follow::spawn(dirs, wanted, std::time::Duration::from_secs(1))
+    })?;
     Ok(ExitStatus::Success)
 }

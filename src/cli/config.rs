@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::Subcommand;
-use conelab::base::config::{self, ColorChoice, Config, Setting, ThemeChoice};
+use conelab_base::config::{self, ColorChoice, Config, Setting, ThemeChoice};
 
 use super::print_stdout;
 

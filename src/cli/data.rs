@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
-use conelab::data::{
+use conelab_data::{
     Corpus, CorpusReport, CorpusSource, GroupBounds, LoadOptions, SynthConfig, SyntheticCorpus,
     VocabBuilder, thousands, zipf_exponent,
 };
@@ -139,7 +139,7 @@ fn synth(args: SynthArgs) -> Result<()> {
     let synth = SyntheticCorpus::generate(&config)?;
     let generated = start.elapsed().as_secs_f64();
     synth.write_to(&args.out)?;
-    let train = conelab::data::SplitText::from_bytes(
+    let train = conelab_data::SplitText::from_bytes(
         args.out.join("train.txt"),
         synth.texts()[0].clone().into_bytes(),
         usize::MAX,
@@ -160,13 +160,13 @@ fn synth(args: SynthArgs) -> Result<()> {
 
 fn baseline(args: BaselineArgs) -> Result<()> {
     let json = args.output.json("data baseline")?;
-    use conelab::baseline::{self, Cached};
+    use conelab_core::baseline::{self, Cached};
     let options = LoadOptions {
         groups: args.groups,
         ..LoadOptions::default()
     };
     let corpus = Corpus::load(&CorpusSource::parse(&args.corpus), &options)?;
-    let cache = conelab::base::config::current().cache_dir.value.clone();
+    let cache = conelab_base::config::current().cache_dir.value.clone();
     let (reference, cached) = baseline::reference(&corpus, &cache)?;
     if let Cached::NotStored(why) = &cached {
         eprintln!("conelab: warning: the results are not cached ({why})");
@@ -245,8 +245,8 @@ pub fn exec(command: DataCommand) -> Result<()> {
 }
 
 fn bpe(args: BpeArgs) -> Result<()> {
-    use conelab::base::error::Invalid;
-    use conelab::data::bpe::Merges;
+    use conelab_base::error::Invalid;
+    use conelab_data::bpe::Merges;
     let start = Instant::now();
     // Everything is checked before anything is written.
     let nonempty = std::fs::read_dir(&args.out).is_ok_and(|mut d| d.next().is_some());
@@ -260,7 +260,7 @@ fn bpe(args: BpeArgs) -> Result<()> {
     let source = CorpusSource::parse(&args.corpus);
     let texts = Corpus::read_texts(&source, &LoadOptions::default())?;
     for text in &texts {
-        if let Some((line, word)) = conelab::data::bpe::first_marked_word(text.lines()) {
+        if let Some((line, word)) = conelab_data::bpe::first_marked_word(text.lines()) {
             return Err(Invalid::new(format!(
                 "{}: line {line}: the word {word:?} ends with `@@`, the mark bpe puts on a continued piece: the segmented corpus could not be joined back (is it segmented already?)",
                 text.path().display()
@@ -283,7 +283,7 @@ fn bpe(args: BpeArgs) -> Result<()> {
         .chain([(&"bpe-merges.txt", &merges.to_text())])
     {
         let path = args.out.join(name);
-        conelab::atomic::write_file(&path, text.as_bytes())
+        conelab_base::atomic::write_file(&path, text.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }
     // The new corpus as every command will read it.
@@ -300,10 +300,10 @@ fn bpe(args: BpeArgs) -> Result<()> {
         c.sort_unstable();
         c.get(c.len() / 2).copied().unwrap_or(0)
     };
-    let rare = corpus.groups().range(conelab::data::Group::Rare);
+    let rare = corpus.groups().range(conelab_data::Group::Rare);
     let words = texts[0].word_count();
     // The split's tokens less its <eos>, one a line.
-    let pieces = corpus.stats(conelab::data::Split::Train).tokens - texts[0].lines().count();
+    let pieces = corpus.stats(conelab_data::Split::Train).tokens - texts[0].lines().count();
     print_stdout(&format!(
         "wrote {} (train.txt, valid.txt, test.txt, bpe-merges.txt) in {:.1} s: {} merges, {} types (vocabulary with <eos> and <unk>), {} train pieces for {} words ({:.2} a word); Rare group: {} types, median training count {} (min {}, max {})\n",
         args.out.display(),

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use conelab::analysis::{EvalOptions, EvalReport, evaluate_checkpoint};
-use conelab::checkpoint::{CheckpointChoice, RunDir};
-use conelab::data::Split;
-use conelab::model::DeviceSpec;
+use conelab_core::model::DeviceSpec;
+use conelab_core::run_dir::{CheckpointChoice, RunDir};
+use conelab_data::Split;
+use conelab_train::analysis::{EvalOptions, EvalReport, evaluate_checkpoint};
 
 use super::print_stdout;
 
@@ -80,7 +80,7 @@ pub struct EvalArgs {
 
 /// The replicates of a bootstrap: 40 to 100,000.
 fn replicates(s: &str) -> Result<usize, String> {
-    use conelab::metrics::bootstrap::{MAX_REPLICATES, MIN_REPLICATES};
+    use conelab_metrics::bootstrap::{MAX_REPLICATES, MIN_REPLICATES};
     match s.parse::<usize>() {
         Ok(n) if (MIN_REPLICATES..=MAX_REPLICATES).contains(&n) => Ok(n),
         _ => Err(format!(
@@ -121,7 +121,7 @@ pub fn exec(args: EvalArgs) -> Result<()> {
         bootstrap: args.bootstrap.filter(|_| !args.paired),
     };
     if args.paired && args.runs.len() != 2 {
-        return Err(conelab::base::error::Invalid::new(format!(
+        return Err(conelab_base::error::Invalid::new(format!(
             "--paired compares two runs (A B), not {}",
             args.runs.len()
         ))
@@ -148,10 +148,12 @@ pub fn exec(args: EvalArgs) -> Result<()> {
         };
         print_stdout(&format!("{}\n", serde_json::to_string_pretty(&json)?))
     } else if format == F::Md || reports.len() > 1 {
-        let mut out = conelab::analysis::comparison_markdown(&reports);
+        let mut out = conelab_train::analysis::comparison_markdown(&reports);
         if shift {
             out.push('\n');
-            out.push_str(&conelab::analysis::self_normalisation_markdown(&reports));
+            out.push_str(&conelab_train::analysis::self_normalisation_markdown(
+                &reports,
+            ));
         }
         print_stdout(&out)
     } else {
@@ -164,7 +166,7 @@ pub fn exec(args: EvalArgs) -> Result<()> {
 fn chosen_checkpoint(path: &std::path::Path, choice: CheckpointChoice) -> Result<PathBuf> {
     let run = RunDir::open(path)?;
     if run.path() != path {
-        return Err(conelab::base::error::Invalid::new(format!(
+        return Err(conelab_base::error::Invalid::new(format!(
             "{} is a checkpoint folder: --step chooses among a run's checkpoints, name the run instead",
             path.display()
         ))
@@ -175,12 +177,12 @@ fn chosen_checkpoint(path: &std::path::Path, choice: CheckpointChoice) -> Result
 
 /// `--paired`: PPL_B − PPL_A per group with its paired-bootstrap interval.
 fn print_paired(reports: &[EvalReport], replicates: usize, json: bool) -> Result<()> {
-    use conelab::analysis::{BOOTSTRAP_SEED, bootstrap_json};
-    use conelab::metrics::bootstrap::paired_bootstrap;
+    use conelab_metrics::bootstrap::paired_bootstrap;
+    use conelab_train::analysis::{BOOTSTRAP_SEED, bootstrap_json};
     let [a, b] = reports else {
         unreachable!("--paired is refused for anything but two runs");
     };
-    fn scores(r: &EvalReport) -> Result<&conelab::metrics::bootstrap::SentenceScores> {
+    fn scores(r: &EvalReport) -> Result<&conelab_metrics::bootstrap::SentenceScores> {
         r.scores
             .as_ref()
             .ok_or_else(|| anyhow::anyhow!("{}: no per-sentence scores", r.run))

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
-use conelab::base::error::Invalid;
+use conelab_base::error::Invalid;
 
-use conelab::run::say;
-use conelab::store::export::{self, StepChoice};
+use conelab_base::stderr::say;
+use conelab_export::StepChoice;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ExportTableArg {
@@ -112,7 +112,7 @@ fn tensorboard_log(args: ExportArgs) -> Result<()> {
         bail!("--format tfevents writes each run as it is: --aggregate does not apply");
     }
     let runs = super::find_runs(&args.runs)?;
-    let written = export::tensorboard::write_log(&runs, out, args.step)?;
+    let written = conelab_export::tensorboard::write_log(&runs, out, args.step)?;
     for w in &written.warnings {
         say(&format!("conelab: warning: {w}"));
     }
@@ -133,7 +133,7 @@ fn baseline_name(run: &str) -> String {
     let path = std::path::Path::new(run);
     if path.is_dir() {
         // A lost or damaged record: the stand-in's id, the folder's name.
-        return match conelab::store::read_run_record(&conelab::store::store_dir(path)) {
+        return match conelab_store::read_run_record(&conelab_store::store_dir(path)) {
             Ok(record) => record.run_id,
             Err(_) => path
                 .file_name()
@@ -166,11 +166,11 @@ pub fn exec(args: ExportArgs) -> Result<()> {
         (None, None) => ExportFormatArg::Md,
     };
     let format = match format {
-        ExportFormatArg::Csv => export::Format::Csv,
-        ExportFormatArg::Parquet => export::Format::Parquet,
-        ExportFormatArg::Json => export::Format::Json,
-        ExportFormatArg::Md => export::Format::Markdown,
-        ExportFormatArg::Latex => export::Format::Latex,
+        ExportFormatArg::Csv => conelab_export::Format::Csv,
+        ExportFormatArg::Parquet => conelab_export::Format::Parquet,
+        ExportFormatArg::Json => conelab_export::Format::Json,
+        ExportFormatArg::Md => conelab_export::Format::Markdown,
+        ExportFormatArg::Latex => conelab_export::Format::Latex,
         ExportFormatArg::Tfevents => return tensorboard_log(args),
     };
     if format.is_binary() && args.out.is_none() && std::io::stdout().is_terminal() {
@@ -179,16 +179,16 @@ pub fn exec(args: ExportArgs) -> Result<()> {
     if args.aggregate.is_some() && table != ExportTableArg::Groups {
         bail!("--aggregate seeds applies to --table groups only");
     }
-    let request = export::ExportRequest {
+    let request = conelab_export::ExportRequest {
         runs: super::find_runs(&args.runs)?,
         table: match table {
-            ExportTableArg::Metrics => export::Table::Metrics,
-            ExportTableArg::Groups => export::Table::Groups,
-            ExportTableArg::Curves => export::Table::Curves,
-            ExportTableArg::Events => export::Table::Events,
-            ExportTableArg::Neighbors => export::Table::Neighbors,
-            ExportTableArg::Config => export::Table::Config,
-            ExportTableArg::Runs => export::Table::Runs,
+            ExportTableArg::Metrics => conelab_export::Table::Metrics,
+            ExportTableArg::Groups => conelab_export::Table::Groups,
+            ExportTableArg::Curves => conelab_export::Table::Curves,
+            ExportTableArg::Events => conelab_export::Table::Events,
+            ExportTableArg::Neighbors => conelab_export::Table::Neighbors,
+            ExportTableArg::Config => conelab_export::Table::Config,
+            ExportTableArg::Runs => conelab_export::Table::Runs,
         },
         format,
         step: args.step,
@@ -199,13 +199,13 @@ pub fn exec(args: ExportArgs) -> Result<()> {
         aggregate_seeds: args.aggregate == Some(AggregateArg::Seeds),
         paired_with: args.paired_with.map(|run| baseline_name(&run)),
     };
-    let table = export::build(&request)?;
+    let table = conelab_export::build(&request)?;
     for w in &table.warnings {
         say(&format!("conelab: warning: {w}"));
     }
-    let bytes = export::render(&table, format)?;
+    let bytes = conelab_export::render(&table, format)?;
     match &args.out {
-        Some(path) => conelab::atomic::write_file_as("export", path, &bytes)
+        Some(path) => conelab_base::atomic::write_file_as("export", path, &bytes)
             .with_context(|| format!("writing {}", path.display())),
         None => {
             let mut out = std::io::stdout().lock();

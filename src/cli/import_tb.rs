@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use conelab::run::say;
-use conelab::store::export::tensorboard;
+use conelab_base::stderr::say;
+use conelab_export::tensorboard;
 
 #[derive(Debug, Args)]
 pub struct ImportTbArgs {
@@ -38,7 +38,7 @@ pub fn exec(args: ImportTbArgs) -> Result<()> {
     for run in &imported.runs {
         // Listed as `imported`, not as a run that crashed (it has no process and no final
         // record otherwise).
-        let record = conelab::run::live::FinalRecord {
+        let record = conelab_core::run_dir::live::FinalRecord {
             status: "imported".into(),
             step: run.last_step,
             total_steps: run.last_step,
@@ -46,9 +46,9 @@ pub fn exec(args: ImportTbArgs) -> Result<()> {
             message: format!("imported from {}", args.logdir.display()),
             by_signal: false,
             finished_unix: run.last_wall_time,
-            host: conelab::base::platform::host_name(),
+            host: conelab_base::platform::host_name(),
         };
-        conelab::run::live::conclude(&run.dir, &record)?;
+        conelab_core::run_dir::live::conclude(&run.dir, &record)?;
         text.push_str(&format!("{}: {} scalars\n", run.dir.display(), run.scalars));
     }
     if let Some(first) = imported.runs.first().map(|r| &r.dir) {

@@ -7,11 +7,10 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use conelab::analysis::{InspectRequest, inspect, second_tier_report, stolen_report};
-use conelab::checkpoint::matrix::{load_matrix, read_counts_file, read_vocab_file};
-use conelab::data::GroupBounds;
-use conelab::metrics::Similarity;
-use conelab::run::{self};
+use conelab_core::run_dir::matrix::{load_matrix, read_counts_file, read_vocab_file};
+use conelab_data::GroupBounds;
+use conelab_metrics::Similarity;
+use conelab_train::analysis::{InspectRequest, inspect, second_tier_report, stolen_report};
 
 use super::print_stdout;
 
@@ -94,14 +93,14 @@ pub struct InspectArgs {
     pub headless: bool,
 
     #[command(flatten)]
-    pub view: run::options::ViewFlags,
+    pub view: conelab_run::options::ViewFlags,
 }
 
 /// `--stolen`, with a progress bar on stderr when it is a terminal.
 fn stolen_with_progress(
-    m: &conelab::checkpoint::matrix::LoadedMatrix,
+    m: &conelab_core::run_dir::matrix::LoadedMatrix,
     bounds: GroupBounds,
-) -> Result<conelab::analysis::StolenReport> {
+) -> Result<conelab_train::analysis::StolenReport> {
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(m.n as u64);
         bar.set_style(
@@ -137,7 +136,7 @@ pub fn exec(args: InspectArgs) -> Result<()> {
     if let Some(c) = &args.counts {
         m.counts = Some(read_counts_file(c, m.n)?);
     }
-    let bounds_of = |m: &conelab::checkpoint::matrix::LoadedMatrix| -> Result<GroupBounds> {
+    let bounds_of = |m: &conelab_core::run_dir::matrix::LoadedMatrix| -> Result<GroupBounds> {
         Ok(match (args.groups, m.group_bounds) {
             (Some(b), _) => b,
             (None, Some([a, b])) => GroupBounds::new(a, b)?,
@@ -160,11 +159,11 @@ pub fn exec(args: InspectArgs) -> Result<()> {
         && std::io::stdout().is_terminal()
     {
         let view = super::view_options(&args.view);
-        let mut sides = vec![conelab::tui::browser::Side::new(&m, bounds, view)?];
+        let mut sides = vec![conelab_tui::browser::Side::new(&m, bounds, view)?];
         if let Some(o) = &other {
-            sides.push(conelab::tui::browser::Side::new(o, bounds_of(o)?, view)?);
+            sides.push(conelab_tui::browser::Side::new(o, bounds_of(o)?, view)?);
         }
-        conelab::tui::run_browser(conelab::tui::browser::Browser::new(sides))?;
+        conelab_tui::run_browser(conelab_tui::browser::Browser::new(sides))?;
         return Ok(());
     }
     let request = InspectRequest {

@@ -4,13 +4,12 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use conelab::run::{self};
 use conelab_core::labels::LabelEdit;
 
 use super::print_stdout;
 
 pub fn tag(run: &Path, changes: &[String]) -> Result<()> {
-    let labels = run::labels::edit(run, &LabelEdit::from_tag_args(changes))?;
+    let labels = conelab_catalog::labels::edit(run, &LabelEdit::from_tag_args(changes))?;
     print_stdout(&format!("tags: {}\n", labels.tag_list()))
 }
 
@@ -27,7 +26,7 @@ pub fn note(run: &Path, text: String) -> Result<()> {
         notes: Some(text),
         ..LabelEdit::default()
     };
-    let labels = run::labels::edit(run, &edit)?;
+    let labels = conelab_catalog::labels::edit(run, &edit)?;
     print_stdout(&match labels.notes.len() {
         0 => "notes cleared\n".to_string(),
         n => format!("notes saved ({n} bytes)\n"),
@@ -39,7 +38,7 @@ pub fn rename(run: &Path, name: String) -> Result<()> {
         name: Some(name),
         ..LabelEdit::default()
     };
-    let labels = run::labels::edit(run, &edit)?;
+    let labels = conelab_catalog::labels::edit(run, &edit)?;
     print_stdout(&match labels.name {
         Some(n) => format!("{} is now called {n}\n", run.display()),
         None => format!("{} has no name now\n", run.display()),

@@ -19,7 +19,7 @@ pub fn exec(dir: Option<PathBuf>) -> Result<()> {
             let pages = man_pages(command)?;
             for (name, page) in &pages {
                 let path = dir.join(format!("{name}.1"));
-                conelab::atomic::write_file_as("manual page", &path, page)
+                conelab_base::atomic::write_file_as("manual page", &path, page)
                     .with_context(|| format!("writing {}", path.display()))?;
             }
             print_stdout(&format!(

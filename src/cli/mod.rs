@@ -30,8 +30,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use conelab::base::exit::ExitStatus;
-use conelab::run::TrainOptions;
+use conelab_base::exit::ExitStatus;
+use conelab_run::options::TrainOptions;
 
 use attach::AttachArgs;
 use bench::BenchCommand;
@@ -173,9 +173,9 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
 }
 
 /// The run folder `arg` names: a path (an existing one wins), a folder under ./checkpoints, a
-/// run's name or unique prefix of one, NAME#SEED (conelab_link::attach::find).
+/// run's name or unique prefix of one, NAME#SEED (conelab_catalog::find::find).
 fn find_run(arg: &std::path::Path) -> Result<PathBuf> {
-    Ok(conelab::run::attach::find(
+    Ok(conelab_catalog::find::find(
         arg,
         std::path::Path::new("checkpoints"),
     )?)
@@ -186,14 +186,14 @@ fn find_run(arg: &std::path::Path) -> Result<PathBuf> {
 /// looks — read when the shell asks, at most [`MAX_COMPLETED_RUNS`] of them.
 fn run_names() -> clap_complete::ArgValueCandidates {
     clap_complete::ArgValueCandidates::new(|| {
-        let known = conelab::run::index::known();
+        let known = conelab_catalog::index::known();
         let mut names = std::collections::BTreeSet::new();
         for dir in known.runs.iter().rev().take(MAX_COMPLETED_RUNS) {
             if let Some(folder) = dir.file_name() {
                 names.insert(folder.to_string_lossy().into_owned());
             }
-            let store = conelab::store::store_dir(dir);
-            if let Ok(record) = conelab::store::read_run_record(&store)
+            let store = conelab_store::store_dir(dir);
+            if let Ok(record) = conelab_store::read_run_record(&store)
                 && let Some(name) = record.labels.name
             {
                 names.insert(name);
@@ -216,12 +216,12 @@ fn find_runs(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
 
 /// How a view draws: the switches of its command (the config file's theme and colour where the
 /// command names none), and NO_COLOR from the environment unless `--color always`.
-fn view_options(flags: &conelab::run::options::ViewFlags) -> conelab::tui::app::ViewOptions {
-    use conelab::base::config::{ColorChoice, ThemeChoice};
-    use conelab::run::options::ColorWhen;
-    let config = conelab::base::config::current();
+fn view_options(flags: &conelab_run::options::ViewFlags) -> conelab_tui::app::ViewOptions {
+    use conelab_base::config::{ColorChoice, ThemeChoice};
+    use conelab_run::options::ColorWhen;
+    let config = conelab_base::config::current();
     let light = match flags.theme {
-        Some(t) => t == conelab::run::options::Theme::Light,
+        Some(t) => t == conelab_run::options::Theme::Light,
         None => config.theme.value == ThemeChoice::Light,
     };
     let no_color = match flags.color {
@@ -230,7 +230,7 @@ fn view_options(flags: &conelab::run::options::ViewFlags) -> conelab::tui::app::
         Some(ColorWhen::Auto) => conelab_widgets::no_color_from_env(),
         None => conelab_widgets::no_color_from_env() || config.color.value == ColorChoice::Never,
     };
-    conelab::tui::app::ViewOptions {
+    conelab_tui::app::ViewOptions {
         no_color,
         ascii: flags.ascii,
         no_mouse: flags.no_mouse,

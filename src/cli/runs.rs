@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 
-use conelab::run::{self, list::SortBy};
+use conelab_catalog::list::SortBy;
 
 use super::print_stdout;
 
@@ -34,7 +34,7 @@ pub struct RunsArgs {
         long,
         value_name = "STATUS",
         value_delimiter = ',',
-        value_parser = clap::builder::PossibleValuesParser::new(run::list::STATUSES)
+        value_parser = clap::builder::PossibleValuesParser::new(conelab_catalog::list::STATUSES)
     )]
     pub status: Vec<String>,
     /// Only runs whose name or folder matches this glob (`ptb-*`, `*cos*`).
@@ -60,31 +60,37 @@ pub enum SortArg {
 }
 
 pub fn exec(args: RunsArgs) -> Result<()> {
-    let filter = run::list::Filter {
+    let filter = conelab_catalog::list::Filter {
         tags: args.tags,
         status: args.status,
         name: args
             .name
             .as_deref()
-            .map(run::list::Filter::name_glob)
+            .map(conelab_catalog::list::Filter::name_glob)
             .transpose()?,
     };
     let (mut rows, place) = match &args.dir {
-        Some(dir) => (run::list::list(dir)?, format!("under {}", dir.display())),
+        Some(dir) => (
+            conelab_catalog::list::list(dir)?,
+            format!("under {}", dir.display()),
+        ),
         None => {
-            let known = run::index::known();
+            let known = conelab_catalog::index::known();
             for w in &known.warnings {
-                run::say(&format!("conelab: warning: {w}"));
+                conelab_base::stderr::say(&format!("conelab: warning: {w}"));
             }
             (
-                run::list::rows_of(&known.runs, Some(&run::list::rows_cache())),
+                conelab_catalog::list::rows_of(
+                    &known.runs,
+                    Some(&conelab_catalog::list::rows_cache()),
+                ),
                 "known (`conelab config show` says where runs are looked for)".to_owned(),
             )
         }
     };
     let before = rows.len();
     rows.retain(|r| filter.keeps(r));
-    run::list::sort(
+    conelab_catalog::list::sort(
         &mut rows,
         match args.sort {
             SortArg::Started => SortBy::Started,
@@ -105,5 +111,5 @@ pub fn exec(args: RunsArgs) -> Result<()> {
     if rows.is_empty() {
         return print_stdout(&format!("no runs {place}\n"));
     }
-    print_stdout(&run::list::render(&rows))
+    print_stdout(&conelab_catalog::list::render(&rows))
 }

@@ -5,9 +5,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Subcommand;
 
-use conelab::base::exit::ExitStatus;
-use conelab::run::say;
-use conelab::store;
+use conelab_base::exit::ExitStatus;
+use conelab_base::stderr::say;
 
 use super::print_stdout;
 
@@ -34,7 +33,7 @@ pub enum StoreCommand {
 
 fn compact(runs: Vec<PathBuf>) -> Result<()> {
     for run in super::find_runs(&runs)? {
-        let done = store::compact(&run)?;
+        let done = conelab_store::compact(&run)?;
         print_stdout(&format!(
             "{}: {} segment files compacted\n",
             run.display(),
@@ -52,24 +51,24 @@ fn compact(runs: Vec<PathBuf>) -> Result<()> {
 
 /// Files checked, and the damaged ones (path, why), of one run.
 fn verify_run(run: &std::path::Path) -> Result<(String, Vec<(PathBuf, String)>)> {
-    let segments = store::verify(run)?;
+    let segments = conelab_store::verify(run)?;
     let mut damaged = segments.damaged;
-    let run_files = match conelab::checkpoint::verify_run_files(run) {
+    let run_files = match conelab_core::run_dir::verify_run_files(run) {
         Ok(true) => "verified",
         Ok(false) => "unverified",
-        Err(conelab::checkpoint::CheckpointError::Corrupt { path, reason }) => {
+        Err(conelab_core::run_dir::CheckpointError::Corrupt { path, reason }) => {
             damaged.push((path, reason));
             "damaged"
         }
         Err(e) => return Err(e.into()),
     };
     let (mut verified, mut unverified) = (0, 0);
-    let checkpoints = conelab::checkpoint::checkpoints_in(run)?;
+    let checkpoints = conelab_core::run_dir::checkpoints_in(run)?;
     for dir in &checkpoints {
-        match conelab::checkpoint::verify_manifest(dir) {
+        match conelab_train::checkpoint::verify_manifest(dir) {
             Ok(true) => verified += 1,
             Ok(false) => unverified += 1,
-            Err(conelab::checkpoint::CheckpointError::Corrupt { path, reason }) => {
+            Err(conelab_core::run_dir::CheckpointError::Corrupt { path, reason }) => {
                 damaged.push((path, reason))
             }
             Err(e) => return Err(e.into()),

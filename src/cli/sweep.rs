@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use conelab::base::exit::ExitStatus;
+use conelab_base::exit::ExitStatus;
 
-use conelab::run::RunError;
-use conelab::run::say;
+use conelab_base::stderr::say;
+use conelab_catalog::RunError;
 
 use super::print_stdout;
 
@@ -86,13 +86,13 @@ fn run(
     dry_run: bool,
     slurm: Option<SbatchArgs>,
 ) -> Result<ExitStatus> {
-    use conelab::sweep::start::{SweepRun, start};
+    use conelab_run::sweep::start::{SweepRun, start};
     let request = SweepRun {
         file: file.to_path_buf(),
         out,
         local,
         dry_run,
-        slurm: slurm.map(|sbatch| conelab::sweep::slurm::SlurmOptions {
+        slurm: slurm.map(|sbatch| conelab_run::sweep::slurm::SlurmOptions {
             partition: sbatch.partition,
             gres: sbatch.gres,
             time: sbatch.time,
@@ -108,12 +108,12 @@ fn run(
 }
 
 fn status(dir: &Path) -> Result<()> {
-    use conelab::sweep::record::{SweepRecord, render_status, status};
+    use conelab_run::sweep::record::{SweepRecord, render_status, status};
     let record = SweepRecord::read(dir).map_err(RunError::bad_input)?;
     let slurm = record
         .slurm
         .as_ref()
-        .map(conelab::sweep::slurm::task_states);
+        .map(conelab_run::sweep::slurm::task_states);
     print_stdout(&render_status(&status(&record), slurm.as_ref()))
 }
 
@@ -121,7 +121,7 @@ fn status(dir: &Path) -> Result<()> {
 /// passes on reaches the run itself.
 fn task(dir: &Path, index: usize) -> Result<ExitStatus> {
     use std::os::unix::process::CommandExt;
-    let record = conelab::sweep::record::SweepRecord::read(dir).map_err(RunError::bad_input)?;
+    let record = conelab_run::sweep::record::SweepRecord::read(dir).map_err(RunError::bad_input)?;
     let run = record.runs.get(index).ok_or_else(|| {
         RunError::Usage(
             format!(
@@ -132,7 +132,7 @@ fn task(dir: &Path, index: usize) -> Result<ExitStatus> {
             .into(),
         )
     })?;
-    let Some(args) = conelab::sweep::local::task_args(run) else {
+    let Some(args) = conelab_run::sweep::local::task_args(run) else {
         print_stdout(&format!("{}: completed before, kept\n", run.name))?;
         return Ok(ExitStatus::Success);
     };

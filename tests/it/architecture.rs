@@ -1,6 +1,8 @@
 //! The layering docs/DEVELOPMENT.md draws, checked on the resolved dependency graph: only `train`
 //! (and what is built on it: run, bench, the binary) links burn — the viewer, the wire, the
-//! store and the exports build without the trainer.
+//! store and the exports build without the trainer; only the store, the exports and what sits
+//! above them on the run side link polars — the viewer side (tui, client, protocol) reads no
+//! Parquet; only the widgets, the workbench and what draws with them link ratatui.
 
 /// The crates `package` links (its normal dependencies, transitively, for this machine), by name.
 fn links(package: &str) -> Vec<String> {
@@ -30,7 +32,9 @@ fn only_the_trainer_side_links_burn() {
     };
     for side in [
         "conelab-tui",
-        "conelab-link",
+        "conelab-client",
+        "conelab-protocol",
+        "conelab-catalog",
         "conelab-export",
         "conelab-store",
         "conelab-widgets",
@@ -52,4 +56,63 @@ fn core_speaks_no_command_line() {
         .collect();
     assert_eq!(clap, Vec::<String>::new(), "conelab-core links clap");
     assert!(links("conelab-run").contains(&"clap".to_string()));
+}
+
+/// The crates that may link `library` and those that must not: between them every crate of the
+/// workspace, so a new one must say which side it is on.
+fn check_side(library: &str, allowed: &[&str], forbidden: &[&str]) {
+    for package in allowed.iter().chain(forbidden) {
+        let links = links(package).iter().any(|c| c == library);
+        let may = allowed.contains(package);
+        assert!(may || !links, "{package} links {library}");
+    }
+    // The check can fail: the first allowed crate does link it.
+    assert!(links(allowed[0]).iter().any(|c| c == library));
+}
+
+#[test]
+fn only_the_store_and_the_run_side_above_it_link_polars() {
+    check_side(
+        "polars",
+        &[
+            "conelab-store",
+            "conelab-export",
+            "conelab-catalog",
+            "conelab-run",
+            "conelab-bench",
+            "conelab",
+        ],
+        &[
+            "conelab-base",
+            "conelab-data",
+            "conelab-metrics",
+            "conelab-core",
+            "conelab-protocol",
+            "conelab-client",
+            "conelab-widgets",
+            "conelab-tui",
+            "conelab-train",
+        ],
+    );
+}
+
+#[test]
+fn only_the_widgets_and_what_draws_with_them_link_ratatui() {
+    check_side(
+        "ratatui",
+        &["conelab-widgets", "conelab-tui", "conelab-bench", "conelab"],
+        &[
+            "conelab-base",
+            "conelab-data",
+            "conelab-metrics",
+            "conelab-core",
+            "conelab-protocol",
+            "conelab-client",
+            "conelab-catalog",
+            "conelab-store",
+            "conelab-export",
+            "conelab-train",
+            "conelab-run",
+        ],
+    );
 }

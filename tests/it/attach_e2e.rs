@@ -216,7 +216,7 @@ fn a_run_outlives_its_terminal_and_viewers_attach_steer_and_leave() {
         .unwrap_or_else(|| panic!("no regulariser on in {events:?}"));
     let state: serde_json::Value = serde_json::from_slice(
         &std::fs::read(
-            conelab::checkpoint::checkpoints_in(&run)
+            conelab_core::run_dir::checkpoints_in(&run)
                 .expect("list")
                 .last()
                 .expect("a checkpoint")

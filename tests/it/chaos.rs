@@ -117,9 +117,8 @@ impl Moment {
 }
 
 fn series(run: &std::path::Path, split: &str, metric: &str) -> Vec<(u64, f64)> {
-    let st = conelab::store::load(run).expect("store");
-    let h =
-        conelab::store::query::history(&st.metrics, split, "total", metric, 0).expect("history");
+    let st = conelab_store::load(run).expect("store");
+    let h = conelab_store::query::history(&st.metrics, split, "total", metric, 0).expect("history");
     h.steps.into_iter().zip(h.values).collect()
 }
 
@@ -227,7 +226,7 @@ fn twenty_kills_and_resumes_end_where_an_uninterrupted_run_ends_bit_for_bit() {
         assert_eq!(a.to_bits(), b.to_bits(), "valid loss at step {s1}");
     }
     // No duplicate (step, series) anywhere in the store.
-    let st = conelab::store::load(&chaos).expect("store");
+    let st = conelab_store::load(&chaos).expect("store");
     let keys = ["step", "key"].map(String::from);
     let unique = st
         .metrics

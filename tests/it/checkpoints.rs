@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::common::succeeded;
-use conelab::checkpoint::{self, checkpoints_in, step_of};
+use conelab_core::run_dir::{checkpoints_in, step_of};
 
 fn mkdir(p: &Path) {
     fs::create_dir_all(p).expect("mkdir");
@@ -38,7 +38,7 @@ fn checkpoints_are_ordered_by_step_across_a_million_and_pruning_keeps_the_newest
     // Ordered by number, not by text ("step-1000000" < "step-999000" as text).
     assert_eq!(steps(run), vec![999_000, 999_500, 999_999, 1_000_000]);
     let staged = fake(run, ".step-1000500.staged-test", "new");
-    let placed = checkpoint::commit(run, 1_000_500, &staged, 3).expect("commit");
+    let placed = conelab_core::run_dir::commit(run, 1_000_500, &staged, 3).expect("commit");
     assert_eq!(placed, run.join("step-1000500"));
     assert_eq!(
         steps(run),
@@ -58,8 +58,8 @@ fn saving_a_step_twice_swaps_the_folders_and_a_failed_swap_keeps_the_old_one() {
     fake(run, "step-000010", "old");
     // The commit fails before anything moves: the old checkpoint is intact.
     let staged = fake(run, ".step-000010.staged-a", "new");
-    let err = conelab::fault::with_plan("checkpoint.commit:1:EIO", || {
-        checkpoint::commit(run, 10, &staged, 3)
+    let err = conelab_base::fault::with_plan("checkpoint.commit:1:EIO", || {
+        conelab_core::run_dir::commit(run, 10, &staged, 3)
     })
     .expect_err("injected");
     assert!(err.to_string().contains("Input/output error"), "{err}");
@@ -68,7 +68,7 @@ fn saving_a_step_twice_swaps_the_folders_and_a_failed_swap_keeps_the_old_one() {
         "old"
     );
     // Then it succeeds: the new one is in place, the old one set aside and deleted.
-    checkpoint::commit(run, 10, &staged, 3).expect("commit");
+    conelab_core::run_dir::commit(run, 10, &staged, 3).expect("commit");
     assert_eq!(
         fs::read_to_string(run.join("step-000010/marker")).expect("read"),
         "new"
@@ -94,7 +94,7 @@ fn leftovers_of_a_killed_process_are_cleaned_and_a_set_aside_checkpoint_is_put_b
     // Killed while staging another, and a temporary folder of an older version.
     fake(&run, ".step-000002.staged-98-0", "half");
     fake(&run, ".step-000003.tmp-97", "half");
-    let dir = checkpoint::RunDir::open(&run).expect("open");
+    let dir = conelab_core::run_dir::RunDir::open(&run).expect("open");
     let done = dir.recover().expect("recover");
     assert_eq!(done.len(), 4, "{done:?}");
     assert_eq!(steps(&run), vec![1], "step-000001 is back");
@@ -126,8 +126,8 @@ fn best_is_swapped_in_like_a_step_and_a_killed_swap_is_cleaned_or_put_back() {
     fake(run, "step-000010", "ten");
     // A failed swap leaves the old best in place.
     let staged = fake(run, ".best.staged-a", "new");
-    conelab::fault::with_plan("checkpoint.commit:1:EIO", || {
-        checkpoint::commit_best(run, &staged)
+    conelab_base::fault::with_plan("checkpoint.commit:1:EIO", || {
+        conelab_core::run_dir::commit_best(run, &staged)
     })
     .expect_err("injected");
     assert_eq!(
@@ -135,14 +135,15 @@ fn best_is_swapped_in_like_a_step_and_a_killed_swap_is_cleaned_or_put_back() {
         "old"
     );
     // Then it succeeds, and best/ is never a step nor pruned with them.
-    checkpoint::commit_best(run, &staged).expect("commit");
+    conelab_core::run_dir::commit_best(run, &staged).expect("commit");
     assert_eq!(
         fs::read_to_string(run.join("best/marker")).expect("read"),
         "new"
     );
     assert_eq!(steps(run), vec![10], "best/ is not a step-N");
     let placed =
-        checkpoint::commit(run, 20, &fake(run, ".step-000020.staged-b", "20"), 1).expect("commit");
+        conelab_core::run_dir::commit(run, 20, &fake(run, ".step-000020.staged-b", "20"), 1)
+            .expect("commit");
     assert_eq!(placed, run.join("step-000020"));
     assert_eq!(steps(run), vec![20], "step-000010 pruned");
     assert!(
@@ -163,7 +164,7 @@ fn a_best_checkpoint_set_aside_by_a_killed_swap_is_put_back_and_a_staged_one_rem
     );
     fs::rename(run.join("best"), run.join(".best.old-99-0")).expect("set aside");
     fake(&run, ".best.staged-99-1", "half");
-    let done = checkpoint::RunDir::open(&run)
+    let done = conelab_core::run_dir::RunDir::open(&run)
         .expect("open")
         .recover()
         .expect("recover");
@@ -308,10 +309,10 @@ fn a_run_named_best_is_a_run() {
     let out = f.train("best", &["--steps", "2", "--eval-every", "1"]);
     succeeded(&out);
     let run = f.path("best");
-    let dir = checkpoint::RunDir::open(&run).expect("a run");
+    let dir = conelab_core::run_dir::RunDir::open(&run).expect("a run");
     assert_eq!(dir.path(), run.as_path());
     assert_eq!(
-        checkpoint::RunDir::open(&run.join("best"))
+        conelab_core::run_dir::RunDir::open(&run.join("best"))
             .expect("its best/")
             .path(),
         run.as_path()

@@ -2,7 +2,7 @@
 //! lists — each must end in one line on stderr and exit status 2.
 
 use crate::common::{assert_one_line_error, conelab, corpus_dir, s, succeeded};
-use conelab::data::{DataError, SplitText, VocabBuilder};
+use conelab_data::{DataError, SplitText, VocabBuilder};
 
 const OK: &[u8] = b"a b c\nb c\n";
 
@@ -258,9 +258,9 @@ fn the_shell_completes_run_names() {
     let run = tmp.path().join("checkpoints/wt2-baseline");
     std::fs::create_dir_all(run.join("store")).expect("mkdir");
     let mut record =
-        conelab::store::RunRecord::new("wt2-baseline", String::new(), "c".into(), "cpu".into());
+        conelab_store::RunRecord::new("wt2-baseline", String::new(), "c".into(), "cpu".into());
     record.labels.name = Some("best-so-far".into());
-    conelab::store::StoreWriter::open(&run, &record).expect("store");
+    conelab_store::StoreWriter::open(&run, &record).expect("store");
     std::fs::write(run.join("run.toml"), "").expect("run.toml");
     let complete = |word: &str| {
         let out = crate::common::command()

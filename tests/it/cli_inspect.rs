@@ -627,7 +627,7 @@ fn the_reference_spectrum_is_the_normalised_singular_values_and_a_bad_file_one_e
     let path = tmp.path().join("w.npy");
     write_npy(&path, 3, 2, &[3.0, 0.0, 0.0, -1.0, 0.0, 0.0]);
     let (label, sv) =
-        conelab::checkpoint::matrix::reference_spectrum(&path).expect("a reference spectrum");
+        conelab_core::run_dir::matrix::reference_spectrum(&path).expect("a reference spectrum");
     assert_eq!(label, "w.npy");
     assert_eq!(sv.len(), 2);
     assert!(
@@ -637,7 +637,7 @@ fn the_reference_spectrum_is_the_normalised_singular_values_and_a_bad_file_one_e
     // A file that is not a matrix: an error that names it.
     let bad = tmp.path().join("w.txt");
     std::fs::write(&bad, "not a matrix").expect("write");
-    let e = conelab::checkpoint::matrix::reference_spectrum(&bad).expect_err("refused");
+    let e = conelab_core::run_dir::matrix::reference_spectrum(&bad).expect_err("refused");
     assert!(e.to_string().contains("w.txt"), "{e}");
 }
 

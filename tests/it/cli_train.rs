@@ -370,7 +370,7 @@ fn a_carried_lstm_state_of_another_shape_is_a_one_line_error() {
     .expect("write");
     // Without its manifest (a checkpoint written before them), so that the shape check is what
     // finds the file out (with the manifest, its checksum does first: `integrity` tests).
-    let manifest = recurrent.with_file_name(conelab::checkpoint::MANIFEST);
+    let manifest = recurrent.with_file_name(conelab_train::checkpoint::MANIFEST);
     std::fs::remove_file(&manifest).expect("no manifest");
     let line = assert_one_line_error(
         &conelab(&["train", "--resume", s(&run)]),

@@ -4,11 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
-use conelab::data::{Corpus, CorpusSource, LoadOptions, Split, SynthConfig};
-use conelab::engine::{self, Command, Event, Schedule, TrainConfig, Trainer};
-use conelab::model::DeviceSpecExt;
-use conelab::model::{DeviceSpec, LstmConfig, ModelConfig, Preset, TransformerConfig};
+use conelab_core::events::{Command, Event};
+use conelab_core::model::{DeviceSpec, LstmConfig, ModelConfig, Preset, TransformerConfig};
+use conelab_core::run_dir::{CorpusSpec, RunDir, RunSpec};
+use conelab_core::train_config::{Schedule, TrainConfig};
+use conelab_data::{Corpus, CorpusSource, LoadOptions, Split, SynthConfig};
+use conelab_train::checkpoint;
+use conelab_train::engine::{self, Trainer};
+use conelab_train::model::DeviceSpecExt;
 
 use crate::common::one_trainer;
 
@@ -122,7 +125,7 @@ fn lstm_resumes_exactly_with_its_carried_state() {
 }
 
 /// Every float parameter of a model, in visit order.
-pub(crate) fn parameters(model: &conelab::model::LanguageModel) -> Vec<Vec<f32>> {
+pub(crate) fn parameters(model: &conelab_train::model::LanguageModel) -> Vec<Vec<f32>> {
     use burn::module::{Module, ModuleVisitor, Param};
     use burn::prelude::Tensor;
     struct Collect(Vec<Vec<f32>>);
@@ -146,8 +149,8 @@ pub(crate) fn parameters(model: &conelab::model::LanguageModel) -> Vec<Vec<f32>>
 /// sides of the LSTM), with dropout on and the state carried across windows.
 #[test]
 fn the_host_lstm_trains_exactly_as_burns_graph() {
-    use conelab::engine::OptimizerKind;
-    use conelab::objective::{LossKind, Objectives};
+    use conelab_core::objective::{LossKind, Objectives};
+    use conelab_core::train_config::OptimizerKind;
     let _turn = one_trainer();
     let (_, corpus) = small_synthetic();
     let mut variants: Vec<(&str, Objectives)> = vec![("MLE", Objectives::default())];
@@ -713,7 +716,7 @@ fn a_rejected_command_is_reported_not_applied() {
 
 /// The gradients' squared sum in f64, read out parameter by parameter.
 fn f64_squared_norm(
-    model: &conelab::model::LanguageModel,
+    model: &conelab_train::model::LanguageModel,
     grads: &burn::optim::GradientsParams,
 ) -> f64 {
     use burn::module::{Module, ModuleVisitor, Param};
@@ -742,15 +745,18 @@ fn the_clip_takes_the_f64_norm_of_every_gradient_and_scales_to_the_bound() {
     use burn::prelude::{Int, Tensor, TensorData};
     let (_, corpus) = small_synthetic();
     let device = DeviceSpec::Cpu.training_device().expect("flex");
-    let model =
-        conelab::model::LanguageModel::new(&small_transformer(), corpus.vocab().len(), &device);
+    let model = conelab_train::model::LanguageModel::new(
+        &small_transformer(),
+        corpus.vocab().len(),
+        &device,
+    );
     let (b, t) = (4, 16);
     let tokens: Vec<i64> = (0..b * t).map(|i| (i * 37 % 300) as i64).collect();
     let targets: Vec<i64> = (0..b * t).map(|i| (i * 11 % 300) as i64).collect();
     let x = Tensor::<2, Int>::from_data(TensorData::new(tokens, [b, t]), &device);
     let y = Tensor::<1, Int>::from_data(TensorData::new(targets, [b * t]), &device);
     let (h, _) = model.hidden(x, None);
-    let loss = conelab::model::output::mean_nll(model.logits(h), y);
+    let loss = conelab_train::model::output::mean_nll(model.logits(h), y);
     let grads = burn::optim::GradientsParams::from_grads(loss.backward(), &model);
     let want = f64_squared_norm(&model, &grads).sqrt();
     let bound = want / 3.0;
@@ -804,7 +810,7 @@ fn the_weights_check_gives_the_largest_weight_and_refuses_a_blow_up() {
 /// 10¹³ sent to a live run was acknowledged and ate memory): refused, the objectives unchanged.
 #[test]
 fn a_command_beyond_the_bounds_is_refused_and_changes_nothing() {
-    use conelab::objective::{LossKind, ObjectiveChange};
+    use conelab_core::objective::{LossKind, ObjectiveChange};
     let _turn = one_trainer();
     let (_, corpus) = small_synthetic();
     let mut trainer = Trainer::new(
@@ -868,7 +874,7 @@ impl engine::CheckpointSink for CountingSink {
     fn save(
         &mut self,
         trainer: &Trainer,
-    ) -> Result<engine::SavedCheckpoint, checkpoint::CheckpointError> {
+    ) -> Result<engine::SavedCheckpoint, conelab_core::run_dir::CheckpointError> {
         self.0
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -881,7 +887,7 @@ impl engine::CheckpointSink for CountingSink {
         &mut self,
         _: &Trainer,
         _: f64,
-    ) -> Result<Option<std::path::PathBuf>, checkpoint::CheckpointError> {
+    ) -> Result<Option<std::path::PathBuf>, conelab_core::run_dir::CheckpointError> {
         Ok(None)
     }
 }
@@ -1063,7 +1069,7 @@ fn repeated_identical_commands_are_coalesced_and_still_answered() {
 /// it on is a real change.
 #[test]
 fn an_objective_change_that_changes_nothing_is_answered_as_such() {
-    use conelab::objective::{ObjectiveChange, Term};
+    use conelab_core::objective::{ObjectiveChange, Term};
     let _turn = one_trainer();
     let (_, corpus) = small_synthetic();
     let trainer = Trainer::new(
@@ -1104,7 +1110,7 @@ fn an_objective_change_that_changes_nothing_is_answered_as_such() {
 /// LSTM (whose state is carried into the leftover).
 #[test]
 fn scored_positions_cover_the_split_once_and_add_up_to_the_evaluation() {
-    use conelab::metrics::bootstrap::SentenceScores;
+    use conelab_metrics::bootstrap::SentenceScores;
     let _turn = one_trainer();
     let (_, corpus) = small_synthetic();
     for model in [small_transformer(), small_lstm()] {
@@ -1183,7 +1189,7 @@ fn patience_ends_a_run_whose_validation_stops_improving() {
         }
     };
     handle.join();
-    assert_eq!(finished, (6, engine::FinishReason::Completed));
+    assert_eq!(finished, (6, conelab_core::events::FinishReason::Completed));
     assert_eq!(
         valid.iter().map(|v| v.0).collect::<Vec<_>>(),
         [2, 4, 6],

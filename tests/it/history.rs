@@ -16,7 +16,7 @@ use conelab_metrics::hidden::HiddenStats;
 use conelab_metrics::{OutputAccumulator, OutputBatch};
 use conelab_store::{RunRecord, StoreWriter};
 
-use conelab::run::view::{RunInfo, RunStatus, RunView};
+use conelab_protocol::view::{RunInfo, RunStatus, RunView};
 
 fn step(step: u64, lr: f64) -> Event {
     Event::Step(StepStats {

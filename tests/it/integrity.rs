@@ -303,7 +303,7 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
 /// never a crash, whatever burn's decoders make of it.
 #[test]
 fn the_manifest_covers_the_checkpoint_and_an_old_checkpoint_reads_unverified() {
-    use conelab::base::integrity;
+    use conelab_base::integrity;
     let f = Fixture::new();
     let out = f.train(
         "run",
@@ -340,11 +340,11 @@ fn the_manifest_covers_the_checkpoint_and_an_old_checkpoint_reads_unverified() {
             "{name}"
         );
     }
-    assert!(conelab::checkpoint::verify_manifest(&step).expect("verified"));
+    assert!(conelab_train::checkpoint::verify_manifest(&step).expect("verified"));
 
     // Before manifests: unverified, and it resumes.
     std::fs::remove_file(step.join("checksums.json")).expect("remove");
-    assert!(!conelab::checkpoint::verify_manifest(&step).expect("unverified"));
+    assert!(!conelab_train::checkpoint::verify_manifest(&step).expect("unverified"));
     let copy = f.path("copy");
     copy_dir(&f.path("run"), &copy);
     let out = conelab(&["train", "--resume", s(&copy), "--steps", "11", "--headless"]);

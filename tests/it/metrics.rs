@@ -3,10 +3,10 @@
 // The reference algorithms are written index by index, like their textbook statements.
 #![allow(clippy::needless_range_loop)]
 
-use conelab::data::{FrequencyGroups, Group, GroupBounds};
-use conelab::metrics::embedding::isotropy_from_log_z;
-use conelab::metrics::neighbors::class_precision;
-use conelab::metrics::{
+use conelab_data::{FrequencyGroups, Group, GroupBounds};
+use conelab_metrics::embedding::isotropy_from_log_z;
+use conelab_metrics::neighbors::class_precision;
+use conelab_metrics::{
     EmbeddingPanel, Embeddings, NeighborIndex, PanelOptions, ProjectionMode, RowGroups, Similarity,
     Threads,
 };
@@ -438,7 +438,7 @@ fn isoscore_is_one_for_a_gaussian_cloud_k_minus_one_over_d_minus_one_on_k_axes_z
 /// of methods.md §2, and a random Gaussian matrix measured: within a few thousandths of it.
 #[test]
 fn isoscore_reads_its_random_baseline_on_a_random_matrix() {
-    use conelab::metrics::embedding::isoscore_random;
+    use conelab_metrics::embedding::isoscore_random;
     assert!((isoscore_random(2_000, 128) - 0.939).abs() < 5e-4);
     assert!((isoscore_random(10_000, 128) - 0.987).abs() < 5e-4);
     assert!(isoscore_random(1, 128).is_nan() && isoscore_random(100, 1).is_nan());

@@ -3,17 +3,20 @@
 //! AGG (Yu et al. 2022, appendix Eq. 23), plain autodiff MLE, and an exact eigendecomposition.
 
 use burn::prelude::*;
-use conelab::model::DeviceSpecExt;
-use conelab::model::output::mean_nll;
-use conelab::model::{DeviceSpec, SpectralEmbedding};
-use conelab::objective::agg::{Gates, TokenCounter, agg_gates, row_gates};
-use conelab::objective::and::{AndSettings, and_loss};
-use conelab::objective::head::{HeadTerms, full_softmax_head};
-use conelab::objective::self_norm::{UnigramSampler, nce_loss};
-use conelab::objective::spectrum::{
+use conelab_core::model::DeviceSpec;
+use conelab_core::objective::AndSettings;
+use conelab_core::objective::{AggCounter, GateSet};
+use conelab_train::model::DeviceSpecExt;
+use conelab_train::model::SpectralEmbedding;
+use conelab_train::model::output::mean_nll;
+use conelab_train::objective::agg::{Gates, TokenCounter, agg_gates, row_gates};
+use conelab_train::objective::and::and_loss;
+use conelab_train::objective::head::{HeadTerms, full_softmax_head};
+use conelab_train::objective::self_norm::{UnigramSampler, nce_loss};
+use conelab_train::objective::spectrum::{
     orthogonality_frobenius, orthogonality_spectral, prior_penalty, spectrum_penalty,
 };
-use conelab::objective::{AggCounter, GateSet, cosreg, laplacian, unlikelihood};
+use conelab_train::objective::{cosreg, laplacian, unlikelihood};
 
 fn device() -> Device {
     DeviceSpec::Cpu
@@ -657,7 +660,7 @@ fn spectrum_penalties_match_exact_linear_algebra() {
 /// a minimum (no nearby s does better), with σ stored out of order.
 #[test]
 fn the_proximal_sigma_step_is_the_priors_proximal_map_by_rank() {
-    use conelab::objective::spectrum::proximal_sigma_step;
+    use conelab_train::objective::spectrum::proximal_sigma_step;
     let dev = device();
     let sigma = [0.5f64, 2.0, 1.0, 0.1];
     let grad = [0.3f64, -1.0, 0.2, 0.0];
@@ -721,7 +724,7 @@ fn the_spectral_factorisation_reproduces_w() {
 /// gradients for U, σ and V, with every λ on and W away from orthonormal.
 #[test]
 fn the_spectrum_penalty_is_the_weighted_sum_of_its_terms() {
-    use conelab::objective::SpectrumConfig;
+    use conelab_core::objective::SpectrumConfig;
     let dev = device();
     let (n, d) = (12, 4);
     let f: Vec<f32> = values(n * d, 31).iter().map(|&x| 1.5 * x as f32).collect();
@@ -782,9 +785,9 @@ fn the_spectrum_penalty_is_the_weighted_sum_of_its_terms() {
 
 #[test]
 fn gradient_part_freezing_drops_exactly_the_chosen_parts_of_the_rare_rows() {
-    use conelab::data::{FrequencyGroups, GroupBounds};
-    use conelab::objective::GateParts;
-    use conelab::objective::agg::part_freeze_gates;
+    use conelab_core::objective::GateParts;
+    use conelab_data::{FrequencyGroups, GroupBounds};
+    use conelab_train::objective::agg::part_freeze_gates;
     let dev = device();
     let (n, d) = (6, 3);
     // Rare group = ids 4 and 5 (ranks ≥ 0.8·6).

@@ -7,11 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use burn::prelude::*;
-use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
-use conelab::data::{Corpus, CorpusSource, Group, LoadOptions, Split, SynthConfig};
-use conelab::engine::{self, Command, Event, Schedule, TrainConfig, Trainer};
-use conelab::model::{DeviceSpec, ModelConfig, TransformerConfig};
-use conelab::objective::{LossArg, ObjectiveChange, Objectives, Term};
+use conelab_core::events::{Command, Event};
+use conelab_core::model::{DeviceSpec, ModelConfig, TransformerConfig};
+use conelab_core::objective::{LossArg, ObjectiveChange, Objectives, Term};
+use conelab_core::run_dir::{CorpusSpec, RunDir, RunSpec};
+use conelab_core::train_config::{Schedule, TrainConfig};
+use conelab_data::{Corpus, CorpusSource, Group, LoadOptions, Split, SynthConfig};
+use conelab_train::checkpoint;
+use conelab_train::engine::{self, Trainer};
 
 use crate::common::one_trainer;
 
@@ -376,7 +379,7 @@ fn agg_reports_its_live_rare_set_and_static_groups_stop_changing() {
     drop(warm);
     // Gate-freeze gates the Rare group itself: the overlap is the whole set, the group's size.
     let o = Objectives {
-        gate_freeze: conelab::objective::GateParts::B,
+        gate_freeze: conelab_core::objective::GateParts::B,
         ..Objectives::default()
     };
     let mut frozen = trainer(400, o, true);
@@ -481,7 +484,7 @@ fn a_bias_added_mid_run_resumes_exactly() {
 
 #[test]
 fn a_checkpoint_from_before_the_counter_choice_resumes_with_the_warm_counter() {
-    use conelab::objective::AggCounter;
+    use conelab_core::objective::AggCounter;
     let _turn = one_trainer();
     let mut o = Objectives::default();
     o.apply_reg_arg("agg=0.2:memory=4").expect("agg");
@@ -500,7 +503,7 @@ fn a_checkpoint_from_before_the_counter_choice_resumes_with_the_warm_counter() {
     assert_eq!(resumed.objectives().agg.counter, AggCounter::Paper);
     drop(resumed);
     // The same checkpoint as an older conelab wrote it: no format, no counter.
-    let step_dir = checkpoint::checkpoints_in(dir.path())
+    let step_dir = conelab_core::run_dir::checkpoints_in(dir.path())
         .expect("list")
         .pop()
         .expect("a checkpoint");
@@ -527,7 +530,7 @@ fn a_checkpoint_from_before_the_counter_choice_resumes_with_the_warm_counter() {
 /// σ with AdamW, and resumes so; a new one records the proximal step and keeps it.
 #[test]
 fn a_spectrum_checkpoint_from_before_the_sigma_choice_resumes_with_adamw() {
-    use conelab::objective::SigmaUpdate;
+    use conelab_core::objective::SigmaUpdate;
     let _turn = one_trainer();
     let mut o = Objectives::default();
     o.apply_reg_arg("sc=exp:1").expect("sc");
@@ -540,7 +543,7 @@ fn a_spectrum_checkpoint_from_before_the_sigma_choice_resumes_with_adamw() {
     let (resumed, _) = checkpoint::resume(dir.path(), None).expect("resume");
     assert_eq!(resumed.objectives().spectrum.sigma, SigmaUpdate::Proximal);
     drop(resumed);
-    let step_dir = checkpoint::checkpoints_in(dir.path())
+    let step_dir = conelab_core::run_dir::checkpoints_in(dir.path())
         .expect("list")
         .pop()
         .expect("a checkpoint");
@@ -616,7 +619,7 @@ fn a_toggle_sent_mid_run_takes_effect_at_exactly_the_next_step() {
 fn impossible_objectives_are_refused_with_a_reason() {
     let mut o = Objectives::default();
     o.apply_reg_arg("agg=0.03").expect("agg");
-    o.loss = conelab::objective::LossKind::Nce;
+    o.loss = conelab_core::objective::LossKind::Nce;
     let err = Trainer::new(corpus(), model(true), config(5, o), DeviceSpec::Cpu)
         .err()
         .expect("refused")
@@ -684,7 +687,7 @@ fn group_freezing_and_unlikelihood_resume_exactly() {
 #[test]
 fn nce_r_resumes_exactly() {
     let mut o = Objectives {
-        loss: conelab::objective::LossKind::NceR,
+        loss: conelab_core::objective::LossKind::NceR,
         ..Objectives::default()
     };
     o.nce.noise = 20;
@@ -700,7 +703,7 @@ fn a_command_whose_side_effect_fails_changes_nothing() {
     let w = w_rows(&t);
     // Factorising W for spectrum control fails: the command is refused and nothing changed —
     // not the objectives, not the model, not the record of commands.
-    let refused = conelab::fault::with_plan("spectrum.switch:1:EIO", || {
+    let refused = conelab_base::fault::with_plan("spectrum.switch:1:EIO", || {
         t.apply(&Command::Objective {
             change: ObjectiveChange::Enable {
                 term: Term::Spectrum,
@@ -743,8 +746,9 @@ fn and_trains_its_target_scores_up_with_a_finite_penalty() {
     assert_eq!(t.objectives().label(), "AND α=1 γ=0.1");
     let steps: Vec<_> = (0..30).map(|_| t.train_step().expect("step")).collect();
     assert!(steps.iter().all(|s| s.loss.is_finite() && s.penalty > 0.0));
-    let mean =
-        |s: &[conelab::engine::StepStats]| s.iter().map(|x| x.loss).sum::<f64>() / s.len() as f64;
+    let mean = |s: &[conelab_core::events::StepStats]| {
+        s.iter().map(|x| x.loss).sum::<f64>() / s.len() as f64
+    };
     assert!(
         mean(&steps[25..]) < mean(&steps[..5]),
         "−mean s[y]: {} → {}",
@@ -766,7 +770,7 @@ fn and_squash_switched_on_mid_run_evaluates_the_squashed_scores() {
     change(
         &mut t,
         ObjectiveChange::Loss {
-            kind: conelab::objective::LossKind::And,
+            kind: conelab_core::objective::LossKind::And,
             squash: true,
         },
     );

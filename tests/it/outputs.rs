@@ -1,11 +1,11 @@
 //! Model-output metrics (methods.md §2) on hand-made logits, against values computed by hand.
 
 use burn::prelude::*;
-use conelab::data::{FrequencyGroups, GroupBounds};
-use conelab::metrics::{OutputAccumulator, OutputBatch};
-use conelab::model::DeviceSpec;
-use conelab::model::DeviceSpecExt;
-use conelab::model::output::output_tensors;
+use conelab_core::model::DeviceSpec;
+use conelab_data::{FrequencyGroups, GroupBounds};
+use conelab_metrics::{OutputAccumulator, OutputBatch};
+use conelab_train::model::DeviceSpecExt;
+use conelab_train::model::output::output_tensors;
 
 fn device() -> Device {
     DeviceSpec::Cpu.device().expect("cpu device")
@@ -17,7 +17,7 @@ fn metrics(
     targets: &[u32],
     groups: FrequencyGroups,
     gamma: f64,
-) -> conelab::metrics::OutputMetrics {
+) -> conelab_metrics::OutputMetrics {
     let (p, n) = (logits.len(), logits[0].len());
     let flat: Vec<f32> = logits.iter().flatten().copied().collect();
     let dev = device();

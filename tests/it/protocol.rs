@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::common::{Fixture, conelab, process_gone, s, signal, succeeded, wait_until};
-use conelab::run::protocol::PROTOCOL_VERSION;
+use conelab_protocol::message::PROTOCOL_VERSION;
 use serde_json::{Value, json};
 
 /// A long detached run; returns its folder, socket and pid.
@@ -307,7 +307,7 @@ fn hostile_clients_get_errors_and_the_run_goes_on() {
     // Many clients asking at once share the run's answers: within a second, no more than its
     // rate and a burst of as many, however many connections ask (each one alone may ask 50 a
     // second after a burst of 50: six would get 600).
-    use conelab::run::server::REQUESTS_PER_SECOND;
+    use conelab_run::server::REQUESTS_PER_SECOND;
     let mut askers: Vec<Client> = (0..6)
         .map(|_| {
             let mut c = Client::connect(&socket);

@@ -104,7 +104,7 @@ fn readme_commands_that_need_nothing_run_as_written() {
     // The protocol section documents the version the run speaks.
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/REFERENCE.md"))
         .expect("REFERENCE.md");
-    let v = conelab::run::protocol::PROTOCOL_VERSION;
+    let v = conelab_protocol::message::PROTOCOL_VERSION;
     assert!(
         text.contains(&format!("(version {v})")) && text.contains(&format!("\"protocol\":{v}")),
         "docs/REFERENCE.md must document protocol version {v}"

@@ -1,9 +1,7 @@
 //! The loader against the published counts of PTB and WikiText-2 (methods.md §1). Skipped, with the
 //! reason printed, when `../shared/datasets` is absent.
 
-use conelab::data::{
-    Corpus, CorpusSource, Group, LoadOptions, PartialWindow, Split, StreamBatcher,
-};
+use conelab_data::{Corpus, CorpusSource, Group, LoadOptions, PartialWindow, Split, StreamBatcher};
 
 fn load(name: &str) -> Option<Corpus> {
     let dir = crate::common::shared_dataset(name)?;
@@ -84,7 +82,7 @@ fn ptb_batches_reassemble_the_split() {
 /// 97 / 18.3k / 141k, computed elsewhere); modified KN beside it, better in total.
 #[test]
 fn ptb_reference_models_match_the_quoted_kneser_ney_figures() {
-    use conelab::metrics::ngram::{KneserNey, group_ppl, unigram_nll};
+    use conelab_metrics::ngram::{KneserNey, group_ppl, unigram_nll};
     let Some(c) = load("ptb") else { return };
     let (train, valid) = (c.split(Split::Train), c.split(Split::Valid));
     let targets = || {

@@ -212,7 +212,7 @@ fn a_divergence_with_nobody_watching_ends_the_run_with_status_3() {
     assert_eq!(fin["exit_code"], 3);
     // Nothing was saved over: the run had no checkpoint and still has none.
     assert!(
-        conelab::checkpoint::checkpoints_in(&f.path("run"))
+        conelab_core::run_dir::checkpoints_in(&f.path("run"))
             .expect("list")
             .is_empty()
     );
@@ -227,14 +227,14 @@ fn a_bad_number_is_refused_before_anything_is_created_and_a_folder_without_check
     // A run stopped before its first checkpoint (no checkpoint: nothing to resume) ...
     let out = f.train("run", &["--steps", "3", "--eval-every", "0"]);
     assert!(out.status.success());
-    for p in conelab::checkpoint::checkpoints_in(&f.path("run")).expect("list") {
+    for p in conelab_core::run_dir::checkpoints_in(&f.path("run")).expect("list") {
         std::fs::remove_dir_all(p).expect("rm");
     }
     // ... can be started again, by the same command and by --resume.
     let again = f.train("run", &["--steps", "4", "--eval-every", "0"]);
     succeeded(&again);
     steps_are_contiguous_and_once(&f.path("run"), 4);
-    for p in conelab::checkpoint::checkpoints_in(&f.path("run")).expect("list") {
+    for p in conelab_core::run_dir::checkpoints_in(&f.path("run")).expect("list") {
         std::fs::remove_dir_all(p).expect("rm");
     }
     let resumed = conelab(&["train", "--resume", s(&f.path("run")), "--steps", "2"]);
@@ -476,11 +476,11 @@ fn a_dead_metrics_thread_or_recorder_ends_the_run_with_a_checkpoint_and_the_stor
         let run = f.path("run");
         let fin = wait_final(&run);
         assert_eq!(fin["status"], "failed");
-        let ckpts = conelab::checkpoint::checkpoints_in(&run).expect("list");
+        let ckpts = conelab_core::run_dir::checkpoints_in(&run).expect("list");
         if fault.starts_with("metrics") {
             // The trained state is saved, and the store holds every step up to it.
             assert_eq!(ckpts.len(), 1, "{fault}: {ckpts:?}");
-            let step = conelab::checkpoint::step_of(&ckpts[0]).expect("step");
+            let step = conelab_core::run_dir::step_of(&ckpts[0]).expect("step");
             steps_are_contiguous_and_once(&run, step);
         } else {
             // The store stopped recording at step 9: a checkpoint after that would be ahead of
@@ -521,9 +521,9 @@ fn a_kill_just_after_a_checkpoint_loses_no_row_it_covers() {
     // Any checkpoint at step 14 or later: at a few ms per step, step 14's own folder is pruned
     // (the run keeps its newest few) before a 50 ms poll may see it.
     wait_until("a checkpoint at step 14 or later", || {
-        conelab::checkpoint::checkpoints_in(&run)
+        conelab_core::run_dir::checkpoints_in(&run)
             .ok()
-            .and_then(|c| c.last().and_then(|p| conelab::checkpoint::step_of(p)))
+            .and_then(|c| c.last().and_then(|p| conelab_core::run_dir::step_of(p)))
             .is_some_and(|step| step >= 14)
     });
     let _ = child.kill();
@@ -534,10 +534,10 @@ fn a_kill_just_after_a_checkpoint_loses_no_row_it_covers() {
         "the rows up to the checkpoint are on disk: {steps:?}"
     );
     // Every checkpoint there is (the kill may land a few later) is covered by the store.
-    let newest = conelab::checkpoint::checkpoints_in(&run)
+    let newest = conelab_core::run_dir::checkpoints_in(&run)
         .expect("list")
         .last()
-        .and_then(|p| conelab::checkpoint::step_of(p))
+        .and_then(|p| conelab_core::run_dir::step_of(p))
         .expect("a checkpoint");
     assert!(
         steps.len() as u64 >= newest
@@ -608,10 +608,10 @@ fn a_failed_checkpoint_is_said_once_and_left_out(plan: &str) {
         "{plan}: said once: {stdout}"
     );
     let run = f.path("run");
-    let steps: Vec<u64> = conelab::checkpoint::checkpoints_in(&run)
+    let steps: Vec<u64> = conelab_core::run_dir::checkpoints_in(&run)
         .expect("list")
         .iter()
-        .filter_map(|p| conelab::checkpoint::step_of(p))
+        .filter_map(|p| conelab_core::run_dir::step_of(p))
         .collect();
     assert_eq!(steps, vec![5, 15, 20], "{plan}");
     let leftovers: Vec<String> = std::fs::read_dir(&run)

@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use conelab::engine::{Event, RunStarted};
-use conelab::store::{self, FlushPolicy, RunRecord, StoreWriter, query};
+use conelab_core::events::{Event, RunStarted};
 use conelab_core::series::split;
+use conelab_store::{FlushPolicy, RunRecord, StoreWriter, query};
 use polars::prelude::*;
 
 fn record(id: &str) -> RunRecord {
@@ -47,13 +47,13 @@ fn push_losses(w: &mut StoreWriter, steps: std::ops::RangeInclusive<u64>, f: imp
 
 /// (step, value) of train/loss in store order.
 fn losses(run: &Path) -> Vec<(u64, f64)> {
-    let s = store::load(run).expect("load");
+    let s = conelab_store::load(run).expect("load");
     let h = query::history(&s.metrics, split::TRAIN, "total", "loss", 0).expect("history");
     h.steps.into_iter().zip(h.values).collect()
 }
 
 fn segment_files(run: &Path, prefix: &str) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(run.join(store::STORE_DIR))
+    let mut v: Vec<_> = std::fs::read_dir(run.join(conelab_store::STORE_DIR))
         .expect("store dir")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
@@ -80,7 +80,7 @@ fn a_crash_loses_only_the_unflushed_buffer() {
     // A crash: no flush, no destructor; and a half-written temp file of the next segment.
     std::mem::forget(w);
     std::fs::write(
-        run.join(store::STORE_DIR)
+        run.join(conelab_store::STORE_DIR)
             .join(".metrics-000003.parquet.tmp-4242"),
         b"PAR1 half a segment",
     )
@@ -89,7 +89,7 @@ fn a_crash_loses_only_the_unflushed_buffer() {
     let got = losses(run);
     let want: Vec<(u64, f64)> = (1..=20).map(|s| (s, loss(s))).collect();
     assert_eq!(got, want);
-    let s = store::load(run).expect("load");
+    let s = conelab_store::load(run).expect("load");
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
     assert_eq!(s.events.height(), 1);
     assert_eq!(s.run, record("run"));
@@ -110,7 +110,7 @@ fn a_truncated_segment_is_skipped_with_a_warning() {
     let bytes = std::fs::read(&segs[1]).expect("read");
     std::fs::write(&segs[1], &bytes[..bytes.len() / 2]).expect("truncate");
 
-    let s = store::load(run).expect("a broken segment does not stop the load");
+    let s = conelab_store::load(run).expect("a broken segment does not stop the load");
     assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
     assert!(
         s.warnings[0].contains("metrics-000002"),
@@ -142,19 +142,22 @@ fn a_read_of_some_columns_keeps_the_rows_and_the_warnings() {
     let bytes = std::fs::read(&segs[2]).expect("read");
     std::fs::write(&segs[2], &bytes[..bytes.len() / 2]).expect("truncate");
     let mut foreign = df!("x" => [1i64, 2, 3]).expect("frame");
-    let file = std::fs::File::create(run.join(store::STORE_DIR).join("metrics-000009.parquet"))
-        .expect("create");
+    let file = std::fs::File::create(
+        run.join(conelab_store::STORE_DIR)
+            .join("metrics-000009.parquet"),
+    )
+    .expect("create");
     polars_io::prelude::ParquetWriter::new(file)
         .finish(&mut foreign)
         .expect("write");
 
     let columns = [
-        store::col::KEY,
-        store::col::STEP,
-        store::col::VALUE,
-        store::col::EPOCH,
+        conelab_store::col::KEY,
+        conelab_store::col::STEP,
+        conelab_store::col::VALUE,
+        conelab_store::col::EPOCH,
     ];
-    let some = store::load_columns(run, &columns).expect("load some columns");
+    let some = conelab_store::load_columns(run, &columns).expect("load some columns");
     let names: Vec<&str> = some
         .metrics
         .get_column_names()
@@ -162,11 +165,14 @@ fn a_read_of_some_columns_keeps_the_rows_and_the_warnings() {
         .map(|n| n.as_str())
         .collect();
     assert_eq!(names, columns);
-    let whole = store::load(run).expect("load");
+    let whole = conelab_store::load(run).expect("load");
     assert_eq!(some.warnings.len(), 2, "{:?}", some.warnings);
     assert_eq!(some.warnings, whole.warnings);
-    let steps = some.metrics.column(store::col::STEP).expect("step");
-    let values = some.metrics.column(store::col::VALUE).expect("value");
+    let steps = some.metrics.column(conelab_store::col::STEP).expect("step");
+    let values = some
+        .metrics
+        .column(conelab_store::col::VALUE)
+        .expect("value");
     // Rows as written: the later row of a step is the one that counts.
     let mut last = std::collections::BTreeMap::new();
     for (s, v) in steps
@@ -224,7 +230,7 @@ fn a_resumed_run_drops_the_lost_timeline_and_has_no_duplicates() {
         .chain((11..=20).map(|s| (s, 100.0 + s as f64)))
         .collect();
     assert_eq!(got, want);
-    let s = store::load(run).expect("load");
+    let s = conelab_store::load(run).expect("load");
     let keys = ["step", "split", "group", "metric"].map(String::from);
     let unique = s
         .metrics
@@ -270,7 +276,7 @@ fn new_metric_names_need_no_schema_change() {
     w.push_metric_at(4, 0.4, 1e9, "probe", "rare", "a_metric_added_later", 0.25);
     w.flush().expect("flush");
     drop(w);
-    let s = store::load(run).expect("load");
+    let s = conelab_store::load(run).expect("load");
     let last = query::last_values_vec(&s.metrics).expect("last");
     let find = |metric: &str| last.iter().find(|v| v.metric == metric).cloned();
     let new = find("a_metric_added_later").expect("new metric");
@@ -294,23 +300,24 @@ fn compaction_keeps_every_row_and_supersedes_what_it_replaced() {
     }
     drop(w);
     let first_segment = std::fs::read(&segment_files(run, "metrics-")[0]).expect("read");
-    let before = store::load(run).expect("load");
-    let done = store::compact(run).expect("compact");
+    let before = conelab_store::load(run).expect("load");
+    let done = conelab_store::compact(run).expect("compact");
     assert_eq!(done.replaced, 10, "5 metrics + 5 events segments");
     assert!(done.set_aside.is_empty());
     assert_eq!(segment_files(run, "metrics-").len(), 1);
     assert_eq!(segment_files(run, "events-").len(), 1);
-    let after = store::load(run).expect("load");
+    let after = conelab_store::load(run).expect("load");
     assert!(after.metrics.equals(&before.metrics));
     assert!(after.events.equals(&before.events));
     // A crash between the base's rename and the deletions leaves an old segment behind: the base
     // supersedes it, so its rows are not counted twice.
     std::fs::write(
-        run.join(store::STORE_DIR).join("metrics-000001.parquet"),
+        run.join(conelab_store::STORE_DIR)
+            .join("metrics-000001.parquet"),
         first_segment,
     )
     .expect("restore an old segment");
-    let again = store::load(run).expect("load");
+    let again = conelab_store::load(run).expect("load");
     assert!(again.metrics.equals(&before.metrics));
     // A writer opened afterwards numbers its segments after the base.
     let mut w = writer(run);
@@ -328,7 +335,7 @@ fn compaction_refuses_while_a_process_holds_the_writer_lock_and_a_killed_holder_
     push_losses(&mut w, 1..=3, loss);
     w.flush().expect("flush");
     // A live writer (this process's own) holds the OS lock: no compaction, no second writer.
-    let err = store::compact(run).expect_err("a live writer");
+    let err = conelab_store::compact(run).expect_err("a live writer");
     assert!(err.to_string().contains("is writing"), "{err}");
     assert!(
         StoreWriter::open(run, &record("run")).is_err(),
@@ -337,7 +344,9 @@ fn compaction_refuses_while_a_process_holds_the_writer_lock_and_a_killed_holder_
     drop(w);
     // Another process holds it, and is killed with -9: the kernel releases it (a pid file would
     // have stayed "held" until a recycled pid made it lie).
-    let lock = run.join(store::STORE_DIR).join(store::writer::WRITER_LOCK);
+    let lock = run
+        .join(conelab_store::STORE_DIR)
+        .join(conelab_store::writer::WRITER_LOCK);
     // -o: the lock stays with flock itself, not with the command it runs.
     let mut holder = std::process::Command::new("flock")
         .arg("-o")
@@ -346,19 +355,22 @@ fn compaction_refuses_while_a_process_holds_the_writer_lock_and_a_killed_holder_
         .spawn()
         .expect("flock(1) from util-linux");
     let start = std::time::Instant::now();
-    while store::writer::live_writer(&run.join(store::STORE_DIR))
+    while conelab_store::writer::live_writer(&run.join(conelab_store::STORE_DIR))
         .expect("probe")
         .is_none()
     {
         assert!(start.elapsed().as_secs() < 30, "flock never took the lock");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    assert!(store::compact(run).is_err(), "held by another process");
+    assert!(
+        conelab_store::compact(run).is_err(),
+        "held by another process"
+    );
     holder.kill().expect("kill -9");
     let _ = holder.wait();
     let start = std::time::Instant::now();
     loop {
-        match store::compact(run) {
+        match conelab_store::compact(run) {
             Ok(_) => break,
             Err(e) => {
                 assert!(start.elapsed().as_secs() < 30, "the lock stayed held: {e}");
@@ -382,25 +394,27 @@ fn a_flush_is_all_or_nothing_and_never_replaces_a_segment() {
     let buffered = w.buffered_rows();
     // Disk full as the events segment is put in place (the metrics one already is): the flush
     // takes the metrics segment back and keeps every row buffered.
-    let err =
-        conelab::fault::with_plan("segment.rename:2:ENOSPC", || w.flush()).expect_err("injected");
+    let err = conelab_base::fault::with_plan("segment.rename:2:ENOSPC", || w.flush())
+        .expect_err("injected");
     assert!(err.to_string().contains("No space left"), "{err}");
     assert_eq!(w.buffered_rows(), buffered, "nothing dropped");
     assert_eq!(segment_files(run, "metrics-").len(), 1, "taken back");
     assert_eq!(segment_files(run, "events-").len(), 1);
     // Half a segment written (disk full while writing): the same.
-    conelab::fault::with_plan("segment.write:1:ENOSPC", || w.flush()).expect_err("injected");
+    conelab_base::fault::with_plan("segment.write:1:ENOSPC", || w.flush()).expect_err("injected");
     assert_eq!(w.buffered_rows(), buffered);
     // A stranger with the next number (a file an old writer left, named without a checksum):
     // segments are named with their checksum, so the flush takes its own name beside it and
     // the stranger stays as it was (a taken name is refused: `segment` tests).
-    let squatter = run.join(store::STORE_DIR).join("events-000002.parquet");
+    let squatter = run
+        .join(conelab_store::STORE_DIR)
+        .join("events-000002.parquet");
     std::fs::write(&squatter, b"not mine").expect("write");
     w.flush().expect("a name of its own");
     assert_eq!(std::fs::read(&squatter).expect("read"), b"not mine");
     w.flush().expect("nothing left to write");
     drop(w);
-    let s = store::load(run).expect("load");
+    let s = conelab_store::load(run).expect("load");
     assert_eq!(
         losses(run),
         (1..=20).map(|s| (s, loss(s))).collect::<Vec<_>>()
@@ -424,7 +438,7 @@ fn compaction_sets_a_corrupt_segment_aside_and_an_io_error_leaves_everything_in_
         w.flush().expect("flush");
     }
     drop(w);
-    let dir = run.join(store::STORE_DIR);
+    let dir = run.join(conelab_store::STORE_DIR);
     std::fs::write(dir.join("metrics-009999.parquet"), b"garbage, not parquet").expect("write");
     let listing = || {
         let mut v: Vec<String> = std::fs::read_dir(&dir)
@@ -437,16 +451,16 @@ fn compaction_sets_a_corrupt_segment_aside_and_an_io_error_leaves_everything_in_
     };
     // An I/O error on a segment (EIO): compaction stops with every file where it was.
     let before = listing();
-    let err = conelab::fault::with_plan("segment.read:2:EIO", || store::compact(run))
+    let err = conelab_base::fault::with_plan("segment.read:2:EIO", || conelab_store::compact(run))
         .expect_err("injected EIO");
     assert!(err.to_string().contains("Input/output error"), "{err}");
     assert_eq!(listing(), before);
     // Disk full while writing the compacted segment: the same.
-    conelab::fault::with_plan("segment.write:1:ENOSPC", || store::compact(run))
+    conelab_base::fault::with_plan("segment.write:1:ENOSPC", || conelab_store::compact(run))
         .expect_err("injected ENOSPC");
     assert_eq!(listing(), before);
     // The corrupt segment is moved to store/corrupt/, never deleted, and said.
-    let done = store::compact(run).expect("compact");
+    let done = conelab_store::compact(run).expect("compact");
     assert_eq!(done.set_aside.len(), 1, "{done:?}");
     assert!(done.set_aside[0].1.contains("metrics-009999"), "{done:?}");
     assert_eq!(
@@ -479,7 +493,7 @@ fn queries_return_what_was_written() {
     }
     w.flush().expect("flush");
     drop(w);
-    let s = store::load(run).expect("load");
+    let s = conelab_store::load(run).expect("load");
     let last = query::last_values_vec(&s.metrics).expect("last");
     assert_eq!(last.len(), 2);
     let rare = last.iter().find(|v| v.split == "valid").expect("valid");
@@ -512,11 +526,11 @@ fn queries_return_what_was_written() {
 #[test]
 fn a_folder_without_a_store_is_a_clear_error() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let err = store::load(tmp.path()).expect_err("no store");
+    let err = conelab_store::load(tmp.path()).expect_err("no store");
     assert!(err.to_string().contains("no metrics store"), "{err}");
     std::fs::create_dir_all(tmp.path().join("store")).expect("mkdir");
     std::fs::write(tmp.path().join("store/run.json"), "{ not json").expect("write");
-    let err = store::load(tmp.path()).expect_err("corrupt record");
+    let err = conelab_store::load(tmp.path()).expect_err("corrupt record");
     assert!(err.to_string().contains("corrupt"), "{err}");
 }
 
@@ -548,7 +562,7 @@ fn stale_temporary_files_are_removed_when_a_writer_opens() {
     for name in &before {
         assert!(after.contains(name), "{name} was removed");
     }
-    assert_eq!(store::load(run).expect("load").metrics.height(), 1);
+    assert_eq!(conelab_store::load(run).expect("load").metrics.height(), 1);
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -573,11 +587,14 @@ fn a_reader_lists_again_when_a_segment_vanishes_under_it() {
             w.flush().expect("flush");
         }
     }
-    let loaded = conelab::fault::with_plan("segment.read:2:ENOENT", || store::load(run))
-        .expect("read again after the vanished segment");
+    let loaded =
+        conelab_base::fault::with_plan("segment.read:2:ENOENT", || conelab_store::load(run))
+            .expect("read again after the vanished segment");
     assert_eq!(loaded.metrics.height(), 3);
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
-    let Err(gone) = conelab::fault::with_plan("segment.read:1+:ENOENT", || store::load(run)) else {
+    let Err(gone) =
+        conelab_base::fault::with_plan("segment.read:1+:ENOENT", || conelab_store::load(run))
+    else {
         panic!("a segment that never comes back was read");
     };
     assert!(gone.to_string().contains("metrics-"), "{gone}");
@@ -597,7 +614,7 @@ fn a_store_without_its_run_record_still_gives_its_rows() {
         w.flush().expect("flush");
     }
     std::fs::remove_file(run.join("store/run.json")).expect("rm run.json");
-    let loaded = store::load(&run).expect("the rows load");
+    let loaded = conelab_store::load(&run).expect("the rows load");
     assert_eq!(loaded.metrics.height(), 4);
     assert_eq!(loaded.run.run_id, "my-run");
     assert!(
@@ -611,7 +628,7 @@ fn a_store_without_its_run_record_still_gives_its_rows() {
     // A folder with neither record nor rows is still not a store.
     let empty = dir.path().join("empty");
     std::fs::create_dir_all(empty.join("store")).expect("mkdir");
-    assert!(store::load(&empty).is_err());
+    assert!(conelab_store::load(&empty).is_err());
 }
 
 /// A long run's store stays small: 7,200 flushes (a flush per step, as `--store-flush-secs 0`
@@ -620,7 +637,7 @@ fn a_store_without_its_run_record_still_gives_its_rows() {
 /// end every row is there once, every event once, in order.
 #[test]
 fn a_long_run_keeps_a_bounded_store_and_every_row() {
-    use conelab::store::writer::ROLL_AT;
+    use conelab_store::writer::ROLL_AT;
     const { assert!(ROLL_AT + 2 <= 300, "the issue's bound") };
     let tmp = tempfile::tempdir().expect("tempdir");
     let run = tmp.path();
@@ -646,7 +663,7 @@ fn a_long_run_keeps_a_bounded_store_and_every_row() {
         losses(run),
         (1..=flushes).map(|s| (s, loss(s))).collect::<Vec<_>>()
     );
-    let s = store::load(run).expect("load");
+    let s = conelab_store::load(run).expect("load");
     assert_eq!(s.events.height() as u64, flushes, "every event once");
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
 }
@@ -695,7 +712,7 @@ fn exports_during_compactions_all_succeed_with_every_row() {
     }
     drop(w);
     // Whatever the readers kept is gone once nobody reads: one base per table is left.
-    store::compact(run).expect("compact");
+    conelab_store::compact(run).expect("compact");
     assert_eq!(segment_files(run, "metrics-").len(), 1);
 }
 
@@ -704,7 +721,7 @@ fn exports_during_compactions_all_succeed_with_every_row() {
 /// succeeds and keeps the store bounded.
 #[test]
 fn a_failed_roll_loses_nothing_and_the_next_one_succeeds() {
-    use conelab::store::writer::ROLL_AT;
+    use conelab_store::writer::ROLL_AT;
     for plan in [
         "segment.write:1:ENOSPC",
         "segment.read:7:EIO",
@@ -720,7 +737,7 @@ fn a_failed_roll_loses_nothing_and_the_next_one_succeeds() {
             push_losses(&mut w, step..=step, loss);
             w.flush().expect("flush");
         }
-        let e = conelab::fault::with_plan(plan, || w.roll()).expect_err(plan);
+        let e = conelab_base::fault::with_plan(plan, || w.roll()).expect_err(plan);
         assert!(!e.to_string().is_empty());
         assert_eq!(
             losses(run),
@@ -770,7 +787,7 @@ fn a_store_without_a_uuid_gets_the_same_derived_one_at_every_read() {
         !String::from_utf8_lossy(&json).contains("uuid"),
         "an old record has none"
     );
-    let uuid = |dir: &Path| store::load(dir).expect("load").run.uuid();
+    let uuid = |dir: &Path| conelab_store::load(dir).expect("load").run.uuid();
     let first = uuid(&a);
     assert_eq!(uuid(&a), first);
     assert_ne!(uuid(&b), first);
@@ -796,7 +813,7 @@ fn a_store_without_a_uuid_gets_the_same_derived_one_at_every_read() {
 /// the board lacks (NaN) is left out, not stored as NaN.
 #[test]
 fn a_gpu_sample_is_stored_beside_the_process_load() {
-    use conelab::engine::protocol::{GpuStats, SystemStats};
+    use conelab_core::events::{GpuStats, SystemStats};
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut w = writer(tmp.path());
     const GIB: u64 = 1 << 30;
@@ -816,7 +833,7 @@ fn a_gpu_sample_is_stored_beside_the_process_load() {
     }))
     .expect("record");
     w.flush().expect("flush");
-    let st = store::load(tmp.path()).expect("load");
+    let st = conelab_store::load(tmp.path()).expect("load");
     let at = |m: &str| query::value_at(&st.metrics, split::SYSTEM, "total", m, 7).expect("query");
     assert_eq!(at("gpu_util_percent"), Some(93.0));
     assert_eq!(at("gpu_mem_used_mib"), Some(1536.0));

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::common::{assert_one_line_error, conelab, succeeded};
-use conelab::store::export::{self, ExportRequest, Format, StepChoice, Table};
-use conelab::store::{FlushPolicy, RunRecord, StoreWriter};
 use conelab_core::series::split;
+use conelab_export::{ExportRequest, Format, StepChoice, Table};
+use conelab_store::{FlushPolicy, RunRecord, StoreWriter};
 
 /// One evaluation: (step, [total, frequent, medium, rare] PPL, Uniq, Human Uniq, I(W)).
 struct Eval {
@@ -210,9 +210,9 @@ fn request(runs: Vec<PathBuf>, table: Table, format: Format) -> ExportRequest {
 }
 
 fn text(req: &ExportRequest) -> String {
-    let table = export::build(req).expect("build");
+    let table = conelab_export::build(req).expect("build");
     assert!(table.warnings.is_empty(), "{:?}", table.warnings);
-    String::from_utf8(export::render(&table, req.format).expect("render")).expect("utf-8")
+    String::from_utf8(conelab_export::render(&table, req.format).expect("render")).expect("utf-8")
 }
 
 #[test]
@@ -282,7 +282,7 @@ fn best_takes_each_run_at_its_lowest_total_perplexity() {
         Format::Csv,
     );
     req.step = Some(StepChoice::Best);
-    let table = export::build(&req).expect("build");
+    let table = conelab_export::build(&req).expect("build");
     let steps: Vec<Option<u64>> = table
         .frame
         .column("step")
@@ -311,7 +311,7 @@ fn the_run_name_is_the_objective_in_force_at_the_step() {
     let r = runs();
     let mut req = request(vec![r.cos.clone()], Table::Groups, Format::Csv);
     req.step = Some(StepChoice::At(100));
-    let table = export::build(&req).expect("build");
+    let table = conelab_export::build(&req).expect("build");
     let names: Vec<String> = table
         .frame
         .column("run")
@@ -517,8 +517,8 @@ fn events_and_metrics_export_as_csv_json_and_parquet() {
         Table::Metrics,
         Format::Parquet,
     );
-    let table = export::build(&req).expect("build");
-    let bytes = export::render(&table, Format::Parquet).expect("parquet");
+    let table = conelab_export::build(&req).expect("build");
+    let bytes = conelab_export::render(&table, Format::Parquet).expect("parquet");
     use polars_io::prelude::{ParquetReader, SerReader};
     let back = ParquetReader::new(std::io::Cursor::new(bytes))
         .finish()

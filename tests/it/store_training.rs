@@ -5,8 +5,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::common::{Fixture, conelab, s, succeeded};
-use conelab::store::{self, query};
 use conelab_core::series::split;
+use conelab_store::query;
 use polars::prelude::*;
 
 /// `key=value` of a log line.
@@ -45,7 +45,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
         ],
     );
     let stdout = succeeded(&out);
-    let st = store::load(&f.path("run")).expect("the run has a store");
+    let st = conelab_store::load(&f.path("run")).expect("the run has a store");
     assert!(st.warnings.is_empty(), "{:?}", st.warnings);
     let metrics = &st.metrics;
 
@@ -140,7 +140,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
         "one metrics and one events segment after the end: {files:?}"
     );
     assert_eq!(
-        conelab::store::writer::live_writer(&f.path("run/store")).expect("probe"),
+        conelab_store::writer::live_writer(&f.path("run/store")).expect("probe"),
         None,
         "the OS lock is released (its file stays: a lock file is never deleted)"
     );
@@ -295,7 +295,7 @@ fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates()
     child.kill().expect("SIGKILL");
     let _ = child.wait();
 
-    let st = store::load(&run).expect("the store loads after kill -9");
+    let st = conelab_store::load(&run).expect("the store loads after kill -9");
     let h = query::history(&st.metrics, split::TRAIN, "total", "loss", 0).expect("history");
     let reached = *h.steps.last().expect("steps were stored");
     assert_eq!(
@@ -320,7 +320,7 @@ fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates()
         "1",
     ]);
     succeeded(&out);
-    let st = store::load(&run).expect("load");
+    let st = conelab_store::load(&run).expect("load");
     let h = query::history(&st.metrics, split::TRAIN, "total", "loss", 0).expect("history");
     let starts: Vec<u64> = kinds_and_steps(&st.events)
         .into_iter()
@@ -368,7 +368,7 @@ fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates()
 
 /// The embedding rows of `run`'s store at `step` (its analysed snapshot).
 fn embedding_rows_at(run: &std::path::Path, step: u64) -> usize {
-    let st = conelab::store::load(run).expect("the run's store");
+    let st = conelab_store::load(run).expect("the run's store");
     let steps = st
         .metrics
         .column("step")

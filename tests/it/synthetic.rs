@@ -1,6 +1,6 @@
 //! The built-in synthetic corpus: Zipf slope, determinism, coverage of classes, files.
 
-use conelab::data::{
+use conelab_data::{
     Corpus, CorpusSource, LoadOptions, Split, SynthConfig, SyntheticCorpus, zipf_exponent,
 };
 

@@ -7,14 +7,17 @@ use std::time::Duration;
 
 use burn::prelude::*;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
-use conelab::data::{
+use conelab_core::events::{Command, Event};
+use conelab_core::model::{DeviceSpec, LstmConfig, ModelConfig, TransformerConfig};
+use conelab_core::train_config::Precision;
+use conelab_core::train_config::TrainConfig;
+use conelab_data::{
     Corpus, CorpusSource, LoadOptions, PartialWindow, Split, StreamBatcher, SynthConfig,
 };
-use conelab::engine::config::Precision;
-use conelab::engine::{self, Command, Event, TrainConfig, Trainer};
-use conelab::model::DeviceSpecExt;
-use conelab::model::output::mean_nll;
-use conelab::model::{DeviceSpec, LanguageModel, LstmConfig, ModelConfig, TransformerConfig};
+use conelab_train::engine::{self, Trainer};
+use conelab_train::model::DeviceSpecExt;
+use conelab_train::model::LanguageModel;
+use conelab_train::model::output::mean_nll;
 
 fn corpus_source() -> CorpusSource {
     CorpusSource::Synthetic(SynthConfig {
@@ -105,8 +108,9 @@ fn same_loss(cfg: ModelConfig) {
 /// With unlikelihood, flex's host pass and LibTorch's extension call (`csrc/head.cpp`) are two
 /// implementations of its gradient. Returns flex's gradient norms.
 fn same_training(model: ModelConfig, regs: &[&str]) -> Vec<f64> {
-    use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
-    use conelab::objective::Objectives;
+    use conelab_core::objective::Objectives;
+    use conelab_core::run_dir::{CorpusSpec, RunDir, RunSpec};
+    use conelab_train::checkpoint;
     let source = corpus_source();
     let corpus = corpus();
     let mut objectives = Objectives::default();
@@ -304,7 +308,7 @@ fn libtorch_trains_and_applies_commands_at_the_next_step() {
 
 #[test]
 fn libtorch_runs_the_objectives_and_applies_toggles_at_the_next_step() {
-    use conelab::objective::{ObjectiveChange, Objectives, Term};
+    use conelab_core::objective::{ObjectiveChange, Objectives, Term};
     let mut objectives = Objectives::default();
     // AGG from the start exercises the explicit-gradient head on LibTorch.
     objectives.apply_reg_arg("agg=0.2").expect("agg");
@@ -418,7 +422,7 @@ fn the_workbench_drives_a_libtorch_run() {
     tmux.wait_for("quit?");
     tmux.keys(&["s"]);
     assert_eq!(tmux.wait_for_exit(&exit_file), "0", "exit status");
-    let st = conelab::store::load(&run).expect("store");
+    let st = conelab_store::load(&run).expect("store");
     assert_eq!(st.run.device, "libtorch-cpu");
     let kinds: Vec<String> = st
         .events
@@ -446,7 +450,7 @@ fn the_workbench_drives_a_libtorch_run() {
 /// each, and nothing runs on the host paths, so AdamW's update shows as operators too.
 #[test]
 fn bench_ops_counts_the_products_of_a_step() {
-    use conelab::bench::ops::{OpsBench, bench_ops};
+    use conelab_bench::ops::{OpsBench, bench_ops};
     let layers = 2;
     let b = OpsBench {
         model_name: "test".into(),
@@ -498,7 +502,7 @@ fn bench_ops_counts_the_products_of_a_step() {
     // With unlikelihood (and DEV) on, the head is still the extension's one call: no autodiff
     // graph over the logits (whose log Z begins with a row maximum and whose backward would
     // differentiate a log-softmax), and the same products.
-    let mut objectives = conelab::objective::Objectives::default();
+    let mut objectives = conelab_core::objective::Objectives::default();
     for reg in ["ul=0.5", "dev=0.1"] {
         objectives.apply_reg_arg(reg).expect("reg");
     }
@@ -532,9 +536,12 @@ fn the_device_paths_on_libtorch_train_as_the_host_paths() {
     for model in [transformer(), lstm()] {
         let (dir, _run) = saved_at_step_zero(model, 4);
         let run = |device_paths: bool| {
-            let (mut trainer, _) =
-                conelab::checkpoint::resume_on(dir.path(), None, Some(DeviceSpec::LibtorchCpu))
-                    .expect("resume");
+            let (mut trainer, _) = conelab_train::checkpoint::resume_on(
+                dir.path(),
+                None,
+                Some(DeviceSpec::LibtorchCpu),
+            )
+            .expect("resume");
             if device_paths {
                 trainer.use_device_paths();
             }
@@ -576,7 +583,7 @@ fn the_device_paths_on_libtorch_train_as_the_host_paths() {
 fn saved_at_step_zero(
     model: ModelConfig,
     steps: u64,
-) -> (tempfile::TempDir, conelab::checkpoint::RunDir) {
+) -> (tempfile::TempDir, conelab_core::run_dir::RunDir) {
     saved_at_step_zero_in(model, steps, Precision::Fp32)
 }
 
@@ -585,7 +592,7 @@ fn saved_at_step_zero_in(
     model: ModelConfig,
     steps: u64,
     precision: Precision,
-) -> (tempfile::TempDir, conelab::checkpoint::RunDir) {
+) -> (tempfile::TempDir, conelab_core::run_dir::RunDir) {
     let train = TrainConfig {
         batch: 4,
         steps,
@@ -606,8 +613,9 @@ fn saved_at_step_zero_in(
 fn saved_at_step_zero_with(
     model: ModelConfig,
     train: TrainConfig,
-) -> (tempfile::TempDir, conelab::checkpoint::RunDir) {
-    use conelab::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
+) -> (tempfile::TempDir, conelab_core::run_dir::RunDir) {
+    use conelab_core::run_dir::{CorpusSpec, RunDir, RunSpec};
+    use conelab_train::checkpoint;
     let dir = tempfile::tempdir().expect("tempdir");
     let spec = RunSpec {
         conelab_version: "test".into(),
@@ -643,7 +651,7 @@ fn a_bf16_run_resumes_exactly() {
 }
 
 fn resumes_exactly(model: ModelConfig, precision: Precision) {
-    use conelab::checkpoint;
+    use conelab_train::checkpoint;
     let (dir, run) = saved_at_step_zero_in(model, 5, precision);
     let (mut whole, _) =
         checkpoint::resume_on(dir.path(), None, Some(DeviceSpec::LibtorchCpu)).expect("start");
@@ -687,7 +695,7 @@ fn resumes_exactly(model: ModelConfig, precision: Precision) {
 #[test]
 fn dropout_drops_at_its_rate_on_the_device_and_host_paths() {
     use burn::nn::DropoutConfig;
-    use conelab::model::dropout;
+    use conelab_train::model::dropout;
     let (n, p) = (200_000usize, 0.3f64);
     let layer = DropoutConfig::new(p).init();
     let draw = |spec: DeviceSpec, host_seed: Option<u64>| -> Vec<f32> {
@@ -747,7 +755,7 @@ fn dropout_drops_at_its_rate_on_the_device_and_host_paths() {
 /// are not fp32's bits).
 #[test]
 fn bf16_training_follows_the_fp32_loss_curve() {
-    let model = conelab::model::Preset::Tiny.config();
+    let model = conelab_core::model::Preset::Tiny.config();
     let curve = |precision: Precision| -> Vec<f64> {
         let config = TrainConfig {
             batch: 8,
@@ -808,7 +816,7 @@ fn pipelining_trainers<const N: usize>(model: ModelConfig) -> (tempfile::TempDir
     let (dir, _run) = saved_at_step_zero_with(model, train);
     let trainers = std::array::from_fn(|_| {
         let (mut t, _) =
-            conelab::checkpoint::resume_on(dir.path(), None, Some(DeviceSpec::LibtorchCpu))
+            conelab_train::checkpoint::resume_on(dir.path(), None, Some(DeviceSpec::LibtorchCpu))
                 .expect("resume");
         t.use_device_paths();
         assert!(t.pipelines(), "the device paths on LibTorch pipeline");
@@ -885,11 +893,11 @@ fn pipelined_steps_are_the_synchronous_steps_read_one_step_late() {
 /// as a run that never met the fault from that point (the fault fires once).
 #[test]
 fn a_pipelined_divergence_is_reported_at_its_step_and_undone() {
-    use conelab::engine::EngineError;
+    use conelab_train::engine::EngineError;
     for model in [lstm(), transformer()] {
         let (_dir, [mut sync, mut piped]) = pipelining_trainers(model);
         sync.set_pipelining(false);
-        let sync_after = conelab::fault::with_plan("engine.nan:4:EIO", || {
+        let sync_after = conelab_base::fault::with_plan("engine.nan:4:EIO", || {
             for _ in 0..3 {
                 sync.train_step().expect("step");
             }
@@ -905,7 +913,7 @@ fn a_pipelined_divergence_is_reported_at_its_step_and_undone() {
             let after: Vec<_> = (0..3).map(|_| sync.train_step().expect("step")).collect();
             (at_divergence, after)
         });
-        let piped_after = conelab::fault::with_plan("engine.nan:4:EIO", || {
+        let piped_after = conelab_base::fault::with_plan("engine.nan:4:EIO", || {
             let mut read = Vec::new();
             for _ in 0..4 {
                 let back = piped.step_pipelined().expect("step");
@@ -948,7 +956,7 @@ fn a_pipelined_divergence_is_reported_at_its_step_and_undone() {
 fn an_undone_divergence_leaves_no_trace() {
     let (_dir, [mut clean, mut piped]) = pipelining_trainers(lstm());
     let want: Vec<_> = (0..6).map(|_| clean.train_step().expect("step")).collect();
-    let got = conelab::fault::with_plan("engine.nan:4:EIO", || {
+    let got = conelab_base::fault::with_plan("engine.nan:4:EIO", || {
         let mut got = Vec::new();
         let mut diverged = 0;
         while got.len() < 6 {
@@ -1040,7 +1048,7 @@ fn a_pipelined_engine_reports_a_divergence_at_its_step() {
     let (_dir, [mut trainer]) = pipelining_trainers(transformer());
     trainer.set_total_steps(30);
     let options = engine::EngineOptions {
-        divergence: engine::DivergencePolicy::end_run(),
+        divergence: conelab_core::events::DivergencePolicy::end_run(),
         ..engine::EngineOptions::default()
     };
     let handle = engine::spawn(trainer, options).expect("engine");
@@ -1071,7 +1079,10 @@ fn a_pipelined_engine_reports_a_divergence_at_its_step() {
     handle.join();
     let at = diverged.expect("a divergence");
     assert_eq!(steps, (1..at).collect::<Vec<_>>());
-    assert_eq!(finished, (at - 1, conelab::engine::FinishReason::Diverged));
+    assert_eq!(
+        finished,
+        (at - 1, conelab_core::events::FinishReason::Diverged)
+    );
 }
 
 /// `bench train` on the paths CUDA takes (bf16 puts LibTorch CPU on them): pipelined by default,

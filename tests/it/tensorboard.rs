@@ -395,7 +395,7 @@ fn import_tb_reads_pytorch_and_tf2_logs_and_skips_damage_once() {
 /// this runs without Python.)
 #[test]
 fn import_tb_refuses_two_runs_of_one_name_before_writing_anything() {
-    use conelab::store::export::tensorboard::events::{push_event, scalar_event};
+    use conelab_export::tensorboard::events::{push_event, scalar_event};
     let tmp = tempfile::tempdir().expect("tempdir");
     let log = tmp.path().join("log");
     for sub in ["a b", "a_b", "c"] {

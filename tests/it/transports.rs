@@ -9,21 +9,24 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use conelab::engine::{
+use conelab_client::link::{LINK_QUEUE, LinkError, RunLink, SocketLink, handshake};
+use conelab_core::events::{
     AppliedCommand, Command, CommandSender, DivergencePolicy, EmbeddingStats, Envelope, Event,
-    Fault, FinishReason, ProjectionFrame, RunStarted, SecondTierStats, StepStats,
+    FinishReason, ProjectionFrame, RunStarted, SecondTierStats, StepStats,
 };
-use conelab::metrics::embedding::SetStats;
-use conelab::objective::{ObjectiveChange, Objectives, Term};
-use conelab::run::answer::{AnswerError, Answers};
-use conelab::run::client::{LINK_QUEUE, LinkError, LocalLink, RunLink, SocketLink, handshake};
-use conelab::run::hub::{Hub, HubInput};
-use conelab::run::protocol::{
-    ClientMessage, CommandOutcome, RunHello, ServerMessage, WordNeighbors, encode,
+use conelab_core::objective::{ObjectiveChange, Objectives, Term};
+use conelab_core::run_fault::Fault;
+use conelab_metrics::embedding::SetStats;
+use conelab_protocol::message::{
+    ClientMessage, CommandOutcome, RunHello, ServerMessage, WordNeighbors,
 };
-use conelab::run::server::{self, Server};
-use conelab::run::view::{RunStatus, RunView, Vocabulary};
-use conelab::tui::app::{App, ViewOptions};
+use conelab_protocol::requests::{AnswerError, Answers};
+use conelab_protocol::view::{RunStatus, RunView, Vocabulary};
+use conelab_protocol::wire::encode;
+use conelab_run::hub::{Hub, HubInput};
+use conelab_run::local_link::LocalLink;
+use conelab_run::server::{self, Server};
+use conelab_tui::app::{App, ViewOptions};
 
 struct Fixed;
 
@@ -449,7 +452,7 @@ fn greeted(path: &std::path::Path) -> std::io::BufReader<UnixStream> {
     use std::io::BufRead;
     let mut s = UnixStream::connect(path).expect("connect");
     let hi = serde_json::to_string(&ClientMessage::Hello {
-        protocol: conelab::run::protocol::PROTOCOL_VERSION,
+        protocol: conelab_protocol::message::PROTOCOL_VERSION,
         client: "idle test".into(),
     })
     .expect("json");
@@ -559,7 +562,7 @@ fn requests_left_behind_by_a_client_that_hung_up_are_not_answered() {
     let _server =
         Server::start(listener, path.clone(), hub_tx, counting.clone(), hello()).expect("server");
     let mut text = encode(&ClientMessage::Hello {
-        protocol: conelab::run::protocol::PROTOCOL_VERSION,
+        protocol: conelab_protocol::message::PROTOCOL_VERSION,
         client: "test".into(),
     })
     .expect("hello");

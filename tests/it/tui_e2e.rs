@@ -105,7 +105,7 @@ fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
 
     // The metrics store holds the same interventions, at the steps the engine acknowledged, and
     // the training rows on both sides of each change.
-    let st = conelab::store::load(&run).expect("the run's store");
+    let st = conelab_store::load(&run).expect("the run's store");
     let kinds = st
         .events
         .column("kind")
@@ -144,7 +144,7 @@ fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
         "{events:?}"
     );
     let loss =
-        conelab::store::query::history(&st.metrics, "train", "total", "loss", 0).expect("history");
+        conelab_store::query::history(&st.metrics, "train", "total", "loss", 0).expect("history");
     for change in [steps[0], steps[1]] {
         assert!(
             loss.steps.contains(&(change - 1)) && loss.steps.contains(&change),

@@ -11,6 +11,7 @@
 //! - [`jsonfloat`]: floats in JSON that survive NaN and infinity.
 //! - [`format`]: durations as the screens and tables write them.
 //! - [`name`]: text made safe as one path component.
+//! - [`stderr`]: lines for the user that never panic on a closed stderr.
 //! - [`revision`]: the source revision the binary was built from.
 //! - [`alloc_count`]: the counting allocator behind the benchmarks' memory columns.
 
@@ -30,6 +31,7 @@ pub mod name;
 pub mod platform;
 pub mod pump;
 pub mod revision;
+pub mod stderr;
 pub mod system;
 
 /// The memory the kernel says new work can take without swapping (`MemAvailable` of

@@ -21,15 +21,16 @@ use ratatui::backend::TestBackend;
 use serde::Serialize;
 
 use super::median;
+use conelab_catalog::RunError;
+use conelab_client::open::Opened;
 use conelab_core::choice::Choice;
+use conelab_core::objective::Objectives;
 use conelab_core::series::split;
 use conelab_data::{FrequencyGroups, GroupBounds};
 use conelab_metrics::RowGroups;
-use conelab_run::RunError;
-use conelab_run::attach::Opened;
-use conelab_run::protocol::{ClientMessage, ServerMessage};
+use conelab_protocol::message::{ClientMessage, ServerMessage};
+use conelab_run::archive::StoreArchive;
 use conelab_store as store;
-use conelab_train::objective::Objectives;
 use conelab_tui::app::{App, ViewOptions};
 
 #[derive(Debug, Clone)]
@@ -266,7 +267,7 @@ fn timed_run(
     let mut viewer_max: f64 = 0.0;
     let mut run_cpu = CpuShare::default();
     let start = Instant::now();
-    while conelab_run::live::read_final(&ready.dir)
+    while conelab_core::run_dir::live::read_final(&ready.dir)
         .ok()
         .flatten()
         .is_none()
@@ -365,7 +366,7 @@ pub(crate) fn in_work_folder<T>(
 }
 
 fn run_all(b: &AttachBench, tmp: &Path) -> Result<AttachBenchResult, RunError> {
-    let preset = conelab_train::model::Preset::from_name(&b.model)
+    let preset = conelab_core::model::Preset::from_name(&b.model)
         .ok_or_else(|| format!("invalid variant: {}", b.model))
         .map_err(RunError::bad_input_at(format!("--model {}", b.model)))?;
     let window = b.bptt.unwrap_or_else(|| preset.config().window());
@@ -439,7 +440,7 @@ fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError
     // ... then its store is given a long history and its checkpoint the step that ends it.
     std::fs::remove_dir_all(dir.join(store::STORE_DIR)).map_err(internal("clearing the store"))?;
     crate::simulate_run(&dir, b.history)?;
-    let ckpt = dir.join(conelab_train::checkpoint::step_dir_name(2));
+    let ckpt = dir.join(conelab_core::run_dir::step_dir_name(2));
     let state_path = ckpt.join("state.json");
     let mut state: serde_json::Value = serde_json::from_slice(
         &std::fs::read(&state_path).map_err(internal("reading state.json"))?,
@@ -449,12 +450,14 @@ fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError
     std::fs::write(&state_path, state.to_string()).map_err(internal("writing state.json"))?;
     std::fs::rename(
         &ckpt,
-        dir.join(conelab_train::checkpoint::step_dir_name(b.history)),
+        dir.join(conelab_core::run_dir::step_dir_name(b.history)),
     )
     .map_err(internal("renaming the checkpoint"))?;
     let mut finished = Vec::new();
     for _ in 0..3 {
-        finished.push(first_frame(|| conelab_run::attach::open(&dir))?);
+        finished.push(first_frame(|| {
+            Ok(conelab_client::open::open(&dir, &StoreArchive)?)
+        })?);
     }
     // An idle viewer: attached to the finished run, nothing arriving.
     let mut script = spawn_viewer(&dir)?;
@@ -479,7 +482,7 @@ fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError
     let ready = conelab_run::detach::spawn(resume)?;
     let mut live = Vec::new();
     for _ in 0..3 {
-        match first_frame(|| conelab_run::attach::connect(&ready.socket)) {
+        match first_frame(|| Ok(conelab_client::open::connect(&ready.socket)?)) {
             Ok(ms) => live.push(ms),
             Err(e) => {
                 // SAFETY: kill(2) on the run we started.
@@ -495,7 +498,10 @@ fn attach_times(b: &AttachBench, tmp: &Path) -> Result<(f64, f64, f64), RunError
         libc::kill(ready.pid as i32, libc::SIGTERM);
     }
     let start = Instant::now();
-    while conelab_run::live::read_final(&dir).ok().flatten().is_none()
+    while conelab_core::run_dir::live::read_final(&dir)
+        .ok()
+        .flatten()
+        .is_none()
         && start.elapsed() < Duration::from_secs(60)
     {
         std::thread::sleep(Duration::from_millis(100));

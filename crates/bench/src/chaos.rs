@@ -24,10 +24,11 @@ use serde::Serialize;
 
 use super::attach::{cpu_seconds, rss_mib};
 use super::median;
-use conelab_run::RunError;
-use conelab_run::protocol::{ClientMessage, PROTOCOL_VERSION, encode};
-use conelab_train::engine::Command;
-use conelab_train::objective::{LossKind, ObjectiveChange, Objectives};
+use conelab_catalog::RunError;
+use conelab_core::events::Command;
+use conelab_core::objective::{LossKind, ObjectiveChange, Objectives};
+use conelab_protocol::message::{ClientMessage, PROTOCOL_VERSION};
+use conelab_protocol::wire::encode;
 
 /// A run's resident set past which the benchmark kills it (an attack that works).
 const RSS_LIMIT_MIB: f64 = 8_192.0;
@@ -292,7 +293,7 @@ fn timed_run(
     let ready = conelab_run::detach::spawn(train_args(b, dir))?;
     let stop = Arc::new(AtomicBool::new(false));
     let attackers = if attacked {
-        let socket = conelab_run::live::read_live(&ready.dir)
+        let socket = conelab_core::run_dir::live::read_live(&ready.dir)
             .ok()
             .flatten()
             .map(|l| l.socket)
@@ -308,7 +309,7 @@ fn timed_run(
     let log = ready.dir.join("train.log");
     let (mut cpu, mut rss): (f64, f64) = (0.0, 0.0);
     let mut cpu_trained = None;
-    while conelab_run::live::read_final(&ready.dir)
+    while conelab_core::run_dir::live::read_final(&ready.dir)
         .ok()
         .flatten()
         .is_none()
@@ -427,7 +428,7 @@ impl ChaosBenchResult {
                 ]
             })
         });
-        out.push_str(&conelab_run::list::plain_table(
+        out.push_str(&conelab_catalog::list::plain_table(
             ["round", "run", "CPU ms/step", "peak RSS MiB", "wall s"],
             rows,
         ));

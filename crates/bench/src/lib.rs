@@ -13,11 +13,12 @@ use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use serde::Serialize;
 
+use conelab_core::model::{DeviceSpec, ModelConfig};
+use conelab_core::objective::Objectives;
+use conelab_core::train_config::Precision;
+use conelab_core::train_config::TrainConfig;
 use conelab_data::{Corpus, LoadOptions, SplitText};
-use conelab_train::engine::config::Precision;
-use conelab_train::engine::{EngineError, TrainConfig, Trainer};
-use conelab_train::model::{DeviceSpec, ModelConfig};
-use conelab_train::objective::Objectives;
+use conelab_train::engine::{EngineError, Trainer};
 
 #[derive(Debug, Clone)]
 pub struct TrainBench {
@@ -302,7 +303,7 @@ pub enum MetricsBenchError {
     #[error(transparent)]
     Hull(#[from] conelab_metrics::hull::HullError),
     #[error(transparent)]
-    SecondTier(#[from] conelab_train::engine::analysis::SecondTierError),
+    SecondTier(#[from] conelab_core::analysis::SecondTierError),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -485,12 +486,7 @@ pub fn bench_metrics(b: &MetricsBench) -> Result<MetricsBenchResult, MetricsBenc
         // measure; it is due when ten times its last duration has passed, so its budget is a
         // tenth of that thread, whatever this time is.
         let (t, m, tier) = time_it(1, w_mib, || {
-            conelab_train::engine::analysis::second_tier_stats(
-                w,
-                &groups,
-                None,
-                Threads::Sequential,
-            )
+            conelab_core::analysis::second_tier_stats(w, &groups, None, Threads::Sequential)
         });
         let tier = tier?;
         rows.push(summarise(
@@ -605,7 +601,7 @@ pub struct ObjectivesBenchResult {
 
 /// The objectives compared, with their goals (ratio to MLE).
 fn bench_objective_set(tokens_per_update: usize, vocab: usize) -> Vec<(Objectives, Option<f64>)> {
-    use conelab_train::objective::{GateParts, LossKind};
+    use conelab_core::objective::{GateParts, LossKind};
     let with = |f: &dyn Fn(&mut Objectives)| {
         let mut o = Objectives::default();
         f(&mut o);

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
+use conelab_core::model::{DeviceSpec, ModelConfig};
+use conelab_core::objective::Objectives;
+use conelab_core::train_config::Precision;
 use conelab_train::aten::{OpCountError, OpCounts, count_ops};
 use conelab_train::engine::EngineError;
-use conelab_train::engine::config::Precision;
-use conelab_train::model::{DeviceSpec, ModelConfig};
-use conelab_train::objective::Objectives;
 
 use crate::random_trainer;
 
@@ -414,7 +414,7 @@ mod tests {
     fn the_flex_device_is_refused() {
         let b = OpsBench {
             model_name: "tiny".into(),
-            model: conelab_train::model::Preset::Tiny.config(),
+            model: conelab_core::model::Preset::Tiny.config(),
             device: DeviceSpec::Cpu,
             batch: 2,
             vocab: 50,
@@ -431,7 +431,7 @@ mod tests {
     fn a_missing_reference_script_is_said_before_any_training() {
         let b = OpsBench {
             model_name: "tiny".into(),
-            model: conelab_train::model::Preset::Tiny.config(),
+            model: conelab_core::model::Preset::Tiny.config(),
             device: DeviceSpec::LibtorchCpu,
             batch: 2,
             vocab: 50,

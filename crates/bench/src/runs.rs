@@ -15,9 +15,9 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::median;
+use conelab_catalog::{RunError, find, index};
 use conelab_core::labels::LabelEdit;
-use conelab_run::RunError;
-use conelab_run::{attach, index};
+use conelab_run::archive::StoreArchive;
 
 #[derive(Debug, Clone)]
 pub struct RunsBench {
@@ -180,9 +180,9 @@ fn run_all(b: &RunsBench, tmp: &Path) -> Result<RunsBenchResult, RunError> {
         let ms = super::attach::first_frame(|| {
             let t = Instant::now();
             let known = index::known_in(&index_dir, &roots);
-            let dir = attach::find_known(&name, &known)?;
+            let dir = find::find_known(&name, &known)?;
             found = t.elapsed().as_secs_f64() * 1e3;
-            attach::open(&dir)
+            Ok(conelab_client::open::open(&dir, &StoreArchive)?)
         })?;
         attach_ms.push(ms);
         find_ms.push(found);
@@ -209,7 +209,7 @@ impl RunsBenchResult {
             self.runs, self.history_steps, self.repeats
         );
         let verdict = |ms: f64, target: f64| if ms <= target { "met" } else { "MISSED" };
-        out.push_str(&conelab_run::list::plain_table(
+        out.push_str(&conelab_catalog::list::plain_table(
             ["what", "ms", "target ms", ""],
             [
                 vec![

@@ -10,16 +10,17 @@ use ratatui::backend::TestBackend;
 use serde::Serialize;
 
 use super::median;
+use conelab_core::analysis::EmbeddingAnalysis;
+use conelab_core::events::{
+    AppliedCommand, Command, EmbeddingStats, EvalStats, Event, RunStarted, Snapshot, StepStats,
+};
+use conelab_core::train_config::TrainConfig;
 use conelab_data::{FrequencyGroups, GroupBounds};
 use conelab_metrics::{
     EmbeddingPanel, Embeddings, MatrixError, OutputAccumulator, OutputBatch, PanelOptions,
     RowGroups, Threads,
 };
-use conelab_train::engine::analysis::EmbeddingAnalysis;
-use conelab_train::engine::{
-    self, AppliedCommand, Command, EmbeddingStats, EngineError, EngineOptions, EvalStats, Event,
-    RunStarted, Snapshot, StepStats, TrainConfig, Trainer,
-};
+use conelab_train::engine::{self, EngineError, EngineOptions, Trainer};
 use conelab_tui::app::{App, Pane, ViewOptions};
 use conelab_tui::ui;
 
@@ -35,8 +36,8 @@ impl From<std::convert::Infallible> for BenchError {
         match e {}
     }
 }
-use conelab_train::model::{DeviceSpec, ModelConfig};
-use conelab_train::objective::{ObjectiveChange, Objectives, Term};
+use conelab_core::model::{DeviceSpec, ModelConfig};
+use conelab_core::objective::{ObjectiveChange, Objectives, Term};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct FrameRow {

@@ -15,7 +15,7 @@ use std::sync::mpsc::Sender;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::change::{Change, ConfigChange};
+use crate::change::{Change, ConfigChange};
 use crate::objective::{ObjectiveChange, Objectives};
 use conelab_metrics::embedding::{Projection, SetStats};
 use conelab_metrics::hidden::HiddenStats;

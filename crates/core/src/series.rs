@@ -35,6 +35,26 @@ pub fn spectrum_metric(k: usize) -> String {
     format!("sv{k:04}")
 }
 
+/// A series of the store by its names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeriesName {
+    pub split: String,
+    pub group: String,
+    pub metric: String,
+}
+
+impl SeriesName {
+    pub fn key(&self) -> i64 {
+        series_key(&self.split, &self.group, &self.metric)
+    }
+
+    /// Whether a view offers it as a curve: not one singular value of a spectrum, not a fact
+    /// recorded once (`run` split), not one histogram bin (`hist/0042`).
+    pub fn is_curve(&self) -> bool {
+        self.split != split::SPECTRUM && self.split != split::RUN && !self.metric.contains('/')
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

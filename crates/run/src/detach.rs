@@ -16,9 +16,10 @@ use std::process::{Command, Stdio};
 use conelab_base::exit::ExitStatus;
 use serde::{Deserialize, Serialize};
 
-use super::RunError;
-use super::live::OUTPUT_LOG;
-use super::serve::Ready;
+use conelab_catalog::RunError;
+use conelab_core::run_dir::live::OUTPUT_LOG;
+
+use crate::serve::Ready;
 
 /// The first word of the ready line.
 pub const READY_PREFIX: &str = "conelab-ready ";

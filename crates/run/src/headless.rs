@@ -11,7 +11,7 @@ use conelab_base::exit::ExitStatus;
 use conelab_core::events::EventSink;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use conelab_train::engine::{EmbeddingStats, EvalStats, Event, FinishReason, RunStarted};
+use conelab_core::events::{EmbeddingStats, EvalStats, Event, FinishReason, RunStarted};
 
 /// How the run ended, for the exit status.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,18 +5,23 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::options::TrainOptions;
-use super::{RunError, live};
-use crate::run_config::ConfigFile;
 use conelab_base::error::Invalid;
 use conelab_base::lockfile::LockFile;
+use conelab_catalog::RunError;
 use conelab_core::change::ConfigChange;
+use conelab_core::events::{Command, Event};
 use conelab_core::labels::{LabelEdit, RunLabels};
+use conelab_core::model::{DeviceSpec, ModelConfig, Preset};
+use conelab_core::objective::{GateParts, ObjectiveChange, Objectives};
+use conelab_core::run_dir::live;
+use conelab_core::run_dir::{CorpusSpec, RunDir, RunSpec};
+use conelab_core::train_config::TrainConfig;
 use conelab_data::{Corpus, CorpusSource, LoadOptions};
-use conelab_train::checkpoint::{self, CorpusSpec, RunDir, RunSpec};
-use conelab_train::engine::{Command, Event, TrainConfig, Trainer};
-use conelab_train::model::{DeviceSpec, ModelConfig, Preset};
-use conelab_train::objective::{GateParts, ObjectiveChange, Objectives};
+use conelab_train::checkpoint;
+use conelab_train::engine::Trainer;
+
+use crate::options::TrainOptions;
+use crate::run_config::ConfigFile;
 
 /// A run ready to serve.
 pub struct Prepared {
@@ -270,7 +275,7 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
     if dir.join("run.toml").exists() {
         // A folder whose run never reached a checkpoint may be started again; one with a
         // checkpoint holds training that a new run would overwrite.
-        let has_checkpoint = checkpoint::checkpoints_in(&dir)
+        let has_checkpoint = conelab_core::run_dir::checkpoints_in(&dir)
             .map(|c| !c.is_empty())
             .unwrap_or(true);
         if has_checkpoint {
@@ -587,7 +592,7 @@ fn newest_intact(
         let error = match checkpoint::restore_trainer(run, Some(dir), None, opts.device) {
             Ok(trainer) => match trainer.weights_check() {
                 Ok(_) => return Ok((trainer, skipped)),
-                Err(reason) => checkpoint::CheckpointError::Unhealthy {
+                Err(reason) => conelab_core::run_dir::CheckpointError::Unhealthy {
                     step: trainer.state().step,
                     reason,
                 },
@@ -604,8 +609,8 @@ fn newest_intact(
 }
 
 /// Whether `e` is about a file of the checkpoint folder `dir` (so an older checkpoint may do).
-fn concerns(e: &checkpoint::CheckpointError, dir: &Path) -> bool {
-    use checkpoint::CheckpointError as E;
+fn concerns(e: &conelab_core::run_dir::CheckpointError, dir: &Path) -> bool {
+    use conelab_core::run_dir::CheckpointError as E;
     match e {
         E::Io { path, .. }
         | E::Corrupt { path, .. }
@@ -622,10 +627,10 @@ pub fn utc_stamp() -> String {
 
 /// The device of a new run without `--device`: the config file's `device`, else the CPU. A value
 /// the file got wrong is bad input naming its line.
-fn default_device() -> Result<conelab_train::model::DeviceSpec, RunError> {
+fn default_device() -> Result<conelab_core::model::DeviceSpec, RunError> {
     let setting = &conelab_base::config::current().device;
     match &setting.value {
-        None => Ok(conelab_train::model::DeviceSpec::Cpu),
+        None => Ok(conelab_core::model::DeviceSpec::Cpu),
         Some(text) => text.parse().map_err(|e| {
             RunError::Usage(format!("config file {}: device = {text:?}: {e}", setting.from).into())
         }),

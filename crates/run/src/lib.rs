@@ -9,24 +9,24 @@
 //! - [`options`]: the training options the command line and sweeps parse; [`run_config`]: a
 //!   run's settings from preset, file and flags.
 //! - [`headless`]: the reporter on stdout; [`sweep`]: grids of runs, local or on SLURM.
-//!
-//! The link to the viewers (protocol, view, hub, server, transports, attach, follow, live, list,
-//! labels) is the `conelab_link` crate, re-exported here under its old paths.
+//! - The run's side of the link to its viewers (zellij's server): [`hub`] (the run's view, fed by
+//!   its events, fanned out to viewers), [`server`] (the control socket), [`answers`] (requests
+//!   only a run answers, live or from its folder), [`local_link`] (a viewer in the run's own
+//!   process) and [`archive`] (a finished run's history and answers for a viewer).
 
+pub mod answers;
+pub mod archive;
 pub mod choice_arg;
 pub mod detach;
 pub mod gpu;
 pub mod headless;
+pub mod hub;
 pub mod launch;
+pub mod local_link;
 pub mod log;
 pub mod notify;
 pub mod options;
 pub mod run_config;
 pub mod serve;
+pub mod server;
 pub mod sweep;
-
-pub use conelab_link::{
-    RunError, answer, attach, client, follow, hub, index, labels, list, live, protocol, say,
-    server, view,
-};
-pub use options::TrainOptions;

@@ -16,8 +16,8 @@ use std::sync::Mutex;
 use tracing::{Dispatch, debug, error, info, warn};
 use tracing_subscriber::EnvFilter;
 
+use conelab_core::events::Event;
 use conelab_core::events::EventSink;
-use conelab_train::engine::Event;
 
 /// The log file in a run folder.
 pub const TRAIN_LOG: &str = "train.log";
@@ -222,7 +222,7 @@ fn emit(event: &Event, every: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use conelab_train::engine::{FinishReason, StepStats};
+    use conelab_core::events::{FinishReason, StepStats};
 
     fn step(n: u64) -> Event {
         Event::Step(StepStats {

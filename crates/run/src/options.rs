@@ -9,11 +9,11 @@ use conelab_base::error::Invalid;
 
 use crate::choice_arg::choice;
 
+use conelab_core::model::{DeviceSpec, Preset};
+use conelab_core::objective::LossArg;
+use conelab_core::train_config::Precision;
+use conelab_core::train_config::{OptimizerKind, Schedule};
 use conelab_data::GroupBounds;
-use conelab_train::engine::config::Precision;
-use conelab_train::engine::{OptimizerKind, Schedule};
-use conelab_train::model::{DeviceSpec, Preset};
-use conelab_train::objective::LossArg;
 
 /// The exit statuses of a run, for `--help` and the README.
 pub const EXIT_CODES_HELP: &str = "Exit status: 0 completed, or stopped from a viewer; 2 bad input; 3 diverged (NaN/inf loss, nobody resumed it); 4 failed (an internal or device error); 75 stopped by SIGINT/SIGTERM after saving a checkpoint (resumable: a scheduler may requeue it); 130 a second signal before the checkpoint was saved. A viewer exits 0 when it detaches. The run ignores SIGHUP: a closed terminal or a dropped SSH connection never stops it.";
@@ -296,7 +296,7 @@ impl TrainOptions {
             return Err("--keep must be at least 1".into());
         }
         if let Some(lr) = self.lr {
-            conelab_train::engine::check_lr(lr).map_err(|why| format!("--lr: {why}"))?;
+            conelab_core::train_config::check_lr(lr).map_err(|why| format!("--lr: {why}"))?;
         }
         conelab_core::labels::RunLabels::default().apply(&self.label_edit())?;
         Ok(())
@@ -319,10 +319,10 @@ impl TrainOptions {
     /// line works); a different one is refused, naming the flag and both values.
     pub fn refuse_changes(
         &self,
-        spec: &conelab_train::checkpoint::RunSpec,
-        resolved_model: &conelab_train::model::ModelConfig,
-        resolved_train: &conelab_train::engine::TrainConfig,
-        corpus: Option<&conelab_train::checkpoint::CorpusSpec>,
+        spec: &conelab_core::run_dir::RunSpec,
+        resolved_model: &conelab_core::model::ModelConfig,
+        resolved_train: &conelab_core::train_config::TrainConfig,
+        corpus: Option<&conelab_core::run_dir::CorpusSpec>,
         run_dir: &std::path::Path,
     ) -> Result<(), Invalid> {
         let refuse = |flag: &str, given: String, own: String| -> Result<(), Invalid> {

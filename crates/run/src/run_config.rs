@@ -22,8 +22,8 @@ use std::path::Path;
 
 use conelab_core::choice::Choice;
 use conelab_core::labels::LabelEdit;
-use conelab_train::engine::TrainConfig;
-use conelab_train::model::{ModelConfig, Preset};
+use conelab_core::model::{ModelConfig, Preset};
+use conelab_core::train_config::TrainConfig;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -197,7 +197,7 @@ mod tests {
         )
         .expect("parses");
         let o = f.train().expect("train").objectives;
-        assert_eq!(o.loss, conelab_train::objective::LossKind::Nce);
+        assert_eq!(o.loss, conelab_core::objective::LossKind::Nce);
         assert!(o.freeze.rare && o.cos.enabled);
         assert_eq!(o.cos.weight, 2.0);
     }
@@ -210,7 +210,7 @@ mod tests {
         )
         .expect("parses");
         let o = f.train().expect("train").objectives;
-        assert_eq!(o.loss, conelab_train::objective::LossKind::And);
+        assert_eq!(o.loss, conelab_core::objective::LossKind::And);
         assert_eq!((o.and_lm.alpha, o.and_lm.gamma), (0.1, 0.25));
         assert!(o.squashed_scores());
         assert_eq!(o.label(), "AND α=0.1 γ=0.25 squash");

@@ -15,18 +15,24 @@ use std::time::Duration;
 
 use conelab_base::exit::ExitStatus;
 
-use super::answer::LiveAnswers;
-use super::hub::{Hub, HubInput, HubStats};
-use super::launch::Prepared;
-use super::protocol::RunHello;
-use super::server::{self, Server};
-use super::view::{RunInfo, RunStatus, RunView, Vocabulary};
-use super::{RunError, TrainOptions, live};
-use crate::headless::{self, Outcome};
+use conelab_catalog::RunError;
+use conelab_core::analysis::LatestAnalysis;
+use conelab_core::events::{Command, CommandSender, DivergencePolicy};
+use conelab_core::run_dir::CorpusSpec;
+use conelab_core::run_dir::live;
+use conelab_core::run_fault::Fault;
+use conelab_protocol::message::{PROTOCOL_VERSION, RunHello};
+use conelab_protocol::view::{RunInfo, RunStatus, RunView, Vocabulary};
 use conelab_store::{self as store, FlushPolicy, RunRecord, StoreWriter};
-use conelab_train::checkpoint::{Checkpointer, CorpusSpec};
-use conelab_train::engine::analysis::LatestAnalysis;
-use conelab_train::engine::{self, Command, CommandSender, DivergencePolicy, EngineOptions, Fault};
+use conelab_train::checkpoint::Checkpointer;
+use conelab_train::engine::{self, EngineOptions};
+
+use crate::answers::LiveAnswers;
+use crate::headless::{self, Outcome};
+use crate::hub::{Hub, HubInput, HubStats};
+use crate::launch::Prepared;
+use crate::options::TrainOptions;
+use crate::server::{self, Server};
 
 /// How the run reports on its stdout.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -100,20 +106,20 @@ impl Signals {
             .spawn(move || {
                 for _ in signals.forever() {
                     if b.swap(true, Ordering::SeqCst) {
-                        super::say(
+                        conelab_base::stderr::say(
                             "conelab: second signal: exiting now, without waiting for the checkpoint",
                         );
                         ExitStatus::Interrupted.exit_now();
                     }
                     match s.get() {
                         Some(sender) => {
-                            super::say(
+                            conelab_base::stderr::say(
                                 "conelab: signal received: stopping after this step with a checkpoint (again to exit at once)",
                             );
                             sender.send(Command::Stop { save: true });
                         }
                         None => {
-                            super::say("conelab: signal received before training started: exiting");
+                            conelab_base::stderr::say("conelab: signal received before training started: exiting");
                             ExitStatus::Interrupted.exit_now();
                         }
                     }
@@ -124,7 +130,7 @@ impl Signals {
     }
 }
 
-fn store_record(dir: &Path, spec: &conelab_train::checkpoint::RunSpec) -> RunRecord {
+fn store_record(dir: &Path, spec: &conelab_core::run_dir::RunSpec) -> RunRecord {
     let config = std::fs::read_to_string(dir.join("run.toml")).unwrap_or_default();
     let run_id = dir
         .file_name()
@@ -173,7 +179,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
     };
     // In this user's index, so the run is found by name from any folder (a failure costs
     // only that: the run roots are still scanned).
-    if let Err(e) = conelab_link::index::register(&dir, &labels) {
+    if let Err(e) = conelab_catalog::index::register(&dir, &labels) {
         notes.push(format!(
             "conelab: warning: {} (the run is found by its folder only)",
             conelab_base::error::chain(&e)
@@ -241,7 +247,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
     let socket = server::socket_path(&dir).map_err(internal("choosing the control socket"))?;
     let listener =
         server::bind(&socket).map_err(RunError::internal(socket.display().to_string()))?;
-    live::announce(&dir, &socket)?;
+    live::announce(&dir, &socket, PROTOCOL_VERSION)?;
 
     // The engine: checkpoints wait for the store; a divergence pauses only while someone watches.
     let fault = Fault::default();
@@ -293,13 +299,13 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
             pid: std::process::id(),
         };
         if let Err(e) = ready(&r) {
-            super::say(&format!(
+            conelab_base::stderr::say(&format!(
                 "conelab: warning: telling the starter where the run is: {e}"
             ));
         }
     }
     for n in notes {
-        super::say(&n);
+        conelab_base::stderr::say(&n);
     }
 
     // train.log: written whatever stdout is; a run goes on without it if it cannot be opened
@@ -313,12 +319,12 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
     ) {
         Ok((log, warning)) => {
             if let Some(w) = warning {
-                super::say(&format!("conelab: warning: {w}"));
+                conelab_base::stderr::say(&format!("conelab: warning: {w}"));
             }
             Some(log)
         }
         Err(e) => {
-            super::say(&format!(
+            conelab_base::stderr::say(&format!(
                 "conelab: warning: {}: {e}; the run goes on without it",
                 dir.join(super::log::TRAIN_LOG).display()
             ));
@@ -364,10 +370,10 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         dir: dir.clone(),
     };
     let newest_checkpoint = || {
-        conelab_train::checkpoint::RunDir::open(&dir)
+        conelab_core::run_dir::RunDir::open(&dir)
             .ok()
             .and_then(|r| r.checkpoints().ok())
-            .and_then(|c| c.last().and_then(|p| conelab_train::checkpoint::step_of(p)))
+            .and_then(|c| c.last().and_then(|p| conelab_core::run_dir::step_of(p)))
     };
     // `step` is the steps trained (the divergent step was not applied: it is in the message).
     let (status, step, message) = match &exit.outcome {
@@ -395,7 +401,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
     } else {
         step
     };
-    let total_steps = conelab_train::checkpoint::RunDir::open(&dir)
+    let total_steps = conelab_core::run_dir::RunDir::open(&dir)
         .map(|r| r.spec().train.steps)
         .unwrap_or(0);
     let record = live::FinalRecord {
@@ -409,13 +415,13 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         host: conelab_base::lockfile::host_name(),
     };
     if let Err(e) = live::conclude(&dir, &record) {
-        super::say(&format!(
+        conelab_base::stderr::say(&format!(
             "conelab: warning: recording how the run ended: {e}"
         ));
     }
     if let Some(command) = &notify {
         let ending = crate::notify::Ending {
-            name: conelab_train::checkpoint::RunDir::open(&dir)
+            name: conelab_core::run_dir::RunDir::open(&dir)
                 .map(|r| r.spec().name.clone())
                 .unwrap_or_else(|_| dir.display().to_string()),
             dir: dir.display().to_string(),
@@ -429,7 +435,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         if let Err(warning) =
             crate::notify::notify(command, &ending, &dir, crate::notify::NOTIFY_TIMEOUT)
         {
-            super::say(&format!("conelab: warning: {warning}"));
+            conelab_base::stderr::say(&format!("conelab: warning: {warning}"));
         }
     }
     drop(lock);
@@ -497,22 +503,22 @@ pub fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<Exit
     match &exit.outcome {
         crate::headless::Outcome::Diverged { step, loss } => {
             // Say what there is to come back to: a checkpoint, or none at all.
-            crate::say(
-                &match conelab_core::run_dir::newest_checkpoint_step(&exit.dir) {
-                    Some(at) => format!(
-                        "conelab: training diverged at step {step} (loss {loss}); its newest checkpoint (step {at}) is kept: `conelab train --resume {} --lr LOWER` continues from it",
-                        exit.dir.display()
-                    ),
-                    None => format!(
-                        "conelab: training diverged at step {step} (loss {loss}) before its first checkpoint: nothing to resume; start again with a lower --lr"
-                    ),
-                },
-            )
+            conelab_base::stderr::say(&match conelab_core::run_dir::newest_checkpoint_step(
+                &exit.dir,
+            ) {
+                Some(at) => format!(
+                    "conelab: training diverged at step {step} (loss {loss}); its newest checkpoint (step {at}) is kept: `conelab train --resume {} --lr LOWER` continues from it",
+                    exit.dir.display()
+                ),
+                None => format!(
+                    "conelab: training diverged at step {step} (loss {loss}) before its first checkpoint: nothing to resume; start again with a lower --lr"
+                ),
+            })
         }
         crate::headless::Outcome::Failed { message } => {
-            crate::say(&format!("conelab: training failed: {message}"))
+            conelab_base::stderr::say(&format!("conelab: training failed: {message}"))
         }
-        _ if exit.by_signal => crate::say(&format!(
+        _ if exit.by_signal => conelab_base::stderr::say(&format!(
             "conelab: stopped by a signal after saving a checkpoint: `conelab train --resume {}` continues it",
             exit.dir.display()
         )),

@@ -695,8 +695,6 @@ pub fn hist_cell(i: usize) -> String {
     format!("{HIST_CELL}{i:04}")
 }
 
-/// The metric name of the k-th normalised singular value (0-based), sorted by name = by k.
-
 fn set_metrics(s: &SetStats) -> [(&'static str, f64); 15] {
     [
         ("isoscore_random", s.isoscore_random),

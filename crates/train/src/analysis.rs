@@ -6,10 +6,11 @@ use std::path::Path;
 
 use serde_json::{Map, Value, json};
 
-use crate::checkpoint::matrix::{LoadedMatrix, run_classes};
-use crate::engine::analysis::{SecondTierError, second_tier_stats};
-use crate::engine::{EngineError, EvalStats, SecondTierStats};
-use crate::model::DeviceSpec;
+use crate::engine::EngineError;
+use conelab_core::analysis::{SecondTierError, second_tier_stats};
+use conelab_core::events::{EvalStats, SecondTierStats};
+use conelab_core::model::DeviceSpec;
+use conelab_core::run_dir::matrix::{LoadedMatrix, run_classes};
 use conelab_data::{Group, GroupBounds, Split, thousands};
 use conelab_metrics::bootstrap::{BootstrapError, Interval, SentenceScores, bootstrap_ppl};
 use conelab_metrics::hidden::HiddenStats;
@@ -29,7 +30,7 @@ pub enum AnalysisError {
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error(transparent)]
-    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    Checkpoint(#[from] conelab_core::run_dir::CheckpointError),
     #[error(transparent)]
     Word(#[from] WordError),
     #[error("-k must be at least 1")]
@@ -42,7 +43,7 @@ pub enum AnalysisError {
     SecondTier(#[from] SecondTierError),
 }
 
-pub use conelab_core::words::{WordError, close_spellings, resolve_word};
+use conelab_core::words::{WordError, resolve_word};
 
 /// Embedding metrics as JSON with the documented keys: `n`, `d`, `i1`, `i2`, `i1_unit`,
 /// `i2_unit`, `isoscore`, `mean_norm`, `sv_norm`, `effective_rank`, `mean_cos` (plus `sv_max`,

@@ -11,8 +11,8 @@ use conelab_core::analysis::EmbeddingAnalysis;
 use conelab_core::events::{Command, Event, ProjectionFrame};
 use conelab_core::objective::{GateParts, LossKind, ObjectiveChange, Objectives, Term};
 use conelab_data::Group;
-use conelab_link::protocol::{CommandOutcome, RunHello, ServerMessage};
-pub use conelab_link::view::{LogKind, LogLine, RunInfo, RunStatus, RunView, Vocabulary};
+use conelab_protocol::message::{CommandOutcome, RunHello, ServerMessage};
+use conelab_protocol::view::{LogKind, RunStatus, RunView, Vocabulary};
 
 /// The panes, in focus order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -476,17 +476,18 @@ impl App {
         self.connection_lost = true;
         // A run that ended as the connection went (its last events not read yet) says how in
         // its folder's final record.
-        let ended = self
-            .hello
-            .as_ref()
-            .and_then(|h| conelab_link::live::read_final(&h.dir).ok().flatten());
+        let ended = self.hello.as_ref().and_then(|h| {
+            conelab_core::run_dir::live::read_final(&h.dir)
+                .ok()
+                .flatten()
+        });
         if self.run.status.is_live()
             && let Some(f) = ended
         {
-            self.run.status = conelab_link::attach::status_of(&f);
+            self.run.status = conelab_protocol::view::status_of(&f);
             let text = match &self.run.status {
                 RunStatus::Failed { message } => format!("failed: {message}"),
-                _ => conelab_link::attach::ended_at(&f),
+                _ => conelab_protocol::view::ended_at(&f),
             };
             self.run.log(f.step, LogKind::Info, text);
         } else if self.run.status.is_live() {

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::app::{Action, App, Pane, ViewOptions};
-use super::neighbors::Vocabulary;
 use conelab_core::analysis::EmbeddingAnalysis;
 use conelab_core::events::EmbeddingStats;
 use conelab_core::events::{Event, FinishReason, Snapshot};
@@ -19,6 +18,7 @@ use conelab_metrics::embedding::SetStats;
 use conelab_metrics::{
     EmbeddingPanel, Embeddings, MatrixError, PanelOptions, ProjectionMode, RowGroups, Threads,
 };
+use conelab_protocol::view::{RunStatus, Vocabulary};
 
 /// The panes the browser has, in focus order.
 pub const PANES: [Pane; 4] = [Pane::Scatter, Pane::Neighbors, Pane::Spectrum, Pane::Groups];
@@ -92,7 +92,7 @@ impl Side {
         }));
         // One snapshot: there is no "start" to compare the spectrum with (unless --compare).
         app.run.first_spectrum = None;
-        app.run.status = super::app::RunStatus::Finished {
+        app.run.status = RunStatus::Finished {
             reason: FinishReason::Completed,
         };
         app.focus = Pane::Scatter;

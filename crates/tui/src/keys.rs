@@ -210,9 +210,10 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::{Effect, RunStatus, ViewOptions};
+    use crate::app::{Effect, ViewOptions};
     use conelab_core::events::Command;
     use conelab_core::objective::{ObjectiveChange, Objectives, Term};
+    use conelab_protocol::view::RunStatus;
 
     fn key(code: KeyCode) -> KeyEvent {
         KeyEvent::new(code, KeyModifiers::NONE)
@@ -509,7 +510,7 @@ mod tests {
     #[test]
     fn a_lost_connection_reads_how_the_run_ended() {
         let tmp = tempfile::tempdir().expect("tmp");
-        let hello = |dir: &std::path::Path| conelab_link::protocol::RunHello {
+        let hello = |dir: &std::path::Path| conelab_protocol::message::RunHello {
             run_id: "r".into(),
             dir: dir.to_path_buf(),
             pid: 1,
@@ -522,9 +523,9 @@ mod tests {
         };
         let mut app = running();
         app.hello = Some(hello(tmp.path()));
-        conelab_link::live::conclude(
+        conelab_core::run_dir::live::conclude(
             tmp.path(),
-            &conelab_link::live::FinalRecord {
+            &conelab_core::run_dir::live::FinalRecord {
                 status: "failed".into(),
                 step: 29,
                 total_steps: 1000,
@@ -638,7 +639,7 @@ mod tests {
 
     #[test]
     fn the_search_box_takes_letters_and_enter_selects_a_match() {
-        use crate::neighbors::Vocabulary;
+        use conelab_protocol::view::Vocabulary;
         let vocab = Vocabulary {
             tokens: ["the", "of", "quantum", "quasar"]
                 .map(String::from)

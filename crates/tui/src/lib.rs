@@ -23,12 +23,13 @@ use conelab_base::exit::ExitStatus;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 
-use app::{Action, App, Effect, Request, RunStatus, ViewOptions};
+use app::{Action, App, Effect, Request, ViewOptions};
+use conelab_client::link::{LinkError, RunLink};
 use conelab_core::objective::Objectives;
 use conelab_data::{FrequencyGroups, GroupBounds};
-use conelab_link::client::{LinkError, RunLink};
-use conelab_link::protocol::{ClientMessage, RunHello, ServerMessage};
 use conelab_metrics::RowGroups;
+use conelab_protocol::message::{ClientMessage, RunHello, ServerMessage};
+use conelab_protocol::view::RunStatus;
 use event_loop::{Events, Flow, View, ViewerEvent};
 
 pub use event_loop::FRAME;
@@ -169,7 +170,7 @@ pub fn after_viewer(dir: &std::path::Path, exit: ViewerExit) -> ExitStatus {
                     let _ = writeln!(std::io::stderr(), "{line}");
                     return ExitStatus::Failed;
                 }
-                if let Ok(Some(f)) = conelab_link::live::read_final(dir) {
+                if let Ok(Some(f)) = conelab_core::run_dir::live::read_final(dir) {
                     if f.status == "stopped" {
                         let _ = writeln!(std::io::stdout(), "{}", stopped_summary(dir, f.step));
                     }
@@ -201,8 +202,8 @@ pub fn after_viewer(dir: &std::path::Path, exit: ViewerExit) -> ExitStatus {
 /// gone): what happened and how to continue it; `None` for a live run or one that ended.
 pub fn crashed_summary(dir: &std::path::Path) -> Option<String> {
     if !matches!(
-        conelab_link::live::liveness(dir),
-        Ok(conelab_link::live::Liveness::Crashed)
+        conelab_core::run_dir::live::liveness(dir),
+        Ok(conelab_core::run_dir::live::Liveness::Crashed)
     ) {
         return None;
     }
@@ -378,7 +379,7 @@ mod stop_tests {
     #[test]
     fn a_run_gone_without_a_word_says_so_and_how_to_go_on() {
         let dir = tempfile::tempdir().expect("tmp");
-        let lock = conelab_link::live::hold(dir.path()).expect("hold");
+        let lock = conelab_core::run_dir::live::hold(dir.path()).expect("hold");
         assert_eq!(crashed_summary(dir.path()), None, "live");
         drop(lock);
         let none = crashed_summary(dir.path()).expect("gone");
@@ -394,9 +395,9 @@ mod stop_tests {
             )),
             "{at}"
         );
-        conelab_link::live::conclude(
+        conelab_core::run_dir::live::conclude(
             dir.path(),
-            &conelab_link::live::FinalRecord {
+            &conelab_core::run_dir::live::FinalRecord {
                 status: "completed".into(),
                 step: 50,
                 total_steps: 50,

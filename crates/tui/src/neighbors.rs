@@ -17,7 +17,7 @@ pub const MATCHES: usize = 6;
 /// Words that can be pinned at once.
 pub const MAX_PINNED: usize = 6;
 
-pub use conelab_link::view::Vocabulary;
+use conelab_protocol::view::Vocabulary;
 
 /// How well `token` matches `query` (lower is better): exact, prefix, substring, then a
 /// subsequence (its letters in order), case-insensitively; `None` when it does not match.
@@ -152,7 +152,7 @@ impl NeighborsState {
     pub fn set_results(
         &mut self,
         step: Option<u64>,
-        results: Vec<conelab_link::protocol::WordNeighbors>,
+        results: Vec<conelab_protocol::message::WordNeighbors>,
     ) {
         let watched = self.watched();
         self.results = watched

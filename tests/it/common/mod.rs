@@ -464,15 +464,15 @@ pub fn wait_final(run: &Path) -> serde_json::Value {
 
 /// Every train/loss row of a run's store as (step, loss), in store order.
 pub fn store_losses(run: &Path) -> Vec<(u64, f64)> {
-    let st = conelab::store::load(run).expect("the run's store");
+    let st = conelab_store::load(run).expect("the run's store");
     let h =
-        conelab::store::query::history(&st.metrics, "train", "total", "loss", 0).expect("history");
+        conelab_store::query::history(&st.metrics, "train", "total", "loss", 0).expect("history");
     h.steps.into_iter().zip(h.values).collect()
 }
 
 /// The kinds and steps of a run's store events, in order.
 pub fn store_events(run: &Path) -> Vec<(String, u64, String)> {
-    let st = conelab::store::load(run).expect("the run's store");
+    let st = conelab_store::load(run).expect("the run's store");
     let kinds = st
         .events
         .column("kind")

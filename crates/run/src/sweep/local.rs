@@ -12,8 +12,8 @@ use conelab_base::exit::ExitStatus;
 
 use super::SweepError;
 use super::record::{RecordedRun, SweepRecord};
-use crate::live;
-use conelab_train::checkpoint::RunDir;
+use conelab_core::run_dir::RunDir;
+use conelab_core::run_dir::live;
 
 /// How a run of the sweep ended this time.
 #[derive(Debug, Clone, PartialEq)]

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, FromArgMatches};
 
-use crate::TrainOptions;
+use crate::options::TrainOptions;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{PlannedRun, Sweep, SweepError, run_dir};
-use crate::list::{RunRow, plain_table, row, step_cell};
+use conelab_catalog::list::{RunRow, plain_table, row, step_cell};
 
 /// The record's file in a sweep folder.
 pub const SWEEP_JSON: &str = "sweep.json";

@@ -13,8 +13,7 @@ use std::process::Command;
 use super::SweepError;
 // The job and the tasks' states are part of the record (sweep.json, `sweep status`); this
 // module asks SLURM for them.
-use super::record::SweepRecord;
-pub use super::record::{SlurmJob, TaskStates};
+use super::record::{SlurmJob, SweepRecord, TaskStates};
 
 /// What `sbatch` is asked for besides the array itself.
 #[derive(Debug, Clone, Default, PartialEq)]

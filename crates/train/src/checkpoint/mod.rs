@@ -1,11 +1,11 @@
 //! Checkpoints of a trainer: writing one into a run folder (staged, fsynced, then put in place)
 //! and building a trainer back from one. The run folder's layout, its crash-safe commit and the
-//! pruning of old checkpoints are `conelab_core::run_dir`'s, re-exported here.
+//! pruning of old checkpoints are `conelab_core::run_dir`'s.
 //!
 //! Under a metrics store the rename waits for the store: a checkpoint counts only once the store
 //! is durable up to its step ([`Checkpointer::deferred`], `conelab_store::recorder`).
 
-pub use conelab_core::run_dir::*;
+use conelab_core::run_dir::*;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -16,12 +16,13 @@ use burn::optim::ModuleOptimizer;
 use burn::prelude::*;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 
-use crate::engine::{CheckpointSink, EngineError, RunState, SavedCheckpoint, TrainConfig, Trainer};
-use crate::model::{
-    DeviceError, DeviceSpec, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding,
-};
+use crate::engine::{CheckpointSink, EngineError, SavedCheckpoint, Trainer};
+use crate::model::{LanguageModel, RecurrentState, SpectralEmbedding};
 use conelab_base::atomic::sync_dir;
 use conelab_base::error::{BoxError, Invalid, chain};
+use conelab_core::model::{DeviceError, DeviceSpec, ModelConfig};
+use conelab_core::state::RunState;
+use conelab_core::train_config::TrainConfig;
 
 /// What a checkpoint holds besides the model.
 pub struct Loaded {
@@ -404,7 +405,7 @@ fn restore_trainer_as(
             .parse()
             .map_err(EngineError::invalid::<DeviceError>("--device"))?,
     };
-    use crate::engine::config::Precision;
+    use conelab_core::train_config::Precision;
     if fp32_fallback
         && train.precision == Precision::Bf16
         && crate::model::check_bf16(device).is_err()

@@ -8,9 +8,9 @@ use std::time::Instant;
 use burn::prelude::*;
 
 use super::EngineError;
-use super::protocol::EvalStats;
 use crate::model::output::{host_outputs, output_tensors};
 use crate::model::{LanguageModel, RecurrentState};
+use conelab_core::events::EvalStats;
 use conelab_data::{Corpus, Group, PartialWindow, Split, StreamBatcher};
 use conelab_metrics::hidden::{HiddenPlan, hidden_geometry};
 use conelab_metrics::{OutputAccumulator, OutputBatch};

@@ -659,8 +659,8 @@ mod tests {
     use burn::optim::{GradientsParams, ModuleOptimizer};
 
     use super::*;
-    use crate::model::DeviceSpec;
     use crate::model::DeviceSpecExt;
+    use conelab_core::model::DeviceSpec;
 
     thread_local! {
         /// Steps this thread took through the fused pass (not burn's AdamW).

@@ -72,8 +72,8 @@ pub fn squared_sum<const D: usize>(_grad: &Tensor<D>) -> Option<f64> {
 mod tests {
     use super::super::fused_adamw::CHUNK;
     use super::*;
-    use crate::model::DeviceSpec;
     use crate::model::DeviceSpecExt;
+    use conelab_core::model::DeviceSpec;
 
     /// Values over several chunks with a tail, of mixed sign and scale.
     fn values(n: usize) -> Vec<f32> {

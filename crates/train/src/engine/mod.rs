@@ -17,25 +17,22 @@ use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use conelab_core::events::{CommandSender, DivergencePolicy, Envelope};
-pub use conelab_core::run_fault::{Fault, backend_panic_message, panic_message};
-pub use conelab_core::state::{RunState, STATE_FORMAT};
-pub use conelab_core::{analysis, events as protocol, train_config as config};
-pub use config::{OptimizerKind, Schedule, TrainConfig, check_lr};
-pub use protocol::{
-    AppliedCommand, Command, EmbeddingStats, EvalStats, Event, FinishReason, ProjectionFrame,
-    RunStarted, SecondTierStats, Snapshot, StepStats,
+use conelab_core::events::{
+    AppliedCommand, Command, CommandSender, DivergencePolicy, Envelope, EvalStats, Event,
+    FinishReason, RunStarted,
 };
+use conelab_core::run_fault::{Fault, backend_panic_message};
+use conelab_core::state::RunState;
 pub use trainer::{
     COMMAND_LOG, ReadBack, Trainer, WEIGHT_BOUND, clip_global_norm, memory_refusal,
     training_bytes_needed,
 };
 pub(crate) use trainer::{build_optimizer, spectral_optimizer};
 
-use crate::model::DeviceError;
-use crate::objective::{FreezeConfig, ObjectiveChange};
-use analysis::{AnalysisWorker, LatestAnalysis};
 use conelab_base::error::{BoxError, Invalid, chain};
+use conelab_core::analysis::{AnalysisWorker, LatestAnalysis};
+use conelab_core::model::DeviceError;
+use conelab_core::objective::{FreezeConfig, ObjectiveChange};
 use conelab_core::run_dir::CheckpointError;
 use conelab_data::DataError;
 use conelab_metrics::RowGroups;
@@ -520,7 +517,7 @@ impl Engine {
     }
 
     /// `--freeze GROUP@N` ends at step N. The trainer would thaw the groups by itself
-    /// ([`crate::objective::FreezeConfig::at_step`]); made an applied change instead, the thaw is
+    /// ([`conelab_core::objective::FreezeConfig::at_step`]); made an applied change instead, the thaw is
     /// in the store, in the log and in every viewer's Controls pane, at the step it happens.
     fn freeze_expiry(&self) -> Option<ObjectiveChange> {
         let objectives = self.trainer.objectives();

@@ -11,18 +11,13 @@ use burn::optim::{GradientsParams, ModuleOptimizer, SgdConfig};
 use burn::prelude::*;
 use burn::tensor::Gradients;
 
-use super::config::{OptimizerKind, Precision, Schedule, TrainConfig};
 use super::fused_adamw::FusedAdamW;
-use super::protocol::{AppliedCommand, Command, EvalStats, Snapshot, SpectralStats, StepStats};
 use super::{EngineError, RunState, eval, grad_norm};
 use crate::model::DeviceSpecExt;
 use crate::model::lstm::detach_state;
 use crate::model::output::log_partition;
 use crate::model::precision::Autocast;
-use crate::model::{
-    DeviceSpec, HostLstmWindow, LanguageModel, ModelConfig, RecurrentState, SpectralEmbedding,
-    constant,
-};
+use crate::model::{HostLstmWindow, LanguageModel, RecurrentState, SpectralEmbedding, constant};
 use crate::objective::agg::{
     Gates, RareChoice, TokenCounter, agg_gates, alpha_for_rare_fraction, part_freeze_gates,
     row_gates,
@@ -37,12 +32,17 @@ use crate::objective::spectrum::{
     orthogonality_frobenius, orthogonality_penalty, prior_penalty, prior_targets,
     proximal_sigma_step, spectrum_penalty,
 };
-use crate::objective::{
-    GateParts, LossKind, ObjectiveChange, Objectives, SigmaUpdate, SpectrumC1, Term, cosreg,
-    laplacian, unlikelihood,
-};
+use crate::objective::{cosreg, laplacian, unlikelihood};
 use conelab_base::error::Invalid;
 use conelab_core::change::{Change, ObjectivesInForce, RareAlpha};
+use conelab_core::events::{
+    AppliedCommand, Command, EvalStats, Snapshot, SpectralStats, StepStats,
+};
+use conelab_core::model::{DeviceSpec, ModelConfig};
+use conelab_core::objective::{
+    GateParts, LossKind, ObjectiveChange, Objectives, SigmaUpdate, SpectrumC1, Term,
+};
+use conelab_core::train_config::{OptimizerKind, Precision, Schedule, TrainConfig};
 use conelab_data::{Batch, Corpus, Group, PartialWindow, Split, StreamBatcher};
 
 /// One step's forward pass, as the objective and the backward pass need it.
@@ -173,7 +173,8 @@ impl ResidentSplit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{DeviceSpec, DeviceSpecExt};
+    use crate::model::DeviceSpecExt;
+    use conelab_core::model::DeviceSpec;
 
     /// Every window sliced from the split on the device is `StreamBatcher`'s window, for
     /// several B and T (a leftover after the last stream, a partial last window dropped).

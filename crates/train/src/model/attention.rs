@@ -116,7 +116,8 @@ mod tests {
     use burn::prelude::*;
 
     use super::*;
-    use crate::model::{DeviceSpec, DeviceSpecExt};
+    use crate::model::DeviceSpecExt;
+    use conelab_core::model::DeviceSpec;
 
     fn wave(n: usize, salt: f32) -> Vec<f32> {
         (0..n)

@@ -2,7 +2,7 @@
 //! asking for one that is not gives an error naming the feature, never a panic.
 
 use burn::tensor::Device;
-pub use conelab_core::model::{DeviceError, DeviceSpec};
+use conelab_core::model::{DeviceError, DeviceSpec};
 
 /// Whether `device` is burn-flex, with or without autodiff: its tensors live in host memory, where
 /// conelab's host kernels read and write them without a copy to or from an accelerator.

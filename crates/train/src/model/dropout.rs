@@ -249,7 +249,7 @@ mod tests {
     fn the_libtorch_dropout_node_drops_at_the_rate_and_differentiates_through_its_mask() {
         use crate::model::DeviceSpecExt;
         use burn::tensor::Distribution;
-        let device = crate::model::DeviceSpec::LibtorchCpu
+        let device = conelab_core::model::DeviceSpec::LibtorchCpu
             .training_device()
             .expect("libtorch");
         seed_host_masks(None);

@@ -331,7 +331,7 @@ mod tests {
     /// implementation, libm's erf): values, and the gradient of a weighted sum.
     #[test]
     fn the_graph_gives_burns_values_and_gradients() {
-        use crate::model::DeviceSpec;
+        use conelab_core::model::DeviceSpec;
         let device = DeviceSpec::Cpu.training_device().expect("flex");
         assert!(crate::model::is_flex(&device));
         let shape = [3, 5, 37];

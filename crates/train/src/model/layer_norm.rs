@@ -149,7 +149,8 @@ mod tests {
     use burn::prelude::*;
 
     use super::*;
-    use crate::model::{DeviceSpec, DeviceSpecExt};
+    use crate::model::DeviceSpecExt;
+    use conelab_core::model::DeviceSpec;
 
     /// Deterministic values of mixed sign and scale.
     fn wave(n: usize, salt: f32) -> Vec<f32> {

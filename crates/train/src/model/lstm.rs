@@ -724,7 +724,7 @@ mod tests {
     /// size) is an error from the host path, not a panic or a silent truncation.
     #[test]
     fn a_carried_state_of_the_wrong_size_is_an_error_on_the_host() {
-        let device = crate::model::DeviceSpec::Cpu
+        let device = conelab_core::model::DeviceSpec::Cpu
             .training_device()
             .expect("cpu");
         let cfg = LstmConfig {
@@ -766,7 +766,7 @@ mod tests {
     /// gradients for every parameter and the input, from a carried state and from none.
     #[test]
     fn the_fused_lstm_matches_burns() {
-        let device = crate::model::DeviceSpec::Cpu
+        let device = conelab_core::model::DeviceSpec::Cpu
             .training_device()
             .expect("cpu");
         let layer = BurnLstmConfig::new(5, 7, true)
@@ -859,7 +859,7 @@ mod tests {
     #[test]
     fn the_libtorch_node_matches_the_composed_layer() {
         use burn::module::{Module, ModuleVisitor, Param};
-        let device = crate::model::DeviceSpec::LibtorchCpu
+        let device = conelab_core::model::DeviceSpec::LibtorchCpu
             .training_device()
             .expect("libtorch");
         let layer = BurnLstmConfig::new(5, 7, true)
@@ -966,7 +966,7 @@ mod tests {
     #[cfg(all(feature = "tch", not(feature = "tch-doc-only")))]
     #[test]
     fn the_libtorch_layer_evaluates_as_the_composed_one() {
-        let device = crate::model::DeviceSpec::LibtorchCpu
+        let device = conelab_core::model::DeviceSpec::LibtorchCpu
             .device()
             .expect("libtorch");
         let layer = BurnLstmConfig::new(4, 6, true)
@@ -1015,7 +1015,7 @@ mod tests {
     #[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
     fn stacked_gates_and_their_dense_gradients() {
         use burn::backend::LibTorch;
-        let device = crate::model::DeviceSpec::LibtorchCpu
+        let device = conelab_core::model::DeviceSpec::LibtorchCpu
             .training_device()
             .expect("libtorch");
         let (d_in, h) = (3, 2);

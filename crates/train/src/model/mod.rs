@@ -21,10 +21,10 @@ use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::nn::Embedding;
 use burn::prelude::*;
 
-pub use conelab_core::model::{LstmConfig, ModelConfig, Preset, TransformerConfig};
+use conelab_core::model::ModelConfig;
 #[cfg(feature = "flex")]
 pub use device::flex_buffer;
-pub use device::{DeviceError, DeviceSpec, DeviceSpecExt, check_bf16, is_flex};
+pub use device::{DeviceSpecExt, check_bf16, is_flex};
 pub use lstm::{HostLstmError, HostLstmGradients, HostLstmWindow, LstmLm, RecurrentState};
 pub use spectral::{SPECTRAL_PARAM_IDS, SpectralEmbedding, SvdError};
 pub use transformer::TransformerLm;

@@ -192,7 +192,7 @@ mod host_output_tests {
     /// of the vector width; and closed forms on equal logits.
     #[test]
     fn host_outputs_match_burns_and_the_closed_forms() {
-        let device = crate::model::DeviceSpec::Cpu.device().expect("cpu");
+        let device = conelab_core::model::DeviceSpec::Cpu.device().expect("cpu");
         let (p, n) = (75, 1003);
         let logits = Tensor::<2>::random([p, n], Distribution::Normal(0.0, 3.0), &device).mul(
             Tensor::<2>::random([p, 1], Distribution::Uniform(0.1, 4.0), &device),

@@ -133,7 +133,8 @@ mod tests {
     #[cfg(feature = "tch")]
     #[test]
     fn a_bf16_product_rounds_its_operands_and_its_gradient_is_fp32() {
-        use crate::model::{DeviceSpec, DeviceSpecExt};
+        use crate::model::DeviceSpecExt;
+        use conelab_core::model::DeviceSpec;
         let device = DeviceSpec::LibtorchCpu
             .training_device()
             .expect("LibTorch CPU");
@@ -191,8 +192,9 @@ mod tests {
     #[cfg(feature = "tch")]
     #[test]
     fn a_low_product_feeds_the_next_in_bf16_and_the_gradients_are_fp32() {
-        use crate::model::{DeviceSpec, DeviceSpecExt};
+        use crate::model::DeviceSpecExt;
         use burn::nn::LinearConfig;
+        use conelab_core::model::DeviceSpec;
         let device = DeviceSpec::LibtorchCpu
             .training_device()
             .expect("LibTorch CPU");

@@ -155,8 +155,8 @@ impl Block {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::DeviceSpec;
     use crate::model::DeviceSpecExt;
+    use conelab_core::model::DeviceSpec;
 
     fn model(device: &Device) -> TransformerLm {
         let cfg = TransformerConfig {

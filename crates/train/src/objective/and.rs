@@ -24,7 +24,7 @@ pub struct AndTerms {
     pub penalty: Tensor<1>,
 }
 
-pub use conelab_core::objective::AndSettings;
+use conelab_core::objective::AndSettings;
 
 /// The AND loss. `hidden` `[P, d]`, `w` `[N, d]`, `bias` `[N]` if any, `targets` `[P]`,
 /// `sampled` the positions of S (distinct, from `self_norm::sample_positions`).
@@ -89,8 +89,8 @@ pub fn squashed_centring(logits: Tensor<2>) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::DeviceSpec;
     use crate::model::DeviceSpecExt;
+    use conelab_core::model::DeviceSpec;
 
     fn scores(rows: usize, cols: usize, values: Vec<f32>) -> Tensor<2> {
         let dev = DeviceSpec::Cpu.training_device().expect("cpu");

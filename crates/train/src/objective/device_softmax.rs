@@ -149,8 +149,8 @@ pub fn libtorch_head(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::DeviceSpec;
     use crate::model::DeviceSpecExt;
+    use conelab_core::model::DeviceSpec;
 
     /// Logits with rows of very different scales (one far from 0, one nearly flat), so the max
     /// shift matters, and targets that repeat across rows.

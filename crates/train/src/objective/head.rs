@@ -291,8 +291,8 @@ pub fn full_softmax_head(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::DeviceSpec;
     use crate::model::DeviceSpecExt;
+    use conelab_core::model::DeviceSpec;
 
     fn matrix(rows: usize, cols: usize, salt: usize) -> Vec<f32> {
         (0..rows * cols)

@@ -1,7 +1,7 @@
 //! Training objectives and regularisers (methods.md §3), one file each.
 //!
-//! Their settings ([`Objectives`], [`ObjectiveChange`], …) are data shared with the run and the
-//! viewer, so they live in `conelab_core::objective` and are re-exported here. The files hold pure
+//! Their settings (`Objectives`, `ObjectiveChange`, …) are data shared with the run and the
+//! viewer, so they live in `conelab_core::objective`. The files hold pure
 //! tensor functions; `engine/trainer.rs` composes them into one step.
 
 pub mod agg;
@@ -18,4 +18,4 @@ pub mod spectrum;
 pub mod squash;
 pub mod unlikelihood;
 
-pub use conelab_core::objective::*;
+use conelab_core::objective::*;

@@ -20,8 +20,8 @@ pub fn squash<const D: usize>(scores: Tensor<D>) -> Tensor<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::DeviceSpec;
     use crate::model::DeviceSpecExt;
+    use conelab_core::model::DeviceSpec;
 
     #[test]
     fn squash_is_ten_tanh_of_a_fifth() {

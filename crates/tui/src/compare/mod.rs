@@ -5,7 +5,7 @@
 //! with a row per run; every run's spectrum in one plot.
 //!
 //! State and its updates here, keys in [`action_for`], drawing in [`render`] (a pure function of the
-//! state). The numbers come from [`conelab_link::follow`]: the runs' stores read as they grow, so
+//! state). The numbers come from a follower (the catalog's): the runs' stores read as they grow, so
 //! live runs update live (with their store's flush interval) and finished ones are shown whole;
 //! comparing never talks to a run, so it costs a live run nothing and needs no socket.
 
@@ -16,7 +16,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::mpsc::Sender;
-use std::time::Duration;
 
 use ratatui::Frame;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
@@ -26,9 +25,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::TuiError;
 use super::app::ViewOptions;
 use super::event_loop::{self, Events, Flow, View, ViewerEvent};
-use conelab_core::series::spectrum_metric;
-use conelab_core::series::{series_key, split};
-use conelab_link::follow::{self, FollowUpdate, SeriesName};
+use conelab_client::follow::{self, FollowUpdate, Follower};
+use conelab_core::series::{SeriesName, series_key, spectrum_metric, split};
 
 /// One curve the view can show: a series of the store. The named ones ([`CURVES`]) come
 /// first; every other series a run has stored follows under its store name
@@ -1177,21 +1175,22 @@ impl View for CompareApp {
     fn terminal_gone(&mut self) {}
 }
 
-/// The compare view on `dirs` until the user leaves (or the terminal goes). The runs are
-/// followed from their folders every `every`.
+/// The compare view on `dirs` until the user leaves (or the terminal goes). `follow` starts
+/// following the runs from their folders, sending the rows of the series keys it is given (the
+/// catalog's follower: the view itself never reads a store).
 pub fn run_compare(
     dirs: Vec<PathBuf>,
     options: CompareOptions,
-    every: Duration,
+    follow: impl FnOnce(Vec<PathBuf>, FxHashSet<i64>) -> std::io::Result<Follower>,
 ) -> Result<(), TuiError> {
     let events = Events::new();
     let mut wanted = wanted_keys();
     wanted.insert(options.curve.key());
-    let follow::Follower {
+    let Follower {
         updates,
         stop,
         want,
-    } = follow::spawn(dirs.clone(), wanted.clone(), every)?;
+    } = follow(dirs.clone(), wanted.clone())?;
     events.forward(updates, |u| u)?;
     let mut app = CompareApp::new(dirs, options);
     app.want = Some(want);

@@ -782,9 +782,9 @@ mod tests {
 
     use super::super::{CURVES, CompareOptions, CompareRun};
     use super::*;
+    use conelab_client::follow::Row as StoreRow;
     use conelab_core::series::series_key;
     use conelab_core::series::spectrum_metric;
-    use conelab_link::follow::Row as StoreRow;
 
     fn run(dir: &str, label: &str, losses: &[f64], ppl: f64) -> CompareRun {
         let mut r = CompareRun::new(PathBuf::from(dir));

@@ -24,11 +24,12 @@ pub(crate) use overlays::keys_overlay;
 use overlays::*;
 use panes::*;
 
-use super::app::{App, Control, EmbeddingMetric, LogKind, LossChoice, Pane, RunStatus};
+use super::app::{App, Control, EmbeddingMetric, LossChoice, Pane};
 use super::keys::HELP;
 use conelab_core::objective::Term;
 use conelab_data::Group;
 use conelab_metrics::RowGroups;
+use conelab_protocol::view::{LogKind, RunStatus};
 
 /// Below this the layout would be garbage: say so instead.
 pub const MIN_WIDTH: u16 = 60;
@@ -399,7 +400,6 @@ mod tests {
 
     use super::*;
     use crate::app::{Action, ViewOptions};
-    use crate::neighbors::Vocabulary;
     use conelab_core::analysis::EmbeddingAnalysis;
     use conelab_core::events::EmbeddingStats;
     use conelab_core::events::{
@@ -407,11 +407,12 @@ mod tests {
     };
     use conelab_core::objective::{ObjectiveChange, Objectives, Term};
     use conelab_data::{FrequencyGroups, GroupBounds};
-    use conelab_link::protocol::ServerMessage;
     use conelab_metrics::{
         EmbeddingPanel, Embeddings, OutputAccumulator, OutputBatch, PanelOptions, RowGroups,
         Threads,
     };
+    use conelab_protocol::message::ServerMessage;
+    use conelab_protocol::view::Vocabulary;
 
     const N: usize = 60;
     const D: usize = 8;

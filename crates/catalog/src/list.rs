@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::live::{self, Liveness};
-use super::{RunError, index};
 use conelab_core::run_dir::RunDir;
+use conelab_core::run_dir::live::{self, Liveness};
 use conelab_core::series::{series_key, split};
 use conelab_store::{self as store, col};
+
+use crate::{RunError, index};
 
 /// One run, as `conelab runs --json` prints it (keys documented in docs/REFERENCE.md; stable).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -141,12 +142,12 @@ pub fn fingerprint(dir: &Path) -> Option<u64> {
             bytes.extend_from_slice(&n.to_le_bytes());
         }
     }
-    Some(super::fnv1a(&bytes))
+    Some(conelab_base::hash::fnv1a(&bytes))
 }
 
 /// The cache file of the run in `dir`.
 fn cache_file(cache: &Path, dir: &Path) -> PathBuf {
-    let h = super::fnv1a(dir.as_os_str().as_encoded_bytes());
+    let h = conelab_base::hash::fnv1a(dir.as_os_str().as_encoded_bytes());
     cache.join(format!("{h:016x}.json"))
 }
 

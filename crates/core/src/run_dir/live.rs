@@ -123,8 +123,9 @@ pub fn read_final(run_dir: &Path) -> Result<Option<FinalRecord>, LiveError> {
     read_json(&run_dir.join(FINAL_FILE))
 }
 
-/// Announces the run (the caller holds its lock) and forgets how an earlier process of it ended.
-pub fn announce(run_dir: &Path, socket: &Path) -> Result<LiveRecord, LiveError> {
+/// Announces the run (the caller holds its lock) and forgets how an earlier process of it ended:
+/// its socket speaks the control protocol of version `protocol`.
+pub fn announce(run_dir: &Path, socket: &Path, protocol: u32) -> Result<LiveRecord, LiveError> {
     let final_path = run_dir.join(FINAL_FILE);
     match std::fs::remove_file(&final_path) {
         Ok(()) => conelab_base::atomic::sync_dir(run_dir).map_err(io(run_dir))?,
@@ -135,7 +136,7 @@ pub fn announce(run_dir: &Path, socket: &Path) -> Result<LiveRecord, LiveError> 
         pid: std::process::id(),
         host: host_name(),
         socket: socket.to_path_buf(),
-        protocol: super::protocol::PROTOCOL_VERSION,
+        protocol,
         started_unix: conelab_base::clock::unix_now(),
     };
     write_json(&run_dir.join(LIVE_FILE), &record)?;

@@ -5,14 +5,15 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::RunError;
-use super::client::LinkError;
-use super::live::{self, Liveness};
-use super::protocol::{ClientMessage, ServerMessage};
 use conelab_base::lockfile::host_name;
+use conelab_client::link::LinkError;
 use conelab_core::labels::{LabelEdit, RunLabels};
+use conelab_core::run_dir::live::{self, Liveness};
+use conelab_protocol::message::{ClientMessage, ServerMessage};
 use conelab_store::labels::edit_record;
 use conelab_store::{self as store, writer::lock_store};
+
+use crate::RunError;
 
 /// How long a live run has to answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
@@ -32,7 +33,7 @@ pub fn edit(dir: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
     }
     let labels = change(dir, &store_dir, edit)?;
     // The index keeps the name and tags too (a failure there changes nothing the run holds).
-    let _ = super::index::register(dir, &labels);
+    let _ = crate::index::register(dir, &labels);
     Ok(labels)
 }
 
@@ -74,7 +75,7 @@ fn change(dir: &Path, store_dir: &Path, edit: &LabelEdit) -> Result<RunLabels, R
 
 fn ask_the_run(socket: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
     let at_socket = || RunError::bad_input_at::<LinkError>(socket.display().to_string());
-    let mut link = super::attach::connect(socket)?.link;
+    let mut link = conelab_client::open::connect(socket)?.link;
     const ID: u64 = 1;
     link.send(ClientMessage::Labels {
         id: ID,

@@ -1,8 +1,8 @@
 //! A viewer's end of a run: one interface ([`RunLink`]), three transports. [`SocketLink`] speaks
 //! the protocol over the run's Unix socket (`conelab attach`, `conelab train` on a terminal);
-//! [`LocalLink`] connects to a hub in the same process (tests, benchmarks) with the same
-//! messages, unserialised; [`StoredLink`] plays a run that is over from its folder (store and
-//! newest checkpoint), read-only. Every pane of the workbench works the same on all three.
+//! the run crate's `LocalLink` connects to a hub in the same process (tests, benchmarks) with the
+//! same messages, unserialised; [`StoredLink`] plays a run that is over from its folder (store
+//! and newest checkpoint), read-only. Every pane of the workbench works the same on all three.
 //!
 //! A viewer reads a link in one of two ways: by asking (`try_recv`, `recv_timeout`: the
 //! handshake, scripts) or, once it [`listen`](RunLink::listen)s, by being told: every message
@@ -18,14 +18,13 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError};
 use std::time::{Duration, Instant};
 
-use super::answer::{Answers, answer};
-use super::hub::{HubInput, Sink, VIEWER_QUEUE};
-use super::protocol::{
-    ClientMessage, CommandOutcome, Line, MAX_SERVER_LINE, PROTOCOL_VERSION, RunHello,
-    ServerMessage, encode, read_line_limited,
-};
-use super::view::RunView;
 use conelab_base::error::{Invalid, chain};
+use conelab_protocol::message::{
+    ClientMessage, CommandOutcome, MAX_SERVER_LINE, PROTOCOL_VERSION, RunHello, ServerMessage,
+};
+use conelab_protocol::requests::{Answers, answer};
+use conelab_protocol::view::RunView;
+use conelab_protocol::wire::{Line, encode, read_line_limited};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
@@ -209,7 +208,7 @@ impl RunLink for SocketLink {
 
 /// Hands everything from `from` to `deliver` on a thread of its own, until either side is gone;
 /// `closes`: the end of `from` is the end of the run (delivered as `Err(Closed)`).
-fn forward<T: Send + 'static>(
+pub fn forward<T: Send + 'static>(
     from: Receiver<T>,
     deliver: Deliver,
     convert: fn(T) -> ServerMessage,
@@ -234,146 +233,40 @@ impl Drop for SocketLink {
     }
 }
 
-/// A viewer in the run's own process: the hub's messages, unserialised.
-pub struct LocalLink {
-    hub: Sender<HubInput>,
-    viewer: u64,
-    answers: Arc<dyn Answers>,
-    hello: RunHello,
-    /// Answers made here, in this process (hello, neighbours, the vocabulary).
-    own: Own,
-    tx: SyncSender<ServerMessage>,
-    /// The hub's messages; `None` once the link listens.
-    incoming: Option<Receiver<ServerMessage>>,
-    subscribed: bool,
-}
-
-/// The answers a link makes itself, in order, for whoever reads the link. Unbounded, but one
-/// per request the viewer sent.
-struct Own {
+/// The answers a link makes itself (hello, answers to requests), in order, for whoever reads the
+/// link. Unbounded, but one per request the viewer sent.
+pub struct Replies {
     tx: Sender<ServerMessage>,
     /// `None` once the link listens.
     rx: Option<Receiver<ServerMessage>>,
 }
 
-impl Own {
-    fn new() -> Self {
+impl Replies {
+    pub fn new() -> Self {
         let (tx, rx) = mpsc::channel();
         Self { tx, rx: Some(rx) }
     }
 
-    fn push(&self, message: ServerMessage) {
+    pub fn push(&self, message: ServerMessage) {
         // The receiver lives as long as the link or its listener; a listener that is gone
         // wants nothing.
         let _ = self.tx.send(message);
     }
 
-    fn pop(&self) -> Option<ServerMessage> {
+    pub fn pop(&self) -> Option<ServerMessage> {
         self.rx.as_ref().and_then(|rx| rx.try_recv().ok())
     }
 
-    fn listen(&mut self, deliver: Deliver) -> Result<(), LinkError> {
+    pub fn listen(&mut self, deliver: Deliver) -> Result<(), LinkError> {
         let rx = self.rx.take().ok_or(LinkError::Listening)?;
         forward(rx, deliver, |m| m, false)?;
         Ok(())
     }
 }
 
-impl LocalLink {
-    /// `viewer` must differ from every other viewer of the hub (socket viewers count from 1; use
-    /// numbers from `u64::MAX` down).
-    pub fn new(
-        hub: Sender<HubInput>,
-        viewer: u64,
-        answers: Arc<dyn Answers>,
-        hello: RunHello,
-    ) -> Self {
-        let (tx, incoming) = mpsc::sync_channel(VIEWER_QUEUE);
-        Self {
-            hub,
-            viewer,
-            answers,
-            hello,
-            own: Own::new(),
-            tx,
-            incoming: Some(incoming),
-            subscribed: false,
-        }
-    }
-}
-
-impl RunLink for LocalLink {
-    fn send(&mut self, message: ClientMessage) -> Result<(), LinkError> {
-        let closed = |_| LinkError::Closed;
-        match message {
-            ClientMessage::Hello { .. } => self.own.push(ServerMessage::Hello {
-                protocol: PROTOCOL_VERSION,
-                run: self.hello.clone(),
-            }),
-            ClientMessage::Subscribe => {
-                if !self.subscribed {
-                    self.subscribed = true;
-                    self.hub
-                        .send(HubInput::Subscribe {
-                            viewer: self.viewer,
-                            sink: Sink::Messages(self.tx.clone()),
-                        })
-                        .map_err(closed)?;
-                }
-            }
-            ClientMessage::Command { id, command } => self
-                .hub
-                .send(HubInput::Command {
-                    viewer: self.viewer,
-                    id,
-                    command,
-                    reply: Sink::Messages(self.tx.clone()),
-                })
-                .map_err(closed)?,
-            ClientMessage::Bye => {
-                let _ = self.hub.send(HubInput::Unsubscribe {
-                    viewer: self.viewer,
-                });
-                self.subscribed = false;
-            }
-            request => {
-                if let Some(r) = answer(self.answers.as_ref(), &request) {
-                    self.own.push(r);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn try_recv(&mut self) -> Result<Option<ServerMessage>, LinkError> {
-        if let Some(m) = self.own.pop() {
-            return Ok(Some(m));
-        }
-        let Some(incoming) = &self.incoming else {
-            return Ok(None);
-        };
-        match incoming.try_recv() {
-            Ok(m) => Ok(Some(m)),
-            Err(TryRecvError::Empty) => Ok(None),
-            Err(TryRecvError::Disconnected) => Err(LinkError::Closed),
-        }
-    }
-
-    fn listen(&mut self, deliver: Deliver) -> Result<(), LinkError> {
-        let incoming = self.incoming.take().ok_or(LinkError::Listening)?;
-        self.own.listen(deliver.clone())?;
-        forward(incoming, deliver, |m| m, true)?;
-        Ok(())
-    }
-}
-
-impl Drop for LocalLink {
-    fn drop(&mut self) {
-        if self.subscribed {
-            let _ = self.hub.send(HubInput::Unsubscribe {
-                viewer: self.viewer,
-            });
-        }
+impl Default for Replies {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -383,7 +276,7 @@ pub struct StoredLink {
     hello: RunHello,
     view: RunView,
     answers: Arc<dyn Answers>,
-    own: Own,
+    own: Replies,
     why: String,
 }
 
@@ -394,7 +287,7 @@ impl StoredLink {
             hello,
             view,
             answers,
-            own: Own::new(),
+            own: Replies::new(),
             why,
         }
     }

@@ -18,12 +18,13 @@ use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::answer::{Answers, answer};
-use super::hub::{HubInput, LineQueue, Sink, VIEWER_QUEUE_BYTES};
-use super::protocol::{
-    ClientMessage, Line, MAX_CLIENT_LINE, PROTOCOL_VERSION, RunHello, ServerMessage, encode,
-    read_line_bounded,
+use conelab_protocol::message::{
+    ClientMessage, MAX_CLIENT_LINE, PROTOCOL_VERSION, RunHello, ServerMessage,
 };
+use conelab_protocol::requests::{Answers, answer};
+use conelab_protocol::wire::{Line, encode, read_line_bounded};
+
+use crate::hub::{HubInput, LineQueue, Sink, VIEWER_QUEUE_BYTES};
 
 /// The socket's name in the run directory.
 pub const SOCKET_NAME: &str = "control.sock";
@@ -142,11 +143,11 @@ fn log_as(kind: &'static str, line: &str) {
     };
     if let Admit::Line(left_out) = admit {
         if let Some(n) = left_out {
-            super::say(&format!(
+            conelab_base::stderr::say(&format!(
                 "conelab: control: … {n} more like the next in the last minute (not logged)"
             ));
         }
-        super::say(&format!("conelab: control: {line}"));
+        conelab_base::stderr::say(&format!("conelab: control: {line}"));
     }
 }
 
@@ -181,7 +182,7 @@ pub fn socket_path(run_dir: &Path) -> std::io::Result<PathBuf> {
     }
     let name = format!(
         "{:016x}.sock",
-        super::fnv1a(abs.as_os_str().as_encoded_bytes())
+        conelab_base::hash::fnv1a(abs.as_os_str().as_encoded_bytes())
     );
     let path = base.join(name);
     if path.as_os_str().len() > MAX_SOCKET_PATH + 7 {

@@ -17,6 +17,7 @@ use conelab_core::events::{
     SecondTierStats, StepStats, StoredHistory, SystemStats,
 };
 use conelab_core::objective::Objectives;
+use conelab_core::run_dir::live::FinalRecord;
 use conelab_metrics::hidden::HiddenStats;
 
 /// Events kept in the log.
@@ -592,6 +593,38 @@ impl EventSink for RunView {
     }
 }
 
+/// How a run ended and where, in words: "completed at step 60", "diverged after step 4 (loss
+/// NaN at step 5)" — a final record's step is the steps trained.
+pub fn ended_at(f: &FinalRecord) -> String {
+    match f.status.as_str() {
+        "completed" => format!("completed at step {}", f.step),
+        "stopped" => format!("was stopped at step {}", f.step),
+        "diverged" if !f.message.is_empty() => {
+            format!("diverged after step {} ({})", f.step, f.message)
+        }
+        "diverged" => format!("diverged after step {}", f.step),
+        _ => format!("failed at step {}", f.step),
+    }
+}
+
+/// How a run ended, from its final record.
+pub fn status_of(f: &FinalRecord) -> RunStatus {
+    match f.status.as_str() {
+        "completed" => RunStatus::Finished {
+            reason: FinishReason::Completed,
+        },
+        "stopped" => RunStatus::Finished {
+            reason: FinishReason::Stopped,
+        },
+        "diverged" => RunStatus::Finished {
+            reason: FinishReason::Diverged,
+        },
+        _ => RunStatus::Failed {
+            message: f.message.clone(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -667,5 +700,32 @@ mod tests {
         view.on_event(&Event::Paused { step: 4 });
         let steps: Vec<u64> = view.log.iter().map(|l| l.step).collect();
         assert_eq!(steps, vec![5, 5]);
+    }
+}
+
+#[cfg(test)]
+mod ended_tests {
+    use super::*;
+
+    /// A final record's step is the steps trained: a divergence reads "after" it, with the
+    /// step that diverged from the message.
+    #[test]
+    fn how_a_run_ended_reads_in_words() {
+        let f = |status: &str, step: u64, message: &str| FinalRecord {
+            status: status.into(),
+            step,
+            total_steps: 60,
+            exit_code: 0,
+            message: message.into(),
+            by_signal: false,
+            finished_unix: 0.0,
+            host: "h".into(),
+        };
+        assert_eq!(ended_at(&f("completed", 60, "")), "completed at step 60");
+        assert_eq!(
+            ended_at(&f("diverged", 4, "loss NaN at step 5")),
+            "diverged after step 4 (loss NaN at step 5)"
+        );
+        assert_eq!(ended_at(&f("stopped", 7, "")), "was stopped at step 7");
     }
 }

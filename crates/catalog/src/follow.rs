@@ -16,69 +16,11 @@ use std::time::Duration;
 
 use rustc_hash::FxHashSet;
 
-use super::live::{self, Liveness};
+use conelab_client::follow::{FollowUpdate, Follower, Row, StopFollowing};
+use conelab_core::run_dir::live::{self, Liveness};
+use conelab_core::series::SeriesName;
 use conelab_store::tail::MetricsTail;
 use conelab_store::{StoreError, col};
-
-/// One metrics row of a followed run.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Row {
-    /// The series (`conelab_core::series::series_key` of split, group, metric).
-    pub key: i64,
-    pub step: u64,
-    /// Seconds since the Unix epoch.
-    pub wall: f64,
-    pub value: f64,
-}
-
-/// What the follower learnt about run number `run` (its index in the list it was given).
-#[derive(Debug, Clone, PartialEq)]
-pub enum FollowUpdate {
-    /// New rows of the wanted series; `reset`: they replace everything sent before.
-    Rows {
-        run: usize,
-        reset: bool,
-        rows: Vec<Row>,
-    },
-    /// Its label (name and tags) and status (live, completed, stopped, …), when they change.
-    State {
-        run: usize,
-        label: String,
-        status: String,
-    },
-    /// A segment skipped as corrupt (said once).
-    Warning { run: usize, message: String },
-    /// Its store cannot be read right now (`Some`, said once per new reason), or can again
-    /// (`None`).
-    Error { run: usize, message: Option<String> },
-    /// Series met for the first time (in any run), that a view may ask for: every series but
-    /// the spectrum's singular values, the run's facts and histogram bins.
-    Series { names: Vec<SeriesName> },
-    /// The follower itself stopped (a bug): nothing more will come.
-    Stopped { message: String },
-}
-
-/// A series of the store by its names.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SeriesName {
-    pub split: String,
-    pub group: String,
-    pub metric: String,
-}
-
-impl SeriesName {
-    pub fn key(&self) -> i64 {
-        conelab_core::series::series_key(&self.split, &self.group, &self.metric)
-    }
-
-    /// Whether a view offers it as a curve: not one singular value of a spectrum, not a fact
-    /// recorded once (`run` split), not one histogram bin (`hist/0042`).
-    pub fn is_curve(&self) -> bool {
-        self.split != conelab_core::series::split::SPECTRUM
-            && self.split != conelab_core::series::split::RUN
-            && !self.metric.contains('/')
-    }
-}
 
 const COLUMNS: [&str; 7] = [
     col::KEY,
@@ -89,25 +31,6 @@ const COLUMNS: [&str; 7] = [
     col::GROUP,
     col::METRIC,
 ];
-
-/// A running follower: its updates, and what stops its thread when dropped (the two can be
-/// held apart: the updates handed on to a viewer's loop, the stop kept by the view).
-pub struct Follower {
-    pub updates: Receiver<FollowUpdate>,
-    pub stop: StopFollowing,
-    /// Series keys to send from now on as well (their whole history first: the stores are read
-    /// again from the start, as a reset).
-    pub want: Sender<i64>,
-}
-
-/// Stops the follower's thread when dropped.
-pub struct StopFollowing(Arc<AtomicBool>);
-
-impl Drop for StopFollowing {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
 
 /// Starts following `dirs` (every `every`), sending the rows of the series in `wanted`.
 pub fn spawn(
@@ -140,7 +63,7 @@ pub fn spawn(
         })?;
     Ok(Follower {
         updates: rx,
-        stop: StopFollowing(stop),
+        stop: StopFollowing::new(stop),
         want,
     })
 }

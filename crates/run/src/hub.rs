@@ -18,10 +18,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 
-use super::protocol::{CommandOutcome, ServerMessage, encode};
-use super::view::{RunStatus, RunView};
 use conelab_core::events::{Command, CommandSender, DivergencePolicy, Event};
 use conelab_core::run_fault::Fault;
+use conelab_protocol::message::{CommandOutcome, ServerMessage};
+use conelab_protocol::view::{RunStatus, RunView};
+use conelab_protocol::wire::encode;
 
 /// Viewers' commands waiting for the engine at most (it applies 32 between two steps); one
 /// more is refused at once as busy, so a command flood cannot grow the run's queues.
@@ -263,7 +264,7 @@ impl Hub {
                                 "the run's hub panicked: {}",
                                 conelab_core::run_fault::panic_message(panic.as_ref())
                             );
-                            super::say(&format!("conelab: {message}"));
+                            conelab_base::stderr::say(&format!("conelab: {message}"));
                             fault.set(message);
                             // The event it was handling still reaches the reporter.
                             if let Some(e) = event {

@@ -76,7 +76,7 @@ fn entry_file(index: &Path, path: &Path) -> PathBuf {
         .take(64)
         .collect();
     // FNV-1a: an entry's file name must not change between conelab versions.
-    let hash = super::fnv1a(path.as_os_str().as_encoded_bytes());
+    let hash = conelab_base::hash::fnv1a(path.as_os_str().as_encoded_bytes());
     index.join(format!("{stem}-{hash:016x}.json"))
 }
 
@@ -184,9 +184,9 @@ pub fn read_index(index: &Path) -> IndexRead {
 pub fn looks_like_run(p: &Path) -> bool {
     [
         "run.toml",
-        super::live::RUN_LOCK,
+        conelab_core::run_dir::live::RUN_LOCK,
         conelab_store::STORE_DIR,
-        super::live::FINAL_FILE,
+        conelab_core::run_dir::live::FINAL_FILE,
     ]
     .iter()
     .any(|f| p.join(f).exists())
@@ -448,6 +448,6 @@ mod tests {
             "{a:?}"
         );
         // FNV-1a's published test vector: the name must not change between versions.
-        assert_eq!(crate::fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(conelab_base::hash::fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
     }
 }

@@ -1,50 +1,23 @@
-//! The link between a run and its viewers (zellij's client/server split, the wire between them
-//! in one crate): neither side needs the trainer, so nothing here links burn.
-//!
-//! - [`protocol`]: one typed message enum each way, over a Unix socket in the run directory;
-//!   [`view`]: what a viewer knows of a run.
-//! - The run's side: [`hub`] (the run's view, fed by its events, fanned out to viewers),
-//!   [`server`] (the control socket) and [`answer`] (requests only a run answers).
-//! - The viewer's side: [`client`] (one interface with a socket, an in-process and a stored
-//!   transport), [`attach`] (which run `conelab attach` means and how to reach it), [`follow`]
-//!   (runs read from their folders as they go), [`labels`] (names, tags, notes).
-//! - On disk: [`live`] (whether a run is alive, an OS lock, and how it ended), [`list`]
-//!   (`conelab runs`), [`index`] (the per-user index that finds runs by name from anywhere).
+//! The runs on disk (the catalogue a user's runs make): which run a name means ([`find`]), the
+//! per-user index that finds runs from anywhere ([`index`]), `conelab runs` ([`list`]), a run's
+//! labels edited live or on disk ([`labels`]), and following runs from their folders for the
+//! compare view ([`follow`]). It reads the runs' stores, so the viewer side does not.
 
-pub mod answer;
-pub mod attach;
-pub mod client;
+pub mod find;
 pub mod follow;
-pub mod hub;
 pub mod index;
 pub mod labels;
 pub mod list;
-pub mod live;
-pub mod protocol;
-pub mod server;
-pub mod view;
 
 use conelab_base::error::Invalid;
 use conelab_base::exit::ExitStatus;
+use conelab_client::open::OpenError;
 use conelab_core::run_dir::CheckpointError;
+use conelab_core::run_dir::live::LiveError;
 use conelab_store::StoreError;
 
-/// 64-bit FNV-1a: names that must not change between conelab versions (a socket outside its
-/// run folder, an index entry, a cached row) and fingerprints.
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    conelab_base::hash::fnv1a(bytes)
-}
-
-/// Says a line on stderr (the terminal, or a background run's output.log) and drops it when
-/// stderr has gone (the starter of a detached run exited as the run announced itself, a
-/// `2>&1 | tee` died): `eprintln!` panics on a failed write, and a run must never lose the
-/// thread that serves a viewer or hears a signal, nor abort at its end, over a line nobody
-/// can read.
-pub fn say(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
-}
-
+/// What stops a command on a run — `train`, `attach`, `runs`, `tag`, a sweep: bad input (exit 2)
+/// or a failure of the machine (4), with its cause.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// Bad input: an option, a corpus, a folder (exit 2), with what read it and refused it
@@ -58,7 +31,10 @@ pub enum RunError {
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
-    Live(#[from] live::LiveError),
+    Live(#[from] LiveError),
+    /// A run that could not be opened for a viewer.
+    #[error(transparent)]
+    Open(#[from] OpenError),
     #[error(transparent)]
     Store(#[from] StoreError),
     /// A matrix named on the command line (`--compare`) that cannot be read.
