@@ -118,7 +118,8 @@ impl Moment {
 
 fn series(run: &std::path::Path, split: &str, metric: &str) -> Vec<(u64, f64)> {
     let st = conelab_store::load(run).expect("store");
-    let h = conelab_store::query::history(&st.metrics, split, "total", metric, 0).expect("history");
+    let h =
+        conelab_store::query::history(&st.metrics(), split, "total", metric, 0).expect("history");
     h.steps.into_iter().zip(h.values).collect()
 }
 
@@ -229,14 +230,14 @@ fn twenty_kills_and_resumes_end_where_an_uninterrupted_run_ends_bit_for_bit() {
     let st = conelab_store::load(&chaos).expect("store");
     let keys = ["step", "key"].map(String::from);
     let unique = st
-        .metrics
+        .metrics()
         .unique_stable(
             Some(&keys),
             polars::prelude::UniqueKeepStrategy::First,
             None,
         )
         .expect("unique");
-    assert_eq!(unique.height(), st.metrics.height());
+    assert_eq!(unique.height(), st.metrics().height());
     // Every export loads.
     for table in ["groups", "metrics", "curves", "events"] {
         for format in ["csv", "json", "md", "latex"] {

@@ -48,7 +48,7 @@ fn push_losses(w: &mut StoreWriter, steps: std::ops::RangeInclusive<u64>, f: imp
 /// (step, value) of train/loss in store order.
 fn losses(run: &Path) -> Vec<(u64, f64)> {
     let s = conelab_store::load(run).expect("load");
-    let h = query::history(&s.metrics, split::TRAIN, "total", "loss", 0).expect("history");
+    let h = query::history(&s.metrics(), split::TRAIN, "total", "loss", 0).expect("history");
     h.steps.into_iter().zip(h.values).collect()
 }
 
@@ -90,9 +90,9 @@ fn a_crash_loses_only_the_unflushed_buffer() {
     let want: Vec<(u64, f64)> = (1..=20).map(|s| (s, loss(s))).collect();
     assert_eq!(got, want);
     let s = conelab_store::load(run).expect("load");
-    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
-    assert_eq!(s.events.height(), 1);
-    assert_eq!(s.run, record("run"));
+    assert!(s.warnings().is_empty(), "{:?}", s.warnings());
+    assert_eq!(s.events().height(), 1);
+    assert_eq!(s.run(), &record("run"));
 }
 
 #[test]
@@ -111,11 +111,11 @@ fn a_truncated_segment_is_skipped_with_a_warning() {
     std::fs::write(&segs[1], &bytes[..bytes.len() / 2]).expect("truncate");
 
     let s = conelab_store::load(run).expect("a broken segment does not stop the load");
-    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    assert_eq!(s.warnings().len(), 1, "{:?}", s.warnings());
     assert!(
-        s.warnings[0].contains("metrics-000002"),
+        s.warnings()[0].contains("metrics-000002"),
         "{}",
-        s.warnings[0]
+        s.warnings()[0]
     );
     let steps: Vec<u64> = losses(run).into_iter().map(|(s, _)| s).collect();
     let want: Vec<u64> = (1..=10).chain(21..=30).collect();
@@ -159,18 +159,21 @@ fn a_read_of_some_columns_keeps_the_rows_and_the_warnings() {
     ];
     let some = conelab_store::load_columns(run, &columns).expect("load some columns");
     let names: Vec<&str> = some
-        .metrics
+        .metrics()
         .get_column_names()
         .iter()
         .map(|n| n.as_str())
         .collect();
     assert_eq!(names, columns);
     let whole = conelab_store::load(run).expect("load");
-    assert_eq!(some.warnings.len(), 2, "{:?}", some.warnings);
-    assert_eq!(some.warnings, whole.warnings);
-    let steps = some.metrics.column(conelab_store::col::STEP).expect("step");
+    assert_eq!(some.warnings().len(), 2, "{:?}", some.warnings());
+    assert_eq!(some.warnings(), whole.warnings());
+    let steps = some
+        .metrics()
+        .column(conelab_store::col::STEP)
+        .expect("step");
     let values = some
-        .metrics
+        .metrics()
         .column(conelab_store::col::VALUE)
         .expect("value");
     // Rows as written: the later row of a step is the one that counts.
@@ -192,7 +195,7 @@ fn a_read_of_some_columns_keeps_the_rows_and_the_warnings() {
         got, want,
         "segment 3 (21–30) skipped, 15–20 from the second life"
     );
-    assert_eq!(some.events.height(), whole.events.height());
+    assert_eq!(some.events().height(), whole.events().height());
 }
 
 #[test]
@@ -233,13 +236,13 @@ fn a_resumed_run_drops_the_lost_timeline_and_has_no_duplicates() {
     let s = conelab_store::load(run).expect("load");
     let keys = ["step", "split", "group", "metric"].map(String::from);
     let unique = s
-        .metrics
+        .metrics()
         .unique_stable(Some(&keys), UniqueKeepStrategy::First, None)
         .expect("unique");
-    assert_eq!(unique.height(), s.metrics.height());
+    assert_eq!(unique.height(), s.metrics().height());
     // The event of the lost timeline (step 12) is gone; the restart is recorded.
     let kinds: Vec<String> = s
-        .events
+        .events()
         .column("kind")
         .expect("kind")
         .str()
@@ -277,7 +280,7 @@ fn new_metric_names_need_no_schema_change() {
     w.flush().expect("flush");
     drop(w);
     let s = conelab_store::load(run).expect("load");
-    let last = query::last_values_vec(&s.metrics).expect("last");
+    let last = query::last_values_vec(&s.metrics()).expect("last");
     let find = |metric: &str| last.iter().find(|v| v.metric == metric).cloned();
     let new = find("a_metric_added_later").expect("new metric");
     assert_eq!(
@@ -307,8 +310,8 @@ fn compaction_keeps_every_row_and_supersedes_what_it_replaced() {
     assert_eq!(segment_files(run, "metrics-").len(), 1);
     assert_eq!(segment_files(run, "events-").len(), 1);
     let after = conelab_store::load(run).expect("load");
-    assert!(after.metrics.equals(&before.metrics));
-    assert!(after.events.equals(&before.events));
+    assert!(after.metrics().equals(&before.metrics()));
+    assert!(after.events().equals(&before.events()));
     // A crash between the base's rename and the deletions leaves an old segment behind: the base
     // supersedes it, so its rows are not counted twice.
     std::fs::write(
@@ -318,7 +321,7 @@ fn compaction_keeps_every_row_and_supersedes_what_it_replaced() {
     )
     .expect("restore an old segment");
     let again = conelab_store::load(run).expect("load");
-    assert!(again.metrics.equals(&before.metrics));
+    assert!(again.metrics().equals(&before.metrics()));
     // A writer opened afterwards numbers its segments after the base.
     let mut w = writer(run);
     push_losses(&mut w, 51..=52, loss);
@@ -419,12 +422,12 @@ fn a_flush_is_all_or_nothing_and_never_replaces_a_segment() {
         losses(run),
         (1..=20).map(|s| (s, loss(s))).collect::<Vec<_>>()
     );
-    assert_eq!(s.events.height(), 2, "every event once");
+    assert_eq!(s.events().height(), 2, "every event once");
     assert_eq!(
-        s.warnings.len(),
+        s.warnings().len(),
         1,
         "the squatter is skipped: {:?}",
-        s.warnings
+        s.warnings()
     );
 }
 
@@ -494,12 +497,12 @@ fn queries_return_what_was_written() {
     w.flush().expect("flush");
     drop(w);
     let s = conelab_store::load(run).expect("load");
-    let last = query::last_values_vec(&s.metrics).expect("last");
+    let last = query::last_values_vec(&s.metrics()).expect("last");
     assert_eq!(last.len(), 2);
     let rare = last.iter().find(|v| v.split == "valid").expect("valid");
     assert_eq!((rare.step, rare.value), (300, 600.0));
     // 1000 points into 100 buckets of 10: bucket b holds steps 10b+1..=10b+10, mean 10b+5.5.
-    let h = query::history(&s.metrics, split::TRAIN, "total", "loss", 100).expect("history");
+    let h = query::history(&s.metrics(), split::TRAIN, "total", "loss", 100).expect("history");
     assert_eq!(h.len(), 100);
     for (b, (step, v)) in h.steps.iter().zip(&h.values).enumerate() {
         assert_eq!(*step, 10 * b as u64 + 10);
@@ -508,7 +511,7 @@ fn queries_return_what_was_written() {
             "bucket {b}: {v}"
         );
     }
-    let ev = query::events_between(&s.events, 150, 300).expect("events");
+    let ev = query::events_between(&s.events(), 150, 300).expect("events");
     let steps: Vec<u64> = ev
         .column("step")
         .expect("step")
@@ -518,7 +521,7 @@ fn queries_return_what_was_written() {
         .collect();
     assert_eq!(steps, vec![200, 300]);
     assert_eq!(
-        query::value_at_or_before(&s.metrics, split::VALID, "rare", "ppl", 250).expect("q"),
+        query::value_at_or_before(&s.metrics(), split::VALID, "rare", "ppl", 250).expect("q"),
         Some((200, 400.0))
     );
 }
@@ -562,7 +565,10 @@ fn stale_temporary_files_are_removed_when_a_writer_opens() {
     for name in &before {
         assert!(after.contains(name), "{name} was removed");
     }
-    assert_eq!(conelab_store::load(run).expect("load").metrics.height(), 1);
+    assert_eq!(
+        conelab_store::load(run).expect("load").metrics().height(),
+        1
+    );
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -590,8 +596,8 @@ fn a_reader_lists_again_when_a_segment_vanishes_under_it() {
     let loaded =
         conelab_base::fault::with_plan("segment.read:2:ENOENT", || conelab_store::load(run))
             .expect("read again after the vanished segment");
-    assert_eq!(loaded.metrics.height(), 3);
-    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    assert_eq!(loaded.metrics().height(), 3);
+    assert!(loaded.warnings().is_empty(), "{:?}", loaded.warnings());
     let Err(gone) =
         conelab_base::fault::with_plan("segment.read:1+:ENOENT", || conelab_store::load(run))
     else {
@@ -615,15 +621,15 @@ fn a_store_without_its_run_record_still_gives_its_rows() {
     }
     std::fs::remove_file(run.join("store/run.json")).expect("rm run.json");
     let loaded = conelab_store::load(&run).expect("the rows load");
-    assert_eq!(loaded.metrics.height(), 4);
-    assert_eq!(loaded.run.run_id, "my-run");
+    assert_eq!(loaded.metrics().height(), 4);
+    assert_eq!(loaded.run().run_id, "my-run");
     assert!(
         loaded
-            .warnings
+            .warnings()
             .iter()
             .any(|w| w.contains("run.json") && w.contains("missing")),
         "{:?}",
-        loaded.warnings
+        loaded.warnings()
     );
     // A folder with neither record nor rows is still not a store.
     let empty = dir.path().join("empty");
@@ -664,8 +670,8 @@ fn a_long_run_keeps_a_bounded_store_and_every_row() {
         (1..=flushes).map(|s| (s, loss(s))).collect::<Vec<_>>()
     );
     let s = conelab_store::load(run).expect("load");
-    assert_eq!(s.events.height() as u64, flushes, "every event once");
-    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert_eq!(s.events().height() as u64, flushes, "every event once");
+    assert!(s.warnings().is_empty(), "{:?}", s.warnings());
 }
 
 /// `export` started while the run compacts its store (the issue: 26 of 30 exports started
@@ -787,7 +793,7 @@ fn a_store_without_a_uuid_gets_the_same_derived_one_at_every_read() {
         !String::from_utf8_lossy(&json).contains("uuid"),
         "an old record has none"
     );
-    let uuid = |dir: &Path| conelab_store::load(dir).expect("load").run.uuid();
+    let uuid = |dir: &Path| conelab_store::load(dir).expect("load").run().uuid();
     let first = uuid(&a);
     assert_eq!(uuid(&a), first);
     assert_ne!(uuid(&b), first);
@@ -834,7 +840,7 @@ fn a_gpu_sample_is_stored_beside_the_process_load() {
     .expect("record");
     w.flush().expect("flush");
     let st = conelab_store::load(tmp.path()).expect("load");
-    let at = |m: &str| query::value_at(&st.metrics, split::SYSTEM, "total", m, 7).expect("query");
+    let at = |m: &str| query::value_at(&st.metrics(), split::SYSTEM, "total", m, 7).expect("query");
     assert_eq!(at("gpu_util_percent"), Some(93.0));
     assert_eq!(at("gpu_mem_used_mib"), Some(1536.0));
     assert_eq!(at("gpu_mem_total_mib"), Some(81920.0));

@@ -46,8 +46,8 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
     );
     let stdout = succeeded(&out);
     let st = conelab_store::load(&f.path("run")).expect("the run has a store");
-    assert!(st.warnings.is_empty(), "{:?}", st.warnings);
-    let metrics = &st.metrics;
+    assert!(st.warnings().is_empty(), "{:?}", st.warnings());
+    let metrics = &st.metrics();
 
     // Every step's loss, as printed (4 decimals) by the same run.
     let h = query::history(metrics, split::TRAIN, "total", "loss", 0).expect("history");
@@ -112,7 +112,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
         .any(|v| v.split == "test" && v.metric == "ppl");
     assert!(test_ppl, "the final test evaluation is stored");
     // Events, in order, with their steps.
-    let events = kinds_and_steps(&st.events);
+    let events = kinds_and_steps(&st.events());
     assert_eq!(
         events,
         vec![
@@ -123,11 +123,11 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
         ]
     );
     // The run record; the end of the run compacted the store.
-    assert_eq!(st.run.run_id, "run");
+    assert_eq!(st.run().run_id, "run");
     assert!(
-        st.run.config_toml.contains("[train]") || st.run.config_toml.contains("steps"),
+        st.run().config_toml.contains("[train]") || st.run().config_toml.contains("steps"),
         "{}",
-        st.run.config_toml
+        st.run().config_toml
     );
     let files: Vec<String> = std::fs::read_dir(f.path("run").join("store"))
         .expect("store")
@@ -296,7 +296,7 @@ fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates()
     let _ = child.wait();
 
     let st = conelab_store::load(&run).expect("the store loads after kill -9");
-    let h = query::history(&st.metrics, split::TRAIN, "total", "loss", 0).expect("history");
+    let h = query::history(&st.metrics(), split::TRAIN, "total", "loss", 0).expect("history");
     let reached = *h.steps.last().expect("steps were stored");
     assert_eq!(
         h.steps,
@@ -321,8 +321,8 @@ fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates()
     ]);
     succeeded(&out);
     let st = conelab_store::load(&run).expect("load");
-    let h = query::history(&st.metrics, split::TRAIN, "total", "loss", 0).expect("history");
-    let starts: Vec<u64> = kinds_and_steps(&st.events)
+    let h = query::history(&st.metrics(), split::TRAIN, "total", "loss", 0).expect("history");
+    let starts: Vec<u64> = kinds_and_steps(&st.events())
         .into_iter()
         .filter(|(k, _)| k == "start")
         .map(|(_, s)| s)
@@ -341,12 +341,12 @@ fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates()
     assert_eq!(h.steps, want);
     let keys = ["step", "split", "group", "metric"].map(String::from);
     let unique = st
-        .metrics
+        .metrics()
         .unique_stable(Some(&keys), UniqueKeepStrategy::First, None)
         .expect("unique");
     assert_eq!(
         unique.height(),
-        st.metrics.height(),
+        st.metrics().height(),
         "no duplicate (step, split, group, metric)"
     );
     // The resumed losses are the ones the resumed process printed.
@@ -370,14 +370,14 @@ fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates()
 fn embedding_rows_at(run: &std::path::Path, step: u64) -> usize {
     let st = conelab_store::load(run).expect("the run's store");
     let steps = st
-        .metrics
+        .metrics()
         .column("step")
         .expect("step")
         .u64()
         .expect("u64")
         .clone();
     let splits = st
-        .metrics
+        .metrics()
         .column("split")
         .expect("split")
         .str()

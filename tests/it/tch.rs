@@ -423,7 +423,7 @@ fn the_workbench_drives_a_libtorch_run() {
     tmux.keys(&["s"]);
     assert_eq!(tmux.wait_for_exit(&exit_file), "0", "exit status");
     let st = conelab_store::load(&run).expect("store");
-    assert_eq!(st.run.device, "libtorch-cpu");
+    assert_eq!(st.run().device, "libtorch-cpu");
     let kinds: Vec<String> = st
         .events
         .column("kind")

@@ -107,14 +107,14 @@ fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
     // the training rows on both sides of each change.
     let st = conelab_store::load(&run).expect("the run's store");
     let kinds = st
-        .events
+        .events()
         .column("kind")
         .expect("kind")
         .str()
         .expect("str")
         .clone();
     let ev_steps = st
-        .events
+        .events()
         .column("step")
         .expect("step")
         .u64()
@@ -144,7 +144,7 @@ fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
         "{events:?}"
     );
     let loss =
-        conelab_store::query::history(&st.metrics, "train", "total", "loss", 0).expect("history");
+        conelab_store::query::history(&st.metrics(), "train", "total", "loss", 0).expect("history");
     for change in [steps[0], steps[1]] {
         assert!(
             loss.steps.contains(&(change - 1)) && loss.steps.contains(&change),

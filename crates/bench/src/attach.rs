@@ -217,7 +217,7 @@ fn train_args(b: &AttachBench, dir: &Path, steps: u64) -> Vec<std::ffi::OsString
 /// Tokens/s between the end of the warm-up and the last step, from the run's store.
 fn store_throughput(dir: &Path, warmup: u64, tokens_per_step: f64) -> Result<f64, RunError> {
     let st = store::load(dir)?;
-    let df = &st.metrics;
+    let df = &st.metrics();
     let key = conelab_core::series::series_key(split::TRAIN, "total", "loss");
     let mut rows: Vec<(u64, f64)> = store::rows::metric_rows(df)?
         .into_iter()

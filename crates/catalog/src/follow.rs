@@ -19,7 +19,7 @@ use rustc_hash::FxHashSet;
 use conelab_client::follow::{FollowUpdate, Follower, Row, StopFollowing};
 use conelab_core::run_dir::live::{self, Liveness};
 use conelab_core::series::SeriesName;
-use conelab_store::tail::MetricsTail;
+use conelab_store::tail::{MetricsTail, TailRead};
 use conelab_store::{StoreError, col};
 
 const COLUMNS: [&str; 7] = [
@@ -92,7 +92,7 @@ fn follow(
                 out.push(FollowUpdate::State { run, label, status });
             }
             let read = tails[run].poll(&COLUMNS).and_then(|read| {
-                let rows = rows(&read.rows, &wanted).inspect_err(|_| {
+                let rows = rows(&read, &wanted).inspect_err(|_| {
                     // Read but unusable: read it all again next time, as a reset.
                     tails[run].restart();
                 })?;
@@ -100,17 +100,13 @@ fn follow(
             });
             match read {
                 Ok((read, rows)) => {
-                    match conelab_store::rows::series_names(&read.rows, |k| named.contains(&k)) {
+                    match read.new_series(|k| named.contains(&k)) {
                         Ok(new) => {
                             let names: Vec<SeriesName> = new
                                 .into_iter()
-                                .map(|(key, split, group, metric)| {
+                                .map(|(key, name)| {
                                     named.insert(key);
-                                    SeriesName {
-                                        split,
-                                        group,
-                                        metric,
-                                    }
+                                    name
                                 })
                                 .filter(SeriesName::is_curve)
                                 .collect();
@@ -178,8 +174,9 @@ fn follow(
     }
 }
 
-fn rows(df: &conelab_store::Frame, wanted: &FxHashSet<i64>) -> Result<Vec<Row>, StoreError> {
-    Ok(conelab_store::rows::metric_rows(df)?
+fn rows(read: &TailRead, wanted: &FxHashSet<i64>) -> Result<Vec<Row>, StoreError> {
+    Ok(read
+        .metric_rows()?
         .into_iter()
         .filter(|r| wanted.contains(&r.key))
         .filter_map(|r| {

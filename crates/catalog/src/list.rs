@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use conelab_core::run_dir::RunDir;
 use conelab_core::run_dir::live::{self, Liveness};
-use conelab_core::series::{series_key, split};
-use conelab_store::{self as store, col};
+
+use conelab_store as store;
 
 use crate::{RunError, index};
 
@@ -370,16 +370,16 @@ pub fn row(dir: &Path) -> RunRow {
         r.damaged.push(e.to_string());
     }
     r.damaged.extend(store::known_damage(dir));
-    match store::load(dir) {
+    match store::summary::read(dir) {
         Ok(st) => {
             // A stand-in record (run.json lost or damaged) has no start: none is shown, and no
             // wall time reckoned from 1970.
-            let started = (st.run.started_unix > 0.0).then_some(st.run.started_unix);
+            let started = (st.record.started_unix > 0.0).then_some(st.record.started_unix);
             r.started = started.map(rfc3339);
             if r.device.is_none() {
-                r.device = Some(st.run.device.clone());
+                r.device = Some(st.record.device.clone());
             }
-            let labels = st.run.labels.clone();
+            let labels = st.record.labels.clone();
             if let Some(name) = labels.name {
                 r.name = name;
             }
@@ -394,15 +394,13 @@ pub fn row(dir: &Path) -> RunRow {
                 r.damaged.retain(|d| damaged_file(d) != file);
                 r.damaged.push(warning.clone());
             }
-            if let Ok(numbers) = numbers(&st) {
-                if r.status == "live" || r.status == "crashed" {
-                    r.step = numbers.step.or(r.step);
-                }
-                r.best_valid_ppl = numbers.best_valid_ppl;
-                r.i1 = numbers.i1;
-                r.mean_cos = numbers.mean_cos;
-                r.objective = numbers.objective;
+            if r.status == "live" || r.status == "crashed" {
+                r.step = st.newest_step.or(r.step);
             }
+            r.best_valid_ppl = st.best_valid_ppl;
+            r.i1 = st.i1;
+            r.mean_cos = st.mean_cos;
+            r.objective = st.objective;
         }
         Err(store::StoreError::NoStore(_)) => {}
         Err(e @ store::StoreError::Corrupt { .. }) => {
@@ -433,50 +431,6 @@ fn mark_damaged(r: &mut RunRow) {
         Some(why) => format!("{was}: {why}"),
         None => was,
     });
-}
-
-#[derive(Default)]
-struct Numbers {
-    step: Option<u64>,
-    best_valid_ppl: Option<f64>,
-    i1: Option<f64>,
-    mean_cos: Option<f64>,
-    objective: Option<String>,
-}
-
-fn numbers(st: &store::LoadedStore) -> Result<Numbers, store::StoreError> {
-    let df = &st.metrics;
-    let keys = df.column(col::KEY)?.i64()?;
-    let steps = df.column(col::STEP)?.u64()?;
-    let values = df.column(col::VALUE)?.f64()?;
-    let (loss, ppl, i1, cos) = (
-        series_key(split::TRAIN, "total", "loss"),
-        series_key(split::VALID, "total", "ppl"),
-        series_key(split::EMBEDDING, "total", "i1"),
-        series_key(split::EMBEDDING, "total", "mean_cos"),
-    );
-    let mut n = Numbers::default();
-    let mut newest_i1 = 0;
-    let mut newest_cos = 0;
-    for ((k, s), v) in keys.iter().zip(steps.iter()).zip(values.iter()) {
-        let (Some(k), Some(s), Some(v)) = (k, s, v) else {
-            continue;
-        };
-        if k == loss {
-            n.step = Some(n.step.map_or(s, |x| x.max(s)));
-        } else if k == ppl && v.is_finite() {
-            n.best_valid_ppl = Some(n.best_valid_ppl.map_or(v, |b| b.min(v)));
-        } else if k == i1 && s >= newest_i1 {
-            newest_i1 = s;
-            n.i1 = Some(v);
-        } else if k == cos && s >= newest_cos {
-            newest_cos = s;
-            n.mean_cos = Some(v);
-        }
-    }
-    // The objectives in force: the newest start or change of objectives.
-    n.objective = conelab_store::query::objective_at(&st.events, None)?;
-    Ok(n)
 }
 
 /// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ`.

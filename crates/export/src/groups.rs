@@ -124,7 +124,7 @@ pub(crate) fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
     let mut human: Vec<Option<f64>> = vec![None; 4];
     for s in stores {
         let step = resolve_step(s, split, choice)?;
-        let metrics = &s.metrics;
+        let metrics = &s.metrics();
         let mut values = Vec::new();
         for (gi, (group, _)) in GROUP_HEADERS.iter().enumerate() {
             for (metric, _, _, _, _, source) in GROUP_COLUMNS {
@@ -153,13 +153,13 @@ pub(crate) fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
         }
         let label = run_label(s, step)?;
         // The objectives in force, not the name: seeds named apart are still one setting.
-        let objectives = query::objective_at(&s.events, Some(step))?.unwrap_or_default();
+        let objectives = query::objective_at(&s.events(), Some(step))?.unwrap_or_default();
         rows.push(GroupRow {
-            setting: setting_without_seed(&s.run.config_toml, &objectives, step),
-            seeds: seeds_of(&s.run.config_toml),
-            name: s.run.labels.name.clone(),
+            setting: setting_without_seed(&s.run().config_toml, &objectives, step),
+            seeds: seeds_of(&s.run().config_toml),
+            name: s.run().labels.name.clone(),
             label,
-            id: s.run.run_id.clone(),
+            id: s.run().run_id.clone(),
             step,
             values,
         });

@@ -161,7 +161,7 @@ pub fn build(req: &ExportRequest) -> Result<Exported, StoreError> {
         Table::Metrics => metrics_table(&load()?, req),
         Table::Events => {
             let stores = load()?;
-            let mut out = plain(per_run(&stores, |s| Ok(s.events.clone()))?);
+            let mut out = plain(per_run(&stores, |s| Ok(s.events().clone()))?);
             out.warnings = warnings_of(&stores);
             Ok(out)
         }
@@ -181,7 +181,7 @@ pub const RUN_NAME: &str = "run";
 
 /// The name a run goes by: its name, else its folder's.
 fn run_name(s: &LoadedStore) -> &str {
-    s.run.labels.name.as_deref().unwrap_or(&s.run.run_id)
+    s.run().labels.name.as_deref().unwrap_or(&s.run().run_id)
 }
 
 /// Each run's rows (`rows` of its store), with its name and UUID after `run_id` so that rows of
@@ -201,19 +201,19 @@ fn per_run(
             .map_or(0, |i| i + 1);
         // The run's name, else the id its rows carry (a stand-in record, for a store whose
         // run.json is lost, is named by the folder: the rows say who they are).
-        let names: Vec<String> = match (&s.run.labels.name, frame.column(c::RUN_ID)) {
+        let names: Vec<String> = match (&s.run().labels.name, frame.column(c::RUN_ID)) {
             (Some(name), _) => vec![name.clone(); height],
             (None, Ok(ids)) => ids
                 .str()?
                 .iter()
-                .map(|id| id.unwrap_or(&s.run.run_id).to_string())
+                .map(|id| id.unwrap_or(&s.run().run_id).to_string())
                 .collect(),
-            (None, Err(_)) => vec![s.run.run_id.clone(); height],
+            (None, Err(_)) => vec![s.run().run_id.clone(); height],
         };
         frame.insert_column(at, Column::new(RUN_NAME.into(), names))?;
         frame.insert_column(
             at + 1,
-            Column::new(RUN_UUID.into(), vec![s.run.uuid(); height]),
+            Column::new(RUN_UUID.into(), vec![s.run().uuid(); height]),
         )?;
         match &mut out {
             Some(o) => {
@@ -253,7 +253,7 @@ fn load_stores(runs: &[PathBuf]) -> Result<Vec<LoadedStore>, StoreError> {
 fn warnings_of(stores: &[LoadedStore]) -> Vec<String> {
     stores
         .iter()
-        .flat_map(|s| s.warnings.iter().cloned())
+        .flat_map(|s| s.warnings().iter().cloned())
         .collect()
 }
 
@@ -277,7 +277,7 @@ fn held_out(req: &ExportRequest) -> Result<&str, StoreError> {
 
 /// The evaluation steps of a run on a split, in order.
 fn eval_steps(store: &LoadedStore, split: &str) -> Result<Vec<(u64, f64)>, StoreError> {
-    query::series(&store.metrics, split, "total", "ppl")
+    query::series(&store.metrics(), split, "total", "ppl")
 }
 
 /// The step a table is taken at for one run.
@@ -287,7 +287,7 @@ pub fn resolve_step(
     choice: StepChoice,
 ) -> Result<u64, StoreError> {
     let evals = eval_steps(store, split)?;
-    let run = &store.run.run_id;
+    let run = &store.run().run_id;
     if evals.is_empty() {
         return Err(StoreError::Invalid(
             format!("run {run} has no {split} evaluation in its store").into(),
@@ -358,12 +358,12 @@ fn abbreviate(items: &[String]) -> String {
 /// The run's name (`train --name`, `conelab rename`); unnamed, the objective label in force at
 /// `step`, else the run id.
 pub fn run_label(store: &LoadedStore, step: u64) -> Result<String, StoreError> {
-    if let Some(name) = &store.run.labels.name {
+    if let Some(name) = &store.run().labels.name {
         return Ok(name.clone());
     }
     Ok(
-        conelab_store::query::objective_at(&store.events, Some(step))?
-            .unwrap_or_else(|| store.run.run_id.clone()),
+        conelab_store::query::objective_at(&store.events(), Some(step))?
+            .unwrap_or_else(|| store.run().run_id.clone()),
     )
 }
 

@@ -52,7 +52,7 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
         let (label, id) = match conelab_store::load(run) {
             Ok(store) => {
                 let step = m.step.unwrap_or(0);
-                (run_label(&store, step)?, store.run.run_id.clone())
+                (run_label(&store, step)?, store.run().run_id.clone())
             }
             // A run from before the store existed still has checkpoints.
             Err(_) => {

@@ -56,7 +56,7 @@ pub(crate) fn runs_table(stores: &[LoadedStore], dirs: &[PathBuf]) -> Result<Exp
         "started_unix".into(),
         stores
             .iter()
-            .map(|s| s.run.started_unix)
+            .map(|s| s.run().started_unix)
             .collect::<Vec<_>>(),
     ));
     // The record's own text fields, in FIXED's order.
@@ -69,14 +69,17 @@ pub(crate) fn runs_table(stores: &[LoadedStore], dirs: &[PathBuf]) -> Result<Exp
         ("notes", |r| r.labels.notes.clone()),
     ];
     for (name, field) in record {
-        columns.push(Column::new(name.into(), text(&|_, s| Some(field(&s.run)))));
+        columns.push(Column::new(
+            name.into(),
+            text(&|_, s| Some(field(&s.run()))),
+        ));
     }
     let mut last_step = Vec::with_capacity(height);
     let (mut best, mut best_step, mut last) = (Vec::new(), Vec::new(), Vec::new());
     for s in stores {
-        let steps = s.metrics.column(c::STEP)?.u64()?;
+        let steps = s.metrics().column(c::STEP)?.u64()?;
         last_step.push(steps.max());
-        let valid = query::history(&s.metrics, split::VALID, "total", "ppl", 0)?;
+        let valid = query::history(&s.metrics(), split::VALID, "total", "ppl", 0)?;
         let min = valid
             .steps
             .iter()
@@ -104,7 +107,7 @@ pub(crate) fn runs_table(stores: &[LoadedStore], dirs: &[PathBuf]) -> Result<Exp
     for s in stores {
         let mut keys = BTreeMap::new();
         // An imported run has no configuration; an unreadable one is said by the config table.
-        if let Ok(table) = s.run.config_toml.parse::<toml::Table>() {
+        if let Ok(table) = s.run().config_toml.parse::<toml::Table>() {
             tables::flatten("", &toml::Value::Table(table), true, &mut keys);
         }
         flat.push(keys);

@@ -11,11 +11,11 @@ use conelab_core::words::nearest_names;
 pub(crate) fn config_table(stores: &[LoadedStore]) -> Result<Exported, StoreError> {
     let mut flat = Vec::new();
     for s in stores {
-        let table: toml::Table = s.run.config_toml.parse().map_err(|e: toml::de::Error| {
+        let table: toml::Table = s.run().config_toml.parse().map_err(|e: toml::de::Error| {
             StoreError::Invalid(
                 format!(
                     "run {}: its recorded configuration is not TOML: {}",
-                    s.run.run_id,
+                    s.run().run_id,
                     e.message()
                 )
                 .into(),
@@ -45,9 +45,9 @@ pub(crate) fn config_table(stores: &[LoadedStore]) -> Result<Exported, StoreErro
 pub(crate) fn identity_columns(stores: &[LoadedStore]) -> Vec<Column> {
     let of = |f: &dyn Fn(&LoadedStore) -> String| stores.iter().map(f).collect::<Vec<_>>();
     vec![
-        Column::new(c::RUN_ID.into(), of(&|s| s.run.run_id.clone())),
+        Column::new(c::RUN_ID.into(), of(&|s| s.run().run_id.clone())),
         Column::new(RUN_NAME.into(), of(&|s| run_name(s).to_string())),
-        Column::new(RUN_UUID.into(), of(&|s| s.run.uuid())),
+        Column::new(RUN_UUID.into(), of(&|s| s.run().uuid())),
     ]
 }
 
@@ -108,7 +108,7 @@ pub(crate) fn metrics_table(
             // last/best are per run: the step each run is taken at.
             Some(choice) => Some(resolve_step(s, held_out(req)?, choice)?),
         };
-        Ok(query::metric_rows(&s.metrics, split, step)?.select(conelab_store::METRIC_COLUMNS)?)
+        Ok(query::metric_rows(&s.metrics(), split, step)?.select(conelab_store::METRIC_COLUMNS)?)
     })?;
     let mut out = plain(df);
     out.warnings = warnings_of(stores);
@@ -135,7 +135,7 @@ pub(crate) fn parse_curve(name: &str) -> Result<(String, String, String), StoreE
 pub(crate) fn known_curves(stores: &[LoadedStore]) -> Result<Vec<String>, StoreError> {
     let mut names = std::collections::BTreeSet::new();
     for s in stores {
-        for v in query::last_values_vec(&s.metrics)? {
+        for v in query::last_values_vec(&s.metrics())? {
             if v.split == split::SPECTRUM {
                 continue;
             }
@@ -184,7 +184,7 @@ pub(crate) fn curves(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
     for (ci, (sp, g, m)) in parsed.iter().enumerate() {
         let mut found = false;
         for (ri, s) in stores.iter().enumerate() {
-            let h = query::history(&s.metrics, sp, g, m, 0)?;
+            let h = query::history(&s.metrics(), sp, g, m, 0)?;
             found |= !h.is_empty();
             for (step, v) in h.steps.iter().zip(&h.values) {
                 rows.entry((ri, *step))
@@ -205,9 +205,9 @@ pub(crate) fn curves(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
     };
     let steps: Vec<u64> = rows.keys().map(|(_, s)| *s).collect();
     let mut columns = vec![
-        Column::new(c::RUN_ID.into(), of_run(&|s| s.run.run_id.clone())),
+        Column::new(c::RUN_ID.into(), of_run(&|s| s.run().run_id.clone())),
         Column::new(RUN_NAME.into(), of_run(&|s| run_name(s).to_string())),
-        Column::new(RUN_UUID.into(), of_run(&|s| s.run.uuid())),
+        Column::new(RUN_UUID.into(), of_run(&|s| s.run().uuid())),
         Column::new(c::STEP.into(), steps),
     ];
     for (ci, name) in names.iter().enumerate() {

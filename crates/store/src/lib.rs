@@ -31,6 +31,7 @@ pub mod query;
 pub mod recorder;
 pub mod rows;
 pub mod segment;
+pub mod summary;
 pub mod tail;
 pub mod writer;
 
@@ -208,12 +209,41 @@ fn fnv1a(basis: u64, parts: &[&str]) -> u64 {
 /// order), the runs record, and what was skipped.
 #[derive(Debug, Clone)]
 pub struct LoadedStore {
-    pub dir: PathBuf,
-    pub run: RunRecord,
-    pub metrics: DataFrame,
-    pub events: DataFrame,
+    dir: PathBuf,
+    run: RunRecord,
+    metrics: DataFrame,
+    events: DataFrame,
     /// One line per unreadable segment that was skipped.
-    pub warnings: Vec<String>,
+    warnings: Vec<String>,
+}
+
+/// What a read gives: the store's tables to the exports (which link polars themselves); every
+/// other reader takes typed rows ([`rows`], [`history`], [`summary`]).
+impl LoadedStore {
+    /// The store's folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The run record (`run.json`, or a stand-in where it is lost).
+    pub fn run(&self) -> &RunRecord {
+        &self.run
+    }
+
+    /// The metrics table.
+    pub fn metrics(&self) -> &DataFrame {
+        &self.metrics
+    }
+
+    /// The events table.
+    pub fn events(&self) -> &DataFrame {
+        &self.events
+    }
+
+    /// One line per unreadable segment that was skipped.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
 }
 
 /// The store folder of a run directory (or the store folder itself).

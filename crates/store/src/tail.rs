@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use polars::prelude::*;
 
+use conelab_core::series::SeriesName;
+
 use super::segment::{self, Kind, ReadError};
 use super::{StoreError, store_dir};
 
@@ -20,9 +22,37 @@ pub struct TailRead {
     /// The rows replace everything read before (the first poll, or a newer compaction).
     pub reset: bool,
     /// The new rows (only the columns asked for), in segment order.
-    pub rows: DataFrame,
+    rows: DataFrame,
     /// Segments that are not conelab segments, skipped (each named once).
     pub warnings: Vec<String>,
+}
+
+impl TailRead {
+    /// The new rows, typed (`key` and `step` must have been read; the others where asked for).
+    pub fn metric_rows(&self) -> Result<Vec<crate::rows::MetricRow>, StoreError> {
+        crate::rows::metric_rows(&self.rows)
+    }
+
+    /// The series among the new rows that `known` does not know yet, by name (`key`, `split`,
+    /// `group` and `metric` must have been read).
+    pub fn new_series(
+        &self,
+        known: impl Fn(i64) -> bool,
+    ) -> Result<Vec<(i64, SeriesName)>, StoreError> {
+        Ok(crate::rows::series_names(&self.rows, known)?
+            .into_iter()
+            .map(|(key, split, group, metric)| {
+                (
+                    key,
+                    SeriesName {
+                        split,
+                        group,
+                        metric,
+                    },
+                )
+            })
+            .collect())
+    }
 }
 
 /// The reading position in one run's metrics segments.

@@ -466,7 +466,7 @@ pub fn wait_final(run: &Path) -> serde_json::Value {
 pub fn store_losses(run: &Path) -> Vec<(u64, f64)> {
     let st = conelab_store::load(run).expect("the run's store");
     let h =
-        conelab_store::query::history(&st.metrics, "train", "total", "loss", 0).expect("history");
+        conelab_store::query::history(&st.metrics(), "train", "total", "loss", 0).expect("history");
     h.steps.into_iter().zip(h.values).collect()
 }
 
@@ -474,21 +474,21 @@ pub fn store_losses(run: &Path) -> Vec<(u64, f64)> {
 pub fn store_events(run: &Path) -> Vec<(String, u64, String)> {
     let st = conelab_store::load(run).expect("the run's store");
     let kinds = st
-        .events
+        .events()
         .column("kind")
         .expect("kind")
         .str()
         .expect("str")
         .clone();
     let steps = st
-        .events
+        .events()
         .column("step")
         .expect("step")
         .u64()
         .expect("u64")
         .clone();
     let after = st
-        .events
+        .events()
         .column("after")
         .expect("after")
         .str()

@@ -50,9 +50,9 @@ pub fn write_log(
     let mut used: Vec<String> = Vec::new();
     for run in runs {
         let store = conelab_store::load(run)?;
-        written.warnings.extend(store.warnings.iter().cloned());
+        written.warnings.extend(store.warnings().iter().cloned());
         // The record's id is file contents: one safe path component, unique in this log.
-        let base = match sanitize(&store.run.run_id) {
+        let base = match sanitize(&store.run().run_id) {
             n if n.is_empty() => "run".to_string(),
             n => n,
         };
@@ -67,7 +67,7 @@ pub fn write_log(
         let (bytes, n) = event_file(&store)?;
         let file = dir.join(format!(
             "events.out.tfevents.{}.conelab",
-            store.run.started_unix.max(0.0) as u64
+            store.run().started_unix.max(0.0) as u64
         ));
         conelab_base::atomic::write_file_as("tfevents", &file, &bytes).map_err(io(&file))?;
         written.scalars += n;
@@ -96,7 +96,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 
 /// The event file of a run's store: the version event, then every metric row in step order.
 fn event_file(store: &LoadedStore) -> Result<(Vec<u8>, usize), StoreError> {
-    let m = &store.metrics;
+    let m = &store.metrics();
     let (steps, times) = (m.column(c::STEP)?.u64()?, m.column(c::WALL_TIME)?.f64()?);
     let (splits, groups) = (m.column(c::SPLIT)?.str()?, m.column(c::GROUP)?.str()?);
     let (metrics, values) = (m.column(c::METRIC)?.str()?, m.column(c::VALUE)?.f64()?);
@@ -111,7 +111,7 @@ fn event_file(store: &LoadedStore) -> Result<(Vec<u8>, usize), StoreError> {
         ) else {
             continue;
         };
-        let time = times.get(i).unwrap_or(store.run.started_unix);
+        let time = times.get(i).unwrap_or(store.run().started_unix);
         rows.push((step, time, format!("{split}/{group}/{metric}"), value));
     }
     rows.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
@@ -119,7 +119,7 @@ fn event_file(store: &LoadedStore) -> Result<(Vec<u8>, usize), StoreError> {
     events::push_event(
         &mut bytes,
         &Event {
-            wall_time: store.run.started_unix,
+            wall_time: store.run().started_unix,
             step: 0,
             what: Some(event::What::FileVersion(FILE_VERSION.into())),
         },
