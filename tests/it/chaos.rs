@@ -119,7 +119,7 @@ impl Moment {
 fn series(run: &std::path::Path, split: &str, metric: &str) -> Vec<(u64, f64)> {
     let st = conelab_store::load(run).expect("store");
     let h =
-        conelab_store::query::history(&st.metrics(), split, "total", metric, 0).expect("history");
+        conelab_store::query::history(st.metrics(), split, "total", metric, 0).expect("history");
     h.steps.into_iter().zip(h.values).collect()
 }
 

@@ -48,7 +48,7 @@ fn push_losses(w: &mut StoreWriter, steps: std::ops::RangeInclusive<u64>, f: imp
 /// (step, value) of train/loss in store order.
 fn losses(run: &Path) -> Vec<(u64, f64)> {
     let s = conelab_store::load(run).expect("load");
-    let h = query::history(&s.metrics(), split::TRAIN, "total", "loss", 0).expect("history");
+    let h = query::history(s.metrics(), split::TRAIN, "total", "loss", 0).expect("history");
     h.steps.into_iter().zip(h.values).collect()
 }
 
@@ -280,7 +280,7 @@ fn new_metric_names_need_no_schema_change() {
     w.flush().expect("flush");
     drop(w);
     let s = conelab_store::load(run).expect("load");
-    let last = query::last_values_vec(&s.metrics()).expect("last");
+    let last = query::last_values_vec(s.metrics()).expect("last");
     let find = |metric: &str| last.iter().find(|v| v.metric == metric).cloned();
     let new = find("a_metric_added_later").expect("new metric");
     assert_eq!(
@@ -310,8 +310,8 @@ fn compaction_keeps_every_row_and_supersedes_what_it_replaced() {
     assert_eq!(segment_files(run, "metrics-").len(), 1);
     assert_eq!(segment_files(run, "events-").len(), 1);
     let after = conelab_store::load(run).expect("load");
-    assert!(after.metrics().equals(&before.metrics()));
-    assert!(after.events().equals(&before.events()));
+    assert!(after.metrics().equals(before.metrics()));
+    assert!(after.events().equals(before.events()));
     // A crash between the base's rename and the deletions leaves an old segment behind: the base
     // supersedes it, so its rows are not counted twice.
     std::fs::write(
@@ -321,7 +321,7 @@ fn compaction_keeps_every_row_and_supersedes_what_it_replaced() {
     )
     .expect("restore an old segment");
     let again = conelab_store::load(run).expect("load");
-    assert!(again.metrics().equals(&before.metrics()));
+    assert!(again.metrics().equals(before.metrics()));
     // A writer opened afterwards numbers its segments after the base.
     let mut w = writer(run);
     push_losses(&mut w, 51..=52, loss);
@@ -497,12 +497,12 @@ fn queries_return_what_was_written() {
     w.flush().expect("flush");
     drop(w);
     let s = conelab_store::load(run).expect("load");
-    let last = query::last_values_vec(&s.metrics()).expect("last");
+    let last = query::last_values_vec(s.metrics()).expect("last");
     assert_eq!(last.len(), 2);
     let rare = last.iter().find(|v| v.split == "valid").expect("valid");
     assert_eq!((rare.step, rare.value), (300, 600.0));
     // 1000 points into 100 buckets of 10: bucket b holds steps 10b+1..=10b+10, mean 10b+5.5.
-    let h = query::history(&s.metrics(), split::TRAIN, "total", "loss", 100).expect("history");
+    let h = query::history(s.metrics(), split::TRAIN, "total", "loss", 100).expect("history");
     assert_eq!(h.len(), 100);
     for (b, (step, v)) in h.steps.iter().zip(&h.values).enumerate() {
         assert_eq!(*step, 10 * b as u64 + 10);
@@ -511,7 +511,7 @@ fn queries_return_what_was_written() {
             "bucket {b}: {v}"
         );
     }
-    let ev = query::events_between(&s.events(), 150, 300).expect("events");
+    let ev = query::events_between(s.events(), 150, 300).expect("events");
     let steps: Vec<u64> = ev
         .column("step")
         .expect("step")
@@ -521,7 +521,7 @@ fn queries_return_what_was_written() {
         .collect();
     assert_eq!(steps, vec![200, 300]);
     assert_eq!(
-        query::value_at_or_before(&s.metrics(), split::VALID, "rare", "ppl", 250).expect("q"),
+        query::value_at_or_before(s.metrics(), split::VALID, "rare", "ppl", 250).expect("q"),
         Some((200, 400.0))
     );
 }
@@ -840,7 +840,7 @@ fn a_gpu_sample_is_stored_beside_the_process_load() {
     .expect("record");
     w.flush().expect("flush");
     let st = conelab_store::load(tmp.path()).expect("load");
-    let at = |m: &str| query::value_at(&st.metrics(), split::SYSTEM, "total", m, 7).expect("query");
+    let at = |m: &str| query::value_at(st.metrics(), split::SYSTEM, "total", m, 7).expect("query");
     assert_eq!(at("gpu_util_percent"), Some(93.0));
     assert_eq!(at("gpu_mem_used_mib"), Some(1536.0));
     assert_eq!(at("gpu_mem_total_mib"), Some(81920.0));

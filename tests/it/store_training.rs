@@ -112,7 +112,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
         .any(|v| v.split == "test" && v.metric == "ppl");
     assert!(test_ppl, "the final test evaluation is stored");
     // Events, in order, with their steps.
-    let events = kinds_and_steps(&st.events());
+    let events = kinds_and_steps(st.events());
     assert_eq!(
         events,
         vec![
@@ -296,7 +296,7 @@ fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates()
     let _ = child.wait();
 
     let st = conelab_store::load(&run).expect("the store loads after kill -9");
-    let h = query::history(&st.metrics(), split::TRAIN, "total", "loss", 0).expect("history");
+    let h = query::history(st.metrics(), split::TRAIN, "total", "loss", 0).expect("history");
     let reached = *h.steps.last().expect("steps were stored");
     assert_eq!(
         h.steps,
@@ -321,8 +321,8 @@ fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates()
     ]);
     succeeded(&out);
     let st = conelab_store::load(&run).expect("load");
-    let h = query::history(&st.metrics(), split::TRAIN, "total", "loss", 0).expect("history");
-    let starts: Vec<u64> = kinds_and_steps(&st.events())
+    let h = query::history(st.metrics(), split::TRAIN, "total", "loss", 0).expect("history");
+    let starts: Vec<u64> = kinds_and_steps(st.events())
         .into_iter()
         .filter(|(k, _)| k == "start")
         .map(|(_, s)| s)

@@ -144,7 +144,7 @@ fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
         "{events:?}"
     );
     let loss =
-        conelab_store::query::history(&st.metrics(), "train", "total", "loss", 0).expect("history");
+        conelab_store::query::history(st.metrics(), "train", "total", "loss", 0).expect("history");
     for change in [steps[0], steps[1]] {
         assert!(
             loss.steps.contains(&(change - 1)) && loss.steps.contains(&change),

@@ -953,7 +953,7 @@ pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, conelab_store::St
             None,
             &mut |_| {
                 let s = store::load(&long)?;
-                last = query::last_values_vec(&s.metrics())?;
+                last = query::last_values_vec(s.metrics())?;
                 Ok(())
             },
         )?;
@@ -966,7 +966,7 @@ pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, conelab_store::St
             Some(50.0),
             &mut |_| {
                 let s = store::load(&long)?;
-                last = query::last_values_vec(&s.metrics())?;
+                last = query::last_values_vec(s.metrics())?;
                 Ok(())
             },
         )?;
@@ -985,7 +985,7 @@ pub fn bench_store(b: &StoreBench) -> Result<StoreBenchResult, conelab_store::St
             Some(10.0),
             &mut |_| {
                 let h = query::history(
-                    &loaded.metrics(),
+                    loaded.metrics(),
                     conelab_core::series::split::TRAIN,
                     "total",
                     "loss",

@@ -153,7 +153,7 @@ pub(crate) fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
         }
         let label = run_label(s, step)?;
         // The objectives in force, not the name: seeds named apart are still one setting.
-        let objectives = query::objective_at(&s.events(), Some(step))?.unwrap_or_default();
+        let objectives = query::objective_at(s.events(), Some(step))?.unwrap_or_default();
         rows.push(GroupRow {
             setting: setting_without_seed(&s.run().config_toml, &objectives, step),
             seeds: seeds_of(&s.run().config_toml),

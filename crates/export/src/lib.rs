@@ -277,7 +277,7 @@ fn held_out(req: &ExportRequest) -> Result<&str, StoreError> {
 
 /// The evaluation steps of a run on a split, in order.
 fn eval_steps(store: &LoadedStore, split: &str) -> Result<Vec<(u64, f64)>, StoreError> {
-    query::series(&store.metrics(), split, "total", "ppl")
+    query::series(store.metrics(), split, "total", "ppl")
 }
 
 /// The step a table is taken at for one run.
@@ -362,7 +362,7 @@ pub fn run_label(store: &LoadedStore, step: u64) -> Result<String, StoreError> {
         return Ok(name.clone());
     }
     Ok(
-        conelab_store::query::objective_at(&store.events(), Some(step))?
+        conelab_store::query::objective_at(store.events(), Some(step))?
             .unwrap_or_else(|| store.run().run_id.clone()),
     )
 }

@@ -69,17 +69,14 @@ pub(crate) fn runs_table(stores: &[LoadedStore], dirs: &[PathBuf]) -> Result<Exp
         ("notes", |r| r.labels.notes.clone()),
     ];
     for (name, field) in record {
-        columns.push(Column::new(
-            name.into(),
-            text(&|_, s| Some(field(&s.run()))),
-        ));
+        columns.push(Column::new(name.into(), text(&|_, s| Some(field(s.run())))));
     }
     let mut last_step = Vec::with_capacity(height);
     let (mut best, mut best_step, mut last) = (Vec::new(), Vec::new(), Vec::new());
     for s in stores {
         let steps = s.metrics().column(c::STEP)?.u64()?;
         last_step.push(steps.max());
-        let valid = query::history(&s.metrics(), split::VALID, "total", "ppl", 0)?;
+        let valid = query::history(s.metrics(), split::VALID, "total", "ppl", 0)?;
         let min = valid
             .steps
             .iter()

@@ -108,7 +108,7 @@ pub(crate) fn metrics_table(
             // last/best are per run: the step each run is taken at.
             Some(choice) => Some(resolve_step(s, held_out(req)?, choice)?),
         };
-        Ok(query::metric_rows(&s.metrics(), split, step)?.select(conelab_store::METRIC_COLUMNS)?)
+        Ok(query::metric_rows(s.metrics(), split, step)?.select(conelab_store::METRIC_COLUMNS)?)
     })?;
     let mut out = plain(df);
     out.warnings = warnings_of(stores);
@@ -135,7 +135,7 @@ pub(crate) fn parse_curve(name: &str) -> Result<(String, String, String), StoreE
 pub(crate) fn known_curves(stores: &[LoadedStore]) -> Result<Vec<String>, StoreError> {
     let mut names = std::collections::BTreeSet::new();
     for s in stores {
-        for v in query::last_values_vec(&s.metrics())? {
+        for v in query::last_values_vec(s.metrics())? {
             if v.split == split::SPECTRUM {
                 continue;
             }
@@ -184,7 +184,7 @@ pub(crate) fn curves(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
     for (ci, (sp, g, m)) in parsed.iter().enumerate() {
         let mut found = false;
         for (ri, s) in stores.iter().enumerate() {
-            let h = query::history(&s.metrics(), sp, g, m, 0)?;
+            let h = query::history(s.metrics(), sp, g, m, 0)?;
             found |= !h.is_empty();
             for (step, v) in h.steps.iter().zip(&h.values) {
                 rows.entry((ri, *step))

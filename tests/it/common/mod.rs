@@ -466,7 +466,7 @@ pub fn wait_final(run: &Path) -> serde_json::Value {
 pub fn store_losses(run: &Path) -> Vec<(u64, f64)> {
     let st = conelab_store::load(run).expect("the run's store");
     let h =
-        conelab_store::query::history(&st.metrics(), "train", "total", "loss", 0).expect("history");
+        conelab_store::query::history(st.metrics(), "train", "total", "loss", 0).expect("history");
     h.steps.into_iter().zip(h.values).collect()
 }
 
