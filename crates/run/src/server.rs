@@ -412,17 +412,33 @@ struct Deadlined<'a> {
 
 impl std::io::Read for Deadlined<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if let Some(deadline) = self.deadline {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no hello within {} s", HELLO_TIMEOUT.as_secs()),
-                ));
-            }
-            self.stream.set_read_timeout(Some(left))?;
+        let no_hello = || {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no hello within {} s", HELLO_TIMEOUT.as_secs()),
+            )
+        };
+        let Some(deadline) = self.deadline else {
+            return std::io::Read::read(&mut &*self.stream, buf);
+        };
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(no_hello());
         }
-        std::io::Read::read(&mut &*self.stream, buf)
+        self.stream.set_read_timeout(Some(left))?;
+        // The socket's timeout ending the last read is the deadline passing too (Linux says
+        // EAGAIN for it, not ETIMEDOUT): the same error either way.
+        match std::io::Read::read(&mut &*self.stream, buf) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(no_hello())
+            }
+            other => other,
+        }
     }
 }
 
