@@ -66,7 +66,7 @@ fn main() -> ExitCode {
     };
     // A malformed config file stops every command, with its line (before anything is done
     // with settings it might have meant to change).
-    match conelab_base::config::check() {
+    match conelab_base::settings::check() {
         Ok(config) => {
             for w in &config.warnings {
                 say(&format!("conelab: warning: {w}"));

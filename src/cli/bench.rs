@@ -3,7 +3,7 @@
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 
-use conelab_bench::ops::{OpsBench, Reference, ReferenceMode, bench_ops};
+use conelab_bench::ops::{OpsBench, ReferenceMode, TorchReference, bench_ops};
 use conelab_bench::{
     MetricsBench, ObjectivesBench, StoreBench, TrainBench, bench_metrics, bench_objectives,
     bench_store, bench_train,
@@ -502,7 +502,7 @@ fn ops(args: BenchOpsArgs) -> Result<()> {
         warmup: args.warmup,
         seed: args.seed,
         objectives,
-        reference: (!args.no_reference).then_some(Reference {
+        reference: (!args.no_reference).then_some(TorchReference {
             python,
             script: args.reference,
             mode: args.reference_mode,

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::Subcommand;
-use conelab_base::config::{self, ColorChoice, Config, Setting, ThemeChoice};
+use conelab_base::settings::{self, ColorChoice, Setting, Settings, ThemeChoice};
 
 use super::print_stdout;
 
@@ -20,7 +20,7 @@ pub fn exec(command: ConfigCommand) -> Result<()> {
     // A malformed file stopped the command before this (main checks it first).
     let ConfigCommand::Show { output } = command;
     let json = output.json("config show")?;
-    let c = config::current();
+    let c = settings::current();
     if json {
         return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&to_json(c))?));
     }
@@ -41,7 +41,7 @@ fn color(c: ColorChoice) -> &'static str {
     }
 }
 
-fn render(c: &Config) -> String {
+fn render(c: &Settings) -> String {
     let mut out = format!(
         "config file  {}{}\n",
         c.file.display(),
@@ -96,7 +96,7 @@ fn render(c: &Config) -> String {
     out
 }
 
-fn to_json(c: &Config) -> serde_json::Value {
+fn to_json(c: &Settings) -> serde_json::Value {
     let paths = |items: &[Setting<std::path::PathBuf>]| {
         items
             .iter()

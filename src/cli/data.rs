@@ -166,7 +166,7 @@ fn baseline(args: BaselineArgs) -> Result<()> {
         ..LoadOptions::default()
     };
     let corpus = Corpus::load(&CorpusSource::parse(&args.corpus), &options)?;
-    let cache = conelab_base::config::current().cache_dir.value.clone();
+    let cache = conelab_base::settings::current().cache_dir.value.clone();
     let (reference, cached) = baseline::reference(&corpus, &cache)?;
     if let Cached::NotStored(why) = &cached {
         eprintln!("conelab: warning: the results are not cached ({why})");

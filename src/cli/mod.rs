@@ -59,11 +59,11 @@ WikiText's wiki.{train,valid,test}.tokens, or PTB's ptb.{train,valid,test}.txt),
 )]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub command: CliCommand,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub enum CliCommand {
     /// Train a language model with tied embeddings: on a terminal the workbench attached to the
     /// run (which is a process of its own: it outlives the terminal); --headless reports on
     /// stdout; --detach starts it in the background.
@@ -151,24 +151,24 @@ pub enum Command {
 pub fn run(cli: Cli) -> Result<ExitStatus> {
     let done = |r: Result<()>| r.map(|()| ExitStatus::Success);
     match cli.command {
-        Command::Train(options) => train::exec(*options),
-        Command::Attach(args) => attach::exec(args),
-        Command::Compare(args) => compare::exec(args),
-        Command::Runs(args) => done(runs::exec(args)),
-        Command::Sweep(command) => sweep::exec(command),
-        Command::Data(command) => done(data::exec(command)),
-        Command::Eval(args) => done(eval::exec(args)),
-        Command::Inspect(args) => done(inspect::exec(args)),
-        Command::Export(args) => done(export::exec(args)),
-        Command::ImportTb(args) => done(import_tb::exec(args)),
-        Command::Store(command) => store::exec(command),
-        Command::Bench(command) => done(bench::exec(command)),
-        Command::Tag { run, changes } => done(labels::tag(&find_run(&run)?, &changes)),
-        Command::Note { run, text } => done(labels::note(&find_run(&run)?, text)),
-        Command::Rename { run, name } => done(labels::rename(&find_run(&run)?, name)),
-        Command::Config(command) => done(config::exec(command)),
-        Command::Completions { shell } => done(completions::exec(shell)),
-        Command::Man { out } => done(man::exec(out)),
+        CliCommand::Train(options) => train::exec(*options),
+        CliCommand::Attach(args) => attach::exec(args),
+        CliCommand::Compare(args) => compare::exec(args),
+        CliCommand::Runs(args) => done(runs::exec(args)),
+        CliCommand::Sweep(command) => sweep::exec(command),
+        CliCommand::Data(command) => done(data::exec(command)),
+        CliCommand::Eval(args) => done(eval::exec(args)),
+        CliCommand::Inspect(args) => done(inspect::exec(args)),
+        CliCommand::Export(args) => done(export::exec(args)),
+        CliCommand::ImportTb(args) => done(import_tb::exec(args)),
+        CliCommand::Store(command) => store::exec(command),
+        CliCommand::Bench(command) => done(bench::exec(command)),
+        CliCommand::Tag { run, changes } => done(labels::tag(&find_run(&run)?, &changes)),
+        CliCommand::Note { run, text } => done(labels::note(&find_run(&run)?, text)),
+        CliCommand::Rename { run, name } => done(labels::rename(&find_run(&run)?, name)),
+        CliCommand::Config(command) => done(config::exec(command)),
+        CliCommand::Completions { shell } => done(completions::exec(shell)),
+        CliCommand::Man { out } => done(man::exec(out)),
     }
 }
 
@@ -217,9 +217,9 @@ fn find_runs(args: &[PathBuf]) -> Result<Vec<PathBuf>> {
 /// How a view draws: the switches of its command (the config file's theme and colour where the
 /// command names none), and NO_COLOR from the environment unless `--color always`.
 fn view_options(flags: &conelab_run::options::ViewFlags) -> conelab_tui::app::ViewOptions {
-    use conelab_base::config::{ColorChoice, ThemeChoice};
+    use conelab_base::settings::{ColorChoice, ThemeChoice};
     use conelab_run::options::ColorWhen;
-    let config = conelab_base::config::current();
+    let config = conelab_base::settings::current();
     let light = match flags.theme {
         Some(t) => t == conelab_run::options::Theme::Light,
         None => config.theme.value == ThemeChoice::Light,

@@ -13,7 +13,7 @@ fn links(package: &str) -> Vec<String> {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo tree");
-    crate::common::succeeded(&out);
+    crate::harness::succeeded(&out);
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().next().map(str::to_owned))

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::{
+use crate::harness::{
     Fixture, Tmux, conelab_processes, process_gone, require_tmux, s, signal, store_events,
     store_losses, wait_final, wait_until,
 };

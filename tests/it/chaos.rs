@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, Rng, conelab, s, store_losses, succeeded};
+use crate::harness::{Fixture, Rng, conelab, s, store_losses, succeeded};
 
 const STEPS: u64 = 1_500;
 const KILLS: usize = 20;
@@ -156,7 +156,7 @@ fn twenty_kills_and_resumes_end_where_an_uninterrupted_run_ends_bit_for_bit() {
                 "--log-every",
                 "1",
             ];
-            crate::common::command()
+            crate::harness::command()
                 .args(args)
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::piped())
@@ -166,7 +166,7 @@ fn twenty_kills_and_resumes_end_where_an_uninterrupted_run_ends_bit_for_bit() {
         } else {
             let mut args = settings();
             args.extend(["--log-every", "1"]);
-            crate::common::spawn_train(&f, "chaos", &args)
+            crate::harness::spawn_train(&f, "chaos", &args)
         };
         drop(child.stderr.take());
         let progress = Progress::follow(child.stdout.take().expect("stdout"));

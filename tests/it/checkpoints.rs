@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::common::succeeded;
+use crate::harness::succeeded;
 use conelab_core::run_dir::{checkpoints_in, step_of};
 
 fn mkdir(p: &Path) {
@@ -84,7 +84,7 @@ fn saving_a_step_twice_swaps_the_folders_and_a_failed_swap_keeps_the_old_one() {
 #[test]
 fn leftovers_of_a_killed_process_are_cleaned_and_a_set_aside_checkpoint_is_put_back() {
     // A real run folder (run.toml), as a killed process would leave it.
-    let f = crate::common::Fixture::new();
+    let f = crate::harness::Fixture::new();
     let out = f.train("run", &["--steps", "1", "--eval-every", "0"]);
     succeeded(&out);
     let run = f.path("run");
@@ -107,7 +107,7 @@ fn leftovers_of_a_killed_process_are_cleaned_and_a_set_aside_checkpoint_is_put_b
         .collect();
     assert!(hidden.is_empty(), "{hidden:?}");
     // And a resume starts from the restored checkpoint.
-    let out = crate::common::command()
+    let out = crate::harness::command()
         .args(["train", "--resume"])
         .arg(&run)
         .args(["--steps", "2", "--log-every", "1"])
@@ -154,7 +154,7 @@ fn best_is_swapped_in_like_a_step_and_a_killed_swap_is_cleaned_or_put_back() {
 
 #[test]
 fn a_best_checkpoint_set_aside_by_a_killed_swap_is_put_back_and_a_staged_one_removed() {
-    let f = crate::common::Fixture::new();
+    let f = crate::harness::Fixture::new();
     let out = f.train("run", &["--steps", "2", "--eval-every", "1"]);
     succeeded(&out);
     let run = f.path("run");
@@ -201,8 +201,8 @@ fn split_evals(log: &str, split: &str) -> Vec<(u64, f64)> {
 
 #[test]
 fn best_holds_the_lowest_validation_ppl_and_eval_step_best_reads_it() {
-    use crate::common::{assert_one_line_error, conelab, s};
-    let f = crate::common::Fixture::new();
+    use crate::harness::{assert_one_line_error, conelab, s};
+    let f = crate::harness::Fixture::new();
     // A rate so high that validation PPL jumps up and down (here the lowest came at step 44 of
     // 48): best/ must follow the minimum, wherever it falls.
     let out = f.train(
@@ -304,8 +304,8 @@ fn best_holds_the_lowest_validation_ppl_and_eval_step_best_reads_it() {
 /// checkpoint (review of #38 part 3).
 #[test]
 fn a_run_named_best_is_a_run() {
-    use crate::common::{conelab, s};
-    let f = crate::common::Fixture::new();
+    use crate::harness::{conelab, s};
+    let f = crate::harness::Fixture::new();
     let out = f.train("best", &["--steps", "2", "--eval-every", "1"]);
     succeeded(&out);
     let run = f.path("best");

@@ -1,7 +1,7 @@
 //! `conelab data …` through the real binary: output, help, and every bad input the foundation issue
 //! lists — each must end in one line on stderr and exit status 2.
 
-use crate::common::{assert_one_line_error, conelab, corpus_dir, s, succeeded};
+use crate::harness::{assert_one_line_error, conelab, corpus_dir, s, succeeded};
 use conelab_data::{DataError, SplitText, VocabBuilder};
 
 const OK: &[u8] = b"a b c\nb c\n";
@@ -263,7 +263,7 @@ fn the_shell_completes_run_names() {
     conelab_store::StoreWriter::open(&run, &record).expect("store");
     std::fs::write(run.join("run.toml"), "").expect("run.toml");
     let complete = |word: &str| {
-        let out = crate::common::command()
+        let out = crate::harness::command()
             .current_dir(tmp.path())
             .env("XDG_STATE_HOME", tmp.path().join("state"))
             .env("CONELAB_COMPLETE", "bash")
@@ -288,7 +288,7 @@ fn the_shell_completes_run_names() {
     );
     assert!(!complete("zzz").contains("wt2"), "only what matches");
     // The registration script itself.
-    let out = crate::common::command()
+    let out = crate::harness::command()
         .env("CONELAB_COMPLETE", "bash")
         .output()
         .expect("runs");
@@ -394,15 +394,15 @@ fn the_manual_pages_cover_every_subcommand() {
 /// nowhere is one line that says where it was looked for.
 #[test]
 fn a_corpus_is_found_by_name_under_conelab_datasets() {
-    let f = crate::common::Fixture::new();
+    let f = crate::harness::Fixture::new();
     let roots = tempfile::tempdir().expect("tmp");
     let (first, second) = (roots.path().join("a"), roots.path().join("b"));
     std::fs::create_dir_all(&first).expect("mkdir");
     std::fs::create_dir_all(&second).expect("mkdir");
-    crate::common::copy_dir(&f.path("corpus"), &second.join("mycorpus"));
+    crate::harness::copy_dir(&f.path("corpus"), &second.join("mycorpus"));
     let config = f.path("small.toml");
     let env = format!("{}:{}", first.display(), second.display());
-    let out = crate::common::conelab_env(
+    let out = crate::harness::conelab_env(
         &["data", "stats", "mycorpus", "--json"],
         &[("CONELAB_DATASETS", &env)],
     );
@@ -411,7 +411,7 @@ fn a_corpus_is_found_by_name_under_conelab_datasets() {
     assert!(v["train_tokens"].as_u64().is_some_and(|n| n >= 5), "{v}");
     // Training by name too, and the run records the folder it found.
     let run = roots.path().join("run");
-    let out = crate::common::conelab_env(
+    let out = crate::harness::conelab_env(
         &[
             "train",
             "mycorpus",
@@ -430,7 +430,7 @@ fn a_corpus_is_found_by_name_under_conelab_datasets() {
     succeeded(&out);
     let toml = std::fs::read_to_string(run.join("run.toml")).expect("run.toml");
     assert!(toml.contains("b/mycorpus"), "{toml}");
-    let out = crate::common::conelab_env(
+    let out = crate::harness::conelab_env(
         &["data", "stats", "nosuchcorpus"],
         &[("CONELAB_DATASETS", &env)],
     );
@@ -448,7 +448,7 @@ fn baseline_computes_caches_and_refuses_a_tiny_corpus() {
     let tmp = tempfile::tempdir().expect("tmp");
     let cache = tmp.path().join("cache");
     let run = |cache: &std::path::Path, args: &[&str]| {
-        crate::common::command()
+        crate::harness::command()
             .env("XDG_CACHE_HOME", cache)
             .args(args)
             .output()

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::common::{Fixture, assert_one_line_error, conelab, s, succeeded};
+use crate::harness::{Fixture, assert_one_line_error, conelab, s, succeeded};
 use serde_json::Value;
 
 fn json(out: &std::process::Output) -> Value {

@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::common::{Fixture, assert_one_line_error, conelab, conelab_env, copy_dir, s, succeeded};
+use crate::harness::{
+    Fixture, assert_one_line_error, conelab, conelab_env, copy_dir, s, succeeded,
+};
 
 #[test]
 fn a_small_run_in_a_pipe_logs_plain_lines_and_resumes() {
@@ -159,7 +161,7 @@ fn train_log_in_json_and_a_full_disk_under_it() {
     let corpus = f.path("corpus");
     let config = f.path("small.toml");
     let run = f.path("full");
-    let out = crate::common::command()
+    let out = crate::harness::command()
         .args([
             "train",
             s(&corpus),
@@ -186,7 +188,7 @@ fn train_log_in_json_and_a_full_disk_under_it() {
         "{log}"
     );
     assert!(run.join("step-000004/model.safetensors").is_file());
-    assert_eq!(crate::common::store_losses(&run).len(), 4);
+    assert_eq!(crate::harness::store_losses(&run).len(), 4);
 }
 
 #[test]
@@ -300,8 +302,8 @@ fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
     assert_eq!(set_aside_stores(&empty), 2);
     // The move aside fails (an I/O error): nothing starts, the store stays where it was, exit 4.
     std::fs::remove_dir_all(empty.join("step-000002")).expect("rm");
-    let rows_before = crate::common::store_losses(&empty).len();
-    let out = crate::common::conelab_env(
+    let rows_before = crate::harness::store_losses(&empty).len();
+    let out = crate::harness::conelab_env(
         &[
             "train",
             s(&f.path("corpus")),
@@ -320,7 +322,7 @@ fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
     assert!(stderr.contains("moving the earlier store"), "{stderr}");
     assert_eq!(set_aside_stores(&empty), 2, "nothing moved");
     assert_eq!(
-        crate::common::store_losses(&empty).len(),
+        crate::harness::store_losses(&empty).len(),
         rows_before,
         "no row lost"
     );
@@ -542,7 +544,7 @@ fn sigterm_stops_after_the_current_step_and_saves() {
     let corpus = f.path("corpus");
     let config = f.path("small.toml");
     let run = f.path("run");
-    let mut child = crate::common::command()
+    let mut child = crate::harness::command()
         .args([
             "train",
             s(&corpus),
@@ -717,7 +719,7 @@ fn a_full_disk_under_an_export_is_status_4_in_one_line() {
             .success()
     );
     let file = f.path("curves.csv");
-    let out = crate::common::conelab_env(
+    let out = crate::harness::conelab_env(
         &[
             "export",
             s(&f.path("run")),

@@ -13,7 +13,7 @@ use conelab_train::checkpoint;
 use conelab_train::engine::{self, Trainer};
 use conelab_train::model::DeviceSpecExt;
 
-use crate::common::one_trainer;
+use crate::harness::one_trainer;
 
 fn small_synthetic() -> (CorpusSource, Arc<Corpus>) {
     let source = CorpusSource::Synthetic(SynthConfig {

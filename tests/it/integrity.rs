@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use crate::common::{Fixture, Rng, conelab, copy_dir, s, succeeded};
+use crate::harness::{Fixture, Rng, conelab, copy_dir, s, succeeded};
 
 /// The files whose bytes conelab verifies: the run's `run.toml` and `vocab.tsv`, the store's
 /// `run.json`, segments and projections, every file of every checkpoint, and the manifests.
@@ -114,7 +114,7 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
         "{files:?}"
     );
     // A folder that is not a run: one line, exit 2.
-    crate::common::assert_one_line_error(
+    crate::harness::assert_one_line_error(
         &conelab(&["store", "verify", s(&f.path("corpus"))]),
         &["no metrics store"],
     );

@@ -1,8 +1,8 @@
 //! Every integration test of conelab in one binary: one link against burn and polars instead of
-//! one per file. Each module is one former `tests/*.rs` file; `common` holds their helpers.
+//! one per file. Each module is one former `tests/*.rs` file; `harness` holds their helpers.
 //! `cargo test --test it -- MODULE::` runs one of them.
 
-mod common;
+mod harness;
 
 mod architecture;
 mod attach_e2e;

@@ -10,7 +10,7 @@ use conelab_train::model::DeviceSpecExt;
 use conelab_train::model::SpectralEmbedding;
 use conelab_train::model::output::mean_nll;
 use conelab_train::objective::agg::{Gates, TokenCounter, agg_gates, row_gates};
-use conelab_train::objective::and::and_loss;
+use conelab_train::objective::and_loss::and_loss;
 use conelab_train::objective::head::{HeadTerms, full_softmax_head};
 use conelab_train::objective::self_norm::{UnigramSampler, nce_loss};
 use conelab_train::objective::spectrum::{

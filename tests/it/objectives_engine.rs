@@ -16,7 +16,7 @@ use conelab_data::{Corpus, CorpusSource, Group, LoadOptions, Split, SynthConfig}
 use conelab_train::checkpoint;
 use conelab_train::engine::{self, Trainer};
 
-use crate::common::one_trainer;
+use crate::harness::one_trainer;
 
 fn source() -> CorpusSource {
     CorpusSource::Synthetic(SynthConfig {

@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, conelab, process_gone, s, signal, succeeded, wait_until};
+use crate::harness::{Fixture, conelab, process_gone, s, signal, succeeded, wait_until};
 use conelab_protocol::message::PROTOCOL_VERSION;
 use serde_json::{Value, json};
 
@@ -216,7 +216,7 @@ fn hello_subscribe_command_and_requests() {
     assert_eq!(v["tokens"].as_array().expect("tokens").len(), vocab);
     // The store records the change at the acknowledged step.
     stop(pid);
-    let events = crate::common::store_events(&run);
+    let events = crate::harness::store_events(&run);
     assert!(
         events.iter().any(|(k, s, _)| k == "lr" && *s == step),
         "{events:?}"
@@ -363,7 +363,7 @@ fn hostile_clients_get_errors_and_the_run_goes_on() {
 #[test]
 fn a_client_of_another_user_is_refused() {
     if !Path::new("/usr/bin/setpriv").exists() && !Path::new("/bin/setpriv").exists() {
-        crate::common::skip_or_fail("setpriv (util-linux) not found");
+        crate::harness::skip_or_fail("setpriv (util-linux) not found");
         return;
     }
     let f = Fixture::new();
@@ -427,7 +427,7 @@ fn a_stale_socket_is_replaced_and_a_long_folder_gets_its_socket_elsewhere() {
 fn a_run_whose_stderr_is_gone_serves_viewers_and_stops_on_a_signal() {
     let f = Fixture::new();
     let run = f.path("run");
-    let mut child = crate::common::spawn_train(
+    let mut child = crate::harness::spawn_train(
         &f,
         "run",
         &[
@@ -441,7 +441,7 @@ fn a_run_whose_stderr_is_gone_serves_viewers_and_stops_on_a_signal() {
     );
     // The read end closes at once: every write to the run's stderr fails with EPIPE.
     drop(child.stderr.take());
-    crate::common::drain(&mut child);
+    crate::harness::drain(&mut child);
     let live = run.join("live.json");
     wait_until("the live record", || live.is_file());
     let live: Value = serde_json::from_slice(&std::fs::read(&live).expect("live")).expect("json");
@@ -474,12 +474,12 @@ fn a_stop_without_saving_says_there_is_nothing_to_resume() {
     c.hello();
     c.send(json!({"type": "command", "id": 1, "command": {"command": "stop", "save": false}}));
     wait_until("the run to stop", || process_gone(pid));
-    let fin = crate::common::wait_final(&run);
+    let fin = crate::harness::wait_final(&run);
     assert_eq!(fin["status"], "stopped");
     let message = fin["message"].as_str().unwrap_or("");
     assert!(message.contains("stopped without saving"), "{fin}");
     assert!(message.contains("no checkpoint"), "{fin}");
-    let out = crate::common::conelab(&["runs", s(&f.path("")), "--json"]);
+    let out = crate::harness::conelab(&["runs", s(&f.path("")), "--json"]);
     let rows: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert!(
         rows[0]["reason"]
@@ -487,7 +487,7 @@ fn a_stop_without_saving_says_there_is_nothing_to_resume() {
             .is_some_and(|r| r.contains("stopped without saving")),
         "{rows}"
     );
-    let table = String::from_utf8_lossy(&crate::common::conelab(&["runs", s(&f.path(""))]).stdout)
+    let table = String::from_utf8_lossy(&crate::harness::conelab(&["runs", s(&f.path(""))]).stdout)
         .to_string();
     assert!(table.contains("stopped (not saved)"), "{table}");
 }

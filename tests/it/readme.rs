@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::common::{command, conelab};
+use crate::harness::{command, conelab};
 
 /// The `conelab` lines of README's ```sh blocks, comments cut (`  # …`; a `#` inside a word,
 /// as in NAME#SEED, stays).

@@ -4,7 +4,7 @@
 use conelab_data::{Corpus, CorpusSource, Group, LoadOptions, PartialWindow, Split, StreamBatcher};
 
 fn load(name: &str) -> Option<Corpus> {
-    let dir = crate::common::shared_dataset(name)?;
+    let dir = crate::harness::shared_dataset(name)?;
     Some(Corpus::load(&CorpusSource::Dir(dir), &LoadOptions::default()).expect("loads"))
 }
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use crate::common::{Fixture, assert_one_line_error, command, copy_dir, s};
+use crate::harness::{Fixture, assert_one_line_error, command, copy_dir, s};
 
 /// `conelab ARGS` in `cwd` with this test's own run index (`state`) and extra variables.
 fn at(cwd: &Path, state: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::conelab_env;
-use crate::common::{
+use crate::harness::conelab_env;
+use crate::harness::{
     Fixture, assert_one_line_error, conelab, conelab_processes, copy_dir, process_gone, read_until,
     s, signal, spawn_train, spawn_train_env, store_events, store_losses, succeeded, wait_final,
     wait_until,
@@ -97,14 +97,14 @@ fn sighup_does_not_stop(nohup: bool) {
         args.insert(0, bin);
         Command::new("nohup")
             .args(&args)
-            .env("XDG_STATE_HOME", crate::common::test_state_home())
+            .env("XDG_STATE_HOME", crate::harness::test_state_home())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("nohup")
     } else {
-        crate::common::command()
+        crate::harness::command()
             .args(&args[..])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -1035,7 +1035,7 @@ fn attach_without_a_name_or_a_terminal_names_the_live_runs() {
         .iter()
         .map(|name| {
             let mut child = spawn_train_env(&f, name, &long, &env);
-            crate::common::drain(&mut child);
+            crate::harness::drain(&mut child);
             child
         })
         .collect();

@@ -690,7 +690,7 @@ fn exports_during_compactions_all_succeed_with_every_row() {
             push_losses(&mut w, step..=step, loss);
             w.flush().expect("flush");
         }
-        let export = crate::common::command()
+        let export = crate::harness::command()
             .args([
                 "export",
                 run.to_str().expect("utf-8"),

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::common::{assert_one_line_error, conelab, succeeded};
+use crate::harness::{assert_one_line_error, conelab, succeeded};
 use conelab_core::series::split;
 use conelab_export::{ExportRequest, Format, StepChoice, Table};
 use conelab_store::{FlushPolicy, RunRecord, StoreWriter};

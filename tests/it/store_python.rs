@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::common::{Fixture, conelab, conelab_env, python_run, python_with, s, succeeded};
+use crate::harness::{Fixture, conelab, conelab_env, python_run, python_with, s, succeeded};
 
 const PACKAGES: [&str; 4] = [
     "polars==2.1.0",

@@ -4,7 +4,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, conelab, s, succeeded};
+use crate::harness::{Fixture, conelab, s, succeeded};
 use conelab_core::series::split;
 use conelab_store::query;
 use polars::prelude::*;
@@ -249,7 +249,7 @@ fn a_run_records_every_step_evaluation_embedding_and_event() {
 fn kill_9_leaves_a_loadable_store_and_a_resume_continues_it_without_duplicates() {
     let f = Fixture::new();
     let run = f.path("run");
-    let mut child = crate::common::command()
+    let mut child = crate::harness::command()
         .args([
             "train",
             s(&f.path("corpus")),
@@ -396,15 +396,15 @@ fn embedding_rows_at(run: &std::path::Path, step: u64) -> usize {
 /// checkpoint's step is analysed in the store at the end, once.
 #[test]
 fn a_kill_just_after_a_checkpoint_keeps_that_steps_analysis() {
-    let f = crate::common::Fixture::new();
+    let f = crate::harness::Fixture::new();
     let (run, corpus, config) = (f.path("run"), f.path("corpus"), f.path("small.toml"));
     let args = [
         "train",
-        crate::common::s(&corpus),
+        crate::harness::s(&corpus),
         "--config",
-        crate::common::s(&config),
+        crate::harness::s(&config),
         "--run-dir",
-        crate::common::s(&run),
+        crate::harness::s(&run),
         "--headless",
         "--steps",
         "20",
@@ -416,7 +416,7 @@ fn a_kill_just_after_a_checkpoint_keeps_that_steps_analysis() {
         "10",
     ];
     let killed =
-        crate::common::conelab_env(&args, &[("CONELAB_FAULT", "checkpoint.committed:1:EIO")]);
+        crate::harness::conelab_env(&args, &[("CONELAB_FAULT", "checkpoint.committed:1:EIO")]);
     assert!(!killed.status.success(), "the fault killed it");
     assert!(
         run.join("step-000010").is_dir(),
@@ -425,7 +425,8 @@ fn a_kill_just_after_a_checkpoint_keeps_that_steps_analysis() {
     // The analysis of step 10 is lost with the process (it comes after the commit), or made it
     // by chance before the kill: either way the resumed run's store has it exactly once.
     let before = embedding_rows_at(&run, 10);
-    let out = crate::common::conelab(&["train", "--resume", crate::common::s(&run), "--headless"]);
+    let out =
+        crate::harness::conelab(&["train", "--resume", crate::harness::s(&run), "--headless"]);
     succeeded(&out);
     let after = embedding_rows_at(&run, 10);
     assert!(

@@ -2,7 +2,7 @@
 //! a time, run again (completed runs kept, an unfinished one resumed), its status, its table, a
 //! dry run, and bad files refused in one line.
 
-use crate::common::{Fixture, assert_one_line_error, conelab, s, succeeded};
+use crate::harness::{Fixture, assert_one_line_error, conelab, s, succeeded};
 
 fn sweep_file(f: &Fixture, body: &str) -> std::path::PathBuf {
     let path = f.path("grid.toml");
@@ -54,7 +54,7 @@ fn a_grid_runs_two_at_a_time_is_kept_resumed_and_tabled() {
         let final_json = std::fs::read_to_string(dir.join("final.json")).expect("final.json");
         assert!(final_json.contains("\"completed\""), "{final_json}");
         assert!(dir.join("step-000003/model.safetensors").is_file());
-        assert_eq!(crate::common::store_losses(&dir).len(), 3);
+        assert_eq!(crate::harness::store_losses(&dir).len(), 3);
         assert!(out.join("logs").join(format!("{name}.log")).is_file());
     }
     // The seeds of one setting share a label: --aggregate seeds makes one row of each.
@@ -184,7 +184,7 @@ fn slurm_submits_an_array_whose_tasks_run_stop_requeue_and_resume_exactly() {
     let out = f.path("sweep");
     let bin = fake_slurm(&f);
     let path = format!("{}:{}", s(&bin), std::env::var("PATH").unwrap_or_default());
-    let submit = crate::common::command()
+    let submit = crate::harness::command()
         .args([
             "sweep",
             "run",
@@ -241,15 +241,15 @@ fn slurm_submits_an_array_whose_tasks_run_stop_requeue_and_resume_exactly() {
     };
     let run1 = out.join("runs/seed-2");
     let mut child = task("1").spawn().expect("task");
-    crate::common::wait_until("task 1's run to train", || {
-        run1.join("store/run.json").exists() && crate::common::store_losses(&run1).len() >= 5
+    crate::harness::wait_until("task 1's run to train", || {
+        run1.join("store/run.json").exists() && crate::harness::store_losses(&run1).len() >= 5
     });
-    crate::common::signal(child.id(), libc::SIGTERM);
+    crate::harness::signal(child.id(), libc::SIGTERM);
     let status = child.wait().expect("wait");
     assert_eq!(status.code(), Some(75), "stopped after saving");
     let requeued = std::fs::read_to_string(bin.join("scontrol.calls")).expect("scontrol called");
     assert_eq!(requeued.trim(), "requeue 4242_1");
-    let stopped_at = crate::common::store_losses(&run1).len();
+    let stopped_at = crate::harness::store_losses(&run1).len();
     assert!(
         stopped_at < 300,
         "TERM came too late to test anything ({stopped_at})"
@@ -260,7 +260,7 @@ fn slurm_submits_an_array_whose_tasks_run_stop_requeue_and_resume_exactly() {
     assert!(task("0").status().expect("task").success());
     // A completed task run again does nothing.
     assert!(task("0").status().expect("task").success());
-    let losses = crate::common::store_losses(&run1);
+    let losses = crate::harness::store_losses(&run1);
     assert_eq!(losses.len(), 2000);
     // The same run uninterrupted: identical losses, step by step.
     let plain = f.train(
@@ -280,10 +280,10 @@ fn slurm_submits_an_array_whose_tasks_run_stop_requeue_and_resume_exactly() {
         ],
     );
     succeeded(&plain);
-    assert_eq!(losses, crate::common::store_losses(&f.path("plain")));
+    assert_eq!(losses, crate::harness::store_losses(&f.path("plain")));
 
     // The status joins the runs' own state with the queue's and the accounting database's.
-    let status = crate::common::command()
+    let status = crate::harness::command()
         .args(["sweep", "status", s(&out)])
         .env("PATH", &path)
         .output()
@@ -310,7 +310,7 @@ fn real_slurm() -> bool {
         .output()
         .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
     if !answers {
-        crate::common::skip_or_fail(
+        crate::harness::skip_or_fail(
             "no SLURM controller answers sinfo (start one: eval \"$(scripts/slurm-local.sh start)\")",
         );
     }
@@ -395,7 +395,7 @@ fn a_real_slurm_runs_the_array_and_a_preempted_task_is_requeued_and_resumes_exac
             dir.join("step-000003/model.safetensors").is_file(),
             "{name}"
         );
-        assert_eq!(crate::common::store_losses(&dir).len(), 3, "{name}");
+        assert_eq!(crate::harness::store_losses(&dir).len(), 3, "{name}");
     }
     let status = conelab(&["sweep", "status", s(&grid)]);
     let text = String::from_utf8_lossy(&status.stdout);
@@ -430,7 +430,7 @@ fn a_real_slurm_runs_the_array_and_a_preempted_task_is_requeued_and_resumes_exac
     jobs.0.push(job.clone());
     let run = preempt.join("runs/seed-2");
     wait_secs("the long run to train", 120, || {
-        run.join("store/run.json").exists() && crate::common::store_losses(&run).len() >= 5
+        run.join("store/run.json").exists() && crate::harness::store_losses(&run).len() >= 5
     });
     // The array's one task by its job id: 22.05 answers "Invalid job id" to `JOB_0` here.
     let term = std::process::Command::new("scancel")
@@ -442,7 +442,7 @@ fn a_real_slurm_runs_the_array_and_a_preempted_task_is_requeued_and_resumes_exac
     wait_secs("the task to stop and requeue itself", 120, || {
         std::fs::read_to_string(&log).is_ok_and(|t| t.contains("(exit 75): requeued"))
     });
-    let stopped_at = crate::common::store_losses(&run).len();
+    let stopped_at = crate::harness::store_losses(&run).len();
     println!("TERM stopped the run after step {stopped_at} of {steps}");
     assert!(
         stopped_at < 3000,
@@ -455,7 +455,7 @@ fn a_real_slurm_runs_the_array_and_a_preempted_task_is_requeued_and_resumes_exac
     );
     // The same run uninterrupted, trained meanwhile (SLURM holds a requeued task back for the
     // credential lifetime).
-    let plain = crate::common::command()
+    let plain = crate::harness::command()
         .args([
             "train",
             s(&f.path("corpus")),
@@ -482,9 +482,9 @@ fn a_real_slurm_runs_the_array_and_a_preempted_task_is_requeued_and_resumes_exac
         .expect("scontrol");
     let shown = String::from_utf8_lossy(&shown.stdout);
     assert!(shown.contains("Restarts=1"), "{shown}");
-    let losses = crate::common::store_losses(&run);
+    let losses = crate::harness::store_losses(&run);
     assert_eq!(losses.len(), 3000);
     let plain = plain.expect("the uninterrupted run");
     succeeded(&plain);
-    assert_eq!(losses, crate::common::store_losses(&f.path("plain")));
+    assert_eq!(losses, crate::harness::store_losses(&f.path("plain")));
 }

@@ -41,7 +41,7 @@ fn one_seed_gives_byte_identical_files_and_another_seed_does_not() {
     let b = tempfile::tempdir().expect("tempdir");
     let c = tempfile::tempdir().expect("tempdir");
     let run = |dir: &std::path::Path, seed: &str| {
-        let out = crate::common::conelab(&[
+        let out = crate::harness::conelab(&[
             "data",
             "synth",
             "--out",
@@ -55,7 +55,7 @@ fn one_seed_gives_byte_identical_files_and_another_seed_does_not() {
             "--classes",
             "20",
         ]);
-        crate::common::succeeded(&out);
+        crate::harness::succeeded(&out);
     };
     run(a.path(), "7");
     run(b.path(), "7");

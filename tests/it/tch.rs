@@ -384,21 +384,21 @@ fn libtorch_runs_the_objectives_and_applies_toggles_at_the_next_step() {
 /// switch CosReg on, wait for the acknowledgement, stop and save; the store has the change.
 #[test]
 fn the_workbench_drives_a_libtorch_run() {
-    if !crate::common::require_tmux() {
+    if !crate::harness::require_tmux() {
         return;
     }
-    let f = crate::common::Fixture::new();
+    let f = crate::harness::Fixture::new();
     let run = f.path("run");
     let exit_file = f.path("exit-status");
     let command = format!(
         "{} train {} --config {} --run-dir {} --device libtorch-cpu --steps 100000000 --eval-every 0 --snapshot-every 20 --checkpoint-every 0; echo $? > {}; sleep 600",
         env!("CARGO_BIN_EXE_conelab"),
-        crate::common::s(&f.path("corpus")),
-        crate::common::s(&f.path("small.toml")),
-        crate::common::s(&run),
-        crate::common::s(&exit_file),
+        crate::harness::s(&f.path("corpus")),
+        crate::harness::s(&f.path("small.toml")),
+        crate::harness::s(&run),
+        crate::harness::s(&exit_file),
     );
-    let tmux = crate::common::Tmux {
+    let tmux = crate::harness::Tmux {
         socket: format!("conelab-tch-e2e-{}", std::process::id()),
         session: "e2e".into(),
     };
@@ -1110,8 +1110,8 @@ fn bench_train_times_pipelined_and_synchronised_steps() {
             "--json",
         ];
         args.extend_from_slice(extra);
-        let out = crate::common::conelab(&args);
-        crate::common::succeeded(&out);
+        let out = crate::harness::conelab(&args);
+        crate::harness::succeeded(&out);
         serde_json::from_slice(&out.stdout).expect("json")
     };
     let (piped, synced) = (json(&[]), json(&["--step-sync"]));

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::common::{
+use crate::harness::{
     Fixture, assert_one_line_error, conelab, conelab_env, python_run, python_with, s, succeeded,
 };
 

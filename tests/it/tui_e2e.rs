@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::common::{Fixture, Tmux, require_tmux, s, succeeded};
+use crate::harness::{Fixture, Tmux, require_tmux, s, succeeded};
 
 #[test]
 fn a_user_switches_cosreg_on_freezes_rare_saves_and_quits() {
@@ -231,7 +231,7 @@ fn sigterm_detaches_the_workbench_and_a_failed_run_is_shown() {
                 == Some(shell)
         })
         .unwrap_or(shell);
-    crate::common::signal(viewer, libc::SIGTERM);
+    crate::harness::signal(viewer, libc::SIGTERM);
     // The viewer leaves with 0; the alternate screen is gone and the message is there.
     assert_eq!(tmux.wait_for_exit(&exit_file), "exit=0");
     let screen = tmux.screen();
@@ -240,9 +240,9 @@ fn sigterm_detaches_the_workbench_and_a_failed_run_is_shown() {
         !screen.contains("1 Progress"),
         "the terminal is restored: {screen}"
     );
-    assert!(!crate::common::process_gone(run_pid), "the run goes on");
-    crate::common::signal(run_pid, libc::SIGTERM);
-    crate::common::wait_until("the run to stop", || crate::common::process_gone(run_pid));
+    assert!(!crate::harness::process_gone(run_pid), "the run goes on");
+    crate::harness::signal(run_pid, libc::SIGTERM);
+    crate::harness::wait_until("the run to stop", || crate::harness::process_gone(run_pid));
     drop(tmux);
 
     // A run whose backend panics: the workbench shows the failure; leaving it returns 4.
@@ -327,7 +327,7 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
     );
     succeeded(&out);
     // A live run with another objective: it trains until the test stops it.
-    let mut live = crate::common::spawn_train(
+    let mut live = crate::harness::spawn_train(
         &f,
         "cos",
         &[
@@ -350,8 +350,8 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
     );
     // Its reports are read and dropped: a pipe left full would block the run's last lines, and
     // the run would never exit after the SIGTERM below.
-    crate::common::drain(&mut live);
-    crate::common::wait_until("the live run's folder", || {
+    crate::harness::drain(&mut live);
+    crate::harness::wait_until("the live run's folder", || {
         f.path("cos").join("run.toml").exists()
     });
     let exit_file = f.path("exit-status");
@@ -386,7 +386,7 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
     tmux.wait_for("live");
     // Live runs update live: run 2's step grows on screen while run 1's stays at 60.
     let mut first = None;
-    crate::common::wait_until("run 2's step to grow on screen", || {
+    crate::harness::wait_until("run 2's step to grow on screen", || {
         let screen = tmux.screen();
         let step = legend_step(&screen, 2);
         match (first, step) {
@@ -400,7 +400,7 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
     });
     assert_eq!(legend_step(&tmux.screen(), 1), Some(60));
     // Stop the live run; once the view says so, its curves are final and can be compared.
-    crate::common::signal(live.id(), libc::SIGTERM);
+    crate::harness::signal(live.id(), libc::SIGTERM);
     let _ = live.wait();
     tmux.wait_for("stopped");
     std::thread::sleep(std::time::Duration::from_millis(2500));
@@ -412,7 +412,7 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
             if two { "■ 2 " } else { "□ 2 " },
         ];
         let mut screen = String::new();
-        crate::common::wait_until("the legend to say which runs are shown", || {
+        crate::harness::wait_until("the legend to say which runs are shown", || {
             screen = tmux.screen();
             want.iter().all(|w| screen.contains(w))
         });
@@ -449,7 +449,7 @@ fn compare_overlays_a_finished_and_a_live_run_and_smoothing_changes_the_curve() 
     tmux.keys(&["Enter"]);
     tmux.wait_for("▶ valid/rare/human_uniq");
     let mut screen = String::new();
-    crate::common::wait_until("the picked series' points", || {
+    crate::harness::wait_until("the picked series' points", || {
         screen = tmux.screen();
         !screen.contains("no valid/rare/human_uniq yet") && !plot(&screen).trim().is_empty()
     });

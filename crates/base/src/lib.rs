@@ -4,10 +4,10 @@
 //! - [`error`]: typed errors with their causes, written as one line.
 //! - [`atomic`]: the crash-safe writes every file that matters goes through.
 //! - [`clock`]: the system clock as Unix seconds, and UTC dates from them.
-//! - [`config`]: the user's settings file and the environment that overrides it.
+//! - [`settings`]: the user's settings file and the environment that overrides it.
 //! - [`lockfile`]: the OS locks that keep two processes off one run folder.
 //! - [`fault`]: the I/O failures the tests inject (`CONELAB_FAULT`).
-//! - [`pump`]: a thread that hands on what a channel receives.
+//! - [`channel_relay`]: a thread that hands on what a channel receives.
 //! - [`jsonfloat`]: floats in JSON that survive NaN and infinity.
 //! - [`format`]: durations as the screens and tables write them.
 //! - [`name`]: text made safe as one path component.
@@ -17,8 +17,8 @@
 
 pub mod alloc_count;
 pub mod atomic;
+pub mod channel_relay;
 pub mod clock;
-pub mod config;
 pub mod error;
 pub mod exit;
 pub mod fault;
@@ -29,8 +29,8 @@ pub mod jsonfloat;
 pub mod lockfile;
 pub mod name;
 pub mod platform;
-pub mod pump;
 pub mod revision;
+pub mod settings;
 pub mod stderr;
 pub mod system;
 

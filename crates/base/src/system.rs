@@ -56,20 +56,20 @@ pub fn host_memory(meminfo: &str) -> Option<(u64, u64)> {
     Some((field("MemTotal")?, field("MemAvailable")?))
 }
 
-/// Samples the process: each [`Sampler::sample`] reports the CPU used since the one before.
-pub struct Sampler {
+/// Samples the process: each [`CpuSampler::sample`] reports the CPU used since the one before.
+pub struct CpuSampler {
     last: Option<(Instant, u64)>,
     ticks_per_second: f64,
     page_size: u64,
 }
 
-impl Default for Sampler {
+impl Default for CpuSampler {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Sampler {
+impl CpuSampler {
     pub fn new() -> Self {
         Self {
             last: None,
@@ -142,7 +142,7 @@ mod tests {
             let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
             secs(u.ru_utime) + secs(u.ru_stime)
         };
-        let mut s = Sampler::new();
+        let mut s = CpuSampler::new();
         let before = usage();
         let first = s.sample().expect("Linux");
         let after = usage();

@@ -164,7 +164,7 @@ pub fn bench_train(b: &TrainBench) -> Result<TrainBenchResult, EngineError> {
     }
     trainer.settle()?;
     let mut times = Vec::with_capacity(b.steps as usize);
-    let mut cpu = conelab_base::system::Sampler::new();
+    let mut cpu = conelab_base::system::CpuSampler::new();
     cpu.sample();
     let gpu = GpuWatch::start(&b.device.to_string());
     let start = Instant::now();

@@ -111,7 +111,7 @@ impl ReferenceMode {
 
 /// Where the PyTorch reference runs.
 #[derive(Debug, Clone)]
-pub struct Reference {
+pub struct TorchReference {
     /// A Python with torch (`CONELAB_TORCH_PYTHON` from scripts/setup-libtorch.sh).
     pub python: PathBuf,
     /// `bench/reference_torch.py`.
@@ -119,7 +119,7 @@ pub struct Reference {
     pub mode: ReferenceMode,
 }
 
-impl Reference {
+impl TorchReference {
     /// The reference could not be counted, and why.
     fn refused(&self, why: String) -> OpsBenchError {
         OpsBenchError::Reference {
@@ -141,7 +141,7 @@ pub struct OpsBench {
     pub seed: u64,
     /// The step's objective (`--reg`); the reference is always plain MLE.
     pub objectives: Objectives,
-    pub reference: Option<Reference>,
+    pub reference: Option<TorchReference>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -222,7 +222,11 @@ pub fn bench_ops(b: &OpsBench) -> Result<OpsBenchResult, OpsBenchError> {
 
 /// Runs the reference script with `--count-ops --json` and reads its operators by name (their
 /// kinds are summed here, by the same table).
-fn reference_ops(b: &OpsBench, r: &Reference, window: usize) -> Result<OpSummary, OpsBenchError> {
+fn reference_ops(
+    b: &OpsBench,
+    r: &TorchReference,
+    window: usize,
+) -> Result<OpSummary, OpsBenchError> {
     let fail = |why: String| r.refused(why);
     let device = match b.device {
         DeviceSpec::Cuda(n) => format!("cuda:{n}"),
@@ -438,7 +442,7 @@ mod tests {
             warmup: 0,
             seed: 1,
             objectives: Objectives::default(),
-            reference: Some(Reference {
+            reference: Some(TorchReference {
                 python: "python3".into(),
                 script: "/nonexistent/reference_torch.py".into(),
                 mode: ReferenceMode::Fp32,

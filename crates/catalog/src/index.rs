@@ -29,7 +29,7 @@ const FORMAT: u32 = 1;
 
 /// One run in the index.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Entry {
+pub struct IndexEntry {
     pub format: u32,
     /// The run's folder, absolute.
     pub path: PathBuf,
@@ -55,7 +55,7 @@ pub enum IndexError {
 
 /// The index of this user (the config's `index_dir`).
 pub fn index_dir() -> PathBuf {
-    conelab_base::config::current().index_dir.value.clone()
+    conelab_base::settings::current().index_dir.value.clone()
 }
 
 /// The absolute form of `dir` (its canonical path where it exists).
@@ -89,7 +89,7 @@ pub fn register_in(index: &Path, dir: &Path, labels: &RunLabels) -> Result<PathB
         move |source| IndexError::Io { path: p, source }
     };
     std::fs::create_dir_all(index).map_err(io(index))?;
-    let entry = Entry {
+    let entry = IndexEntry {
         format: FORMAT,
         name: labels.name.clone(),
         tags: labels.tags.clone(),
@@ -117,7 +117,7 @@ pub fn register(dir: &Path, labels: &RunLabels) -> Result<PathBuf, IndexError> {
 /// another node's local scratch is simply not visible here), and its folder is missing while
 /// the folder above it is there on the filesystem the run was on (a filesystem that is not
 /// mounted shows an empty mount point on another one, or nothing at all).
-fn provably_gone(entry: &Entry) -> bool {
+fn provably_gone(entry: &IndexEntry) -> bool {
     if entry.host != host_name() {
         return false;
     }
@@ -135,7 +135,7 @@ fn provably_gone(entry: &Entry) -> bool {
 /// What the index holds, and what could not be read of it.
 #[derive(Debug, Default)]
 pub struct IndexRead {
-    pub entries: Vec<Entry>,
+    pub entries: Vec<IndexEntry>,
     pub warnings: Vec<String>,
     /// Entries removed because their run is provably gone.
     pub pruned: Vec<PathBuf>,
@@ -162,7 +162,7 @@ pub fn read_index(index: &Path) -> IndexRead {
         }
         let entry = std::fs::read(&file)
             .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice::<Entry>(&b).map_err(|e| e.to_string()));
+            .and_then(|b| serde_json::from_slice::<IndexEntry>(&b).map_err(|e| e.to_string()));
         match entry {
             Ok(entry) if provably_gone(&entry) => {
                 if std::fs::remove_file(&file).is_ok() {
@@ -262,7 +262,7 @@ pub fn known_in(index: &Path, roots: &[PathBuf]) -> Known {
 
 /// The runs of this user: the index and the configured run roots.
 pub fn known() -> Known {
-    let config = conelab_base::config::current();
+    let config = conelab_base::settings::current();
     known_in(&config.index_dir.value, &config.run_root_paths())
 }
 
@@ -357,7 +357,7 @@ mod tests {
         assert_eq!(std::fs::read_dir(&index).unwrap().count(), 0);
         // A run on a filesystem that is not mounted: the whole path is missing, or its mount
         // point is an empty folder on another filesystem. Neither prunes.
-        let unmounted = Entry {
+        let unmounted = IndexEntry {
             format: FORMAT,
             path: PathBuf::from("/nonexistent-mount/conelab/run"),
             name: None,
@@ -367,13 +367,13 @@ mod tests {
             dev: Some(12345),
         };
         assert!(!provably_gone(&unmounted));
-        let mount_point = Entry {
+        let mount_point = IndexEntry {
             path: tmp.path().join("runs/elsewhere"),
             dev: Some(u64::MAX),
             ..unmounted.clone()
         };
         assert!(!provably_gone(&mount_point));
-        let no_dev = Entry {
+        let no_dev = IndexEntry {
             path: tmp.path().join("runs/x"),
             dev: None,
             ..unmounted.clone()
@@ -390,7 +390,7 @@ mod tests {
             .unwrap()
             .unwrap()
             .path();
-        let mut entry: Entry = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        let mut entry: IndexEntry = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
         std::fs::remove_dir_all(&elsewhere).unwrap();
         entry.host = format!("{}-other-node", host_name());
         std::fs::write(&file, serde_json::to_vec(&entry).unwrap()).unwrap();

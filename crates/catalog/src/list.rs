@@ -77,7 +77,10 @@ pub fn rows_of(runs: &[PathBuf], cache: Option<&Path>) -> Vec<RunRow> {
 
 /// This user's cache of rows (the config's cache folder).
 pub fn rows_cache() -> PathBuf {
-    conelab_base::config::current().cache_dir.value.join("rows")
+    conelab_base::settings::current()
+        .cache_dir
+        .value
+        .join("rows")
 }
 
 /// A row of the cache: the row, and the fingerprint of the files it was read from.

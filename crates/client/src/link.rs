@@ -215,7 +215,7 @@ pub fn forward<T: Send + 'static>(
     closes: bool,
 ) -> std::io::Result<()> {
     let end = deliver.clone();
-    conelab_base::pump::pump(
+    conelab_base::channel_relay::relay(
         "conelab-link-deliver",
         from,
         move |item| deliver(Ok(convert(item))),

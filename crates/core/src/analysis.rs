@@ -122,7 +122,7 @@ pub fn second_tier_stats(
     threads: Threads,
 ) -> Result<SecondTierStats, SecondTierError> {
     let start = Instant::now();
-    let tier = conelab_metrics::later::second_tier(w, groups, threads)?;
+    let tier = conelab_metrics::second_tier::second_tier(w, groups, threads)?;
     let bound = conelab_metrics::hull::can_win_upper_bound(w, bias, threads)?;
     let stolen_at_most = conelab_data::Group::ALL
         .iter()

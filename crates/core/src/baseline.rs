@@ -51,7 +51,7 @@ pub struct SplitReference {
 
 /// A corpus's reference models.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Reference {
+pub struct ReferenceModels {
     pub format: u32,
     pub corpus: String,
     /// What the results depend on, as the cache file is named.
@@ -67,7 +67,7 @@ pub struct Reference {
     pub seconds: f64,
 }
 
-impl Reference {
+impl ReferenceModels {
     pub fn split(&self, split: &str) -> Option<&SplitReference> {
         self.splits.iter().find(|s| s.split == split)
     }
@@ -116,12 +116,12 @@ pub fn cache_key(corpus: &Corpus) -> String {
 }
 
 /// Computes both models on valid and test.
-pub fn compute(corpus: &Corpus) -> Result<Reference, BaselineError> {
+pub fn compute(corpus: &Corpus) -> Result<ReferenceModels, BaselineError> {
     compute_keyed(corpus, cache_key(corpus))
 }
 
 /// [`compute`] with the corpus's [`cache_key`] at hand (it is a pass over every token).
-fn compute_keyed(corpus: &Corpus, key: String) -> Result<Reference, BaselineError> {
+fn compute_keyed(corpus: &Corpus, key: String) -> Result<ReferenceModels, BaselineError> {
     let start = Instant::now();
     let err = |source| BaselineError::Model {
         corpus: corpus.name().to_string(),
@@ -158,7 +158,7 @@ fn compute_keyed(corpus: &Corpus, key: String) -> Result<Reference, BaselineErro
             kn3: per_group(model.nll(ids).map_err(err)?),
         });
     }
-    Ok(Reference {
+    Ok(ReferenceModels {
         format: FORMAT,
         corpus: corpus.name().to_string(),
         key,
@@ -187,20 +187,20 @@ pub const COMPUTE_AT_START_TOKENS: usize = 20_000_000;
 
 /// The corpus's reference models if the cache in `cache_dir` holds them (a file that cannot
 /// be read or parsed, or of another key, holds nothing).
-pub fn cached(corpus: &Corpus, cache_dir: &Path) -> Option<(Reference, PathBuf)> {
+pub fn cached(corpus: &Corpus, cache_dir: &Path) -> Option<(ReferenceModels, PathBuf)> {
     cached_for(corpus, &cache_key(corpus), cache_dir)
 }
 
-fn cached_keyed(key: &str, cache_dir: &Path) -> Option<(Reference, PathBuf)> {
+fn cached_keyed(key: &str, cache_dir: &Path) -> Option<(ReferenceModels, PathBuf)> {
     let file = file_of(cache_dir, key);
     let bytes = std::fs::read(&file).ok()?;
-    let r = serde_json::from_slice::<Reference>(&bytes).ok()?;
+    let r = serde_json::from_slice::<ReferenceModels>(&bytes).ok()?;
     (r.format == FORMAT && r.key == key).then_some((r, file))
 }
 
 /// A cached result for `corpus`, under its own name: the cache is keyed by content, and the same
 /// text under another folder is the same corpus.
-fn cached_for(corpus: &Corpus, key: &str, cache_dir: &Path) -> Option<(Reference, PathBuf)> {
+fn cached_for(corpus: &Corpus, key: &str, cache_dir: &Path) -> Option<(ReferenceModels, PathBuf)> {
     cached_keyed(key, cache_dir).map(|(mut r, file)| {
         r.corpus = corpus.name().to_string();
         (r, file)
@@ -220,7 +220,10 @@ pub enum Cached {
 
 /// The corpus's reference models: from the cache in `cache_dir` when it holds them, else
 /// computed and cached.
-pub fn reference(corpus: &Corpus, cache_dir: &Path) -> Result<(Reference, Cached), BaselineError> {
+pub fn reference(
+    corpus: &Corpus,
+    cache_dir: &Path,
+) -> Result<(ReferenceModels, Cached), BaselineError> {
     let key = cache_key(corpus);
     if let Some((r, file)) = cached_for(corpus, &key, cache_dir) {
         return Ok((r, Cached::Hit(file)));

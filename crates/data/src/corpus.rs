@@ -37,7 +37,7 @@ pub enum CorpusSource {
 impl CorpusSource {
     /// `synthetic` is the built-in corpus with default settings; anything else is a directory:
     /// the path as given when it exists, else — for a bare name like `ptb` — the first
-    /// `NAME` folder under the roots of [`conelab_base::config::DATASETS_ENV`], then of the config file's
+    /// `NAME` folder under the roots of [`conelab_base::settings::DATASETS_ENV`], then of the config file's
     /// `data_roots`.
     pub fn parse(arg: &str) -> Self {
         if arg == "synthetic" {
@@ -47,7 +47,7 @@ impl CorpusSource {
         if given.exists() || arg.contains('/') {
             return CorpusSource::Dir(given);
         }
-        conelab_base::config::current()
+        conelab_base::settings::current()
             .data_roots
             .iter()
             .map(|root| root.value.join(arg))

@@ -23,7 +23,7 @@ pub(crate) enum Best {
 
 /// Where a column of the groups table is read.
 #[derive(Clone, Copy, PartialEq)]
-pub(crate) enum Source {
+pub(crate) enum ColumnSource {
     /// The held-out split's evaluation at the step.
     Eval,
     /// The embedding snapshot at or before the step.
@@ -42,13 +42,13 @@ pub(crate) type GroupColumn = (
     &'static str,
     usize,
     Best,
-    Source,
+    ColumnSource,
 );
 
 /// I(W) is scale-dependent: the mean row norm, the mean cosine and IsoScore (scale-free) beside it
 /// say whether two runs' I(W) can be compared.
 pub(crate) const GROUP_COLUMNS: [GroupColumn; 9] = [
-    ("ppl", "ppl", "PPL", 2, Best::Lowest, Source::Eval),
+    ("ppl", "ppl", "PPL", 2, Best::Lowest, ColumnSource::Eval),
     // The bar of methods.md §4: the corpus's KN-3 trigram, and the gain over it.
     (
         "ref_ppl",
@@ -56,19 +56,26 @@ pub(crate) const GROUP_COLUMNS: [GroupColumn; 9] = [
         "KN-3 PPL",
         1,
         Best::None,
-        Source::Reference,
+        ColumnSource::Reference,
     ),
     // Not bold: within a corpus it orders the runs as PPL does; its sign is what it says.
-    ("ppl", "kn3_gain", "Gain", 2, Best::None, Source::Gain),
-    ("uniq", "uniq", "Uniq", 0, Best::Highest, Source::Eval),
-    ("i1", "i_w", "I(W)", 3, Best::Highest, Source::Embedding),
+    ("ppl", "kn3_gain", "Gain", 2, Best::None, ColumnSource::Gain),
+    ("uniq", "uniq", "Uniq", 0, Best::Highest, ColumnSource::Eval),
+    (
+        "i1",
+        "i_w",
+        "I(W)",
+        3,
+        Best::Highest,
+        ColumnSource::Embedding,
+    ),
     (
         "mean_norm",
         "mean_norm",
         "Norm",
         3,
         Best::None,
-        Source::Embedding,
+        ColumnSource::Embedding,
     ),
     (
         "mean_cos",
@@ -76,7 +83,7 @@ pub(crate) const GROUP_COLUMNS: [GroupColumn; 9] = [
         "Cos",
         3,
         Best::None,
-        Source::Embedding,
+        ColumnSource::Embedding,
     ),
     (
         "isoscore",
@@ -84,7 +91,7 @@ pub(crate) const GROUP_COLUMNS: [GroupColumn; 9] = [
         "IsoScore",
         3,
         Best::Highest,
-        Source::Embedding,
+        ColumnSource::Embedding,
     ),
     // What IsoScore a random matrix of the group's size has: a group reading it never moved.
     (
@@ -93,7 +100,7 @@ pub(crate) const GROUP_COLUMNS: [GroupColumn; 9] = [
         "Iso. random",
         3,
         Best::None,
-        Source::Embedding,
+        ColumnSource::Embedding,
     ),
 ];
 
@@ -129,15 +136,15 @@ pub(crate) fn groups(stores: &[LoadedStore], req: &ExportRequest) -> Result<Expo
         for (gi, (group, _)) in GROUP_HEADERS.iter().enumerate() {
             for (metric, _, _, _, _, source) in GROUP_COLUMNS {
                 values.push(match source {
-                    Source::Eval => value_at(metrics, split, group, metric, step)?,
-                    Source::Embedding => {
+                    ColumnSource::Eval => value_at(metrics, split, group, metric, step)?,
+                    ColumnSource::Embedding => {
                         value_at_or_before(metrics, split::EMBEDDING, group, metric, step)?
                             .map(|v| v.1)
                     }
-                    Source::Reference => {
+                    ColumnSource::Reference => {
                         value_at_or_before(metrics, split, group, "ref_ppl", step)?.map(|v| v.1)
                     }
-                    Source::Gain => {
+                    ColumnSource::Gain => {
                         let reference = value_at_or_before(metrics, split, group, "ref_ppl", step)?;
                         let ppl = value_at(metrics, split, group, "ppl", step)?;
                         match (reference, ppl) {

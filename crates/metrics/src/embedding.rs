@@ -22,10 +22,10 @@ use serde::{Deserialize, Serialize};
 
 use super::Threads;
 use super::matrix::{Embeddings, MatrixError, RowGroups, RowSet};
-use crate::fastmath::log_sum_exp_both_signs;
-use crate::later::{
+use crate::dominant_directions::{
     AllButTheTop, ROGUE_TOP, all_but_the_top_from_moments, contributions_from_sums, top_share,
 };
+use crate::fastmath::log_sum_exp_both_signs;
 use conelab_data::Group;
 
 /// Which 2-D projection the scatter shows.

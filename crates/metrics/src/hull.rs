@@ -293,7 +293,7 @@ impl Default for MinNormOptions {
 
 /// Why [`min_norm_point`] stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
+pub enum MinNormStop {
     /// Wolfe's optimality test passed, and p·x_j > 0 for every point.
     Optimal,
     /// ‖p‖ reached the origin tolerance: the hull contains the origin.
@@ -322,7 +322,7 @@ pub struct MinNorm {
     pub gap: f64,
     /// Major iterations, one oracle pass each.
     pub iterations: usize,
-    pub stop: Stop,
+    pub stop: MinNormStop,
     /// Stopped by a test (`Optimal`, `Origin`, `Separated`), not by a stall or the cap.
     pub converged: bool,
 }
@@ -338,7 +338,7 @@ pub fn min_norm_point<P: PointSet + ?Sized>(points: &P, options: &MinNormOptions
             weights: Vec::new(),
             gap: f64::NAN,
             iterations: 0,
-            stop: Stop::Empty,
+            stop: MinNormStop::Empty,
             converged: false,
         };
     };
@@ -353,7 +353,7 @@ pub fn min_norm_point<P: PointSet + ?Sized>(points: &P, options: &MinNormOptions
     points.point(start, &mut x);
     let (mut wolfe, mut stop) = Wolfe::new(start, x, scale2, limits);
     if !scale2.is_finite() {
-        stop = Some(Stop::Stalled);
+        stop = Some(MinNormStop::Stalled);
     }
     let stop = loop {
         if let Some(stop) = stop {
@@ -361,7 +361,7 @@ pub fn min_norm_point<P: PointSet + ?Sized>(points: &P, options: &MinNormOptions
         }
         stop = match points.argmin_dot(&wolfe.p) {
             Some((j, v)) => wolfe.step(j, v, |out| points.point(j, out)),
-            None => Some(Stop::Stalled),
+            None => Some(MinNormStop::Stalled),
         };
     };
     wolfe.finish(stop)
@@ -399,7 +399,7 @@ struct Wolfe {
 }
 
 impl Wolfe {
-    fn new(id: usize, x: Vec<f64>, scale2: f64, limits: Limits) -> (Self, Option<Stop>) {
+    fn new(id: usize, x: Vec<f64>, scale2: f64, limits: Limits) -> (Self, Option<MinNormStop>) {
         let norm2 = dot(&x, &x);
         let kappa = if scale2 > 0.0 { scale2 } else { 1.0 };
         let cap = 8;
@@ -422,9 +422,9 @@ impl Wolfe {
             limits,
         };
         let stop = if !norm2.is_finite() {
-            Some(Stop::Stalled)
+            Some(MinNormStop::Stalled)
         } else if norm2.sqrt() <= limits.origin {
-            Some(Stop::Origin)
+            Some(MinNormStop::Origin)
         } else {
             None
         };
@@ -432,60 +432,60 @@ impl Wolfe {
     }
 
     /// One major cycle, given the oracle's answer (j, p·x_j); `fetch` writes x_j.
-    fn step(&mut self, j: usize, v: f64, fetch: impl FnOnce(&mut [f64])) -> Option<Stop> {
+    fn step(&mut self, j: usize, v: f64, fetch: impl FnOnce(&mut [f64])) -> Option<MinNormStop> {
         if !v.is_finite() {
-            return Some(Stop::Stalled);
+            return Some(MinNormStop::Stalled);
         }
         let norm = self.p_norm2.sqrt();
         self.gap = self.p_norm2 - v;
         match self.limits.separation {
-            Some(margin) if v > margin * norm => return Some(Stop::Separated),
-            None if self.gap <= self.limits.eps && v > 0.0 => return Some(Stop::Optimal),
+            Some(margin) if v > margin * norm => return Some(MinNormStop::Separated),
+            None if self.gap <= self.limits.eps && v > 0.0 => return Some(MinNormStop::Optimal),
             _ => {}
         }
         if self.ids.contains(&j) {
-            return Some(Stop::Stalled);
+            return Some(MinNormStop::Stalled);
         }
         self.improve(j, fetch)
     }
 
     /// Adds x_j (not in the corral) and runs the minor cycles.
-    fn improve(&mut self, j: usize, fetch: impl FnOnce(&mut [f64])) -> Option<Stop> {
+    fn improve(&mut self, j: usize, fetch: impl FnOnce(&mut [f64])) -> Option<MinNormStop> {
         if self.iterations >= self.limits.max_iterations {
-            return Some(Stop::IterationCap);
+            return Some(MinNormStop::IterationCap);
         }
         let mut x = vec![0.0; self.dim];
         fetch(&mut x);
         if !self.push(j, &x) {
-            return Some(Stop::Stalled);
+            return Some(MinNormStop::Stalled);
         }
         self.iterations += 1;
         let before = self.p_norm2;
         if !self.minor_cycles() {
-            return Some(Stop::Stalled);
+            return Some(MinNormStop::Stalled);
         }
         if self.p_norm2.sqrt() <= self.limits.origin {
-            return Some(Stop::Origin);
+            return Some(MinNormStop::Origin);
         }
         if self.p_norm2 < before {
             self.stuck = 0;
         } else {
             self.stuck += 1;
             if self.stuck >= STALL_LIMIT {
-                return Some(Stop::Stalled);
+                return Some(MinNormStop::Stalled);
             }
         }
         if self.iterations >= self.next_refactor {
             // Every 64 iterations, or every m for a large corral: O(m·dim) a step either way.
             self.next_refactor = self.iterations + REFACTOR_EVERY.max(self.ids.len());
             if !self.refactor() {
-                return Some(Stop::Stalled);
+                return Some(MinNormStop::Stalled);
             }
         }
         None
     }
 
-    fn finish(self, stop: Stop) -> MinNorm {
+    fn finish(self, stop: MinNormStop) -> MinNorm {
         MinNorm {
             norm: self.p_norm2.sqrt(),
             weights: self.ids.iter().copied().zip(self.lambda).collect(),
@@ -493,7 +493,10 @@ impl Wolfe {
             gap: self.gap,
             iterations: self.iterations,
             stop,
-            converged: matches!(stop, Stop::Optimal | Stop::Origin | Stop::Separated),
+            converged: matches!(
+                stop,
+                MinNormStop::Optimal | MinNormStop::Origin | MinNormStop::Separated
+            ),
         }
     }
 
@@ -823,7 +826,8 @@ pub fn separability(h: Embeddings<'_>) -> Separability {
     let min_projection = (0..rows.len())
         .map(|k| dot(&u, points.row(k)))
         .fold(f64::INFINITY, f64::min);
-    let separable = result.stop != Stop::Origin && norm > ORIGIN_TOLERANCE && min_projection > 0.0;
+    let separable =
+        result.stop != MinNormStop::Origin && norm > ORIGIN_TOLERANCE && min_projection > 0.0;
     Separability {
         separable,
         margin: if separable { norm } else { 0.0 },
@@ -832,7 +836,7 @@ pub fn separability(h: Embeddings<'_>) -> Separability {
         residual: norm,
         rows_used: rows.len(),
         zero_rows,
-        converged: result.converged && (separable || result.stop == Stop::Origin),
+        converged: result.converged && (separable || result.stop == MinNormStop::Origin),
     }
 }
 
@@ -1002,16 +1006,18 @@ impl Wide {
     }
 
     /// The verdict from how the solver stopped; "can win" only with a checked h.
-    fn decide(&self, row: usize, stop: Stop, p: &[f64]) -> RowVerdict {
+    fn decide(&self, row: usize, stop: MinNormStop, p: &[f64]) -> RowVerdict {
         match stop {
-            Stop::Origin => RowVerdict::Stolen,
+            MinNormStop::Origin => RowVerdict::Stolen,
             // No other row: nothing to beat.
-            Stop::Empty => RowVerdict::CanWin,
-            Stop::Separated => match winning_input(p, self.d, self.bias.is_some()) {
+            MinNormStop::Empty => RowVerdict::CanWin,
+            MinNormStop::Separated => match winning_input(p, self.d, self.bias.is_some()) {
                 Some(h) if self.wins_with(row, &h) => RowVerdict::CanWin,
                 _ => RowVerdict::Undecided,
             },
-            Stop::Optimal | Stop::Stalled | Stop::IterationCap => RowVerdict::Undecided,
+            MinNormStop::Optimal | MinNormStop::Stalled | MinNormStop::IterationCap => {
+                RowVerdict::Undecided
+            }
         }
     }
 
@@ -1479,7 +1485,7 @@ impl Solver {
         let p_norm2 = wolfe.p_norm2;
         wolfe.gap = p_norm2 - vmin;
         if vmin > self.tau * p_norm2.sqrt() {
-            return Some(self.wide.decide(i, Stop::Separated, &wolfe.p));
+            return Some(self.wide.decide(i, MinNormStop::Separated, &wolfe.p));
         }
         // Improving points outside the set, most violating first.
         let bar = p_norm2 - wolfe.limits.eps;
@@ -1794,7 +1800,7 @@ mod tests {
                 }
                 seen[usize::from(inside)] += 1;
                 assert_eq!(
-                    got.stop == Stop::Origin,
+                    got.stop == MinNormStop::Origin,
                     inside,
                     "{dim}-D trial {trial}: {got:?}"
                 );
@@ -1840,7 +1846,7 @@ mod tests {
             );
             assert_weights_reproduce(&got, &points);
             if shift > 0.0 {
-                assert_eq!(got.stop, Stop::Optimal);
+                assert_eq!(got.stop, MinNormStop::Optimal);
                 // Points left the corral on the way.
                 assert!(got.weights.len() + 5 < got.iterations, "{got:?}");
                 assert!(got.norm > 0.5, "{got:?}");
@@ -1854,7 +1860,7 @@ mod tests {
                     got.norm
                 );
             } else {
-                assert_eq!(got.stop, Stop::Origin);
+                assert_eq!(got.stop, MinNormStop::Origin);
                 assert!(
                     got.norm <= 1e-12 * 20.0 && got.weights.len() == dim + 1,
                     "{got:?}"
@@ -2355,7 +2361,7 @@ mod tests {
         );
         let empty = PointList::new(0, 3, &[]).expect("empty");
         let got = min_norm_point(&empty, &MinNormOptions::default());
-        assert_eq!((got.stop, got.converged), (Stop::Empty, false));
+        assert_eq!((got.stop, got.converged), (MinNormStop::Empty, false));
     }
 
     /// 1,500 Gaussian rows in 40-D (all vertices) plus 40 planted combinations of 2–6 of them:

@@ -12,20 +12,23 @@
 //! - [`spectral`]: spectrum control's distance from its prior and from W's own singular values.
 //! - [`ngram`]: the reference models of methods.md §4 — unigram and interpolated modified
 //!   Kneser–Ney trigram — and their perplexity per group.
+//! - [`dominant_directions`]: what a few directions carry — all-but-the-top, rogue dimensions.
+//! - [`second_tier`]: the all-pairs measures — TwoNN dimension, neighbour frequency mix.
 //! - [`hull`]: Wolfe's minimum-norm point of a convex hull, and what it decides — separability
 //!   of hidden states from the origin (with its certificate) and stolen-probability rows (exact,
 //!   with a cheap upper bound for the live figure).
 
 pub mod bootstrap;
+pub mod dominant_directions;
 pub mod embedding;
 pub mod fastmath;
 pub mod hidden;
 pub mod hull;
-pub mod later;
 pub mod matrix;
 pub mod neighbors;
 pub mod ngram;
 pub mod outputs;
+pub mod second_tier;
 pub mod spectral;
 pub mod stolen;
 

@@ -124,12 +124,12 @@ impl Discounts {
 /// What one order knows of a history h: c(h •) and the number of words after it with count 1,
 /// 2 and ≥ 3.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct History {
+struct NgramContext {
     total: u64,
     n: [u64; 3],
 }
 
-impl History {
+impl NgramContext {
     fn add(&mut self, count: u32) {
         self.total += count as u64;
         self.n[(count.min(3) - 1) as usize] += 1;
@@ -148,14 +148,14 @@ pub struct KneserNey {
     /// c(u v w), keyed by [`key3`].
     trigrams: FxHashMap<u64, u32>,
     /// Per (u, v): c(u v •) and N1/N2/N3+(u v •).
-    trigram_histories: FxHashMap<u64, History>,
+    trigram_histories: FxHashMap<u64, NgramContext>,
     /// N1+(• v w), keyed by [`key2`].
     bigrams: FxHashMap<u64, u32>,
     /// Per v: Σ_w N1+(• v w) and N1/N2/N3+ of those counts.
-    bigram_histories: Vec<History>,
+    bigram_histories: Vec<NgramContext>,
     /// N1+(• w) per w.
     unigrams: Vec<u32>,
-    unigram_history: History,
+    unigram_history: NgramContext,
     /// D for orders 1, 2, 3.
     pub discounts: [Discounts; 3],
     /// How each order's were estimated.
@@ -206,20 +206,20 @@ impl KneserNey {
             *trigrams.entry(key3(t[0], t[1], t[2])).or_default() += 1;
         }
         let mask = (1u64 << (2 * BITS)) - 1;
-        let mut trigram_histories: FxHashMap<u64, History> = FxHashMap::default();
+        let mut trigram_histories: FxHashMap<u64, NgramContext> = FxHashMap::default();
         let mut bigrams: FxHashMap<u64, u32> = FxHashMap::default();
         for (&k, &c) in &trigrams {
             trigram_histories.entry(k >> BITS).or_default().add(c);
             // One more distinct left context u for the bigram v w.
             *bigrams.entry(k & mask).or_default() += 1;
         }
-        let mut bigram_histories = vec![History::default(); vocab];
+        let mut bigram_histories = vec![NgramContext::default(); vocab];
         let mut unigrams = vec![0u32; vocab];
         for (&k, &c) in &bigrams {
             bigram_histories[(k >> BITS) as usize].add(c);
             unigrams[(k & ((1 << BITS) - 1)) as usize] += 1;
         }
-        let mut unigram_history = History::default();
+        let mut unigram_history = NgramContext::default();
         for &c in unigrams.iter().filter(|&&c| c > 0) {
             unigram_history.add(c);
         }

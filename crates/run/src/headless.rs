@@ -15,21 +15,21 @@ use conelab_core::events::{EmbeddingStats, EvalStats, Event, FinishReason, RunSt
 
 /// How the run ended, for the exit status.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub enum RunOutcome {
     Completed { step: u64 },
     Stopped { step: u64 },
     Diverged { step: u64, loss: f64 },
     Failed { message: String },
 }
 
-impl Outcome {
+impl RunOutcome {
     /// The run's exit status (README, "Exit statuses"): success when completed or stopped,
     /// diverged, failed; a stop by signal is told apart by the caller ([`ExitStatus::Stopped`]).
     pub fn exit_status(&self) -> ExitStatus {
         match self {
-            Outcome::Completed { .. } | Outcome::Stopped { .. } => ExitStatus::Success,
-            Outcome::Diverged { .. } => ExitStatus::Diverged,
-            Outcome::Failed { .. } => ExitStatus::Failed,
+            RunOutcome::Completed { .. } | RunOutcome::Stopped { .. } => ExitStatus::Success,
+            RunOutcome::Diverged { .. } => ExitStatus::Diverged,
+            RunOutcome::Failed { .. } => ExitStatus::Failed,
         }
     }
 }
@@ -42,11 +42,11 @@ pub fn report(
     tty: bool,
     log_every: u64,
     mut first: impl EventSink<Error = Infallible>,
-) -> Outcome {
+) -> RunOutcome {
     let mut reporter = Reporter::new(tty, log_every);
     let outcome = loop {
         let Ok(event) = events.recv() else {
-            break Outcome::Failed {
+            break RunOutcome::Failed {
                 message: "the run's threads ended without a final event".into(),
             };
         };
@@ -67,7 +67,7 @@ pub struct Reporter {
     last_i1: Option<f64>,
     diverged: Option<(u64, f64)>,
     /// How the run ended, once its final event came.
-    pub outcome: Option<Outcome>,
+    pub outcome: Option<RunOutcome>,
 }
 
 impl Reporter {
@@ -254,18 +254,18 @@ impl EventSink for Reporter {
                 self.line(format!("finished step={step} ({})", reason.name()));
                 let step = *step;
                 self.outcome = Some(match reason {
-                    FinishReason::Completed => Outcome::Completed { step },
-                    FinishReason::Stopped => Outcome::Stopped { step },
+                    FinishReason::Completed => RunOutcome::Completed { step },
+                    FinishReason::Stopped => RunOutcome::Stopped { step },
                     FinishReason::Diverged => {
                         // The step that diverged (the one after the last trained).
                         let (step, loss) = self.diverged.unwrap_or((step + 1, f64::NAN));
-                        Outcome::Diverged { step, loss }
+                        RunOutcome::Diverged { step, loss }
                     }
                 });
             }
             Event::Failed { step, message } => {
                 self.line(format!("failed step={step}: {message}"));
-                self.outcome = Some(Outcome::Failed {
+                self.outcome = Some(RunOutcome::Failed {
                     message: message.clone(),
                 });
             }

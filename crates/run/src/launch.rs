@@ -20,8 +20,8 @@ use conelab_data::{Corpus, CorpusSource, LoadOptions};
 use conelab_train::checkpoint;
 use conelab_train::engine::Trainer;
 
+use crate::config_file::ConfigFile;
 use crate::options::TrainOptions;
-use crate::run_config::ConfigFile;
 
 /// A run ready to serve.
 pub struct Prepared {
@@ -289,7 +289,7 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
     // The corpus's reference models, the bar every group's PPL is judged against (cached
     // per corpus; the first run on a corpus computes them: 0.3 s synthetic, 1.4 s WikiText-2).
     use conelab_core::baseline;
-    let cache = conelab_base::config::current().cache_dir.value.clone();
+    let cache = conelab_base::settings::current().cache_dir.value.clone();
     let corpus = trainer.corpus();
     let train_tokens = corpus.split(conelab_data::Split::Train).len();
     let reference = if train_tokens > baseline::COMPUTE_AT_START_TOKENS {
@@ -628,7 +628,7 @@ pub fn utc_stamp() -> String {
 /// The device of a new run without `--device`: the config file's `device`, else the CPU. A value
 /// the file got wrong is bad input naming its line.
 fn default_device() -> Result<conelab_core::model::DeviceSpec, RunError> {
-    let setting = &conelab_base::config::current().device;
+    let setting = &conelab_base::settings::current().device;
     match &setting.value {
         None => Ok(conelab_core::model::DeviceSpec::Cpu),
         Some(text) => text.parse().map_err(|e| {

@@ -6,7 +6,7 @@
 //!   train.log.
 //! - [`detach`]: starting the run process in the background (its own session, `output.log`).
 //! - [`choice_arg`]: the command line's parser for core's named settings.
-//! - [`options`]: the training options the command line and sweeps parse; [`run_config`]: a
+//! - [`options`]: the training options the command line and sweeps parse; [`config_file`]: a
 //!   run's settings from preset, file and flags.
 //! - [`headless`]: the reporter on stdout; [`sweep`]: grids of runs, local or on SLURM.
 //! - The run's side of the link to its viewers (zellij's server): [`hub`] (the run's view, fed by
@@ -17,6 +17,7 @@
 pub mod answers;
 pub mod archive;
 pub mod choice_arg;
+pub mod config_file;
 pub mod detach;
 pub mod gpu;
 pub mod headless;
@@ -26,7 +27,6 @@ pub mod local_link;
 pub mod log;
 pub mod notify;
 pub mod options;
-pub mod run_config;
 pub mod serve;
 pub mod server;
 pub mod sweep;

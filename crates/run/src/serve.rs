@@ -28,7 +28,7 @@ use conelab_train::checkpoint::Checkpointer;
 use conelab_train::engine::{self, EngineOptions};
 
 use crate::answers::LiveAnswers;
-use crate::headless::{self, Outcome};
+use crate::headless::{self, RunOutcome};
 use crate::hub::{Hub, HubInput, HubStats};
 use crate::launch::Prepared;
 use crate::options::TrainOptions;
@@ -71,7 +71,7 @@ pub struct ServeOptions {
 /// How the run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunExit {
-    pub outcome: Outcome,
+    pub outcome: RunOutcome,
     pub by_signal: bool,
     pub dir: PathBuf,
 }
@@ -81,7 +81,7 @@ impl RunExit {
     /// a signal after saving.
     pub fn status(&self) -> ExitStatus {
         match self.outcome {
-            Outcome::Stopped { .. } if self.by_signal => ExitStatus::Stopped,
+            RunOutcome::Stopped { .. } if self.by_signal => ExitStatus::Stopped,
             ref o => o.exit_status(),
         }
     }
@@ -342,7 +342,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
     // Wind down: the engine has ended (its final event came through); the recorder has flushed
     // and compacted before passing it on; the hub returns after broadcasting it. Should the
     // events have stopped without a final one, the engine is told to stop (after saving) first.
-    if let Outcome::Failed { message } = &outcome {
+    if let RunOutcome::Failed { message } = &outcome {
         fault.set(message.clone());
         control.commands.send(Command::Stop { save: true });
     }
@@ -355,7 +355,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         for e in report_rx.try_iter() {
             log.event(&e);
         }
-        if let Outcome::Failed { message } = &outcome {
+        if let RunOutcome::Failed { message } = &outcome {
             log.failure(message);
         }
     }
@@ -377,8 +377,8 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
     };
     // `step` is the steps trained (the divergent step was not applied: it is in the message).
     let (status, step, message) = match &exit.outcome {
-        Outcome::Completed { step } => ("completed", *step, String::new()),
-        Outcome::Stopped { step } => {
+        RunOutcome::Completed { step } => ("completed", *step, String::new()),
+        RunOutcome::Stopped { step } => {
             // Stopped without saving (`x` in the workbench): say what a resume starts from.
             let message = match newest_checkpoint() {
                 Some(at) if at == *step => String::new(),
@@ -389,12 +389,12 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
             };
             ("stopped", *step, message)
         }
-        Outcome::Diverged { step, loss } => (
+        RunOutcome::Diverged { step, loss } => (
             "diverged",
             step.saturating_sub(1),
             format!("loss {loss} at step {step}"),
         ),
-        Outcome::Failed { message } => ("failed", 0, message.clone()),
+        RunOutcome::Failed { message } => ("failed", 0, message.clone()),
     };
     let step = if status == "failed" {
         newest_checkpoint().unwrap_or(0)
@@ -444,9 +444,9 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
 
 /// The run's system sample every [`conelab_base::system::SAMPLE_EVERY`], on the store's thread,
 /// with its GPU's where `device` is a CUDA device and the driver reports it.
-fn system_sampler(device: &str) -> store::recorder::Sampler {
-    use conelab_base::system::{SAMPLE_EVERY, Sampler};
-    let mut sampler = Sampler::new();
+fn system_sampler(device: &str) -> store::recorder::SystemSampleFn {
+    use conelab_base::system::{CpuSampler, SAMPLE_EVERY};
+    let mut sampler = CpuSampler::new();
     let gpu = crate::gpu::GpuSampler::open(device);
     let mut due = std::time::Instant::now();
     Box::new(move |step| {
@@ -501,7 +501,7 @@ pub fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<Exit
     )?;
     let status = exit.status();
     match &exit.outcome {
-        crate::headless::Outcome::Diverged { step, loss } => {
+        crate::headless::RunOutcome::Diverged { step, loss } => {
             // Say what there is to come back to: a checkpoint, or none at all.
             conelab_base::stderr::say(&match conelab_core::run_dir::newest_checkpoint_step(
                 &exit.dir,
@@ -515,7 +515,7 @@ pub fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<Exit
                 ),
             })
         }
-        crate::headless::Outcome::Failed { message } => {
+        crate::headless::RunOutcome::Failed { message } => {
             conelab_base::stderr::say(&format!("conelab: training failed: {message}"))
         }
         _ if exit.by_signal => conelab_base::stderr::say(&format!(

@@ -386,7 +386,7 @@ pub fn has_snapshot_at(run_dir: &Path, step: u64) -> Result<bool, StoreError> {
 
 /// What [`verify`] found in a store's files.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Verification {
+pub struct StoreVerification {
     /// Files read whole whose checksum matched (segments, projections, `run.json`).
     pub verified: usize,
     /// Files written before checksums that decoded (nothing to compare them with).
@@ -399,9 +399,9 @@ pub struct Verification {
 /// Reads every file of a run's store — `run.json` against the store's manifest, each live
 /// segment and projection against the checksum in its name, then decoded — without changing
 /// anything: a damaged file is named, an I/O error is an error.
-pub fn verify(run_dir: &Path) -> Result<Verification, StoreError> {
+pub fn verify(run_dir: &Path) -> Result<StoreVerification, StoreError> {
     let dir = store_dir(run_dir);
-    let mut out = Verification::default();
+    let mut out = StoreVerification::default();
     match read_run_record(&dir) {
         Ok(_) => {}
         Err(StoreError::Corrupt { path, reason }) => out.damaged.push((path, reason)),

@@ -34,7 +34,7 @@ fn file_name(step: u64, crc: u32) -> String {
 }
 
 /// One projection file: its step, path and the checksum its name carries.
-struct Entry {
+struct ProjectionFile {
     step: u64,
     path: PathBuf,
     checksum: Option<u32>,
@@ -53,18 +53,18 @@ fn parse_name(name: &str) -> Option<(u64, Option<u32>)> {
 }
 
 /// The projection files, by step ascending.
-fn entries(store_dir: &Path) -> Result<Vec<Entry>, StoreError> {
+fn entries(store_dir: &Path) -> Result<Vec<ProjectionFile>, StoreError> {
     let dir = store_dir.join(DIR);
     let listing = match std::fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(io_error(&dir)(e)),
     };
-    let mut out: Vec<Entry> = listing
+    let mut out: Vec<ProjectionFile> = listing
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let (step, checksum) = e.file_name().to_str().and_then(parse_name)?;
-            Some(Entry {
+            Some(ProjectionFile {
                 step,
                 path: e.path(),
                 checksum,
@@ -233,15 +233,15 @@ fn decode(path: &Path, checksum: Option<u32>, bytes: Vec<u8>) -> Result<DataFram
 /// What [`verify`] found: files whose checksum matched, files written before checksums that
 /// decoded, and the damaged ones (path, why).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Verification {
+pub struct ProjectionVerification {
     pub verified: usize,
     pub unverified: usize,
     pub damaged: Vec<(PathBuf, String)>,
 }
 
 /// Reads every projection file (checksum, then decoding) without changing anything.
-pub fn verify(store_dir: &Path) -> Result<Verification, StoreError> {
-    let mut out = Verification::default();
+pub fn verify(store_dir: &Path) -> Result<ProjectionVerification, StoreError> {
+    let mut out = ProjectionVerification::default();
     for e in entries(store_dir)? {
         let bytes = std::fs::read(&e.path).map_err(io_error(&e.path))?;
         match decode(&e.path, e.checksum, bytes) {

@@ -36,10 +36,10 @@ struct Staged {
 
 /// Asked at every turn of the recorder's loop (at least every [`TICK`]) with the newest step: an
 /// event to record and pass on when one is due (the run's system sample).
-pub type Sampler = Box<dyn FnMut(u64) -> Option<Event> + Send>;
+pub type SystemSampleFn = Box<dyn FnMut(u64) -> Option<Event> + Send>;
 
 struct Recorder<F: FnMut(Event) -> bool> {
-    sampler: Option<Sampler>,
+    sampler: Option<SystemSampleFn>,
     writer: StoreWriter,
     run_dir: PathBuf,
     forward: F,
@@ -75,7 +75,7 @@ pub fn spawn_sampling<F>(
     writer: StoreWriter,
     run_dir: PathBuf,
     fault: Fault,
-    sampler: Option<Sampler>,
+    sampler: Option<SystemSampleFn>,
     forward: F,
 ) -> std::io::Result<JoinHandle<()>>
 where

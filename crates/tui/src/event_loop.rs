@@ -120,7 +120,7 @@ impl<M: Send + 'static> Events<M> {
         convert: fn(T) -> M,
     ) -> io::Result<()> {
         let (tx, end) = (self.sender(), self.sender());
-        conelab_base::pump::pump(
+        conelab_base::channel_relay::relay(
             "conelab-source",
             from,
             move |item| tx.send(ViewerEvent::Source(convert(item))).is_ok(),

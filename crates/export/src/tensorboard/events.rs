@@ -8,9 +8,9 @@
 
 use prost::Message;
 
-/// `Event` (event.proto): when, at which step, and what.
+/// `Event` of event.proto (`TfEvent` here, beside the engine's `Event`): when, at which step, and what.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Event {
+pub struct TfEvent {
     #[prost(double, tag = "1")]
     pub wall_time: f64,
     #[prost(int64, tag = "2")]
@@ -138,13 +138,13 @@ pub fn push_record(out: &mut Vec<u8>, data: &[u8]) {
 }
 
 /// Appends one event as a record.
-pub fn push_event(out: &mut Vec<u8>, event: &Event) {
+pub fn push_event(out: &mut Vec<u8>, event: &TfEvent) {
     push_record(out, &event.encode_to_vec());
 }
 
 /// A scalar event: `tag` = `value` at `step`.
-pub fn scalar_event(wall_time: f64, step: i64, tag: &str, value: f32) -> Event {
-    Event {
+pub fn scalar_event(wall_time: f64, step: i64, tag: &str, value: f32) -> TfEvent {
+    TfEvent {
         wall_time,
         step,
         what: Some(event::What::Summary(Summary {
@@ -339,7 +339,7 @@ pub fn scalars(
 ) -> Vec<Scalar> {
     let mut out = Vec::new();
     for data in records {
-        let Ok(event) = Event::decode(*data) else {
+        let Ok(event) = TfEvent::decode(*data) else {
             damage.undecodable += 1;
             continue;
         };
@@ -419,7 +419,7 @@ fn tensor_scalar(t: &TensorProto) -> Option<f64> {
 mod tests {
     use super::*;
 
-    fn file(events: &[Event]) -> Vec<u8> {
+    fn file(events: &[TfEvent]) -> Vec<u8> {
         let mut out = Vec::new();
         for e in events {
             push_event(&mut out, e);
@@ -441,7 +441,7 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_a_damaged_one_is_skipped_once() {
-        let events: Vec<Event> = (0..5)
+        let events: Vec<TfEvent> = (0..5)
             .map(|i| scalar_event(1.0e9 + i as f64, i, "valid/total/ppl", 100.0 - i as f32))
             .collect();
         let clean = file(&events);
@@ -519,7 +519,7 @@ mod tests {
             }),
             value: Some(summary_value::Value::Tensor(t)),
         };
-        let event = |step: i64, v: SummaryValue| Event {
+        let event = |step: i64, v: SummaryValue| TfEvent {
             wall_time: 1.0,
             step,
             what: Some(event::What::Summary(Summary { value: vec![v] })),

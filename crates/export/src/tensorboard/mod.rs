@@ -15,7 +15,7 @@ use conelab_core::run_dir::{BEST_DIR, checkpoints_in};
 use conelab_core::series::GROUPS;
 use conelab_store::{LoadedStore, RunRecord, StoreError, StoreWriter, col as c};
 
-use events::{Event, FILE_VERSION, event};
+use events::{FILE_VERSION, TfEvent, event};
 
 /// The Projector's configuration file, beside the event file.
 pub const PROJECTOR_CONFIG: &str = "projector_config.pbtxt";
@@ -118,7 +118,7 @@ fn event_file(store: &LoadedStore) -> Result<(Vec<u8>, usize), StoreError> {
     let mut bytes = Vec::with_capacity(40 * rows.len() + 64);
     events::push_event(
         &mut bytes,
-        &Event {
+        &TfEvent {
             wall_time: store.run().started_unix,
             step: 0,
             what: Some(event::What::FileVersion(FILE_VERSION.into())),

@@ -17,7 +17,7 @@ use conelab_core::run_dir::live;
 
 /// How a run of the sweep ended this time.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub enum SweepRunOutcome {
     /// It had completed before: not run again.
     Skipped,
     Completed,
@@ -74,7 +74,7 @@ pub fn run(
     exe: &Path,
     parallel: usize,
     mut say: impl FnMut(String),
-) -> Result<Vec<(String, Outcome)>, SweepError> {
+) -> Result<Vec<(String, SweepRunOutcome)>, SweepError> {
     let parallel = parallel.max(1);
     let logs = out.join(LOGS);
     std::fs::create_dir_all(&logs).map_err(|source| SweepError::Io {
@@ -83,7 +83,7 @@ pub fn run(
     })?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = (cores / parallel).max(1);
-    let mut outcomes: Vec<Option<Outcome>> = vec![None; record.runs.len()];
+    let mut outcomes: Vec<Option<SweepRunOutcome>> = vec![None; record.runs.len()];
     let mut queue: std::collections::VecDeque<usize> = (0..record.runs.len()).collect();
     let mut running: Vec<(usize, Child)> = Vec::new();
     loop {
@@ -92,7 +92,7 @@ pub fn run(
             let run = &record.runs[i];
             if completed(&run.dir) {
                 say(format!("{}: completed before, kept", run.name));
-                outcomes[i] = Some(Outcome::Skipped);
+                outcomes[i] = Some(SweepRunOutcome::Skipped);
                 continue;
             }
             let log = logs.join(format!("{}.log", run.name));
@@ -151,9 +151,9 @@ pub fn run(
                 .and_then(|c| u8::try_from(c).ok())
                 .map(ExitStatus::from_code);
             let outcome = match exit {
-                Some(ExitStatus::Success) if completed(&run.dir) => Outcome::Completed,
-                Some(ExitStatus::Stopped) => Outcome::Stopped,
-                _ => Outcome::Failed {
+                Some(ExitStatus::Success) if completed(&run.dir) => SweepRunOutcome::Completed,
+                Some(ExitStatus::Stopped) => SweepRunOutcome::Stopped,
+                _ => SweepRunOutcome::Failed {
                     code: status.code(),
                     log: logs.join(format!("{}.log", run.name)),
                 },
@@ -162,15 +162,15 @@ pub fn run(
                 "{}: {}",
                 run.name,
                 match &outcome {
-                    Outcome::Completed => "completed".to_string(),
-                    Outcome::Stopped =>
+                    SweepRunOutcome::Completed => "completed".to_string(),
+                    SweepRunOutcome::Stopped =>
                         "stopped after saving (run the sweep again to resume)".into(),
-                    Outcome::Failed { code, log } => format!(
+                    SweepRunOutcome::Failed { code, log } => format!(
                         "failed (exit {}; see {})",
                         code.map_or("by a signal".into(), |c| c.to_string()),
                         log.display()
                     ),
-                    Outcome::Skipped => "kept".into(),
+                    SweepRunOutcome::Skipped => "kept".into(),
                 }
             ));
             outcomes[*i] = Some(outcome);
@@ -181,7 +181,7 @@ pub fn run(
         .runs
         .iter()
         .zip(outcomes)
-        .map(|(r, o)| (r.name.clone(), o.unwrap_or(Outcome::Skipped)))
+        .map(|(r, o)| (r.name.clone(), o.unwrap_or(SweepRunOutcome::Skipped)))
         .collect())
 }
 

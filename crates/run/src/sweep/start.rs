@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use conelab_base::exit::ExitStatus;
 
-use super::local::{self, Outcome};
+use super::local::{self, SweepRunOutcome};
 use super::record::SweepRecord;
 use super::slurm::{self, SlurmOptions};
 use super::{Sweep, SweepError};
@@ -97,11 +97,11 @@ pub fn start(request: &SweepRun, say: impl FnMut(String)) -> Result<SweepDone, S
     let outcomes = local::run(&record, &out, &exe, local, say)?;
     let failed = outcomes
         .iter()
-        .filter(|(_, o)| matches!(o, Outcome::Failed { .. }))
+        .filter(|(_, o)| matches!(o, SweepRunOutcome::Failed { .. }))
         .count();
     let stopped = outcomes
         .iter()
-        .filter(|(_, o)| matches!(o, Outcome::Stopped))
+        .filter(|(_, o)| matches!(o, SweepRunOutcome::Stopped))
         .count();
     Ok(SweepDone {
         text: format!(

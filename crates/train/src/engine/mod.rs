@@ -299,7 +299,7 @@ pub const COMMANDS_PER_STEP: usize = 32;
 /// were applied, logged and stored before).
 pub const PAUSED_COMMAND_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
-enum Flow {
+enum CommandFlow {
     Continue,
     Pause,
     Resume,
@@ -342,23 +342,23 @@ impl Engine {
                 command,
                 ticket: None,
             })? {
-                Flow::Continue => {}
-                Flow::Pause => paused = true,
-                Flow::Resume => paused = false,
-                Flow::Stop => return Ok(()),
+                CommandFlow::Continue => {}
+                CommandFlow::Pause => paused = true,
+                CommandFlow::Resume => paused = false,
+                CommandFlow::Stop => return Ok(()),
             }
         }
         loop {
             if let Some(message) = self.fault.get() {
                 // The step still queued is read first: only a finite one is saved.
-                if let Ok(Flow::Stop) = self.settle() {
+                if let Ok(CommandFlow::Stop) = self.settle() {
                     return Ok(());
                 }
                 return self.fail_after_saving(message);
             }
             if self.orphaned {
                 // Nobody records or shows anything any more: keep what was trained and end.
-                if let Ok(Flow::Stop) = self.settle() {
+                if let Ok(CommandFlow::Stop) = self.settle() {
                     return Ok(());
                 }
                 let _ = self.save();
@@ -399,15 +399,15 @@ impl Engine {
                 first_taken.get_or_insert_with(std::time::Instant::now);
                 // A command applies to a step whose loss is known: the one queued is read first.
                 match self.settle()? {
-                    Flow::Pause => paused = true,
-                    Flow::Stop => return Ok(()),
-                    Flow::Continue | Flow::Resume => {}
+                    CommandFlow::Pause => paused = true,
+                    CommandFlow::Stop => return Ok(()),
+                    CommandFlow::Continue | CommandFlow::Resume => {}
                 }
                 match self.handle(envelope)? {
-                    Flow::Continue => {}
-                    Flow::Pause => paused = true,
-                    Flow::Resume => paused = false,
-                    Flow::Stop => return Ok(()),
+                    CommandFlow::Continue => {}
+                    CommandFlow::Pause => paused = true,
+                    CommandFlow::Resume => paused = false,
+                    CommandFlow::Stop => return Ok(()),
                 }
             }
             if paused {
@@ -415,14 +415,14 @@ impl Engine {
             }
             if self.trainer.is_done() {
                 match self.settle()? {
-                    Flow::Pause => {
+                    CommandFlow::Pause => {
                         paused = true;
                         continue;
                     }
-                    Flow::Stop => return Ok(()),
+                    CommandFlow::Stop => return Ok(()),
                     // A divergence at the last step put the run back before it.
                     _ if !self.trainer.is_done() => continue,
-                    Flow::Continue | Flow::Resume => {}
+                    CommandFlow::Continue | CommandFlow::Resume => {}
                 }
                 self.finish()?;
                 return Ok(());
@@ -430,12 +430,12 @@ impl Engine {
             // Thawing only lifts a constraint, so it is never refused (and never repeated).
             if let Some(change) = self.freeze_expiry() {
                 match self.settle()? {
-                    Flow::Pause => {
+                    CommandFlow::Pause => {
                         paused = true;
                         continue;
                     }
-                    Flow::Stop => return Ok(()),
-                    Flow::Continue | Flow::Resume => {}
+                    CommandFlow::Stop => return Ok(()),
+                    CommandFlow::Continue | CommandFlow::Resume => {}
                 }
                 let command = Command::Objective { change };
                 self.handle(Envelope {
@@ -447,29 +447,29 @@ impl Engine {
             // (`Trainer::step_pipelined`): a viewer sees each step one step late.
             let back = self.trainer.step_pipelined()?;
             match self.report(back) {
-                Flow::Continue | Flow::Resume => {}
-                Flow::Pause => {
+                CommandFlow::Continue | CommandFlow::Resume => {}
+                CommandFlow::Pause => {
                     paused = true;
                     continue;
                 }
-                Flow::Stop => return Ok(()),
+                CommandFlow::Stop => return Ok(()),
             }
             match self.after_step()? {
-                Flow::Continue | Flow::Resume => {}
-                Flow::Pause => paused = true,
-                Flow::Stop => return Ok(()),
+                CommandFlow::Continue | CommandFlow::Resume => {}
+                CommandFlow::Pause => paused = true,
+                CommandFlow::Stop => return Ok(()),
             }
         }
     }
 
     /// Emits the steps the trainer read back; a divergence pauses the run (someone watches)
     /// or ends it.
-    fn report(&mut self, back: ReadBack) -> Flow {
+    fn report(&mut self, back: ReadBack) -> CommandFlow {
         for stats in back.steps {
             self.emit(Event::Step(stats));
         }
         let Some((step, loss)) = back.diverged else {
-            return Flow::Continue;
+            return CommandFlow::Continue;
         };
         self.emit(Event::Diverged { step, loss });
         if self.divergence.pauses() {
@@ -487,7 +487,7 @@ impl Engine {
                     ),
                 });
             }
-            return Flow::Pause;
+            return CommandFlow::Pause;
         }
         // Nobody watches: end now, keeping the last good checkpoint as it is.
         self.analysis.finish();
@@ -496,12 +496,12 @@ impl Engine {
             step: at,
             reason: FinishReason::Diverged,
         });
-        Flow::Stop
+        CommandFlow::Stop
     }
 
     /// Reads back the step still queued on the device, if any ([`Trainer::settle`]), and
     /// reports it: before every checkpoint, evaluation, snapshot, command and the end.
-    fn settle(&mut self) -> Result<Flow, EngineError> {
+    fn settle(&mut self) -> Result<CommandFlow, EngineError> {
         let back = match self.trainer.settle() {
             Ok(stats) => ReadBack {
                 steps: stats.into_iter().collect(),
@@ -548,7 +548,7 @@ impl Engine {
         Ok(())
     }
 
-    fn handle(&mut self, envelope: Envelope) -> Result<Flow, EngineError> {
+    fn handle(&mut self, envelope: Envelope) -> Result<CommandFlow, EngineError> {
         let Envelope { command, ticket } = envelope;
         let step = self.step();
         // The same setting again at the same step changes nothing: answered, not applied or
@@ -571,7 +571,7 @@ impl Engine {
                 ticket,
                 coalesced: true,
             }));
-            return Ok(Flow::Continue);
+            return Ok(CommandFlow::Continue);
         }
         let mut applied = match self.trainer.apply(&command) {
             Ok(a) => a,
@@ -583,7 +583,7 @@ impl Engine {
                     reason: chain(&refused),
                     ticket,
                 });
-                return Ok(Flow::Continue);
+                return Ok(CommandFlow::Continue);
             }
         };
         applied.ticket = ticket;
@@ -595,16 +595,16 @@ impl Engine {
         Ok(match command {
             Command::Pause => {
                 self.emit(Event::Paused { step });
-                Flow::Pause
+                CommandFlow::Pause
             }
             Command::Resume => {
                 self.diverged = false;
                 self.emit(Event::Resumed { step });
-                Flow::Resume
+                CommandFlow::Resume
             }
-            Command::SetLr { .. } | Command::Objective { .. } => Flow::Continue,
+            Command::SetLr { .. } | Command::Objective { .. } => CommandFlow::Continue,
             // The checkpoint of this step is written already (by its schedule): once.
-            Command::SaveCheckpoint if self.last_saved == Some(step) => Flow::Continue,
+            Command::SaveCheckpoint if self.last_saved == Some(step) => CommandFlow::Continue,
             Command::SaveCheckpoint => {
                 if let Err(e) = self.save() {
                     self.emit(Event::Warning {
@@ -612,7 +612,7 @@ impl Engine {
                         message: format!("checkpoint failed: {}; training goes on", chain(&e)),
                     });
                 }
-                Flow::Continue
+                CommandFlow::Continue
             }
             Command::Stop { save } => {
                 if save && let Err(e) = self.save() {
@@ -624,7 +624,7 @@ impl Engine {
                             chain(&e)
                         ),
                     });
-                    return Ok(Flow::Stop);
+                    return Ok(CommandFlow::Stop);
                 }
                 self.analysis.finish();
                 let reason = if self.diverged {
@@ -633,12 +633,12 @@ impl Engine {
                     FinishReason::Stopped
                 };
                 self.emit(Event::Finished { step, reason });
-                Flow::Stop
+                CommandFlow::Stop
             }
         })
     }
 
-    fn after_step(&mut self) -> Result<Flow, EngineError> {
+    fn after_step(&mut self) -> Result<CommandFlow, EngineError> {
         let step = self.step();
         let cfg = self.trainer.config();
         let (eval_every, snapshot_every, checkpoint_every) =
@@ -650,7 +650,7 @@ impl Engine {
         {
             // Only a step known to be finite is evaluated, analysed or saved.
             match self.settle()? {
-                Flow::Continue | Flow::Resume => {}
+                CommandFlow::Continue | CommandFlow::Resume => {}
                 other => return Ok(other),
             }
         }
@@ -671,7 +671,7 @@ impl Engine {
                 ),
             });
         }
-        Ok(Flow::Continue)
+        Ok(CommandFlow::Continue)
     }
 
     /// At most this often an evaluation says how far it is.

@@ -22,7 +22,7 @@ use crate::objective::agg::{
     Gates, RareChoice, TokenCounter, agg_gates, alpha_for_rare_fraction, part_freeze_gates,
     row_gates,
 };
-use crate::objective::and::{and_loss, squashed_centring};
+use crate::objective::and_loss::{and_loss, squashed_centring};
 use crate::objective::freeze::{frozen_ranges, restore_rows, zero_rows};
 use crate::objective::head::{HeadOutput, HeadTerms, full_softmax_head};
 use crate::objective::self_norm::{

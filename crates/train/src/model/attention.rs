@@ -56,7 +56,7 @@ mod libtorch {
     use burn::prelude::*;
 
     use crate::aten::{self, AtenError};
-    use crate::model::island::{IslandBackward, Saved};
+    use crate::model::torch_backward::{Saved, TorchBackward};
 
     type Ad = Autodiff<LibTorch>;
 
@@ -92,7 +92,7 @@ mod libtorch {
             AtenError::or_composed(aten::causal_attention(q, k, v, p, track, lower))
         };
         let nodes = inputs.each_ref().map(|t| t.node());
-        let out = match IslandBackward::<3>
+        let out = match TorchBackward::<3>
             .prepare::<NoCheckpointing>(nodes)
             .compute_bound()
             .stateful()

@@ -187,7 +187,7 @@ mod fused {
     use burn::prelude::*;
 
     use crate::aten::{self, AtenError, LSTM_INPUTS};
-    use crate::model::island::{IslandBackward, Saved};
+    use crate::model::torch_backward::{Saved, TorchBackward};
 
     type Ad = Autodiff<LibTorch>;
 
@@ -287,7 +287,7 @@ mod fused {
             AtenError::or_composed(aten::lstm_layer(x, h0, c0, wi, wh, bi, bh, track, lower))
         };
         let nodes = inputs.each_ref().map(|t| t.node());
-        let (out, h_n, c_n) = match IslandBackward::<LSTM_INPUTS>
+        let (out, h_n, c_n) = match TorchBackward::<LSTM_INPUTS>
             .prepare::<NoCheckpointing>(nodes)
             .compute_bound()
             .stateful()

@@ -146,13 +146,13 @@ fn transpose(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 
 /// A matrix operand: element (r, c) is `data[r·rs + c·cs]`.
 #[derive(Clone, Copy)]
-struct View<'a> {
+struct MatrixView<'a> {
     data: &'a [f32],
     rs: usize,
     cs: usize,
 }
 
-impl<'a> View<'a> {
+impl<'a> MatrixView<'a> {
     fn rows(data: &'a [f32], rs: usize) -> Self {
         Self { data, rs, cs: 1 }
     }
@@ -206,15 +206,15 @@ fn matmul(
     dst: &mut [f32],
     dst_rs: usize,
     accumulate: bool,
-    lhs: View,
-    rhs: View,
+    lhs: MatrixView,
+    rhs: MatrixView,
 ) {
     // The bounds the unsafe calls rely on: every element they touch is inside its slice.
     // And the destination's rows do not overlap (a mutable view, written in parallel).
     assert!(
         lhs.holds(m, k)
             && rhs.holds(k, n)
-            && View::rows(dst, dst_rs).holds(m, n)
+            && MatrixView::rows(dst, dst_rs).holds(m, n)
             && (dst_rs >= n || m <= 1),
         "lstm_host: a product's operands are smaller than its shape"
     );
@@ -298,8 +298,8 @@ fn torch_matmul(
     dst: &mut [f32],
     dst_rs: usize,
     accumulate: bool,
-    lhs: View,
-    rhs: View,
+    lhs: MatrixView,
+    rhs: MatrixView,
 ) {
     use tch::{Device, Kind, Tensor};
     // A CPU tensor of `rows × cols` f32 over `data` with the strides `(rs, cs)`, no copy.
@@ -367,8 +367,8 @@ pub fn layer_forward(
         &mut gates,
         g4,
         false,
-        View::rows(&x, d_in),
-        View::rows(&w.w_in, g4),
+        MatrixView::rows(&x, d_in),
+        MatrixView::rows(&w.w_in, g4),
     );
     for row in gates.chunks_exact_mut(g4) {
         for (a, b) in row.iter_mut().zip(&w.bias) {
@@ -394,8 +394,8 @@ pub fn layer_forward(
             a,
             g4,
             true,
-            View::rows(previous, h),
-            View::rows(&w.w_hidden, g4),
+            MatrixView::rows(previous, h),
+            MatrixView::rows(&w.w_hidden, g4),
         );
         for row in a.chunks_exact_mut(g4) {
             let (ifo, g) = row.split_at_mut(3 * h);
@@ -471,8 +471,8 @@ pub fn layer_backward(w: &LayerWeights, tape: LayerTape, d_out: &[f32]) -> Layer
         Products::LibTorch => None,
     };
     let w_hidden_t = match &w_hidden_t {
-        Some(t) => View::rows(t, h),
-        None => View::transposed(&w.w_hidden, g4),
+        Some(t) => MatrixView::rows(t, h),
+        None => MatrixView::transposed(&w.w_hidden, g4),
     };
     for t in (0..time).rev() {
         let a = &mut gates[t * block..(t + 1) * block];
@@ -504,7 +504,7 @@ pub fn layer_backward(w: &LayerWeights, tape: LayerTape, d_out: &[f32]) -> Layer
                 &mut dh_next,
                 h,
                 false,
-                View::rows(a, g4),
+                MatrixView::rows(a, g4),
                 w_hidden_t,
             );
         }
@@ -519,8 +519,8 @@ pub fn layer_backward(w: &LayerWeights, tape: LayerTape, d_out: &[f32]) -> Layer
         &mut w_hidden,
         g4,
         false,
-        View::transposed(&h0, h),
-        View::rows(&d_gates[..block], g4),
+        MatrixView::transposed(&h0, h),
+        MatrixView::rows(&d_gates[..block], g4),
     );
     matmul(
         w.kernel(Kernel::Gemm),
@@ -528,8 +528,8 @@ pub fn layer_backward(w: &LayerWeights, tape: LayerTape, d_out: &[f32]) -> Layer
         &mut w_hidden,
         g4,
         true,
-        View::transposed(&outputs[..(rows - batch) * h], h),
-        View::rows(&d_gates[block..], g4),
+        MatrixView::transposed(&outputs[..(rows - batch) * h], h),
+        MatrixView::rows(&d_gates[block..], g4),
     );
     let mut w_in = vec![0.0f32; d_in * g4];
     matmul(
@@ -538,8 +538,8 @@ pub fn layer_backward(w: &LayerWeights, tape: LayerTape, d_out: &[f32]) -> Layer
         &mut w_in,
         g4,
         false,
-        View::transposed(&x, d_in),
-        View::rows(&d_gates, g4),
+        MatrixView::transposed(&x, d_in),
+        MatrixView::rows(&d_gates, g4),
     );
     let mut bias = vec![0.0f32; g4];
     for row in d_gates.chunks_exact(g4) {
@@ -554,8 +554,8 @@ pub fn layer_backward(w: &LayerWeights, tape: LayerTape, d_out: &[f32]) -> Layer
         &mut dx,
         d_in,
         false,
-        View::rows(&d_gates, g4),
-        View::transposed(&w.w_in, g4),
+        MatrixView::rows(&d_gates, g4),
+        MatrixView::transposed(&w.w_in, g4),
     );
     LayerGradients {
         x: transpose_rows(&dx, time, batch, d_in),
@@ -746,14 +746,14 @@ mod tests {
             for (ta, tb) in [(false, false), (true, false), (false, true)] {
                 for accumulate in [false, true] {
                     let lhs = if ta {
-                        View::transposed(&a, m)
+                        MatrixView::transposed(&a, m)
                     } else {
-                        View::rows(&a, k)
+                        MatrixView::rows(&a, k)
                     };
                     let rhs = if tb {
-                        View::transposed(&b, k)
+                        MatrixView::transposed(&b, k)
                     } else {
-                        View::rows(&b, n)
+                        MatrixView::rows(&b, n)
                     };
                     // A row stride wider than n: the columns past n stay untouched.
                     let stride = n + 3;

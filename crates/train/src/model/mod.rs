@@ -6,15 +6,15 @@ pub mod attention;
 mod device;
 pub mod dropout;
 pub mod gelu;
-#[cfg(feature = "tch")]
-#[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
-mod island;
 pub mod layer_norm;
 pub mod lstm;
 mod lstm_host;
 pub mod output;
 pub mod precision;
 pub mod spectral;
+#[cfg(feature = "tch")]
+#[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
+mod torch_backward;
 pub mod transformer;
 
 use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};

@@ -5,7 +5,7 @@
 //! tensor functions; `engine/trainer.rs` composes them into one step.
 
 pub mod agg;
-pub mod and;
+pub mod and_loss;
 pub mod cosreg;
 pub mod device_softmax;
 pub mod freeze;

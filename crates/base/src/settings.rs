@@ -29,18 +29,18 @@ pub const CONFIG_ENV: &str = "CONELAB_CONFIG";
 
 /// Where a resolved value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
+pub enum SettingSource {
     Default,
     Env(&'static str),
     File { path: PathBuf, line: usize },
 }
 
-impl fmt::Display for Source {
+impl fmt::Display for SettingSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Source::Default => f.write_str("default"),
-            Source::Env(name) => write!(f, "${name}"),
-            Source::File { path, line } => write!(f, "{}:{line}", path.display()),
+            SettingSource::Default => f.write_str("default"),
+            SettingSource::Env(name) => write!(f, "${name}"),
+            SettingSource::File { path, line } => write!(f, "{}:{line}", path.display()),
         }
     }
 }
@@ -65,12 +65,12 @@ pub enum ColorChoice {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Setting<T> {
     pub value: T,
-    pub from: Source,
+    pub from: SettingSource,
 }
 
 /// The resolved settings.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Config {
+pub struct Settings {
     /// The config file read, or the place it would be read from (`exists` says which).
     pub file: PathBuf,
     pub file_exists: bool,
@@ -93,7 +93,7 @@ pub struct Config {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum SettingsError {
     #[error("config file {path} line {line}: {message}")]
     Malformed {
         path: PathBuf,
@@ -104,7 +104,7 @@ pub enum ConfigError {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FileConfig {
+struct SettingsFile {
     data_roots: Option<Spanned<Vec<String>>>,
     run_roots: Option<Spanned<Vec<String>>>,
     theme: Option<Spanned<ThemeChoice>>,
@@ -147,24 +147,24 @@ fn env_paths(
         .filter(|p| !p.as_os_str().is_empty())
         .map(|p| Setting {
             value: cwd.join(p),
-            from: Source::Env(name),
+            from: SettingSource::Env(name),
         })
         .collect()
 }
 
-impl Config {
+impl Settings {
     /// The settings from the environment `env` (a lookup, so tests pass their own), the config
     /// file it points to, and `cwd` (for `./checkpoints`).
     pub fn load_with(
         env: &dyn Fn(&str) -> Option<OsString>,
         cwd: &Path,
-    ) -> Result<Config, ConfigError> {
+    ) -> Result<Settings, SettingsError> {
         Self::resolve(env, cwd, true)
     }
 
     /// The settings without the file's (what a process whose file is malformed falls back to
     /// after saying so).
-    pub fn without_file(env: &dyn Fn(&str) -> Option<OsString>, cwd: &Path) -> Config {
+    pub fn without_file(env: &dyn Fn(&str) -> Option<OsString>, cwd: &Path) -> Settings {
         match Self::resolve(env, cwd, false) {
             Ok(c) => c,
             Err(_) => unreachable!("only the file's reading fails"),
@@ -175,7 +175,7 @@ impl Config {
         env: &dyn Fn(&str) -> Option<OsString>,
         cwd: &Path,
         read_file: bool,
-    ) -> Result<Config, ConfigError> {
+    ) -> Result<Settings, SettingsError> {
         let home = env("HOME").map(PathBuf::from);
         let xdg = |var: &str, fallback: &str| {
             env(var)
@@ -187,37 +187,37 @@ impl Config {
         let file = env(CONFIG_ENV)
             .map(|f| cwd.join(f))
             .unwrap_or_else(|| xdg("XDG_CONFIG_HOME", ".config").join("conelab/config.toml"));
-        let mut config = Config {
+        let mut config = Settings {
             file_exists: false,
             data_roots: env_paths(env, DATASETS_ENV, cwd),
             run_roots: env_paths(env, RUNS_ENV, cwd),
             index_dir: Setting {
                 value: xdg("XDG_STATE_HOME", ".local/state").join("conelab/runs"),
                 from: if env("XDG_STATE_HOME").is_some() {
-                    Source::Env("XDG_STATE_HOME")
+                    SettingSource::Env("XDG_STATE_HOME")
                 } else {
-                    Source::Default
+                    SettingSource::Default
                 },
             },
             cache_dir: Setting {
                 value: xdg("XDG_CACHE_HOME", ".cache").join("conelab"),
                 from: if env("XDG_CACHE_HOME").is_some() {
-                    Source::Env("XDG_CACHE_HOME")
+                    SettingSource::Env("XDG_CACHE_HOME")
                 } else {
-                    Source::Default
+                    SettingSource::Default
                 },
             },
             theme: Setting {
                 value: ThemeChoice::Dark,
-                from: Source::Default,
+                from: SettingSource::Default,
             },
             color: Setting {
                 value: ColorChoice::Auto,
-                from: Source::Default,
+                from: SettingSource::Default,
             },
             device: Setting {
                 value: None,
-                from: Source::Default,
+                from: SettingSource::Default,
             },
             file: file.clone(),
             warnings: Vec::new(),
@@ -236,13 +236,14 @@ impl Config {
         };
         if let Some(text) = text {
             config.file_exists = true;
-            let parsed: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Malformed {
-                path: file.clone(),
-                line: e.span().map_or(1, |s| line_of(&text, s.start)),
-                message: e.message().trim().to_owned(),
-            })?;
+            let parsed: SettingsFile =
+                toml::from_str(&text).map_err(|e| SettingsError::Malformed {
+                    path: file.clone(),
+                    line: e.span().map_or(1, |s| line_of(&text, s.start)),
+                    message: e.message().trim().to_owned(),
+                })?;
             let base = file.parent().unwrap_or(cwd).to_path_buf();
-            let from = |span: std::ops::Range<usize>| Source::File {
+            let from = |span: std::ops::Range<usize>| SettingSource::File {
                 path: file.clone(),
                 line: line_of(&text, span.start),
             };
@@ -284,18 +285,18 @@ impl Config {
         if env("NO_COLOR").is_some_and(|v| !v.is_empty()) {
             config.color = Setting {
                 value: ColorChoice::Never,
-                from: Source::Env("NO_COLOR"),
+                from: SettingSource::Env("NO_COLOR"),
             };
         }
         config.run_roots.push(Setting {
             value: cwd.join("checkpoints"),
-            from: Source::Default,
+            from: SettingSource::Default,
         });
         Ok(config)
     }
 
     /// The settings of this process (its environment and working folder).
-    pub fn load() -> Result<Config, ConfigError> {
+    pub fn load() -> Result<Settings, SettingsError> {
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
         Self::load_with(&|k| std::env::var_os(k), &cwd)
     }
@@ -306,24 +307,24 @@ impl Config {
     }
 }
 
-static CURRENT: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
+static CURRENT: OnceLock<Result<Settings, SettingsError>> = OnceLock::new();
 
 /// This process's settings, read once. A config file that cannot be read counts as none here
 /// (the binary checks it first with [`check`] and stops with its error).
-pub fn current() -> &'static Config {
-    static FALLBACK: OnceLock<Config> = OnceLock::new();
-    match CURRENT.get_or_init(Config::load) {
+pub fn current() -> &'static Settings {
+    static FALLBACK: OnceLock<Settings> = OnceLock::new();
+    match CURRENT.get_or_init(Settings::load) {
         Ok(c) => c,
         Err(_) => FALLBACK.get_or_init(|| {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-            Config::without_file(&|k| std::env::var_os(k), &cwd)
+            Settings::without_file(&|k| std::env::var_os(k), &cwd)
         }),
     }
 }
 
 /// The config file's error, if it has one (read once, as [`current`] reads it).
-pub fn check() -> Result<&'static Config, &'static ConfigError> {
-    CURRENT.get_or_init(Config::load).as_ref()
+pub fn check() -> Result<&'static Settings, &'static SettingsError> {
+    CURRENT.get_or_init(Settings::load).as_ref()
 }
 
 #[cfg(test)]
@@ -341,7 +342,7 @@ mod tests {
 
     #[test]
     fn defaults_follow_xdg_and_home() {
-        let c = Config::load_with(&env_of(&[("HOME", "/home/u")]), Path::new("/w")).unwrap();
+        let c = Settings::load_with(&env_of(&[("HOME", "/home/u")]), Path::new("/w")).unwrap();
         assert_eq!(c.file, Path::new("/home/u/.config/conelab/config.toml"));
         assert!(!c.file_exists);
         assert_eq!(
@@ -351,7 +352,7 @@ mod tests {
         assert_eq!(c.run_root_paths(), vec![PathBuf::from("/w/checkpoints")]);
         assert_eq!(c.cache_dir.value, Path::new("/home/u/.cache/conelab"));
         assert!(c.data_roots.is_empty());
-        let c = Config::load_with(
+        let c = Settings::load_with(
             &env_of(&[
                 ("HOME", "/home/u"),
                 ("XDG_CONFIG_HOME", "/cfg"),
@@ -365,14 +366,14 @@ mod tests {
         .unwrap();
         assert_eq!(c.file, Path::new("/cfg/conelab/config.toml"));
         assert_eq!(c.index_dir.value, Path::new("/st/conelab/runs"));
-        assert_eq!(c.index_dir.from, Source::Env("XDG_STATE_HOME"));
+        assert_eq!(c.index_dir.from, SettingSource::Env("XDG_STATE_HOME"));
         assert_eq!(
             c.run_root_paths(),
             ["/a", "/w/rel", "/w/checkpoints"]
                 .map(PathBuf::from)
                 .to_vec()
         );
-        assert_eq!(c.data_roots[0].from, Source::Env("CONELAB_DATASETS"));
+        assert_eq!(c.data_roots[0].from, SettingSource::Env("CONELAB_DATASETS"));
         assert_eq!(c.color.value, ColorChoice::Never);
     }
 
@@ -385,7 +386,7 @@ mod tests {
             "# mine\ndata_roots = [\"~/corpora\", \"rel\"]\n\ntheme = \"light\"\nrun_roots = [\"/r\"]\n",
         )
         .unwrap();
-        let c = Config::load_with(
+        let c = Settings::load_with(
             &env_of(&[
                 ("HOME", "/home/u"),
                 ("CONELAB_CONFIG", file.to_str().unwrap()),
@@ -406,7 +407,7 @@ mod tests {
         );
         assert_eq!(
             c.data_roots[1].from,
-            Source::File {
+            SettingSource::File {
                 path: file.clone(),
                 line: 2
             }
@@ -435,9 +436,9 @@ mod tests {
             ("run_roots = [\"/x\"\n", 1, ""),
         ] {
             std::fs::write(&file, text).unwrap();
-            let e = Config::load_with(&env, Path::new("/w")).unwrap_err();
+            let e = Settings::load_with(&env, Path::new("/w")).unwrap_err();
             let msg = e.to_string();
-            let ConfigError::Malformed { line: l, .. } = e;
+            let SettingsError::Malformed { line: l, .. } = e;
             assert_eq!(l, line, "{text:?}: {msg}");
             assert!(msg.contains(says), "{msg}");
             assert!(!msg.contains('\n'), "{msg:?}");

@@ -7,7 +7,7 @@ use std::sync::mpsc::Receiver;
 /// Hands every item `from` receives to `deliver` on a thread named `name`. It stops when
 /// `deliver` says the other side is gone (returns `false`), or when `from` ends, and then
 /// `ended` says so.
-pub fn pump<T: Send + 'static>(
+pub fn relay<T: Send + 'static>(
     name: &str,
     from: Receiver<T>,
     deliver: impl Fn(T) -> bool + Send + 'static,
@@ -36,8 +36,8 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let (out, got) = mpsc::channel();
         let end = out.clone();
-        pump(
-            "test-pump",
+        relay(
+            "test-relay",
             rx,
             move |x: u32| out.send(Some(x)).is_ok(),
             move || {
@@ -54,11 +54,11 @@ mod tests {
     }
 
     #[test]
-    fn a_receiver_that_is_gone_stops_the_pump_without_an_end() {
+    fn a_receiver_that_is_gone_stops_the_relay_without_an_end() {
         let (tx, rx) = mpsc::channel();
         let (ended_tx, ended_rx) = mpsc::channel();
-        pump(
-            "test-pump",
+        relay(
+            "test-relay",
             rx,
             |_: u32| false,
             move || {
@@ -67,7 +67,7 @@ mod tests {
         )
         .expect("thread");
         tx.send(1).expect("send");
-        // The pump stopped at the first item: `ended` never ran, and its sender was dropped.
+        // The relay stopped at the first item: `ended` never ran, and its sender was dropped.
         assert!(ended_rx.recv().is_err());
         // …and it no longer takes items.
         while tx.send(2).is_ok() {

@@ -1,4 +1,6 @@
-//! Shared helpers for the integration tests.
+//! The integration tests' harness: the CI rule for skips (a missing corpus or tool fails under
+//! `CI=true`), the datasets, the `conelab` binary and its environment, fixtures, a tmux driver,
+//! process and signal helpers, store readers, a seeded random source.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

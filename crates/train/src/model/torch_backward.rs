@@ -14,7 +14,7 @@ use crate::aten::Island;
 
 /// The node of an island with `N` inputs.
 #[derive(Debug)]
-pub(super) struct IslandBackward<const N: usize>;
+pub(super) struct TorchBackward<const N: usize>;
 
 /// The island, and burn's handles on the tensors torch's graph saved (the inputs and the
 /// output): held while the node lives, so that burn-tch, which writes in place into a tensor
@@ -36,7 +36,7 @@ impl Saved {
     }
 }
 
-impl<const N: usize> Backward<LibTorch, N> for IslandBackward<N> {
+impl<const N: usize> Backward<LibTorch, N> for TorchBackward<N> {
     type State = Saved;
 
     fn backward(self, ops: Ops<Saved, N>, grads: &mut Gradients, _: &mut Checkpointer) {

@@ -26,7 +26,7 @@ use conelab_core::model::{ModelConfig, Preset};
 use conelab_core::train_config::TrainConfig;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum ConfigFileError {
     #[error("cannot read config {path}: {source}")]
     Read {
         path: String,
@@ -57,24 +57,24 @@ struct RunTable {
 }
 
 impl ConfigFile {
-    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+    pub fn read(path: &Path) -> Result<Self, ConfigFileError> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
             path: name.clone(),
             source,
         })?;
         Self::parse(&text, &name)
     }
 
-    pub fn parse(text: &str, name: &str) -> Result<Self, ConfigError> {
-        let invalid = |message: String| ConfigError::Invalid {
+    pub fn parse(text: &str, name: &str) -> Result<Self, ConfigFileError> {
+        let invalid = |message: String| ConfigFileError::Invalid {
             path: name.to_owned(),
             message,
         };
         let mut root: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| invalid(e.message().to_owned()))?;
-        let mut table = |key: &str| -> Result<toml::Table, ConfigError> {
+        let mut table = |key: &str| -> Result<toml::Table, ConfigFileError> {
             match root.remove(key) {
                 None => Ok(toml::Table::new()),
                 Some(toml::Value::Table(t)) => Ok(t),
@@ -122,20 +122,20 @@ impl ConfigFile {
         })
     }
 
-    fn invalid(&self, message: String) -> ConfigError {
-        ConfigError::Invalid {
+    fn invalid(&self, message: String) -> ConfigFileError {
+        ConfigFileError::Invalid {
             path: self.path.clone(),
             message,
         }
     }
 
     /// The preset's model config with this file's `[model]` fields on top.
-    pub fn model(&self, preset: Preset) -> Result<ModelConfig, ConfigError> {
+    pub fn model(&self, preset: Preset) -> Result<ModelConfig, ConfigFileError> {
         merge(preset.config(), &self.model).map_err(|m| self.invalid(format!("[model]: {m}")))
     }
 
     /// The default training config with this file's `[train]` fields on top.
-    pub fn train(&self) -> Result<TrainConfig, ConfigError> {
+    pub fn train(&self) -> Result<TrainConfig, ConfigFileError> {
         merge(TrainConfig::default(), &self.train)
             .map_err(|m| self.invalid(format!("[train]: {m}")))
     }
