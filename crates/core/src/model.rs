@@ -145,6 +145,40 @@ impl ModelConfig {
         }
     }
 
+    /// The same model with a window of `t` tokens: the Transformer's context, the LSTM's BPTT.
+    pub fn with_window(mut self, t: usize) -> Self {
+        match &mut self {
+            ModelConfig::Transformer(c) => c.context = t,
+            ModelConfig::Lstm(c) => c.bptt = t,
+        }
+        self
+    }
+
+    /// The recurrent state a model carries from window to window at batch `batch`: so many
+    /// layers of a `[batch, hidden]` cell and hidden state each; `None` for a model that
+    /// carries none.
+    pub fn carried_state(&self, batch: usize) -> Option<(usize, [usize; 2])> {
+        match self {
+            ModelConfig::Lstm(l) => Some((l.layers, [batch, l.hidden])),
+            ModelConfig::Transformer(_) => None,
+        }
+    }
+
+    /// The model in a few words, with its vocabulary: `Transformer d=128 layers=2 heads=4,
+    /// vocabulary 10000`.
+    pub fn describe(&self, vocab: usize) -> String {
+        match self {
+            ModelConfig::Transformer(t) => format!(
+                "Transformer d={} layers={} heads={}, vocabulary {vocab}",
+                t.d_model, t.layers, t.heads
+            ),
+            ModelConfig::Lstm(l) => format!(
+                "LSTM {}×{} embed {}, vocabulary {vocab}",
+                l.layers, l.hidden, l.embed
+            ),
+        }
+    }
+
     /// The model's trainable parameters for a vocabulary of `vocab`, written out from the
     /// architecture (before anything is allocated), as an f64 so that an absurd configuration
     /// cannot overflow.

@@ -8,17 +8,16 @@ use std::sync::Arc;
 use conelab_base::error::Invalid;
 use conelab_base::lockfile::LockFile;
 use conelab_catalog::RunError;
-use conelab_core::change::ConfigChange;
 use conelab_core::events::{Command, Event};
 use conelab_core::labels::{LabelEdit, RunLabels};
 use conelab_core::model::{DeviceSpec, ModelConfig, Preset};
-use conelab_core::objective::{GateParts, ObjectiveChange, Objectives};
+use conelab_core::objective::{GateParts, Objectives};
 use conelab_core::run_dir::live;
 use conelab_core::run_dir::{CorpusSpec, RunDir, RunSpec};
 use conelab_core::train_config::TrainConfig;
 use conelab_data::{Corpus, CorpusSource, LoadOptions};
-use conelab_train::checkpoint;
 use conelab_train::engine::Trainer;
+use conelab_train::start::{ResumeChanges, Resumed, StartError};
 
 use crate::config_file::ConfigFile;
 use crate::options::TrainOptions;
@@ -73,14 +72,11 @@ pub fn apply_objective_flags(o: &mut Objectives, opts: &TrainOptions) -> Result<
 }
 
 /// Overrides the window length of a model config.
-pub fn with_window(mut model: ModelConfig, window: Option<usize>) -> ModelConfig {
-    if let Some(t) = window {
-        match &mut model {
-            ModelConfig::Transformer(c) => c.context = t,
-            ModelConfig::Lstm(c) => c.bptt = t,
-        }
+pub fn with_window(model: ModelConfig, window: Option<usize>) -> ModelConfig {
+    match window {
+        Some(t) => model.with_window(t),
+        None => model,
     }
-    model
 }
 
 fn set<T>(slot: &mut T, v: Option<T>) {
@@ -248,14 +244,8 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
         None => default_device()?,
     };
     check_device_memory(device, &model, &train, &corpus)?;
-    let mut trainer =
-        Trainer::new(Arc::new(corpus), model, train, device).map_err(RunError::bad_input)?;
-    if let Some(epochs) = opts.epochs {
-        let steps = (epochs * trainer.windows_per_epoch() as f64)
-            .ceil()
-            .max(1.0) as u64;
-        trainer.set_total_steps(steps);
-    }
+    let trainer = conelab_train::start::new(Arc::new(corpus), model, train, device, opts.epochs)
+        .map_err(start_error)?;
     let name = format!("{}-{corpus_name}-{}", preset.name(), utc_stamp());
     let dir = opts
         .run_dir
@@ -401,15 +391,29 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     } else {
         None
     };
-    let (mut trainer, skipped) = if path.join("model.safetensors").exists() {
-        // A checkpoint named explicitly is that one or nothing.
-        let trainer = checkpoint::restore_trainer(&run, Some(path), None, opts.device)?;
-        (trainer, Vec::new())
-    } else {
-        newest_intact(&run, opts)?
+    let objective_flags = |o: &mut Objectives| apply_objective_flags(o, opts);
+    let changes = ResumeChanges {
+        device: opts.device,
+        eval_every: opts.eval_every,
+        checkpoint_every: opts.checkpoint_every,
+        snapshot_every: opts.snapshot_every,
+        keep: opts.keep,
+        steps: opts.steps,
+        epochs: opts.epochs,
+        patience: opts.patience,
+        objectives: opts
+            .objective_flags_given()
+            .then_some(&objective_flags as _),
+        lr: opts.lr,
     };
+    // A checkpoint named explicitly is that one or nothing.
+    let from = path.join("model.safetensors").exists().then_some(path);
+    let Resumed {
+        trainer,
+        announcements: changed,
+        commands,
+    } = conelab_train::start::resume(&mut run, from, &changes).map_err(start_error)?;
     let at = trainer.state().step;
-    let mut commands = Vec::new();
     let mut announcements = Vec::new();
     if let Some(message) = moved {
         announcements.push(Event::Warning { step: at, message });
@@ -423,112 +427,7 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
             ),
         });
     }
-    if !skipped.is_empty() {
-        let why: Vec<String> = skipped
-            .iter()
-            .map(|(dir, why)| format!("{} ({why})", dir.display()))
-            .collect();
-        announcements.push(Event::Warning {
-            step: at,
-            message: format!(
-                "resumed from step {at}, not from the newer checkpoint(s) {}: the steps after {at} are trained again",
-                why.join("; ")
-            ),
-        });
-    }
-    let mut config_change = |change: ConfigChange| {
-        if change.is_change() {
-            announcements.push(Event::ConfigChanged { step: at, change });
-        }
-    };
-    let spec_device = run.spec().device.clone();
-    if let Some(d) = opts.device {
-        config_change(ConfigChange::Device {
-            before: spec_device,
-            after: d.to_string(),
-        });
-    }
-    let cfg = trainer.config().clone();
-    let mut next = cfg.clone();
-    set(&mut next.eval_every, opts.eval_every);
-    set(&mut next.checkpoint_every, opts.checkpoint_every);
-    set(&mut next.snapshot_every, opts.snapshot_every);
-    set(&mut next.keep_checkpoints, opts.keep);
-    set(&mut next.steps, opts.steps);
-    if opts.patience.is_some() {
-        next.patience = opts.patience;
-        next.validate().map_err(RunError::Usage)?;
-    }
-    if let Some(epochs) = opts.epochs {
-        next.steps = (epochs * trainer.windows_per_epoch() as f64)
-            .ceil()
-            .max(1.0) as u64;
-    }
-    if next.steps < at {
-        return Err(RunError::Usage(
-            format!(
-                "--steps {} is behind the run, which is at step {at}",
-                next.steps
-            )
-            .into(),
-        ));
-    }
-    for change in [
-        ConfigChange::EvalEvery {
-            before: cfg.eval_every,
-            after: next.eval_every,
-        },
-        ConfigChange::CheckpointEvery {
-            before: cfg.checkpoint_every,
-            after: next.checkpoint_every,
-        },
-        ConfigChange::SnapshotEvery {
-            before: cfg.snapshot_every,
-            after: next.snapshot_every,
-        },
-        ConfigChange::Keep {
-            before: cfg.keep_checkpoints as u64,
-            after: next.keep_checkpoints as u64,
-        },
-        ConfigChange::Steps {
-            before: cfg.steps,
-            after: next.steps,
-        },
-        ConfigChange::Patience {
-            before: cfg.patience,
-            after: next.patience,
-        },
-    ] {
-        config_change(change);
-    }
-    *trainer.config_mut() = next.clone();
-    if opts.objective_flags_given() {
-        let mut objectives = trainer.objectives().clone();
-        apply_objective_flags(&mut objectives, opts).map_err(RunError::Usage)?;
-        if &objectives != trainer.objectives() {
-            commands.push(Command::Objective {
-                change: ObjectiveChange::Set {
-                    objectives: Box::new(objectives),
-                },
-            });
-        }
-    }
-    if let Some(lr) = opts.lr {
-        commands.push(Command::SetLr { lr });
-    }
-    if !announcements.is_empty() {
-        let mut spec = run.spec().clone();
-        spec.train.eval_every = next.eval_every;
-        spec.train.checkpoint_every = next.checkpoint_every;
-        spec.train.snapshot_every = next.snapshot_every;
-        spec.train.keep_checkpoints = next.keep_checkpoints;
-        spec.train.steps = next.steps;
-        spec.train.patience = next.patience;
-        if let Some(d) = opts.device {
-            spec.device = d.to_string();
-        }
-        run.update_spec(spec)?;
-    }
+    announcements.extend(changed);
     Ok(Prepared {
         trainer,
         run,
@@ -571,52 +470,12 @@ fn set_aside_store(dir: &Path) -> Result<Option<PathBuf>, RunError> {
     Ok(Some(aside))
 }
 
-/// The run restored from its newest checkpoint that loads and whose weights pass
-/// [`Trainer::weights_check`], with the newer ones skipped and why. A failure that is not the
-/// checkpoint's own (the corpus, the device) ends the search; when no checkpoint is intact, the
-/// newest one's error is the answer. A run without a checkpoint starts from `run.toml`.
-fn newest_intact(
-    run: &RunDir,
-    opts: &TrainOptions,
-) -> Result<(Trainer, Vec<(PathBuf, String)>), RunError> {
-    let candidates = run.checkpoints()?;
-    if candidates.is_empty() {
-        return Ok((
-            checkpoint::restore_trainer(run, None, None, opts.device)?,
-            Vec::new(),
-        ));
-    }
-    let mut skipped = Vec::new();
-    let mut first_error = None;
-    for dir in candidates.iter().rev() {
-        let error = match checkpoint::restore_trainer(run, Some(dir), None, opts.device) {
-            Ok(trainer) => match trainer.weights_check() {
-                Ok(_) => return Ok((trainer, skipped)),
-                Err(reason) => conelab_core::run_dir::CheckpointError::Unhealthy {
-                    step: trainer.state().step,
-                    reason,
-                },
-            },
-            Err(e) if concerns(&e, dir) => e,
-            Err(e) => return Err(e.into()),
-        };
-        skipped.push((dir.clone(), conelab_base::error::chain(&error)));
-        first_error.get_or_insert(error);
-    }
-    Err(first_error
-        .map(RunError::from)
-        .unwrap_or_else(|| RunError::Usage("no checkpoint".into())))
-}
-
-/// Whether `e` is about a file of the checkpoint folder `dir` (so an older checkpoint may do).
-fn concerns(e: &conelab_core::run_dir::CheckpointError, dir: &Path) -> bool {
-    use conelab_core::run_dir::CheckpointError as E;
+/// A trainer that could not be started, as a run command's error.
+fn start_error(e: StartError) -> RunError {
     match e {
-        E::Io { path, .. }
-        | E::Corrupt { path, .. }
-        | E::Mismatch { path, .. }
-        | E::Encode { path, .. } => path.starts_with(dir),
-        _ => false,
+        StartError::Usage(why) => RunError::Usage(why),
+        StartError::Checkpoint(e) => RunError::Checkpoint(e),
+        StartError::Build(e) => RunError::BadInput(e),
     }
 }
 

@@ -299,7 +299,7 @@ pub fn load(
                 path: model_path.clone(),
                 reason: format!(
                     "does not fit the configured model ({}): {e}",
-                    describe(model_config, vocab_size)
+                    model_config.describe(vocab_size)
                 ),
             },
         })?;
@@ -329,10 +329,7 @@ pub fn load(
         let bytes = fs::read(&rec_path).map_err(io(&rec_path))?;
         // The carried state must be the run's: one [batch, hidden] cell and hidden state per
         // layer (a file from another run would otherwise fail at the first step).
-        let expected = match model_config {
-            ModelConfig::Lstm(l) => Some((l.layers, [train.batch, l.hidden])),
-            ModelConfig::Transformer(_) => None,
-        };
+        let expected = model_config.carried_state(train.batch);
         Some(
             conelab_base::integrity::catch_panic(|| recurrent_from_bytes(&bytes, device, expected))
                 .map_err(panicked(&rec_path))?
@@ -431,19 +428,6 @@ fn restore_trainer_as(
         loaded.carried,
     );
     Ok(trainer)
-}
-
-fn describe(cfg: &ModelConfig, vocab: usize) -> String {
-    match cfg {
-        ModelConfig::Transformer(t) => format!(
-            "Transformer d={} layers={} heads={}, vocabulary {vocab}",
-            t.d_model, t.layers, t.heads
-        ),
-        ModelConfig::Lstm(l) => format!(
-            "LSTM {}×{} embed {}, vocabulary {vocab}",
-            l.layers, l.hidden, l.embed
-        ),
-    }
 }
 
 fn recurrent_to_bytes(layers: &RecurrentState) -> Result<Vec<u8>, BoxError> {

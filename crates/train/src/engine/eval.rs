@@ -8,6 +8,7 @@ use std::time::Instant;
 use burn::prelude::*;
 
 use super::EngineError;
+use crate::model::TiedLm;
 use crate::model::output::{host_outputs, output_tensors};
 use crate::model::{LanguageModel, RecurrentState};
 use conelab_core::events::EvalStats;

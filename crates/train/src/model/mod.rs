@@ -29,10 +29,218 @@ pub use lstm::{HostLstmError, HostLstmGradients, HostLstmWindow, LstmLm, Recurre
 pub use spectral::{SPECTRAL_PARAM_IDS, SpectralEmbedding, SvdError};
 pub use transformer::TransformerLm;
 
+/// The parts every tied-embedding model has: the one matrix W that is its input embedding and
+/// its output layer (or spectrum control's factors of it), and the output bias.
+pub struct Tied<'a> {
+    pub embedding: &'a Embedding,
+    /// W = U·diag(σ)·Vᵀ while spectrum control is on; `embedding.weight` is then unused.
+    pub spectral: Option<&'a SpectralEmbedding>,
+    pub output_bias: Option<&'a Param<Tensor<1>>>,
+}
+
+/// [`Tied`], to change.
+pub struct TiedMut<'a> {
+    pub embedding: &'a mut Embedding,
+    pub spectral: &'a mut Option<SpectralEmbedding>,
+    pub output_bias: &'a mut Option<Param<Tensor<1>>>,
+}
+
+/// A family of language models whose input and output embeddings are one matrix W — what the
+/// trainer, the objectives and the checkpoints ask of a model. The decoder-only Transformer and
+/// the LSTM implement it; a new family (an encoder–decoder translation model) implements it and
+/// joins [`LanguageModel`] as a variant, and the trainer is unchanged. Everything done to W, its
+/// spectral factors and the output bias is written once, on [`LanguageModel`], through
+/// [`TiedLm::tied`] and [`TiedLm::tied_mut`].
+pub trait TiedLm {
+    /// Hidden states `[positions, d]` for a window of inputs `[batch, time]`, and the recurrent
+    /// state to carry into the next window (`None` for a model that carries none); `w` is W
+    /// already computed, so that a step under spectrum control composes U·diag(σ)·Vᵀ once.
+    fn hidden_with(
+        &self,
+        inputs: Tensor<2, Int>,
+        state: Option<RecurrentState>,
+        w: Option<Tensor<2>>,
+    ) -> (Tensor<2>, Option<RecurrentState>);
+
+    /// W, its spectral factors and the output bias.
+    fn tied(&self) -> Tied<'_>;
+
+    /// [`TiedLm::tied`], to change.
+    fn tied_mut(&mut self) -> TiedMut<'_>;
+
+    /// Whether [`TiedLm::hidden_on_host`] takes this model on `device`: a model whose layers
+    /// have a host-memory path for training steps (the LSTM's); none by default.
+    fn runs_on_host(&self, device: &Device) -> bool {
+        let _ = device;
+        false
+    }
+
+    /// [`TiedLm::hidden_with`] for a training step in host memory, with what its backward needs
+    /// kept ([`HostLstmWindow`]); `None` (nothing consumed) where the model has no such path.
+    fn hidden_on_host(
+        &self,
+        inputs: Tensor<2, Int>,
+        state: &mut Option<RecurrentState>,
+        w: Option<Tensor<2>>,
+    ) -> Result<Option<(Tensor<2>, RecurrentState, HostLstmWindow)>, HostLstmError> {
+        let _ = (inputs, state, w);
+        Ok(None)
+    }
+
+    /// The host half of the backward pass of a window [`TiedLm::hidden_on_host`] ran; `w` as
+    /// there (else the embedding, or W composed again from U, σ, V).
+    fn host_backward(
+        &self,
+        window: HostLstmWindow,
+        grads: &burn::tensor::Gradients,
+        w: Option<Tensor<2>>,
+    ) -> Result<Option<HostLstmGradients>, HostLstmError> {
+        let _ = (window, grads, w);
+        Err(HostLstmError::Shape(
+            "a host window handed to a model without a host path".into(),
+        ))
+    }
+}
+
+impl TiedLm for TransformerLm {
+    fn hidden_with(
+        &self,
+        inputs: Tensor<2, Int>,
+        _state: Option<RecurrentState>,
+        w: Option<Tensor<2>>,
+    ) -> (Tensor<2>, Option<RecurrentState>) {
+        (self.hidden(inputs, w), None)
+    }
+
+    fn tied(&self) -> Tied<'_> {
+        Tied {
+            embedding: &self.embedding,
+            spectral: self.spectral.as_ref(),
+            output_bias: self.output_bias.as_ref(),
+        }
+    }
+
+    fn tied_mut(&mut self) -> TiedMut<'_> {
+        TiedMut {
+            embedding: &mut self.embedding,
+            spectral: &mut self.spectral,
+            output_bias: &mut self.output_bias,
+        }
+    }
+}
+
+impl TiedLm for LstmLm {
+    fn hidden_with(
+        &self,
+        inputs: Tensor<2, Int>,
+        state: Option<RecurrentState>,
+        w: Option<Tensor<2>>,
+    ) -> (Tensor<2>, Option<RecurrentState>) {
+        let (h, s) = self.hidden(inputs, state, w);
+        (h, Some(s))
+    }
+
+    fn tied(&self) -> Tied<'_> {
+        Tied {
+            embedding: &self.embedding,
+            spectral: self.spectral.as_ref(),
+            output_bias: self.output_bias.as_ref(),
+        }
+    }
+
+    fn tied_mut(&mut self) -> TiedMut<'_> {
+        TiedMut {
+            embedding: &mut self.embedding,
+            spectral: &mut self.spectral,
+            output_bias: &mut self.output_bias,
+        }
+    }
+
+    fn runs_on_host(&self, device: &Device) -> bool {
+        LstmLm::runs_on_host(self, device)
+    }
+
+    fn hidden_on_host(
+        &self,
+        inputs: Tensor<2, Int>,
+        state: &mut Option<RecurrentState>,
+        w: Option<Tensor<2>>,
+    ) -> Result<Option<(Tensor<2>, RecurrentState, HostLstmWindow)>, HostLstmError> {
+        if !LstmLm::runs_on_host(self, &inputs.device()) {
+            return Ok(None);
+        }
+        LstmLm::hidden_on_host(self, inputs, state.take(), w)
+    }
+
+    fn host_backward(
+        &self,
+        window: HostLstmWindow,
+        grads: &burn::tensor::Gradients,
+        w: Option<Tensor<2>>,
+    ) -> Result<Option<HostLstmGradients>, HostLstmError> {
+        let w = w.or_else(|| self.spectral.as_ref().map(SpectralEmbedding::weight));
+        window.backward(grads, self, w)
+    }
+}
+
+/// The model a run trains: one of the families, held as the checkpoint stores it (a tensor's
+/// name starts with its family's variant).
 #[derive(Module, Debug)]
 pub enum LanguageModel {
     Transformer(TransformerLm),
     Lstm(LstmLm),
+}
+
+/// `$body` with `$m` bound to the family's model, whichever it is: the one place a new family
+/// joins (a variant here, an arm below).
+macro_rules! each_family {
+    ($model:expr, $m:ident => $body:expr) => {
+        match $model {
+            LanguageModel::Transformer($m) => $body,
+            LanguageModel::Lstm($m) => $body,
+        }
+    };
+}
+
+impl TiedLm for LanguageModel {
+    fn hidden_with(
+        &self,
+        inputs: Tensor<2, Int>,
+        state: Option<RecurrentState>,
+        w: Option<Tensor<2>>,
+    ) -> (Tensor<2>, Option<RecurrentState>) {
+        each_family!(self, m => m.hidden_with(inputs, state, w))
+    }
+
+    fn tied(&self) -> Tied<'_> {
+        each_family!(self, m => m.tied())
+    }
+
+    fn tied_mut(&mut self) -> TiedMut<'_> {
+        each_family!(self, m => m.tied_mut())
+    }
+
+    fn runs_on_host(&self, device: &Device) -> bool {
+        each_family!(self, m => TiedLm::runs_on_host(m, device))
+    }
+
+    fn hidden_on_host(
+        &self,
+        inputs: Tensor<2, Int>,
+        state: &mut Option<RecurrentState>,
+        w: Option<Tensor<2>>,
+    ) -> Result<Option<(Tensor<2>, RecurrentState, HostLstmWindow)>, HostLstmError> {
+        each_family!(self, m => TiedLm::hidden_on_host(m, inputs, state, w))
+    }
+
+    fn host_backward(
+        &self,
+        window: HostLstmWindow,
+        grads: &burn::tensor::Gradients,
+        w: Option<Tensor<2>>,
+    ) -> Result<Option<HostLstmGradients>, HostLstmError> {
+        each_family!(self, m => m.host_backward(window, grads, w))
+    }
 }
 
 impl LanguageModel {
@@ -59,86 +267,33 @@ impl LanguageModel {
         self.hidden_with(inputs, state, None)
     }
 
-    /// [`hidden`](Self::hidden) with W already computed (`w` = [`embedding`](Self::embedding)),
-    /// so that a step under spectrum control composes U·diag(σ)·Vᵀ once.
-    pub fn hidden_with(
-        &self,
-        inputs: Tensor<2, Int>,
-        state: Option<RecurrentState>,
-        w: Option<Tensor<2>>,
-    ) -> (Tensor<2>, Option<RecurrentState>) {
-        match self {
-            LanguageModel::Transformer(m) => (m.hidden(inputs, w), None),
-            LanguageModel::Lstm(m) => {
-                let (h, s) = m.hidden(inputs, state, w);
-                (h, Some(s))
-            }
-        }
-    }
-
-    /// [`Self::hidden_with`] for a training step in host memory (burn-flex, LibTorch CPU) with an
-    /// LSTM's layers computed on the host ([`LstmLm::hidden_on_host`]); `None` (nothing consumed) for a Transformer or an
-    /// LSTM the host path does not cover.
-    pub fn hidden_on_host(
-        &self,
-        inputs: Tensor<2, Int>,
-        state: &mut Option<RecurrentState>,
-        w: Option<Tensor<2>>,
-    ) -> Result<Option<(Tensor<2>, RecurrentState, HostLstmWindow)>, HostLstmError> {
-        match self {
-            LanguageModel::Lstm(m) if m.runs_on_host(&inputs.device()) => {
-                m.hidden_on_host(inputs, state.take(), w)
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// Whether [`Self::hidden_on_host`] would take this model on `device`.
+    /// Whether [`TiedLm::hidden_on_host`] would take this model on `device`.
     pub fn runs_lstm_on_host(&self, device: &Device) -> bool {
-        matches!(self, LanguageModel::Lstm(m) if m.runs_on_host(device))
+        TiedLm::runs_on_host(self, device)
     }
 
-    /// The host half of an LSTM window's backward pass ([`HostLstmWindow::backward`]); the
-    /// input lookup is rebuilt from `w` when given, else from the embedding (or W composed
-    /// again from U, σ, V).
+    /// The host half of an LSTM window's backward pass ([`TiedLm::host_backward`]).
     pub fn host_lstm_backward(
         &self,
         window: HostLstmWindow,
         grads: &burn::tensor::Gradients,
         w: Option<Tensor<2>>,
     ) -> Result<Option<HostLstmGradients>, HostLstmError> {
-        match self {
-            LanguageModel::Lstm(m) => {
-                let w = w.or_else(|| self.spectral().map(SpectralEmbedding::weight));
-                window.backward(grads, m, w)
-            }
-            LanguageModel::Transformer(_) => Err(HostLstmError::Shape(
-                "an LSTM window handed to a Transformer".into(),
-            )),
-        }
+        self.host_backward(window, grads, w)
     }
 
     /// The tied embedding matrix W, `[N, d]` (composed from U, σ, V under spectrum control).
     pub fn embedding(&self) -> Tensor<2> {
-        if let Some(s) = self.spectral() {
-            return s.weight();
-        }
-        self.embedding_module().weight.val()
-    }
-
-    fn embedding_module(&self) -> &Embedding {
-        match self {
-            LanguageModel::Transformer(m) => &m.embedding,
-            LanguageModel::Lstm(m) => &m.embedding,
+        let tied = self.tied();
+        match tied.spectral {
+            Some(s) => s.weight(),
+            None => tied.embedding.weight.val(),
         }
     }
 
     /// The spectrum-control factors, when on.
     pub fn spectral(&self) -> Option<&SpectralEmbedding> {
-        match self {
-            LanguageModel::Transformer(m) => m.spectral.as_ref(),
-            LanguageModel::Lstm(m) => m.spectral.as_ref(),
-        }
+        self.tied().spectral
     }
 
     /// Installs (Some) or removes (None) the spectrum-control factors. Removing them writes
@@ -148,11 +303,7 @@ impl LanguageModel {
             (None, Some(old)) => Some(old.weight().detach()),
             _ => None,
         };
-        let slot = match &mut self {
-            LanguageModel::Transformer(m) => &mut m.spectral,
-            LanguageModel::Lstm(m) => &mut m.spectral,
-        };
-        *slot = spectral;
+        *self.tied_mut().spectral = spectral;
         match collapsed {
             Some(w) => self.replace_embedding_weight(w),
             None => self,
@@ -162,28 +313,18 @@ impl LanguageModel {
     /// Removes the spectral factors without touching W's own parameter (for stepping them with
     /// their own optimizer); put them back with [`set_spectral_raw`](Self::set_spectral_raw).
     pub fn take_spectral(mut self) -> (Self, Option<SpectralEmbedding>) {
-        let slot = match &mut self {
-            LanguageModel::Transformer(m) => &mut m.spectral,
-            LanguageModel::Lstm(m) => &mut m.spectral,
-        };
-        let taken = slot.take();
+        let taken = self.tied_mut().spectral.take();
         (self, taken)
     }
 
     pub fn set_spectral_raw(mut self, spectral: Option<SpectralEmbedding>) -> Self {
-        match &mut self {
-            LanguageModel::Transformer(m) => m.spectral = spectral,
-            LanguageModel::Lstm(m) => m.spectral = spectral,
-        }
+        *self.tied_mut().spectral = spectral;
         self
     }
 
     /// Replaces the output bias's value (same id); no-op for a model without one.
     pub fn replace_output_bias(mut self, b: Tensor<1>) -> Self {
-        let slot = match &mut self {
-            LanguageModel::Transformer(m) => &mut m.output_bias,
-            LanguageModel::Lstm(m) => &mut m.output_bias,
-        };
+        let slot = self.tied_mut().output_bias;
         if let Some(param) = slot.take() {
             *slot = Some(param.map(|_| b.detach().require_grad()));
         }
@@ -200,11 +341,7 @@ impl LanguageModel {
         }
         let mut last = LastOwnId(0);
         self.visit(&mut last);
-        let slot = match &mut self {
-            LanguageModel::Transformer(m) => &mut m.output_bias,
-            LanguageModel::Lstm(m) => &mut m.output_bias,
-        };
-        *slot = Some(Param::initialized(
+        *self.tied_mut().output_bias = Some(Param::initialized(
             ParamId::from(last.0 + 1),
             b.detach().require_grad(),
         ));
@@ -213,10 +350,7 @@ impl LanguageModel {
 
     /// Replaces the value of W's own parameter (same id, still trainable).
     pub fn replace_embedding_weight(mut self, w: Tensor<2>) -> Self {
-        let embedding = match &mut self {
-            LanguageModel::Transformer(m) => &mut m.embedding,
-            LanguageModel::Lstm(m) => &mut m.embedding,
-        };
+        let embedding = self.tied_mut().embedding;
         let param = embedding.weight.clone();
         embedding.weight = param.map(|_| w.detach().require_grad());
         self
@@ -224,18 +358,11 @@ impl LanguageModel {
 
     /// Id of the parameter holding W (to read or edit its gradient and rows).
     pub fn embedding_param_id(&self) -> ParamId {
-        match self {
-            LanguageModel::Transformer(m) => m.embedding.weight.id,
-            LanguageModel::Lstm(m) => m.embedding.weight.id,
-        }
+        self.tied().embedding.weight.id
     }
 
     pub fn output_bias(&self) -> Option<Tensor<1>> {
-        let bias = match self {
-            LanguageModel::Transformer(m) => m.output_bias.as_ref(),
-            LanguageModel::Lstm(m) => m.output_bias.as_ref(),
-        };
-        bias.map(Param::val)
+        self.tied().output_bias.map(Param::val)
     }
 
     /// Logits through the tied output layer.
