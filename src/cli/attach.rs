@@ -28,7 +28,7 @@ pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
         return super::compare::exec(super::compare::CompareArgs {
             runs: args.runs,
             x_axis: super::compare::XAxisArg::Step,
-            smoothing: conelab_tui::compare::DEFAULT_SMOOTHING,
+            smoothing: conelab_tui::format::DEFAULT_SMOOTHING,
             log_y: false,
             curve: conelab_tui::compare::CURVES[0].clone(),
             view: args.view,

@@ -19,7 +19,7 @@ pub struct CompareArgs {
     #[arg(long = "x-axis", alias = "x", value_enum, default_value = "step")]
     pub x_axis: XAxisArg,
     /// TensorBoard's smoothing weight, 0 (raw) to 0.99; `+`/`-` change it in the view.
-    #[arg(long, default_value_t = conelab_tui::compare::DEFAULT_SMOOTHING,
+    #[arg(long, default_value_t = conelab_tui::format::DEFAULT_SMOOTHING,
         allow_negative_numbers = true, value_parser = smoothing_weight)]
     pub smoothing: f64,
     /// A logarithmic y axis (`l` in the view).
@@ -55,7 +55,7 @@ fn curve_name(text: &str) -> std::result::Result<conelab_tui::compare::Curve, In
 
 /// `--smoothing`: a weight from 0 (raw) to the view's maximum.
 fn smoothing_weight(text: &str) -> std::result::Result<f64, Invalid> {
-    let max = conelab_tui::compare::MAX_SMOOTHING;
+    let max = conelab_tui::format::MAX_SMOOTHING;
     let expected = format!("a weight from 0 (raw) to {max}");
     let w = text
         .parse::<f64>()

@@ -229,7 +229,7 @@ impl Browser {
             return;
         }
         if self.editing() {
-            let action = super::keys::search_action(key.code);
+            let action = super::app::search_action(key.code);
             if action != Action::None {
                 self.apply_all(action);
             }

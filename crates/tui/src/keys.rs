@@ -6,75 +6,9 @@ use ratatui::crossterm::event::{
 };
 use ratatui::layout::{Position, Rect};
 
-use super::app::{Action, App, Pane};
-
-/// Every key, for the help overlay: (keys, what they do).
-pub const HELP: &[(&str, &str)] = &[
-    ("?", "this help (↑↓ scroll it, any other key closes it)"),
-    (
-        "q / Ctrl-C",
-        "quit: on a live run asks — detach, stop and save, stop, cancel",
-    ),
-    (
-        "d",
-        "detach: leave the workbench, training goes on (`conelab attach RUN` comes back)",
-    ),
-    ("Tab / Shift-Tab", "next / previous pane"),
-    ("1 … 8", "focus a pane"),
-    ("z", "zoom the focused pane (Esc: back)"),
-    ("p", "pause / resume training"),
-    ("s", "save a checkpoint now"),
-    ("l", "log scale on the loss curve"),
-    (
-        "m",
-        "smoothing of the loss curve off / back to its last weight (TensorBoard's; 0.9 at first)",
-    ),
-    (
-        "+ / - / 0",
-        "outside Controls: smoothing weight up / down by 0.1, off (as in compare)",
-    ),
-    (
-        "M",
-        "mouse capture on/off (off: select text with the mouse, e.g. over SSH)",
-    ),
-    ("↑ ↓ / k j", "Controls: select"),
-    (
-        "Space / Enter",
-        "Controls: switch on/off, freeze/unfreeze, cycle gate-freeze, apply loss",
-    ),
-    (
-        "+ / -",
-        "Controls: weight or learning rate ×2 / ÷2 (of the acknowledged value); choose the loss",
-    ),
-    (
-        "=",
-        "Controls: type a weight or learning rate (Enter sends, Esc cancels)",
-    ),
-    (
-        "/",
-        "Neighbours: search a word (type, ↑↓, Enter; Esc closes)",
-    ),
-    (
-        "w",
-        "Neighbours: watch (pin) the selected word, or unpin it",
-    ),
-    (
-        "c",
-        "Embedding: uncentred (the cone) / centred (PCA) projection",
-    ),
-    (
-        "[ ] / ← →",
-        "Embedding, Groups, Spectrum: older / newer snapshot (past the newest: live)",
-    ),
-    (
-        "Home / End",
-        "Embedding, Groups, Spectrum: the first snapshot / the newest (live)",
-    ),
-    (
-        "In the quit dialog",
-        "d detach · s stop and save · x stop without saving · c or Esc cancel",
-    ),
-];
+use super::app::{
+    Action, App, Pane, controls_key, neighbors_key, search_action, time_scrub_key, typing_key,
+};
 
 /// Mouse → action: a click focuses the pane under the pointer; the wheel moves through the
 /// controls, the snapshots of the embedding pane, or the search matches. `panes` is the layout
@@ -98,19 +32,6 @@ pub fn mouse_action(app: &App, mouse: MouseEvent, panes: &[(Pane, Rect)]) -> Act
         Pane::Controls => Action::ControlsDown,
         Pane::Scatter => Action::Scrub(step),
         Pane::Neighbors if app.neighbors.editing => Action::SearchMove(step),
-        _ => Action::None,
-    }
-}
-
-/// A key while the word search box is open (the workbench and the browser).
-pub fn search_action(code: KeyCode) -> Action {
-    match code {
-        KeyCode::Char(c) => Action::SearchInput(c),
-        KeyCode::Backspace => Action::SearchBackspace,
-        KeyCode::Up => Action::SearchMove(-1),
-        KeyCode::Down => Action::SearchMove(1),
-        KeyCode::Enter => Action::SearchAccept,
-        KeyCode::Esc => Action::SearchCancel,
         _ => Action::None,
     }
 }
@@ -151,20 +72,25 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
     }
     if app.typing.is_some() {
         // So does a value being typed.
-        return match key.code {
-            KeyCode::Char(c) => Action::TypeInput(c),
-            KeyCode::Backspace => Action::TypeBackspace,
-            KeyCode::Enter => Action::TypeAccept,
-            KeyCode::Esc => Action::TypeCancel,
-            _ => Action::None,
-        };
+        return typing_key(key.code);
     }
-    let controls = app.focus == Pane::Controls;
-    let neighbors = app.focus == Pane::Neighbors;
-    let scatter = app.focus == Pane::Scatter;
-    // The panes the time scrub moves besides the scatter: the Groups table and the spectrum.
-    let groups = matches!(app.focus, Pane::Groups | Pane::Spectrum);
-    match key.code {
+    // The workbench's keys first (so `s`, `d`, `p` beat any pane), then the focused pane's,
+    // then the loss curve's smoothing and the search, which a pane's keys may take.
+    global_key(key.code)
+        .or_else(|| pane_key(app.focus, key.code))
+        .unwrap_or_else(|| match key.code {
+            // Outside Controls, the loss curve's smoothing, as in `conelab compare`.
+            KeyCode::Char('+') => Action::Smoothing(0.1),
+            KeyCode::Char('-') => Action::Smoothing(-0.1),
+            KeyCode::Char('0') => Action::Smoothing(-1.0),
+            KeyCode::Char('/') => Action::SearchStart,
+            _ => Action::None,
+        })
+}
+
+/// The keys that mean the same whatever pane has the focus.
+fn global_key(code: KeyCode) -> Option<Action> {
+    Some(match code {
         KeyCode::Char('q') => Action::Quit,
         KeyCode::Char('d') => Action::Detach,
         KeyCode::Char('?') => Action::ToggleHelp,
@@ -181,29 +107,18 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
         KeyCode::Char('l') => Action::ToggleLogY,
         KeyCode::Char('m') => Action::ToggleSmoothing,
         KeyCode::Char('M') => Action::ToggleMouse,
-        KeyCode::Up | KeyCode::Char('k') if controls => Action::ControlsUp,
-        KeyCode::Down | KeyCode::Char('j') if controls => Action::ControlsDown,
-        KeyCode::Char(' ') | KeyCode::Enter if controls => Action::ControlsToggle,
-        KeyCode::Char('+') if controls => Action::ControlsScale(2.0),
-        KeyCode::Char('=') if controls => Action::ControlsType,
-        KeyCode::Char('-') if controls => Action::ControlsScale(0.5),
-        // Elsewhere, the loss curve's smoothing, as in `conelab compare`.
-        KeyCode::Char('+') => Action::Smoothing(0.1),
-        KeyCode::Char('-') => Action::Smoothing(-0.1),
-        KeyCode::Char('0') => Action::Smoothing(-1.0),
-        KeyCode::Char('/') => Action::SearchStart,
-        KeyCode::Enter if neighbors => Action::SearchStart,
-        KeyCode::Char('w') if neighbors => Action::TogglePin,
-        KeyCode::Char('c') if scatter => Action::ToggleCentred,
-        KeyCode::Char('[') | KeyCode::Left if scatter => Action::Scrub(-1),
-        KeyCode::Char(']') | KeyCode::Right if scatter => Action::Scrub(1),
-        // The time scrub from the panes it moves (the scatter, Groups, Spectrum): [ ] step,
-        // Home the first snapshot, End the newest (live again).
-        KeyCode::Char('[') | KeyCode::Left if groups => Action::Scrub(-1),
-        KeyCode::Char(']') | KeyCode::Right if groups => Action::Scrub(1),
-        KeyCode::Home if scatter || groups => Action::Scrub(i32::MIN),
-        KeyCode::End if scatter || groups => Action::Scrub(i32::MAX),
-        _ => Action::None,
+        _ => return None,
+    })
+}
+
+/// The focused pane's own keys (each pane's part of the app says them).
+fn pane_key(focus: Pane, code: KeyCode) -> Option<Action> {
+    match focus {
+        Pane::Controls => controls_key(code),
+        Pane::Neighbors => neighbors_key(code),
+        Pane::Scatter => time_scrub_key(code, true),
+        Pane::Groups | Pane::Spectrum => time_scrub_key(code, false),
+        Pane::Progress | Pane::Events | Pane::SelfNorm => None,
     }
 }
 

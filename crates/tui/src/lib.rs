@@ -1,7 +1,10 @@
 //! The workbench: a viewer of a run (gitui/bottom style). State ← the run's messages (`app.rs`);
-//! key → action → command (`keys.rs`); render = pure function of the state (`ui/`: the layout
-//! and header, `panes.rs`, `overlays.rs`, the browser's `browser.rs`); one loop for every view
-//! (`event_loop.rs`).
+//! key → action → command (`keys.rs`, each pane's keys with its part of the state); render = pure
+//! function of the state (`ui/`: the layout, the header, one file per pane under `ui/pane/`, the
+//! overlays, the browser's screen); one loop for every view (`event_loop.rs`). Beneath them all,
+//! what every view draws and writes the same way: `style` (colours, frames), `format` (text cut
+//! to a width, durations, TensorBoard's smoothing), `chrome` (the screen's limits, the keys
+//! overlay), `help` (the workbench's keys).
 //!
 //! The viewer talks to its run through a [`RunLink`] — the run's socket, or a finished run's
 //! folder — and never waits on it: the link hands each message to the loop's one channel from
@@ -10,13 +13,19 @@
 
 pub mod app;
 pub mod browser;
+pub mod chrome;
 pub mod compare;
+mod error;
 pub mod event_loop;
+pub mod format;
+pub mod help;
 pub mod keys;
 pub mod neighbors;
+pub mod style;
 pub mod ui;
 
-use std::io;
+pub use error::TuiError;
+
 use std::sync::Arc;
 
 use conelab_base::exit::ExitStatus;
@@ -24,7 +33,7 @@ use ratatui::Frame;
 use ratatui::layout::Rect;
 
 use app::{Action, App, Effect, Request, ViewOptions};
-use conelab_client::link::{LinkError, RunLink};
+use conelab_client::link::RunLink;
 use conelab_core::objective::Objectives;
 use conelab_data::{FrequencyGroups, GroupBounds};
 use conelab_metrics::RowGroups;
@@ -33,14 +42,6 @@ use conelab_protocol::view::RunStatus;
 use event_loop::{Events, Flow, View, ViewerEvent};
 
 pub use event_loop::FRAME;
-
-#[derive(Debug, thiserror::Error)]
-pub enum TuiError {
-    #[error("cannot use the terminal: {0}")]
-    Terminal(#[from] io::Error),
-    #[error("cannot listen to the run: {0}")]
-    Link(#[from] LinkError),
-}
 
 impl View for browser::Browser {
     type Message = ();

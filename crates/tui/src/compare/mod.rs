@@ -25,6 +25,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::TuiError;
 use super::app::ViewOptions;
 use super::event_loop::{self, Events, Flow, View, ViewerEvent};
+use crate::format::{DEFAULT_SMOOTHING, MAX_SMOOTHING, Smoothing};
 use conelab_client::follow::{self, FollowUpdate, Follower};
 use conelab_core::series::{SeriesName, series_key, spectrum_metric, split};
 
@@ -454,10 +455,6 @@ impl ComparePane {
     }
 }
 
-/// TensorBoard's default smoothing weight.
-pub const DEFAULT_SMOOTHING: f64 = 0.6;
-/// The largest weight the keys reach (1 would be a flat line at the first value).
-pub const MAX_SMOOTHING: f64 = 0.99;
 /// Lines of the warnings kept.
 const WARNINGS: usize = 4;
 
@@ -873,24 +870,16 @@ impl CompareApp {
                     XAxis::Time => XAxis::Step,
                 }
             }
-            CompareAction::ToggleSmoothing => {
-                if self.smoothing > 0.0 {
-                    self.smoothing_off_from = self.smoothing;
-                    self.smoothing = 0.0;
-                } else {
-                    self.smoothing = self.smoothing_off_from;
-                }
+            CompareAction::ToggleSmoothing => Smoothing {
+                weight: &mut self.smoothing,
+                off_from: &mut self.smoothing_off_from,
             }
-            CompareAction::Smoothing(d) => {
-                // Rounded to the key's step, so + then - comes back to the same weight.
-                let w = ((self.smoothing + d) * 100.0).round() / 100.0;
-                let w = w.clamp(0.0, MAX_SMOOTHING);
-                if w == 0.0 && self.smoothing > 0.0 {
-                    // `m` brings back the weight it had.
-                    self.smoothing_off_from = self.smoothing;
-                }
-                self.smoothing = w;
+            .toggle(),
+            CompareAction::Smoothing(d) => Smoothing {
+                weight: &mut self.smoothing,
+                off_from: &mut self.smoothing_off_from,
             }
+            .step(d),
             CompareAction::ToggleLogY => self.log_y = !self.log_y,
             CompareAction::ToggleClip => self.clip_outliers = Some(!self.clipping()),
             CompareAction::ZoomX(zoom_in) => {
@@ -1114,27 +1103,6 @@ pub fn mean_band(series: &[Vec<(u64, f64, f64)>]) -> Vec<BandPoint> {
         .collect()
 }
 
-/// TensorBoard's scalar smoothing: an exponential moving average with weight `w` started at 0
-/// and divided by 1 − wⁿ (debiased), so the first points are not dragged towards 0. A
-/// non-finite value is passed through and does not enter the average.
-pub fn smooth_debiased(values: &[f64], w: f64) -> Vec<f64> {
-    let w = w.clamp(0.0, 1.0);
-    let mut last = 0.0;
-    let mut n = 0;
-    values
-        .iter()
-        .map(|&y| {
-            if !y.is_finite() {
-                return y;
-            }
-            last = last * w + (1.0 - w) * y;
-            n += 1;
-            let debias = if w == 1.0 { 1.0 } else { 1.0 - w.powi(n) };
-            last / debias
-        })
-        .collect()
-}
-
 impl View for CompareApp {
     type Message = FollowUpdate;
     type Exit = ();
@@ -1205,6 +1173,15 @@ pub fn run_compare(
 mod tests {
     use super::*;
 
+    fn row(key: i64, step: u64, wall: f64, value: f64) -> follow::Row {
+        follow::Row {
+            key,
+            step,
+            wall,
+            value,
+        }
+    }
+
     /// Issue #39 part 1: the system sample is a named curve, followed from the first frame.
     #[test]
     fn the_process_and_device_load_are_named_curves() {
@@ -1217,35 +1194,6 @@ mod tests {
         for name in ["cpu", "rss", "gpu-util", "gpu-mem"] {
             let c = Curve::parse(name).expect(name);
             assert!(wanted.contains(&c.key()), "{name} is followed");
-        }
-    }
-
-    #[test]
-    fn smoothing_matches_tensorboard_by_hand() {
-        // w = 0.6 on [1, 0, 0]: last = 0.4, 0.24, 0.144; debias 1 − 0.6ⁿ = 0.4, 0.64, 0.784.
-        let s = smooth_debiased(&[1.0, 0.0, 0.0], 0.6);
-        let want = [1.0, 0.375, 0.144 / 0.784];
-        for (a, b) in s.iter().zip(want) {
-            assert!((a - b).abs() < 1e-12, "{s:?}");
-        }
-        // Debiased: a constant stays that constant from the first point on (a plain EMA
-        // started at 0 would start at (1 − w)·c).
-        for v in smooth_debiased(&[3.0; 5], 0.9) {
-            assert!((v - 3.0).abs() < 1e-12);
-        }
-        // Weight 0 is the raw curve; NaN passes through and leaves the average alone.
-        assert_eq!(smooth_debiased(&[1.0, 5.0], 0.0), vec![1.0, 5.0]);
-        let s = smooth_debiased(&[2.0, f64::NAN, 2.0], 0.5);
-        assert!(s[1].is_nan());
-        assert!((s[2] - 2.0).abs() < 1e-12, "{s:?}");
-    }
-
-    fn row(key: i64, step: u64, wall: f64, value: f64) -> follow::Row {
-        follow::Row {
-            key,
-            step,
-            wall,
-            value,
         }
     }
 

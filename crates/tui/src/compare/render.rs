@@ -12,16 +12,18 @@
 //! └────────────────────────────────┘└──────────────────────────┘
 //! ```
 
-use conelab_widgets::{Series, SpectrumPlot, format_compact};
+use conelab_widgets::{Series, format_compact};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Axis, Block, Cell, Chart, Dataset, GraphType, Paragraph, Row, Table};
+use ratatui::widgets::{Axis, Cell, Chart, Dataset, GraphType, Paragraph, Row, Table};
 
-use super::{CompareApp, ComparePane, HELP, LEGEND_PAGE, TABLE_GROUPS, XAxis, smooth_debiased};
-use crate::ui::{human_duration, keys_overlay, shorten, too_small};
+use super::{CompareApp, ComparePane, HELP, LEGEND_PAGE, TABLE_GROUPS, XAxis};
+use crate::chrome::{self, Screen, keys_overlay, screen, too_small};
+use crate::format::{human_duration, shorten, smooth_debiased};
+use crate::style::{GROUP_NAMES, Palette, pane_block};
 use conelab_core::series::split;
 
 /// One colour per run on a dark background, from the 16 ANSI colours every terminal has.
@@ -88,7 +90,8 @@ const NO_COLOR_MARKERS: [(Marker, &str); 5] = [
 const LEGEND_LINES: usize = LEGEND_PAGE;
 
 struct RunColours {
-    no_color: bool,
+    /// The workbench's palette (`--no-color`): the frames, the focus and dimmed text are its.
+    base: Palette,
     light: bool,
     true_color: bool,
 }
@@ -105,7 +108,7 @@ impl RunColours {
     }
 
     fn run(&self, i: usize) -> Style {
-        if self.no_color {
+        if self.base.no_color {
             Style::default()
         } else {
             let p = self.palette();
@@ -117,7 +120,7 @@ impl RunColours {
     /// braille for the first round of the palette, then the next glyph for each round, so that
     /// no two runs share colour and glyph (palette × 5 runs).
     fn glyph(&self, i: usize) -> usize {
-        if self.no_color {
+        if self.base.no_color {
             i % NO_COLOR_MARKERS.len()
         } else {
             (i / self.palette().len()) % NO_COLOR_MARKERS.len()
@@ -131,7 +134,7 @@ impl RunColours {
     }
 
     fn error(&self) -> Style {
-        if self.no_color {
+        if self.base.no_color {
             Style::default().add_modifier(Modifier::BOLD)
         } else {
             Style::default().fg(Color::Red)
@@ -149,25 +152,17 @@ impl RunColours {
     fn swatch(&self, i: usize, hidden: bool) -> &'static str {
         match (self.glyph(i), hidden) {
             (_, true) => "□",
-            (0, false) if !self.no_color => "■",
+            (0, false) if !self.base.no_color => "■",
             (g, false) => NO_COLOR_MARKERS[g].1,
         }
     }
 
     fn dim(&self) -> Style {
-        if self.no_color {
-            Style::default()
-        } else {
-            Style::default().fg(Color::DarkGray)
-        }
+        self.base.fg(Color::DarkGray)
     }
 
     fn focus(&self, focused: bool) -> Style {
-        match (focused, self.no_color) {
-            (true, false) => Style::default().fg(Color::LightGreen),
-            (true, true) => Style::default().add_modifier(Modifier::BOLD),
-            _ => Style::default(),
-        }
+        self.base.focus(focused)
     }
 }
 
@@ -177,7 +172,9 @@ pub fn render(frame: &mut Frame, app: &CompareApp) {
         return;
     }
     let pal = RunColours {
-        no_color: app.view.no_color,
+        base: Palette {
+            no_color: app.view.no_color,
+        },
         light: app.view.light,
         true_color: app.view.true_color,
     };
@@ -188,26 +185,22 @@ pub fn render(frame: &mut Frame, app: &CompareApp) {
             + u16::from(app.runs.len() > LEGEND_LINES)
             + u16::from(!app.warnings.is_empty())
     };
-    let [header, legend, body, footer] = Layout::vertical([
-        Constraint::Length(1),
-        Constraint::Length(legend_lines),
-        Constraint::Min(0),
-        Constraint::Length(1),
-    ])
-    .areas(area);
+    let Screen {
+        header,
+        legend,
+        body,
+        footer,
+    } = screen(area, legend_lines);
     frame.render_widget(Paragraph::new(header_line(app)), header);
     frame.render_widget(Paragraph::new(legend_text(app, &pal)), legend);
-    frame.render_widget(
-        Paragraph::new(
-            "? help · q quit · ↑↓ curve · x step/time · +/- smoothing · l log-y · o outliers · c cursor · < > zoom x · 1-9 show/hide · Tab pane · z zoom",
-        )
-        .style(pal.dim()),
+    chrome::footer(
+        frame,
         footer,
+        "? help · q quit · ↑↓ curve · x step/time · +/- smoothing · l log-y · o outliers · c cursor · < > zoom x · 1-9 show/hide · Tab pane · z zoom",
+        pal.dim(),
     );
     for (pane, rect) in pane_areas(body, app) {
-        let block = Block::bordered()
-            .title(pane.title())
-            .border_style(pal.focus(pane == app.focus));
+        let block = pane_block(pane.title(), pane == app.focus, &pal.base);
         let inner = block.inner(rect);
         frame.render_widget(block, rect);
         match pane {
@@ -613,7 +606,7 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
         // faint is not drawable, so only the smoothed curve is.
         match &d.smooth {
             Some(smooth) => {
-                if !pal.no_color {
+                if !pal.base.no_color {
                     datasets.push(
                         Dataset::default()
                             .marker(Marker::Braille)
@@ -703,10 +696,11 @@ fn groups(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
         _ => "–".into(),
     };
     let header = Row::new(
-        [
-            "Run", "Step", "Freq", "Med", "Rare", "Total", "Uniq", "I(W)", "Iso",
-        ]
-        .map(|h| Cell::from(h).style(Style::default().add_modifier(Modifier::BOLD))),
+        ["Run", "Step"]
+            .into_iter()
+            .chain(GROUP_NAMES)
+            .chain(["Uniq", "I(W)", "Iso"])
+            .map(|h| Cell::from(h).style(Style::default().add_modifier(Modifier::BOLD))),
     );
     let rows: Vec<Row> = app
         .runs
@@ -761,16 +755,7 @@ fn spectrum(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
         .filter(|(_, r)| !r.hidden && !r.spectrum().is_empty())
         .map(|(i, r)| Series::new(names[i].as_str(), r.spectrum()).style(pal.run(i)))
         .collect();
-    if series.is_empty() {
-        frame.render_widget(Paragraph::new("no snapshot yet").style(pal.dim()), area);
-        return;
-    }
-    frame.render_widget(
-        SpectrumPlot::new(series)
-            .legend(true)
-            .no_color(pal.no_color),
-        area,
-    );
+    chrome::spectra(frame, area, series, pal.base.no_color, pal.dim());
 }
 
 #[cfg(test)]
@@ -869,7 +854,7 @@ mod tests {
     fn runs_get_distinct_colour_and_glyph_pairs() {
         for (true_color, light) in [(true, false), (true, true), (false, false), (false, true)] {
             let pal = RunColours {
-                no_color: false,
+                base: Palette { no_color: false },
                 light,
                 true_color,
             };
@@ -880,7 +865,7 @@ mod tests {
             assert_eq!(pairs.len(), n, "true colour {true_color}, light {light}");
         }
         let okabe = RunColours {
-            no_color: false,
+            base: Palette { no_color: false },
             light: false,
             true_color: true,
         };

@@ -1,7 +1,16 @@
 //! The offline browser's screen (`conelab inspect` on a terminal): one matrix, or two side by
 //! side.
 
-use super::*;
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::Color;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+use super::pane::render_pane;
+use crate::app::Pane;
+use crate::chrome::{self, Screen, keys_overlay, screen, too_small};
+use crate::style::Palette;
 
 /// The offline browser (`conelab inspect` on a terminal): for each matrix a row of Embedding,
 /// Neighbours and Spectrum under a Groups table (one matrix), or the focused pane of each side by
@@ -13,29 +22,25 @@ pub fn render_browser(frame: &mut Frame, browser: &crate::browser::Browser) {
     }
     let no_color = browser.sides.first().is_some_and(|s| s.app.view.no_color);
     let pal = Palette { no_color };
-    let [header, body, footer] = Layout::vertical([
-        Constraint::Length(1),
-        Constraint::Min(0),
-        Constraint::Length(1),
-    ])
-    .areas(area);
+    let Screen {
+        header,
+        body,
+        footer,
+        ..
+    } = screen(area, 0);
     let names: Vec<String> = browser.sides.iter().map(|s| s.describe()).collect();
     frame.render_widget(
         Paragraph::new(Line::from(vec![
-            Span::styled(
-                " conelab inspect ",
-                pal.fg(Color::LightGreen).add_modifier(Modifier::BOLD),
-            ),
+            chrome::title(" conelab inspect ", pal.fg(Color::LightGreen)),
             Span::raw(names.join("  vs  ")),
         ])),
         header,
     );
-    frame.render_widget(
-        Paragraph::new(
-            "? help · q quit · Tab/2,3,4,7 pane · z zoom · / search (both) · w watch · c centred",
-        )
-        .style(pal.fg(Color::DarkGray)),
+    chrome::footer(
+        frame,
         footer,
+        "? help · q quit · Tab/2,3,4,7 pane · z zoom · / search (both) · w watch · c centred",
+        pal.fg(Color::DarkGray),
     );
     let n = browser.sides.len().max(1) as u32;
     let side_areas = Layout::vertical(vec![Constraint::Ratio(1, n); n as usize]).split(body);

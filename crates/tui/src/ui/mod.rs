@@ -1,71 +1,27 @@
 //! Rendering: a pure function of [`App`] into a frame. No state changes, no I/O, so every pane is
 //! snapshot-tested on a `TestBackend`.
 
-use conelab_widgets::{
-    HeatMap, HeatMapScale, Layer, Scatter, ScatterMode, ScatterPoint, Series, SparkRow,
-    SparklineTable, SpectrumPlot, format_compact,
-};
-use ratatui::Frame;
-use ratatui::layout::{Alignment, Constraint, Layout, Rect};
-use ratatui::style::{Color, Modifier, Style};
-use ratatui::symbols::Marker;
-use ratatui::text::{Line, Span};
-use ratatui::widgets::{
-    Axis, Block, Cell, Chart, Clear, Dataset, GraphType, Paragraph, Row, Table, Wrap,
-};
-
 mod browser;
+mod header;
 mod overlays;
-mod panes;
+mod pane;
 
 pub use browser::render_browser;
 pub use overlays::help_max_scroll;
-pub(crate) use overlays::keys_overlay;
-use overlays::*;
-use panes::*;
 
-use super::app::{App, Control, EmbeddingMetric, LossChoice, Pane};
-use super::keys::HELP;
-use conelab_core::objective::Term;
-use conelab_data::Group;
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+use crate::app::{App, Pane};
+use crate::chrome::{self, MIN_HEIGHT, MIN_WIDTH, Screen, compact, screen, too_small};
+use crate::style::Palette;
 use conelab_metrics::RowGroups;
-use conelab_protocol::view::{LogKind, RunStatus};
-
-/// Below this the layout would be garbage: say so instead.
-pub const MIN_WIDTH: u16 = 60;
-/// Below this many rows (or columns) the panes would get two or three lines each: the focused
-/// pane takes the whole body and the footer lists the panes as tabs (Tab, 1–8 switch).
-pub const COMPACT_HEIGHT: u16 = 30;
-pub const COMPACT_WIDTH: u16 = 100;
-pub const MIN_HEIGHT: u16 = 16;
-
-const GROUP_NAMES: [&str; 4] = ["Freq", "Med", "Rare", "Total"];
-
-struct Palette {
-    no_color: bool,
-}
-
-impl Palette {
-    fn fg(&self, c: Color) -> Style {
-        if self.no_color {
-            Style::default()
-        } else {
-            Style::default().fg(c)
-        }
-    }
-
-    fn group(&self, g: usize) -> Style {
-        self.fg([Color::Cyan, Color::Yellow, Color::Magenta, Color::White][g.min(3)])
-    }
-
-    fn focus(&self, focused: bool) -> Style {
-        match (focused, self.no_color) {
-            (true, false) => Style::default().fg(Color::LightGreen),
-            (true, true) => Style::default().add_modifier(Modifier::BOLD),
-            _ => Style::default(),
-        }
-    }
-}
+use header::header_line;
+use overlays::{help_overlay, quit_dialog};
+use pane::render_pane;
 
 /// Where each visible pane goes on a screen of `area` (empty when the screen is too small): the
 /// layout the renderer draws and the mouse hit-tests.
@@ -73,12 +29,7 @@ pub fn pane_areas(area: Rect, app: &App) -> Vec<(Pane, Rect)> {
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         return Vec::new();
     }
-    let [_, body, _] = Layout::vertical([
-        Constraint::Length(1),
-        Constraint::Min(0),
-        Constraint::Length(1),
-    ])
-    .areas(area);
+    let body = screen(area, 0).body;
     if app.zoom || compact(area) {
         return vec![(app.focus, body)];
     }
@@ -140,11 +91,6 @@ pub fn pane_areas(area: Rect, app: &App) -> Vec<(Pane, Rect)> {
     out
 }
 
-/// A screen too small for every pane at once: one pane at a time, as tabs.
-pub fn compact(area: Rect) -> bool {
-    area.height < COMPACT_HEIGHT || area.width < COMPACT_WIDTH
-}
-
 /// The footer of a compact screen: the panes as tabs, the focused one marked.
 fn tab_line(app: &App, pal: &Palette) -> Line<'static> {
     // The focused pane by its title, the others short, so that all eight fit in 80 columns.
@@ -174,19 +120,6 @@ fn tab_line(app: &App, pal: &Palette) -> Line<'static> {
     Line::from(spans)
 }
 
-/// Below the minimum size: a message instead of a layout. Returns whether it drew it.
-pub(crate) fn too_small(frame: &mut Frame, area: Rect) -> bool {
-    if area.width >= MIN_WIDTH && area.height >= MIN_HEIGHT {
-        return false;
-    }
-    let msg = format!(
-        "terminal too small: {}×{} (conelab needs at least {MIN_WIDTH}×{MIN_HEIGHT})",
-        area.width, area.height
-    );
-    frame.render_widget(Paragraph::new(msg).wrap(Wrap { trim: true }), area);
-    true
-}
-
 /// Draws the whole screen.
 pub fn render(frame: &mut Frame, app: &App, groups: Option<&RowGroups>) {
     let area = frame.area();
@@ -196,22 +129,16 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&RowGroups>) {
     let pal = Palette {
         no_color: app.view.no_color,
     };
-    let [header, _, footer] = Layout::vertical([
-        Constraint::Length(1),
-        Constraint::Min(0),
-        Constraint::Length(1),
-    ])
-    .areas(area);
+    let Screen { header, footer, .. } = screen(area, 0);
     frame.render_widget(header_line(app, &pal, header.width), header);
     if compact(area) && !app.zoom {
         frame.render_widget(Paragraph::new(tab_line(app, &pal)), footer);
     } else {
-        frame.render_widget(
-            Paragraph::new(
-                "? help · q quit · d detach · p pause · s save · Tab/1-8 pane · z zoom · / search · l log-y · m smooth",
-            )
-            .style(pal.fg(Color::DarkGray)),
+        chrome::footer(
+            frame,
             footer,
+            "? help · q quit · d detach · p pause · s save · Tab/1-8 pane · z zoom · / search · l log-y · m smooth",
+            pal.fg(Color::DarkGray),
         );
     }
     for (pane, rect) in pane_areas(area, app) {
@@ -228,166 +155,6 @@ pub fn render(frame: &mut Frame, app: &App, groups: Option<&RowGroups>) {
     }
 }
 
-/// The top line: run, device, status, progress. The status (a failure message can be long) is
-/// what gets shortened to fit `width`, so the step it stopped at stays on screen.
-/// The header's word for a run's status, and its colour.
-fn header_status(status: &RunStatus) -> (String, Color) {
-    match status {
-        RunStatus::Starting => ("starting".to_string(), Color::Gray),
-        RunStatus::Running => ("running".to_string(), Color::Green),
-        RunStatus::Paused => ("paused".to_string(), Color::Yellow),
-        RunStatus::Stopping => ("stopping…".to_string(), Color::Yellow),
-        RunStatus::Finished { reason } => (
-            format!("finished ({}) — q to leave", reason.name()),
-            Color::Cyan,
-        ),
-        RunStatus::Diverged { step, .. } => (
-            format!("diverged at step {step} — paused: lower the lr and resume (p), or stop (q)"),
-            Color::Red,
-        ),
-        RunStatus::Failed { message } => (format!("failed: {message}"), Color::Red),
-        RunStatus::Crashed => ("crashed (no live process)".to_string(), Color::Red),
-    }
-}
-
-fn header_line(app: &App, pal: &Palette, width: u16) -> Paragraph<'static> {
-    let (status, color) = match (&app.run.status, &app.run.evaluating) {
-        _ if app.awaiting_history && app.read_only.is_some() => {
-            ("loading its history…".to_string(), Color::Gray)
-        }
-        _ if app.awaiting_history => ("connecting…".to_string(), Color::Gray),
-        // An evaluation holds the steps (a minute and more on the CPU): say so, with how far.
-        (RunStatus::Running | RunStatus::Stopping, Some(e)) => (
-            format!("evaluating {} {:.0} %", e.split, 100.0 * e.fraction()),
-            Color::Cyan,
-        ),
-        (status, _) => header_status(status),
-    };
-    let live = app.run.status.is_live();
-    // A run that has ended closes its socket: that is not news, so only a live run is
-    // "disconnected"; an ended one is read-only.
-    let suffix = if app.connection_lost && live {
-        " · disconnected"
-    } else if (app.read_only.is_some() || app.connection_lost) && !live {
-        " · read-only"
-    } else {
-        ""
-    };
-    let step = app.step();
-    let total = app.run.info.total_steps.max(1);
-    let epoch = app.run.last_step.map(|s| s.epoch).unwrap_or(0.0);
-    let eta = app
-        .eta_seconds()
-        .filter(|_| live)
-        .map(|s| format!(" · ETA {}", human_duration(s)))
-        .unwrap_or_default();
-    let title = " conelab ";
-    let at = format!(
-        " · step {step}/{total} ({:.0} %)",
-        100.0 * step as f64 / total as f64
-    );
-    let epoch = format!(" · epoch {epoch:.2}");
-    let width_of = |parts: &[&str]| parts.iter().map(|p| p.chars().count()).sum::<usize>();
-    // The state word is never cut ("finished (completed)", "diverged at step 5", "failed"):
-    // what gives way first is the ETA, then the epoch, then the run's name, then the status's
-    // tail ("— q to leave", a failure's message).
-    let head = status
-        .find(" — ")
-        .or_else(|| status.find(": ").map(|i| i + 1))
-        .map_or(status.chars().count(), |i| status[..i].chars().count());
-    // A cut tail is marked with "…": one character more than the head.
-    let head = if status.chars().count() > head {
-        head + 1
-    } else {
-        head
-    };
-    let name = app.run_title();
-    let device = app.run.info.device.clone();
-    let run_with = |max: usize| {
-        if max == 0 {
-            format!("{device} · ")
-        } else {
-            format!("{} · {device} · ", shorten(&name, max))
-        }
-    };
-    let fits = |run: &str, progress: &str, status_len: usize| {
-        width_of(&[title, run, suffix, progress]) + status_len <= width as usize
-    };
-    let wanted = status.chars().count().min(24).max(head);
-    let mut run = run_with(48);
-    let mut progress = at.clone();
-    for candidate in [format!("{at}{epoch}{eta}"), format!("{at}{epoch}")] {
-        if fits(&run, &candidate, wanted) {
-            progress = candidate;
-            break;
-        }
-    }
-    for max in [40, 32, 24, 16, 8, 0] {
-        if fits(&run, &progress, head) {
-            break;
-        }
-        run = run_with(max);
-    }
-    let room = (width as usize)
-        .saturating_sub(width_of(&[title, &run, suffix, &progress]))
-        .max(head);
-    let status = format!("{}{suffix}", shorten(&status, room));
-    Paragraph::new(Line::from(vec![
-        Span::styled(
-            title,
-            pal.fg(Color::LightGreen).add_modifier(Modifier::BOLD),
-        ),
-        Span::raw(run),
-        Span::styled(status, pal.fg(color)),
-        Span::raw(progress),
-    ]))
-}
-
-/// `text` cut to at most `max` characters, the cut marked with "…".
-pub(crate) fn shorten(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
-
-fn block(title: &str, focused: bool, pal: &Palette) -> Block<'static> {
-    Block::bordered()
-        .title(title.to_string())
-        .border_style(pal.focus(focused))
-}
-
-fn render_pane(
-    frame: &mut Frame,
-    app: &App,
-    groups: Option<&RowGroups>,
-    pane: Pane,
-    area: Rect,
-    pal: &Palette,
-) {
-    let focused = app.focus == pane;
-    let b = block(pane.title(), focused, pal);
-    let inner = b.inner(area);
-    frame.render_widget(b, area);
-    match pane {
-        Pane::Progress => progress(frame, app, inner, pal),
-        Pane::Groups => groups_pane(frame, app, inner, pal),
-        Pane::Scatter => scatter(frame, app, groups, inner, pal),
-        Pane::Spectrum => spectrum(frame, app, inner, pal),
-        Pane::Controls => controls(frame, app, inner),
-        Pane::Events => events(frame, app, inner, pal),
-        Pane::Neighbors => neighbors_pane(frame, app, groups, inner, pal),
-        Pane::SelfNorm => self_norm(frame, app, inner, pal),
-    }
-}
-
-/// `1h 02m`, `3m 20s`, `45s`.
-pub(crate) fn human_duration(seconds: f64) -> String {
-    conelab_base::format::format_duration(seconds)
-}
-
 #[cfg(test)]
 mod tests {
     //! Every pane rendered from a fixed state at two sizes (120×40, the default layout, and
@@ -399,7 +166,9 @@ mod tests {
     use ratatui::backend::TestBackend;
 
     use super::*;
+    use crate::app::Control;
     use crate::app::{Action, ViewOptions};
+    use crate::help::HELP;
     use conelab_core::analysis::EmbeddingAnalysis;
     use conelab_core::events::EmbeddingStats;
     use conelab_core::events::{
@@ -412,6 +181,7 @@ mod tests {
         Threads,
     };
     use conelab_protocol::message::ServerMessage;
+    use conelab_protocol::view::RunStatus;
     use conelab_protocol::view::Vocabulary;
 
     const N: usize = 60;
@@ -851,7 +621,7 @@ mod tests {
     /// Issue #37: a foreign matrix's word read "#12 · ×0 · step 0": only what is known.
     #[test]
     fn a_words_heading_says_only_what_is_known() {
-        use super::panes::word_head;
+        use super::pane::word_head;
         assert_eq!(word_head(false, "#12", "", None, None), "#12");
         assert_eq!(
             word_head(true, "house", "rare", Some(12), Some(500)),

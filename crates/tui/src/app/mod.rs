@@ -6,10 +6,20 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::neighbors::NeighborsState;
+mod controls;
+mod loss_chart;
+mod neighbors;
+mod time_scrub;
+mod workbench;
+
+pub use controls::{controls_key, typing_key};
+pub use neighbors::{neighbors_key, search_action};
+pub use time_scrub::time_scrub_key;
+
+use crate::neighbors::NeighborsState;
 use conelab_core::analysis::EmbeddingAnalysis;
 use conelab_core::events::{Command, Event, ProjectionFrame};
-use conelab_core::objective::{GateParts, LossKind, ObjectiveChange, Objectives, Term};
+use conelab_core::objective::{LossKind, ObjectiveChange, Objectives, Term};
 use conelab_data::Group;
 use conelab_protocol::message::{CommandOutcome, RunHello, ServerMessage};
 use conelab_protocol::view::{LogKind, RunStatus, RunView, Vocabulary};
@@ -111,6 +121,61 @@ pub enum Action {
     ToggleCentred,
     /// `[` / `]` in the embedding pane: an older / newer snapshot (newer than the newest: live).
     Scrub(i32),
+}
+
+/// The part of the workbench an action belongs to, which applies it (gitui's components).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// Focus, zoom, help, the dialogs, pause, checkpoint, the mouse.
+    Workbench,
+    /// The loss curve's scale and smoothing.
+    LossChart,
+    /// The Controls pane and the value typed into it.
+    Controls,
+    /// The Neighbours pane and its search.
+    Neighbors,
+    /// The snapshot the Embedding, Groups and Spectrum panes show, and the projection.
+    TimeScrub,
+}
+
+impl Action {
+    fn part(&self) -> Part {
+        match self {
+            Action::None
+            | Action::Quit
+            | Action::Detach
+            | Action::StopAndSave
+            | Action::StopWithoutSaving
+            | Action::Cancel
+            | Action::ToggleHelp
+            | Action::HelpScroll(_)
+            | Action::FocusNext
+            | Action::FocusPrev
+            | Action::Focus(_)
+            | Action::ToggleZoom
+            | Action::TogglePause
+            | Action::SaveCheckpoint
+            | Action::ToggleMouse => Part::Workbench,
+            Action::ToggleLogY | Action::ToggleSmoothing | Action::Smoothing(_) => Part::LossChart,
+            Action::ControlsUp
+            | Action::ControlsDown
+            | Action::ControlsToggle
+            | Action::ControlsScale(_)
+            | Action::ControlsType
+            | Action::TypeInput(_)
+            | Action::TypeBackspace
+            | Action::TypeAccept
+            | Action::TypeCancel => Part::Controls,
+            Action::SearchStart
+            | Action::SearchInput(_)
+            | Action::SearchBackspace
+            | Action::SearchMove(_)
+            | Action::SearchAccept
+            | Action::SearchCancel
+            | Action::TogglePin => Part::Neighbors,
+            Action::ToggleCentred | Action::Scrub(_) => Part::TimeScrub,
+        }
+    }
 }
 
 /// Projections kept in memory for the time scrub (the run keeps every one; the viewer asks).
@@ -575,421 +640,23 @@ impl App {
         self.read_only.is_none() && !self.connection_lost
     }
 
-    /// Applies an action; returns what the caller must do.
+    /// Applies an action; returns what the caller must do. A dialog or the help, when open,
+    /// answers first; then the part of the workbench the action belongs to.
     pub fn apply(&mut self, action: Action) -> Effect {
         if self.confirm_quit {
-            return match action {
-                Action::StopAndSave | Action::StopWithoutSaving => {
-                    self.confirm_quit = false;
-                    self.exit_when_finished = true;
-                    self.run.status = RunStatus::Stopping;
-                    Effect::Send(Command::Stop {
-                        save: action == Action::StopAndSave,
-                    })
-                }
-                Action::Detach => {
-                    self.confirm_quit = false;
-                    Effect::Detach
-                }
-                Action::Cancel | Action::Quit => {
-                    self.confirm_quit = false;
-                    Effect::None
-                }
-                _ => Effect::None,
-            };
+            return self.answer_quit_dialog(action);
         }
         if self.help
-            && let Action::HelpScroll(d) = action
-        {
-            // Bounded by the help's length (the overlay clamps it to what it shows).
-            let most = crate::keys::HELP.len() as i64 * 3;
-            self.help_scroll = (self.help_scroll as i64 + d as i64).clamp(0, most) as u16;
-            return Effect::None;
-        }
-        if self.help && !matches!(action, Action::Quit | Action::None) {
-            self.help = false;
-            if action == Action::ToggleHelp || action == Action::Cancel {
-                return Effect::None;
-            }
-        }
-        match action {
-            Action::None | Action::StopAndSave | Action::StopWithoutSaving | Action::Cancel => {
-                if action == Action::Cancel {
-                    self.zoom = false;
-                }
-                Effect::None
-            }
-            Action::Quit => {
-                if self.controllable() && self.run.status.is_live() {
-                    self.confirm_quit = true;
-                    Effect::None
-                } else {
-                    Effect::Exit
-                }
-            }
-            Action::Detach => {
-                if self.controllable() && self.run.status.is_live() {
-                    Effect::Detach
-                } else {
-                    Effect::Exit
-                }
-            }
-            Action::ToggleHelp => {
-                self.help = true;
-                self.help_scroll = 0;
-                Effect::None
-            }
-            Action::HelpScroll(_) => Effect::None,
-            Action::FocusNext | Action::FocusPrev => {
-                let i = Pane::ALL.iter().position(|p| *p == self.focus).unwrap_or(0);
-                let n = Pane::ALL.len();
-                let next = if action == Action::FocusNext {
-                    (i + 1) % n
-                } else {
-                    (i + n - 1) % n
-                };
-                self.focus = Pane::ALL[next];
-                Effect::None
-            }
-            Action::Focus(p) => {
-                self.focus = p;
-                Effect::None
-            }
-            Action::ToggleZoom => {
-                self.zoom = !self.zoom;
-                Effect::None
-            }
-            Action::TogglePause => self.pause_command(),
-            Action::SaveCheckpoint => self.live_command(Command::SaveCheckpoint),
-            Action::ToggleLogY => {
-                self.log_y = !self.log_y;
-                Effect::None
-            }
-            Action::ToggleSmoothing => {
-                if self.smoothing > 0.0 {
-                    self.smoothing_off_from = self.smoothing;
-                    self.smoothing = 0.0;
-                } else {
-                    self.smoothing = self.smoothing_off_from;
-                }
-                Effect::None
-            }
-            Action::Smoothing(d) => {
-                // Rounded to the key's step, so + then - comes back to the same weight.
-                let w = ((self.smoothing + d) * 100.0).round() / 100.0;
-                let w = w.clamp(0.0, crate::compare::MAX_SMOOTHING);
-                if w == 0.0 && self.smoothing > 0.0 {
-                    // `m` brings back the weight it had.
-                    self.smoothing_off_from = self.smoothing;
-                }
-                self.smoothing = w;
-                Effect::None
-            }
-            Action::ToggleMouse => {
-                self.mouse = !self.mouse;
-                let step = self.step();
-                let line = if self.mouse {
-                    "mouse on: click focuses a pane, the wheel scrolls (M: off, to select text)"
-                } else {
-                    "mouse off: the terminal selects text (M: on again)"
-                };
-                self.run.log(step, LogKind::Info, line.into());
-                Effect::None
-            }
-            Action::ControlsUp => {
-                self.pending_loss = None;
-                let n = Control::count();
-                self.controls_cursor = (self.controls_cursor + n - 1) % n;
-                Effect::None
-            }
-            Action::ControlsDown => {
-                self.pending_loss = None;
-                self.controls_cursor = (self.controls_cursor + 1) % Control::count();
-                Effect::None
-            }
-            Action::ControlsToggle => self.toggle_control(),
-            Action::ControlsScale(factor) => self.scale_control(factor),
-            Action::ControlsType => {
-                let control = self.selected_control();
-                if self.value_of(control).is_some() && self.controllable() {
-                    self.typing = Some((control, String::new()));
-                }
-                Effect::None
-            }
-            Action::TypeInput(c) => {
-                if let Some((_, text)) = &mut self.typing {
-                    let numeric = c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+');
-                    if numeric && text.len() < MAX_TYPED {
-                        text.push(c);
-                    } else {
-                        // Said, not silently dropped: a cut-off "0.000…1" would be sent as 0.
-                        let step = self.step();
-                        self.run.log(
-                            step,
-                            LogKind::Warning,
-                            format!(
-                                "{c:?} not taken: a number is digits, '.', 'e', '+' and '-', at most {MAX_TYPED} of them"
-                            ),
-                        );
-                    }
-                }
-                Effect::None
-            }
-            Action::TypeBackspace => {
-                if let Some((_, text)) = &mut self.typing {
-                    text.pop();
-                }
-                Effect::None
-            }
-            Action::TypeCancel => {
-                self.typing = None;
-                Effect::None
-            }
-            Action::TypeAccept => match self.typing.take() {
-                Some((control, text)) => match text.trim().parse::<f64>() {
-                    Ok(v) if v.is_finite() && v >= 0.0 => self.set_value(control, v),
-                    _ => {
-                        let step = self.step();
-                        self.run.log(
-                            step,
-                            LogKind::Warning,
-                            format!("{text:?}: not a finite number ≥ 0; nothing sent"),
-                        );
-                        Effect::None
-                    }
-                },
-                None => Effect::None,
-            },
-            Action::SearchStart => {
-                self.focus = Pane::Neighbors;
-                self.neighbors.start_search();
-                Effect::None
-            }
-            Action::SearchInput(c) => {
-                if let Some(v) = &self.vocab {
-                    self.neighbors.input(c, v);
-                }
-                Effect::None
-            }
-            Action::SearchBackspace => {
-                if let Some(v) = &self.vocab {
-                    self.neighbors.backspace(v);
-                }
-                Effect::None
-            }
-            Action::SearchMove(d) => {
-                self.neighbors.move_cursor(d);
-                Effect::None
-            }
-            Action::SearchAccept => {
-                self.neighbors.accept(self.analysis.as_deref());
-                self.ask_neighbors();
-                Effect::None
-            }
-            Action::SearchCancel => {
-                self.neighbors.cancel();
-                Effect::None
-            }
-            Action::TogglePin => {
-                self.neighbors.toggle_pin(self.analysis.as_deref());
-                self.ask_neighbors();
-                Effect::None
-            }
-            Action::ToggleCentred => {
-                self.centred = !self.centred;
-                Effect::None
-            }
-            Action::Scrub(delta) => {
-                let n = self.run.projection_steps.len();
-                if n > 0 {
-                    let at = self.scrub.unwrap_or(n - 1) as i64 + delta as i64;
-                    // Past the newest snapshot: follow the live one again.
-                    self.scrub = if at >= n as i64 - 1 && delta > 0 {
-                        None
-                    } else {
-                        Some(at.clamp(0, n as i64 - 1) as usize)
-                    };
-                    if let Some(step) = self.shown_step()
-                        && !self.frames.contains_key(&step)
-                        && self.analysis.is_none()
-                    {
-                        self.ask(Request::Projection(Some(step)));
-                    }
-                }
-                Effect::None
-            }
-        }
-    }
-
-    /// A command only makes sense while the run lives and takes commands from here.
-    fn live_command(&self, command: Command) -> Effect {
-        if self.controllable()
-            && self.run.status.is_live()
-            && self.run.status != RunStatus::Stopping
-        {
-            Effect::Send(command)
-        } else {
-            Effect::None
-        }
-    }
-
-    fn pause_command(&self) -> Effect {
-        match self.run.status {
-            RunStatus::Paused | RunStatus::Diverged { .. } => self.live_command(Command::Resume),
-            _ => self.live_command(Command::Pause),
-        }
-    }
-
-    pub fn selected_control(&self) -> Control {
-        Control::ALL[self.controls_cursor.min(Control::count() - 1)]
-    }
-
-    fn toggle_control(&mut self) -> Effect {
-        if self.selected_control() == Control::Term(Term::Agg)
-            && let Some(effect) = self.agg_on_scaled()
+            && let Some(effect) = self.answer_help(&action)
         {
             return effect;
         }
-        let change = match self.selected_control() {
-            Control::Term(term) => ObjectiveChange::Enable {
-                term,
-                on: !self.run.objectives.term(term).0,
-            },
-            Control::Freeze(group) => ObjectiveChange::Freeze {
-                group,
-                frozen: !self.run.objectives.freeze.is_frozen(group),
-            },
-            Control::GateFreeze => ObjectiveChange::GateFreeze {
-                parts: match self.run.objectives.gate_freeze {
-                    GateParts::None => GateParts::B,
-                    GateParts::B => GateParts::C,
-                    GateParts::C => GateParts::Bc,
-                    GateParts::Bc => GateParts::None,
-                },
-            },
-            Control::Pause => return self.pause_command(),
-            Control::Checkpoint => return self.live_command(Command::SaveCheckpoint),
-            Control::LearningRate => return Effect::None,
-            Control::Loss => match self.pending_loss.take() {
-                Some(LossChoice { kind, squash }) => ObjectiveChange::Loss { kind, squash },
-                None => return Effect::None,
-            },
-        };
-        self.live_command(Command::Objective { change })
-    }
-
-    /// AGG switched on from the Controls with the paper's α (0.03 occurrences per update at
-    /// 32,768 tokens per update) on a run of another size: α scaled to this run's tokens per
-    /// update, so that about the paper's share of the vocabulary counts as rare (at `tiny`'s
-    /// 1,024 the paper's α made 4,737 of 5,002 tokens rare). Said in the Events; the rare set's
-    /// size shows in Progress from the next step. `None`: nothing to scale.
-    fn agg_on_scaled(&mut self) -> Option<Effect> {
-        let (on, alpha) = self.run.objectives.term(Term::Agg);
-        let tokens = self.run.info.tokens_per_update;
-        let paper = conelab_core::objective::AggConfig::default().alpha;
-        if on || alpha != paper || tokens == 0 || tokens == PAPER_TOKENS_PER_UPDATE {
-            return None;
-        }
-        let scaled = paper * tokens as f64 / PAPER_TOKENS_PER_UPDATE as f64;
-        let effect = self.live_command(Command::Objective {
-            change: ObjectiveChange::Enable {
-                term: Term::Agg,
-                on: true,
-            },
-        });
-        let Effect::Send(enable) = effect else {
-            return Some(effect);
-        };
-        let step = self.step();
-        self.run.log(
-            step,
-            LogKind::Info,
-            format!(
-                "AGG on with α = {} (the paper's 0.03 at 32,768 tokens per update, scaled to this run's {tokens}); the rare set's size shows in Progress",
-                conelab_widgets::format_compact(scaled)
-            ),
-        );
-        self.pending = Some((Control::Term(Term::Agg), scaled));
-        Some(Effect::SendAll(vec![
-            enable,
-            Command::Objective {
-                change: ObjectiveChange::Weight {
-                    term: Term::Agg,
-                    weight: scaled,
-                },
-            },
-        ]))
-    }
-
-    /// The value a line adjusts, as the run acknowledged it (a weight, the learning rate);
-    /// `None` for a line without one.
-    pub fn value_of(&self, control: Control) -> Option<f64> {
-        match control {
-            Control::Term(term) => Some(self.run.objectives.term(term).1),
-            Control::LearningRate => self.run.lr,
-            _ => None,
-        }
-    }
-
-    /// Sends `value` for a value line, unless it changes nothing: the value in force already,
-    /// or the weight of a term that is off (it would be recorded nowhere; switch it on first).
-    fn set_value(&mut self, control: Control, value: f64) -> Effect {
-        let Some(current) = self.value_of(control) else {
-            return Effect::None;
-        };
-        if value == current {
-            return Effect::None;
-        }
-        let command = match control {
-            Control::Term(term) => {
-                if !self.run.objectives.term(term).0 {
-                    let step = self.step();
-                    self.run.log(
-                        step,
-                        LogKind::Info,
-                        format!(
-                            "{} is off: switch it on (Space) to change its weight",
-                            term.name()
-                        ),
-                    );
-                    return Effect::None;
-                }
-                Command::Objective {
-                    change: ObjectiveChange::Weight {
-                        term,
-                        weight: value,
-                    },
-                }
-            }
-            Control::LearningRate => Command::SetLr { lr: value },
-            _ => return Effect::None,
-        };
-        let effect = self.live_command(command);
-        if matches!(effect, Effect::Send(_)) {
-            self.pending = Some((control, value));
-        }
-        effect
-    }
-
-    fn scale_control(&mut self, factor: f64) -> Effect {
-        let control = self.selected_control();
-        match control {
-            Control::Term(_) | Control::LearningRate => match self.value_of(control) {
-                Some(v) => self.set_value(control, v * factor),
-                None => Effect::None,
-            },
-            Control::Loss => {
-                let current = LossChoice::of(&self.run.objectives);
-                let from = self.pending_loss.unwrap_or(current);
-                let to = if factor > 1.0 {
-                    from.next()
-                } else {
-                    from.previous()
-                };
-                self.pending_loss = (to != current).then_some(to);
-                Effect::None
-            }
-            _ => Effect::None,
+        match action.part() {
+            Part::Workbench => self.apply_workbench(action),
+            Part::LossChart => self.apply_loss_chart(action),
+            Part::Controls => self.apply_controls(action),
+            Part::Neighbors => self.apply_neighbors(action),
+            Part::TimeScrub => self.apply_time_scrub(action),
         }
     }
 
