@@ -196,19 +196,9 @@ pub(crate) fn top_share(mut c: Vec<f64>, top: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::second_tier::tests::normals;
     use rand_chacha::ChaCha8Rng;
-    use rand_chacha::rand_core::{Rng, SeedableRng};
-
-    /// Standard normal draws (Box–Muller), so the tests need no distribution crate.
-    fn normals(rng: &mut ChaCha8Rng, count: usize) -> Vec<f64> {
-        let uniform = |rng: &mut ChaCha8Rng| (f64::from(rng.next_u32()) + 0.5) / 4_294_967_296.0;
-        (0..count)
-            .map(|_| {
-                let (u, v) = (uniform(rng), uniform(rng));
-                (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
-            })
-            .collect()
-    }
+    use rand_chacha::rand_core::SeedableRng;
 
     /// A planted common direction: isotropic unit noise in d = 128 plus variance 100 along e₀
     /// and e₁ and a constant offset. D = ⌈128/100⌉ = 2 components go; their share of the

@@ -373,7 +373,7 @@ pub fn second_tier(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use conelab_data::{FrequencyGroups, GroupBounds};
     use rand_chacha::ChaCha8Rng;
@@ -405,7 +405,7 @@ mod tests {
         }))
     }
     /// Standard normal draws (Box–Muller), so the tests need no distribution crate.
-    fn normals(rng: &mut ChaCha8Rng, count: usize) -> Vec<f64> {
+    pub(crate) fn normals(rng: &mut ChaCha8Rng, count: usize) -> Vec<f64> {
         let uniform = |rng: &mut ChaCha8Rng| (f64::from(rng.next_u32()) + 0.5) / 4_294_967_296.0;
         (0..count)
             .map(|_| {

@@ -102,6 +102,28 @@ pub trait TiedLm {
     }
 }
 
+/// [`TiedLm::tied`] and [`TiedLm::tied_mut`] of a model that keeps W, its spectral factors and
+/// its output bias in fields named `embedding`, `spectral` and `output_bias`.
+macro_rules! tied_fields {
+    () => {
+        fn tied(&self) -> Tied<'_> {
+            Tied {
+                embedding: &self.embedding,
+                spectral: self.spectral.as_ref(),
+                output_bias: self.output_bias.as_ref(),
+            }
+        }
+
+        fn tied_mut(&mut self) -> TiedMut<'_> {
+            TiedMut {
+                embedding: &mut self.embedding,
+                spectral: &mut self.spectral,
+                output_bias: &mut self.output_bias,
+            }
+        }
+    };
+}
+
 impl TiedLm for TransformerLm {
     fn hidden_with(
         &self,
@@ -112,21 +134,7 @@ impl TiedLm for TransformerLm {
         (self.hidden(inputs, w), None)
     }
 
-    fn tied(&self) -> Tied<'_> {
-        Tied {
-            embedding: &self.embedding,
-            spectral: self.spectral.as_ref(),
-            output_bias: self.output_bias.as_ref(),
-        }
-    }
-
-    fn tied_mut(&mut self) -> TiedMut<'_> {
-        TiedMut {
-            embedding: &mut self.embedding,
-            spectral: &mut self.spectral,
-            output_bias: &mut self.output_bias,
-        }
-    }
+    tied_fields!();
 }
 
 impl TiedLm for LstmLm {
@@ -140,21 +148,7 @@ impl TiedLm for LstmLm {
         (h, Some(s))
     }
 
-    fn tied(&self) -> Tied<'_> {
-        Tied {
-            embedding: &self.embedding,
-            spectral: self.spectral.as_ref(),
-            output_bias: self.output_bias.as_ref(),
-        }
-    }
-
-    fn tied_mut(&mut self) -> TiedMut<'_> {
-        TiedMut {
-            embedding: &mut self.embedding,
-            spectral: &mut self.spectral,
-            output_bias: &mut self.output_bias,
-        }
-    }
+    tied_fields!();
 
     fn runs_on_host(&self, device: &Device) -> bool {
         LstmLm::runs_on_host(self, device)
