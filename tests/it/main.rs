@@ -21,6 +21,7 @@ mod outputs;
 mod protocol;
 mod readme;
 mod real_corpora;
+mod refusals;
 mod run_index;
 mod run_process;
 mod store;

@@ -242,6 +242,32 @@ fn a_bad_number_is_refused_before_anything_is_created_and_a_folder_without_check
     steps_are_contiguous_and_once(&f.path("run"), 2);
 }
 
+/// Issue #61: a kill before the first checkpoint, then `--resume`, starts the run over with its
+/// earlier store set aside — and without the corpus's reference rows (the KN-3 bar of every
+/// group) that a start records: `export --table groups` lost every KN-3 column.
+#[test]
+fn a_resume_that_starts_over_records_the_corpus_reference() {
+    let f = Fixture::new();
+    let reference_rows = |run: &Path| {
+        let out = conelab(&["export", s(run), "--table", "metrics", "--format", "csv"]);
+        succeeded(&out);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(",ref_ppl,") || l.contains(",ref_unigram_ppl,"))
+            .count()
+    };
+    succeeded(&f.train("fresh", &["--steps", "2", "--eval-every", "0"]));
+    let fresh = reference_rows(&f.path("fresh"));
+    assert!(fresh >= 8, "a new run records the reference: {fresh} rows");
+    succeeded(&f.train("run", &["--steps", "2", "--eval-every", "0"]));
+    for p in conelab_core::run_dir::checkpoints_in(&f.path("run")).expect("list") {
+        std::fs::remove_dir_all(p).expect("rm");
+    }
+    let resumed = conelab(&["train", "--resume", s(&f.path("run")), "--steps", "2"]);
+    succeeded(&resumed);
+    assert_eq!(reference_rows(&f.path("run")), fresh);
+}
+
 #[test]
 fn resume_applies_what_can_change_and_refuses_what_cannot() {
     let f = Fixture::new();

@@ -356,6 +356,12 @@ impl RunDir {
     }
 
     /// Rewrites `run.toml` (a resumed run whose settings changed), atomically.
+    /// Takes `spec` as the run's for this process without writing it (a resume that may still
+    /// be refused: [`RunDir::update_spec`] writes it once nothing can refuse it any more).
+    pub fn use_spec(&mut self, spec: RunSpec) {
+        self.spec = spec;
+    }
+
     pub fn update_spec(&mut self, spec: RunSpec) -> Result<(), CheckpointError> {
         let run_toml = self.path.join("run.toml");
         let toml = toml::to_string_pretty(&spec).map_err(|e| CheckpointError::Corrupt {

@@ -276,31 +276,7 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
             ).into()));
         }
     }
-    // The corpus's reference models, the bar every group's PPL is judged against (cached
-    // per corpus; the first run on a corpus computes them: 0.3 s synthetic, 1.4 s WikiText-2).
-    use conelab_core::baseline;
-    let cache = conelab_base::settings::current().cache_dir.value.clone();
-    let corpus = trainer.corpus();
-    let train_tokens = corpus.split(conelab_data::Split::Train).len();
-    let reference = if train_tokens > baseline::COMPUTE_AT_START_TOKENS {
-        match baseline::cached(corpus, &cache) {
-            Some((r, _)) => Event::Reference(Box::new(r.event(0))),
-            None => Event::Warning {
-                step: 0,
-                message: format!(
-                    "no reference models: a training text of {train_tokens} tokens is not counted as a run starts; `conelab data baseline {corpus_arg}` computes them once for every later run"
-                ),
-            },
-        }
-    } else {
-        match baseline::reference(corpus, &cache) {
-            Ok((r, _)) => Event::Reference(Box::new(r.event(0))),
-            Err(e) => Event::Warning {
-                step: 0,
-                message: format!("no reference models: {}", conelab_base::error::chain(&e)),
-            },
-        }
-    };
+    let reference = reference_event(trainer.corpus(), corpus_arg);
     let set_aside = set_aside_store(&dir)?;
     let spec = RunSpec {
         conelab_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -353,8 +329,21 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     )
     .map_err(RunError::Usage)?;
     let lock = live::hold(run.path())?;
+    // Every check that can refuse the resume comes before the first byte it writes.
+    let store = conelab_store::store_dir(run.path());
+    if let Err(e @ conelab_store::StoreError::Corrupt { .. }) =
+        conelab_store::read_run_record(&store)
+    {
+        return Err(RunError::Usage(
+            format!(
+                "{e}: the run cannot record a resumed run's numbers (nothing was written; `conelab store verify {}` says what else is damaged)",
+                run.path().display()
+            )
+            .into(),
+        ));
+    }
     // The same corpus at another place (moved, copied to a node's scratch): the run reads it
-    // there from now on.
+    // there from now on (written with the rest once the resume is sure).
     let mut moved = None;
     if let (Some(CorpusSpec::Dir { path: new, .. }), CorpusSpec::Dir { path: old, .. }) =
         (&corpus, &run.spec().corpus)
@@ -368,7 +357,7 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
             old.display()
         ));
         spec.corpus = given;
-        run.update_spec(spec)?;
+        run.use_spec(spec);
     } else if corpus.is_none()
         && let CorpusSpec::Dir { path: old, .. } = &run.spec().corpus
         && !old.is_dir()
@@ -385,12 +374,9 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     }
     // Before choosing the checkpoint: a re-save interrupted by a kill may have set one aside.
     let recovered = run.recover()?;
-    // No checkpoint at all: the run starts again from its run.toml, its earlier store set aside.
-    let set_aside = if !path.join("model.safetensors").exists() && run.checkpoints()?.is_empty() {
-        set_aside_store(run.path())?
-    } else {
-        None
-    };
+    // No checkpoint at all: the run starts again from its run.toml, its earlier store set aside
+    // (once the resume is sure).
+    let starts_over = !path.join("model.safetensors").exists() && run.checkpoints()?.is_empty();
     let objective_flags = |o: &mut Objectives| apply_objective_flags(o, opts);
     let changes = ResumeChanges {
         device: opts.device,
@@ -413,6 +399,14 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
         announcements: changed,
         commands,
     } = conelab_train::start::resume(&mut run, from, &changes).map_err(start_error)?;
+    if moved.is_some() {
+        run.update_spec(run.spec().clone())?;
+    }
+    let set_aside = if starts_over {
+        set_aside_store(run.path())?
+    } else {
+        None
+    };
     let at = trainer.state().step;
     let mut announcements = Vec::new();
     if let Some(message) = moved {
@@ -428,6 +422,15 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
         });
     }
     announcements.extend(changed);
+    // Started over (no checkpoint): a new store, which records the corpus's reference as a new
+    // run's does.
+    if at == 0 {
+        let corpus_arg = match &run.spec().corpus {
+            CorpusSpec::Dir { path, .. } => path.display().to_string(),
+            _ => "synthetic".to_owned(),
+        };
+        announcements.push(reference_event(trainer.corpus(), &corpus_arg));
+    }
     Ok(Prepared {
         trainer,
         run,
@@ -437,6 +440,35 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
         recovered,
         labels: opts.label_edit(),
     })
+}
+
+/// The corpus's reference models as a run records them when it starts from step 0: the bar every
+/// group's PPL is judged against (cached per corpus; the first run on a corpus computes them:
+/// 0.3 s synthetic, 1.4 s WikiText-2), or a warning saying why there are none. `corpus_arg` is
+/// how the user names the corpus, for the command that computes them.
+fn reference_event(corpus: &Corpus, corpus_arg: &str) -> Event {
+    use conelab_core::baseline;
+    let cache = conelab_base::settings::current().cache_dir.value.clone();
+    let train_tokens = corpus.split(conelab_data::Split::Train).len();
+    if train_tokens > baseline::COMPUTE_AT_START_TOKENS {
+        match baseline::cached(corpus, &cache) {
+            Some((r, _)) => Event::Reference(Box::new(r.event(0))),
+            None => Event::Warning {
+                step: 0,
+                message: format!(
+                    "no reference models: a training text of {train_tokens} tokens is not counted as a run starts; `conelab data baseline {corpus_arg}` computes them once for every later run"
+                ),
+            },
+        }
+    } else {
+        match baseline::reference(corpus, &cache) {
+            Ok((r, _)) => Event::Reference(Box::new(r.event(0))),
+            Err(e) => Event::Warning {
+                step: 0,
+                message: format!("no reference models: {}", conelab_base::error::chain(&e)),
+            },
+        }
+    }
 }
 
 /// A run folder whose run never reached a checkpoint is started again from step 0: its store

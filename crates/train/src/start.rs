@@ -176,6 +176,9 @@ pub fn resume(
         let mut objectives = trainer.objectives().clone();
         apply(&mut objectives).map_err(StartError::Usage)?;
         if &objectives != trainer.objectives() {
+            trainer
+                .check_objectives(&objectives)
+                .map_err(StartError::Usage)?;
             commands.push(Command::Objective {
                 change: ObjectiveChange::Set {
                     objectives: Box::new(objectives),

@@ -125,6 +125,14 @@ impl Trainer {
         Some(choice)
     }
 
+    /// The checks a change to `objectives` meets before it is applied (a resume asking for them
+    /// is refused before it writes anything, not rejected once the run is under way).
+    pub fn check_objectives(&self, objectives: &Objectives) -> Result<(), Invalid> {
+        let mut o = objectives.clone();
+        self.resolve_rare_fraction(&mut o);
+        o.validate(group_sizes(&self.corpus))
+    }
+
     /// Replaces the objectives wholesale between two steps (benchmarks, tests), with the same
     /// side effects and checks as a change by command.
     pub fn set_objectives(&mut self, mut objectives: Objectives) -> Result<(), Invalid> {
