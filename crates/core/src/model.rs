@@ -211,12 +211,31 @@ impl ModelConfig {
     }
 
     /// A lower bound on the bytes one training step at `batch` holds: the parameters, their
-    /// gradients and AdamW's two moments in fp32 (16 bytes a parameter), and the `[B·T, N]` logits
-    /// with their gradient (8 bytes an entry). The activations come on top; a configuration
-    /// beyond this bound cannot train on a machine with less memory, whatever else it needs.
+    /// gradients and AdamW's two moments in fp32 (16 bytes a parameter), the `[B·T, N]` logits
+    /// with their gradient (8 bytes an entry), and what every layer keeps of a window for the
+    /// backward pass ([`Self::activation_bytes_at_least`]). A configuration beyond this bound
+    /// cannot train on a machine with less memory, whatever else it needs.
     pub fn training_bytes_at_least(&self, vocab: usize, batch: usize) -> f64 {
         16.0 * self.parameter_count(vocab)
             + 8.0 * (batch as f64) * (self.window() as f64) * (vocab as f64)
+            + self.activation_bytes_at_least(batch)
+    }
+
+    /// The fp32 activations a window of `batch` streams leaves for the backward pass, at least:
+    /// per Transformer layer the attention probabilities (`B·heads·T²`: the window's square, what a
+    /// long `--bptt` runs into) and the block's inputs to its products (the normalised input, Q,
+    /// K, V, the attention output, the MLP's input and hidden layer: `B·T·(6d + d_ff)`); per
+    /// LSTM layer its four gates and cell state at every position (`B·T·5h`).
+    pub fn activation_bytes_at_least(&self, batch: usize) -> f64 {
+        let f = |v: usize| v as f64;
+        let (b, t) = (f(batch), f(self.window()));
+        match self {
+            ModelConfig::Transformer(c) => {
+                4.0 * f(c.layers)
+                    * (b * f(c.heads) * t * t + b * t * (6.0 * f(c.d_model) + f(c.d_ff)))
+            }
+            ModelConfig::Lstm(c) => 4.0 * f(c.layers) * b * t * 5.0 * f(c.hidden),
+        }
     }
 
     /// Embedding width d (columns of W).
@@ -364,6 +383,31 @@ impl DeviceSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The attention probabilities grow with the window's square: a Transformer layer of 2 heads,
+    /// d = 8, d_ff = 16 at B = 3 keeps 4·(3·2·T² + 3·T·(6·8 + 16)) bytes, counted by hand.
+    #[test]
+    fn activations_grow_with_the_window_squared() {
+        let at = |t: usize| {
+            ModelConfig::Transformer(TransformerConfig {
+                d_model: 8,
+                layers: 2,
+                heads: 2,
+                d_ff: 16,
+                context: t,
+                dropout: 0.0,
+                init_std: 0.02,
+                output_bias: false,
+            })
+            .activation_bytes_at_least(3)
+        };
+        let by_hand = |t: f64| 2.0 * 4.0 * (3.0 * 2.0 * t * t + 3.0 * t * 64.0);
+        assert_eq!(at(10), by_hand(10.0));
+        assert_eq!(at(65_536), by_hand(65_536.0));
+        // 65,536 tokens on 2 heads: 32 GiB of probabilities a layer at batch 1, far beyond the
+        // parameters' share.
+        assert!(at(65_536) > 100.0 * 16.0 * 1.0e6);
+    }
 
     #[test]
     fn parses_every_spelling() {

@@ -25,6 +25,9 @@ use conelab_core::labels::LabelEdit;
 use conelab_core::model::{ModelConfig, Preset};
 use conelab_core::train_config::TrainConfig;
 
+/// The longest `--config` file read: a run's settings are a few hundred bytes.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigFileError {
     #[error("cannot read config {path}: {source}")]
@@ -57,12 +60,30 @@ struct RunTable {
 }
 
 impl ConfigFile {
+    /// The file at `path`, read up to [`MAX_CONFIG_BYTES`] (`--config /dev/zero` is refused,
+    /// not read for ever).
     pub fn read(path: &Path) -> Result<Self, ConfigFileError> {
+        use std::io::Read;
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
+        let read = |source| ConfigFileError::Read {
             path: name.clone(),
             source,
-        })?;
+        };
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(read)?;
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ConfigFileError::Invalid {
+                path: name,
+                message: format!(
+                    "longer than {} KiB: not a run's settings",
+                    MAX_CONFIG_BYTES / 1024
+                ),
+            });
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|e| read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
         Self::parse(&text, &name)
     }
 

@@ -49,7 +49,7 @@ pub fn memory_refusal(
     let gib = |b: f64| b / f64::from(1u32 << 30);
     (need > available as f64).then(|| {
         format!(
-            "this model needs at least {:.1} GiB to train at batch {} ({:.3e} parameters with their gradients and AdamW's moments, and the logits), and {has} {:.1} GiB available",
+            "this model needs at least {:.1} GiB to train at batch {} ({:.3e} parameters with their gradients and AdamW's moments, the logits and the activations), and {has} {:.1} GiB available",
             gib(need),
             config.batch,
             model_config.parameter_count(vocab),
@@ -290,8 +290,9 @@ mod memory_tests {
     }
 
     /// 16 bytes a parameter (value, gradient, AdamW's two moments), 8 an entry of the
-    /// `[B·T, N]` logits (with their gradient), and with AGG 4 bytes a token of K updates: the
-    /// refusal comes exactly above that, names the memory, and says both sizes in GiB.
+    /// `[B·T, N]` logits (with their gradient), 4 a kept activation (an LSTM layer's four gates
+    /// and cell state at each of the B·T positions), and with AGG 4 bytes a token of K updates:
+    /// the refusal comes exactly above that, names the memory, and says both sizes in GiB.
     #[test]
     fn a_run_is_refused_exactly_when_its_lower_bound_exceeds_the_memory() {
         let (model, layers) = lstm();
@@ -301,7 +302,8 @@ mod memory_tests {
             ..TrainConfig::default()
         };
         let params = n as f64 * 8.0 + layers;
-        let need = 16.0 * params + 8.0 * (4.0 * 5.0) * n as f64;
+        let activations = 4.0 * (4.0 * 5.0) * 5.0 * 8.0;
+        let need = 16.0 * params + 8.0 * (4.0 * 5.0) * n as f64 + activations;
         assert_eq!(training_bytes_needed(&model, &config, n, 50), need);
         let refuse = |config: &TrainConfig, available: u64| {
             memory_refusal(&model, config, n, 50, available, "cuda:0 has")
