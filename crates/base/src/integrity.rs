@@ -176,8 +176,20 @@ impl Manifest {
 
     /// Checks `name` in `dir` against this manifest: `Ok(true)` when it matches (the listed
     /// checksum or a pending one), `Ok(false)` when the manifest does not list it.
+    /// A file the manifest does not list is unverified — unless the manifest lists a file that
+    /// is not there: then a key of it is damaged (`vocab.usv` for `vocab.tsv`), and the file it
+    /// should have named is unchecked, which is said as damage rather than passed over.
     pub fn check(&self, dir: &Path, name: &str) -> Result<bool, IntegrityError> {
         let Some(want) = self.files.get(name) else {
+            if let Some(stray) = self.files.keys().find(|k| !dir.join(k).exists()) {
+                return Err(IntegrityError::Damaged {
+                    path: dir.join(MANIFEST),
+                    reason: format!(
+                        "does not list {name} but lists {stray}, which is not there: the \
+                         manifest is damaged, and {name} cannot be checked"
+                    ),
+                });
+            }
             return Ok(false);
         };
         let file = dir.join(name);
@@ -258,6 +270,24 @@ pub fn write_recorded(
             .map_err(io_at(&manifest_path))?;
     }
     Ok(())
+}
+
+/// Removes `dir/name` and its entry in `dir`'s manifest: the entry first, so that a crash between
+/// the two leaves an unlisted file (unverified), never a listed one that is gone (damage).
+pub fn forget_recorded(dir: &Path, name: &str) -> Result<(), IntegrityError> {
+    let manifest_path = dir.join(MANIFEST);
+    if let Some(mut manifest) = Manifest::read(dir).ok().flatten()
+        && (manifest.files.remove(name).is_some() | manifest.pending.remove(name).is_some())
+    {
+        crate::atomic::write_file_as("manifest", &manifest_path, &manifest.encode())
+            .map_err(io_at(&manifest_path))?;
+    }
+    let path = dir.join(name);
+    match std::fs::remove_file(&path) {
+        Ok(()) => crate::atomic::sync_dir(dir).map_err(io_at(dir)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_at(&path)(e)),
+    }
 }
 
 thread_local! {
@@ -381,6 +411,33 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// Issue #61: a flipped key (`vocab.usv` for `vocab.tsv`) left the file it named unchecked
+    /// by every reader but `verify`: the file is now damage to each of them, named.
+    #[test]
+    fn a_damaged_manifest_key_is_damage_not_an_unlisted_file() {
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::write(dir.path().join("vocab.tsv"), b"a\t1\n").expect("write");
+        std::fs::write(dir.path().join("run.toml"), b"x = 1\n").expect("write");
+        let m = Manifest::of_folder(dir.path()).expect("manifest");
+        let text = String::from_utf8(m.encode()).expect("utf-8");
+        std::fs::write(
+            dir.path().join(MANIFEST),
+            text.replace("vocab.tsv", "vocab.usv"),
+        )
+        .expect("write");
+        let e = verify_file(dir.path(), "vocab.tsv").expect_err("a key flipped");
+        assert!(
+            e.to_string()
+                .contains("does not list vocab.tsv but lists vocab.usv, which is not there"),
+            "{e}"
+        );
+        // What the manifest lists still checks; a file it never listed, with every key
+        // present, is unverified as before (written before manifests).
+        std::fs::write(dir.path().join(MANIFEST), m.encode()).expect("write");
+        assert!(verify_file(dir.path(), "vocab.tsv").expect("listed"));
+        assert!(!verify_file(dir.path(), "new.json").expect("not listed"));
     }
 
     /// A rewrite crashed at each of its steps (the manifest with the pending entry, the file,

@@ -217,6 +217,7 @@ fn status(dir: &std::path::Path) -> String {
         Ok(Liveness::Live { .. }) => "live".into(),
         Ok(Liveness::Ended(f)) => f.status,
         Ok(Liveness::Crashed) => "crashed".into(),
+        Ok(Liveness::EndedDamaged(_)) => "damaged".into(),
         Err(_) => "unreadable".into(),
     }
 }

@@ -66,7 +66,7 @@ fn change(dir: &Path, store_dir: &Path, edit: &LabelEdit) -> Result<RunLabels, R
             )
             .into(),
         )),
-        Liveness::Ended(_) | Liveness::Crashed => {
+        Liveness::Ended(_) | Liveness::EndedDamaged(_) | Liveness::Crashed => {
             let _lock = lock_store(store_dir)?;
             Ok(edit_record(store_dir, edit)?)
         }

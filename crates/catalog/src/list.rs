@@ -341,6 +341,11 @@ pub fn row(dir: &Path) -> RunRow {
             }
         }
         Liveness::Crashed => r.status = "crashed".into(),
+        // Over, how is not known: its damage is said, and its store read as for any run.
+        Liveness::EndedDamaged(why) => {
+            r.status = "ended".into();
+            r.damaged.push(why.clone());
+        }
     }
     match RunDir::open(dir) {
         Ok(run) => {

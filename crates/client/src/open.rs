@@ -123,6 +123,16 @@ pub fn open(dir: &Path, archive: &dyn RunArchive) -> Result<Opened, OpenError> {
                 );
                 return stored(dir, status, why, archive);
             }
+            Liveness::EndedDamaged(reason) => {
+                let why = format!(
+                    "read-only: the run is over, and its final record is damaged ({reason}): `conelab train --resume {}` continues it",
+                    dir.display()
+                );
+                let status = RunStatus::Failed {
+                    message: format!("how it ended is not known: {reason}"),
+                };
+                return stored(dir, status, why, archive);
+            }
             Liveness::Crashed => {
                 let why = format!(
                     "read-only: the run's process is gone without a final record (crashed): `conelab train --resume {}` continues from its newest checkpoint",

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use conelab_base::integrity::IntegrityError;
 use conelab_base::lockfile::{LockError, LockFile, holder_text, host_name};
 
 pub const RUN_LOCK: &str = "run.lock";
@@ -57,6 +58,9 @@ pub enum Liveness {
         record: Option<LiveRecord>,
     },
     Ended(FinalRecord),
+    /// No live process, and its final record is damaged (why): the run is over, how it ended
+    /// is not known — its files and store are read all the same.
+    EndedDamaged(String),
     /// No live process, no final record.
     Crashed,
 }
@@ -119,19 +123,27 @@ pub fn read_live(run_dir: &Path) -> Result<Option<LiveRecord>, LiveError> {
     read_json(&run_dir.join(LIVE_FILE))
 }
 
+/// How the run ended, checked against the run folder's manifest (a flipped byte in a status or
+/// a step is damage, not another ending).
 pub fn read_final(run_dir: &Path) -> Result<Option<FinalRecord>, LiveError> {
-    read_json(&run_dir.join(FINAL_FILE))
+    let path = run_dir.join(FINAL_FILE);
+    if !path.exists() {
+        return Ok(None);
+    }
+    conelab_base::integrity::verify_file(run_dir, FINAL_FILE).map_err(|e| match e {
+        IntegrityError::Io { path, source } => LiveError::Io { path, source },
+        IntegrityError::Damaged { path, reason } => LiveError::Corrupt { path, reason },
+    })?;
+    read_json(&path)
 }
 
 /// Announces the run (the caller holds its lock) and forgets how an earlier process of it ended:
 /// its socket speaks the control protocol of version `protocol`.
 pub fn announce(run_dir: &Path, socket: &Path, protocol: u32) -> Result<LiveRecord, LiveError> {
-    let final_path = run_dir.join(FINAL_FILE);
-    match std::fs::remove_file(&final_path) {
-        Ok(()) => conelab_base::atomic::sync_dir(run_dir).map_err(io(run_dir))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io(&final_path)(e)),
-    }
+    conelab_base::integrity::forget_recorded(run_dir, FINAL_FILE).map_err(|e| match e {
+        IntegrityError::Io { path, source } => LiveError::Io { path, source },
+        IntegrityError::Damaged { path, reason } => LiveError::Corrupt { path, reason },
+    })?;
     let record = LiveRecord {
         pid: std::process::id(),
         host: host_name(),
@@ -143,9 +155,19 @@ pub fn announce(run_dir: &Path, socket: &Path, protocol: u32) -> Result<LiveReco
     Ok(record)
 }
 
-/// Records how the run ended and removes its live record.
+/// Records how the run ended (with its checksum in the run folder's manifest) and removes its
+/// live record.
 pub fn conclude(run_dir: &Path, record: &FinalRecord) -> Result<(), LiveError> {
-    write_json(&run_dir.join(FINAL_FILE), record)?;
+    let path = run_dir.join(FINAL_FILE);
+    let json = serde_json::to_string_pretty(record).map_err(|e| LiveError::Corrupt {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    conelab_base::integrity::write_recorded("final", run_dir, FINAL_FILE, json.as_bytes())
+        .map_err(|e| match e {
+            IntegrityError::Io { path, source } => LiveError::Io { path, source },
+            IntegrityError::Damaged { path, reason } => LiveError::Corrupt { path, reason },
+        })?;
     // A stale live record is harmless (the lock decides), so a failure here is not one.
     let _ = std::fs::remove_file(run_dir.join(LIVE_FILE));
     conelab_base::atomic::sync_dir(run_dir).map_err(io(run_dir))
@@ -167,8 +189,10 @@ pub fn liveness(run_dir: &Path) -> Result<Liveness, LiveError> {
             record: read_live(run_dir)?,
         });
     }
-    Ok(match read_final(run_dir)? {
-        Some(f) => Liveness::Ended(f),
-        None => Liveness::Crashed,
+    Ok(match read_final(run_dir) {
+        Ok(Some(f)) => Liveness::Ended(f),
+        Ok(None) => Liveness::Crashed,
+        Err(e @ LiveError::Corrupt { .. }) => Liveness::EndedDamaged(e.to_string()),
+        Err(e) => return Err(e),
     })
 }
