@@ -1,8 +1,10 @@
 //! The `conelab` binary: parse the command line, run, and turn every failure into one line on
-//! stderr with exit status 2 (bad input) or 4 (the OS refused something a run needs). A run's own
+//! stderr with exit status 2 (bad input), 4 (the OS refused something a run needs) or 5
+//! (damaged data). A run's own
 //! exit status (`conelab train --help`) comes back from `cli::run`.
 
 mod cli;
+mod exit_status;
 
 // Counting is off except inside `conelab bench` (see alloc_count).
 #[cfg(feature = "mimalloc")]
@@ -80,10 +82,7 @@ fn main() -> ExitCode {
     match cli::run(cli) {
         Ok(status) => status.into(),
         Err(e) => {
-            let status = e
-                .downcast_ref::<conelab_catalog::RunError>()
-                .map_or(ExitStatus::BadInput, |r| r.exit_status());
-            let status = conelab_base::exit::status_for(e.as_ref(), status);
+            let status = exit_status::of(&e);
             // Each cause once: an error whose message already ends with its source's text
             // (thiserror's `{0}` beside `#[source]`) would otherwise print that text twice.
             let error: &(dyn std::error::Error + 'static) = e.as_ref();

@@ -7,6 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use conelab_base::error::Invalid;
+use conelab_base::exit::ExitStatus;
 
 use conelab_base::stderr::say;
 use conelab_export::StepChoice;
@@ -90,6 +91,13 @@ pub struct ExportArgs {
     /// per-seed differences (methods.md §4); bold where the interval excludes 0.
     #[arg(long, value_name = "RUN", requires = "aggregate")]
     pub paired_with: Option<String>,
+    /// Refuse a table that a damaged or unreadable part of a store would leave short (a
+    /// corrupt segment, one set aside, a lost run record): the damage on stderr, nothing
+    /// written, exit status 5. Without it the table is written with the damage said on stderr
+    /// and in the file where its format has room (Parquet metadata `conelab.damage`, a comment in
+    /// Markdown and LaTeX).
+    #[arg(long)]
+    pub strict: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -112,6 +120,11 @@ fn tensorboard_log(args: ExportArgs) -> Result<()> {
         bail!("--format tfevents writes each run as it is: --aggregate does not apply");
     }
     let runs = super::find_runs(&args.runs)?;
+    if args.strict {
+        bail!(
+            "--strict applies to tables (TensorBoard logs are written as each event file is read)"
+        );
+    }
     let written = conelab_export::tensorboard::write_log(&runs, out, args.step)?;
     for w in &written.warnings {
         say(&format!("conelab: warning: {w}"));
@@ -147,7 +160,7 @@ fn parse_step_choice(s: &str) -> Result<StepChoice, Invalid> {
     s.parse()
 }
 
-pub fn exec(args: ExportArgs) -> Result<()> {
+pub fn exec(args: ExportArgs) -> Result<ExitStatus> {
     let table = args.table.unwrap_or(ExportTableArg::Groups);
     let format = match (args.format, &args.out) {
         (Some(f), _) => f,
@@ -171,7 +184,7 @@ pub fn exec(args: ExportArgs) -> Result<()> {
         ExportFormatArg::Json => conelab_export::Format::Json,
         ExportFormatArg::Md => conelab_export::Format::Markdown,
         ExportFormatArg::Latex => conelab_export::Format::Latex,
-        ExportFormatArg::Tfevents => return tensorboard_log(args),
+        ExportFormatArg::Tfevents => return tensorboard_log(args).map(|()| ExitStatus::Success),
     };
     if format.is_binary() && args.out.is_none() && std::io::stdout().is_terminal() {
         bail!("Parquet is binary: give --out FILE or redirect stdout");
@@ -203,16 +216,24 @@ pub fn exec(args: ExportArgs) -> Result<()> {
     for w in &table.warnings {
         say(&format!("conelab: warning: {w}"));
     }
+    if args.strict && !table.warnings.is_empty() {
+        say(&format!(
+            "conelab: error: --strict: the table would be short of what the damage above holds; nothing written ({} warning(s))",
+            table.warnings.len()
+        ));
+        return Ok(ExitStatus::Damaged);
+    }
     let bytes = conelab_export::render(&table, format)?;
     match &args.out {
         Some(path) => conelab_base::atomic::write_file_as("export", path, &bytes)
-            .with_context(|| format!("writing {}", path.display())),
+            .with_context(|| format!("writing {}", path.display()))?,
         None => {
             let mut out = std::io::stdout().lock();
             match out.write_all(&bytes).and_then(|()| out.flush()) {
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-                other => other.context("writing to stdout"),
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                other => other.context("writing to stdout")?,
             }
         }
     }
+    Ok(ExitStatus::Success)
 }

@@ -159,7 +159,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         CliCommand::Data(command) => done(data::exec(command)),
         CliCommand::Eval(args) => done(eval::exec(args)),
         CliCommand::Inspect(args) => done(inspect::exec(args)),
-        CliCommand::Export(args) => done(export::exec(args)),
+        CliCommand::Export(args) => export::exec(args),
         CliCommand::ImportTb(args) => done(import_tb::exec(args)),
         CliCommand::Store(command) => store::exec(command),
         CliCommand::Bench(command) => done(bench::exec(command)),

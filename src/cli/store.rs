@@ -23,7 +23,7 @@ pub enum StoreCommand {
     /// the run's manifest, store/run.json against the store's, each store segment and
     /// projection against the checksum in its name (and decoded), each checkpoint's files
     /// against its manifest, and the segments compaction set aside earlier. Changes
-    /// nothing; exit status 4 when something is damaged (listed on stderr), 0 when not.
+    /// nothing; exit status 5 when something is damaged (listed on stderr), 0 when not.
     Verify {
         /// Runs (folders, names or NAME#SEED).
         #[arg(required = true, num_args = 1.., add = super::run_names())]
@@ -97,9 +97,9 @@ fn verify(runs: Vec<PathBuf>) -> Result<ExitStatus> {
         }
         any |= !damaged.is_empty();
     }
-    // Damage on disk is the machine's failure (README, "Exit statuses").
+    // One status for damage, whichever command finds it (README, "Exit statuses").
     Ok(if any {
-        ExitStatus::Failed
+        ExitStatus::Damaged
     } else {
         ExitStatus::Success
     })

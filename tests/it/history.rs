@@ -315,3 +315,42 @@ fn a_stored_run_folds_to_the_view_its_live_events_did() {
         assert!(h.self_sim[2].is_nan());
     }
 }
+
+/// Issue #61: a store with a segment set aside as corrupt reads without its rows, and the
+/// workbench's log says so every time the run is opened (not only in the resume that set it
+/// aside).
+#[test]
+fn a_set_aside_segment_is_in_the_workbench_log() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path();
+    let events = run_events(dir);
+    let record = RunRecord::new("h", String::new(), "synthetic".into(), "cpu".into());
+    let mut writer = StoreWriter::open(dir, &record).expect("store");
+    for e in &events {
+        writer.record(e).expect("record");
+    }
+    writer.flush().expect("flush");
+    drop(writer);
+    let corrupt = dir.join("store").join("corrupt");
+    std::fs::create_dir_all(&corrupt).expect("mkdir");
+    std::fs::write(corrupt.join("metrics-000001.parquet"), b"not parquet").expect("write");
+    let history = conelab_store::history::read(dir).expect("history");
+    assert_eq!(history.warnings.len(), 1, "{:?}", history.warnings);
+    let view = RunView::from_history(
+        &history,
+        RunInfo::default(),
+        Objectives::default(),
+        RunStatus::Running,
+    );
+    let said: Vec<&str> = view
+        .log
+        .iter()
+        .filter(|l| l.text.contains("metrics-000001.parquet"))
+        .map(|l| l.text.as_str())
+        .collect();
+    assert_eq!(said.len(), 1, "{:?}", view.log);
+    assert!(
+        said[0].starts_with("store: ") && said[0].contains("not in this read"),
+        "{said:?}"
+    );
+}

@@ -1,6 +1,6 @@
 //! Integrity through the binary: a bit-flip campaign over a finished run's files. Every store
 //! segment carries its CRC-32C in its name and every checkpoint a manifest of its files' CRC-32C,
-//! so any flipped bit in them is found — by `conelab store verify` (exit 4, the file named), by
+//! so any flipped bit in them is found — by `conelab store verify` (exit 5, the file named), by
 //! `export` (the segment skipped with a warning, never a changed value) and by `train --resume`
 //! (the damaged checkpoint skipped for an older intact one) — and nothing ever panics (101) or
 //! aborts (134).
@@ -154,7 +154,7 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
         never_crashed(&verify, &what);
         assert_eq!(
             verify.status.code(),
-            Some(4),
+            Some(5),
             "{what}: {}",
             String::from_utf8_lossy(&verify.stdout)
         );

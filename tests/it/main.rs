@@ -11,6 +11,7 @@ mod checkpoints;
 mod cli_data;
 mod cli_inspect;
 mod cli_train;
+mod damage;
 mod engine;
 mod history;
 mod integrity;

@@ -14,6 +14,10 @@ pub enum ExitStatus {
     Diverged,
     /// 4: an internal or a device error; for a sweep, a run failed.
     Failed,
+    /// 5: damaged data: a file the command needs fails its checksum or does not decode (named
+    /// on stderr, nothing written), `store verify` found damage, or `export --strict` read
+    /// around damage. Not the input's fault and not the machine's: a retry gives the same.
+    Damaged,
     /// 75 (`EX_TEMPFAIL`): stopped by SIGINT/SIGTERM after saving a checkpoint, resumable (a
     /// scheduler can requeue on it); for a sweep, a run was stopped so.
     Stopped,
@@ -31,6 +35,7 @@ impl ExitStatus {
             ExitStatus::BadInput => 2,
             ExitStatus::Diverged => 3,
             ExitStatus::Failed => 4,
+            ExitStatus::Damaged => 5,
             ExitStatus::Stopped => 75,
             ExitStatus::Interrupted => 130,
             ExitStatus::Other(code) => code,
@@ -44,6 +49,7 @@ impl ExitStatus {
             2 => ExitStatus::BadInput,
             3 => ExitStatus::Diverged,
             4 => ExitStatus::Failed,
+            5 => ExitStatus::Damaged,
             75 => ExitStatus::Stopped,
             130 => ExitStatus::Interrupted,
             other => ExitStatus::Other(other),
@@ -102,6 +108,7 @@ impl fmt::Display for ExitStatus {
             ExitStatus::BadInput => f.write_str("bad input"),
             ExitStatus::Diverged => f.write_str("training diverged"),
             ExitStatus::Failed => f.write_str("failed"),
+            ExitStatus::Damaged => f.write_str("damaged data"),
             ExitStatus::Stopped => f.write_str("stopped after saving a checkpoint (resumable)"),
             ExitStatus::Interrupted => f.write_str("interrupted"),
             ExitStatus::Other(code) => write!(f, "exit status {code}"),
@@ -150,6 +157,7 @@ mod tests {
             (ExitStatus::BadInput, 2),
             (ExitStatus::Diverged, 3),
             (ExitStatus::Failed, 4),
+            (ExitStatus::Damaged, 5),
             (ExitStatus::Stopped, 75),
             (ExitStatus::Interrupted, 130),
         ];
@@ -161,7 +169,7 @@ mod tests {
 
     #[test]
     fn any_other_number_passes_through() {
-        for code in [1u8, 5, 74, 101, 137, 255] {
+        for code in [1u8, 6, 74, 101, 137, 255] {
             assert_eq!(ExitStatus::from_code(code), ExitStatus::Other(code));
             assert_eq!(ExitStatus::from_code(code).code(), code);
         }

@@ -28,6 +28,10 @@ pub enum RunError {
     /// built from the options (exit 2).
     #[error(transparent)]
     BadInput(conelab_base::error::BoxError),
+    /// A file the command needs is damaged, and nothing the command would write is written
+    /// (exit 5), in our words with the damage as the cause.
+    #[error(transparent)]
+    Damaged(Invalid),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
@@ -92,6 +96,10 @@ impl RunError {
         match self {
             RunError::Child { status, .. } => *status,
             RunError::Internal { .. } => ExitStatus::Failed,
+            RunError::Damaged(_)
+            | RunError::Checkpoint(CheckpointError::Corrupt { .. })
+            | RunError::Live(LiveError::Corrupt { .. })
+            | RunError::Store(StoreError::Corrupt { .. }) => ExitStatus::Damaged,
             _ => ExitStatus::BadInput,
         }
     }

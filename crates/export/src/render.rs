@@ -11,7 +11,17 @@ pub fn render(table: &Exported, format: Format) -> Result<Vec<u8>, StoreError> {
             CsvWriter::new(Cursor::new(&mut out)).finish(&mut df)?;
         }
         Format::Parquet => {
-            ParquetWriter::new(Cursor::new(&mut out)).finish(&mut df)?;
+            // What the reads behind the table skipped, where a reader of the file sees it
+            // (`pyarrow.parquet.read_metadata(f).metadata[b"conelab.damage"]`).
+            let damage = (!table.warnings.is_empty()).then(|| {
+                KeyValueMetadata::from_static(vec![(
+                    DAMAGE_KEY.to_owned(),
+                    table.warnings.join("\n"),
+                )])
+            });
+            ParquetWriter::new(Cursor::new(&mut out))
+                .with_key_value_metadata(damage)
+                .finish(&mut df)?;
         }
         Format::Json => {
             JsonWriter::new(Cursor::new(&mut out))
@@ -19,11 +29,29 @@ pub fn render(table: &Exported, format: Format) -> Result<Vec<u8>, StoreError> {
                 .finish(&mut df)?;
             out.push(b'\n');
         }
-        Format::Markdown => out = markdown(table)?.into_bytes(),
-        Format::Latex => out = latex(table)?.into_bytes(),
+        Format::Markdown => {
+            out = markdown(table)?.into_bytes();
+            for w in &table.warnings {
+                out.extend(format!("\n<!-- {DAMAGE_KEY}: {} -->", w.replace("--", "- -")).bytes());
+            }
+            if !table.warnings.is_empty() {
+                out.push(b'\n');
+            }
+        }
+        Format::Latex => {
+            out = latex(table)?.into_bytes();
+            for w in &table.warnings {
+                out.extend(format!("% {DAMAGE_KEY}: {}\n", w.replace('\n', " ")).bytes());
+            }
+        }
     }
     Ok(out)
 }
+
+/// The key of the damage note a table carries where its format has room for one: Parquet's
+/// file metadata, a Markdown comment, a LaTeX comment (CSV and JSON have none: stderr says it,
+/// and `--strict` refuses the table).
+pub const DAMAGE_KEY: &str = "conelab.damage";
 
 /// Every cell as text, with the layout's precision; `None` for a missing value.
 pub(crate) fn cells(table: &Exported) -> Result<Vec<Vec<Option<String>>>, StoreError> {

@@ -561,6 +561,11 @@ impl RunView {
         view.status = status;
         view.evaluating = None;
         view.projection_steps = history.projection_steps.clone();
+        // What the read skipped or could not check, said where the history is shown.
+        let step = view.step();
+        for warning in &history.warnings {
+            view.log(step, LogKind::Warning, format!("store: {warning}"));
+        }
         view
     }
 }

@@ -334,7 +334,7 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     if let Err(e @ conelab_store::StoreError::Corrupt { .. }) =
         conelab_store::read_run_record(&store)
     {
-        return Err(RunError::Usage(
+        return Err(RunError::Damaged(
             format!(
                 "{e}: the run cannot record a resumed run's numbers (nothing was written; `conelab store verify {}` says what else is damaged)",
                 run.path().display()

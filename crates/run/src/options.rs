@@ -16,7 +16,7 @@ use conelab_core::train_config::{OptimizerKind, Schedule};
 use conelab_data::GroupBounds;
 
 /// The exit statuses of a run, for `--help` and the README.
-pub const EXIT_CODES_HELP: &str = "Exit status: 0 completed, or stopped from a viewer; 2 bad input; 3 diverged (NaN/inf loss, nobody resumed it); 4 failed (an internal or device error); 75 stopped by SIGINT/SIGTERM after saving a checkpoint (resumable: a scheduler may requeue it); 130 a second signal before the checkpoint was saved. A viewer exits 0 when it detaches. The run ignores SIGHUP: a closed terminal or a dropped SSH connection never stops it.";
+pub const EXIT_CODES_HELP: &str = "Exit status: 0 completed, or stopped from a viewer; 2 bad input; 3 diverged (NaN/inf loss, nobody resumed it); 4 failed (an internal or device error); 5 damaged data (a file the resume needs fails its checksum; nothing written); 75 stopped by SIGINT/SIGTERM after saving a checkpoint (resumable: a scheduler may requeue it); 130 a second signal before the checkpoint was saved. A viewer exits 0 when it detaches. The run ignores SIGHUP: a closed terminal or a dropped SSH connection never stops it.";
 
 /// The longest flush interval accepted (an hour): more would make a crash lose an hour of rows.
 pub const MAX_FLUSH_SECS: f64 = 3_600.0;

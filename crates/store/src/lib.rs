@@ -305,6 +305,14 @@ fn read_rows(run_dir: &Path, columns: Option<&[&str]>) -> Result<LoadedStore, St
         None => segment::read_all(&dir, segment::Kind::Metrics, &mut warnings)?,
     };
     let events = segment::read_all(&dir, segment::Kind::Events, &mut warnings)?;
+    // Segments an earlier compaction proved corrupt and set aside: their rows are in no read,
+    // and every read says so (not only the one that set them aside).
+    for (path, why) in segment::set_aside(&dir)? {
+        warnings.push(format!(
+            "{}: set aside as corrupt ({why}): its rows are not in this read",
+            path.display()
+        ));
+    }
     Ok(LoadedStore {
         dir,
         run,

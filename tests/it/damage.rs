@@ -1,0 +1,134 @@
+//! Issue #61: a read that skips, sets aside or cannot check data says so on every read, not
+//! once; `export` carries the damage into the file where the format has room and refuses the
+//! table under `--strict`; damage is one exit status (5) whichever command finds it.
+
+use std::path::{Path, PathBuf};
+
+use crate::harness::{Fixture, conelab, s, succeeded};
+
+/// The run's compacted metrics segment (one after a finished run's compaction).
+fn base_metrics_segment(run: &Path) -> PathBuf {
+    std::fs::read_dir(run.join("store"))
+        .expect("store")
+        .map(|e| e.expect("entry").path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("metrics-"))
+        })
+        .expect("a metrics segment")
+}
+
+fn flip_byte(path: &Path, at: usize) {
+    let mut bytes = std::fs::read(path).expect("read");
+    let at = at.min(bytes.len() - 1);
+    bytes[at] ^= 0x10;
+    std::fs::write(path, bytes).expect("write");
+}
+
+/// The issue's case: one flipped byte in the compacted segment; the resume sets it aside (said
+/// once, then), and afterwards every export said nothing and exited 0 with a short table.
+#[test]
+fn a_set_aside_segment_is_said_on_every_read_and_strict_refuses_the_table() {
+    let f = Fixture::new();
+    succeeded(&f.train("run", &["--steps", "20", "--eval-every", "5"]));
+    let run = f.path("run");
+    flip_byte(&base_metrics_segment(&run), 200);
+    let resume = conelab(&["train", "--resume", s(&run), "--steps", "25"]);
+    succeeded(&resume);
+    assert!(run.join("store/corrupt").is_dir(), "set aside");
+    // Every later read says so, each time: two exports of two tables.
+    for table in ["curves", "curves", "groups", "metrics"] {
+        let out = conelab(&["export", s(&run), "--table", table, "--format", "csv"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{table}: {stderr}");
+        assert!(
+            stderr.contains("set aside as corrupt") && stderr.contains("not in this read"),
+            "{table}: said nothing: {stderr}"
+        );
+    }
+
+    // --strict: the damage said, nothing written, exit 5.
+    let out_file = f.path("curves.csv");
+    let strict = conelab(&[
+        "export",
+        s(&run),
+        "--table",
+        "curves",
+        "--strict",
+        "--out",
+        s(&out_file),
+    ]);
+    let stderr = String::from_utf8_lossy(&strict.stderr);
+    assert_eq!(strict.status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("--strict") && stderr.contains("nothing written"));
+    assert!(!out_file.exists(), "nothing written");
+    let strict_stdout = conelab(&["export", s(&run), "--table", "curves", "--strict"]);
+    assert_eq!(strict_stdout.status.code(), Some(5));
+    assert!(strict_stdout.stdout.is_empty());
+
+    // The file carries the damage where its format has room.
+    let parquet = f.path("curves.parquet");
+    succeeded(&conelab(&[
+        "export",
+        s(&run),
+        "--table",
+        "curves",
+        "--out",
+        s(&parquet),
+    ]));
+    let bytes = std::fs::read(&parquet).expect("parquet");
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        text.contains("conelab.damage") && text.contains("set aside as corrupt"),
+        "no damage note in the Parquet metadata"
+    );
+    for (format, marker) in [
+        ("md", "<!-- conelab.damage: "),
+        ("latex", "% conelab.damage: "),
+    ] {
+        let out = conelab(&["export", s(&run), "--table", "groups", "--format", format]);
+        succeeded(&out);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let note = text
+            .lines()
+            .find(|l| l.starts_with(marker))
+            .unwrap_or_else(|| panic!("{format}: no damage note: {text}"));
+        assert!(note.contains("set aside as corrupt"), "{note}");
+    }
+
+    // A clean run: no note, and --strict is content.
+    succeeded(&f.train("clean", &["--steps", "5", "--eval-every", "5"]));
+    let clean = conelab(&["export", s(&f.path("clean")), "--strict", "--format", "md"]);
+    succeeded(&clean);
+    assert!(!String::from_utf8_lossy(&clean.stdout).contains("conelab.damage"));
+    assert!(
+        clean.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+}
+
+/// Damage is exit 5 in every command that meets it: `store verify`, a resume that cannot
+/// record its numbers, a run folder whose run.toml is damaged past rebuilding.
+#[test]
+fn damage_is_one_exit_status_across_commands() {
+    let f = Fixture::new();
+    succeeded(&f.train("run", &["--steps", "4", "--eval-every", "0"]));
+    let run = f.path("run");
+    flip_byte(&run.join("store/run.json"), 3);
+    let verify = conelab(&["store", "verify", s(&run)]);
+    assert_eq!(
+        verify.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    assert!(String::from_utf8_lossy(&verify.stderr).contains("run.json"));
+    let resume = conelab(&["train", "--resume", s(&run), "--steps", "8"]);
+    assert_eq!(
+        resume.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&resume.stderr)
+    );
+}
