@@ -19,10 +19,12 @@ pub enum StoreCommand {
         #[arg(required = true, num_args = 1.., add = super::run_names())]
         runs: Vec<PathBuf>,
     },
-    /// Check every file of a run whose bytes conelab can verify: run.toml and vocab.tsv against
-    /// the run's manifest, store/run.json against the store's, each store segment and
-    /// projection against the checksum in its name (and decoded), each checkpoint's files
-    /// against its manifest, and the segments compaction set aside earlier. Changes
+    /// Check every file of a run whose bytes conelab can verify: run.toml, vocab.tsv and
+    /// final.json against the run's manifest (and its keys: a listed file that is not there),
+    /// store/run.json against the store's, each store segment and projection against the
+    /// checksum in its name (and decoded; a name without one where the store names every
+    /// segment with one is damage), the files of each checkpoint and of best/ against their
+    /// manifests, and the segments compaction set aside earlier. Changes
     /// nothing; exit status 5 when something is damaged (listed on stderr), 0 when not.
     Verify {
         /// Runs (folders, names or NAME#SEED).
@@ -63,7 +65,12 @@ fn verify_run(run: &std::path::Path) -> Result<(String, Vec<(PathBuf, String)>)>
         Err(e) => return Err(e.into()),
     };
     let (mut verified, mut unverified) = (0, 0);
-    let checkpoints = conelab_core::run_dir::checkpoints_in(run)?;
+    let mut checkpoints = conelab_core::run_dir::checkpoints_in(run)?;
+    // The best checkpoint (what `eval --step best` and `export --step best` read) as well.
+    let best = run.join(conelab_core::run_dir::BEST_DIR);
+    if best.is_dir() {
+        checkpoints.push(best);
+    }
     for dir in &checkpoints {
         match conelab_train::checkpoint::verify_manifest(dir) {
             Ok(true) => verified += 1,
@@ -75,8 +82,9 @@ fn verify_run(run: &std::path::Path) -> Result<(String, Vec<(PathBuf, String)>)>
         }
     }
     let summary = format!(
-        "{}: run.toml and vocab.tsv {run_files}; {} store files verified, {} unverified \
-         (written before checksums); {} checkpoints verified, {} unverified; {} damaged",
+        "{}: run files (run.toml, vocab.tsv, final.json) {run_files}; {} store files verified, \
+         {} unverified (written before checksums); {} checkpoints verified (best/ included), {} \
+         unverified; {} damaged",
         run.display(),
         segments.verified,
         segments.unverified,

@@ -10,8 +10,9 @@ use std::process::Output;
 
 use crate::harness::{Fixture, Rng, conelab, copy_dir, s, succeeded};
 
-/// The files whose bytes conelab verifies: the run's `run.toml` and `vocab.tsv`, the store's
-/// `run.json`, segments and projections, every file of every checkpoint, and the manifests.
+/// The files whose bytes conelab verifies: the run's `run.toml`, `vocab.tsv` and `final.json`,
+/// the store's `run.json`, `checksummed-from`, segments and projections, every file of every
+/// checkpoint and of `best/`, and the manifests.
 fn verified_files(run: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut visit = |dir: &Path, keep: &dyn Fn(&str) -> bool| {
@@ -31,18 +32,22 @@ fn verified_files(run: &Path) -> Vec<PathBuf> {
         (n.starts_with("metrics-") || n.starts_with("events-")) && n.ends_with(".parquet")
             || n == "run.json"
             || n == "checksums.json"
+            || n == "checksummed-from"
     });
     visit(&run.join("store").join("projections"), &|n| {
         n.ends_with(".parquet")
     });
     visit(run, &|n| {
-        matches!(n, "run.toml" | "vocab.tsv" | "checksums.json")
+        matches!(
+            n,
+            "run.toml" | "vocab.tsv" | "final.json" | "checksums.json"
+        )
     });
     for e in std::fs::read_dir(run).expect("list") {
         let p = e.expect("entry").path();
         if p.is_dir()
             && p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("step-"))
+                .is_some_and(|n| n.to_string_lossy().starts_with("step-") || n == "best")
         {
             visit(&p, &|_| true);
         }
@@ -102,8 +107,8 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
         (1, 1, 1)
     );
     assert!(
-        kinds("checksums.json") == 5,
-        "two run manifests and three checkpoints': {files:?}"
+        kinds("checksums.json") == 6,
+        "two run manifests, three checkpoints' and best/'s: {files:?}"
     );
     assert!(
         files
@@ -121,7 +126,7 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
     let clean = conelab(&["store", "verify", s(&pristine)]);
     succeeded(&clean);
     assert!(
-        String::from_utf8_lossy(&clean.stdout).contains("3 checkpoints verified"),
+        String::from_utf8_lossy(&clean.stdout).contains("4 checkpoints verified (best/ included)"),
         "{}",
         String::from_utf8_lossy(&clean.stdout)
     );
@@ -175,7 +180,7 @@ fn two_hundred_flipped_bits_are_each_found_and_nothing_crashes() {
         let in_checkpoint = original
             .parent()
             .and_then(|d| d.file_name())
-            .is_some_and(|n| n.to_string_lossy().starts_with("step-"));
+            .is_some_and(|n| n.to_string_lossy().starts_with("step-") || n == "best");
         if !in_store && !in_checkpoint {
             // The run's own files, the store's record and manifests, projections: `runs` lists
             // the run as damaged where it can see it without reading every byte, and the rows

@@ -426,8 +426,13 @@ pub fn verify(run_dir: &Path) -> Result<StoreVerification, StoreError> {
         }
         Err(e) => return Err(e.into()),
     }
+    let (from, record_damage) = segment::checksummed_from_or_all(&dir)?;
     for seg in segment::list(&dir)? {
-        match segment::read_one(&seg.path, seg.kind, None) {
+        let read = match segment::unchecked_name(&seg, from, record_damage.as_deref()) {
+            Some(why) => Err(segment::ReadError::Corrupt(why)),
+            None => segment::read_one(&seg.path, seg.kind, None),
+        };
+        match read {
             Ok(_) if seg.checksum.is_some() => out.verified += 1,
             Ok(_) => out.unverified += 1,
             Err(segment::ReadError::Corrupt(why)) => {

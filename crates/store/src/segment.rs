@@ -61,6 +61,84 @@ impl Kind {
     }
 }
 
+/// The store's record of the first segment its writers named with a checksum
+/// (`checksummed-from`, listed in the store's manifest): a segment at or after that number named
+/// without one was renamed (or its name damaged), and its bytes cannot be checked. A store
+/// written before checksums has none, and its segments read as unverified.
+pub const CHECKSUMMED_FROM: &str = "checksummed-from";
+
+/// Where the store's segments began to carry checksums: `None` for a store written before
+/// checksums; a record that fails its checksum or does not parse is damage.
+pub fn checksummed_from(dir: &Path) -> Result<Option<u64>, StoreError> {
+    let path = dir.join(CHECKSUMMED_FROM);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(&path)(e)),
+    };
+    integrity::verify_file(dir, CHECKSUMMED_FROM)?;
+    text.trim()
+        .parse()
+        .map(Some)
+        .map_err(|_| StoreError::Corrupt {
+            path,
+            reason: format!("{:?} is not a segment number", text.trim()),
+        })
+}
+
+/// Records, for a store that has no record yet, that its segments from `next_seq` on carry
+/// their checksums (a new store: all of them; one written before checksums: the ones after).
+pub fn record_checksummed_from(dir: &Path, next_seq: u64) -> Result<(), StoreError> {
+    if dir.join(CHECKSUMMED_FROM).exists() {
+        return Ok(());
+    }
+    integrity::write_recorded(
+        "atomic",
+        dir,
+        CHECKSUMMED_FROM,
+        format!("{next_seq}\n").as_bytes(),
+    )?;
+    Ok(())
+}
+
+/// For the readers: where checksums began, or — the record damaged — from the first segment
+/// (every unchecksummed name is then suspect, and said with the record's damage).
+pub fn checksummed_from_or_all(dir: &Path) -> Result<(Option<u64>, Option<String>), StoreError> {
+    match checksummed_from(dir) {
+        Ok(from) => Ok((from, None)),
+        Err(StoreError::Corrupt { path, reason }) => {
+            Ok((Some(0), Some(format!("{}: {reason}", path.display()))))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Why `seg` cannot be read as the store's: a name without a checksum where the store names
+/// every segment with one (`from`, from [`checksummed_from_or_all`]; `record_damage`, why that
+/// record is not trusted).
+pub fn unchecked_name(
+    seg: &Segment,
+    from: Option<u64>,
+    record_damage: Option<&str>,
+) -> Option<String> {
+    let from = from?;
+    if seg.checksum.is_some() || seg.seq < from {
+        return None;
+    }
+    Some(match record_damage {
+        None => format!(
+            "{}: named without a checksum, but this store names every segment from {from} on with \
+             its CRC-32C: renamed or its name damaged, its bytes cannot be checked",
+            seg.path.display()
+        ),
+        Some(why) => format!(
+            "{}: named without a checksum, and the store's record of where checksums began is \
+             damaged ({why}): its bytes cannot be checked",
+            seg.path.display()
+        ),
+    })
+}
+
 /// One segment file on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Segment {
@@ -412,8 +490,13 @@ fn read_live_once(
     let mut unbounded: Vec<(usize, Option<u64>)> = Vec::new();
     // Held until every listed segment is read: a compaction meanwhile leaves them in place.
     let _guard = read_guard(dir);
+    let (from, record_damage) = checksummed_from_or_all(dir)?;
     for seg in live(&list(dir)?, kind) {
-        match read_projected(&seg.path, kind, columns) {
+        let read = match unchecked_name(&seg, from, record_damage.as_deref()) {
+            Some(why) => Err(ReadError::Corrupt(why)),
+            None => read_projected(&seg.path, kind, columns),
+        };
+        match read {
             Ok(df) => {
                 let steps = df
                     .column(col::STEP)

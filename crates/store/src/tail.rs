@@ -123,8 +123,13 @@ impl MetricsTail {
         // after them throws the warnings away with the rows).
         let mut corrupt = Vec::new();
         let mut up_to = if reset { None } else { self.read_up_to };
+        let (from, record_damage) = segment::checksummed_from_or_all(&self.dir)?;
         for seg in &all[start..] {
-            match segment::read_one(&seg.path, Kind::Metrics, Some(columns)) {
+            let read = match segment::unchecked_name(seg, from, record_damage.as_deref()) {
+                Some(why) => Err(ReadError::Corrupt(why)),
+                None => segment::read_one(&seg.path, Kind::Metrics, Some(columns)),
+            };
+            match read {
                 Ok(df) => {
                     rows.vstack_mut(&df)?;
                 }
@@ -242,7 +247,7 @@ mod tests {
         let store = store_dir(tmp.path());
         let next = segment::next_seq(&store).expect("seq");
         std::fs::write(
-            segment::unverified_path_of(&store, Kind::Metrics, next, false),
+            segment::path_of(&store, Kind::Metrics, next, false, b"not parquet"),
             b"not parquet",
         )
         .expect("write");
@@ -280,7 +285,7 @@ mod tests {
         let store = store_dir(tmp.path());
         let next = segment::next_seq(&store).expect("seq");
         std::fs::write(
-            segment::unverified_path_of(&store, Kind::Metrics, next, false),
+            segment::path_of(&store, Kind::Metrics, next, false, b"not parquet"),
             b"not parquet",
         )
         .expect("write");
@@ -312,5 +317,86 @@ mod tests {
         let plan = "segment.read:1:ENOENT";
         let read = conelab_base::fault::with_plan(plan, || tail.poll(&COLUMNS)).expect("retried");
         assert_eq!(steps(&read), vec![3]);
+    }
+}
+
+/// Issue #61: a segment renamed to the name segments had before checksums passed every check,
+/// and flips in it changed exported values. A store records where its checksummed names began;
+/// a later segment without one is damage to every reader, while a store written before
+/// checksums still reads its segments as unverified.
+#[cfg(test)]
+mod renamed_segments {
+    use std::path::Path;
+
+    use crate::segment::{self, Kind};
+    use crate::{RunRecord, StoreWriter, store_dir};
+
+    fn store_of(dir: &Path, steps: std::ops::Range<u64>) -> std::path::PathBuf {
+        let record = RunRecord::new("r", String::new(), "c".into(), "cpu".into());
+        let mut w = StoreWriter::open(dir, &record).expect("writer");
+        for s in steps {
+            w.push_metric(s, "train", "total", "loss", s as f64);
+            w.flush().expect("flush");
+        }
+        store_dir(dir)
+    }
+
+    #[test]
+    fn a_segment_renamed_to_the_old_name_is_damage_to_every_reader() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = store_of(tmp.path(), 1..4);
+        let segs = segment::list(&store).expect("list");
+        let second = &segs[1];
+        assert!(second.checksum.is_some());
+        let renamed = segment::unverified_path_of(&store, Kind::Metrics, second.seq, false);
+        std::fs::rename(&second.path, &renamed).expect("rename");
+        let verified = crate::verify(tmp.path()).expect("verify");
+        assert_eq!(verified.damaged.len(), 1, "{verified:?}");
+        assert!(
+            verified.damaged[0].1.contains("named without a checksum"),
+            "{verified:?}"
+        );
+        let loaded = crate::load(tmp.path()).expect("load");
+        assert_eq!(
+            loaded.metrics().height(),
+            2,
+            "the renamed segment's row is out"
+        );
+        assert!(
+            loaded
+                .warnings()
+                .iter()
+                .any(|w| w.contains("its bytes cannot be checked")),
+            "{:?}",
+            loaded.warnings()
+        );
+    }
+
+    #[test]
+    fn a_store_written_before_checksums_reads_unverified() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = store_of(tmp.path(), 1..3);
+        // As an old conelab left it: no record of where checksums began, names without them.
+        conelab_base::integrity::forget_recorded(&store, segment::CHECKSUMMED_FROM).expect("rm");
+        for seg in segment::list(&store).expect("list") {
+            let old = segment::unverified_path_of(&store, seg.kind, seg.seq, seg.base);
+            std::fs::rename(&seg.path, old).expect("rename");
+        }
+        let verified = crate::verify(tmp.path()).expect("verify");
+        assert!(verified.damaged.is_empty(), "{verified:?}");
+        assert_eq!(verified.unverified, 2, "{verified:?}");
+        let loaded = crate::load(tmp.path()).expect("load");
+        assert_eq!(loaded.metrics().height(), 2);
+        assert!(loaded.warnings().is_empty(), "{:?}", loaded.warnings());
+        // A new writer continues it: its segments are checksummed, the old ones still read.
+        let store = store_of(tmp.path(), 3..4);
+        assert_eq!(
+            segment::checksummed_from(&store).expect("record"),
+            Some(3),
+            "checksums begin after the old segments"
+        );
+        let loaded = crate::load(tmp.path()).expect("load");
+        assert_eq!(loaded.metrics().height(), 3);
+        assert!(loaded.warnings().is_empty(), "{:?}", loaded.warnings());
     }
 }

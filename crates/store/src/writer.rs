@@ -126,6 +126,7 @@ impl StoreWriter {
         // Segments a reader kept from an earlier compaction's deletion.
         segment::remove_dead(&dir)?;
         let next_seq = segment::next_seq(&dir)?;
+        segment::record_checksummed_from(&dir, next_seq)?;
         Ok(Self {
             dir,
             metrics: MetricBuffer::new(&run_id),
