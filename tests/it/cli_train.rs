@@ -5,7 +5,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::harness::{
-    Fixture, assert_one_line_error, conelab, conelab_env, copy_dir, s, succeeded,
+    Fixture, assert_one_line_damage, assert_one_line_error, conelab, conelab_env, copy_dir, s,
+    succeeded,
 };
 
 #[test]
@@ -208,14 +209,14 @@ fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
     let model = copy.join("step-000002/model.safetensors");
     let bytes = std::fs::read(&model).expect("read");
     std::fs::write(&model, &bytes[..bytes.len() / 2]).expect("truncate");
-    assert_one_line_error(
+    assert_one_line_damage(
         &conelab(&["train", "--resume", s(&copy)]),
         &["model.safetensors", "checksum mismatch"],
     );
     // Written before manifests, a file cut short is still said to be that, never "does not
     // fit the configured model".
     std::fs::remove_file(copy.join("step-000002/checksums.json")).expect("rm manifest");
-    let said = assert_one_line_error(
+    let said = assert_one_line_damage(
         &conelab(&["train", "--resume", s(&copy)]),
         &["model.safetensors", "truncated"],
     );
@@ -225,44 +226,52 @@ fn corrupt_and_mismatched_checkpoints_are_one_line_errors() {
     let copy = f.path("garbage");
     copy_dir(&run, &copy);
     std::fs::write(copy.join("step-000002/state.json"), b"{not json").expect("write");
-    assert_one_line_error(
+    assert_one_line_damage(
         &conelab(&["train", "--resume", s(&copy)]),
         &["state.json", "corrupt"],
     );
 
     // Another model shape in run.toml than in the checkpoint: an edit the run folder's
-    // manifest finds as damage; in a run written before manifests, the checkpoint's misfit.
+    // manifest finds as damage, and the checkpoint's copy puts back (said); in a run written
+    // before manifests, the checkpoint's misfit.
     let copy = f.path("other-model");
     copy_dir(&run, &copy);
     let toml = std::fs::read_to_string(copy.join("run.toml")).expect("read");
-    std::fs::write(
-        copy.join("run.toml"),
-        toml.replace("d_model = 16", "d_model = 24"),
-    )
-    .expect("write");
-    assert_one_line_error(
-        &conelab(&["train", "--resume", s(&copy)]),
-        &["run.toml", "checksum mismatch"],
+    let edited = toml.replace("d_model = 16", "d_model = 24");
+    std::fs::write(copy.join("run.toml"), &edited).expect("write");
+    let out = conelab(&["train", "--resume", s(&copy)]);
+    succeeded(&out);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("run.toml was damaged") && said.contains("rebuilt from step-000002"),
+        "{said}"
     );
+    assert_eq!(
+        std::fs::read_to_string(copy.join("run.toml")).expect("read"),
+        toml
+    );
+    std::fs::write(copy.join("run.toml"), &edited).expect("write");
     std::fs::remove_file(copy.join("checksums.json")).expect("rm manifest");
     assert_one_line_error(
         &conelab(&["train", "--resume", s(&copy)]),
         &["does not fit the configured model"],
     );
 
-    // A vocabulary that is not the corpus's.
+    // A vocabulary that is not the corpus's: put back from the checkpoint's copy where the
+    // manifest finds the edit; without a manifest, not the corpus's vocabulary.
     let copy = f.path("other-vocab");
     copy_dir(&run, &copy);
     let vocab = std::fs::read_to_string(copy.join("vocab.tsv")).expect("read");
-    std::fs::write(
-        copy.join("vocab.tsv"),
-        vocab.lines().skip(1).collect::<Vec<_>>().join("\n"),
-    )
-    .expect("write");
-    assert_one_line_error(
-        &conelab(&["train", "--resume", s(&copy)]),
-        &["vocab.tsv", "checksum mismatch"],
+    let short = vocab.lines().skip(1).collect::<Vec<_>>().join("\n");
+    std::fs::write(copy.join("vocab.tsv"), &short).expect("write");
+    let out = conelab(&["train", "--resume", s(&copy)]);
+    succeeded(&out);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("vocab.tsv was damaged"));
+    assert_eq!(
+        std::fs::read_to_string(copy.join("vocab.tsv")).expect("read"),
+        vocab
     );
+    std::fs::write(copy.join("vocab.tsv"), &short).expect("write");
     std::fs::remove_file(copy.join("checksums.json")).expect("rm manifest");
     assert_one_line_error(&conelab(&["train", "--resume", s(&copy)]), &["vocabulary"]);
 
@@ -374,7 +383,7 @@ fn a_carried_lstm_state_of_another_shape_is_a_one_line_error() {
     // finds the file out (with the manifest, its checksum does first: `integrity` tests).
     let manifest = recurrent.with_file_name(conelab_train::checkpoint::MANIFEST);
     std::fs::remove_file(&manifest).expect("no manifest");
-    let line = assert_one_line_error(
+    let line = assert_one_line_damage(
         &conelab(&["train", "--resume", s(&run)]),
         &["recurrent.safetensors"],
     );

@@ -132,3 +132,85 @@ fn damage_is_one_exit_status_across_commands() {
         String::from_utf8_lossy(&resume.stderr)
     );
 }
+
+/// Issue #61: one flipped byte in `run.toml`, `vocab.tsv` or the run folder's manifest made the
+/// run unusable (no eval, no resume, no attach) though the data behind it was intact. Each is
+/// now rebuilt from the copies the run keeps — the checkpoints' copies, checked by their
+/// manifests — with a warning, and written back: the run verifies clean afterwards, every file
+/// as it was.
+#[test]
+fn a_damaged_small_file_is_rebuilt_from_the_runs_copies() {
+    let f = Fixture::new();
+    succeeded(&f.train("run", &["--steps", "6", "--eval-every", "3"]));
+    let pristine = f.path("run");
+    let original = |name: &str| std::fs::read(pristine.join(name)).expect("read");
+    type Damage = fn(&mut Vec<u8>);
+    let cases: [(&str, &str, Damage); 5] = [
+        ("run.toml", "run.toml", |b| b[40] ^= 0x01),
+        ("vocab.tsv", "vocab.tsv", |b| b[5] ^= 0x02),
+        // A key of the manifest (`run.toml` → `run.tnml`): the file is unlisted.
+        ("checksums.json", "checksums.json", |b| {
+            let text = String::from_utf8(b.clone()).expect("utf-8");
+            *b = text.replacen("run.toml", "run.tnml", 1).into_bytes();
+        }),
+        // A checksum of the manifest: run.toml fails it.
+        ("checksums.json", "run.toml", |b| {
+            let text = String::from_utf8(b.clone()).expect("utf-8");
+            let at = text.find("\"run.toml\": \"").expect("entry") + 13;
+            b[at] = if b[at] == b'0' { b'1' } else { b'0' };
+        }),
+        // Garbage: the manifest does not parse.
+        ("checksums.json", "checksums.json", |b| b[0] = b'#'),
+    ];
+    for (i, (file, said, damage)) in cases.into_iter().enumerate() {
+        let copy = f.path(&format!("copy-{i}"));
+        crate::harness::copy_dir(&pristine, &copy);
+        let path = copy.join(file);
+        let mut bytes = std::fs::read(&path).expect("read");
+        damage(&mut bytes);
+        std::fs::write(&path, &bytes).expect("write");
+        let what = format!("case {i}: {file}");
+        let eval = conelab(&["eval", s(&copy), "--step", "last"]);
+        let stderr = String::from_utf8_lossy(&eval.stderr);
+        assert_eq!(eval.status.code(), Some(0), "{what}: {stderr}");
+        assert!(
+            stderr.contains("was damaged") && stderr.contains(said) && stderr.contains("rebuilt"),
+            "{what}: {stderr}"
+        );
+        for name in ["run.toml", "vocab.tsv"] {
+            assert_eq!(
+                std::fs::read(copy.join(name)).expect("read"),
+                original(name),
+                "{what}: {name} as it was"
+            );
+        }
+        let verify = conelab(&["store", "verify", s(&copy)]);
+        assert_eq!(
+            verify.status.code(),
+            Some(0),
+            "{what}: {}",
+            String::from_utf8_lossy(&verify.stderr)
+        );
+        // Said once: the rebuilt file is on disk.
+        let again = conelab(&["eval", s(&copy), "--step", "last"]);
+        assert!(
+            !String::from_utf8_lossy(&again.stderr).contains("was damaged"),
+            "{what}"
+        );
+    }
+
+    // A run that kept no copy (its checkpoints gone): the damage is exit 5, named.
+    let bare = f.path("bare");
+    crate::harness::copy_dir(&pristine, &bare);
+    for p in conelab_core::run_dir::checkpoints_in(&bare).expect("list") {
+        std::fs::remove_dir_all(p).expect("rm");
+    }
+    std::fs::remove_dir_all(bare.join("best")).expect("rm best");
+    let vocab = bare.join("vocab.tsv");
+    let mut bytes = std::fs::read(&vocab).expect("read");
+    bytes[5] ^= 0x02;
+    std::fs::write(&vocab, &bytes).expect("write");
+    let verify = conelab(&["store", "verify", s(&bare)]);
+    assert_eq!(verify.status.code(), Some(5));
+    assert!(String::from_utf8_lossy(&verify.stderr).contains("vocab.tsv"));
+}

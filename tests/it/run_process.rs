@@ -967,7 +967,7 @@ fn resume_falls_back_to_the_newest_intact_checkpoint() {
         }
     }
     let out = conelab(&["train", "--resume", s(&run)]);
-    assert_one_line_error(&out, &["step-000008", "model.safetensors"]);
+    crate::harness::assert_one_line_damage(&out, &["step-000008", "model.safetensors"]);
 }
 
 /// The run's own command line with `--resume` appended (a requeue script that reruns the job's

@@ -347,7 +347,7 @@ pub fn row(dir: &Path) -> RunRow {
             r.damaged.push(why.clone());
         }
     }
-    match RunDir::open(dir) {
+    match RunDir::open_as_is(dir) {
         Ok(run) => {
             r.total_steps = Some(run.spec().train.steps);
             r.seed = Some(run.spec().train.seed);

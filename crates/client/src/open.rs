@@ -152,7 +152,8 @@ pub fn stored(
     archive: &dyn RunArchive,
 ) -> Result<Opened, OpenError> {
     let run = RunDir::open(dir)?;
-    conelab_core::run_dir::verify_run_files(dir)?;
+    // Checked (and rebuilt from a checkpoint's copy where damaged) before it is read.
+    run.vocab_tokens()?;
     let spec = run.spec();
     let vocab = Vocabulary::read_tsv(&dir.join("vocab.tsv"))
         .map_err(OpenError::at(dir.join("vocab.tsv").display().to_string()))?;

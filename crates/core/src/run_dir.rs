@@ -30,6 +30,7 @@
 
 pub mod live;
 pub mod matrix;
+pub mod rebuild;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -37,7 +38,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use conelab_base::atomic::sync_dir;
-use conelab_base::integrity::{IntegrityError, verify_file, write_recorded};
+use conelab_base::integrity::{IntegrityError, MANIFEST, verify_file, write_recorded};
 use conelab_data::{Corpus, CorpusSource, DataError, GroupBounds, LoadOptions, SynthConfig, Vocab};
 
 use crate::model::ModelConfig;
@@ -207,6 +208,21 @@ pub const RUN_TOML: &str = "run.toml";
 /// The run's vocabulary file.
 pub const VOCAB_TSV: &str = "vocab.tsv";
 
+/// `run.toml` of `dir`, checked against the folder's manifest and parsed.
+fn read_spec(dir: &Path) -> Result<RunSpec, CheckpointError> {
+    let run_toml = dir.join(RUN_TOML);
+    verify_file(dir, RUN_TOML)?;
+    let bytes = fs::read(&run_toml).map_err(io(&run_toml))?;
+    let text = String::from_utf8(bytes).map_err(|e| CheckpointError::Corrupt {
+        path: run_toml.clone(),
+        reason: format!("not UTF-8 text: {e}"),
+    })?;
+    toml::from_str(&text).map_err(|e| CheckpointError::Corrupt {
+        path: run_toml.clone(),
+        reason: e.message().to_owned(),
+    })
+}
+
 /// Checks the run folder's own files (`run.toml`, `vocab.tsv`: every file its manifest lists)
 /// against the manifest: `Ok(true)` verified, `Ok(false)` written before manifests.
 pub fn verify_run_files(dir: &Path) -> Result<bool, CheckpointError> {
@@ -230,6 +246,7 @@ pub struct RunSpec {
 pub struct RunDir {
     path: PathBuf,
     spec: RunSpec,
+    repaired: Vec<String>,
 }
 
 impl RunDir {
@@ -252,11 +269,24 @@ impl RunDir {
         Ok(Self {
             path: path.to_path_buf(),
             spec,
+            repaired: Vec::new(),
         })
     }
 
     /// Opens an existing run directory, or the run directory of a `step-NNNNNN` or `best` folder.
+    /// A damaged `run.toml` or manifest is rebuilt from the copies the run keeps
+    /// ([`rebuild`]), said on stderr and in [`RunDir::repaired`].
     pub fn open(path: &Path) -> Result<Self, CheckpointError> {
+        Self::open_with(path, true)
+    }
+
+    /// [`RunDir::open`] for a reader that only looks (`conelab runs`): damage is an error, and
+    /// nothing is rebuilt or written.
+    pub fn open_as_is(path: &Path) -> Result<Self, CheckpointError> {
+        Self::open_with(path, false)
+    }
+
+    fn open_with(path: &Path, rebuild_damage: bool) -> Result<Self, CheckpointError> {
         let dir = if is_checkpoint_dir(path) {
             path.parent().unwrap_or(path)
         } else {
@@ -272,16 +302,54 @@ impl RunDir {
         if !run_toml.is_file() {
             return Err(CheckpointError::NotARun(dir.to_path_buf()));
         }
-        verify_file(dir, RUN_TOML)?;
-        let text = fs::read_to_string(&run_toml).map_err(io(&run_toml))?;
-        let spec: RunSpec = toml::from_str(&text).map_err(|e| CheckpointError::Corrupt {
-            path: run_toml.clone(),
-            reason: e.message().to_owned(),
-        })?;
+        let mut repaired = Vec::new();
+        let spec = match read_spec(dir) {
+            Ok(spec) => spec,
+            // Damage is met with the copies the run keeps: the manifest rebuilt from the files
+            // that prove themselves, run.toml from a checkpoint's copy or the store's record.
+            Err(CheckpointError::Corrupt { path, reason }) if rebuild_damage => {
+                let retried = if path == dir.join(MANIFEST) {
+                    rebuild::rebuild_manifest(dir, &reason).map(|said| {
+                        repaired.push(said);
+                        read_spec(dir)
+                    })
+                } else {
+                    None
+                };
+                match retried {
+                    Some(Ok(spec)) => spec,
+                    _ => {
+                        let Some(rebuilt) = rebuild::rebuild(dir, RUN_TOML, &reason) else {
+                            return Err(CheckpointError::Corrupt { path, reason });
+                        };
+                        let spec = std::str::from_utf8(&rebuilt.bytes)
+                            .ok()
+                            .and_then(|t| toml::from_str::<RunSpec>(t).ok())
+                            .ok_or_else(|| CheckpointError::Corrupt {
+                                path: path.clone(),
+                                reason: format!("{reason}; its copy does not parse either"),
+                            })?;
+                        repaired.push(rebuilt.said);
+                        spec
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        for said in &repaired {
+            conelab_base::stderr::say(&format!("conelab: warning: {said}"));
+        }
         Ok(Self {
             path: dir.to_path_buf(),
             spec,
+            repaired,
         })
+    }
+
+    /// The run files damaged and rebuilt as the run was opened, in words (a resume records
+    /// them as warnings).
+    pub fn repaired(&self) -> &[String] {
+        &self.repaired
     }
 
     pub fn path(&self) -> &Path {
@@ -295,8 +363,28 @@ impl RunDir {
     /// Tokens of `vocab.tsv`, in id order.
     pub fn vocab_tokens(&self) -> Result<Vec<String>, CheckpointError> {
         let p = self.path.join(VOCAB_TSV);
-        verify_file(&self.path, VOCAB_TSV)?;
-        let text = fs::read_to_string(&p).map_err(io(&p))?;
+        let text = match verify_file(&self.path, VOCAB_TSV) {
+            Ok(_) => String::from_utf8_lossy(&fs::read(&p).map_err(io(&p))?).into_owned(),
+            // Damaged: rebuilt from a checkpoint's copy where one exists (said once: it is
+            // written back).
+            Err(IntegrityError::Damaged { path, reason }) => {
+                let manifest_damaged = path == self.path.join(MANIFEST);
+                if manifest_damaged
+                    && let Some(said) = rebuild::rebuild_manifest(&self.path, &reason)
+                {
+                    conelab_base::stderr::say(&format!("conelab: warning: {said}"));
+                }
+                if manifest_damaged && verify_file(&self.path, VOCAB_TSV).is_ok() {
+                    String::from_utf8_lossy(&fs::read(&p).map_err(io(&p))?).into_owned()
+                } else {
+                    let rebuilt = rebuild::rebuild(&self.path, VOCAB_TSV, &reason)
+                        .ok_or(CheckpointError::Corrupt { path, reason })?;
+                    conelab_base::stderr::say(&format!("conelab: warning: {}", rebuilt.said));
+                    String::from_utf8_lossy(&rebuilt.bytes).into_owned()
+                }
+            }
+            Err(e) => return Err(e.into()),
+        };
         Ok(text
             .lines()
             .map(|l| l.split('\t').next().unwrap_or("").to_owned())

@@ -409,6 +409,13 @@ fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
     };
     let at = trainer.state().step;
     let mut announcements = Vec::new();
+    // Run files found damaged and rebuilt from the run's copies: recorded with the run.
+    for said in run.repaired() {
+        announcements.push(Event::Warning {
+            step: at,
+            message: said.clone(),
+        });
+    }
     if let Some(message) = moved {
         announcements.push(Event::Warning { step: at, message });
     }

@@ -324,8 +324,8 @@ fn read_rows(run_dir: &Path, columns: Option<&[&str]>) -> Result<LoadedStore, St
 
 pub fn read_run_record(dir: &Path) -> Result<RunRecord, StoreError> {
     let path = dir.join(RUN_RECORD);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(StoreError::NoStore(
                 dir.parent().unwrap_or(dir).to_path_buf(),
@@ -334,8 +334,9 @@ pub fn read_run_record(dir: &Path) -> Result<RunRecord, StoreError> {
         Err(e) => return Err(io_error(&path)(e)),
     };
     // `run.json` is rewritten by tag, note and rename: its checksum is in the store's manifest.
+    // (Checked before it is decoded: a flipped byte that is not UTF-8 is damage too.)
     conelab_base::integrity::verify_file(dir, RUN_RECORD)?;
-    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+    serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
         path,
         reason: e.to_string(),
     })

@@ -71,12 +71,13 @@ pub const CHECKSUMMED_FROM: &str = "checksummed-from";
 /// checksums; a record that fails its checksum or does not parse is damage.
 pub fn checksummed_from(dir: &Path) -> Result<Option<u64>, StoreError> {
     let path = dir.join(CHECKSUMMED_FROM);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_error(&path)(e)),
     };
     integrity::verify_file(dir, CHECKSUMMED_FROM)?;
+    let text = String::from_utf8_lossy(&bytes);
     text.trim()
         .parse()
         .map(Some)

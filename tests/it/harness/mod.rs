@@ -105,8 +105,21 @@ pub fn succeeded(out: &Output) -> String {
 /// Asserts the run failed the way every bad input must: exit status 2 and exactly one line on
 /// stderr that contains each of `needles`, no panic, no backtrace.
 pub fn assert_one_line_error(out: &Output, needles: &[&str]) -> String {
+    one_line_error_with(out, 2, needles)
+}
+
+/// [`assert_one_line_error`] for damaged data: exit status 5.
+pub fn assert_one_line_damage(out: &Output, needles: &[&str]) -> String {
+    one_line_error_with(out, 5, needles)
+}
+
+fn one_line_error_with(out: &Output, status: i32, needles: &[&str]) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(2), "exit status; stderr: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(status),
+        "exit status; stderr: {stderr}"
+    );
     assert_eq!(
         stderr.lines().count(),
         1,

@@ -98,12 +98,13 @@ pub fn hold(run_dir: &Path) -> Result<LockFile, LiveError> {
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, LiveError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io(path)(e)),
     };
-    serde_json::from_str(&text)
+    // Bytes, not text: a byte that is not UTF-8 is damage, not an I/O error.
+    serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| LiveError::Corrupt {
             path: path.to_path_buf(),

@@ -54,7 +54,7 @@ fn write_staged_as(
 ) -> Result<PathBuf, CheckpointError> {
     let staging = run_dir.join(format!(".{name}.staged-{}", unique_suffix()));
     fs::create_dir_all(&staging).map_err(io(&staging))?;
-    let result = write_checkpoint_files(&staging, trainer)
+    let result = write_checkpoint_files(run_dir, &staging, trainer)
         .and_then(|()| sync_dir(&staging).map_err(io(&staging)));
     if let Err(e) = result {
         let _ = fs::remove_dir_all(&staging);
@@ -136,7 +136,11 @@ impl CheckpointSink for Checkpointer {
     }
 }
 
-fn write_checkpoint_files(dir: &Path, trainer: &Trainer) -> Result<(), CheckpointError> {
+fn write_checkpoint_files(
+    run_dir: &Path,
+    dir: &Path,
+    trainer: &Trainer,
+) -> Result<(), CheckpointError> {
     let state = trainer.state();
     let optimizer = trainer.optimizer();
     let carried = trainer.carried_state();
@@ -183,6 +187,9 @@ fn write_checkpoint_files(dir: &Path, trainer: &Trainer) -> Result<(), Checkpoin
         })?;
         fs::write(&rec_path, bytes).map_err(io(&rec_path))?;
     }
+    // The run's own small files, so that a damaged one is rebuilt rather than the run lost
+    // (run_dir::rebuild).
+    conelab_core::run_dir::rebuild::copy_into_checkpoint(run_dir, dir)?;
     write_manifest(dir)?;
     for entry in fs::read_dir(dir).map_err(io(dir))? {
         let p = entry.map_err(io(dir))?.path();
