@@ -53,6 +53,15 @@ pub enum BenchCommand {
     /// The top-level ATen operators of one training step, by kind, beside PyTorch's for the same
     /// model (LibTorch builds; the trainer takes CUDA's paths, so it counts what a GPU launches).
     Ops(BenchOpsArgs),
+    /// `bench chaos --phased`'s viewer probe, a process of its own (the run paces connections
+    /// by process): connects once a second, times the run's hello, prints JSON.
+    #[command(hide = true)]
+    HelloProbe {
+        socket: std::path::PathBuf,
+        /// Seconds to probe for.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -149,12 +158,27 @@ pub struct BenchChaosArgs {
     /// The attackers: unread (6 clients asking for megabytes, never reading), idle (200
     /// connections that only say hello), subscribe (4 connect-subscribe-hang-up loops), flood
     /// (50,000 identical set-lr, save-checkpoint, an NCE k of 10¹³), comma-separated.
+    /// With --phased: idle-flood (1,000 connections that only say hello, reopened when
+    /// closed), slow (20 viewers reading 1 KiB a second), commands (20 clients sending set-lr
+    /// values of their own as fast as they can) [default: all three].
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "unread,idle,subscribe,flood"
     )]
     pub attack: Vec<String>,
+    /// One long run instead of pairs: quiet, attacked, then quiet again, with its steps/s, its
+    /// RSS before, at the peak and after, and how long a new viewer waits for its hello.
+    #[arg(long)]
+    pub phased: bool,
+    /// With --phased: seconds of the quiet, attacked and after phases.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "20,20,60",
+        value_name = "Q,A,AFTER"
+    )]
+    pub phases: Vec<u64>,
     #[command(flatten)]
     pub output: super::output::OutputArgs,
 }
@@ -364,6 +388,9 @@ fn attach(args: BenchAttachArgs) -> Result<()> {
 
 fn chaos(args: BenchChaosArgs) -> Result<()> {
     let json = args.output.json("bench chaos")?;
+    if args.phased {
+        return chaos_phased(args, json);
+    }
     if args.rounds == 0 || args.rounds > 100 {
         bail!("--rounds {}: from 1 to 100", args.rounds);
     }
@@ -549,5 +576,49 @@ pub fn exec(command: BenchCommand) -> Result<()> {
         BenchCommand::Attach(args) => attach(args),
         BenchCommand::Chaos(args) => chaos(args),
         BenchCommand::Runs(args) => runs(args),
+        BenchCommand::HelloProbe { socket, seconds } => {
+            let r = conelab_bench::chaos_phases::probe_hello(&socket, seconds);
+            print_stdout(&format!("{}\n", serde_json::to_string(&r)?))
+        }
     }
+}
+
+fn chaos_phased(args: BenchChaosArgs, json: bool) -> Result<()> {
+    use conelab_bench::chaos_phases::{PHASED_ATTACKS, PhasedChaos, bench_phased};
+    let attacks = if args.attack.join(",") == "unread,idle,subscribe,flood" {
+        PHASED_ATTACKS.iter().map(|a| a.to_string()).collect()
+    } else {
+        args.attack
+    };
+    if let Some(a) = attacks
+        .iter()
+        .find(|a| !PHASED_ATTACKS.contains(&a.as_str()))
+    {
+        bail!(
+            "--attack {a}: unknown with --phased; its attackers are {}",
+            PHASED_ATTACKS.join(", ")
+        );
+    }
+    let [quiet, attack, after] = args.phases[..] else {
+        bail!("--phases: three numbers of seconds, QUIET,ATTACK,AFTER");
+    };
+    if [quiet, attack, after]
+        .iter()
+        .any(|&s| !(1..=3_600).contains(&s))
+    {
+        bail!("--phases: each from 1 to 3600 seconds");
+    }
+    let r = bench_phased(&PhasedChaos {
+        model: args.model.name().to_owned(),
+        batch: args.batch,
+        attacks,
+        quiet_secs: quiet,
+        attack_secs: attack,
+        after_secs: after,
+        work: std::env::temp_dir(),
+    })?;
+    if json {
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
+    }
+    print_stdout(&r.render())
 }

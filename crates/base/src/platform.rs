@@ -77,6 +77,20 @@ pub fn peer_uid(_socket: impl AsFd) -> io::Result<u32> {
     ))
 }
 
+/// The process id at the other end of a Unix socket, where the platform says it (Linux's
+/// `SO_PEERCRED`): what a socket server paces a client process by.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn peer_pid(socket: impl AsFd) -> Option<u32> {
+    let cred = rustix::net::sockopt::socket_peercred(socket).ok()?;
+    u32::try_from(cred.pid.as_raw_nonzero().get()).ok()
+}
+
+/// The process id at the other end of a Unix socket: not known on this platform.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn peer_pid(_socket: impl AsFd) -> Option<u32> {
+    None
+}
+
 /// This process's effective user id (what a peer's credentials are compared with).
 pub fn own_uid() -> u32 {
     rustix::process::geteuid().as_raw()

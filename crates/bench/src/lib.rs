@@ -2,6 +2,7 @@
 
 pub mod attach;
 pub mod chaos;
+pub mod chaos_phases;
 pub mod ops;
 pub mod runs;
 pub mod tui;

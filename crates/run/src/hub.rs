@@ -37,19 +37,50 @@ pub const VIEWER_QUEUE: usize = 4_096;
 /// `server::MAX_CONNECTIONS` viewers, the queues hold at most 64 × 4 MiB.
 pub const VIEWER_QUEUE_BYTES: usize = 4 << 20;
 
-/// A socket connection's queue of JSON lines, bounded in messages ([`VIEWER_QUEUE`]) and in
-/// bytes ([`VIEWER_QUEUE_BYTES`]).
-#[derive(Clone)]
-pub struct LineQueue {
-    tx: SyncSender<Arc<str>>,
-    bytes: Arc<AtomicUsize>,
+/// Bytes queued for all socket viewers together (counted per queue: a line shared by several
+/// counts for each) — the bound on what many slow readers hold at once. Past it, a queue that
+/// already holds [`PROMPT_QUEUE_BYTES`] takes no more (its viewer is behind); a queue under that
+/// (a viewer that reads) is served regardless, so the slow cannot crowd out the prompt.
+pub const ALL_VIEWERS_QUEUE_BYTES: usize = 64 << 20;
+
+/// What a queue may always hold, whatever the others hold.
+pub const PROMPT_QUEUE_BYTES: usize = 256 << 10;
+
+/// Bytes queued in every [`LineQueue`] of the process (one run serves one socket).
+fn queued_all() -> Arc<AtomicUsize> {
+    static ALL: std::sync::OnceLock<Arc<AtomicUsize>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| Arc::new(AtomicUsize::new(0))).clone()
 }
 
-/// The writer thread's end of a [`LineQueue`]: each line taken gives its bytes back. (It holds
-/// no sender: the queue closes when the last [`LineQueue`] is dropped.)
-pub struct LineReceiver {
-    rx: Receiver<Arc<str>>,
+/// A line in a queue: its bytes are counted while it is there, and given back when it leaves —
+/// taken by the writer, or dropped with a queue whose writer is gone.
+struct Queued {
+    line: Arc<str>,
     bytes: Arc<AtomicUsize>,
+    all: Arc<AtomicUsize>,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        let len = self.line.len();
+        self.bytes.fetch_sub(len, Ordering::SeqCst);
+        self.all.fetch_sub(len, Ordering::SeqCst);
+    }
+}
+
+/// A socket connection's queue of JSON lines, bounded in messages ([`VIEWER_QUEUE`]) and in
+/// bytes ([`VIEWER_QUEUE_BYTES`], and [`ALL_VIEWERS_QUEUE_BYTES`] for all of them together).
+#[derive(Clone)]
+pub struct LineQueue {
+    tx: SyncSender<Queued>,
+    bytes: Arc<AtomicUsize>,
+    all: Arc<AtomicUsize>,
+}
+
+/// The writer thread's end of a [`LineQueue`]. (It holds no sender: the queue closes when the
+/// last [`LineQueue`] is dropped.)
+pub struct LineReceiver {
+    rx: Receiver<Queued>,
 }
 
 impl Iterator for LineReceiver {
@@ -57,34 +88,48 @@ impl Iterator for LineReceiver {
 
     /// The next line, waiting for one; `None` once every sender is gone.
     fn next(&mut self) -> Option<Arc<str>> {
-        let line = self.rx.recv().ok()?;
-        self.bytes.fetch_sub(line.len(), Ordering::SeqCst);
-        Some(line)
+        let queued = self.rx.recv().ok()?;
+        Some(queued.line.clone())
     }
 }
 
 impl LineQueue {
     /// A queue and the end its writer thread reads.
     pub fn new() -> (Self, LineReceiver) {
-        let (tx, rx) = std::sync::mpsc::sync_channel(VIEWER_QUEUE);
-        let bytes = Arc::new(AtomicUsize::new(0));
-        let q = Self {
-            tx,
-            bytes: bytes.clone(),
-        };
-        (q, LineReceiver { rx, bytes })
+        Self::sharing(queued_all())
     }
 
-    /// Queues `line` unless the queue is full in messages or bytes.
+    /// A queue counted in `all` with the others sharing it (the process's count, or a test's).
+    fn sharing(all: Arc<AtomicUsize>) -> (Self, LineReceiver) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(VIEWER_QUEUE);
+        let bytes = Arc::new(AtomicUsize::new(0));
+        (Self { tx, bytes, all }, LineReceiver { rx })
+    }
+
+    /// Queues `line` unless the queue is full in messages or bytes, or every queue together is
+    /// full and this one holds more than a prompt reader's share.
     pub fn try_send(&self, line: Arc<str>) -> Result<(), TrySendError<Arc<str>>> {
         let len = line.len();
         let queued = self.bytes.load(Ordering::SeqCst);
         if queued > 0 && queued + len > VIEWER_QUEUE_BYTES {
             return Err(TrySendError::Full(line));
         }
+        if queued + len > PROMPT_QUEUE_BYTES
+            && self.all.load(Ordering::SeqCst) + len > ALL_VIEWERS_QUEUE_BYTES
+        {
+            return Err(TrySendError::Full(line));
+        }
         self.bytes.fetch_add(len, Ordering::SeqCst);
-        self.tx.try_send(line).inspect_err(|_| {
-            self.bytes.fetch_sub(len, Ordering::SeqCst);
+        self.all.fetch_add(len, Ordering::SeqCst);
+        let queued = Queued {
+            line,
+            bytes: self.bytes.clone(),
+            all: self.all.clone(),
+        };
+        // Refused, the line's bytes go back as it is dropped.
+        self.tx.try_send(queued).map_err(|e| match e {
+            TrySendError::Full(q) => TrySendError::Full(q.line.clone()),
+            TrySendError::Disconnected(q) => TrySendError::Disconnected(q.line.clone()),
         })
     }
 
@@ -140,6 +185,15 @@ impl Viewer {
 }
 
 impl Sink {
+    /// Whether everything queued so far has been taken (a socket viewer's writer caught up; an
+    /// in-process viewer's channel is not measured, and counts as caught up).
+    fn drained(&self) -> bool {
+        match self {
+            Sink::Lines(q) => q.queued_bytes() == 0,
+            Sink::Messages(_) => true,
+        }
+    }
+
     /// Queues a message without waiting; `line` caches its JSON encoding across sinks.
     fn try_send(&self, message: &ServerMessage, line: &mut Option<Arc<str>>) -> Delivery {
         let result = match self {
@@ -428,8 +482,15 @@ impl Hub {
         let mut gone = Vec::new();
         for (id, v) in self.viewers.iter_mut() {
             if let Some(dropped) = v.behind {
-                // Room again? Then the gap marker and the whole view, which already holds this
-                // event; otherwise one more dropped.
+                // Caught up? Then the gap marker and the whole view, which already holds this
+                // event; otherwise one more dropped. (Not before its queue is empty: a slow
+                // reader with a little room got a gap marker and a fresh copy of the whole view
+                // encoded at every event, which did not fit — 20 of them cost the run 13 % of
+                // its CPU, `bench chaos --phased`.)
+                if !v.sink.drained() {
+                    v.behind = Some(dropped + 1);
+                    continue;
+                }
                 let gap = ServerMessage::Gap { dropped };
                 match v.try_send(&gap, &mut None) {
                     Delivery::Sent => {
@@ -465,6 +526,37 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Many slow readers together hold at most `ALL_VIEWERS_QUEUE_BYTES` (plus a prompt share
+    /// each): past it, a queue holding more than a prompt reader's share takes nothing, an
+    /// emptier one is still served, and the bytes of a queue whose writer is gone come back.
+    #[test]
+    fn all_queues_together_are_bounded_and_give_their_bytes_back() {
+        let all = Arc::new(AtomicUsize::new(0));
+        let mb: Arc<str> = Arc::from("x".repeat(1 << 20));
+        let mut queues = Vec::new();
+        let mut refused = 0;
+        for _ in 0..40 {
+            let (q, rx) = LineQueue::sharing(all.clone());
+            for _ in 0..3 {
+                if q.try_send(mb.clone()).is_err() {
+                    refused += 1;
+                }
+            }
+            queues.push((q, rx));
+        }
+        // 40 slow readers asking for 120 MiB: held to 64 MiB (a first line each is the prompt
+        // share: 1 MiB > 256 KiB, so it counts against the bound too).
+        assert!(all.load(Ordering::SeqCst) <= ALL_VIEWERS_QUEUE_BYTES);
+        assert_eq!(all.load(Ordering::SeqCst), 64 << 20);
+        assert_eq!(refused, 120 - 64);
+        // A prompt reader's small line still goes through.
+        let (prompt, _prompt_rx) = LineQueue::sharing(all.clone());
+        assert!(prompt.try_send(Arc::from("{\"step\":1}")).is_ok());
+        // Every queue whose writer is gone gives its bytes back, lines and all.
+        queues.clear();
+        assert_eq!(all.load(Ordering::SeqCst), prompt.queued_bytes());
+    }
 
     /// A socket viewer that never reads holds at most `VIEWER_QUEUE_BYTES` (or one message
     /// larger than that, into an empty queue): the rest is refused as full, and room comes back

@@ -54,11 +54,56 @@ pub const REQUEST_COST: f64 = 20.0;
 /// 36 steps in 10 s to 3, and its memory from 0.6 to 2.2 GB). A few viewers ask a few a second.
 pub const REQUESTS_PER_SECOND: f64 = 100.0;
 
-/// New connections the run accepts per second (a burst of as many at once): each costs two
-/// threads and, subscribed, a copy of the history, so a client that connects in a loop is made
-/// to wait in the socket's backlog instead (its 268,534 connections in 170 s took 3× the run's
-/// CPU before this).
+/// New connections served per second per client process (a burst of as many at once): each
+/// costs two threads and, subscribed, a copy of the history. A process that connects faster has
+/// the extra connections closed at once with an error, while other processes' connections go
+/// on being served: pacing every connection in one queue (as before) let a 1,000-connection
+/// flood keep a new viewer waiting in the socket's backlog for 20 s.
 pub const ACCEPTS_PER_SECOND: f64 = 20.0;
+
+/// Connections accepted per second from all clients together, served or refused: what a
+/// connect loop can cost the run (an accept and a close are microseconds; a loop of 268,534
+/// connections in 170 s once took 3× the run's CPU). At this pace the socket's backlog drains
+/// in well under the 2 s a new viewer may wait.
+pub const ACCEPTS_PER_SECOND_ALL: f64 = 2_000.0;
+
+/// Commands the run takes per second from all its connections together, as requests are
+/// paced ([`REQUESTS_PER_SECOND`]): 20 clients each sending `set-lr` as fast as they could got
+/// 6,336 applied in 10 s and cut training from 27 to 9.8 steps/s. A person steers with a few a
+/// second; a script changing the rate every step fits.
+pub const COMMANDS_PER_SECOND: f64 = 30.0;
+
+/// Client processes whose connection pace is remembered at once (the oldest forgotten first).
+const PACED_PROCESSES: usize = 1_024;
+
+/// Each client process's connection pace, by process id (a platform that cannot tell the peer's
+/// process paces all of them as one).
+struct ProcessPaces {
+    paces: std::collections::HashMap<Option<u32>, Pace>,
+}
+
+impl ProcessPaces {
+    fn new() -> Self {
+        Self {
+            paces: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Whether a new connection of `pid` may be served now (spending its token), never waiting.
+    fn admit(&mut self, pid: Option<u32>) -> bool {
+        if self.paces.len() >= PACED_PROCESSES && !self.paces.contains_key(&pid) {
+            // Forget the processes with a full bucket (not connecting lately); all, if none.
+            self.paces.retain(|_, p| p.available() < p.rate);
+            if self.paces.len() >= PACED_PROCESSES {
+                self.paces.clear();
+            }
+        }
+        self.paces
+            .entry(pid)
+            .or_insert_with(|| Pace::new(ACCEPTS_PER_SECOND))
+            .try_take(1.0)
+    }
+}
 
 /// A token bucket: `rate` a second, at most `rate` saved up. Taking waits for what is missing,
 /// so what is paced is simply served later (the client's own writes or connects wait).
@@ -77,19 +122,37 @@ impl Pace {
         }
     }
 
+    fn refill(&mut self) {
+        let now = std::time::Instant::now();
+        self.tokens =
+            (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.rate);
+        self.last = now;
+    }
+
     /// Waits until `cost` may be spent, then spends it.
     fn take(&mut self, cost: f64) {
-        let refill = |p: &mut Self| {
-            let now = std::time::Instant::now();
-            p.tokens = (p.tokens + now.duration_since(p.last).as_secs_f64() * p.rate).min(p.rate);
-            p.last = now;
-        };
-        refill(self);
+        self.refill();
         if self.tokens < cost {
             std::thread::sleep(Duration::from_secs_f64((cost - self.tokens) / self.rate));
-            refill(self);
+            self.refill();
         }
         self.tokens -= cost;
+    }
+
+    /// Spends `cost` if it may be spent now; never waits.
+    fn try_take(&mut self, cost: f64) -> bool {
+        self.refill();
+        if self.tokens < cost {
+            return false;
+        }
+        self.tokens -= cost;
+        true
+    }
+
+    /// Tokens saved up now.
+    fn available(&mut self) -> f64 {
+        self.refill();
+        self.tokens
     }
 }
 
@@ -316,10 +379,14 @@ fn accept_loop(
     let open = Arc::new(AtomicUsize::new(0));
     let connections = Connections::default();
     let own_uid = conelab_base::platform::own_uid();
-    let mut pace = Pace::new(ACCEPTS_PER_SECOND);
+    let mut all = Pace::new(ACCEPTS_PER_SECOND_ALL);
+    let mut processes = ProcessPaces::new();
     let requests = Arc::new(std::sync::Mutex::new(Pace::new(REQUESTS_PER_SECOND)));
+    let commands = Arc::new(std::sync::Mutex::new(Pace::new(COMMANDS_PER_SECOND)));
     for stream in listener.incoming() {
         let Ok(mut stream) = stream else {
+            // Out of file descriptors (EMFILE) and the like: not a reason to spin.
+            std::thread::sleep(Duration::from_millis(10));
             continue;
         };
         // A client gone before it was accepted costs nothing and is not paced: a burst of
@@ -327,7 +394,7 @@ fn accept_loop(
         if conelab_base::platform::peer_hung_up(&stream) {
             continue;
         }
-        pace.take(1.0);
+        all.take(1.0);
         use conelab_base::platform::{Refusal, admit_peer};
         match admit_peer(peer_uid(&stream), own_uid) {
             Ok(()) => {}
@@ -349,6 +416,19 @@ fn accept_loop(
                 );
                 continue;
             }
+        }
+        // A process connecting faster than its pace: this connection is closed now, and the
+        // next process's is served without waiting behind its flood.
+        if !processes.admit(conelab_base::platform::peer_pid(&stream)) {
+            log_as(
+                "refused",
+                "refused a client: its process connects faster than 20 a second",
+            );
+            refuse(
+                &mut stream,
+                "too many connections from this process: at most 20 a second",
+            );
+            continue;
         }
         if open.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
             // Idle connections never lock a viewer out: the oldest makes room.
@@ -373,27 +453,22 @@ fn accept_loop(
                 active: active.clone(),
             });
         }
-        let (hub, answers, hello, open, connections, requests) = (
+        let (hub, answers, hello, open, connections) = (
             hub.clone(),
             answers.clone(),
             hello.clone(),
             open.clone(),
             connections.clone(),
-            requests.clone(),
         );
+        let paces = SharedPaces {
+            requests: requests.clone(),
+            commands: commands.clone(),
+        };
         open.fetch_add(1, Ordering::SeqCst);
         let spawned = std::thread::Builder::new()
             .name(format!("conelab-viewer-{id}"))
             .spawn(move || {
-                serve_connection(
-                    id,
-                    stream,
-                    &hub,
-                    answers.as_ref(),
-                    &hello,
-                    &active,
-                    &requests,
-                );
+                serve_connection(id, stream, &hub, answers.as_ref(), &hello, &active, &paces);
                 connections.remove(id);
                 open.fetch_sub(1, Ordering::SeqCst);
             });
@@ -401,6 +476,12 @@ fn accept_loop(
             log("refused a client: no thread for it");
         }
     }
+}
+
+/// The paces every connection shares: requests and commands, each a run-wide bucket.
+struct SharedPaces {
+    requests: Arc<Mutex<Pace>>,
+    commands: Arc<Mutex<Pace>>,
 }
 
 /// The connection's reads, failing once `deadline` has passed: before hello, a client that
@@ -460,7 +541,7 @@ fn serve_connection(
     answers: &dyn Answers,
     hello: &RunHello,
     active: &std::sync::atomic::AtomicBool,
-    requests: &std::sync::Mutex<Pace>,
+    shared: &SharedPaces,
 ) {
     let Ok(mut out) = stream.try_clone() else {
         return;
@@ -627,6 +708,10 @@ fn serve_connection(
                     let _ = stream.set_read_timeout(None);
                 }
                 pace.take(1.0);
+                // The run's share for all connections, as for requests.
+                if let Ok(mut all) = shared.commands.lock() {
+                    all.take(1.0);
+                }
                 let _ = hub.send(HubInput::Command {
                     viewer,
                     id,
@@ -639,8 +724,8 @@ fn serve_connection(
                 pace.take(REQUEST_COST);
                 // The run's share for all connections: waiting here holds the lock, so the
                 // others wait their turn behind it.
-                if let Ok(mut shared) = requests.lock() {
-                    shared.take(1.0);
+                if let Ok(mut all) = shared.requests.lock() {
+                    all.take(1.0);
                 }
                 // A client that does not read would have its answer dropped: it is not
                 // computed (a neighbours answer costs the run milliseconds of a core).
@@ -775,6 +860,36 @@ mod log_tests {
         }
         let took = start.elapsed().as_secs_f64();
         assert!((0.45..1.5).contains(&took), "100 at 200/s took {took} s");
+    }
+
+    /// Issue #61: one process's flood of connections is refused past its pace, never waited
+    /// for — another process is admitted at once — and the processes remembered are bounded.
+    #[test]
+    fn a_process_is_paced_alone_and_never_waited_for() {
+        let mut paces = ProcessPaces::new();
+        let start = Instant::now();
+        let admitted = (0..1_000).filter(|_| paces.admit(Some(7))).count();
+        assert_eq!(
+            admitted, ACCEPTS_PER_SECOND as usize,
+            "a burst of 20, then refused"
+        );
+        assert!(paces.admit(Some(8)), "another process is served");
+        assert!(paces.admit(None), "and one of unknown process");
+        assert!(
+            start.elapsed() < Duration::from_millis(200),
+            "refusing is not waiting: {:?}",
+            start.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(paces.admit(Some(7)), "its pace refills");
+        for pid in 0..(3 * PACED_PROCESSES as u32) {
+            paces.admit(Some(1_000 + pid));
+        }
+        assert!(
+            paces.paces.len() <= PACED_PROCESSES,
+            "{}",
+            paces.paces.len()
+        );
     }
 
     /// Twenty lines of a kind a minute; the rest counted and said with the first line of the
