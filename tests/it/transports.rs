@@ -581,3 +581,69 @@ fn requests_left_behind_by_a_client_that_hung_up_are_not_answered() {
         "{answered} of 300 answered for a closed socket"
     );
 }
+
+/// Issue #61: a thousand connections that said hello and nothing more, from one process, kept a
+/// new viewer in the socket's backlog for ~20 s. Now that process is paced alone (the rest of its
+/// flood refused at once), and a viewer of another process — `conelab bench hello-probe`, once a
+/// second — is answered within 2 s throughout.
+#[test]
+fn a_flood_of_idle_connections_from_one_process_never_keeps_another_waiting() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (_tmp, path, _hub) = quiet_server();
+    let stop = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicU64::new(0));
+    let flood = {
+        let (stop, opened, path) = (stop.clone(), opened.clone(), path.clone());
+        std::thread::spawn(move || {
+            let hi = format!(
+                "{}\n",
+                serde_json::to_string(&ClientMessage::Hello {
+                    protocol: conelab_protocol::message::PROTOCOL_VERSION,
+                    client: "flood".into(),
+                })
+                .expect("json")
+            );
+            let mut held: std::collections::VecDeque<UnixStream> = Default::default();
+            while !stop.load(Ordering::SeqCst) {
+                if let Ok(mut s) = UnixStream::connect(&path) {
+                    let _ = s.write_all(hi.as_bytes());
+                    opened.fetch_add(1, Ordering::SeqCst);
+                    held.push_back(s);
+                    if held.len() > 1_000 {
+                        held.pop_front();
+                    }
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let out = crate::harness::conelab(&[
+        "bench",
+        "hello-probe",
+        crate::harness::s(&path),
+        "--seconds",
+        "4",
+    ]);
+    stop.store(true, Ordering::SeqCst);
+    flood.join().expect("flood");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let probe: serde_json::Value = serde_json::from_slice(&out.stdout).expect("probe json");
+    let flooded = opened.load(Ordering::SeqCst);
+    assert!(
+        flooded > 1_000,
+        "the flood opened only {flooded} connections"
+    );
+    assert_eq!(probe["unanswered"], 0, "{probe}");
+    assert!(
+        probe["answered"].as_u64().is_some_and(|n| n >= 3),
+        "{probe}"
+    );
+    assert!(
+        probe["worst_s"].as_f64().is_some_and(|w| w <= 2.0),
+        "a viewer waited: {probe} (the flood opened {flooded})"
+    );
+}

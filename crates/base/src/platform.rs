@@ -91,6 +91,14 @@ pub fn peer_pid(_socket: impl AsFd) -> Option<u32> {
     None
 }
 
+/// Sets how many connections a listening socket keeps waiting to be accepted (`listen(2)` again
+/// on a listening socket changes it on Linux and the BSDs). std listens with the system's
+/// maximum (4,096 on Linux): behind that many connections of a flood a new client waits as long
+/// as the server takes to accept them all.
+pub fn set_backlog(listener: impl AsFd, backlog: i32) -> std::io::Result<()> {
+    rustix::net::listen(listener, backlog).map_err(std::io::Error::from)
+}
+
 /// This process's effective user id (what a peer's credentials are compared with).
 pub fn own_uid() -> u32 {
     rustix::process::geteuid().as_raw()

@@ -54,18 +54,29 @@ pub const REQUEST_COST: f64 = 20.0;
 /// 36 steps in 10 s to 3, and its memory from 0.6 to 2.2 GB). A few viewers ask a few a second.
 pub const REQUESTS_PER_SECOND: f64 = 100.0;
 
-/// New connections served per second per client process (a burst of as many at once): each
+/// New connections served per second per client process (after a burst of
+/// [`ACCEPT_BURST`]): each
 /// costs two threads and, subscribed, a copy of the history. A process that connects faster has
 /// the extra connections closed at once with an error, while other processes' connections go
 /// on being served: pacing every connection in one queue (as before) let a 1,000-connection
 /// flood keep a new viewer waiting in the socket's backlog for 20 s.
 pub const ACCEPTS_PER_SECOND: f64 = 20.0;
 
+/// The connections one process may open at once before its pace applies: twice the run's
+/// connections, so a tool opening many viewers at once (a test, a script filling every place)
+/// is served, while a flood of thousands is not.
+pub const ACCEPT_BURST: f64 = 2.0 * MAX_CONNECTIONS as f64;
+
 /// Connections accepted per second from all clients together, served or refused: what a
 /// connect loop can cost the run (an accept and a close are microseconds; a loop of 268,534
-/// connections in 170 s once took 3× the run's CPU). At this pace the socket's backlog drains
-/// in well under the 2 s a new viewer may wait.
+/// connections in 170 s once took 3× the run's CPU). At this pace the socket's backlog
+/// ([`BACKLOG`]) drains in well under the 2 s a new viewer may wait.
 pub const ACCEPTS_PER_SECOND_ALL: f64 = 2_000.0;
+
+/// Connections waiting in the socket to be accepted: at [`ACCEPTS_PER_SECOND_ALL`] a new client
+/// behind a full backlog waits about 0.13 s (behind the system's 4,096, a flood kept one waiting
+/// 2 s).
+pub const BACKLOG: i32 = 256;
 
 /// Commands the run takes per second from all its connections together, as requests are
 /// paced ([`REQUESTS_PER_SECOND`]): 20 clients each sending `set-lr` as fast as they could got
@@ -93,31 +104,38 @@ impl ProcessPaces {
     fn admit(&mut self, pid: Option<u32>) -> bool {
         if self.paces.len() >= PACED_PROCESSES && !self.paces.contains_key(&pid) {
             // Forget the processes with a full bucket (not connecting lately); all, if none.
-            self.paces.retain(|_, p| p.available() < p.rate);
+            self.paces.retain(|_, p| p.available() < p.burst);
             if self.paces.len() >= PACED_PROCESSES {
                 self.paces.clear();
             }
         }
         self.paces
             .entry(pid)
-            .or_insert_with(|| Pace::new(ACCEPTS_PER_SECOND))
+            .or_insert_with(|| Pace::with_burst(ACCEPTS_PER_SECOND, ACCEPT_BURST))
             .try_take(1.0)
     }
 }
 
-/// A token bucket: `rate` a second, at most `rate` saved up. Taking waits for what is missing,
-/// so what is paced is simply served later (the client's own writes or connects wait).
+/// A token bucket: `rate` a second, at most `burst` (by default `rate`) saved up. Taking waits
+/// for what is missing, so what is paced is simply served later (the client's own writes or
+/// connects wait).
 struct Pace {
     rate: f64,
+    burst: f64,
     tokens: f64,
     last: std::time::Instant,
 }
 
 impl Pace {
     fn new(rate: f64) -> Self {
+        Self::with_burst(rate, rate)
+    }
+
+    fn with_burst(rate: f64, burst: f64) -> Self {
         Self {
             rate,
-            tokens: rate,
+            burst,
+            tokens: burst,
             last: std::time::Instant::now(),
         }
     }
@@ -125,7 +143,7 @@ impl Pace {
     fn refill(&mut self) {
         let now = std::time::Instant::now();
         self.tokens =
-            (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.rate);
+            (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.burst);
         self.last = now;
     }
 
@@ -284,6 +302,7 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     // files.
     let listener = conelab_base::platform::with_umask(0o177, || UnixListener::bind(path))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    conelab_base::platform::set_backlog(&listener, BACKLOG)?;
     Ok(listener)
 }
 
@@ -422,11 +441,11 @@ fn accept_loop(
         if !processes.admit(conelab_base::platform::peer_pid(&stream)) {
             log_as(
                 "refused",
-                "refused a client: its process connects faster than 20 a second",
+                "refused a client: its process connects faster than 20 a second (after a burst of 128)",
             );
             refuse(
                 &mut stream,
-                "too many connections from this process: at most 20 a second",
+                "too many connections from this process: at most 20 a second after a burst of 128",
             );
             continue;
         }
@@ -870,8 +889,8 @@ mod log_tests {
         let start = Instant::now();
         let admitted = (0..1_000).filter(|_| paces.admit(Some(7))).count();
         assert_eq!(
-            admitted, ACCEPTS_PER_SECOND as usize,
-            "a burst of 20, then refused"
+            admitted, ACCEPT_BURST as usize,
+            "a burst of 128, then refused"
         );
         assert!(paces.admit(Some(8)), "another process is served");
         assert!(paces.admit(None), "and one of unknown process");
