@@ -181,6 +181,14 @@ fn train_log_in_json_and_a_full_disk_under_it() {
         .output()
         .expect("runs");
     succeeded(&out);
+    // Said once, in conelab's words; tracing's own complaint (a line per lost event) never.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("train.log: No space left on device").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("tracing-subscriber"), "{stderr}");
     let log = std::fs::read_to_string(run.join("train.log")).expect("train.log");
     assert_eq!(log.lines().count(), 2, "{log}");
     // The start, then the corpus's reference models.

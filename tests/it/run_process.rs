@@ -608,6 +608,55 @@ fn a_disk_full_during_a_checkpoint_or_a_segment_keeps_what_was_written_and_says_
     steps_are_contiguous_and_once(&f.path("run"), 30);
 }
 
+#[test]
+fn a_disk_full_to_the_end_still_says_how_the_run_ended() {
+    // From the first segment on every write of the run fails: train.log's, the store's, the
+    // checkpoints', final.json's own. The run stops (exit 4); its ending is written all the
+    // same, in the space set aside at its start, and the log's loss is said once.
+    let f = Fixture::new();
+    let plan = "log.write:3+:ENOSPC,segment.write:1+:ENOSPC,segment.rename:1+:ENOSPC,\
+                checkpoint.write:1+:ENOSPC,final.write:1+:ENOSPC";
+    let child = spawn_train_env(
+        &f,
+        "run",
+        &[
+            "--steps",
+            "30",
+            "--eval-every",
+            "0",
+            "--checkpoint-every",
+            "10",
+            "--store-flush-secs",
+            "0",
+        ],
+        &[("CONELAB_FAULT", plan)],
+    );
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(!stderr.contains("tracing-subscriber"), "{stderr}");
+    assert!(
+        stderr.matches("train.log: No space left").count() <= 1,
+        "{stderr}"
+    );
+    let run = f.path("run");
+    assert!(
+        !run.join(conelab_core::run_dir::live::FINAL_RESERVE)
+            .exists(),
+        "the reserve became final.json"
+    );
+    match conelab_core::run_dir::live::liveness(&run).expect("liveness") {
+        conelab_core::run_dir::live::Liveness::Ended(r) => {
+            assert_eq!((r.status.as_str(), r.exit_code), ("failed", 4), "{r:?}");
+            assert!(r.message.contains("No space left"), "{r:?}");
+        }
+        other => panic!("{other:?}: {stderr}"),
+    }
+    let listed = conelab(&["runs", s(&f.path(".")), "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("runs --json");
+    assert_eq!(rows[0]["status"], "failed", "{rows}");
+}
+
 fn a_failed_checkpoint_is_said_once_and_left_out(plan: &str) {
     let f = Fixture::new();
     let child = spawn_train_env(

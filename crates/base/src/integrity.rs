@@ -272,6 +272,19 @@ pub fn write_recorded(
     Ok(())
 }
 
+/// Records the checksum of `dir/name` as it is on disk in `dir`'s manifest (a file put in place
+/// by other means than [`write_recorded`]: `final.json` written over its reserve on a full disk).
+pub fn record_present(dir: &Path, name: &str) -> Result<(), IntegrityError> {
+    let path = dir.join(name);
+    let crc = file_crc32c(&path).map_err(io_at(&path))?;
+    let manifest_path = dir.join(MANIFEST);
+    let mut manifest = Manifest::read(dir).ok().flatten().unwrap_or_default();
+    manifest.pending.remove(name);
+    manifest.files.insert(name.to_owned(), crc);
+    crate::atomic::write_file_as("manifest", &manifest_path, &manifest.encode())
+        .map_err(io_at(&manifest_path))
+}
+
 /// Removes `dir/name` and its entry in `dir`'s manifest: the entry first, so that a crash between
 /// the two leaves an unlisted file (unverified), never a listed one that is gone (damage).
 pub fn forget_recorded(dir: &Path, name: &str) -> Result<(), IntegrityError> {

@@ -6,7 +6,8 @@
 //!
 //! The lines are written by the run process's reporting thread, never by the training step, and
 //! appended: a resumed run continues its file. A write that fails (disk full) loses that line,
-//! never the lines before it, and never stops the run.
+//! never the lines before it, and never stops the run; the first loss is said once on stderr
+//! (tracing's own complaint, a line per lost event, is never reached).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -33,16 +34,37 @@ pub enum LogFormat {
 }
 
 /// The log file, its failures injectable (`log.write`).
-struct LogFile(File);
+struct LogFile {
+    file: File,
+    /// Lines lost so far; the first loss is said.
+    lost: u64,
+}
+
+impl LogFile {
+    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        conelab_base::fault::check("log.write")?;
+        self.file.write_all(buf)
+    }
+}
 
 impl Write for LogFile {
+    /// Never fails: a line that cannot be written is lost (and the first loss said), so that
+    /// tracing-subscriber does not print its own complaint for every event of a full disk.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        conelab_base::fault::check("log.write")?;
-        self.0.write(buf)
+        if let Err(e) = self.append(buf) {
+            if self.lost == 0 {
+                conelab_base::stderr::say(&format!(
+                    "conelab: warning: {TRAIN_LOG}: {e}; its lines are lost while that lasts \
+                     (the store keeps every number)"
+                ));
+            }
+            self.lost += 1;
+        }
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()
+        self.file.flush()
     }
 }
 
@@ -82,7 +104,7 @@ impl RunLog {
         let builder = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(false)
-            .with_writer(Mutex::new(LogFile(file)));
+            .with_writer(Mutex::new(LogFile { file, lost: 0 }));
         let dispatch = match format {
             LogFormat::Plain => Dispatch::new(builder.finish()),
             LogFormat::Json => Dispatch::new(builder.json().finish()),

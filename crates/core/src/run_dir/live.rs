@@ -18,6 +18,14 @@ use conelab_base::lockfile::{LockError, LockFile, holder_text, host_name};
 pub const RUN_LOCK: &str = "run.lock";
 pub const LIVE_FILE: &str = "live.json";
 pub const FINAL_FILE: &str = "final.json";
+/// Space set aside while the run lives so that `final.json` can be written on a full disk: the
+/// run's last write, and the one that says how it ended, is the one most likely to meet the
+/// disk its store and checkpoints filled. Written in place (its blocks already allocated), then
+/// renamed; removed when the run concludes.
+pub const FINAL_RESERVE: &str = "final.json.reserve";
+/// The reserve's size: a final record is under 1 KiB; the rest leaves room for the manifest's
+/// rewrite once the reserve's tail is freed.
+const FINAL_RESERVE_BYTES: usize = 64 * 1024;
 /// A detached run's stdout and stderr.
 pub const OUTPUT_LOG: &str = "output.log";
 
@@ -153,7 +161,32 @@ pub fn announce(run_dir: &Path, socket: &Path, protocol: u32) -> Result<LiveReco
         started_unix: conelab_base::clock::unix_now(),
     };
     write_json(&run_dir.join(LIVE_FILE), &record)?;
+    // Best effort: a disk too full for 64 KiB now fails the run's first segment anyway, and
+    // the run must not be refused for want of its last line's room.
+    let _ = reserve_final(run_dir);
     Ok(record)
+}
+
+fn reserve_final(run_dir: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    conelab_base::fault::check("final.reserve")?;
+    let mut file = std::fs::File::create(run_dir.join(FINAL_RESERVE))?;
+    file.write_all(&[0u8; FINAL_RESERVE_BYTES])?;
+    file.sync_all()
+}
+
+/// Writes `bytes` as `final.json` over the reserve's allocated blocks (no new space needed on
+/// a file system that overwrites in place), then renames it: atomic like any other write.
+fn conclude_into_reserve(run_dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::{Seek, Write};
+    let reserve = run_dir.join(FINAL_RESERVE);
+    let mut file = std::fs::OpenOptions::new().write(true).open(&reserve)?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    file.write_all(bytes)?;
+    file.set_len(bytes.len() as u64)?;
+    file.sync_all()?;
+    std::fs::rename(&reserve, run_dir.join(FINAL_FILE))?;
+    conelab_base::atomic::sync_dir(run_dir)
 }
 
 /// Records how the run ended (with its checksum in the run folder's manifest) and removes its
@@ -164,13 +197,25 @@ pub fn conclude(run_dir: &Path, record: &FinalRecord) -> Result<(), LiveError> {
         path: path.clone(),
         reason: e.to_string(),
     })?;
-    conelab_base::integrity::write_recorded("final", run_dir, FINAL_FILE, json.as_bytes())
-        .map_err(|e| match e {
-            IntegrityError::Io { path, source } => LiveError::Io { path, source },
-            IntegrityError::Damaged { path, reason } => LiveError::Corrupt { path, reason },
-        })?;
-    // A stale live record is harmless (the lock decides), so a failure here is not one.
+    match conelab_base::integrity::write_recorded("final", run_dir, FINAL_FILE, json.as_bytes()) {
+        Ok(()) => {}
+        // A full disk (or any failed write): the record goes where space was set aside for
+        // it, then its checksum is recorded if the freed tail of the reserve allows; if not,
+        // final.json reads as unverified, never as missing (a crash).
+        Err(IntegrityError::Io { path, source }) => {
+            if conclude_into_reserve(run_dir, json.as_bytes()).is_err() {
+                return Err(LiveError::Io { path, source });
+            }
+            let _ = conelab_base::integrity::record_present(run_dir, FINAL_FILE);
+        }
+        Err(IntegrityError::Damaged { path, reason }) => {
+            return Err(LiveError::Corrupt { path, reason });
+        }
+    }
+    // A stale live record or reserve is harmless (the lock decides), so a failure here is not
+    // one.
     let _ = std::fs::remove_file(run_dir.join(LIVE_FILE));
+    let _ = std::fs::remove_file(run_dir.join(FINAL_RESERVE));
     conelab_base::atomic::sync_dir(run_dir).map_err(io(run_dir))
 }
 
@@ -196,4 +241,82 @@ pub fn liveness(run_dir: &Path) -> Result<Liveness, LiveError> {
         Err(e @ LiveError::Corrupt { .. }) => Liveness::EndedDamaged(e.to_string()),
         Err(e) => return Err(e),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> FinalRecord {
+        FinalRecord {
+            status: "failed".into(),
+            step: 40,
+            total_steps: 100,
+            exit_code: 4,
+            message: "No space left on device".into(),
+            by_signal: false,
+            finished_unix: 1.5,
+            host: "h".into(),
+        }
+    }
+
+    fn announced() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().expect("tmp");
+        announce(tmp.path(), &tmp.path().join("sock"), 1).expect("announce");
+        assert_eq!(
+            std::fs::metadata(tmp.path().join(FINAL_RESERVE))
+                .expect("reserve")
+                .len(),
+            FINAL_RESERVE_BYTES as u64
+        );
+        tmp
+    }
+
+    #[test]
+    fn a_run_concludes_on_a_full_disk_through_its_reserve() {
+        // Full for the record's file and the manifest alike: the record is still written, and
+        // reads back whole, unverified.
+        let tmp = announced();
+        conelab_base::fault::with_plan("final.write:1+:ENOSPC,manifest.write:1+:ENOSPC", || {
+            conclude(tmp.path(), &record())
+        })
+        .expect("concluded");
+        assert_eq!(read_final(tmp.path()).expect("read"), Some(record()));
+        assert!(
+            !conelab_base::integrity::verify_file(tmp.path(), FINAL_FILE).expect("not damaged")
+        );
+        assert!(!tmp.path().join(FINAL_RESERVE).exists());
+        assert!(matches!(liveness(tmp.path()), Ok(Liveness::Ended(r)) if r == record()));
+
+        // Full for the file only (the manifest's pending checksum went in first): verified.
+        let tmp = announced();
+        conelab_base::fault::with_plan("final.write:1+:ENOSPC", || conclude(tmp.path(), &record()))
+            .expect("concluded");
+        assert!(conelab_base::integrity::verify_file(tmp.path(), FINAL_FILE).expect("verified"));
+        assert_eq!(read_final(tmp.path()).expect("read"), Some(record()));
+    }
+
+    #[test]
+    fn without_a_reserve_a_full_disk_is_an_error_and_nothing_half_written() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        conelab_base::fault::with_plan("final.reserve:1:ENOSPC", || {
+            announce(tmp.path(), &tmp.path().join("sock"), 1)
+        })
+        .expect("announced without a reserve");
+        assert!(!tmp.path().join(FINAL_RESERVE).exists());
+        let err = conelab_base::fault::with_plan("final.write:1+:ENOSPC", || {
+            conclude(tmp.path(), &record())
+        })
+        .expect_err("no room");
+        assert!(err.to_string().contains("No space left"), "{err}");
+        assert!(matches!(liveness(tmp.path()), Ok(Liveness::Crashed)));
+    }
+
+    #[test]
+    fn a_normal_end_leaves_no_reserve() {
+        let tmp = announced();
+        conclude(tmp.path(), &record()).expect("concluded");
+        assert!(!tmp.path().join(FINAL_RESERVE).exists());
+        assert!(conelab_base::integrity::verify_file(tmp.path(), FINAL_FILE).expect("verified"));
+    }
 }
