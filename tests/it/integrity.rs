@@ -380,3 +380,350 @@ fn the_manifest_covers_the_checkpoint_and_an_old_checkpoint_reads_unverified() {
     never_crashed(&out, "a scrambled optimizer.bpk without a manifest");
     assert!(!out.status.success());
 }
+
+/// Copies a run folder's regular files (a crashed run leaves its socket behind).
+fn copy_files(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("list") {
+        let e = e.expect("entry");
+        let kind = e.file_type().expect("type");
+        if kind.is_dir() {
+            copy_files(&e.path(), &to.join(e.file_name()));
+        } else if kind.is_file() {
+            std::fs::copy(e.path(), to.join(e.file_name())).expect("copy");
+        }
+    }
+}
+
+/// Every regular file under `dir`.
+fn every_file(dir: &Path, into: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("list") {
+        let e = e.expect("entry");
+        let kind = e.file_type().expect("type");
+        if kind.is_dir() {
+            every_file(&e.path(), into);
+        } else if kind.is_file() && e.metadata().is_ok_and(|m| m.len() > 0) {
+            into.push(e.path());
+        }
+    }
+}
+
+/// A file's kind: its path in the run with the step a checkpoint's or projection's name carries,
+/// and the numbers and checksum of a segment's, left out (`step-#/model.safetensors`,
+/// `store/metrics-segment`).
+fn kind_of(run: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(run).expect("inside").to_string_lossy();
+    rel.split('/')
+        .map(|part| {
+            if part.starts_with("step-") {
+                "step-#"
+            } else if part.starts_with("metrics-") {
+                "metrics-segment"
+            } else if part.starts_with("events-") {
+                "events-segment"
+            } else {
+                part
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// One reading command of the campaign: its arguments, `RUN` and `PARENT` standing for the
+/// run's folder and the one it is in; `attach` is the workbench's read of a stored run.
+const READERS: [&[&str]; 11] = [
+    &["runs", "PARENT", "--json"],
+    &["export", "RUN", "--table", "metrics", "--format", "csv"],
+    &["export", "RUN", "--table", "events", "--format", "csv"],
+    &["export", "RUN", "--table", "curves", "--format", "csv"],
+    &["export", "RUN", "--table", "groups", "--format", "json"],
+    &["export", "RUN", "--table", "config", "--format", "csv"],
+    &["export", "RUN", "--table", "runs", "--format", "csv"],
+    &[
+        "export",
+        "RUN",
+        "--table",
+        "neighbors",
+        "--words",
+        "WORDS",
+        "--format",
+        "csv",
+    ],
+    &["eval", "RUN", "--json"],
+    &["eval", "RUN", "--step", "best", "--json"],
+    &["attach"],
+];
+
+/// What a reader gave: exit status, stdout, stderr — timings left out of `eval`'s.
+#[derive(Debug, PartialEq)]
+struct Said {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn read_with(reader: &[&str], run: &Path, words: &str) -> Said {
+    if reader == ["attach"] {
+        // What `attach` of a run that is over reads: the folder opened (small files checked,
+        // rebuilt from copies where damaged), then the store's history.
+        return match conelab_client::open::open(run, &conelab_run::archive::StoreArchive) {
+            Err(e) => Said {
+                code: Some(2),
+                stdout: String::new(),
+                stderr: e.to_string(),
+            },
+            Ok(opened) => match conelab_store::history::read(run) {
+                Ok(h) => Said {
+                    code: Some(0),
+                    stdout: format!(
+                        "{:?} {:?} {:?}",
+                        opened.hello.status, h.events, h.projection_steps
+                    ),
+                    // What the workbench says beside the history: its read-only line
+                    // (how the run ended, or that it is not known) and the read's warnings.
+                    stderr: format!(
+                        "{}\n{}",
+                        opened.read_only.as_deref().unwrap_or_default(),
+                        h.warnings.join("\n")
+                    ),
+                },
+                Err(e) => Said {
+                    code: Some(2),
+                    stdout: String::new(),
+                    stderr: e.to_string(),
+                },
+            },
+        };
+    }
+    let parent = run.parent().expect("parent");
+    let args: Vec<&str> = reader
+        .iter()
+        .map(|a| match *a {
+            "RUN" => s(run),
+            "PARENT" => s(parent),
+            "WORDS" => words,
+            a => a,
+        })
+        .collect();
+    let out = conelab(&args);
+    never_crashed(&out, &format!("{args:?}"));
+    let mut stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if reader[0] == "eval"
+        && let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&stdout)
+    {
+        // Wall-clock figures differ between two reads of the same bytes.
+        fn drop_timings(v: &mut serde_json::Value) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    m.retain(|k, _| !k.contains("seconds") && !k.contains("per_sec"));
+                    m.values_mut().for_each(drop_timings);
+                }
+                serde_json::Value::Array(a) => a.iter_mut().for_each(drop_timings),
+                _ => {}
+            }
+        }
+        drop_timings(&mut v);
+        stdout = v.to_string();
+    }
+    Said {
+        code: out.status.code(),
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A run killed with SIGKILL after its second checkpoint: its store unflushed at the end, its
+/// live record and lock left behind, no `final.json`.
+fn crashed_run(f: &Fixture, name: &str) -> PathBuf {
+    let mut child = crate::harness::spawn_train(
+        f,
+        name,
+        &[
+            "--headless",
+            "--steps",
+            "100000",
+            "--eval-every",
+            "10",
+            "--snapshot-every",
+            "10",
+            "--checkpoint-every",
+            "10",
+            "--keep",
+            "3",
+            "--store-flush-secs",
+            "1",
+        ],
+    );
+    let run = f.path(name);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !run.join("step-000020").join("checksums.json").is_file() {
+        assert!(std::time::Instant::now() < deadline, "no second checkpoint");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    assert!(!run.join("final.json").exists());
+    run
+}
+
+#[test]
+fn every_reader_of_a_flipped_finished_or_crashed_run_is_right_or_says_so() {
+    let f = Fixture::new();
+    let done = f.train(
+        "done",
+        &[
+            "--headless",
+            "--steps",
+            "30",
+            "--eval-every",
+            "10",
+            "--snapshot-every",
+            "10",
+            "--checkpoint-every",
+            "10",
+            "--keep",
+            "3",
+        ],
+    );
+    succeeded(&done);
+    let runs = [f.path("done"), crashed_run(&f, "crashed")];
+    // A crashed run's wall time is where it stopped, not reckoned to the moment it is listed
+    // (the campaign found it growing between two reads).
+    let wall = || {
+        let out = conelab(&["runs", s(&f.path(".")), "--json"]);
+        let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("runs --json");
+        rows.as_array()
+            .and_then(|r| r.iter().find(|r| r["dir"] == "crashed"))
+            .map(|r| r["seconds"].clone())
+            .expect("the crashed run is listed")
+    };
+    let first = wall();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_eq!(wall(), first);
+    // Three words of the vocabulary for the neighbour table.
+    let vocab = std::fs::read_to_string(runs[0].join("vocab.tsv")).expect("vocab");
+    let words: Vec<&str> = vocab
+        .lines()
+        .filter_map(|l| l.split('\t').next())
+        .filter(|w| w.chars().all(|c| c.is_ascii_alphanumeric()) && !w.is_empty())
+        .take(3)
+        .collect();
+    let words = words.join(",");
+
+    // Every reader on each pristine run, read where the flipped copies will be read.
+    let work = f.path("work").join("run");
+    let fresh = |pristine: &Path| {
+        let _ = std::fs::remove_dir_all(f.path("work"));
+        copy_files(pristine, &work);
+    };
+    let mut clean: Vec<Vec<Said>> = Vec::new();
+    let mut kinds: Vec<Vec<(String, Vec<PathBuf>)>> = Vec::new();
+    for pristine in &runs {
+        fresh(pristine);
+        let said: Vec<Said> = READERS
+            .iter()
+            .map(|r| read_with(r, &work, &words))
+            .collect();
+        for (r, s) in READERS.iter().zip(&said) {
+            assert_eq!(
+                s.code,
+                Some(0),
+                "{r:?} on {}: {}",
+                pristine.display(),
+                s.stderr
+            );
+        }
+        clean.push(said);
+        let mut files = Vec::new();
+        every_file(pristine, &mut files);
+        let mut by_kind: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
+        for file in files {
+            by_kind
+                .entry(kind_of(pristine, &file))
+                .or_default()
+                .push(file);
+        }
+        kinds.push(by_kind.into_iter().collect());
+    }
+    for (run, k) in runs.iter().zip(&kinds) {
+        let names: Vec<&str> = k.iter().map(|(n, _)| n.as_str()).collect();
+        for must in [
+            "run.toml",
+            "vocab.tsv",
+            "store/run.json",
+            "best/model.safetensors",
+        ] {
+            assert!(names.contains(&must), "{}: {names:?}", run.display());
+        }
+        assert!(names.len() >= 15, "{}: {names:?}", run.display());
+    }
+
+    let mut rng = Rng(0xC0FF_EE61);
+    let mut silently_wrong = Vec::new();
+    let (mut reads, mut said_so) = (0, 0);
+    let mut flipped_kinds = std::collections::BTreeSet::new();
+    for flip in 0..200 {
+        let which = flip % 2;
+        let pristine = &runs[which];
+        fresh(pristine);
+        // A kind first, then a file of it: every kind is hit, however many files it has.
+        let (kind, files) = &kinds[which][rng.below(kinds[which].len())];
+        let original = &files[rng.below(files.len())];
+        flipped_kinds.insert((which, kind.clone()));
+        let file = work.join(original.strip_prefix(pristine).expect("inside"));
+        let mut bytes = std::fs::read(&file).expect("read");
+        let at = rng.below(bytes.len());
+        let bit = rng.below(8);
+        bytes[at] ^= 1 << bit;
+        std::fs::write(&file, &bytes).expect("write");
+        // Three readers a flip, in turn: each reads some sixty flipped runs.
+        for r in 0..3 {
+            let i = (flip * 3 + r) % READERS.len();
+            let got = read_with(READERS[i], &work, &words);
+            reads += 1;
+            let want = &clean[which][i];
+            if got == *want {
+                continue;
+            }
+            // `runs` says damage in its rows (status, `damaged`), not on stderr.
+            let listed_damage = READERS[i][0] == "runs"
+                && got.stdout.contains("damaged")
+                && !want.stdout.contains("damaged");
+            if got.code != want.code || got.stderr != want.stderr || listed_damage {
+                said_so += 1;
+                continue;
+            }
+            silently_wrong.push(format!(
+                "{:?} after bit {bit} of byte {at} of {} ({}): {} ≠ {}",
+                READERS[i],
+                original.display(),
+                ["finished", "crashed"][which],
+                got.stdout.chars().take(300).collect::<String>(),
+                want.stdout.chars().take(300).collect::<String>()
+            ));
+        }
+    }
+    eprintln!(
+        "{reads} reads of 200 flipped runs over {} kinds of file: {said_so} said so, \
+         silently wrong: {}",
+        flipped_kinds.len(),
+        silently_wrong.len()
+    );
+    assert!(
+        silently_wrong.is_empty(),
+        "silently wrong: {}\n{}",
+        silently_wrong.len(),
+        silently_wrong.join("\n")
+    );
+    assert!(
+        said_so >= 20,
+        "{said_so}: the flips were found too rarely to mean much"
+    );
+    let total_kinds: usize = kinds.iter().map(Vec::len).sum();
+    assert!(
+        flipped_kinds.len() * 10 >= total_kinds * 9,
+        "{} of {total_kinds} kinds flipped",
+        flipped_kinds.len()
+    );
+}

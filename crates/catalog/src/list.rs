@@ -393,8 +393,14 @@ pub fn row(dir: &Path) -> RunRow {
             }
             r.tags = labels.tags;
             r.notes = labels.notes;
-            let end = ended_at.unwrap_or_else(conelab_base::clock::unix_now);
-            r.seconds = started.map(|start| (end - start).max(0.0));
+            // A live run's wall time runs to now; a crashed one's (or one whose ending is
+            // damaged) to its newest row, not to the moment it is listed.
+            let end = match (&liveness, ended_at) {
+                (_, Some(end)) => Some(end),
+                (Liveness::Live { .. }, None) => Some(conelab_base::clock::unix_now()),
+                (_, None) => st.newest_wall,
+            };
+            r.seconds = started.zip(end).map(|(start, end)| (end - start).max(0.0));
             // Segments skipped as corrupt, a lost run.json: the store's line for a file says
             // what is lost with it, so it replaces `known_damage`'s line for the same file.
             for warning in &st.warnings {

@@ -14,6 +14,7 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
     }
     let mut run_names = Vec::new();
     let mut ids = Vec::new();
+    let mut warnings: Vec<String> = Vec::new();
     // table[run][word] = [(neighbour, cosine, group)]
     let mut table: Vec<Vec<Vec<(String, f32, String)>>> = Vec::new();
     for run in &req.runs {
@@ -52,10 +53,21 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
         let (label, id) = match conelab_store::load(run) {
             Ok(store) => {
                 let step = m.step.unwrap_or(0);
+                // The label comes from the store (its name, its objectives at the step): what
+                // the read skipped may have changed it, and is said (the campaign of #61 found
+                // a run relabelled by its folder's name without a word).
+                warnings.extend(store.warnings().iter().cloned());
                 (run_label(&store, step)?, store.run().run_id.clone())
             }
-            // A run from before the store existed still has checkpoints.
-            Err(_) => {
+            // A run from before the store existed still has checkpoints; one whose store
+            // cannot be read is named by its folder, and says so.
+            Err(e) => {
+                if conelab_store::store_dir(run).exists() {
+                    warnings.push(format!(
+                        "{}: its store cannot be read ({e}); the run is named by its folder",
+                        run.display()
+                    ));
+                }
                 let id = run
                     .file_name()
                     .map(|n| n.to_string_lossy().to_string())
@@ -101,7 +113,9 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
         for (name, values) in names.iter().zip(run_cols) {
             columns.push(Column::new(name.as_str().into(), values));
         }
-        return Ok(plain(DataFrame::new(height, columns)?));
+        let mut out = plain(DataFrame::new(height, columns)?);
+        out.warnings = warnings;
+        return Ok(out);
     }
     // Long: one row per (run, word, rank), for other tools.
     let (mut r_id, mut r_name, mut r_word, mut r_rank, mut r_nb, mut r_cos, mut r_group) =
@@ -120,7 +134,7 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
         }
     }
     let height = r_id.len();
-    Ok(plain(DataFrame::new(
+    let mut out = plain(DataFrame::new(
         height,
         vec![
             Column::new(c::RUN_ID.into(), r_id),
@@ -131,7 +145,9 @@ pub(crate) fn neighbors(req: &ExportRequest) -> Result<Exported, StoreError> {
             Column::new("cosine".into(), r_cos),
             Column::new(c::GROUP.into(), r_group),
         ],
-    )?))
+    )?);
+    out.warnings = warnings;
+    Ok(out)
 }
 
 /// The checkpoint folder of a run for the chosen step.

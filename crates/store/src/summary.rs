@@ -23,6 +23,9 @@ pub struct StoreSummary {
     pub mean_cos: Option<f64>,
     /// The objectives in force: the newest start or change of objectives, as its label.
     pub objective: Option<String>,
+    /// The newest row's wall time (Unix seconds): where a run that crashed stopped, so its wall
+    /// time is not reckoned to now.
+    pub newest_wall: Option<f64>,
 }
 
 /// The summary of the store of the run in `run_dir`. A store whose numbers cannot be read (a
@@ -37,6 +40,7 @@ pub fn read(run_dir: &Path) -> Result<StoreSummary, StoreError> {
         i1: None,
         mean_cos: None,
         objective: None,
+        newest_wall: None,
     };
     let _ = numbers(&st, &mut summary);
     Ok(summary)
@@ -47,6 +51,13 @@ fn numbers(st: &crate::LoadedStore, n: &mut StoreSummary) -> Result<(), StoreErr
     let keys = df.column(col::KEY)?.i64()?;
     let steps = df.column(col::STEP)?.u64()?;
     let values = df.column(col::VALUE)?.f64()?;
+    n.newest_wall = df
+        .column(col::WALL_TIME)?
+        .f64()?
+        .iter()
+        .flatten()
+        .filter(|w| w.is_finite())
+        .reduce(f64::max);
     let (loss, ppl, i1, cos) = (
         series_key(split::TRAIN, "total", "loss"),
         series_key(split::VALID, "total", "ppl"),
