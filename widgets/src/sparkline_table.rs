@@ -10,7 +10,7 @@ use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
 use ratatui::widgets::Widget;
 
-use crate::text::{put_char, put_str, text_width};
+use crate::text::{marked, put_char, put_str, text_width, whole_or_marked};
 
 /// Sparkline glyphs, lowest to highest.
 const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
@@ -257,6 +257,13 @@ impl Widget for &SparklineTable<'_> {
         {
             let style = self.paint(self.header_style);
             let cell = |x: u16, w: u16| Rect::new(x, y, w, 1);
+            // Headers and labels cut are marked; a value that does not fit is `…`, never its
+            // first digits (issue #58).
+            let h: Vec<String> = [lw, sw, vw, dw]
+                .iter()
+                .zip(h.iter())
+                .map(|(&w, t)| marked(t, w))
+                .collect();
             put_str(buf, cell(area.x, lw), area.x, y, &h[0], style);
             put_str(buf, cell(spark_x, sw), spark_x, y, &h[1], style);
             put_str(
@@ -284,17 +291,19 @@ impl Widget for &SparklineTable<'_> {
             }
             let cell = |x: u16, w: u16| Rect::new(x, y, w, 1);
             let style = self.paint(row.style);
-            put_str(buf, cell(area.x, lw), area.x, y, &row.label, style);
-            let value_cell = cell(value_x, vw);
             put_str(
                 buf,
-                value_cell,
-                right(value_x, vw, &row.value),
+                cell(area.x, lw),
+                area.x,
                 y,
-                &row.value,
+                &marked(&row.label, lw),
                 style,
             );
+            let value_cell = cell(value_x, vw);
+            let value = whole_or_marked(&row.value, vw);
+            put_str(buf, value_cell, right(value_x, vw, value), y, value, style);
             if let Some(d) = &row.delta {
+                let d = whole_or_marked(d, dw);
                 let ds = self.paint(row.delta_style);
                 put_str(buf, cell(delta_x, dw), right(delta_x, dw, d), y, d, ds);
             }

@@ -20,6 +20,38 @@ pub(crate) fn put_str(buf: &mut Buffer, area: Rect, x: u16, y: u16, s: &str, sty
     buf.set_stringn(x, y, s, max, style).0
 }
 
+/// `s` in at most `w` cells, a cut marked with `…` (a label: `cos Tot…`).
+pub(crate) fn marked(s: &str, w: u16) -> String {
+    let w = usize::from(w);
+    if text_width(s) <= w {
+        return s.to_owned();
+    }
+    if w == 0 {
+        return String::new();
+    }
+    let mut out = String::new();
+    for c in s.chars() {
+        if text_width(&out) + text_width(c.encode_utf8(&mut [0; 4])) > w - 1 {
+            break;
+        }
+        out.push(c);
+    }
+    out.push('…');
+    out
+}
+
+/// A number in at most `w` cells: whole, or `…` — never its first digits, which read as
+/// another number.
+pub(crate) fn whole_or_marked(s: &str, w: u16) -> &str {
+    if text_width(s) <= usize::from(w) {
+        s
+    } else if w == 0 {
+        ""
+    } else {
+        "…"
+    }
+}
+
 /// Writes a single character at (`x`, `y`) if that cell lies inside `area`.
 pub(crate) fn put_char(buf: &mut Buffer, area: Rect, x: u16, y: u16, ch: char, style: Style) {
     if area.contains((x, y).into())

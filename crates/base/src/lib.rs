@@ -10,6 +10,7 @@
 //! - [`channel_relay`]: a thread that hands on what a channel receives.
 //! - [`jsonfloat`]: floats in JSON that survive NaN and infinity.
 //! - [`format`]: durations as the screens and tables write them.
+//! - [`number`]: numbers in cells: in full or visibly abbreviated, never cut.
 //! - [`name`]: text made safe as one path component.
 //! - [`stderr`]: lines for the user that never panic on a closed stderr.
 //! - [`revision`]: the source revision the binary was built from.
@@ -28,6 +29,7 @@ pub mod integrity;
 pub mod jsonfloat;
 pub mod lockfile;
 pub mod name;
+pub mod number;
 pub mod platform;
 pub mod revision;
 pub mod settings;

@@ -521,7 +521,11 @@ pub fn render(rows: &[RunRow]) -> String {
                 }
                 (s, _, _) => s.to_string(),
             };
-            let num = |v: Option<f64>, d: usize| v.map_or_else(dash, |v| format!("{v:.d$}"));
+            // At most 10 characters: a diverged run's PPL of 10¹¹² is `1.1234e112`, not 113
+            // digits widening the column for every row.
+            let num = |v: Option<f64>, d: usize| {
+                v.map_or_else(dash, |v| conelab_base::number::fit(v, 10, d))
+            };
             let mut row = vec![
                 r.name.clone(),
                 r.dir.clone(),

@@ -396,6 +396,19 @@ mod tests {
         assert_eq!(format_number(2.5e-5, None).as_deref(), Some("2.500e-5"));
         assert_eq!(format_number(0.8124, Some(3)).as_deref(), Some("0.812"));
         assert_eq!(format_number(f64::NAN, None), None);
+        // Issue #58: a huge PPL is not its 113 digits.
+        assert_eq!(
+            format_number(1.234_567e112, Some(2)).as_deref(),
+            Some("1.2346e112")
+        );
+        assert_eq!(
+            format_number(49_353.21, Some(2)).as_deref(),
+            Some("49353.21")
+        );
+        assert_eq!(
+            format_number(123_456_789.0, None).as_deref(),
+            Some("123456789")
+        );
     }
 
     #[test]

@@ -126,7 +126,9 @@ pub(crate) fn cells(table: &Exported) -> Result<Vec<Vec<Option<String>>>, StoreE
 }
 
 /// A number with sensible precision: `decimals` when given; otherwise integers as integers, four
-/// significant digits (two decimals at least above 1), scientific below 10⁻³. NaN is missing.
+/// significant digits (two decimals at least above 1), scientific below 10⁻³ — and five
+/// significant digits in scientific notation from 10⁷ (10¹⁵ for an integer) whatever was asked.
+/// NaN is missing.
 pub fn format_number(x: f64, decimals: Option<usize>) -> Option<String> {
     if x.is_nan() {
         return None;
@@ -134,10 +136,14 @@ pub fn format_number(x: f64, decimals: Option<usize>) -> Option<String> {
     if x.is_infinite() {
         return Some(if x > 0.0 { "inf" } else { "-inf" }.into());
     }
+    let a = x.abs();
+    // A diverged run's PPL of 10¹¹² is `1.2346e112` in a paper's table, never 113 digits.
+    if a >= 1e15 || (a >= 1e7 && x != x.trunc()) {
+        return Some(format!("{x:.4e}"));
+    }
     if let Some(d) = decimals {
         return Some(format!("{x:.d$}"));
     }
-    let a = x.abs();
     Some(if x == x.trunc() && a < 1e15 {
         format!("{x:.0}")
     } else if a >= 1000.0 {

@@ -476,11 +476,12 @@ fn fmt(v: f64, width: usize) -> String {
     fmt_as(v, width, needs_scientific(v))
 }
 
-/// A value too large or too small for four decimals to say it (a u-perp of 3·10⁻⁵ must not
-/// print as 0.0000).
+/// A value too large or too small for four decimals to say it in a 12-character column (a
+/// u-perp of 3·10⁻⁵ must not print as 0.0000); a PPL of 230.2 or 49,353.2 is written plainly,
+/// as the workbench writes it (issue #58: `2.302e2` beside a Rare PPL over 10⁵).
 fn needs_scientific(v: f64) -> bool {
     let a = v.abs();
-    v.is_finite() && a != 0.0 && !(1e-3..1e5).contains(&a)
+    v.is_finite() && a != 0.0 && !(1e-3..1e7).contains(&a)
 }
 
 fn fmt_as(v: f64, width: usize, scientific: bool) -> String {
@@ -990,10 +991,14 @@ mod tests {
     /// Issue #37: a row is in one notation, and a small value keeps its digits.
     #[test]
     fn a_row_of_values_is_in_one_notation_and_small_values_keep_their_digits() {
-        let row = fmt_row(&[1234.5678, 123_456.0, f64::NAN], 12);
+        let row = fmt_row(&[1234.5678, 123_456_789.0, f64::NAN], 12);
         assert_eq!(row[0].trim(), "1.235e3");
-        assert_eq!(row[1].trim(), "1.235e5");
+        assert_eq!(row[1].trim(), "1.235e8");
         assert_eq!(row[2].trim(), "-");
+        // Issue #58: a PPL the workbench writes as 230.2 is not 2.302e2 beside a Rare of 10⁵.
+        let row = fmt_row(&[230.2, 123_456.0], 12);
+        assert_eq!((row[0].trim(), row[1].trim()), ("230.2000", "123456.0000"));
+        assert!(row.iter().all(|c| c.len() == 12));
         let row = fmt_row(&[1234.5678, 0.5], 12);
         assert_eq!(row[0].trim(), "1234.5678");
         assert_eq!(row[1].trim(), "0.5000");

@@ -2,6 +2,8 @@
 //! and TensorBoard's smoothing of a curve — shared by the workbench, the compare view and the
 //! browser.
 
+use ratatui::layout::{Constraint, Flex, Layout, Rect};
+
 /// `text` cut to at most `max` characters, the cut marked with "…".
 pub(crate) fn shorten(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
@@ -10,6 +12,28 @@ pub(crate) fn shorten(text: &str, max: usize) -> String {
     let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
     out.push('…');
     out
+}
+
+/// The width in cells ratatui's `Table` gives each of `constraints` in an area `width` wide (its
+/// defaults: one cell between columns, `Flex::Start`, no selection column) — so a cell is
+/// written for the width it gets, not cut by the table to a prefix of its digits.
+pub(crate) fn column_widths(width: u16, constraints: &[Constraint]) -> Vec<usize> {
+    Layout::horizontal(constraints.iter().copied())
+        .flex(Flex::Start)
+        .spacing(1)
+        .split(Rect::new(0, 0, width, 1))
+        .iter()
+        .map(|r| usize::from(r.width))
+        .collect()
+}
+
+/// A number in a table cell `width` wide: in full, or visibly abbreviated (`49.4k`, `1.2e105`,
+/// `—` for NaN, `∞`) — never cut ([`conelab_base::number::fit`]); `–` where there is none.
+pub(crate) fn number_cell(value: Option<f64>, width: usize, decimals: usize) -> String {
+    match value {
+        Some(v) => conelab_base::number::fit(v, width, decimals),
+        None => "–".into(),
+    }
 }
 
 /// `1h 02m`, `3m 20s`, `45s`.

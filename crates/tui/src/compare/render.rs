@@ -689,56 +689,76 @@ fn curve_chart(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours
 /// One row per run: the newest validation PPL per group, Uniq, I(W) and IsoScore of the whole
 /// vocabulary.
 fn groups(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
-    let cell = |v: Option<(u64, f64)>, digits: usize| match v {
-        // A PPL in the tens of thousands (a rare group early on) keeps to its column.
-        Some((_, v)) if v.is_finite() && v.abs() >= 1e4 => format!("{v:.0}"),
-        Some((_, v)) if v.is_finite() => format!("{v:.digits$}"),
-        _ => "–".into(),
-    };
-    let header = Row::new(
-        ["Run", "Step"]
-            .into_iter()
-            .chain(GROUP_NAMES)
-            .chain(["Uniq", "I(W)", "Iso"])
-            .map(|h| Cell::from(h).style(Style::default().add_modifier(Modifier::BOLD))),
-    );
+    // Header and preferred width of each column; at 80 columns the pane is half as wide as
+    // they want, and a number cut to its first digits reads as another number (issue #58). So
+    // a narrow pane first leaves out what reads least (IsoScore, I(W), Uniq, the step), then
+    // narrows the label and the groups; every cell is then written for the width it gets.
+    let mut columns: Vec<(usize, u16)> = vec![(0, 10), (1, 6), (2, 7), (3, 7), (4, 7), (5, 7)];
+    columns.extend([(6, 5), (7, 5), (8, 5)]);
+    let needed = |c: &[(usize, u16)]| c.iter().map(|(_, w)| w + 1).sum::<u16>().saturating_sub(1);
+    for leave_out in [8, 7, 6, 1] {
+        if needed(&columns) <= area.width {
+            break;
+        }
+        columns.retain(|(c, _)| *c != leave_out);
+    }
+    if needed(&columns) > area.width {
+        for (c, w) in &mut columns {
+            *w = if *c == 0 { 8 } else { 7 };
+        }
+    }
+    let constraints: Vec<Constraint> = columns
+        .iter()
+        .map(|&(c, w)| {
+            if c == 0 {
+                Constraint::Min(w)
+            } else {
+                Constraint::Length(w)
+            }
+        })
+        .collect();
+    let widths = crate::format::column_widths(area.width, &constraints);
+    let headers: Vec<&str> = ["Run", "Step"]
+        .into_iter()
+        .chain(GROUP_NAMES)
+        .chain(["Uniq", "I(W)", "Iso"])
+        .collect();
+    let header = Row::new(columns.iter().zip(&widths).map(|(&(c, _), &w)| {
+        Cell::from(shorten(headers[c], w)).style(Style::default().add_modifier(Modifier::BOLD))
+    }));
     let rows: Vec<Row> = app
         .runs
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let mut cells = vec![
-                Cell::from(format!("{} {}", i + 1, r.label)).style(pal.run(i)),
-                Cell::from(
-                    r.last(split::VALID, "total", "ppl")
-                        .map(|(s, _)| s.to_string())
-                        .unwrap_or_else(|| "–".into()),
-                ),
-            ];
-            for g in TABLE_GROUPS {
-                cells.push(Cell::from(cell(r.last(split::VALID, g, "ppl"), 1)));
-            }
-            cells.push(Cell::from(cell(r.last(split::VALID, "total", "uniq"), 0)));
-            cells.push(Cell::from(cell(r.last(split::EMBEDDING, "total", "i1"), 3)));
-            cells.push(Cell::from(cell(
-                r.last(split::EMBEDDING, "total", "isoscore"),
-                3,
-            )));
+            // Every column's value and decimals; the label is text.
+            let value = |c: usize| -> (Option<f64>, usize) {
+                let newest = |split: &str, group: &str, metric: &str| {
+                    r.last(split, group, metric).map(|(_, v)| v)
+                };
+                match c {
+                    1 => (
+                        r.last(split::VALID, "total", "ppl").map(|(s, _)| s as f64),
+                        0,
+                    ),
+                    2..=5 => (newest(split::VALID, TABLE_GROUPS[c - 2], "ppl"), 1),
+                    6 => (newest(split::VALID, "total", "uniq"), 0),
+                    7 => (newest(split::EMBEDDING, "total", "i1"), 3),
+                    _ => (newest(split::EMBEDDING, "total", "isoscore"), 3),
+                }
+            };
+            let cells = columns.iter().zip(&widths).map(|(&(c, _), &w)| {
+                if c == 0 {
+                    Cell::from(shorten(&format!("{} {}", i + 1, r.label), w)).style(pal.run(i))
+                } else {
+                    let (v, decimals) = value(c);
+                    Cell::from(crate::format::number_cell(v, w, decimals))
+                }
+            });
             Row::new(cells)
         })
         .collect();
-    let widths = [
-        Constraint::Min(12),
-        Constraint::Length(6),
-        Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(5),
-        Constraint::Length(5),
-        Constraint::Length(5),
-    ];
-    frame.render_widget(Table::new(rows, widths).header(header), area);
+    frame.render_widget(Table::new(rows, constraints).header(header), area);
 }
 
 fn spectrum(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
@@ -1009,6 +1029,188 @@ mod tests {
         assert!(app.runs[9].hidden && !app.runs[0].hidden);
         press(&mut app, ']');
         assert_eq!(app.legend_page, 1, "no page past the last");
+    }
+
+    /// Issue #58: at 80×24 the Groups table cut its cells into other numbers (`493 124 386`
+    /// for 49,353 / 124,368): every number is read back from the screen and must be the value,
+    /// within the precision it shows.
+    #[test]
+    fn the_groups_table_at_80x24_shows_every_number_in_full_or_abbreviated() {
+        let mut app = app();
+        let losses: Vec<f64> = (0..60).map(|i| 6.0 - i as f64 * 0.05).collect();
+        // frequent, medium, rare, total.
+        let truth = [
+            ("ptb-mle", [231.4, 49_353.2, 124_368.0, 1_234.56]),
+            ("ptb-cos", [229.9, 44_148.0, 87_491.0, 1.234_567e112]),
+        ];
+        app.runs = truth
+            .iter()
+            .map(|(label, t)| {
+                let mut r = run(label, label, &losses, t[3]);
+                let rows: Vec<StoreRow> = ["frequent", "medium", "rare", "total"]
+                    .iter()
+                    .zip(t)
+                    .map(|(g, &value)| StoreRow {
+                        key: series_key(split::VALID, g, "ppl"),
+                        step: 1_000,
+                        wall: 3000.0,
+                        value,
+                    })
+                    .collect();
+                r.add(&rows);
+                r
+            })
+            .collect();
+        let screen = draw(&app, 80, 24);
+        insta::assert_snapshot!(screen);
+        // A narrow pane leaves the step out (and Uniq, I(W), IsoScore), never a group.
+        let header = screen
+            .lines()
+            .find(|l| l.contains("│Run "))
+            .unwrap_or_else(|| panic!("no Groups table: {screen}"));
+        let with_step = header.contains("Step");
+        for (i, (label, t)) in truth.iter().enumerate() {
+            let row = screen
+                .lines()
+                .find_map(|l| {
+                    l.split('│')
+                        .find(|part| part.starts_with(&format!("{} {label} ", i + 1)))
+                })
+                .unwrap_or_else(|| panic!("no Groups row for {label}: {screen}"));
+            let cells: Vec<&str> = row
+                .split_whitespace()
+                .skip(2 + usize::from(with_step))
+                .collect();
+            assert!(cells.len() >= 4, "{row}");
+            for (cell, want) in cells[..4].iter().zip(t) {
+                let shown = conelab_base::number::parse_shown(cell)
+                    .unwrap_or_else(|| panic!("{cell:?} is not a number: {row}"));
+                let within = conelab_base::number::shown_precision(cell).expect("finite");
+                assert!(
+                    (shown - want).abs() <= within * (1.0 + 1e-9),
+                    "{cell:?} shown for {want}: {row}"
+                );
+            }
+        }
+    }
+
+    /// Issue #58's property: every numeric cell of the Groups table, at 80, 120 and 200 columns,
+    /// for values from 1e-30 to 1e300 (either sign), ±0, NaN and ±∞, reads back from the screen
+    /// as its value within the precision it shows — never a cut.
+    #[test]
+    fn every_cell_of_the_groups_table_reads_back_at_three_widths() {
+        use conelab_base::number::{parse_shown, shown_precision};
+        let mut values = vec![0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
+        let mut x = 1e-30f64;
+        while x < 1e300 {
+            values.extend([x * 1.234_567, -x * 4.999_96, x * 9.999_95]);
+            x *= 1e7;
+        }
+        // Header order; a narrow pane leaves out Iso, I(W), Uniq, Step in that order.
+        let all = ["Run", "Step", "F", "M", "R", "T", "Uniq", "I(W)", "Iso"];
+        let metrics = [
+            (split::VALID, "frequent", "ppl"),
+            (split::VALID, "medium", "ppl"),
+            (split::VALID, "rare", "ppl"),
+            (split::VALID, "total", "ppl"),
+            (split::VALID, "total", "uniq"),
+            (split::EMBEDDING, "total", "i1"),
+            (split::EMBEDDING, "total", "isoscore"),
+        ];
+        let losses: Vec<f64> = (0..10).map(|i| 5.0 - i as f64 * 0.1).collect();
+        let (mut checked, mut marked) = (0, 0);
+        for (w, h) in [(80u16, 24u16), (120, 40), (200, 50)] {
+            for (n, chunk) in values.chunks(7).enumerate() {
+                let mut app = app();
+                // Two runs, each cell its own value of the sweep.
+                let wants: Vec<Vec<f64>> = (0..2)
+                    .map(|r| {
+                        (0..7)
+                            .map(|c| {
+                                chunk[(c + r * 3) % chunk.len()] * if r == 1 { -1.0 } else { 1.0 }
+                            })
+                            .collect()
+                    })
+                    .collect();
+                app.runs = wants
+                    .iter()
+                    .enumerate()
+                    .map(|(r, want)| {
+                        let label = format!("r{r}");
+                        let mut run = run(&label, &label, &losses, 1.0);
+                        let rows: Vec<StoreRow> = metrics
+                            .iter()
+                            .zip(want)
+                            .map(|(&(split, group, metric), &value)| StoreRow {
+                                key: series_key(split, group, metric),
+                                step: 1_000,
+                                wall: 3000.0,
+                                value,
+                            })
+                            .collect();
+                        run.add(&rows);
+                        run
+                    })
+                    .collect();
+                let screen = draw(&app, w, h);
+                let table = |l: &str| l.split('│').nth(1).map(str::to_owned);
+                let header = screen
+                    .lines()
+                    .find_map(|l| table(l).filter(|t| t.starts_with("Run ")))
+                    .unwrap_or_else(|| panic!("no Groups table at {w}×{h}: {screen}"));
+                let mut kept = all.to_vec();
+                for leave_out in ["Iso", "I(W)", "Uniq", "Step"] {
+                    if kept.len() == header.split_whitespace().count() {
+                        break;
+                    }
+                    kept.retain(|c| *c != leave_out);
+                }
+                assert_eq!(kept.len(), header.split_whitespace().count(), "{header}");
+                for (r, want) in wants.iter().enumerate() {
+                    let row = screen
+                        .lines()
+                        .find_map(|l| {
+                            table(l).filter(|t| t.starts_with(&format!("{} r{r} ", r + 1)))
+                        })
+                        .unwrap_or_else(|| panic!("no row {r} at {w}: {screen}"));
+                    let cells: Vec<&str> = row.split_whitespace().skip(2).collect();
+                    assert_eq!(cells.len(), kept.len() - 1, "{row}");
+                    for (cell, name) in cells.iter().zip(&kept[1..]) {
+                        let want = match *name {
+                            "Step" => 1000.0,
+                            other => {
+                                want[all.iter().position(|c| *c == other).expect("a column") - 2]
+                            }
+                        };
+                        let what = format!("{name} = {want} at {w} columns (sweep {n}): {row}");
+                        let shown = parse_shown(cell).unwrap_or_else(|| {
+                            // Only where no form of the value fits its column.
+                            assert_eq!(*cell, "…", "{what}");
+                            f64::NAN
+                        });
+                        if *cell == "…" {
+                            marked += 1;
+                            continue;
+                        }
+                        if want.is_nan() {
+                            assert!(shown.is_nan(), "{what}");
+                        } else if want.is_infinite() {
+                            assert_eq!(shown, want, "{what}");
+                        } else {
+                            let within = shown_precision(cell).expect("finite");
+                            assert!((shown - want).abs() <= within * (1.0 + 1e-9), "{what}");
+                            assert!(want == 0.0 || shown != 0.0, "{what}");
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        // `…` only in the 5-cell columns (Uniq, I(W), Iso) for values like -5e-23.
+        assert!(
+            checked > 500 && marked * 5 < checked,
+            "{checked} read, {marked} `…`"
+        );
     }
 
     #[test]

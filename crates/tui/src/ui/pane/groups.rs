@@ -20,9 +20,18 @@ pub(in crate::ui) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: 
         .scrub
         .and_then(|_| app.shown_step())
         .and_then(|step| app.run.embedding.iter().rev().find(|p| p.step <= step));
-    let cell = |v: Option<f64>, digits: usize| match v {
-        Some(v) if v.is_finite() => format!("{v:.digits$}"),
-        _ => "–".into(),
+    let constraints = [
+        Constraint::Length(10),
+        Constraint::Length(10),
+        Constraint::Length(10),
+        Constraint::Length(10),
+        Constraint::Length(10),
+    ];
+    // Each value written for the width its column gets (a narrow pane shrinks them): in full
+    // or visibly abbreviated, never cut to its first digits. `g` is the group's column.
+    let widths = crate::format::column_widths(table_area.width, &constraints);
+    let cell = |g: usize, v: Option<f64>, digits: usize| {
+        crate::format::number_cell(v, widths[g + 1], digits)
     };
     let emb_row = |name: &'static str, metric: EmbeddingMetric, digits: usize| {
         let values: Vec<String> = (0..4)
@@ -50,7 +59,7 @@ pub(in crate::ui) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: 
                         }
                     }),
                 };
-                cell(v, digits)
+                cell(g, v, digits)
             })
             .collect();
         (name, values)
@@ -64,7 +73,7 @@ pub(in crate::ui) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: 
         row.push(v.unwrap_or_else(|| "–".into()));
         row
     };
-    let ppl: Vec<String> = (0..4).map(|g| cell(ppl_of(g), 1)).collect();
+    let ppl: Vec<String> = (0..4).map(|g| cell(g, ppl_of(g), 1)).collect();
     let uniq: Vec<String> = (0..4)
         .map(|g| {
             eval.map(|e| {
@@ -104,7 +113,7 @@ pub(in crate::ui) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: 
         (
             "Iso random",
             (0..4)
-                .map(|g| cell(emb.map(|e| e.set(g).isoscore_random), 3))
+                .map(|g| cell(g, emb.map(|e| e.set(g).isoscore_random), 3))
                 .collect(),
         ),
         emb_row("I1 unit", EmbeddingMetric::I1Unit, 3),
@@ -116,19 +125,19 @@ pub(in crate::ui) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: 
         (
             "top-D var",
             (0..4)
-                .map(|g| cell(emb.map(|e| e.set(g).abtt_top_variance), 3))
+                .map(|g| cell(g, emb.map(|e| e.set(g).abtt_top_variance), 3))
                 .collect(),
         ),
         (
             "cos -top D",
             (0..4)
-                .map(|g| cell(emb.map(|e| e.set(g).abtt_mean_cos), 3))
+                .map(|g| cell(g, emb.map(|e| e.set(g).abtt_mean_cos), 3))
                 .collect(),
         ),
         (
             "rogue 3",
             (0..4)
-                .map(|g| cell(emb.map(|e| e.set(g).rogue_share), 3))
+                .map(|g| cell(g, emb.map(|e| e.set(g).rogue_share), 3))
                 .collect(),
         ),
         // The hidden states W is trained against (valid's fixed sample): each input group's
@@ -137,12 +146,12 @@ pub(in crate::ui) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: 
         (
             "h self-sim",
             (0..4)
-                .map(|g| cell(hidden.and_then(|h| h.self_sim.get(g).copied()), 3))
+                .map(|g| cell(g, hidden.and_then(|h| h.self_sim.get(g).copied()), 3))
                 .collect(),
         ),
         (
             "h mean cos",
-            total_only(hidden.map(|h| cell(Some(h.mean_cos), 3))),
+            total_only(hidden.map(|h| cell(3, Some(h.mean_cos), 3))),
         ),
         (
             "h separ.",
@@ -157,13 +166,13 @@ pub(in crate::ui) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: 
         (
             "nbr same g",
             (0..4)
-                .map(|g| cell(tier.and_then(|t| t.same_group.get(g).copied()), 3))
+                .map(|g| cell(g, tier.and_then(|t| t.same_group.get(g).copied()), 3))
                 .collect(),
         ),
         (
             "TwoNN dim",
             (0..4)
-                .map(|g| cell(tier.and_then(|t| t.two_nn.get(g).copied()), 1))
+                .map(|g| cell(g, tier.and_then(|t| t.two_nn.get(g).copied()), 1))
                 .collect(),
         ),
         (
@@ -183,7 +192,7 @@ pub(in crate::ui) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: 
             "cos(-u,R)",
             (0..4)
                 .map(|g| match g {
-                    2 => cell(hidden.map(|h| h.neg_u_rare_cos), 3),
+                    2 => cell(2, hidden.map(|h| h.neg_u_rare_cos), 3),
                     _ => "–".into(),
                 })
                 .collect(),
@@ -205,13 +214,7 @@ pub(in crate::ui) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: 
         rows.into_iter().map(|(name, values)| {
             Row::new(std::iter::once(Cell::from(name)).chain(values.into_iter().map(Cell::from)))
         }),
-        [
-            Constraint::Length(10),
-            Constraint::Length(10),
-            Constraint::Length(10),
-            Constraint::Length(10),
-            Constraint::Length(10),
-        ],
+        constraints,
     )
     .header(header);
     frame.render_widget(table, table_area);
@@ -238,7 +241,7 @@ pub(in crate::ui) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: 
             SparkRow::new(
                 format!("I1 {}", GROUP_NAMES[g]),
                 &i1[g],
-                format!("{:.3}", i1[g].last().copied().unwrap_or(f64::NAN)),
+                conelab_base::number::fit(i1[g].last().copied().unwrap_or(f64::NAN), 6, 3),
             )
             .delta(delta(&i1[g]))
             .spark_style(pal.group(g))
@@ -248,7 +251,7 @@ pub(in crate::ui) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: 
         SparkRow::new(
             "cos Total",
             &cos,
-            format!("{:.3}", cos.last().copied().unwrap_or(f64::NAN)),
+            conelab_base::number::fit(cos.last().copied().unwrap_or(f64::NAN), 6, 3),
         )
         .delta(delta(&cos)),
     );
@@ -258,7 +261,7 @@ pub(in crate::ui) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: 
     let margin: Vec<f64> = app.run.hidden.iter().map(|h| h.margin).collect();
     if !app.run.hidden.is_empty() {
         for (name, series) in [("h cos", &h_cos), ("h margin", &margin)] {
-            let now = format!("{:.3}", series.last().copied().unwrap_or(f64::NAN));
+            let now = conelab_base::number::fit(series.last().copied().unwrap_or(f64::NAN), 6, 3);
             rows.push(SparkRow::new(name, series, now));
         }
     }

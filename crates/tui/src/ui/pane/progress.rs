@@ -59,7 +59,9 @@ pub(in crate::ui) fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Pa
         .run
         .last_eval
         .as_ref()
-        .map(|e| format!("valid ppl {:.2}", e.ppl))
+        // At most ten characters: a diverged run's PPL of 10¹¹² is `1.1234e112`, not 113 digits
+        // pushing the rest of the line off the screen.
+        .map(|e| format!("valid ppl {}", conelab_base::number::fit(e.ppl, 10, 2)))
         .unwrap_or_else(|| "valid ppl –".into());
     let line1 = match s {
         Some(s) => format!(
