@@ -48,10 +48,22 @@ pub(crate) fn runs_table(stores: &[LoadedStore], dirs: &[PathBuf]) -> Result<Exp
                 .map(|d| d.display().to_string())
         }),
     ));
-    columns.push(Column::new(
-        "status".into(),
-        text(&|i, _| dirs.get(i).and_then(|d| final_status(d))),
-    ));
+    // Checked against the run's manifest: a damaged final.json leaves the status blank, and
+    // says so (a flipped byte once changed the status without a word).
+    let mut damage = Vec::new();
+    let statuses: Vec<Option<String>> = (0..height)
+        .map(|i| {
+            let dir = dirs.get(i)?;
+            match conelab_core::run_dir::live::read_final(dir) {
+                Ok(record) => record.map(|r| r.status),
+                Err(e) => {
+                    damage.push(format!("{e}: how the run ended is left blank"));
+                    None
+                }
+            }
+        })
+        .collect();
+    columns.push(Column::new("status".into(), statuses));
     columns.push(Column::new(
         "started_unix".into(),
         stores
@@ -117,14 +129,8 @@ pub(crate) fn runs_table(stores: &[LoadedStore], dirs: &[PathBuf]) -> Result<Exp
     }
     let mut out = plain(DataFrame::new(height, columns)?);
     out.warnings = warnings_of(stores);
+    out.warnings.extend(damage);
     Ok(out)
-}
-
-/// How the run ended, from its `final.json`; none while it is live or after a crash.
-fn final_status(run: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(run.join("final.json")).ok()?;
-    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
-    value.get("status")?.as_str().map(str::to_string)
 }
 
 /// One hyper-parameter's column: the narrowest type every run's value fits.
