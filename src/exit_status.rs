@@ -15,8 +15,17 @@ use conelab_store::StoreError;
 /// The status `error` ends the process with.
 pub fn of(error: &anyhow::Error) -> ExitStatus {
     let root: &(dyn Error + 'static) = error.as_ref();
+    let no_answer = |e: &(dyn Error + 'static)| {
+        matches!(
+            e.downcast_ref::<conelab_client::link::LinkError>(),
+            Some(conelab_client::link::LinkError::NoAnswer(_))
+        )
+    };
     let given = if chain(root).any(is_damage) {
         ExitStatus::Damaged
+    } else if chain(root).any(no_answer) {
+        // A run that is there and does not answer: not the input's fault (exit 4).
+        ExitStatus::Failed
     } else {
         error
             .downcast_ref::<RunError>()

@@ -102,8 +102,22 @@ fn usage_error(e: clap::Error) -> ExitCode {
         ErrorKind::DisplayHelp
         | ErrorKind::DisplayVersion
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            let _ = e.print();
-            ExitCode::from(e.exit_code() as u8)
+            use std::io::{IsTerminal, Write};
+            // On a terminal clap prints (and colours); elsewhere the text is written here, so
+            // that a write that fails (`--help > /dev/full`) is an error, not a silent exit 0.
+            if e.use_stderr() || std::io::stdout().is_terminal() {
+                let _ = e.print();
+                return ExitCode::from(e.exit_code() as u8);
+            }
+            let text = e.render().to_string();
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Err(w) if w.kind() != std::io::ErrorKind::BrokenPipe => {
+                    say(&format!("conelab: error: writing to stdout: {w}"));
+                    ExitStatus::Failed.into()
+                }
+                _ => ExitCode::from(e.exit_code() as u8),
+            }
         }
         _ => {
             say(&format!(

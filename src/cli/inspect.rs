@@ -29,6 +29,8 @@ workbench's embedding scatter, neighbour search, spectrum and group metrics; --c
 a second matrix beside it."
 )]
 pub struct InspectArgs {
+    /// A run (its folder, its name or a unique prefix, NAME#SEED: its newest checkpoint), a
+    /// step-NNNNNN folder, or a foreign matrix (.safetensors, .npy)
     pub path: PathBuf,
 
     /// Tensor name inside a .safetensors file (e.g. embeddings.word_embeddings.weight).
@@ -129,7 +131,18 @@ pub enum NeighborMetric {
 }
 
 pub fn exec(args: InspectArgs) -> Result<()> {
-    let mut m = load_matrix(&args.path, args.tensor.as_deref())?;
+    // A path that is there is read as it is; anything else may name a run (as every other
+    // command that takes a run does).
+    let matrix_file = args
+        .path
+        .extension()
+        .is_some_and(|e| e == "npy" || e == "safetensors");
+    let path = if args.path.exists() || matrix_file {
+        args.path.clone()
+    } else {
+        super::find_run(&args.path)?
+    };
+    let mut m = load_matrix(&path, args.tensor.as_deref())?;
     if let Some(v) = &args.vocab {
         m.tokens = Some(read_vocab_file(v, m.n)?);
     }

@@ -138,7 +138,7 @@ pub enum CliCommand {
         shell: clap_complete::Shell,
     },
     /// Print the manual page (roff) of conelab and its subcommands: `conelab man | man -l -`, or
-    /// `conelab man --dir DIR` writes conelab.1 and one page per subcommand (conelab-train.1, …).
+    /// `conelab man --out DIR` writes conelab.1 and one page per subcommand (conelab-train.1, …).
     Man {
         /// Write every page into this folder instead of printing the main one (`--dir`, its
         /// older name, still works).

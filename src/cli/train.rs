@@ -21,15 +21,15 @@ pub fn exec(opts: TrainOptions) -> Result<ExitStatus> {
     }
     if opts.detach {
         let ready = conelab_run::detach::spawn(conelab_run::detach::child_args())?;
+        // Absolute: the hint is used from wherever the user is next (issue #58: a relative
+        // `checkpoints/…` failed from any other folder).
+        let dir = std::fs::canonicalize(&ready.dir).unwrap_or_else(|_| ready.dir.clone());
         print_stdout(&format!(
             "conelab: the run is training in the background (pid {}) in {}\n  attach:  conelab attach {}\n  list:    conelab runs\n  output:  {}\n",
             ready.pid,
-            ready.dir.display(),
-            ready.dir.display(),
-            ready
-                .dir
-                .join(conelab_core::run_dir::live::OUTPUT_LOG)
-                .display()
+            dir.display(),
+            dir.display(),
+            dir.join(conelab_core::run_dir::live::OUTPUT_LOG).display()
         ))?;
         return Ok(ExitStatus::Success);
     }

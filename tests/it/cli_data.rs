@@ -595,3 +595,31 @@ fn data_bpe_writes_a_segmented_corpus_and_refuses_impossible_merges() {
     );
     assert!(!fresh.exists(), "nothing written");
 }
+
+/// Issue #58: `--help > /dev/full` exited 0 with nothing written; the help's example named
+/// `man --dir`, which the flag's own help calls its older name.
+#[test]
+fn help_that_cannot_be_written_fails_and_names_flags_as_they_are() {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full");
+    if let Ok(full) = full {
+        let out = crate::harness::command()
+            .arg("--help")
+            .stdout(full)
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(4), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("No space left"), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    } else {
+        assert!(std::env::var("CI").is_err(), "/dev/full is needed under CI");
+    }
+    let man = conelab(&["man", "--help"]);
+    // Wrapped to the terminal's width: compared with whitespace collapsed.
+    let text = String::from_utf8_lossy(&man.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(text.contains("conelab man --out DIR"), "{text}");
+    assert!(!text.contains("man --dir"), "{text}");
+}

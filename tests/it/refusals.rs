@@ -128,3 +128,30 @@ fn impossible_shapes_and_endless_config_files_are_refused_before_a_folder_exists
     assert!(stderr.contains("longer than 1024 KiB"), "{stderr}");
     assert!(!zero.exists(), "nothing created");
 }
+
+/// Issue #58: a weight of 1e300 was refused with its 301-digit integer expansion; an absurd
+/// number is refused in one short line that writes it as it was given.
+#[test]
+fn an_absurd_number_is_refused_in_a_short_line() {
+    let f = Fixture::new();
+    for (flag, value, says) in [
+        ("--reg", "cosreg=1e300", "weight 1e300"),
+        ("--weight-decay", "1e300", "weight_decay 1e300"),
+    ] {
+        let out = conelab(&[
+            "train",
+            s(&f.path("corpus")),
+            "--config",
+            s(&f.path("small.toml")),
+            "--run-dir",
+            s(&f.path("absurd")),
+            "--steps",
+            "2",
+            flag,
+            value,
+        ]);
+        let line = crate::harness::assert_one_line_error(&out, &[says]);
+        assert!(line.len() < 200, "{line}");
+        assert!(!f.path("absurd").exists(), "nothing created");
+    }
+}

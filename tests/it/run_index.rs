@@ -160,6 +160,14 @@ fn runs_are_found_and_addressed_by_name_from_any_folder() {
         &[],
     ));
     assert!(csv.lines().count() >= 2, "{csv}");
+    // So does inspect (issue #58: a name was "no such file or directory"); a matrix file that
+    // is not there is still that.
+    let inspected = ok(&at(&home, &state, &["inspect", "first-run", "--json"], &[]));
+    assert!(inspected.contains("\"i1\""), "{inspected}");
+    let out = at(&home, &state, &["inspect", "no-such.npy"], &[]);
+    assert_one_line_error(&out, &["no-such.npy", "no such file"]);
+    let out = at(&home, &state, &["inspect", "no-such-run"], &[]);
+    assert_one_line_error(&out, &["no-such-run: no such run"]);
     // Nothing of that name: one line that says how many runs were looked at.
     let out = at(&home, &state, &["export", "nothing-like-it"], &[]);
     assert_one_line_error(&out, &["nothing-like-it: no such run", "2 runs known"]);

@@ -1130,3 +1130,116 @@ fn attach_without_a_name_or_a_terminal_names_the_live_runs() {
         child.wait().expect("wait");
     }
 }
+
+/// Issue #58: `--detach` with a relative run folder printed `conelab attach checkpoints/…`,
+/// which fails from any other folder; the hints are absolute.
+#[test]
+fn a_detached_run_names_its_folder_absolutely() {
+    let f = Fixture::new();
+    let out = crate::harness::command()
+        .current_dir(f.path("."))
+        .args([
+            "train",
+            "corpus",
+            "--config",
+            "small.toml",
+            "--run-dir",
+            "rel",
+            "--steps",
+            "2",
+            "--eval-every",
+            "0",
+            "--detach",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{stdout}");
+    let absolute = std::fs::canonicalize(f.path("rel")).expect("the run folder");
+    assert!(
+        stdout.contains(&format!("conelab attach {}\n", absolute.display())),
+        "{stdout}"
+    );
+    let fin = wait_final(&f.path("rel"));
+    assert_eq!(fin["status"], "completed");
+}
+
+/// Issue #58: `tag` on a live run that does not answer (stopped, hung) exited 2, as if the
+/// user had typed something wrong; it is the machine's trouble, exit 4, in one line.
+#[test]
+fn a_live_run_that_does_not_answer_is_exit_4() {
+    let f = Fixture::new();
+    let mut child = spawn_train(
+        &f,
+        "run",
+        &["--headless", "--steps", "100000000", "--eval-every", "0"],
+    );
+    let run = f.path("run");
+    wait_until("the run to be live", || run.join("live.json").is_file());
+    signal(child.id(), libc::SIGSTOP);
+    let out = conelab(&["tag", s(&run), "+stopped"]);
+    signal(child.id(), libc::SIGCONT);
+    let _ = child.kill();
+    let _ = child.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("did not answer"), "{stderr}");
+}
+
+/// Issue #58: a run started or resumed with a relative folder recorded its checkpoints'
+/// paths relative (`run/step-000002`), meaningless from any other folder; they are absolute.
+#[test]
+fn checkpoint_paths_in_the_events_are_absolute_whatever_the_folder_was_given_as() {
+    let f = Fixture::new();
+    let in_fixture = |args: &[&str]| {
+        let out = crate::harness::command()
+            .current_dir(f.path("."))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("runs");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    in_fixture(&[
+        "train",
+        "corpus",
+        "--config",
+        "small.toml",
+        "--run-dir",
+        "rel",
+        "--headless",
+        "--steps",
+        "2",
+        "--eval-every",
+        "0",
+        "--checkpoint-every",
+        "2",
+    ]);
+    in_fixture(&["train", "--resume", "rel", "--headless", "--steps", "4"]);
+    let absolute = std::fs::canonicalize(f.path("rel")).expect("the run");
+    let events = conelab(&[
+        "export",
+        s(&f.path("rel")),
+        "--table",
+        "events",
+        "--format",
+        "csv",
+    ]);
+    let csv = String::from_utf8_lossy(&events.stdout).to_string();
+    // `…,checkpoint,DETAIL,BEFORE,AFTER`: the detail is the checkpoint's path.
+    let checkpoints: Vec<String> = csv
+        .lines()
+        .filter_map(|l| l.split_once(",checkpoint,"))
+        .map(|(_, rest)| rest.split(',').next().unwrap_or_default().to_owned())
+        .collect();
+    assert!(checkpoints.len() >= 2, "{checkpoints:?}");
+    for path in &checkpoints {
+        assert!(path.starts_with(&*absolute.to_string_lossy()), "{path}");
+    }
+}

@@ -77,6 +77,17 @@ pub fn fit(value: f64, width: usize, decimals: usize) -> String {
     best.map(|(_, _, t)| t).unwrap_or_else(|| "…".into())
 }
 
+/// A number as a message writes it: Rust's shortest form (`0.001`, `20`, `1.5`), in scientific
+/// notation where that would run past 16 digits (`1e300`, not 301 of them; `1e-9`).
+pub fn said(value: f64) -> String {
+    let a = value.abs();
+    if a.is_finite() && (a >= 1e16 || (a != 0.0 && a < 1e-6)) {
+        format!("{value:e}")
+    } else {
+        format!("{value}")
+    }
+}
+
 /// [`fit`] right-aligned in exactly `width` characters (a table's cell).
 pub fn fit_right(value: f64, width: usize, decimals: usize) -> String {
     let text = fit(value, width, decimals);
@@ -146,6 +157,17 @@ fn unit_of_last_digit(text: &str) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_in_messages() {
+        assert_eq!(said(1e300), "1e300");
+        assert_eq!(said(-2.5e17), "-2.5e17");
+        assert_eq!(said(20.0), "20");
+        assert_eq!(said(0.001), "0.001");
+        assert_eq!(said(1e-9), "1e-9");
+        assert_eq!(said(f64::NAN), "NaN");
+        assert_eq!(said(f64::INFINITY), "inf");
+    }
 
     #[test]
     fn by_hand() {

@@ -95,10 +95,12 @@ fn ask_the_run(socket: &Path, edit: &LabelEdit) -> Result<RunLabels, RunError> {
                 message,
             }) => return Err(RunError::Usage(message.into())),
             Some(_) => {}
+            // Not the user's input: the run is there and does not answer (exit 4).
             None => {
-                return Err(RunError::Usage(
-                    format!("{}: the run did not answer within 10 s", socket.display()).into(),
-                ));
+                return Err(RunError::internal_says(format!(
+                    "{}: the run did not answer within 10 s",
+                    socket.display()
+                )));
             }
         }
     }

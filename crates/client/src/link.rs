@@ -34,6 +34,10 @@ pub enum LinkError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     Protocol(String),
+    /// The run is there (its socket took the connection) but said nothing in time: stopped,
+    /// hung, or swapped out — not the user's input (exit 4, not 2).
+    #[error("the run did not answer within {0} s")]
+    NoAnswer(u64),
     #[error("the link already hands its messages to a listener")]
     Listening,
 }
@@ -93,11 +97,7 @@ pub fn handshake(
             }
             Some(ServerMessage::Error { message, .. }) => return Err(LinkError::Protocol(message)),
             Some(_) => {}
-            None => {
-                return Err(LinkError::Protocol(
-                    "the run did not answer within the time allowed".into(),
-                ));
-            }
+            None => return Err(LinkError::NoAnswer(timeout.as_secs())),
         }
     }
 }

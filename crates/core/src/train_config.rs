@@ -205,11 +205,13 @@ pub const MAX_KEEP: usize = 10_000;
 /// weights up is a divergence, caught before a checkpoint). The one check of `--lr`, the config
 /// file and `set-lr`.
 pub fn check_lr(lr: f64) -> Result<(), String> {
+    use conelab_base::number::said;
     if lr.is_finite() && lr > 0.0 {
         Ok(())
     } else {
         Err(format!(
-            "lr {lr}: the learning rate must be a positive number"
+            "lr {}: the learning rate must be a positive number",
+            said(lr)
         ))
     }
 }
@@ -218,6 +220,7 @@ impl TrainConfig {
     /// Checks every setting against its documented range (docs/REFERENCE.md, "Ranges"); the
     /// message names the field.
     pub fn validate(&self) -> Result<(), conelab_base::error::Invalid> {
+        use conelab_base::number::said;
         let check = |ok: bool, what: String| if ok { Ok(()) } else { Err(what) };
         check(
             (1..=MAX_BATCH).contains(&self.batch),
@@ -246,34 +249,41 @@ impl TrainConfig {
         }
         check(
             (0.0..1.0).contains(&self.beta1) && (0.0..1.0).contains(&self.beta2),
-            format!("betas {},{} must be in [0, 1)", self.beta1, self.beta2),
+            format!(
+                "betas {},{} must be in [0, 1)",
+                said(self.beta1),
+                said(self.beta2)
+            ),
         )?;
         check(
             self.epsilon > 0.0 && self.epsilon <= 1.0,
-            format!("epsilon {} must be in (0, 1]", self.epsilon),
+            format!("epsilon {} must be in (0, 1]", said(self.epsilon)),
         )?;
         check(
             (0.0..=10.0).contains(&self.weight_decay),
-            format!("weight_decay {} must be from 0 to 10", self.weight_decay),
+            format!(
+                "weight_decay {} must be from 0 to 10",
+                said(self.weight_decay)
+            ),
         )?;
         check(
             (0.0..1.0).contains(&self.momentum),
-            format!("momentum {} must be in [0, 1)", self.momentum),
+            format!("momentum {} must be in [0, 1)", said(self.momentum)),
         )?;
         check(
             (0.0..=1.0).contains(&self.min_lr_ratio),
-            format!("min_lr_ratio {} must be in [0, 1]", self.min_lr_ratio),
+            format!("min_lr_ratio {} must be in [0, 1]", said(self.min_lr_ratio)),
         )?;
         check(
             (1.0..=1e6).contains(&self.plateau_factor),
             format!(
                 "plateau_factor {} must be from 1 to 1e6",
-                self.plateau_factor
+                said(self.plateau_factor)
             ),
         )?;
         check(
             (0.0..=1e6).contains(&self.clip_norm),
-            format!("clip_norm {} must be from 0 to 1e6", self.clip_norm),
+            format!("clip_norm {} must be from 0 to 1e6", said(self.clip_norm)),
         )?;
         check(
             (1..=MAX_BATCH).contains(&self.eval_batch),

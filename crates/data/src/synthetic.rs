@@ -184,8 +184,17 @@ impl SyntheticCorpus {
             let mut tokens = 0;
             // Every split gets at least one sentence, so none is ever empty.
             while tokens < target || tokens == 0 {
-                let len = SENTENCE_WORDS.start()
+                let mut len = SENTENCE_WORDS.start()
                     + (rng.next_u64() % SENTENCE_WORDS.clone().count() as u64) as usize;
+                // The split has exactly `target` tokens (words and one end of sentence each):
+                // the last sentence is cut to fit, and none leaves room for an end alone
+                // (`--tokens 10` wrote 21). One token is the exception: a sentence needs two.
+                let room = target.saturating_sub(tokens);
+                if room > 0 && len + 1 >= room {
+                    len = (room - 1).max(1);
+                } else if room > len + 1 && room - (len + 1) == 1 {
+                    len += 1;
+                }
                 for w in 0..len {
                     let k = sample_cdf(&cumulative[class], pi[class] * uniform(&mut rng));
                     let word = members[class][k] as usize;
@@ -376,6 +385,24 @@ mod tests {
             },
         ] {
             assert!(SyntheticCorpus::generate(&bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    /// Issue #58: `--tokens 10` wrote 21 tokens. Each split holds exactly what was asked
+    /// (counted as the vocabulary counts: words plus one end of sentence per line).
+    #[test]
+    fn a_split_has_exactly_the_tokens_asked_for() {
+        for tokens in [2, 3, 10, 29, 30, 31, 1_000, 6_000] {
+            let config = SynthConfig {
+                vocab: 150,
+                tokens,
+                ..SynthConfig::default()
+            };
+            let corpus = SyntheticCorpus::generate(&config).expect("generates");
+            let train = &corpus.splits[0];
+            let counted: usize = train.lines().map(|l| l.split(' ').count() + 1).sum();
+            assert_eq!(counted, tokens, "{train:?}");
+            assert!(train.lines().all(|l| !l.trim().is_empty()));
         }
     }
 

@@ -261,6 +261,9 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
         ));
     }
     std::fs::create_dir_all(&dir).map_err(RunError::bad_input_at(dir.display().to_string()))?;
+    // Absolute from here on: the paths the run records (its checkpoints' in the events, the
+    // hints it prints) are read from wherever the user is next (issue #58).
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
     let lock = live::hold(&dir)?;
     if dir.join("run.toml").exists() {
         // A folder whose run never reached a checkpoint may be started again; one with a
@@ -313,6 +316,9 @@ fn new_run(opts: &TrainOptions) -> Result<Prepared, RunError> {
 }
 
 fn resume(path: &Path, opts: &TrainOptions) -> Result<Prepared, RunError> {
+    // Absolute, as a new run's folder is: what the run records is read from anywhere.
+    let absolute = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let path: &Path = &absolute;
     let mut run = RunDir::open(path)?;
     // What cannot change may be given again with the run's own value (a requeue script).
     let resolved = settings(opts)?;

@@ -500,6 +500,8 @@ pub fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<Exit
         },
     )?;
     let status = exit.status();
+    // The resume commands below are used from wherever the user is next: absolute.
+    let dir = std::fs::canonicalize(&exit.dir).unwrap_or_else(|_| exit.dir.clone());
     match &exit.outcome {
         crate::headless::RunOutcome::Diverged { step, loss } => {
             // Say what there is to come back to: a checkpoint, or none at all.
@@ -508,7 +510,7 @@ pub fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<Exit
             ) {
                 Some(at) => format!(
                     "conelab: training diverged at step {step} (loss {loss}); its newest checkpoint (step {at}) is kept: `conelab train --resume {} --lr LOWER` continues from it",
-                    exit.dir.display()
+                    dir.display()
                 ),
                 None => format!(
                     "conelab: training diverged at step {step} (loss {loss}) before its first checkpoint: nothing to resume; start again with a lower --lr"
@@ -520,7 +522,7 @@ pub fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<Exit
         }
         _ if exit.by_signal => conelab_base::stderr::say(&format!(
             "conelab: stopped by a signal after saving a checkpoint: `conelab train --resume {}` continues it",
-            exit.dir.display()
+            dir.display()
         )),
         _ => {}
     }

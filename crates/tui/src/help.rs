@@ -19,7 +19,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("l", "log scale on the loss curve"),
     (
         "m",
-        "smoothing of the loss curve off / back to its last weight (TensorBoard's; 0.9 at first)",
+        "smoothing of the loss curve off / back to its last weight (TensorBoard's; 0.6 at first, as in the compare view)",
     ),
     (
         "+ / - / 0",

@@ -42,8 +42,14 @@ pub fn action_for(app: &App, key: KeyEvent) -> Action {
     }
     let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
     if ctrl && matches!(key.code, KeyCode::Char('c')) {
-        // Like q: asks (a second Ctrl-C in the dialog cancels it).
-        return Action::Quit;
+        // Like q: asks; a second Ctrl-C is the dialog's default, stop and save — what Ctrl-C
+        // does to a headless run (issue #58: it cancelled the dialog, so Ctrl-C Ctrl-C never
+        // quit).
+        return if app.confirm_quit {
+            Action::StopAndSave
+        } else {
+            Action::Quit
+        };
     }
     if app.confirm_quit {
         return match key.code {
@@ -162,6 +168,17 @@ mod tests {
             .unwrap_or_default()
     }
 
+    /// Issue #58: `m` smoothed the workbench's loss at 0.9 where the compare view's default is
+    /// 0.6: one curve, one weight, in both views.
+    #[test]
+    fn the_workbench_smooths_with_the_compare_views_weight() {
+        let mut app = running();
+        press(&mut app, KeyCode::Char('m'));
+        let compare = crate::compare::CompareOptions::default().smoothing;
+        assert_eq!(app.smoothing, compare);
+        assert_eq!(compare, 0.6, "TensorBoard's default");
+    }
+
     #[test]
     fn shift_m_hands_the_mouse_to_the_terminal_and_back() {
         let mut app = running();
@@ -171,20 +188,21 @@ mod tests {
         assert!(last_said(&app).contains("mouse off"), "{}", last_said(&app));
         press(&mut app, KeyCode::Char('m'));
         assert!(
-            !app.mouse && app.smoothing == 0.9,
+            !app.mouse && app.smoothing == crate::format::DEFAULT_SMOOTHING,
             "m is smoothing, not the mouse"
         );
         // Outside Controls, + and - step the weight as compare's do; m turns it off and back.
         press(&mut app, KeyCode::Char('-'));
-        assert_eq!(app.smoothing, 0.8);
+        let lowered = app.smoothing;
+        assert!((lowered - 0.5).abs() < 1e-9, "{lowered}");
         press(&mut app, KeyCode::Char('m'));
         assert_eq!(app.smoothing, 0.0);
         press(&mut app, KeyCode::Char('m'));
-        assert_eq!(app.smoothing, 0.8);
+        assert_eq!(app.smoothing, lowered);
         press(&mut app, KeyCode::Char('0'));
         assert_eq!(app.smoothing, 0.0);
         press(&mut app, KeyCode::Char('m'));
-        assert_eq!(app.smoothing, 0.8, "m after 0: the weight it had");
+        assert_eq!(app.smoothing, lowered, "m after 0: the weight it had");
         press(&mut app, KeyCode::Char('M'));
         assert!(app.mouse && last_said(&app).contains("mouse on"));
         let app = App::new(
@@ -236,6 +254,14 @@ mod tests {
         assert!(app.confirm_quit, "Ctrl-C asks");
         assert_eq!(press(&mut app, KeyCode::Char('d')), Effect::Detach);
         assert!(!app.exit_when_finished, "detaching leaves the run alone");
+        // Ctrl-C Ctrl-C: stop and save, as Ctrl-C does to a headless run.
+        let mut app = running();
+        let action = action_for(&app, ctrl_c);
+        app.apply(action);
+        let action = action_for(&app, ctrl_c);
+        assert_eq!(action, Action::StopAndSave);
+        app.apply(action);
+        assert!(!app.confirm_quit, "the dialog is answered");
     }
 
     #[test]

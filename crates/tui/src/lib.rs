@@ -122,7 +122,9 @@ impl Outgoing {
 }
 
 /// The command that continues the run in `dir`, quoted for a message.
+/// Absolute: it is used from wherever the user is next.
 fn resume_command(dir: &std::path::Path) -> String {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     format!("`conelab train --resume {}`", dir.display())
 }
 

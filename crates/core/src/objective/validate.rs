@@ -20,7 +20,8 @@ impl Objectives {
                 Ok(())
             } else {
                 Err(format!(
-                    "{what} weight {x} must be a number ≥ 0 and at most {MAX_WEIGHT:.0e}"
+                    "{what} weight {} must be a number ≥ 0 and at most {MAX_WEIGHT:.0e}",
+                    conelab_base::number::said(x)
                 ))
             }
         };

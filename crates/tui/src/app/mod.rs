@@ -390,7 +390,8 @@ impl App {
             exit_when_finished: false,
             log_y: false,
             smoothing: 0.0,
-            smoothing_off_from: 0.9,
+            // The compare view's default (TensorBoard's): one weight for one curve in both views.
+            smoothing_off_from: crate::format::DEFAULT_SMOOTHING,
             controls_cursor: 0,
             view,
             vocab: None,
