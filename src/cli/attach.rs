@@ -62,13 +62,14 @@ pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
     };
     let live = opened.read_only.is_none();
     let exit = conelab_tui::run_viewer(opened.link, opened.hello, setup)?;
-    if live && exit == conelab_tui::ViewerExit::Detached {
-        conelab_tui::after_viewer(&dir, exit);
-    } else if live && let Some(line) = conelab_tui::crashed_summary(&dir) {
-        // Killed while watched: what happened and how to go on (the viewer still exits 0).
-        eprintln!("{line}");
+    if live {
+        // What `train`'s workbench says and exits with, whichever front end saw the end
+        // (issue #58: a stop from an attached viewer printed nothing): the way back after a
+        // detach, the stop summary and its --resume command, a crash's summary; and, for a
+        // run watched to its end, the run's own status.
+        return Ok(conelab_tui::after_viewer(&dir, exit));
     }
-    // A viewer exits 0 however it leaves (the run's own status is the run's).
+    // A finished run's viewer exits 0 however it leaves.
     Ok(ExitStatus::Success)
 }
 

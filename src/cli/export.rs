@@ -16,7 +16,9 @@ use conelab_export::StepChoice;
 pub enum ExportTableArg {
     /// The long table: run_id, step, epoch, wall_time, split, group, metric, value.
     Metrics,
-    /// One row per run: Freq / Med / Rare / Total × PPL, Uniq, I(W) (Yu et al. Table 3).
+    /// One row per run (its step) and, for each of frequent / medium / rare / total: PPL, the
+    /// KN-3 reference's PPL and the gain over it, Uniq, I(W), mean norm, mean cosine, IsoScore
+    /// and a random matrix's IsoScore (Yu et al. Table 3 and what I(W) needs beside it).
     Groups,
     /// Chosen metrics (--metric) by step, one column each.
     Curves,

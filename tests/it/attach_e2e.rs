@@ -204,6 +204,13 @@ fn a_run_outlives_its_terminal_and_viewers_attach_steer_and_leave() {
     assert_eq!(read_exit(&exit(2)), "0", "stopped from a viewer");
     let fin = wait_final(&run);
     assert_eq!(fin["status"], "stopped");
+    // The stop summary `train`'s workbench prints, with an absolute --resume (issue #58: an
+    // attached viewer printed nothing).
+    let said = second.wait_for("continues it");
+    assert!(
+        said.contains(&format!("conelab train --resume {}", s(&run))),
+        "{said}"
+    );
     no_process_left(&run);
 
     // 7. The store has the change at the step the engine acknowledged, with training rows on both

@@ -214,3 +214,21 @@ fn a_damaged_small_file_is_rebuilt_from_the_runs_copies() {
     assert_eq!(verify.status.code(), Some(5));
     assert!(String::from_utf8_lossy(&verify.stderr).contains("vocab.tsv"));
 }
+
+/// Issue #58: a run whose `store/` was deleted listed as completed, with no damage line.
+#[test]
+fn a_run_without_its_store_lists_as_damaged() {
+    let f = Fixture::new();
+    succeeded(&f.train("run", &["--headless", "--steps", "2", "--eval-every", "0"]));
+    std::fs::remove_dir_all(f.path("run").join("store")).expect("rm store");
+    let out = conelab(&["runs", s(&f.path(".")), "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("runs --json");
+    let row = &rows[0];
+    assert_eq!(row["status"], "damaged", "{row}");
+    assert!(
+        row["damaged"].as_array().is_some_and(|d| d
+            .iter()
+            .any(|l| l.as_str().is_some_and(|l| l.contains("store: missing")))),
+        "{row}"
+    );
+}

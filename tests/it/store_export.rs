@@ -881,3 +881,62 @@ fn the_config_table_flattens_each_run_toml_with_the_differing_keys_first() {
     );
     assert!(md.contains("| b | b | 1.0 | 0.0003 | 1 |"), "{md}");
 }
+
+/// Issue #58: `--help` said the groups table held "PPL, Uniq, I(W)" where it holds nine columns
+/// a group: the help names every one.
+#[test]
+fn the_groups_tables_help_names_every_column_it_has() {
+    let f = crate::harness::Fixture::new();
+    crate::harness::succeeded(&f.train(
+        "run",
+        &[
+            "--headless",
+            "--steps",
+            "2",
+            "--eval-every",
+            "2",
+            "--snapshot-every",
+            "2",
+        ],
+    ));
+    let out = crate::harness::conelab(&[
+        "export",
+        crate::harness::s(&f.path("run")),
+        "--table",
+        "groups",
+        "--format",
+        "csv",
+    ]);
+    let csv = String::from_utf8_lossy(&out.stdout).to_string();
+    let header = csv.lines().next().expect("a header");
+    let help = String::from_utf8_lossy(&crate::harness::conelab(&["export", "--help"]).stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let said = [
+        ("_kn3_ppl", "KN-3 reference's PPL"),
+        ("_kn3_gain", "gain over it"),
+        ("_isoscore_random", "random matrix's IsoScore"),
+        ("_ppl", "PPL"),
+        ("_uniq", "Uniq"),
+        ("_i_w", "I(W)"),
+        ("_mean_norm", "mean norm"),
+        ("_mean_cos", "mean cosine"),
+        ("_isoscore", "IsoScore"),
+    ];
+    for column in header.split(',').filter(|c| c.starts_with("frequent_")) {
+        let (_, words) = said
+            .iter()
+            .find(|(end, _)| column.ends_with(end))
+            .unwrap_or_else(|| panic!("{column}: a column the test does not know"));
+        assert!(help.contains(words), "{column}: `{words}` not in the help");
+    }
+    assert_eq!(
+        header
+            .split(',')
+            .filter(|c| c.starts_with("frequent_"))
+            .count(),
+        9,
+        "{header}"
+    );
+}

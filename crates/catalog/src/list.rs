@@ -416,7 +416,17 @@ pub fn row(dir: &Path) -> RunRow {
             r.mean_cos = st.mean_cos;
             r.objective = st.objective;
         }
-        Err(store::StoreError::NoStore(_)) => {}
+        Err(store::StoreError::NoStore(_)) => {
+            // A run written since folders had manifests (they came after the store) always
+            // has a store: one that is gone is lost data, said (issue #58: such a run listed as
+            // completed). A run from before stores has neither.
+            if dir.join(conelab_base::integrity::MANIFEST).is_file() {
+                r.damaged.push(format!(
+                    "{}: missing: the run's metrics and events are lost (its checkpoints are not)",
+                    store::store_dir(dir).display()
+                ));
+            }
+        }
         Err(e @ store::StoreError::Corrupt { .. }) => {
             let line = format!("metrics store: {e}");
             if !r.damaged.contains(&e.to_string()) {

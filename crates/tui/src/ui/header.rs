@@ -73,12 +73,14 @@ pub(super) fn header_line(app: &App, pal: &Palette, width: u16) -> Paragraph<'st
     // The state word is never cut ("finished (completed)", "diverged at step 5", "failed"):
     // what gives way first is the ETA, then the epoch, then the run's name, then the status's
     // tail ("— q to leave", a failure's message).
-    let head = status
-        .find(" — ")
+    // A hint after " — " ("q to leave", the diverged advice) is shown whole or not at all (the
+    // Events pane says it too); a failure's message is cut, marked with "…": one character
+    // more than the head.
+    let hint_at = status.find(" — ");
+    let head = hint_at
         .or_else(|| status.find(": ").map(|i| i + 1))
         .map_or(status.chars().count(), |i| status[..i].chars().count());
-    // A cut tail is marked with "…": one character more than the head.
-    let head = if status.chars().count() > head {
+    let head = if hint_at.is_none() && status.chars().count() > head {
         head + 1
     } else {
         head
@@ -104,16 +106,28 @@ pub(super) fn header_line(app: &App, pal: &Palette, width: u16) -> Paragraph<'st
             break;
         }
     }
-    for max in [40, 32, 24, 16, 8, 0] {
-        if fits(&run, &progress, head) {
-            break;
+    // The name down to 16 characters, then the step without its percentage, then the name
+    // further: a finished run at 80 columns kept "— q to leave" and lost its name (issue #58).
+    let short_at = format!(" · step {step}/{total}");
+    'fit: for (progress_now, names) in [
+        (progress.clone(), &[48usize, 40, 32, 24, 16][..]),
+        (short_at, &[48, 40, 32, 24, 16, 12, 8, 0][..]),
+    ] {
+        for &max in names {
+            run = run_with(max);
+            progress = progress_now.clone();
+            if fits(&run, &progress, head) {
+                break 'fit;
+            }
         }
-        run = run_with(max);
     }
     let room = (width as usize)
         .saturating_sub(width_of(&[title, &run, suffix, &progress]))
         .max(head);
-    let status = format!("{}{suffix}", shorten(&status, room));
+    let status = match hint_at {
+        Some(at) if room < status.chars().count() => format!("{}{suffix}", &status[..at]),
+        _ => format!("{}{suffix}", shorten(&status, room)),
+    };
     Paragraph::new(Line::from(vec![
         chrome::title(title, pal.fg(Color::LightGreen)),
         Span::raw(run),

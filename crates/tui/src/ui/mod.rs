@@ -746,6 +746,31 @@ mod tests {
         }
     }
 
+    /// Issue #58: at 80 columns a finished run's header lost its name
+    /// (`conelab cpu · finished (completed) — q to l…`): the status's tail and the step's
+    /// percentage give way before the name's first 16 characters.
+    #[test]
+    fn a_finished_runs_header_keeps_its_name_at_80_columns() {
+        let mut app = app();
+        app.hello = None;
+        app.run.info.name = "tiny-ptb-20261128-153000".into();
+        app.run.info.total_steps = 2000;
+        app.run.status = RunStatus::Finished {
+            reason: FinishReason::Completed,
+        };
+        app.read_only = Some("read-only: the run completed".into());
+        let header = draw(&app, 80, 24)
+            .lines()
+            .next()
+            .expect("header")
+            .to_string();
+        assert!(header.contains("tiny-ptb-20"), "{header}");
+        // A hint is whole or absent, never `— q t…`.
+        assert!(!header.contains("— q t…"), "{header}");
+        assert!(header.contains("finished (completed)"), "{header}");
+        assert!(header.contains("step "), "{header}");
+    }
+
     /// Before the history arrives an attached viewer's header says it is coming — not the empty
     /// view's "starting · step 0/1", which a finished run's viewer showed while its store was
     /// read (the attach end-to-end test caught that frame under load).
