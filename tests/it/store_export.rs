@@ -939,4 +939,12 @@ fn the_groups_tables_help_names_every_column_it_has() {
         9,
         "{header}"
     );
+    // Uniq is a count: `17`, not `17.0`.
+    let at = header
+        .split(',')
+        .position(|c| c == "total_uniq")
+        .expect("total_uniq");
+    let row = csv.lines().nth(1).expect("a row");
+    let uniq = row.split(',').nth(at).expect("a cell");
+    assert!(uniq.parse::<u64>().is_ok(), "total_uniq {uniq:?} in {row}");
 }

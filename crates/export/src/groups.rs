@@ -305,7 +305,18 @@ pub(crate) fn run_groups_table(
     for (gi, (group, _)) in GROUP_HEADERS.iter().enumerate() {
         for (mi, (_, suffix, header, digits, _, _)) in GROUP_COLUMNS.into_iter().enumerate() {
             let v: Vec<Option<f64>> = values.iter().map(|r| r[gi * per_group + mi]).collect();
-            columns.push(Column::new(format!("{group}_{suffix}").into(), v));
+            let name = format!("{group}_{suffix}");
+            // A count (Uniq) is an integer column: CSV wrote `17.0` (issue #58).
+            let whole = v
+                .iter()
+                .flatten()
+                .all(|x| x.fract() == 0.0 && x.abs() < 9e15);
+            columns.push(if digits == 0 && whole {
+                let ints: Vec<Option<i64>> = v.iter().map(|x| x.map(|x| x as i64)).collect();
+                Column::new(name.into(), ints)
+            } else {
+                Column::new(name.into(), v)
+            });
             headers.push(header.into());
             decimals.push(Some(digits));
         }
