@@ -110,3 +110,41 @@ fn readme_commands_that_need_nothing_run_as_written() {
         "docs/REFERENCE.md must document protocol version {v}"
     );
 }
+
+/// The README's picture of the workbench is its 120×40 snapshot, as the snapshot test draws it
+/// (issue #58: it had drifted — a penalty written another way, a footer without `d detach`, an
+/// I1 of 3.1e-4 shown as 0.000): the two are compared line by line, trailing blanks aside.
+#[test]
+fn the_readmes_workbench_is_the_snapshot() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+    let snap = std::fs::read_to_string(root.join(
+        "crates/tui/src/ui/snapshots/conelab_tui__ui__tests__snapshot_default_layout_120x40.snap",
+    ))
+    .expect("the snapshot");
+    let drawn: Vec<String> = snap
+        .lines()
+        .filter(|l| l.starts_with('"'))
+        .map(|l| {
+            serde_json::from_str::<String>(l)
+                .expect("a quoted line")
+                .trim_end()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(drawn.len(), 40);
+    let start = readme
+        .lines()
+        .position(|l| l.trim_end() == drawn[0])
+        .expect("the README shows the workbench's header line");
+    let shown: Vec<&str> = readme
+        .lines()
+        .skip(start)
+        .take(40)
+        .map(str::trim_end)
+        .collect();
+    assert_eq!(shown, drawn);
+    // Its content, not just its shape: the run, the PPL, the groups.
+    assert!(drawn[0].contains("tiny-synthetic-test") && drawn[0].contains("step 80/200"));
+    assert!(drawn.iter().any(|l| l.contains("valid ppl 11.88")));
+}

@@ -179,6 +179,19 @@ mod tests {
         assert_eq!(compare, 0.6, "TensorBoard's default");
     }
 
+    /// Issue #58: an empty search listed nothing; `/` now offers the most frequent words.
+    #[test]
+    fn a_new_search_offers_the_most_frequent_words() {
+        let mut app = running();
+        app.vocab = Some(std::sync::Arc::new(conelab_protocol::view::Vocabulary {
+            tokens: ["rare", "the", "of", "cone"].map(String::from).to_vec(),
+            counts: vec![1, 500, 300, 2],
+        }));
+        press(&mut app, KeyCode::Char('/'));
+        assert!(app.neighbors.editing);
+        assert_eq!(app.neighbors.matches[..3], [1, 2, 3]);
+    }
+
     #[test]
     fn shift_m_hands_the_mouse_to_the_terminal_and_back() {
         let mut app = running();

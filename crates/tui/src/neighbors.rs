@@ -20,10 +20,12 @@ pub const MAX_PINNED: usize = 6;
 use conelab_protocol::view::Vocabulary;
 
 /// How well `token` matches `query` (lower is better): exact, prefix, substring, then a
-/// subsequence (its letters in order), case-insensitively; `None` when it does not match.
+/// subsequence (its letters in order), case-insensitively; `None` when it does not match. An
+/// empty query matches every word alike, so an empty search offers the most frequent words
+/// (issue #58: it listed nothing, and a new user had no word to start from).
 pub fn match_score(query: &str, token: &str) -> Option<u32> {
     if query.is_empty() {
-        return None;
+        return Some(0);
     }
     let q = query.to_lowercase();
     let t = token.to_lowercase();
@@ -55,14 +57,21 @@ pub fn match_score(query: &str, token: &str) -> Option<u32> {
 
 /// The best `limit` matches of `query`, best first; ties go to the more frequent word.
 pub fn fuzzy_matches(query: &str, vocab: &Vocabulary, limit: usize) -> Vec<u32> {
-    let mut scored: Vec<(u32, u32)> = vocab
+    let count = |i: usize| vocab.counts.get(i).copied().unwrap_or(0);
+    let mut scored: Vec<(u32, std::cmp::Reverse<u64>, u32)> = vocab
         .tokens
         .iter()
         .enumerate()
-        .filter_map(|(i, t)| match_score(query, t).map(|s| (s, i as u32)))
+        .filter_map(|(i, t)| {
+            match_score(query, t).map(|s| (s, std::cmp::Reverse(count(i)), i as u32))
+        })
         .collect();
     scored.sort_unstable();
-    scored.into_iter().take(limit).map(|(_, id)| id).collect()
+    scored
+        .into_iter()
+        .take(limit)
+        .map(|(_, _, id)| id)
+        .collect()
 }
 
 #[derive(Debug, Clone, Default)]
@@ -100,7 +109,8 @@ impl NeighborsState {
         self.rematch(vocab);
     }
 
-    fn rematch(&mut self, vocab: &Vocabulary) {
+    /// The matches of the query as it is (all words, the most frequent first, while empty).
+    pub fn rematch(&mut self, vocab: &Vocabulary) {
         self.matches = fuzzy_matches(&self.query, vocab, MATCHES);
         self.cursor = 0;
     }
@@ -218,7 +228,8 @@ mod tests {
         assert_eq!(match_score("thm", "thermal"), Some(3 + 2));
         assert_eq!(match_score("THE", "the"), Some(0), "case-insensitive");
         assert_eq!(match_score("zz", "the"), None);
-        assert!(fuzzy_matches("", &v, 10).is_empty());
+        // Empty: the most frequent words (here the first are the most frequent).
+        assert_eq!(fuzzy_matches("", &v, 3), vec![0, 1, 2]);
         assert_eq!(fuzzy_matches("the", &v, 2), vec![0, 2]);
     }
 

@@ -33,6 +33,10 @@ impl App {
             Action::SearchStart => {
                 self.focus = Pane::Neighbors;
                 self.neighbors.start_search();
+                // The most frequent words before anything is typed: a word to start from.
+                if let Some(v) = &self.vocab {
+                    self.neighbors.rematch(v);
+                }
             }
             Action::SearchInput(c) => {
                 if let Some(v) = &self.vocab {
