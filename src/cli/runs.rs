@@ -21,7 +21,7 @@ itself when it starts, in $XDG_STATE_HOME/conelab/runs) and those in the run roo
 With DIR: the runs in that folder (a sweep folder: its runs).\n\nJSON (--json, stable): an array \
 of objects with the keys name, dir, seed, sweep, path, tags, notes, status, host, pid, step, \
 total_steps, device, objective, best_valid_ppl, i1, mean_cos, started (RFC 3339), seconds; null \
-where unknown; reason for an unreadable folder, damaged for damage found."
+where unknown; reason for an unreadable folder, damaged for damage found, worse_than_uniform (a step) for a model found worse than a uniform guess."
 )]
 pub struct RunsArgs {
     /// Only the runs in this folder (a sweep folder: its runs) [default: every run known].

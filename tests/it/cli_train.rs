@@ -888,3 +888,79 @@ fn every_view_takes_the_same_switches_and_old_flag_names_still_work() {
         &["disagree"],
     );
 }
+
+/// Issue #58: `--lr 10` trained to a loss far above ln V (a PPL of 10¹⁰⁵ on PTB) and the run
+/// "completed" without a word. A model worse than a uniform guess is said — in the run's
+/// output and train.log, as a typed event in the store (read back as one), and in `runs`.
+#[test]
+fn a_run_worse_than_uniform_says_so_everywhere() {
+    let f = Fixture::new();
+    let out = f.train(
+        "bad",
+        &[
+            "--headless",
+            "--steps",
+            "80",
+            "--lr",
+            "10",
+            "--eval-every",
+            "40",
+        ],
+    );
+    succeeded(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("worse than uniform: the training loss"),
+        "{stdout}"
+    );
+    let run = f.path("bad");
+    let log = std::fs::read_to_string(run.join("train.log")).expect("train.log");
+    assert!(log.contains("worse than uniform"), "{log}");
+    let history = conelab_store::history::read(&run).expect("history");
+    let found: Vec<&conelab_core::events::Event> = history
+        .events
+        .iter()
+        .filter(|e| matches!(e, conelab_core::events::Event::WorseThanUniform { .. }))
+        .collect();
+    assert!(!found.is_empty(), "no typed event read back");
+    if let conelab_core::events::Event::WorseThanUniform { bound, steps, .. } = found
+        .iter()
+        .find(|e| {
+            matches!(
+                e,
+                conelab_core::events::Event::WorseThanUniform {
+                    measure: conelab_core::events::UniformMeasure::TrainLoss,
+                    ..
+                }
+            )
+        })
+        .expect("the training loss finding")
+    {
+        // ln V for the fixture's vocabulary, independently: its words plus <eos> and <unk>.
+        let vocab = std::fs::read_to_string(run.join("vocab.tsv")).expect("vocab");
+        let v = vocab.lines().filter(|l| !l.trim().is_empty()).count() as f64;
+        assert!((bound - v.ln()).abs() < 1e-9, "{bound} against ln {v}");
+        assert_eq!(*steps, 50);
+    }
+    let listed = conelab(&["runs", s(&f.path(".")), "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("runs --json");
+    assert!(rows[0]["worse_than_uniform"].as_u64().is_some(), "{rows}");
+    let table = String::from_utf8_lossy(&conelab(&["runs", s(&f.path("."))]).stdout).to_string();
+    assert!(table.contains("completed, worse than uniform"), "{table}");
+
+    // A run that learns says nothing of the kind.
+    let good = f.train(
+        "good",
+        &["--headless", "--steps", "60", "--eval-every", "30"],
+    );
+    succeeded(&good);
+    assert!(!String::from_utf8_lossy(&good.stdout).contains("worse than uniform"));
+    let rows: serde_json::Value =
+        serde_json::from_slice(&conelab(&["runs", s(&f.path(".")), "--json"]).stdout)
+            .expect("runs --json");
+    let good_row = rows
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["dir"] == "good"))
+        .expect("listed");
+    assert!(good_row.get("worse_than_uniform").is_none(), "{good_row}");
+}

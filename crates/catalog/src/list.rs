@@ -51,6 +51,11 @@ pub struct RunRow {
     /// without reading every byte; `conelab store verify` checks the rest.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub damaged: Vec<String>,
+    /// The step of the newest finding that the model did worse than a uniform guess (the
+    /// training NLL above ln V, a validation PPL above V): the table's status says
+    /// `completed, worse than uniform` rather than a bare `completed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worse_than_uniform: Option<u64>,
 }
 
 /// The runs under `root` (its run folders and the runs of the sweep folders in it, or of
@@ -304,6 +309,7 @@ pub fn row(dir: &Path) -> RunRow {
         total_steps: None,
         device: None,
         objective: None,
+        worse_than_uniform: None,
         best_valid_ppl: None,
         i1: None,
         mean_cos: None,
@@ -415,12 +421,15 @@ pub fn row(dir: &Path) -> RunRow {
             r.i1 = st.i1;
             r.mean_cos = st.mean_cos;
             r.objective = st.objective;
+            r.worse_than_uniform = st.worse_than_uniform;
         }
         Err(store::StoreError::NoStore(_)) => {
             // A run written since folders had manifests (they came after the store) always
             // has a store: one that is gone is lost data, said (issue #58: such a run listed as
             // completed). A run from before stores has neither.
-            if dir.join(conelab_base::integrity::MANIFEST).is_file() {
+            if dir.join(conelab_base::integrity::MANIFEST).is_file()
+                && !store::store_dir(dir).exists()
+            {
                 r.damaged.push(format!(
                     "{}: missing: the run's metrics and events are lost (its checkpoints are not)",
                     store::store_dir(dir).display()
@@ -530,6 +539,11 @@ pub fn render(rows: &[RunRow]) -> String {
                     "stopped (not saved)".into()
                 }
                 (s, _, _) => s.to_string(),
+            };
+            // A run that "completed" worse than a uniform guess did not do what it was for.
+            let status = match r.worse_than_uniform {
+                Some(step) => format!("{status}, worse than uniform (step {step})"),
+                None => status,
             };
             // At most 10 characters: a diverged run's PPL of 10¹¹² is `1.1234e112`, not 113
             // digits widening the column for every row.

@@ -470,6 +470,55 @@ pub struct RunStarted {
     pub objectives: Objectives,
 }
 
+/// What was found worse than uniform ([`Event::WorseThanUniform`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UniformMeasure {
+    /// The training NLL per token, against ln V.
+    TrainLoss,
+    /// A validation's total PPL, against V.
+    ValidPpl,
+}
+
+impl UniformMeasure {
+    /// Its name in the store's events and in words.
+    pub fn name(self) -> &'static str {
+        match self {
+            UniformMeasure::TrainLoss => "train loss",
+            UniformMeasure::ValidPpl => "valid ppl",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        [UniformMeasure::TrainLoss, UniformMeasure::ValidPpl]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
+}
+
+impl Event {
+    /// What a [`Event::WorseThanUniform`] says, in words (the Events pane, train.log, a headless
+    /// run's output).
+    pub fn worse_than_uniform_text(
+        measure: UniformMeasure,
+        value: f64,
+        bound: f64,
+        steps: u64,
+    ) -> String {
+        // Two decimals at most, in scientific notation past what a line holds (10⁷⁵).
+        let value = conelab_base::number::fit(value, 12, 2);
+        let bound = conelab_base::number::said((bound * 1000.0).round() / 1000.0);
+        match measure {
+            UniformMeasure::TrainLoss => format!(
+                "worse than uniform: the training loss {value} has stayed above ln V = {bound} (a uniform guess) for {steps} steps: lower the lr"
+            ),
+            UniformMeasure::ValidPpl => format!(
+                "worse than uniform: valid PPL {value} is above V = {bound} (a uniform guess)"
+            ),
+        }
+    }
+}
+
 /// Everything the engine reports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
@@ -542,6 +591,18 @@ pub enum Event {
         #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
         loss: f64,
     },
+    /// The model did worse than a uniform guess over its vocabulary: `value` above `bound` —
+    /// the training NLL above ln V for `steps` steps in a row, or a validation's total PPL above
+    /// V (`steps` 0). Said once a spell (`conelab_train::engine::worse_than_uniform`).
+    WorseThanUniform {
+        step: u64,
+        measure: UniformMeasure,
+        #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+        value: f64,
+        #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
+        bound: f64,
+        steps: u64,
+    },
     Warning {
         step: u64,
         message: String,
@@ -608,6 +669,7 @@ impl Event {
             | Event::Resumed { step }
             | Event::EvalProgress { step, .. }
             | Event::Diverged { step, .. }
+            | Event::WorseThanUniform { step, .. }
             | Event::Warning { step, .. }
             | Event::Finished { step, .. }
             | Event::Failed { step, .. } => *step,

@@ -29,8 +29,10 @@ use conelab_metrics::Neighbor;
 /// `reference` event (the corpus's KN-3 and unigram PPL per group). 5: the `system` event (the
 /// run process's CPU and memory, the host's memory). 6: typed changes — an applied command's
 /// `change` (the new lr and the step its schedule stopped, the objectives before and after) and
-/// a resume's `config-changed` values, where 5 sent the log's words.
-pub const PROTOCOL_VERSION: u32 = 6;
+/// a resume's `config-changed` values, where 5 sent the log's words. 7: the
+/// `worse-than-uniform` event (a model worse than a uniform guess), which a version-6 viewer
+/// cannot read.
+pub const PROTOCOL_VERSION: u32 = 7;
 /// The longest line a client may send (commands and requests are small).
 pub const MAX_CLIENT_LINE: usize = 1 << 20;
 /// The longest line a client accepts from a run (a history or a projection of a big vocabulary).

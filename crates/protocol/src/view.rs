@@ -282,6 +282,10 @@ pub struct RunView {
     /// Groups pane's context gain ln(KN-3 / PPL).
     #[serde(default, deserialize_with = "conelab_base::jsonfloat::opt_f64_vec")]
     pub reference_valid: Option<Vec<f64>>,
+    /// The newest finding that the model did worse than a uniform guess (its step and words):
+    /// Progress says it.
+    #[serde(default)]
+    pub worse_than_uniform: Option<(u64, String)>,
 }
 
 impl RunView {
@@ -308,6 +312,7 @@ impl RunView {
             log: VecDeque::new(),
             projection_steps: Vec::new(),
             reference_valid: None,
+            worse_than_uniform: None,
         }
     }
 
@@ -495,6 +500,17 @@ impl RunView {
                     LogKind::Error,
                     format!("loss {loss} at step {step}: the step was not applied"),
                 );
+            }
+            Event::WorseThanUniform {
+                step,
+                measure,
+                value,
+                bound,
+                steps,
+            } => {
+                let text = Event::worse_than_uniform_text(*measure, *value, *bound, *steps);
+                self.worse_than_uniform = Some((*step, text.clone()));
+                self.log(*step, LogKind::Warning, text);
             }
             Event::Warning { step, message } => self.log(*step, LogKind::Warning, message.clone()),
             Event::Recorded(r) => {

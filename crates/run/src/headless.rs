@@ -244,6 +244,16 @@ impl EventSink for Reporter {
             Event::Paused { step } => self.line(format!("paused step={step}")),
             Event::Resumed { step } => self.line(format!("resumed step={step}")),
             Event::Warning { step, message } => self.line(format!("warning step={step} {message}")),
+            Event::WorseThanUniform {
+                step,
+                measure,
+                value,
+                bound,
+                steps,
+            } => self.line(format!(
+                "warning step={step} {}",
+                Event::worse_than_uniform_text(*measure, *value, *bound, *steps)
+            )),
             Event::Diverged { step, loss } => {
                 self.diverged = Some((*step, *loss));
                 self.line(format!(
@@ -276,14 +286,22 @@ impl EventSink for Reporter {
 
 pub fn eval_line(e: &EvalStats) -> String {
     let [f, m, r] = e.groups;
+    // Three decimals; a diverged run's 10⁷⁵ in scientific notation, not its 76 digits.
+    let ppl = |v: f64| {
+        if v.abs() < 1e16 {
+            format!("{v:.3}")
+        } else {
+            format!("{v:.4e}")
+        }
+    };
     format!(
-        "eval step={} split={} ppl={:.3} frequent={:.3} medium={:.3} rare={:.3} uniq={} mu_z={:.3} sigma_z={:.3} positions={} seconds={:.2}",
+        "eval step={} split={} ppl={} frequent={} medium={} rare={} uniq={} mu_z={:.3} sigma_z={:.3} positions={} seconds={:.2}",
         e.step,
         e.split,
-        e.ppl,
-        f.0,
-        m.0,
-        r.0,
+        ppl(e.ppl),
+        ppl(f.0),
+        ppl(m.0),
+        ppl(r.0),
         e.outputs.uniq,
         e.outputs.mu_z,
         e.outputs.sigma_z,

@@ -221,6 +221,14 @@ fn emit(event: &Event, every: u64) {
         Event::Warning { step, message } => {
             warn!(target: "conelab::run", step, warning = %message, "warning")
         }
+        Event::WorseThanUniform {
+            step,
+            measure,
+            value,
+            bound,
+            steps,
+        } => warn!(target: "conelab::run", step, measure = %measure.name(), value, bound,
+            steps, "worse than uniform"),
         Event::Finished { step, reason } => {
             info!(target: "conelab::run", step, reason = %reason.name(), "finished")
         }

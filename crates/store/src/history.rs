@@ -189,6 +189,23 @@ impl EventRow<'_> {
                     format!("{} at step {step}: the step was not applied", self.detail),
                 ),
             },
+            crate::writer::WORSE_THAN_UNIFORM => {
+                let typed = self.detail.split_once("; ").and_then(|(measure, steps)| {
+                    Some(Event::WorseThanUniform {
+                        step,
+                        measure: conelab_core::events::UniformMeasure::from_name(measure)?,
+                        value: self.before.parse().ok()?,
+                        bound: self.after.parse().ok()?,
+                        steps: steps.strip_suffix(" steps")?.parse().ok()?,
+                    })
+                });
+                typed.unwrap_or_else(|| {
+                    words(
+                        RecordedWhat::Other,
+                        format!("worse than uniform: {}", self.detail),
+                    )
+                })
+            }
             "warning" => Event::Warning {
                 step,
                 message: self.detail.to_string(),

@@ -26,6 +26,8 @@ pub struct StoreSummary {
     /// The newest row's wall time (Unix seconds): where a run that crashed stopped, so its wall
     /// time is not reckoned to now.
     pub newest_wall: Option<f64>,
+    /// The step of the newest finding that the model did worse than a uniform guess.
+    pub worse_than_uniform: Option<u64>,
 }
 
 /// The summary of the store of the run in `run_dir`. A store whose numbers cannot be read (a
@@ -41,6 +43,7 @@ pub fn read(run_dir: &Path) -> Result<StoreSummary, StoreError> {
         mean_cos: None,
         objective: None,
         newest_wall: None,
+        worse_than_uniform: None,
     };
     let _ = numbers(&st, &mut summary);
     Ok(summary)
@@ -83,5 +86,14 @@ fn numbers(st: &crate::LoadedStore, n: &mut StoreSummary) -> Result<(), StoreErr
         }
     }
     n.objective = crate::query::objective_at(st.events(), None)?;
+    let events = st.events();
+    let kinds = events.column(col::KIND)?.str()?;
+    let event_steps = events.column(col::STEP)?.u64()?;
+    n.worse_than_uniform = kinds
+        .iter()
+        .zip(event_steps.iter())
+        .filter(|(k, _)| *k == Some(crate::writer::WORSE_THAN_UNIFORM))
+        .filter_map(|(_, s)| s)
+        .max();
     Ok(())
 }

@@ -75,6 +75,9 @@ pub fn lock_store(store_dir: &Path) -> Result<LockFile, StoreError> {
 /// Segment files at which [`StoreWriter::roll`] merges them into one base per table.
 pub const ROLL_AT: usize = 200;
 
+/// The events table's kind of an [`Event::WorseThanUniform`].
+pub const WORSE_THAN_UNIFORM: &str = "worse than uniform";
+
 /// Appends to one run's store.
 pub struct StoreWriter {
     dir: PathBuf,
@@ -406,6 +409,21 @@ impl StoreWriter {
             Event::Diverged { step, loss } => {
                 self.push_event(*step, "nan", &format!("loss {loss}"), "", "")
             }
+            // Typed in its columns: the measure and the steps in `detail`, the value and the
+            // bound in `before`/`after` (round-trip floats), read back by `history`.
+            Event::WorseThanUniform {
+                step,
+                measure,
+                value,
+                bound,
+                steps,
+            } => self.push_event(
+                *step,
+                WORSE_THAN_UNIFORM,
+                &format!("{}; {steps} steps", measure.name()),
+                &format!("{value:?}"),
+                &format!("{bound:?}"),
+            ),
             Event::Warning { step, message } => self.push_event(*step, "warning", message, "", ""),
             Event::Finished { step, reason } => {
                 self.push_event(*step, "finish", reason.name(), "", "");

@@ -9,6 +9,7 @@ mod eval;
 pub mod fused_adamw;
 mod grad_norm;
 mod trainer;
+pub mod worse_than_uniform;
 
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -226,8 +227,10 @@ pub fn spawn(trainer: Trainer, options: EngineOptions) -> std::io::Result<Engine
     let thread = std::thread::Builder::new()
         .name("conelab-engine".into())
         .spawn(move || {
+            let uniform = worse_than_uniform::UniformWatch::new(trainer.corpus().vocab().len());
             let mut engine = Engine {
                 trainer,
+                uniform,
                 checkpoints: options.checkpoints,
                 events: event_tx,
                 analysis,
@@ -273,6 +276,8 @@ pub fn spawn(trainer: Trainer, options: EngineOptions) -> std::io::Result<Engine
 
 struct Engine {
     trainer: Trainer,
+    /// Whether the model does worse than a uniform guess (said as an event of its own).
+    uniform: worse_than_uniform::UniformWatch,
     checkpoints: Option<Box<dyn CheckpointSink>>,
     events: Sender<Event>,
     analysis: AnalysisWorker,
@@ -308,8 +313,12 @@ enum CommandFlow {
 
 impl Engine {
     fn emit(&mut self, event: Event) {
-        if self.events.send(event).is_err() {
-            self.orphaned = true;
+        let loss_is_nll = self.trainer.objectives().loss == conelab_core::objective::LossKind::Mle;
+        let finding = self.uniform.observe(&event, loss_is_nll);
+        for event in std::iter::once(event).chain(finding) {
+            if self.events.send(event).is_err() {
+                self.orphaned = true;
+            }
         }
     }
 

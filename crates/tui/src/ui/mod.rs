@@ -746,6 +746,31 @@ mod tests {
         }
     }
 
+    /// Issue #58: a model worse than a uniform guess is said in Progress, in red, and in
+    /// Events.
+    #[test]
+    fn progress_says_when_the_model_is_worse_than_uniform() {
+        let mut app = app();
+        app.run.on_event(&Event::WorseThanUniform {
+            step: 51,
+            measure: conelab_core::events::UniformMeasure::TrainLoss,
+            value: 128.05,
+            bound: 152f64.ln(),
+            steps: 50,
+        });
+        let screen = draw(&app, 120, 40);
+        assert!(
+            screen.contains("step 51: worse than uniform: the training loss 128.05"),
+            "{screen}"
+        );
+        assert!(
+            app.run
+                .log
+                .iter()
+                .any(|l| l.text.contains("worse than uniform"))
+        );
+    }
+
     /// Issue #58: at 80 columns a finished run's header lost its name
     /// (`conelab cpu · finished (completed) — q to l…`): the status's tail and the step's
     /// percentage give way before the name's first 16 characters.

@@ -51,7 +51,13 @@ pub(in crate::ui) fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Pa
         .as_ref()
         .filter(|_| area.height >= 6)
         .map(system_line);
-    let lines = if system.is_some() { 3 } else { 2 };
+    // A model worse than a uniform guess is said here, in red, above everything but the loss.
+    let worse = app
+        .run
+        .worse_than_uniform
+        .as_ref()
+        .map(|(step, text)| format!("step {step}: {text}"));
+    let lines = 2 + u16::from(system.is_some()) + u16::from(worse.is_some());
     let [text, chart] =
         Layout::vertical([Constraint::Length(lines), Constraint::Min(0)]).areas(area);
     let s = app.run.last_step;
@@ -95,7 +101,11 @@ pub(in crate::ui) fn progress(frame: &mut Frame, app: &App, area: Rect, pal: &Pa
         ),
         None => String::new(),
     };
-    let mut text_lines = vec![Line::raw(line1), Line::raw(line2)];
+    let mut text_lines = vec![Line::raw(line1)];
+    if let Some(worse) = worse {
+        text_lines.push(Line::styled(worse, pal.fg(Color::Red)));
+    }
+    text_lines.push(Line::raw(line2));
     if let Some(line) = system {
         text_lines.push(Line::styled(line, pal.fg(Color::DarkGray)));
     }
