@@ -14,9 +14,9 @@ use conelab_train::analysis::{InspectRequest, inspect, second_tier_report, stole
 
 use super::print_stdout;
 
-#[derive(Debug, Args)]
-#[command(
-    long_about = "Embedding metrics (I1, I2, singular spectrum, effective rank, cone statistics; per \
+/// What `--help` says beyond the one-line summary (set on the subcommand in `cli/mod.rs`: a
+/// `long_about` here is overridden by the variant's doc comment, and was never shown).
+pub const LONG_ABOUT: &str = "Embedding metrics (I1, I2, singular spectrum, effective rank, cone statistics; per \
 frequency group when training counts are known) and exact nearest-neighbour tables.\n\nPATH is a \
 conelab run directory or step-NNNNNN folder (vocabulary, counts and groups come with it), or a \
 foreign matrix: a .safetensors file (pick the tensor with --tensor) or a .npy file (float32 or \
@@ -26,8 +26,9 @@ effective_rank, mean_cos, mean_cos_to_mean, groups.{frequent,medium,rare}.{same 
 rare_frequent_cos, neighbors.{WORD: [{token, cosine|distance, id, group, count}]}, \
 class_precision.\n\nOn a terminal (and without --json or --headless) it opens the browser: the \
 workbench's embedding scatter, neighbour search, spectrum and group metrics; --compare OTHER puts \
-a second matrix beside it."
-)]
+a second matrix beside it.";
+
+#[derive(Debug, Args)]
 pub struct InspectArgs {
     /// A run (its folder, its name or a unique prefix, NAME#SEED: its newest checkpoint), a
     /// step-NNNNNN folder, or a foreign matrix (.safetensors, .npy)

@@ -79,6 +79,7 @@ pub enum CliCommand {
     Compare(CompareArgs),
     /// List runs with their status: every run this user has (found by name from any folder), or
     /// those under a folder; filters by tag, status and name.
+    #[command(long_about = runs::LONG_ABOUT)]
     Runs(RunsArgs),
     /// A grid of training runs from one TOML file: `sweep run FILE` expands and runs it on this
     /// machine (`--local N` at a time; again: completed runs kept, unfinished ones resumed);
@@ -91,6 +92,7 @@ pub enum CliCommand {
     /// Every model-output and embedding metric of a checkpoint on a split (methods.md §2).
     Eval(EvalArgs),
     /// Embedding metrics and nearest neighbours of a checkpoint or a foreign matrix.
+    #[command(long_about = inspect::LONG_ABOUT)]
     Inspect(InspectArgs),
     /// Tables from runs' metrics stores for papers and other tools: CSV, Parquet, JSON,
     /// Markdown, LaTeX.

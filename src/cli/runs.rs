@@ -9,9 +9,9 @@ use conelab_catalog::list::SortBy;
 
 use super::print_stdout;
 
-#[derive(Debug, Args)]
-#[command(
-    long_about = "One row per run: name, folder, seed, sweep (where any run is in one), tags, \
+/// What `--help` says beyond the one-line summary (set on the subcommand in `cli/mod.rs`: a
+/// `long_about` here is overridden by the variant's doc comment, and was never shown).
+pub const LONG_ABOUT: &str = "One row per run: name, folder, seed, sweep (where any run is in one), tags, \
 status (live with its pid and host, completed, stopped, diverged, failed, crashed — no live \
 process and no final record — imported (`import-tb`), damaged, or unreadable with the reason), step / total, device, \
 objectives in force, best validation PPL, newest I1 and mean cosine, start time (UTC) and wall \
@@ -21,8 +21,9 @@ itself when it starts, in $XDG_STATE_HOME/conelab/runs) and those in the run roo
 With DIR: the runs in that folder (a sweep folder: its runs).\n\nJSON (--json, stable): an array \
 of objects with the keys name, dir, seed, sweep, path, tags, notes, status, host, pid, step, \
 total_steps, device, objective, best_valid_ppl, i1, mean_cos, started (RFC 3339), seconds; null \
-where unknown; reason for an unreadable folder, damaged for damage found, worse_than_uniform (a step) for a model found worse than a uniform guess."
-)]
+where unknown; reason for an unreadable folder, damaged for damage found, worse_than_uniform (a step) for a model found worse than a uniform guess.";
+
+#[derive(Debug, Args)]
 pub struct RunsArgs {
     /// Only the runs in this folder (a sweep folder: its runs) [default: every run known].
     pub dir: Option<PathBuf>,

@@ -622,4 +622,23 @@ fn help_that_cannot_be_written_fails_and_names_flags_as_they_are() {
         .join(" ");
     assert!(text.contains("conelab man --out DIR"), "{text}");
     assert!(!text.contains("man --dir"), "{text}");
+    // The JSON keys documented for `runs` and `inspect` were never shown: the subcommand's
+    // doc comment overrode the long help set on its arguments.
+    let long = |cmd: &str| {
+        String::from_utf8_lossy(&conelab(&[cmd, "--help"]).stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(
+        long("runs").contains("JSON (--json, stable)")
+            && long("runs").contains("worse_than_uniform"),
+        "{}",
+        long("runs")
+    );
+    assert!(
+        long("inspect").contains("JSON keys (stable)"),
+        "{}",
+        long("inspect")
+    );
 }
