@@ -24,7 +24,7 @@ float64, 2-D), one row per token.\n\nJSON keys (stable): n, d, i1, i2, i1_unit, 
 (I1/I2 of the row-normalised matrix and IsoScore: scale-free, unlike i1), mean_norm, sv_norm, sv_max, \
 effective_rank, mean_cos, mean_cos_to_mean, groups.{frequent,medium,rare}.{same keys + rows}, \
 rare_frequent_cos, neighbors.{WORD: [{token, cosine|distance, id, group, count}]}, \
-class_precision.\n\nOn a terminal (and without --json or --headless) it opens the browser: the \
+class_precision.\n\nOn a terminal (and without `--format` or --headless) it opens the browser: the \
 workbench's embedding scatter, neighbour search, spectrum and group metrics; --compare OTHER puts \
 a second matrix beside it.";
 
@@ -170,7 +170,7 @@ pub fn exec(args: InspectArgs) -> Result<()> {
         && !args.headless
         && !args.stolen
         && !args.second_tier
-        && std::io::stdout().is_terminal()
+        && conelab_base::platform::drawing_terminal()
     {
         let view = super::view_options(&args.view);
         let mut sides = vec![conelab_tui::browser::Side::new(&m, bounds, view)?];

@@ -18,7 +18,7 @@ objectives in force, best validation PPL, newest I1 and mean cosine, start time 
 time.\n\nWithout DIR: every run this user has — those in the run index (each run registers \
 itself when it starts, in $XDG_STATE_HOME/conelab/runs) and those in the run roots \
 ($CONELAB_RUNS, the config file's run_roots, ./checkpoints; `conelab config show` prints them). \
-With DIR: the runs in that folder (a sweep folder: its runs).\n\nJSON (--json, stable): an array \
+With DIR: the runs in that folder (a sweep folder: its runs).\n\nJSON (`--format json`, stable): an array \
 of objects with the keys name, dir, seed, sweep, path, tags, notes, status, host, pid, step, \
 total_steps, device, objective, best_valid_ppl, i1, mean_cos, started (RFC 3339), seconds; null \
 where unknown; reason for an unreadable folder, damaged for damage found, worse_than_uniform (a step) for a model found worse than a uniform guess.";

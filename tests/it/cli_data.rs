@@ -631,7 +631,7 @@ fn help_that_cannot_be_written_fails_and_names_flags_as_they_are() {
             .join(" ")
     };
     assert!(
-        long("runs").contains("JSON (--json, stable)")
+        long("runs").contains("JSON (`--format json`, stable)")
             && long("runs").contains("worse_than_uniform"),
         "{}",
         long("runs")
