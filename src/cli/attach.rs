@@ -49,9 +49,9 @@ pub fn exec(args: AttachArgs) -> Result<ExitStatus> {
             conelab_client::open::open(&dir, &conelab_run::archive::StoreArchive)?
         }
     };
-    if !std::io::stdout().is_terminal() {
+    if !conelab_base::platform::drawing_terminal() {
         bail!(
-            "attach needs a terminal (stdout is not one); `conelab runs --json` and `conelab export` read runs without one"
+            "attach needs a terminal that can draw (stdout is not one, or TERM=dumb); `conelab runs --json` and `conelab export` read runs without one"
         );
     }
     let dir = opened.hello.dir.clone();

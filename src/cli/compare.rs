@@ -1,6 +1,5 @@
 //! `conelab compare`: several runs side by side, followed from their folders.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
@@ -70,9 +69,9 @@ fn smoothing_weight(text: &str) -> std::result::Result<f64, Invalid> {
 pub fn exec(args: CompareArgs) -> Result<ExitStatus> {
     use conelab_tui::compare::{CompareOptions, XAxis};
     let dirs = conelab_catalog::find::resolve_many(&args.runs, &PathBuf::from("checkpoints"))?;
-    if !std::io::stdout().is_terminal() {
+    if !conelab_base::platform::drawing_terminal() {
         bail!(
-            "compare needs a terminal (stdout is not one); `conelab export --table groups RUN…` and `--table curves` give the same numbers as tables"
+            "compare needs a terminal that can draw (stdout is not one, or TERM=dumb); `conelab export --table groups RUN…` and `--table curves` give the same numbers as tables"
         );
     }
     let options = CompareOptions {

@@ -52,7 +52,14 @@ fn render(c: &Settings) -> String {
             out.push_str(&format!("{title:<12} –\n"));
         }
         for (i, s) in items.iter().enumerate() {
-            let missing = if s.value.is_dir() { "" } else { " (missing)" };
+            // A root that is there but is a file is not "missing" (issue #58).
+            let missing = if s.value.is_dir() {
+                ""
+            } else if s.value.exists() {
+                " (not a folder)"
+            } else {
+                " (missing)"
+            };
             out.push_str(&format!(
                 "{:<12} {}{missing}  [{}]\n",
                 if i == 0 { title } else { "" },

@@ -1,8 +1,6 @@
 //! `conelab train`: in this process (--headless, or stdout not a terminal), in the background
 //! (--detach), or in the background with the workbench attached (a terminal).
 
-use std::io::IsTerminal;
-
 use anyhow::Result;
 use conelab_base::exit::ExitStatus;
 
@@ -15,7 +13,8 @@ use super::print_stdout;
 /// (--detach), or in the background with the workbench attached (a terminal).
 pub fn exec(opts: TrainOptions) -> Result<ExitStatus> {
     opts.validate().map_err(RunError::Usage)?;
-    let tty = std::io::stdout().is_terminal();
+    // TERM=dumb is no terminal to draw on: plain lines, as in a pipe (issue #58).
+    let tty = conelab_base::platform::drawing_terminal();
     if opts.internal_detached {
         return Ok(conelab_run::serve::serve_here(&opts, false, true)?);
     }

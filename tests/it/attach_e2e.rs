@@ -319,3 +319,35 @@ fn a_killed_tmux_session_leaves_the_run_to_finish_and_nothing_behind() {
     let steps: Vec<u64> = store_losses(&run).iter().map(|p| p.0).collect();
     assert_eq!(steps, (1..=2000).collect::<Vec<_>>());
 }
+
+/// Issue #58: on a terminal with `TERM=dumb` (an editor's shell buffer) `train` drew the
+/// workbench, its cursor moves and colours coming out as escape codes. It prints plain lines
+/// there, as in a pipe, and `attach` refuses in one line.
+#[test]
+fn a_dumb_terminal_gets_plain_lines() {
+    if !require_tmux() {
+        return;
+    }
+    let f = Fixture::new();
+    let bin = env!("CARGO_BIN_EXE_conelab");
+    let run = f.path("run");
+    let exit = f.path("exit");
+    let t = terminal(
+        "dumb",
+        &format!(
+            "TERM=dumb {bin} train {} --config {} --run-dir {} --steps 5 --eval-every 0; echo $? > {}; TERM=dumb {bin} attach {}; sleep 600",
+            s(&f.path("corpus")),
+            s(&f.path("small.toml")),
+            s(&run),
+            s(&exit),
+            s(&run)
+        ),
+    );
+    assert_eq!(read_exit(&exit), "0");
+    let screen = t.wait_for("attach needs a terminal that can draw");
+    assert!(screen.contains("finished step=5"), "{screen}");
+    assert!(
+        !screen.contains("conelab run ·"),
+        "the workbench was drawn: {screen}"
+    );
+}

@@ -454,6 +454,31 @@ fn the_config_file_is_read_shown_and_refused_when_malformed() {
         human.contains(&format!("{}  [{}:2]", data.display(), config.display())),
         "{human}"
     );
+    // A root that is a file is said to be one, not "missing" (issue #58).
+    let file_root = f.path("a-file");
+    std::fs::write(&file_root, b"x").expect("file");
+    std::fs::write(
+        &config,
+        format!(
+            "# mine\ndata_roots = [\"{}\", \"{}\"]\ntheme = \"light\"\n",
+            data.display(),
+            file_root.display()
+        ),
+    )
+    .expect("config");
+    let human = ok(&at(&f.path(""), &state, &["config", "show"], &env));
+    assert!(
+        human.contains(&format!("{} (not a folder)", file_root.display())),
+        "{human}"
+    );
+    std::fs::write(
+        &config,
+        format!(
+            "# mine\ndata_roots = [\"{}\"]\ntheme = \"light\"\n",
+            data.display()
+        ),
+    )
+    .expect("config");
     // The corpus by name, from the configured data root.
     let out = at(
         &f.path(""),

@@ -99,6 +99,13 @@ pub fn set_backlog(listener: impl AsFd, backlog: i32) -> std::io::Result<()> {
     rustix::net::listen(listener, backlog).map_err(std::io::Error::from)
 }
 
+/// Whether stdout is a terminal that can draw: a terminal, and not `TERM=dumb` (an editor's
+/// shell buffer, a serial console), where cursor moves and colours come out as escape codes.
+pub fn drawing_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdout().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
+}
+
 /// This process's effective user id (what a peer's credentials are compared with).
 pub fn own_uid() -> u32 {
     rustix::process::geteuid().as_raw()
