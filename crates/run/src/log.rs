@@ -36,8 +36,8 @@ pub enum LogFormat {
 /// The log file, its failures injectable (`log.write`).
 struct LogFile {
     file: File,
-    /// Lines lost so far; the first loss is said.
-    lost: u64,
+    /// The first lost line has been said (a loss is said once, however many follow).
+    said_loss: bool,
 }
 
 impl LogFile {
@@ -52,13 +52,13 @@ impl Write for LogFile {
     /// tracing-subscriber does not print its own complaint for every event of a full disk.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         if let Err(e) = self.append(buf) {
-            if self.lost == 0 {
+            if !self.said_loss {
                 conelab_base::stderr::say(&format!(
                     "conelab: warning: {TRAIN_LOG}: {e}; its lines are lost while that lasts \
                      (the store keeps every number)"
                 ));
             }
-            self.lost += 1;
+            self.said_loss = true;
         }
         Ok(buf.len())
     }
@@ -104,7 +104,10 @@ impl RunLog {
         let builder = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(false)
-            .with_writer(Mutex::new(LogFile { file, lost: 0 }));
+            .with_writer(Mutex::new(LogFile {
+                file,
+                said_loss: false,
+            }));
         let dispatch = match format {
             LogFormat::Plain => Dispatch::new(builder.finish()),
             LogFormat::Json => Dispatch::new(builder.json().finish()),
