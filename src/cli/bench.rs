@@ -59,7 +59,7 @@ pub enum BenchCommand {
     HelloProbe {
         socket: std::path::PathBuf,
         /// Seconds to probe for.
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, value_parser = within::<1, 3_600, u64>)]
         seconds: u64,
     },
 }

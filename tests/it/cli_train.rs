@@ -679,6 +679,33 @@ fn bench_chaos_reports_a_quiet_and_an_attacked_run() {
         &conelab(&["bench", "chaos", "--attack", "flood,ddos"]),
         &["--attack ddos", "unread, idle, subscribe, flood"],
     );
+    // --phased's options, and its probe's, are bounded and refused in one line.
+    for (args, says) in [
+        (
+            &["bench", "chaos", "--phased", "--phases", "20,20"][..],
+            "three numbers",
+        ),
+        (
+            &["bench", "chaos", "--phased", "--phases", "20,0,60"][..],
+            "from 1 to 3600",
+        ),
+        (
+            &["bench", "chaos", "--phased", "--attack", "flood"][..],
+            "--attack flood",
+        ),
+        (
+            &[
+                "bench",
+                "hello-probe",
+                "/nonexistent.sock",
+                "--seconds",
+                "99999999999",
+            ][..],
+            "--seconds",
+        ),
+    ] {
+        assert_one_line_error(&conelab(args), &[says]);
+    }
 }
 
 #[test]
