@@ -268,13 +268,22 @@ fn bpe(args: BpeArgs) -> Result<()> {
             .into());
         }
     }
-    let merges = Merges::learn(texts[0].lines(), args.merges)
-        .map_err(|e| Invalid::because(args.corpus.clone())(e))?;
+    let progress = super::progress::Progress::new("learning merges");
+    let wanted = args.merges as u64;
+    let merges = Merges::learn_reporting(texts[0].lines(), args.merges, &mut |done| {
+        progress.at("learning merges", done as u64, wanted)
+    })
+    .map_err(|e| Invalid::because(args.corpus.clone())(e))?;
     let mut cache = Default::default();
     let segmented: Vec<String> = texts
         .iter()
-        .map(|t| merges.apply_text(t.lines(), &mut cache))
+        .enumerate()
+        .map(|(i, t)| {
+            progress.at("segmenting splits", i as u64, texts.len() as u64);
+            merges.apply_text(t.lines(), &mut cache)
+        })
         .collect();
+    drop(progress);
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     for (name, text) in ["train.txt", "valid.txt", "test.txt"]

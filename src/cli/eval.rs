@@ -8,7 +8,9 @@ use clap::Args;
 use conelab_core::model::DeviceSpec;
 use conelab_core::run_dir::{CheckpointChoice, RunDir};
 use conelab_data::Split;
-use conelab_train::analysis::{EvalOptions, EvalReport, evaluate_checkpoint};
+use conelab_train::analysis::{
+    EvalOptions, EvalProgress, EvalReport, evaluate_checkpoint_reporting,
+};
 
 use super::print_stdout;
 
@@ -133,14 +135,35 @@ pub fn exec(args: EvalArgs) -> Result<()> {
             *path = chosen_checkpoint(path, choice)?;
         }
     }
+    let progress = super::progress::Progress::new("loading");
+    let many = checkpoints.len();
     let reports = checkpoints
         .iter()
-        .map(|run| evaluate_checkpoint(run, &options))
+        .enumerate()
+        .map(|(i, run)| {
+            let of = if many > 1 {
+                format!(" (run {} of {many})", i + 1)
+            } else {
+                String::new()
+            };
+            evaluate_checkpoint_reporting(run, &options, &mut |p| match p {
+                EvalProgress::Scoring { done, total } => {
+                    progress.at(&format!("scoring{of}"), done, total)
+                }
+                EvalProgress::Bootstrap { done, total } => {
+                    progress.at(&format!("bootstrap{of}"), done, total)
+                }
+                EvalProgress::Geometry => progress.step(&format!("embedding{of}")),
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
     if args.paired {
         let json = format == F::Json;
-        return print_paired(&reports, args.bootstrap.unwrap_or(PAIRED_REPLICATES), json);
+        let replicates = args.bootstrap.unwrap_or(PAIRED_REPLICATES);
+        return print_paired(&reports, replicates, json, progress);
     }
+    // The bar goes before the output comes.
+    drop(progress);
     if format == F::Json {
         let json = match reports.as_slice() {
             [one] => one.to_json(),
@@ -176,8 +199,13 @@ fn chosen_checkpoint(path: &std::path::Path, choice: CheckpointChoice) -> Result
 }
 
 /// `--paired`: PPL_B − PPL_A per group with its paired-bootstrap interval.
-fn print_paired(reports: &[EvalReport], replicates: usize, json: bool) -> Result<()> {
-    use conelab_metrics::bootstrap::paired_bootstrap;
+fn print_paired(
+    reports: &[EvalReport],
+    replicates: usize,
+    json: bool,
+    progress: super::progress::Progress,
+) -> Result<()> {
+    use conelab_metrics::bootstrap::paired_bootstrap_reporting;
     use conelab_train::analysis::{BOOTSTRAP_SEED, bootstrap_json};
     let [a, b] = reports else {
         unreachable!("--paired is refused for anything but two runs");
@@ -188,8 +216,12 @@ fn print_paired(reports: &[EvalReport], replicates: usize, json: bool) -> Result
             .ok_or_else(|| anyhow::anyhow!("{}: no per-sentence scores", r.run))
     }
     let (sa, sb) = (scores(a)?, scores(b)?);
-    let diff = paired_bootstrap(sa, sb, replicates, BOOTSTRAP_SEED)
-        .map_err(|e| anyhow::Error::new(e).context(format!("{} against {}", b.run, a.run)))?;
+    let total = replicates as u64;
+    let diff = paired_bootstrap_reporting(sa, sb, replicates, BOOTSTRAP_SEED, &mut |done| {
+        progress.at("paired bootstrap", done as u64, total)
+    })
+    .map_err(|e| anyhow::Error::new(e).context(format!("{} against {}", b.run, a.run)))?;
+    drop(progress);
     if json {
         let out = serde_json::json!({
             "runs": [a.to_json(), b.to_json()],

@@ -214,7 +214,11 @@ pub fn exec(args: ExportArgs) -> Result<ExitStatus> {
         aggregate_seeds: args.aggregate == Some(AggregateArg::Seeds),
         paired_with: args.paired_with.map(|run| baseline_name(&run)),
     };
-    let table = conelab_export::build(&request)?;
+    let progress = super::progress::Progress::new("reading stores");
+    let table = conelab_export::build_reporting(&request, &mut |done, total| {
+        progress.at("reading stores", done as u64, total as u64)
+    })?;
+    drop(progress);
     for w in &table.warnings {
         say(&format!("conelab: warning: {w}"));
     }

@@ -20,6 +20,7 @@ mod inspect;
 mod labels;
 mod man;
 mod output;
+mod progress;
 mod runs;
 mod store;
 mod sweep;

@@ -97,12 +97,18 @@ fn verify_run(run: &std::path::Path) -> Result<(String, Vec<(PathBuf, String)>)>
 
 fn verify(runs: Vec<PathBuf>) -> Result<ExitStatus> {
     let mut any = false;
-    for run in super::find_runs(&runs)? {
-        let (summary, damaged) = verify_run(&run)?;
-        print_stdout(&format!("{summary}\n"))?;
-        for (path, why) in &damaged {
-            say(&format!("conelab: damaged: {}: {why}", path.display()));
-        }
+    let runs = super::find_runs(&runs)?;
+    let progress = super::progress::Progress::new("verifying");
+    for (i, run) in runs.iter().enumerate() {
+        progress.at("verifying runs", i as u64, runs.len() as u64);
+        let (summary, damaged) = verify_run(run)?;
+        progress.suspend(|| -> Result<()> {
+            print_stdout(&format!("{summary}\n"))?;
+            for (path, why) in &damaged {
+                say(&format!("conelab: damaged: {}: {why}", path.display()));
+            }
+            Ok(())
+        })?;
         any |= !damaged.is_empty();
     }
     // One status for damage, whichever command finds it (README, "Exit statuses").

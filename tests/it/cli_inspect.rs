@@ -720,6 +720,12 @@ fn eval_bootstraps_intervals_and_pairs_two_runs() {
         "0",
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
+    // Issue #58 item 4: stderr is not a terminal here, so no progress bar is drawn on it.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("bootstrap") && !err.contains('\r') && !err.contains('\u{1b}'),
+        "{err:?}"
+    );
     assert!(
         out.status.success() && text.contains("B − A") && text.contains("95 % low"),
         "{text}"

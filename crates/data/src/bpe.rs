@@ -78,6 +78,15 @@ impl Merges {
         lines: impl Iterator<Item = &'a str>,
         merges: usize,
     ) -> Result<Self, BpeError> {
+        Self::learn_reporting(lines, merges, &mut |_| {})
+    }
+
+    /// [`Self::learn`], telling `progress(done)` the merges learnt after each (of `merges`).
+    pub fn learn_reporting<'a>(
+        lines: impl Iterator<Item = &'a str>,
+        merges: usize,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<Self, BpeError> {
         if merges == 0 {
             return Err(BpeError::NoMerges(merges));
         }
@@ -149,6 +158,7 @@ impl Merges {
                 continue;
             }
             let merged = learnt.push(pair);
+            progress(learnt.order.len());
             let touched: Vec<usize> = where_.remove(&pair).into_iter().flatten().collect();
             pairs.remove(&pair);
             let mut changed: FxHashSet<(Sym, Sym)> = FxHashSet::default();
@@ -384,7 +394,11 @@ mod tests {
         let Err(BpeError::Exhausted { possible, .. }) = Merges::learn(lines(), 1000) else {
             panic!("1,000 merges cannot be possible on ten words");
         };
-        let fast = Merges::learn(lines(), possible).expect("merges");
+        let mut heard = Vec::new();
+        let fast =
+            Merges::learn_reporting(lines(), possible, &mut |d| heard.push(d)).expect("merges");
+        // A progress bar hears every merge once, in order.
+        assert_eq!(heard, (1..=possible).collect::<Vec<_>>());
         // The plain way, on the same symbols.
         let mut naive = Merges::learn(text.iter().map(String::as_str), 1).expect("alphabet");
         naive.order.clear();

@@ -153,10 +153,19 @@ pub struct Exported {
 
 /// Builds the table of `req` from the runs' stores (and checkpoints, for neighbours).
 pub fn build(req: &ExportRequest) -> Result<Exported, StoreError> {
+    build_reporting(req, &mut |_, _| {})
+}
+
+/// [`build`], telling `progress(done, total)` the runs' stores read (the long part with many
+/// runs).
+pub fn build_reporting(
+    req: &ExportRequest,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Exported, StoreError> {
     if req.runs.is_empty() {
         return Err(StoreError::Invalid("no run directory given".into()));
     }
-    let load = || load_stores(&req.runs);
+    let mut load = || load_stores(&req.runs, progress);
     match req.table {
         Table::Metrics => metrics_table(&load()?, req),
         Table::Events => {
@@ -237,15 +246,22 @@ pub(crate) fn row_groups(m: &conelab_core::run_dir::matrix::LoadedMatrix) -> Opt
         .map(|counts| RowGroups::from_counts(counts, bounds))
 }
 
-fn load_stores(runs: &[PathBuf]) -> Result<Vec<LoadedStore>, StoreError> {
+fn load_stores(
+    runs: &[PathBuf],
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<LoadedStore>, StoreError> {
+    progress(0, runs.len());
     runs.iter()
-        .map(|r| {
+        .enumerate()
+        .map(|(i, r)| {
             if !r.is_dir() {
                 return Err(StoreError::Invalid(
                     format!("{}: no such run directory", r.display()).into(),
                 ));
             }
-            conelab_store::load(r)
+            let store = conelab_store::load(r);
+            progress(i + 1, runs.len());
+            store
         })
         .collect()
 }

@@ -151,12 +151,24 @@ pub fn bootstrap_ppl(
     replicates: usize,
     seed: u64,
 ) -> Result<[Interval; SETS], BootstrapError> {
+    bootstrap_ppl_reporting(scores, replicates, seed, &mut |_| {})
+}
+
+/// [`bootstrap_ppl`], telling `progress(done)` the replicates drawn after each (a bar's
+/// position; the total is `replicates`).
+pub fn bootstrap_ppl_reporting(
+    scores: &SentenceScores,
+    replicates: usize,
+    seed: u64,
+    progress: &mut dyn FnMut(usize),
+) -> Result<[Interval; SETS], BootstrapError> {
     check_replicates(replicates)?;
     let mut samples: [Vec<f64>; SETS] = std::array::from_fn(|_| Vec::with_capacity(replicates));
-    for drawn in draws(scores.sentences(), replicates, seed) {
+    for (done, drawn) in draws(scores.sentences(), replicates, seed).enumerate() {
         for (set, ppl) in scores.ppl_of(&drawn).into_iter().enumerate() {
             samples[set].push(ppl);
         }
+        progress(done + 1);
     }
     let estimate = scores.ppl();
     Ok(std::array::from_fn(|set| {
@@ -178,16 +190,28 @@ pub fn paired_bootstrap(
     replicates: usize,
     seed: u64,
 ) -> Result<[Interval; SETS], BootstrapError> {
+    paired_bootstrap_reporting(a, b, replicates, seed, &mut |_| {})
+}
+
+/// [`paired_bootstrap`], telling `progress(done)` the replicates drawn after each.
+pub fn paired_bootstrap_reporting(
+    a: &SentenceScores,
+    b: &SentenceScores,
+    replicates: usize,
+    seed: u64,
+    progress: &mut dyn FnMut(usize),
+) -> Result<[Interval; SETS], BootstrapError> {
     check_replicates(replicates)?;
     if a.positions != b.positions {
         return Err(BootstrapError::Unpaired(a.sentences(), b.sentences()));
     }
     let mut samples: [Vec<f64>; SETS] = std::array::from_fn(|_| Vec::with_capacity(replicates));
-    for drawn in draws(a.sentences(), replicates, seed) {
+    for (done, drawn) in draws(a.sentences(), replicates, seed).enumerate() {
         let (pa, pb) = (a.ppl_of(&drawn), b.ppl_of(&drawn));
         for set in 0..SETS {
             samples[set].push(pb[set] - pa[set]);
         }
+        progress(done + 1);
     }
     let (pa, pb) = (a.ppl(), b.ppl());
     Ok(std::array::from_fn(|set| {
@@ -259,6 +283,23 @@ mod tests {
             );
         }
         assert!(bootstrap_ppl(&s, MIN_REPLICATES, 7).is_ok());
+    }
+
+    #[test]
+    fn progress_hears_every_replicate_in_order_and_changes_nothing() {
+        let (tokens, lp) = split();
+        let s = SentenceScores::new(&tokens, &lp, EOS, group).expect("scores");
+        let mut heard = Vec::new();
+        let reported =
+            bootstrap_ppl_reporting(&s, 300, 7, &mut |d| heard.push(d)).expect("bootstrap");
+        assert_eq!(heard, (1..=300).collect::<Vec<_>>());
+        assert_eq!(reported, bootstrap_ppl(&s, 300, 7).expect("plain"));
+        heard.clear();
+        let paired =
+            paired_bootstrap_reporting(&s, &s, 250, 7, &mut |d| heard.push(d)).expect("paired");
+        assert_eq!(heard.len(), 250);
+        assert_eq!(heard.last(), Some(&250));
+        assert_eq!(paired, paired_bootstrap(&s, &s, 250, 7).expect("plain"));
     }
 
     #[test]

@@ -12,7 +12,9 @@ use conelab_core::events::{EvalStats, SecondTierStats};
 use conelab_core::model::DeviceSpec;
 use conelab_core::run_dir::matrix::{LoadedMatrix, run_classes};
 use conelab_data::{Group, GroupBounds, Split, thousands};
-use conelab_metrics::bootstrap::{BootstrapError, Interval, SentenceScores, bootstrap_ppl};
+use conelab_metrics::bootstrap::{
+    BootstrapError, Interval, SentenceScores, bootstrap_ppl_reporting,
+};
 use conelab_metrics::hidden::HiddenStats;
 use conelab_metrics::hull::{HullError, RowVerdict, can_win_upper_bound, stolen_rows};
 use conelab_metrics::neighbors::{ClassPrecision, class_precision};
@@ -602,9 +604,29 @@ pub struct EvalOptions {
 /// The seed of every bootstrap's draws: the same intervals on every run of the command.
 pub const BOOTSTRAP_SEED: u64 = 2026;
 
+/// Where [`evaluate_checkpoint_reporting`] is, for a progress bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvalProgress {
+    /// Scoring the split: prediction positions done of total.
+    Scoring { done: u64, total: u64 },
+    /// Resampling the split's sentences: replicates done of total.
+    Bootstrap { done: u64, total: u64 },
+    /// The embedding's geometry (one step, no count).
+    Geometry,
+}
+
 pub fn evaluate_checkpoint(
     path: &Path,
     options: &EvalOptions,
+) -> Result<EvalReport, AnalysisError> {
+    evaluate_checkpoint_reporting(path, options, &mut |_| {})
+}
+
+/// [`evaluate_checkpoint`], telling `progress` where it is.
+pub fn evaluate_checkpoint_reporting(
+    path: &Path,
+    options: &EvalOptions,
+    progress: &mut dyn FnMut(EvalProgress),
 ) -> Result<EvalReport, AnalysisError> {
     let &EvalOptions {
         split,
@@ -616,7 +638,9 @@ pub fn evaluate_checkpoint(
     } = options;
     let (trainer, run) = crate::checkpoint::resume_on(path, None, device)?;
     let (eval, scores) = if keep_scores || bootstrap.is_some() {
-        let (eval, log_probs) = trainer.evaluate_scored(split)?;
+        let (eval, log_probs) = trainer.evaluate_scored_reporting(split, &mut |done, total| {
+            progress(EvalProgress::Scoring { done, total })
+        })?;
         let corpus = trainer.corpus();
         let groups = corpus.groups();
         let scores =
@@ -625,10 +649,25 @@ pub fn evaluate_checkpoint(
             })?;
         (eval, Some(scores))
     } else {
-        (trainer.evaluate(split)?, None)
+        let eval = trainer.evaluate_reporting(split, &mut |done, total| {
+            progress(EvalProgress::Scoring { done, total })
+        })?;
+        (eval, None)
     };
     let bootstrap = match (bootstrap, &scores) {
-        (Some(n), Some(s)) => Some((bootstrap_ppl(s, n, BOOTSTRAP_SEED)?, n)),
+        (Some(n), Some(s)) => {
+            let total = n as u64;
+            let mut heard = |done: usize| {
+                progress(EvalProgress::Bootstrap {
+                    done: done as u64,
+                    total,
+                })
+            };
+            Some((
+                bootstrap_ppl_reporting(s, n, BOOTSTRAP_SEED, &mut heard)?,
+                n,
+            ))
+        }
         _ => None,
     };
     let shifted = match shift_from {
@@ -636,6 +675,7 @@ pub fn evaluate_checkpoint(
         Some(s) => Some(eval.outputs.shifted(trainer.evaluate(s)?.outputs.mu_z)),
         None => None,
     };
+    progress(EvalProgress::Geometry);
     let snapshot = trainer.snapshot()?;
     let w = Embeddings::new(snapshot.n, snapshot.d, &snapshot.weights)?;
     let groups = RowGroups::from_ranks(trainer.corpus().groups());

@@ -27,8 +27,17 @@ impl Trainer {
     /// [`Self::evaluate`] with every position's target log-probability, indexed by the target's
     /// place in the split (`eval::evaluate_scored`).
     pub fn evaluate_scored(&self, split: Split) -> Result<(EvalStats, Vec<f32>), EngineError> {
+        self.evaluate_scored_reporting(split, &mut |_, _| {})
+    }
+
+    /// [`Self::evaluate_scored`], telling `progress(done, total)` the positions scored.
+    pub fn evaluate_scored_reporting(
+        &self,
+        split: Split,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(EvalStats, Vec<f32>), EngineError> {
         let mut log_probs = Vec::new();
-        let stats = self.evaluate_into(split, &mut |_, _| {}, Some(&mut log_probs))?;
+        let stats = self.evaluate_into(split, progress, Some(&mut log_probs))?;
         Ok((stats, log_probs))
     }
 
