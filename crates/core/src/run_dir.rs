@@ -28,6 +28,7 @@
 //! is durable up to its step (`conelab_train::checkpoint::Checkpointer::deferred`,
 //! `conelab_store::recorder`).
 
+pub mod ending;
 pub mod live;
 pub mod matrix;
 pub mod rebuild;

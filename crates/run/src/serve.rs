@@ -74,15 +74,21 @@ pub struct RunExit {
     pub outcome: RunOutcome,
     pub by_signal: bool,
     pub dir: PathBuf,
+    /// What `final.json` says (or would, had it not been written): the stop summary's source.
+    pub record: live::FinalRecord,
 }
 
 impl RunExit {
     /// Success when completed or stopped from a viewer; diverged; failed; stopped when stopped by
     /// a signal after saving.
     pub fn status(&self) -> ExitStatus {
-        match self.outcome {
-            RunOutcome::Stopped { .. } if self.by_signal => ExitStatus::Stopped,
-            ref o => o.exit_status(),
+        Self::status_of(&self.outcome, self.by_signal)
+    }
+
+    fn status_of(outcome: &RunOutcome, by_signal: bool) -> ExitStatus {
+        match outcome {
+            RunOutcome::Stopped { .. } if by_signal => ExitStatus::Stopped,
+            o => o.exit_status(),
         }
     }
 }
@@ -364,11 +370,6 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
     server.close();
 
     let by_signal = signals.by_signal.load(Ordering::SeqCst);
-    let exit = RunExit {
-        outcome,
-        by_signal,
-        dir: dir.clone(),
-    };
     let newest_checkpoint = || {
         conelab_core::run_dir::RunDir::open(&dir)
             .ok()
@@ -376,7 +377,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
             .and_then(|c| c.last().and_then(|p| conelab_core::run_dir::step_of(p)))
     };
     // `step` is the steps trained (the divergent step was not applied: it is in the message).
-    let (status, step, message) = match &exit.outcome {
+    let (status, step, message) = match &outcome {
         RunOutcome::Completed { step } => ("completed", *step, String::new()),
         RunOutcome::Stopped { step } => {
             // Stopped without saving (`x` in the workbench): say what a resume starts from.
@@ -408,7 +409,7 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
         status: status.into(),
         step,
         total_steps,
-        exit_code: i32::from(exit.status().code()),
+        exit_code: i32::from(RunExit::status_of(&outcome, by_signal).code()),
         message,
         by_signal,
         finished_unix: conelab_base::clock::unix_now(),
@@ -419,6 +420,13 @@ pub fn serve(prepared: Prepared, options: ServeOptions) -> Result<RunExit, RunEr
             "conelab: warning: recording how the run ended: {e}"
         ));
     }
+    let exit = RunExit {
+        outcome,
+        by_signal,
+        dir: dir.clone(),
+        record,
+    };
+    let record = &exit.record;
     if let Some(command) = &notify {
         let ending = crate::notify::Ending {
             name: conelab_core::run_dir::RunDir::open(&dir)
@@ -500,31 +508,10 @@ pub fn serve_here(opts: &TrainOptions, tty: bool, detached: bool) -> Result<Exit
         },
     )?;
     let status = exit.status();
-    // The resume commands below are used from wherever the user is next: absolute.
-    let dir = std::fs::canonicalize(&exit.dir).unwrap_or_else(|_| exit.dir.clone());
-    match &exit.outcome {
-        crate::headless::RunOutcome::Diverged { step, loss } => {
-            // Say what there is to come back to: a checkpoint, or none at all.
-            conelab_base::stderr::say(&match conelab_core::run_dir::newest_checkpoint_step(
-                &exit.dir,
-            ) {
-                Some(at) => format!(
-                    "conelab: training diverged at step {step} (loss {loss}); its newest checkpoint (step {at}) is kept: `conelab train --resume {} --lr LOWER` continues from it",
-                    dir.display()
-                ),
-                None => format!(
-                    "conelab: training diverged at step {step} (loss {loss}) before its first checkpoint: nothing to resume; start again with a lower --lr"
-                ),
-            })
-        }
-        crate::headless::RunOutcome::Failed { message } => {
-            conelab_base::stderr::say(&format!("conelab: training failed: {message}"))
-        }
-        _ if exit.by_signal => conelab_base::stderr::say(&format!(
-            "conelab: stopped by a signal after saving a checkpoint: `conelab train --resume {}` continues it",
-            dir.display()
-        )),
-        _ => {}
-    }
+    // One summary, the one every viewer says too (conelab_core::run_dir::ending).
+    conelab_base::stderr::say(&conelab_core::run_dir::ending::ending_summary(
+        &exit.dir,
+        &exit.record,
+    ));
     Ok(status)
 }

@@ -35,6 +35,7 @@ use ratatui::layout::Rect;
 use app::{Action, App, Effect, Request, ViewOptions};
 use conelab_client::link::RunLink;
 use conelab_core::objective::Objectives;
+use conelab_core::run_dir::ending::{crashed_summary, ending_summary};
 use conelab_data::{FrequencyGroups, GroupBounds};
 use conelab_metrics::RowGroups;
 use conelab_protocol::message::{ClientMessage, RunHello, ServerMessage};
@@ -121,31 +122,6 @@ impl Outgoing {
     }
 }
 
-/// The command that continues the run in `dir`, quoted for a message.
-/// Absolute: it is used from wherever the user is next.
-fn resume_command(dir: &std::path::Path) -> String {
-    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    format!("`conelab train --resume {}`", dir.display())
-}
-
-/// What a run stopped from a viewer at `step` left, and how to go on: the line a stop by a
-/// signal says too.
-pub fn stopped_summary(dir: &std::path::Path, step: u64) -> String {
-    let resume = resume_command(dir);
-    match conelab_core::run_dir::newest_checkpoint_step(dir) {
-        Some(s) if s == step => format!(
-            "conelab: the run stopped at step {step} with a checkpoint: {resume} continues it"
-        ),
-        Some(s) => format!(
-            "conelab: the run stopped at step {step} without saving: {resume} continues from its \
-             newest checkpoint, step {s}"
-        ),
-        None => format!(
-            "conelab: the run stopped at step {step} without a checkpoint: {resume} starts it again"
-        ),
-    }
-}
-
 /// After a viewer of `dir`: how to come back when it detached (said on stdout, like zellij's exit
 /// reason); the run's exit status when the user watched it end (from its `final.json`, waited
 /// for a little, else from what the view last knew).
@@ -174,9 +150,9 @@ pub fn after_viewer(dir: &std::path::Path, exit: ViewerExit) -> ExitStatus {
                     return ExitStatus::Failed;
                 }
                 if let Ok(Some(f)) = conelab_core::run_dir::live::read_final(dir) {
-                    if f.status == "stopped" {
-                        let _ = writeln!(std::io::stdout(), "{}", stopped_summary(dir, f.step));
-                    }
+                    // The same line, whichever front end saw the end (the headless run says it
+                    // too): on stderr, beside the run's other words.
+                    let _ = writeln!(std::io::stderr(), "{}", ending_summary(dir, &f));
                     return u8::try_from(f.exit_code)
                         .map_or(ExitStatus::Failed, ExitStatus::from_code);
                 }
@@ -199,26 +175,6 @@ pub fn after_viewer(dir: &std::path::Path, exit: ViewerExit) -> ExitStatus {
             None => ExitStatus::Success,
         },
     }
-}
-
-/// For a run whose process ended without a final record (killed, out of memory, its machine
-/// gone): what happened and how to continue it; `None` for a live run or one that ended.
-pub fn crashed_summary(dir: &std::path::Path) -> Option<String> {
-    if !matches!(
-        conelab_core::run_dir::live::liveness(dir),
-        Ok(conelab_core::run_dir::live::Liveness::Crashed)
-    ) {
-        return None;
-    }
-    let resume = resume_command(dir);
-    Some(match conelab_core::run_dir::newest_checkpoint_step(dir) {
-        Some(step) => format!(
-            "conelab: the run's process ended without a word (killed, or out of memory): {resume} continues it from its newest checkpoint, step {step}"
-        ),
-        None => format!(
-            "conelab: the run's process ended without a word (killed, or out of memory) before its first checkpoint: {resume} starts it again"
-        ),
-    })
 }
 
 /// The workbench on a run: the app, the link it steers the run through, and the frequency
@@ -371,70 +327,4 @@ pub fn run_viewer(
     let exit = event_loop::run(&mut workbench, events);
     let _ = workbench.link.send(ClientMessage::Bye);
     exit
-}
-
-#[cfg(test)]
-mod stop_tests {
-    use super::{crashed_summary, stopped_summary};
-
-    /// A run whose process is gone without a final record (kill -9) is said to be so, with how
-    /// to continue it; a live run (its lock held) and one that ended are not.
-    #[test]
-    fn a_run_gone_without_a_word_says_so_and_how_to_go_on() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let lock = conelab_core::run_dir::live::hold(dir.path()).expect("hold");
-        assert_eq!(crashed_summary(dir.path()), None, "live");
-        drop(lock);
-        let none = crashed_summary(dir.path()).expect("gone");
-        assert!(none.contains("ended without a word"), "{none}");
-        assert!(none.contains("before its first checkpoint"), "{none}");
-        std::fs::create_dir_all(dir.path().join("step-000050")).expect("mkdir");
-        let at = crashed_summary(dir.path()).expect("gone");
-        assert!(at.contains("newest checkpoint, step 50"), "{at}");
-        assert!(
-            at.contains(&format!(
-                "`conelab train --resume {}`",
-                dir.path().display()
-            )),
-            "{at}"
-        );
-        conelab_core::run_dir::live::conclude(
-            dir.path(),
-            &conelab_core::run_dir::live::FinalRecord {
-                status: "completed".into(),
-                step: 50,
-                total_steps: 50,
-                exit_code: 0,
-                message: String::new(),
-                by_signal: false,
-                finished_unix: 0.0,
-                host: "h".into(),
-            },
-        )
-        .expect("final");
-        assert_eq!(crashed_summary(dir.path()), None, "ended");
-    }
-
-    /// A stop from a viewer says what was kept and the command that goes on, with the folder
-    /// as given (absolute by then): a checkpoint at the step, an older one, or none.
-    #[test]
-    fn a_stopped_run_says_what_it_kept_and_how_to_go_on() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let none = stopped_summary(dir.path(), 7);
-        assert!(none.contains("step 7 without a checkpoint"), "{none}");
-        assert!(none.contains("starts it again"), "{none}");
-        std::fs::create_dir_all(dir.path().join("step-000010")).expect("mkdir");
-        let at = stopped_summary(dir.path(), 10);
-        assert!(at.contains("step 10 with a checkpoint"), "{at}");
-        assert!(
-            at.contains(&format!(
-                "`conelab train --resume {}`",
-                dir.path().display()
-            )),
-            "{at}"
-        );
-        let older = stopped_summary(dir.path(), 12);
-        assert!(older.contains("without saving"), "{older}");
-        assert!(older.contains("newest checkpoint, step 10"), "{older}");
-    }
 }
