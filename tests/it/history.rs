@@ -172,10 +172,16 @@ fn run_events(dir: &Path) -> Vec<Event> {
                 step: 10,
                 path: dir.join("step-000010"),
             }),
-            12 => events.push(Event::Warning {
-                step: 12,
-                message: "a warning".into(),
-            }),
+            12 => {
+                events.push(Event::Warning {
+                    step: 12,
+                    message: "a warning".into(),
+                });
+                events.push(Event::WeightsBroken {
+                    step: 12,
+                    reason: "weights past 1e12".into(),
+                });
+            }
             13 => events.push(Event::Rejected {
                 step: 14,
                 command: Command::SetLr { lr: -1.0 },
@@ -262,6 +268,12 @@ fn a_stored_run_folds_to_the_view_its_live_events_did() {
     ] {
         assert!(texts.iter().any(|t| t == expected), "{expected}: {texts:?}");
     }
+    // The weights' breakage, typed in the store, reads back with the one advice (issue #58).
+    let broken = format!(
+        "weights past 1e12: resuming here diverges again whatever the lr; {}",
+        conelab_core::events::diverged_advice(true)
+    );
+    assert!(texts.contains(&broken), "{texts:?}");
     assert_eq!(stored.interventions, live.interventions);
     assert_eq!(live.interventions, vec![16, 21]);
     assert_eq!((stored.lr, stored.lr_fixed_from), (Some(1e-4), Some(21)));

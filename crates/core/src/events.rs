@@ -401,6 +401,17 @@ pub enum FinishReason {
     Diverged,
 }
 
+/// What a user can do with a run paused after a divergence, the same words in the workbench's
+/// header and its Events pane: lower the lr and resume while the weights are sound; once they
+/// are broken ([`Event::WeightsBroken`]), only the newest checkpoint is a way on.
+pub fn diverged_advice(weights_broken: bool) -> &'static str {
+    if weights_broken {
+        "weights broken: stop (q), resume from a checkpoint"
+    } else {
+        "lower the lr, resume (p) or stop (q)"
+    }
+}
+
 impl FinishReason {
     pub fn name(self) -> &'static str {
         match self {
@@ -603,6 +614,14 @@ pub enum Event {
         bound: f64,
         steps: u64,
     },
+    /// After a divergence, the weights themselves are not finite or have blown up (steps before
+    /// the divergence did it with a finite loss, as an lr of 1e9 does): resuming from here
+    /// diverges again whatever the lr, and a stop saves no checkpoint of them; the newest
+    /// checkpoint is the last good state. `reason` says what the check found.
+    WeightsBroken {
+        step: u64,
+        reason: String,
+    },
     Warning {
         step: u64,
         message: String,
@@ -670,6 +689,7 @@ impl Event {
             | Event::EvalProgress { step, .. }
             | Event::Diverged { step, .. }
             | Event::WorseThanUniform { step, .. }
+            | Event::WeightsBroken { step, .. }
             | Event::Warning { step, .. }
             | Event::Finished { step, .. }
             | Event::Failed { step, .. } => *step,

@@ -31,8 +31,9 @@ use conelab_metrics::Neighbor;
 /// `change` (the new lr and the step its schedule stopped, the objectives before and after) and
 /// a resume's `config-changed` values, where 5 sent the log's words. 7: the
 /// `worse-than-uniform` event (a model worse than a uniform guess), which a version-6 viewer
-/// cannot read.
-pub const PROTOCOL_VERSION: u32 = 7;
+/// cannot read. 8: the `weights-broken` event and the diverged status's `weights_broken` (one
+/// advice in header and events), which a version-7 viewer cannot read.
+pub const PROTOCOL_VERSION: u32 = 8;
 /// The longest line a client may send (commands and requests are small).
 pub const MAX_CLIENT_LINE: usize = 1 << 20;
 /// The longest line a client accepts from a run (a history or a projection of a big vocabulary).

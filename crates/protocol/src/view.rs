@@ -44,6 +44,9 @@ pub enum RunStatus {
         step: u64,
         #[serde(deserialize_with = "conelab_base::jsonfloat::f64")]
         loss: f64,
+        /// The weights did not survive the steps before ([`Event::WeightsBroken`]).
+        #[serde(default)]
+        weights_broken: bool,
     },
     Failed {
         message: String,
@@ -494,11 +497,28 @@ impl RunView {
                 self.status = RunStatus::Diverged {
                     step: *step,
                     loss: *loss,
+                    weights_broken: false,
                 };
                 self.log(
                     *step,
                     LogKind::Error,
-                    format!("loss {loss} at step {step}: the step was not applied"),
+                    format!(
+                        "loss {loss} at step {step}: the step was not applied; {}",
+                        conelab_core::events::diverged_advice(false)
+                    ),
+                );
+            }
+            Event::WeightsBroken { step, reason } => {
+                if let RunStatus::Diverged { weights_broken, .. } = &mut self.status {
+                    *weights_broken = true;
+                }
+                self.log(
+                    *step,
+                    LogKind::Error,
+                    format!(
+                        "{reason}: resuming here diverges again whatever the lr; {}",
+                        conelab_core::events::diverged_advice(true)
+                    ),
                 );
             }
             Event::WorseThanUniform {
@@ -686,8 +706,58 @@ mod tests {
         let back: RunView = serde_json::from_str(&json).expect("back");
         assert_eq!(back.loss, vec![(3.0, 4.25)]);
         assert!(back.last_step.expect("step").grad_norm.is_nan());
-        assert!(matches!(back.status, RunStatus::Diverged { step: 4, loss } if loss.is_nan()));
+        assert!(matches!(
+            back.status,
+            RunStatus::Diverged { step: 4, loss, weights_broken: false } if loss.is_nan()
+        ));
         assert_eq!(back.log.len(), 1);
+    }
+
+    /// Issue #58 item 3: the header advised "lower the lr and resume" while the event said
+    /// resuming diverges again whatever the lr. The view's status and its log now carry one
+    /// advice: the lr while the weights are sound, the newest checkpoint once they are not.
+    #[test]
+    fn a_divergence_gives_one_advice_in_status_and_log() {
+        use conelab_core::events::diverged_advice;
+        let mut view = RunView::new(Objectives::default());
+        view.on_event(&Event::Diverged {
+            step: 9,
+            loss: f64::NAN,
+        });
+        assert!(
+            view.log[0].text.contains(diverged_advice(false)),
+            "{:?}",
+            view.log
+        );
+        assert!(matches!(
+            view.status,
+            RunStatus::Diverged {
+                weights_broken: false,
+                ..
+            }
+        ));
+        view.on_event(&Event::Paused { step: 8 });
+        view.on_event(&Event::WeightsBroken {
+            step: 8,
+            reason: "the weights did not survive (max |w| 3e12)".into(),
+        });
+        assert!(matches!(
+            view.status,
+            RunStatus::Diverged {
+                step: 9,
+                weights_broken: true,
+                ..
+            }
+        ));
+        let last = &view.log.back().expect("logged").text;
+        assert!(
+            last.contains(diverged_advice(true)) && last.contains("3e12"),
+            "{last}"
+        );
+        assert!(!diverged_advice(true).contains("resume (p)"));
+        // Resumed: running again, whatever was advised.
+        view.on_event(&Event::Resumed { step: 8 });
+        assert_eq!(view.status, RunStatus::Running);
     }
 
     /// Issue #37: one pause read "1047 paused, 1048 lr …, 1047 resumed". Pause and resume are

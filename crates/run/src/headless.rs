@@ -244,6 +244,9 @@ impl EventSink for Reporter {
             Event::Paused { step } => self.line(format!("paused step={step}")),
             Event::Resumed { step } => self.line(format!("resumed step={step}")),
             Event::Warning { step, message } => self.line(format!("warning step={step} {message}")),
+            Event::WeightsBroken { step, reason } => {
+                self.line(format!("error step={step} {reason}"))
+            }
             Event::WorseThanUniform {
                 step,
                 measure,

@@ -224,6 +224,10 @@ fn emit(event: &Event, every: u64) {
         Event::Warning { step, message } => {
             warn!(target: "conelab::run", step, warning = %message, "warning")
         }
+        Event::WeightsBroken { step, reason } => {
+            error!(target: "conelab::run", step, reason = %reason,
+                advice = conelab_core::events::diverged_advice(true), "weights broken")
+        }
         Event::WorseThanUniform {
             step,
             measure,

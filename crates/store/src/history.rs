@@ -189,6 +189,10 @@ impl EventRow<'_> {
                     format!("{} at step {step}: the step was not applied", self.detail),
                 ),
             },
+            crate::writer::WEIGHTS_BROKEN => Event::WeightsBroken {
+                step,
+                reason: self.detail.to_string(),
+            },
             crate::writer::WORSE_THAN_UNIFORM => {
                 let typed = self.detail.split_once("; ").and_then(|(measure, steps)| {
                     Some(Event::WorseThanUniform {

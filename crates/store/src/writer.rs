@@ -75,6 +75,8 @@ pub fn lock_store(store_dir: &Path) -> Result<LockFile, StoreError> {
 /// Segment files at which [`StoreWriter::roll`] merges them into one base per table.
 pub const ROLL_AT: usize = 200;
 
+/// The events table's kind of an [`Event::WeightsBroken`] (its reason in `detail`).
+pub const WEIGHTS_BROKEN: &str = "weights broken";
 /// The events table's kind of an [`Event::WorseThanUniform`].
 pub const WORSE_THAN_UNIFORM: &str = "worse than uniform";
 
@@ -408,6 +410,9 @@ impl StoreWriter {
             }
             Event::Diverged { step, loss } => {
                 self.push_event(*step, "nan", &format!("loss {loss}"), "", "")
+            }
+            Event::WeightsBroken { step, reason } => {
+                self.push_event(*step, WEIGHTS_BROKEN, reason, "", "")
             }
             // Typed in its columns: the measure and the steps in `detail`, the value and the
             // bound in `before`/`after` (round-trip floats), read back by `history`.

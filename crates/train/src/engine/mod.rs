@@ -242,6 +242,7 @@ pub fn spawn(trainer: Trainer, options: EngineOptions) -> std::io::Result<Engine
                 initial_commands: options.initial_commands,
                 snapshot_first: options.snapshot_first,
                 diverged: false,
+                weights_broken: false,
                 orphaned: false,
             };
             let result =
@@ -290,6 +291,8 @@ struct Engine {
     snapshot_first: bool,
     /// Paused after a divergence and not resumed since: a stop ends the run as diverged.
     diverged: bool,
+    /// Paused after a divergence whose steps before broke the weights ([`Event::WeightsBroken`]).
+    weights_broken: bool,
     /// Nobody reads the events any more (the recorder died): the run stops after saving.
     orphaned: bool,
     /// The newest setting command applied, and the step it was applied after (coalescing).
@@ -489,10 +492,11 @@ impl Engine {
             // weights up with a finite loss (an lr of 1e9: one step to weights of 1e9, the next
             // loss NaN): then a lower lr cannot help, and the user is told what can.
             if let Err(why) = self.trainer.weights_check() {
-                self.emit(Event::Warning {
+                self.weights_broken = true;
+                self.emit(Event::WeightsBroken {
                     step: at,
-                    message: format!(
-                        "the weights did not survive the steps before the divergence ({why}): resuming here diverges again whatever the lr; stop and continue from the newest checkpoint with `conelab train --resume RUN_DIR`"
+                    reason: format!(
+                        "the weights did not survive the steps before the divergence ({why})"
                     ),
                 });
             }
@@ -608,6 +612,7 @@ impl Engine {
             }
             Command::Resume => {
                 self.diverged = false;
+                self.weights_broken = false;
                 self.emit(Event::Resumed { step });
                 CommandFlow::Resume
             }
@@ -624,6 +629,9 @@ impl Engine {
                 CommandFlow::Continue
             }
             Command::Stop { save } => {
+                // Broken weights are never saved (a resume could not train from them): the
+                // newest checkpoint stays the last good state, and the run ends as diverged.
+                let save = save && !self.weights_broken;
                 if save && let Err(e) = self.save() {
                     self.analysis.finish();
                     self.emit(Event::Failed {

@@ -23,8 +23,15 @@ fn header_status(status: &RunStatus) -> (String, Color) {
             format!("finished ({}) — q to leave", reason.name()),
             Color::Cyan,
         ),
-        RunStatus::Diverged { step, .. } => (
-            format!("diverged at step {step} — paused: lower the lr and resume (p), or stop (q)"),
+        RunStatus::Diverged {
+            step,
+            weights_broken,
+            ..
+        } => (
+            format!(
+                "diverged at step {step} — {}",
+                conelab_core::events::diverged_advice(*weights_broken)
+            ),
             Color::Red,
         ),
         RunStatus::Failed { message } => (format!("failed: {message}"), Color::Red),
@@ -82,6 +89,13 @@ pub(super) fn header_line(app: &App, pal: &Palette, width: u16) -> Paragraph<'st
         .map_or(status.chars().count(), |i| status[..i].chars().count());
     let head = if hint_at.is_none() && status.chars().count() > head {
         head + 1
+    } else {
+        head
+    };
+    // A diverged run's advice is what the user needs now: the name and the progress give way
+    // before it does (issue #58: it was the first thing dropped at 120 columns).
+    let head = if matches!(app.run.status, RunStatus::Diverged { .. }) {
+        status.chars().count()
     } else {
         head
     };

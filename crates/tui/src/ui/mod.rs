@@ -721,6 +721,7 @@ mod tests {
                 RunStatus::Diverged {
                     step: 12345,
                     loss: f64::NAN,
+                    weights_broken: false,
                 },
                 "diverged at step 12345",
             ),
@@ -743,6 +744,74 @@ mod tests {
                     .to_string();
                 assert!(header.contains(word), "{width}: {header}");
             }
+        }
+    }
+
+    /// Issue #58 item 3: a diverged run's header gives the one advice its Events pane gives —
+    /// the lr while the weights are sound, a checkpoint once they are broken — whole, before
+    /// the name and the progress (it was dropped first at 120 columns).
+    #[test]
+    fn the_diverged_header_says_the_events_advice_whole() {
+        use conelab_core::events::diverged_advice;
+        for broken in [false, true] {
+            let mut app = app();
+            app.hello = None;
+            app.run.info.name = "a-run-with-a-rather-long-name-of-forty-characters".into();
+            app.run.info.total_steps = 2000;
+            app.run.on_event(&Event::Diverged {
+                step: 353,
+                loss: f64::NAN,
+            });
+            if broken {
+                app.run.on_event(&Event::WeightsBroken {
+                    step: 352,
+                    reason: "max |w| 1e30".into(),
+                });
+            }
+            let advice = diverged_advice(broken);
+            for width in [100u16, 120, 200] {
+                let header = draw(&app, width, 40)
+                    .lines()
+                    .next()
+                    .expect("header")
+                    .to_string();
+                assert!(
+                    header.contains(&format!("diverged at step 353 — {advice}")),
+                    "{width}: {header}"
+                );
+            }
+            assert!(
+                app.run.log.iter().any(|l| l.text.contains(advice)),
+                "{:?}",
+                app.run.log
+            );
+        }
+    }
+
+    /// Issue #58 item 6: the Events pane cut a long entry at its edge. Each entry now wraps
+    /// under its step: every word of the newest is on screen, in order, at 80 and 120 columns.
+    #[test]
+    fn the_events_pane_wraps_long_entries_whole() {
+        let mut a = app();
+        a.zoom = true;
+        a.focus = Pane::Events;
+        let long = "the weights did not survive the steps before the divergence (max |w| 3.1e30 at row 417): resuming here diverges again whatever the lr; weights broken: stop (q), resume from a checkpoint";
+        a.run.on_event(&Event::Warning {
+            step: 4242,
+            message: long.into(),
+        });
+        for (w, h) in [(80u16, 24u16), (120, 40)] {
+            let text = draw(&a, w, h);
+            let shown: Vec<&str> = text
+                .split(|c: char| c.is_whitespace() || "\"│┌┐└┘─".contains(c))
+                .filter(|t| !t.is_empty())
+                .collect();
+            let words: Vec<&str> = long.split(' ').collect();
+            let start = shown
+                .windows(words.len())
+                .position(|win| win == words.as_slice());
+            assert!(start.is_some(), "{w}x{h}: not whole:\n{text}");
+            assert!(text.contains("  4242 "), "{w}x{h}: the step\n{text}");
         }
     }
 
@@ -1300,9 +1369,14 @@ mod tests {
         });
         let text = draw(&a, 120, 40);
         assert!(text.contains("finished (completed)"), "{text}");
+        // The Events pane, zoomed (its entries wrap: at 120×40 unzoomed it holds the last few).
+        a.zoom = true;
+        a.focus = Pane::Events;
+        let events = draw(&a, 120, 40);
+        a.zoom = false;
         assert!(
-            text.contains("MLE → CosReg γ=1"),
-            "the event log shows the change: {text}"
+            events.contains("MLE → CosReg γ=1"),
+            "the event log shows the change: {events}"
         );
         assert!(
             a.run.objectives.cos.enabled,
