@@ -49,6 +49,21 @@ pub fn exec(args: ImportTbArgs) -> Result<()> {
             host: conelab_base::platform::host_name(),
         };
         conelab_core::run_dir::live::conclude(&run.dir, &record)?;
+        // In the run index like every run, so that its name finds it from anywhere (issue
+        // #58: `export tb-…` from another folder said "no such run"). Its name is its folder's.
+        let labels = conelab_core::labels::RunLabels {
+            name: run
+                .dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned()),
+            ..Default::default()
+        };
+        if let Err(e) = conelab_catalog::index::register(&run.dir, &labels) {
+            say(&format!(
+                "conelab: warning: {}: not in the run index ({e}): name it by its folder",
+                run.dir.display()
+            ));
+        }
         text.push_str(&format!("{}: {} scalars\n", run.dir.display(), run.scalars));
     }
     if let Some(first) = imported.runs.first().map(|r| &r.dir) {

@@ -21,6 +21,7 @@ mod labels;
 mod man;
 mod output;
 mod progress;
+mod rm;
 mod runs;
 mod store;
 mod sweep;
@@ -117,6 +118,13 @@ pub enum CliCommand {
         #[arg(allow_hyphen_values = true, num_args = 0.., value_name = "+TAG|-TAG")]
         changes: Vec<String>,
     },
+    /// Delete runs: each folder whole and its entry in the run index, after listing them and
+    /// asking (`--yes`: without asking). A live run is refused, and nothing is deleted.
+    Rm(rm::RmArgs),
+    /// Delete the runs that hold nothing to come back to — failed or crashed, or never past
+    /// step 0, and without a checkpoint — after listing them and asking (`--dry-run`: only
+    /// list). Live runs and runs with a checkpoint are never collected.
+    Gc(rm::GcArgs),
     /// Set a run's notes (replacing them; "" clears them, - reads them from stdin).
     Note {
         #[arg(add = run_names())]
@@ -166,6 +174,8 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         CliCommand::ImportTb(args) => done(import_tb::exec(args)),
         CliCommand::Store(command) => store::exec(command),
         CliCommand::Bench(command) => done(bench::exec(command)),
+        CliCommand::Rm(args) => rm::rm(args),
+        CliCommand::Gc(args) => rm::gc(args),
         CliCommand::Tag { run, changes } => done(labels::tag(&find_run(&run)?, &changes)),
         CliCommand::Note { run, text } => done(labels::note(&find_run(&run)?, text)),
         CliCommand::Rename { run, name } => done(labels::rename(&find_run(&run)?, name)),

@@ -44,6 +44,11 @@ pub struct RunsArgs {
     /// Order of the rows.
     #[arg(long, value_enum, default_value = "started")]
     pub sort: SortArg,
+    /// List again every SECONDS (default 2; 0.5 to 3600) until Ctrl-C: redrawn in place on a
+    /// terminal, one table after another (each under its time) otherwise.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2",
+          value_parser = watch_seconds)]
+    pub watch: Option<f64>,
     #[command(flatten)]
     pub output: super::output::OutputArgs,
 }
@@ -60,10 +65,46 @@ pub enum SortArg {
     Step,
 }
 
+/// `--watch`'s interval: a bound either way (a busy loop, or a refresh nobody waits for).
+fn watch_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.5..=3600.0).contains(&v) => Ok(v),
+        Ok(v) => Err(format!("{v} seconds: give 0.5 to 3600")),
+        Err(_) => Err(format!("{s:?} is not a number of seconds")),
+    }
+}
+
 pub fn exec(args: RunsArgs) -> Result<()> {
+    let Some(every) = args.watch else {
+        return print_stdout(&listing(&args)?);
+    };
+    if args.output.json("runs --watch")? {
+        return Err(conelab_base::error::Invalid::new(
+            "--watch redraws the table: --format json lists once (run it again)",
+        )
+        .into());
+    }
+    use std::io::IsTerminal;
+    let terminal = std::io::stdout().is_terminal();
+    loop {
+        let table = listing(&args)?;
+        let now = conelab_catalog::list::rfc3339(conelab_base::clock::unix_now());
+        let head = format!("every {every} s · {now} · Ctrl-C to stop\n");
+        if terminal {
+            // Home and clear: the table redrawn where it was, like watch(1).
+            print_stdout(&format!("\x1b[H\x1b[2J{head}{table}"))?;
+        } else {
+            print_stdout(&format!("{head}{table}"))?;
+        }
+        std::thread::sleep(std::time::Duration::from_secs_f64(every));
+    }
+}
+
+/// The listing `runs` prints (the table, or JSON).
+fn listing(args: &RunsArgs) -> Result<String> {
     let filter = conelab_catalog::list::Filter {
-        tags: args.tags,
-        status: args.status,
+        tags: args.tags.clone(),
+        status: args.status.clone(),
         name: args
             .name
             .as_deref()
@@ -102,15 +143,15 @@ pub fn exec(args: RunsArgs) -> Result<()> {
         },
     );
     if args.output.json("runs")? {
-        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&rows)?));
+        return Ok(format!("{}\n", serde_json::to_string_pretty(&rows)?));
     }
     if rows.is_empty() && before > 0 && filter.is_set() {
-        return print_stdout(&format!(
+        return Ok(format!(
             "no runs {place} match the filters ({before} without them)\n"
         ));
     }
     if rows.is_empty() {
-        return print_stdout(&format!("no runs {place}\n"));
+        return Ok(format!("no runs {place}\n"));
     }
-    print_stdout(&conelab_catalog::list::render(&rows))
+    Ok(conelab_catalog::list::render(&rows))
 }

@@ -554,3 +554,138 @@ fn the_config_file_is_read_shown_and_refused_when_malformed() {
         assert_one_line_error(&out, &[s(&config), "line 3", "run_rots"]);
     }
 }
+
+/// Issue #58 item 5: runs are deleted by name from any folder — listed and asked first
+/// (refused without a terminal unless --yes), a live run refused with nothing deleted, the
+/// index updated; `gc` collects only runs with nothing to come back to; `runs` shows each run's
+/// path and `--watch` lists again until stopped.
+#[test]
+fn runs_are_deleted_by_name_collected_and_watched() {
+    let f = Fixture::new();
+    let state = f.path("state");
+    let home = f.path("home");
+    std::fs::create_dir_all(&home).expect("home");
+    for (run, name) in [("k", "keeper"), ("g", "goner")] {
+        let mut c = command();
+        c.env("XDG_STATE_HOME", &state).args([
+            "train",
+            s(&f.path("corpus")),
+            "--config",
+            s(&f.path("small.toml")),
+            "--run-dir",
+            s(&f.path(run)),
+            "--steps",
+            "2",
+            "--eval-every",
+            "0",
+            "--headless",
+            "--name",
+            name,
+        ]);
+        ok(&c.output().expect("train"));
+    }
+    // A run killed (-9) before its first checkpoint: nothing to come back to.
+    let mut crashy = crate::harness::spawn_train_env(
+        &f,
+        "c",
+        &[
+            "--steps",
+            "100000000",
+            "--eval-every",
+            "0",
+            "--checkpoint-every",
+            "0",
+            "--headless",
+            "--log-every",
+            "1",
+            "--name",
+            "crashy",
+        ],
+        &[("XDG_STATE_HOME", s(&state))],
+    );
+    let mut out = crashy.stdout.take().expect("stdout");
+    crate::harness::read_until(&mut out, "step=2 ");
+    crate::harness::signal(crashy.id(), libc::SIGKILL);
+    let _ = crashy.wait();
+
+    // The table has a path column with each run's absolute folder.
+    let table = ok(&at(&home, &state, &["runs"], &[]));
+    assert!(
+        table.lines().next().expect("header").contains("path"),
+        "{table}"
+    );
+    for run in ["k", "g", "c"] {
+        assert!(table.contains(s(&canon(&f.path(run)))), "{table}");
+    }
+
+    // No terminal to ask on and no --yes: refused, nothing deleted.
+    let out = at(&home, &state, &["rm", "goner"], &[]);
+    assert_one_line_error(&out, &["--yes", "nothing deleted"]);
+    assert!(f.path("g").join("run.toml").is_file());
+    // A live run (its lock held): refused, nothing deleted.
+    let lock = conelab_core::run_dir::live::hold(&f.path("k")).expect("hold");
+    let out = at(&home, &state, &["rm", "keeper", "goner", "--yes"], &[]);
+    assert_one_line_error(&out, &["keeper", "live", "nothing deleted"]);
+    drop(lock);
+    assert!(f.path("g").join("run.toml").is_file() && f.path("k").join("run.toml").is_file());
+    // By name, from another folder: gone, and gone from the index and the listing.
+    let index = state.join("conelab/runs");
+    let entries = || std::fs::read_dir(&index).expect("index").count();
+    let before = entries();
+    let out = ok(&at(&home, &state, &["rm", "goner", "--yes"], &[]));
+    assert!(
+        out.contains(&format!(
+            "deleted {}",
+            s(&canon(&f.path("k")).with_file_name("g"))
+        )),
+        "{out}"
+    );
+    assert!(!f.path("g").exists());
+    assert_eq!(entries(), before - 1);
+    let listed = rows(&at(&home, &state, &["runs", "--json"], &[]));
+    assert_eq!(
+        paths(&listed),
+        vec![canon(&f.path("c")), canon(&f.path("k"))]
+    );
+    // Nothing hidden left beside it.
+    let hidden: Vec<_> = std::fs::read_dir(f.path("k").parent().expect("parent"))
+        .expect("list")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "{hidden:?}");
+
+    // gc: the crashed run without a checkpoint only; --dry-run deletes nothing.
+    let dry = ok(&at(&home, &state, &["gc", "--dry-run"], &[]));
+    assert!(
+        dry.contains(s(&canon(&f.path("c")))) && dry.contains("crashed"),
+        "{dry}"
+    );
+    assert!(!dry.contains(s(&canon(&f.path("k")))), "{dry}");
+    assert!(f.path("c").is_dir());
+    let out = at(&home, &state, &["gc"], &[]);
+    assert_one_line_error(&out, &["--yes"]);
+    ok(&at(&home, &state, &["gc", "--yes"], &[]));
+    assert!(!f.path("c").exists() && f.path("k").join("run.toml").is_file());
+    let again = ok(&at(&home, &state, &["gc", "--dry-run"], &[]));
+    assert!(again.contains("no runs to collect"), "{again}");
+
+    // --watch lists again until stopped; its interval is bounded.
+    let out = at(&home, &state, &["runs", "--watch", "0.1"], &[]);
+    assert_one_line_error(&out, &["0.5 to 3600"]);
+    let mut child = command()
+        .current_dir(&home)
+        .env("XDG_STATE_HOME", &state)
+        .args(["runs", "--watch", "0.5"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("watch");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let first = crate::harness::read_until(&mut stdout, "keeper");
+    let second = crate::harness::read_until(&mut stdout, "every 0.5 s");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(first.contains("every 0.5 s"), "{first}");
+    assert!(second.contains("every 0.5 s"), "{second}");
+}

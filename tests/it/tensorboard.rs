@@ -427,3 +427,132 @@ fn import_tb_refuses_two_runs_of_one_name_before_writing_anything() {
     assert_eq!(made, ["tensorboard-a_b", "tensorboard-c"]);
     assert_eq!(curve(&out_dir.join("tensorboard-c"), "tb/loss").len(), 3);
 }
+
+/// Issue #58 item 5: `export --format tfevents` names each run's folder by the name the run goes
+/// by (it named them by run folder, so `import-tb` made `tb-tiny-ptb-…` of `ptb-mle`); the
+/// imported run is in the run index, found by name from any folder; and a value past float32
+/// (an lr of 1e308) is said where TensorBoard would show inf, not silently turned into one.
+#[test]
+fn tfevents_folders_go_by_run_name_and_imported_runs_by_theirs() {
+    let f = Fixture::new();
+    let name = format!("tfname-{}", std::process::id());
+    let trained = f.train(
+        "folder",
+        &[
+            "--steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--headless",
+            "--name",
+            &name,
+        ],
+    );
+    succeeded(&trained);
+    let log = f.path("log");
+    succeeded(&conelab(&[
+        "export",
+        s(&f.path("folder")),
+        "--format",
+        "tfevents",
+        "--out",
+        s(&log),
+    ]));
+    assert!(log.join(&name).is_dir(), "named by the run's name");
+    assert!(!log.join("folder").exists(), "not by its folder");
+    let back = f.path("imported");
+    succeeded(&conelab(&[
+        "import-tb",
+        s(&log),
+        "--out",
+        s(&back),
+        "--name",
+        "tb",
+    ]));
+    let imported = format!("tb-{name}");
+    assert!(back.join(&imported).is_dir());
+    // From another folder, by name alone (the run index has it).
+    let elsewhere = f.path("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
+    let out = crate::harness::command()
+        .current_dir(&elsewhere)
+        .args(["export", &imported, "--table", "runs", "--format", "csv"])
+        .output()
+        .expect("export");
+    let csv = succeeded(&out);
+    assert!(csv.contains(&imported), "{csv}");
+
+    // A store whose lr is 1e308: written (TensorBoard's scalars are f32, so it reads inf
+    // there), and said once, with the value, on stderr.
+    let huge = f.path("huge");
+    let record =
+        conelab_store::RunRecord::new("huge", String::new(), "synthetic".into(), "cpu".into());
+    let mut writer = conelab_store::StoreWriter::open(&huge, &record).expect("store");
+    for step in 1..=3u64 {
+        writer
+            .record(&conelab_core::events::Event::Step(
+                conelab_core::events::StepStats {
+                    step,
+                    epoch: 0.1,
+                    loss: 5.0,
+                    penalty: 0.0,
+                    lr: 1e308,
+                    grad_norm: 0.5,
+                    tokens_per_sec: 1000.0,
+                    step_ms: 4.0,
+                    rare_tokens: None,
+                    rare_g1: None,
+                    rare_in_group: None,
+                },
+            ))
+            .expect("record");
+    }
+    writer.flush().expect("flush");
+    drop(writer);
+    let out = conelab(&[
+        "export",
+        s(&huge),
+        "--format",
+        "tfevents",
+        "--out",
+        s(&f.path("log2")),
+    ]);
+    succeeded(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("float32")).collect();
+    assert_eq!(said.len(), 1, "once a tag: {stderr}");
+    assert!(
+        said[0].contains("train/total/lr") || said[0].contains("lr"),
+        "{stderr}"
+    );
+    assert!(
+        said[0].contains("1e308") && said[0].contains("inf"),
+        "{stderr}"
+    );
+}
+
+/// Issue #58 item 6: a file of pure garbage named like an event file was described as "1 damaged
+/// record skipped (the first at byte 0); truncated at byte 0": it is no event file at all.
+#[test]
+fn import_tb_says_garbage_is_no_event_file() {
+    let f = Fixture::new();
+    let log = f.path("garbage");
+    std::fs::create_dir_all(&log).expect("mkdir");
+    let mut rng = crate::harness::Rng(7);
+    let junk: Vec<u8> = (0..5000).map(|_| rng.next() as u8).collect();
+    std::fs::write(log.join("events.out.tfevents.1.junk"), junk).expect("junk");
+    let out = conelab(&["import-tb", s(&log), "--out", s(&f.path("out"))]);
+    let line = assert_one_line_error(
+        &out,
+        &[
+            "not a TensorBoard event file",
+            "5000 bytes",
+            "nothing imported",
+        ],
+    );
+    assert!(
+        !line.contains("truncated") && !line.contains("damaged record"),
+        "{line}"
+    );
+    assert!(!f.path("out").exists());
+}

@@ -16,9 +16,42 @@ pub fn format_duration(seconds: f64) -> String {
     }
 }
 
+/// A size in bytes in binary units, three significant figures: `512 B`, `1.50 KiB`,
+/// `12.3 MiB`, `4.00 GiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    let decimals = if v >= 100.0 {
+        0
+    } else if v >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{v:.decimals$} {}", UNITS[unit])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_by_hand() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.50 KiB");
+        assert_eq!(human_bytes(12_897_484), "12.3 MiB");
+        assert_eq!(human_bytes(4 << 30), "4.00 GiB");
+        assert_eq!(human_bytes(u64::MAX), "16384 PiB");
+    }
 
     #[test]
     fn durations_by_hand() {

@@ -108,6 +108,12 @@ pub fn register_in(index: &Path, dir: &Path, labels: &RunLabels) -> Result<PathB
     Ok(file)
 }
 
+/// Takes the entry of the run at (absolute) `dir` out of the index `index`, if it has one.
+/// Best effort: an entry left behind is pruned by the next read, its folder being gone.
+pub fn unregister_in(index: &Path, dir: &Path) {
+    let _ = std::fs::remove_file(entry_file(index, dir));
+}
+
 /// [`register_in`] this user's index.
 pub fn register(dir: &Path, labels: &RunLabels) -> Result<PathBuf, IndexError> {
     register_in(&index_dir(), dir, labels)
@@ -207,7 +213,12 @@ pub fn scan(root: &Path) -> Vec<PathBuf> {
         };
         let mut sweep_dirs = Vec::new();
         for p in entries.filter_map(Result::ok).map(|e| e.path()) {
-            if !p.is_dir() {
+            // Hidden folders are runs being made (`import-tb`) or deleted (`rm`): not runs yet,
+            // or no more.
+            let hidden = p
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+            if !p.is_dir() || hidden {
                 continue;
             }
             if looks_like_run(&p) {

@@ -8,6 +8,7 @@ pub mod follow;
 pub mod index;
 pub mod labels;
 pub mod list;
+pub mod remove;
 
 use conelab_base::error::Invalid;
 use conelab_base::exit::ExitStatus;

@@ -524,6 +524,8 @@ pub fn render(rows: &[RunRow]) -> String {
         "cos",
         "started",
         "wall",
+        // Last: the one long cell, where the user copies it from.
+        "path",
     ]);
     let dash = || "–".to_string();
     let cells: Vec<Vec<String>> = rows
@@ -577,6 +579,7 @@ pub fn render(rows: &[RunRow]) -> String {
                     .unwrap_or_else(dash),
                 r.seconds
                     .map_or_else(dash, conelab_base::format::format_duration),
+                r.path.display().to_string(),
             ]);
             row
         })

@@ -36,8 +36,8 @@ pub struct LogWritten {
     pub warnings: Vec<String>,
 }
 
-/// Writes a TensorBoard log folder `out` with one sub-folder per run (named by its run id, as
-/// TensorBoard names runs by folder): an event file with every stored metric, and each kept
+/// Writes a TensorBoard log folder `out` with one sub-folder per run (named by the name the run
+/// goes by — its name, else its folder's — as TensorBoard names runs by folder): an event file with every stored metric, and each kept
 /// checkpoint's embedding matrix for the Projector (`checkpoint`: only the one at that step, as
 /// `--step` picks it). Every file
 /// is written atomically; a second export of a run replaces its files.
@@ -51,8 +51,16 @@ pub fn write_log(
     for run in runs {
         let store = conelab_store::load(run)?;
         written.warnings.extend(store.warnings().iter().cloned());
-        // The record's id is file contents: one safe path component, unique in this log.
-        let base = match sanitize(&store.run().run_id) {
+        // The name the run goes by (issue #58: folders were named by run folder, so `import-tb`
+        // made `tb-tiny-ptb-…` of a run called `ptb-mle`); the record's name and id are file
+        // contents: one safe path component, unique in this log.
+        let goes_by = store
+            .run()
+            .labels
+            .name
+            .as_deref()
+            .unwrap_or(&store.run().run_id);
+        let base = match sanitize(goes_by) {
             n if n.is_empty() => "run".to_string(),
             n => n,
         };
@@ -64,7 +72,17 @@ pub fn write_log(
         used.push(name.clone());
         let dir = out.join(&name);
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-        let (bytes, n) = event_file(&store)?;
+        let (bytes, n, overflowed) = event_file(&store)?;
+        // TensorBoard's scalars are float32: a finite value past its range reads as ±inf there.
+        // Said, once a tag, so that an inf in TensorBoard is never taken for the run's value.
+        for (tag, step, value) in overflowed {
+            written.warnings.push(format!(
+                "{}: {tag} at step {step} is {}, past TensorBoard's float32 scalars: it reads as {} there",
+                run.display(),
+                conelab_base::number::said(value),
+                if value > 0.0 { "inf" } else { "-inf" }
+            ));
+        }
         let file = dir.join(format!(
             "events.out.tfevents.{}.conelab",
             store.run().started_unix.max(0.0) as u64
@@ -94,8 +112,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     }
 }
 
-/// The event file of a run's store: the version event, then every metric row in step order.
-fn event_file(store: &LoadedStore) -> Result<(Vec<u8>, usize), StoreError> {
+/// The event file of a run's store: the version event, then every metric row in step order; and
+/// the first finite value of each tag that float32 cannot hold (tag, step, value).
+type Overflowed = Vec<(String, u64, f64)>;
+fn event_file(store: &LoadedStore) -> Result<(Vec<u8>, usize, Overflowed), StoreError> {
     let m = &store.metrics();
     let (steps, times) = (m.column(c::STEP)?.u64()?, m.column(c::WALL_TIME)?.f64()?);
     let (splits, groups) = (m.column(c::SPLIT)?.str()?, m.column(c::GROUP)?.str()?);
@@ -124,14 +144,16 @@ fn event_file(store: &LoadedStore) -> Result<(Vec<u8>, usize), StoreError> {
             what: Some(event::What::FileVersion(FILE_VERSION.into())),
         },
     );
+    let mut overflowed: Overflowed = Vec::new();
     for (step, time, tag, value) in &rows {
+        let narrow = *value as f32;
+        if value.is_finite() && !narrow.is_finite() && !overflowed.iter().any(|o| &o.0 == tag) {
+            overflowed.push((tag.clone(), *step, *value));
+        }
         let step = i64::try_from(*step).unwrap_or(i64::MAX);
-        events::push_event(
-            &mut bytes,
-            &events::scalar_event(*time, step, tag, *value as f32),
-        );
+        events::push_event(&mut bytes, &events::scalar_event(*time, step, tag, narrow));
     }
-    Ok((bytes, rows.len()))
+    Ok((bytes, rows.len(), overflowed))
 }
 
 /// The run's kept checkpoints (`step-N`), then `best/` where it is another step.
@@ -435,6 +457,16 @@ fn import_run(
             }
             let bytes = std::fs::read(file).map_err(io(file))?;
             let (records, mut damage) = events::split_records(&bytes);
+            // Nothing whole at all: not a damaged event file but none (issue #58: pure garbage
+            // read as "1 damaged record skipped; truncated at byte 0", both and neither).
+            if records.is_empty() && !damage.is_clean() {
+                warnings.push(format!(
+                    "{}: not a TensorBoard event file (none of its {} bytes is a record whose checksums hold)",
+                    file.display(),
+                    bytes.len()
+                ));
+                continue;
+            }
             let scalars = events::scalars(&records, &mut plugins, &mut damage);
             if let Some(what) = damage.describe() {
                 warnings.push(format!("{}: {what}", file.display()));
