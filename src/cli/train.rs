@@ -11,7 +11,14 @@ use super::print_stdout;
 
 /// `conelab train`: in this process (--headless, or stdout not a terminal), in the background
 /// (--detach), or in the background with the workbench attached (a terminal).
-pub fn exec(opts: TrainOptions) -> Result<ExitStatus> {
+pub fn exec(mut opts: TrainOptions) -> Result<ExitStatus> {
+    // `--resume` takes a run's name like every command that takes a run (issue #58); a path
+    // that is there is that path.
+    if let Some(resume) = &opts.resume
+        && !resume.exists()
+    {
+        opts.resume = Some(super::find_run(resume)?);
+    }
     opts.validate().map_err(RunError::Usage)?;
     // TERM=dumb is no terminal to draw on: plain lines, as in a pipe (issue #58).
     let tty = conelab_base::platform::drawing_terminal();

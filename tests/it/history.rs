@@ -259,7 +259,7 @@ fn a_stored_run_folds_to_the_view_its_live_events_did() {
         "started: MLE",
         "steps: 20 → 30",
         "MLE → CosReg γ=1",
-        "paused",
+        "paused after step 20",
         "lr=1.000000e-3 → lr=1.000000e-4 (schedule off from step 21)",
         "resumed",
         "refused lr -1: lr must be positive",

@@ -689,3 +689,116 @@ fn runs_are_deleted_by_name_collected_and_watched() {
     assert!(first.contains("every 0.5 s"), "{first}");
     assert!(second.contains("every 0.5 s"), "{second}");
 }
+
+/// Every subcommand whose usage takes a run (`<RUN>`, `[RUN]`, `<RUNS>`, inspect's `<PATH>`,
+/// `--resume <RUN>`), found by walking `conelab --help` and each subcommand's, as a user reads
+/// them.
+fn subcommands_taking_a_run() -> Vec<String> {
+    let help = |args: &[&str]| {
+        let out = command().args(args).arg("--help").output().expect("help");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let commands = |text: &str| -> Vec<String> {
+        text.lines()
+            .skip_while(|l| !l.starts_with("Commands:"))
+            .skip(1)
+            .take_while(|l| !l.trim().is_empty())
+            .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .filter(|c| c != "help")
+            .collect()
+    };
+    let mut found = Vec::new();
+    for top in commands(&help(&[])) {
+        let text = help(&[&top]);
+        let mut paths = vec![(vec![top.clone()], text.clone())];
+        for sub in commands(&text) {
+            paths.push((vec![top.clone(), sub.clone()], help(&[&top, &sub])));
+        }
+        for (path, text) in paths {
+            let usage = text.lines().find(|l| l.starts_with("Usage:")).unwrap_or("");
+            let takes = ["<RUN>", "[RUN]", "<RUNS>"]
+                .iter()
+                .any(|t| usage.contains(t))
+                || (path == ["inspect"] && usage.contains("<PATH>"))
+                || text.contains("--resume <RUN>");
+            if takes {
+                found.push(path.join(" "));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Issue #58 item 5: every subcommand that takes a run takes its name, from any folder. The
+/// subcommands are found by walking the help (a new one that takes a run joins the walk, or this
+/// test fails); each is then given a run's name from a folder that holds no run.
+#[test]
+fn every_subcommand_that_takes_a_run_takes_its_name() {
+    let f = Fixture::new();
+    let state = f.path("state");
+    let home = f.path("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let mut c = command();
+    c.env("XDG_STATE_HOME", &state).args([
+        "train",
+        s(&f.path("corpus")),
+        "--config",
+        s(&f.path("small.toml")),
+        "--run-dir",
+        s(&f.path("walked")),
+        "--steps",
+        "2",
+        "--eval-every",
+        "0",
+        "--headless",
+        "--name",
+        "walk-me",
+    ]);
+    ok(&c.output().expect("train"));
+    // What each is given beside the name; the viewers need a terminal, which a test is not:
+    // for them, only that the name was found (they refuse for want of a terminal, not a run).
+    let cases: Vec<(&str, Vec<&str>, bool)> = vec![
+        ("attach", vec!["attach", "walk-me"], false),
+        ("compare", vec!["compare", "walk-me"], false),
+        ("eval", vec!["eval", "walk-me", "-k", "0"], true),
+        ("export", vec!["export", "walk-me"], true),
+        ("inspect", vec!["inspect", "walk-me", "--json"], true),
+        ("note", vec!["note", "walk-me", "walked"], true),
+        ("rename", vec!["rename", "walk-me", "walk-me"], true),
+        ("store compact", vec!["store", "compact", "walk-me"], true),
+        ("store verify", vec!["store", "verify", "walk-me"], true),
+        ("tag", vec!["tag", "walk-me", "+walked"], true),
+        (
+            "train",
+            vec!["train", "--resume", "walk-me", "--steps", "3", "--headless"],
+            true,
+        ),
+        // Last: it deletes the run.
+        ("rm", vec!["rm", "walk-me", "--yes"], true),
+    ];
+    let mut exercised: Vec<String> = cases.iter().map(|c| c.0.to_string()).collect();
+    exercised.sort();
+    assert_eq!(
+        subcommands_taking_a_run(),
+        exercised,
+        "a subcommand takes a run and is not walked here (or no longer takes one)"
+    );
+    for (what, args, succeeds) in cases {
+        let out = at(&home, &state, &args, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("no such run")
+                && !stderr.contains("no such directory")
+                && !stderr.contains("no such file"),
+            "{what}: {stderr}"
+        );
+        if succeeds {
+            assert!(out.status.success(), "{what}: {stderr}");
+        } else {
+            assert!(stderr.contains("needs a terminal"), "{what}: {stderr}");
+        }
+    }
+    assert!(!f.path("walked").exists(), "rm took the run by its name");
+}

@@ -487,7 +487,9 @@ impl RunView {
                 if !matches!(self.status, RunStatus::Diverged { .. }) {
                     self.status = RunStatus::Paused;
                 }
-                self.log(step + 1, LogKind::Info, "paused".into());
+                // Listed at the step it comes before, it says the step it came after: the
+                // header's count (issue #58: "step 353" above, "354 paused" below).
+                self.log(step + 1, LogKind::Info, format!("paused after step {step}"));
             }
             Event::Resumed { step } => {
                 self.status = RunStatus::Running;
@@ -780,6 +782,8 @@ mod tests {
         view.on_event(&Event::Resumed { step: 1047 });
         let steps: Vec<u64> = view.log.iter().map(|l| l.step).collect();
         assert_eq!(steps, vec![1048, 1048, 1048]);
+        // Issue #58: the header counts 1047 steps done; the pause line says that number.
+        assert_eq!(view.log[0].text, "paused after step 1047");
         assert_eq!(view.lr, Some(1e-4));
         assert_eq!(view.lr_fixed_from, Some(1048));
         // A divergence at step 5 (not applied) and the pause after step 4: both at 5.

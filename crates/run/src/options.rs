@@ -140,15 +140,15 @@ pub struct TrainOptions {
     #[arg(long, value_name = "N")]
     pub data_seed: Option<u64>,
 
-    /// Continue the run in DIR (a run directory or one of its step-NNNNNN folders) exactly where its
-    /// newest checkpoint left off. What can change at a step boundary may be given again and is
+    /// Continue the run in RUN (a run directory, one of its step-NNNNNN folders, or a run's name as
+    /// `conelab runs` lists it) exactly where its newest checkpoint left off. What can change at a step boundary may be given again and is
     /// recorded at the resume step: the objective flags, --lr, --eval-every, --checkpoint-every,
     /// --snapshot-every, --keep, --steps/--epochs, --patience, --device. The model, corpus, data,
     /// optimizer, precision and seed cannot change: given again with the run's own values they
     /// are accepted, a different value is refused (naming the flag and both values). Without a
     /// step-NNNNNN folder named, the newest checkpoint that loads and whose weights are sound is
     /// used.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "RUN")]
     pub resume: Option<PathBuf>,
 
     /// Where frequency groups start, as rank fractions (see `data stats --help`).

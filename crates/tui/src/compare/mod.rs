@@ -567,6 +567,33 @@ impl Default for CompareOptions {
 }
 
 impl CompareApp {
+    /// Run `i`'s label as the screen shows it: its label, and where another run has the same
+    /// one (two seeds of a setting, two runs named alike), its folder beside it — `1 alpha`
+    /// and `2 alpha` told the user nothing about which was which (issue #58).
+    pub fn shown_label(&self, i: usize) -> String {
+        let Some(run) = self.runs.get(i) else {
+            return String::new();
+        };
+        let shared = self
+            .runs
+            .iter()
+            .enumerate()
+            .any(|(j, r)| j != i && r.label == run.label);
+        if !shared {
+            return run.label.clone();
+        }
+        let folder = run
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| run.dir.display().to_string());
+        if folder == run.label {
+            run.dir.display().to_string()
+        } else {
+            format!("{} ({folder})", run.label)
+        }
+    }
+
     pub fn new(dirs: Vec<PathBuf>, options: CompareOptions) -> Self {
         let mut curves = CURVES.to_vec();
         let curve = match curves.iter().position(|c| c.key() == options.curve.key()) {

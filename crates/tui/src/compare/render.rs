@@ -314,7 +314,8 @@ fn legend_text(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
     let width = app
         .runs
         .iter()
-        .map(|r| r.label.chars().count())
+        .enumerate()
+        .map(|(i, _)| app.shown_label(i).chars().count())
         .max()
         .unwrap_or(0)
         .min(40);
@@ -341,7 +342,7 @@ fn legend_text(app: &CompareApp, pal: &RunColours) -> Vec<Line<'static>> {
                     .map(|(_, v)| format_compact(v))
                     .unwrap_or_else(|| "–".into()),
             };
-            let label = shorten(&r.label, width);
+            let label = shorten(&app.shown_label(i), width);
             // The key that hides it (1–9 on this page), and its number among all.
             let key = i % LEGEND_PAGE + 1;
             let number = if app.runs.len() > LEGEND_PAGE {
@@ -749,7 +750,8 @@ fn groups(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
             };
             let cells = columns.iter().zip(&widths).map(|(&(c, _), &w)| {
                 if c == 0 {
-                    Cell::from(shorten(&format!("{} {}", i + 1, r.label), w)).style(pal.run(i))
+                    Cell::from(shorten(&format!("{} {}", i + 1, app.shown_label(i)), w))
+                        .style(pal.run(i))
                 } else {
                     let (v, decimals) = value(c);
                     Cell::from(crate::format::number_cell(v, w, decimals))
@@ -766,7 +768,7 @@ fn spectrum(frame: &mut Frame, app: &CompareApp, area: Rect, pal: &RunColours) {
         .runs
         .iter()
         .enumerate()
-        .map(|(i, r)| format!("{} {}", i + 1, shorten(&r.label, 16)))
+        .map(|(i, _)| format!("{} {}", i + 1, shorten(&app.shown_label(i), 16)))
         .collect();
     let series: Vec<Series> = app
         .runs
@@ -838,6 +840,31 @@ mod tests {
             run("b", "cosreg", &calm, 240.5),
         ];
         app
+    }
+
+    /// Issue #58: two runs named alike read `1 alpha` and `2 alpha` in the legend, the Groups
+    /// table and the spectrum; each now says its folder beside the shared name, and a run whose
+    /// label is its own stays as it was.
+    #[test]
+    fn runs_named_alike_are_told_apart_by_folder() {
+        let mut app = app();
+        app.runs[0].label = "alpha".into();
+        app.runs[1].label = "alpha".into();
+        app.runs[0].dir = PathBuf::from("/runs/alpha-s1");
+        app.runs[1].dir = PathBuf::from("/runs/alpha-s2");
+        assert_eq!(app.shown_label(0), "alpha (alpha-s1)");
+        assert_eq!(app.shown_label(1), "alpha (alpha-s2)");
+        let screen = draw(&app, 200, 50);
+        for shown in ["alpha (alpha-s1)", "alpha (alpha-s2)"] {
+            assert!(screen.contains(shown), "{shown}:\n{screen}");
+        }
+        // Folders named like the run too: the whole path.
+        app.runs[0].dir = PathBuf::from("/x/alpha");
+        app.runs[1].dir = PathBuf::from("/y/alpha");
+        app.runs[0].label = "alpha".into();
+        assert_eq!(app.shown_label(1), "/y/alpha");
+        app.runs[1].label = "beta".into();
+        assert_eq!(app.shown_label(0), "alpha");
     }
 
     fn draw(app: &CompareApp, w: u16, h: u16) -> String {
