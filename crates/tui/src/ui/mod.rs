@@ -815,6 +815,86 @@ mod tests {
         }
     }
 
+    /// Issue #58 item 1, on the workbench's screen: every number of the Groups table's PPL, I1,
+    /// mean norm and IsoScore rows, at 80×24 (the pane zoomed), 120×40 and 200×50, for values
+    /// from 1e-30 to 1e300 (either sign), ±0, NaN and ±∞, reads back from the screen as its value
+    /// within the precision it shows, or is `…` where no form fits — never a prefix of it.
+    #[test]
+    fn every_number_of_the_workbench_groups_reads_back_at_three_sizes() {
+        use conelab_base::number::{parse_shown, shown_precision};
+        let mut values = vec![0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
+        let mut x = 1e-30f64;
+        while x < 1e300 {
+            values.extend([x * 1.234_567, -x * 4.999_96, x * 9.999_95]);
+            x *= 1e7;
+        }
+        let rows = ["PPL", "I1", "mean norm", "IsoScore"];
+        let (mut checked, mut marked) = (0, 0);
+        for (w, h, zoom) in [(80u16, 24u16, true), (120, 40, false), (200, 50, false)] {
+            for (n, chunk) in values.chunks(4).enumerate() {
+                let mut app = app();
+                app.zoom = zoom;
+                app.focus = Pane::Groups;
+                // Row r, group g: a value of the sweep, each row its own rotation of it.
+                let want = |r: usize, g: usize| chunk[(g + r) % chunk.len()];
+                let eval = app.run.last_eval.as_mut().expect("eval");
+                for g in 0..3 {
+                    eval.groups[g].0 = want(0, g);
+                }
+                eval.ppl = want(0, 3);
+                let emb = app.run.last_embedding.as_mut().expect("embedding");
+                for g in 0..4 {
+                    let set = if g < 3 {
+                        &mut emb.groups[g]
+                    } else {
+                        &mut emb.total
+                    };
+                    set.i1 = want(1, g);
+                    set.mean_norm = want(2, g);
+                    set.isoscore = want(3, g);
+                }
+                let screen = draw(&app, w, h);
+                for (r, name) in rows.iter().enumerate() {
+                    let line = screen
+                        .lines()
+                        .find_map(|l| {
+                            let inner = l.trim_matches('"').strip_prefix('│')?;
+                            inner
+                                .strip_prefix(name)
+                                .filter(|rest| rest.starts_with(' '))
+                        })
+                        .unwrap_or_else(|| panic!("no {name} row at {w}×{h}:\n{screen}"));
+                    // The table's four columns come first; a history sparkline may follow.
+                    let cells: Vec<&str> = line.split_whitespace().take(4).collect();
+                    assert_eq!(cells.len(), 4, "{name}: {line}");
+                    for (g, cell) in cells.iter().enumerate() {
+                        let want = want(r, g);
+                        let what = format!("{name}[{g}] = {want} at {w}×{h} (sweep {n}): {line}");
+                        if *cell == "…" {
+                            marked += 1;
+                            continue;
+                        }
+                        let shown = parse_shown(cell).unwrap_or_else(|| panic!("{what}"));
+                        if want.is_nan() {
+                            assert!(shown.is_nan(), "{what}");
+                        } else if want.is_infinite() {
+                            assert_eq!(shown, want, "{what}");
+                        } else {
+                            let within = shown_precision(cell).expect("finite");
+                            assert!((shown - want).abs() <= within * (1.0 + 1e-9), "{what}");
+                            assert!(want == 0.0 || shown != 0.0, "{what}");
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            checked > 500 && marked * 10 < checked,
+            "{checked} read, {marked} `…`"
+        );
+    }
+
     /// Issue #58: a model worse than a uniform guess is said in Progress, in red, and in
     /// Events.
     #[test]

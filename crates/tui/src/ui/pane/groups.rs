@@ -10,8 +10,14 @@ use crate::app::{App, EmbeddingMetric};
 use crate::style::{GROUP_NAMES, Palette};
 
 pub(in crate::ui) fn groups_pane(frame: &mut Frame, app: &App, area: Rect, pal: &Palette) {
-    let [table_area, sparks] =
-        Layout::horizontal([Constraint::Length(52), Constraint::Min(0)]).areas(area);
+    // A blank column between the table and the history: a Total value that fills its column
+    // ran into the next label ("-5.000e-30cos Tot…", issue #58).
+    let [table_area, _gap, sparks] = Layout::horizontal([
+        Constraint::Length(52),
+        Constraint::Length(1),
+        Constraint::Min(0),
+    ])
+    .areas(area);
     let eval = app.run.last_eval.as_ref();
     let emb = app.run.last_embedding.as_ref();
     // Scrubbed back in time: the embedding rows are the shown snapshot's (from the history;
