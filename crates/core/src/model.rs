@@ -41,6 +41,150 @@ pub struct LstmConfig {
     pub output_bias: bool,
 }
 
+/// Where an encoder–decoder Transformer's layer norms sit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NormPlacement {
+    /// Before each sublayer, inside the residual branch, with a final norm after each stack
+    /// (fairseq's `--encoder-normalize-before --decoder-normalize-before`).
+    Pre,
+    /// After each residual sum (Vaswani et al. 2017; fairseq's default).
+    #[default]
+    Post,
+}
+
+/// Encoder–decoder translation Transformer (fairseq's `transformer`) with one matrix W for the
+/// encoder's input, the decoder's input and the decoder's output (three-way tying, a joined
+/// source–target vocabulary): embeddings scaled by √d, sinusoidal positions, ReLU feed-forward
+/// layers, `<pad>` masked as a key in every attention.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TranslationConfig {
+    pub d_model: usize,
+    pub encoder_layers: usize,
+    pub decoder_layers: usize,
+    pub heads: usize,
+    /// Width of the feed-forward layers' hidden layer.
+    pub d_ff: usize,
+    /// Dropout on the embeddings and on every sublayer's output.
+    pub dropout: f64,
+    /// Dropout on the attention weights (fairseq's `--attention-dropout`, 0 by default).
+    #[serde(default)]
+    pub attention_dropout: f64,
+    /// Dropout after the feed-forward layers' ReLU (fairseq's `--activation-dropout`, 0 by
+    /// default).
+    #[serde(default)]
+    pub activation_dropout: f64,
+    #[serde(default)]
+    pub norm: NormPlacement,
+    /// The longest source or target sequence (non-pad tokens) the sinusoidal positions cover
+    /// (fairseq's `--max-source-positions`/`--max-target-positions`, 1024 by default).
+    #[serde(default = "default_max_positions")]
+    pub max_positions: usize,
+    /// `None`: fairseq's initialisation (W from N(0, 1/√d) with the `<pad>` row zero, the
+    /// attention projections Xavier-uniform, the feed-forward layers PyTorch's `nn.Linear`
+    /// default). `Some(σ)`: W and every linear weight from N(0, σ), biases zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_std: Option<f64>,
+    /// ε of the label-smoothed cross-entropy (fairseq's `--label-smoothing`).
+    #[serde(default = "default_label_smoothing")]
+    pub label_smoothing: f64,
+    #[serde(default)]
+    pub output_bias: bool,
+}
+
+fn default_max_positions() -> usize {
+    1024
+}
+
+fn default_label_smoothing() -> f64 {
+    0.1
+}
+
+impl TranslationConfig {
+    /// Post-LN, fairseq's initialisation, 1024 positions, ε = 0.1, no attention or activation
+    /// dropout, no output bias.
+    fn sized(
+        d_model: usize,
+        layers: usize,
+        heads: usize,
+        d_ff: usize,
+        dropout: f64,
+    ) -> TranslationConfig {
+        TranslationConfig {
+            d_model,
+            encoder_layers: layers,
+            decoder_layers: layers,
+            heads,
+            d_ff,
+            dropout,
+            attention_dropout: 0.0,
+            activation_dropout: 0.0,
+            norm: NormPlacement::Post,
+            max_positions: default_max_positions(),
+            init_std: None,
+            label_smoothing: default_label_smoothing(),
+            output_bias: false,
+        }
+    }
+
+    /// d = 256, 3 + 3 layers, 4 heads, FFN 1024, dropout 0.1: for the CPU.
+    pub fn mt_tiny() -> TranslationConfig {
+        Self::sized(256, 3, 4, 1024, 0.1)
+    }
+
+    /// fairseq's `transformer_iwslt_de_en`: d = 512, 6 + 6 layers, 4 heads, FFN 1024,
+    /// dropout 0.3.
+    pub fn iwslt() -> TranslationConfig {
+        Self::sized(512, 6, 4, 1024, 0.3)
+    }
+
+    /// Vaswani et al.'s base model: d = 512, 6 + 6 layers, 8 heads, FFN 2048, dropout 0.1.
+    pub fn mt_base() -> TranslationConfig {
+        Self::sized(512, 6, 8, 2048, 0.1)
+    }
+
+    /// Checks the shape parameters; the message names the field.
+    pub fn validate(&self) -> Result<(), conelab_base::error::Invalid> {
+        let within = |name: &str, v: usize, least: usize, most: usize| {
+            if (least..=most).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!("model.{name} {v} must be from {least} to {most}"))
+            }
+        };
+        within("d_model", self.d_model, 4, 1 << 20)?;
+        within("encoder_layers", self.encoder_layers, 1, 1 << 10)?;
+        within("decoder_layers", self.decoder_layers, 1, 1 << 10)?;
+        within("heads", self.heads, 1, 1 << 10)?;
+        within("d_ff", self.d_ff, 1, 1 << 20)?;
+        within("max_positions", self.max_positions, 2, 1 << 20)?;
+        if !self.d_model.is_multiple_of(self.heads) {
+            return Err(format!(
+                "model.d_model {} is not divisible by model.heads {}",
+                self.d_model, self.heads
+            )
+            .into());
+        }
+        for (name, p) in [
+            ("dropout", self.dropout),
+            ("attention_dropout", self.attention_dropout),
+            ("activation_dropout", self.activation_dropout),
+            ("label_smoothing", self.label_smoothing),
+        ] {
+            if !(0.0..1.0).contains(&p) {
+                return Err(format!("model.{name} {p} must be in [0, 1)").into());
+            }
+        }
+        if let Some(std) = self.init_std
+            && !(std > 0.0 && std <= 10.0)
+        {
+            return Err(format!("model.init_std {std} must be in (0, 10]").into());
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "arch", rename_all = "lowercase")]
 pub enum ModelConfig {
@@ -407,6 +551,69 @@ mod tests {
         // 65,536 tokens on 2 heads: 32 GiB of probabilities a layer at batch 1, far beyond the
         // parameters' share.
         assert!(at(65_536) > 100.0 * 16.0 * 1.0e6);
+    }
+
+    /// The translation presets' numbers, as the papers and fairseq give them, and what a TOML
+    /// file leaves out takes fairseq's defaults.
+    #[test]
+    fn translation_presets_have_their_papers_numbers() {
+        let shape = |c: &TranslationConfig| {
+            (
+                c.d_model,
+                c.encoder_layers,
+                c.decoder_layers,
+                c.heads,
+                c.d_ff,
+                c.dropout,
+            )
+        };
+        assert_eq!(
+            shape(&TranslationConfig::mt_tiny()),
+            (256, 3, 3, 4, 1024, 0.1)
+        );
+        assert_eq!(
+            shape(&TranslationConfig::iwslt()),
+            (512, 6, 6, 4, 1024, 0.3)
+        );
+        assert_eq!(
+            shape(&TranslationConfig::mt_base()),
+            (512, 6, 6, 8, 2048, 0.1)
+        );
+        for c in [
+            TranslationConfig::mt_tiny(),
+            TranslationConfig::iwslt(),
+            TranslationConfig::mt_base(),
+        ] {
+            assert_eq!(c.norm, NormPlacement::Post);
+            assert_eq!(c.label_smoothing, 0.1);
+            assert_eq!(c.max_positions, 1024);
+            assert_eq!(c.init_std, None);
+            assert_eq!((c.attention_dropout, c.activation_dropout), (0.0, 0.0));
+            assert!(!c.output_bias);
+            c.validate().expect("a preset is valid");
+        }
+        let written: TranslationConfig = toml::from_str(
+            "d_model = 64\nencoder_layers = 2\ndecoder_layers = 1\nheads = 4\nd_ff = 128\ndropout = 0.2\nnorm = \"pre\"\n",
+        )
+        .expect("parses");
+        assert_eq!(written.norm, NormPlacement::Pre);
+        assert_eq!(written.label_smoothing, 0.1);
+        assert_eq!(written.max_positions, 1024);
+        assert_eq!(written.init_std, None);
+        let back = toml::to_string(&TranslationConfig::iwslt()).expect("writes");
+        assert!(back.contains("norm = \"post\""), "{back}");
+        assert_eq!(
+            toml::from_str::<TranslationConfig>(&back).expect("reads back"),
+            TranslationConfig::iwslt()
+        );
+        let mut bad = TranslationConfig::mt_tiny();
+        bad.heads = 3;
+        let e = bad.validate().expect_err("256 over 3 heads");
+        assert!(e.to_string().contains("model.heads 3"), "{e}");
+        bad.heads = 4;
+        bad.label_smoothing = 1.0;
+        let e = bad.validate().expect_err("ε = 1");
+        assert!(e.to_string().contains("model.label_smoothing"), "{e}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod spectral;
 #[allow(deprecated)] // burn's LibTorch backend, conelab's LibTorch path all the same
 mod torch_backward;
 pub mod transformer;
+pub mod translation;
 
 use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::nn::Embedding;
