@@ -6,6 +6,7 @@ mod harness;
 
 mod architecture;
 mod attach_e2e;
+mod bleu;
 mod chaos;
 mod checkpoints;
 mod cli_data;

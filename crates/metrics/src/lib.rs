@@ -18,7 +18,9 @@
 //!   of hidden states from the origin (with its certificate) and stolen-probability rows (exact,
 //!   with a cheap upper bound for the live figure).
 
+pub mod bleu;
 pub mod bootstrap;
+pub mod chrf;
 pub mod dominant_directions;
 pub mod embedding;
 pub mod fastmath;
