@@ -8,8 +8,10 @@ pub mod bpe;
 mod corpus;
 mod groups;
 pub mod order;
+mod parallel;
 mod report;
 mod synthetic;
+pub mod synthetic_mt;
 mod text;
 mod vocab;
 
@@ -18,8 +20,15 @@ use std::path::PathBuf;
 pub use batching::{Batch, PartialWindow, StreamBatcher};
 pub use corpus::{Corpus, CorpusSource, LoadOptions, SPLIT_FILE_NAMES, SplitStats};
 pub use groups::{FrequencyGroups, Group, GroupBounds, GroupSummary};
+pub use parallel::{
+    BOS, END_OF_SENTENCE, GroupReport, Language, LengthSummary, LongPairs, MtGroup, MtGroups,
+    OneSidedEmpty, PAD, PairBatch, ParallelCorpus, ParallelOptions, ParallelReport, ParallelSplit,
+    ParallelSplitStats, ParallelVocab, SideReport, SideStats, SplitReport, TokenBatchOptions,
+    TokenBatcher,
+};
 pub use report::{CorpusReport, thousands, zipf_exponent};
 pub use synthetic::{SynthConfig, SyntheticCorpus};
+pub use synthetic_mt::{SynthMtConfig, SyntheticMt};
 pub use text::{DEFAULT_MAX_LINE_BYTES, SplitText};
 pub use vocab::{EOS, UNK, Vocab, VocabBuilder};
 
@@ -105,5 +114,61 @@ pub enum DataError {
         option: &'static str,
         value: String,
         reason: String,
+    },
+    #[error("parallel corpus directory {} {reason} (a parallel corpus is a directory with train.XX and train.YY, valid.XX and valid.YY, test.XX and test.YY for two language codes, like Multi30k's train.en and train.de)", dir.display())]
+    ParallelDir { dir: PathBuf, reason: &'static str },
+    #[error("{} holds no parallel corpus: expected train.XX and train.YY for two language codes (codes found: {found})", dir.display())]
+    NotParallel { dir: PathBuf, found: String },
+    #[error("{} holds a parallel corpus in {codes}: say which side is the source with {choices}", dir.display())]
+    PairNotGiven {
+        dir: PathBuf,
+        codes: String,
+        choices: String,
+    },
+    #[error("--pair {pair}: {reason} (codes found in {}: {codes})", dir.display())]
+    UnknownPair {
+        dir: PathBuf,
+        pair: String,
+        reason: &'static str,
+        codes: String,
+    },
+    #[error("{} not found: the {split} split of a parallel corpus needs both sides ({} {note})", missing.display(), other.display())]
+    MissingParallelFile {
+        split: Split,
+        missing: PathBuf,
+        other: PathBuf,
+        note: &'static str,
+    },
+    #[error("{} has {source_lines} lines but {} has {target_lines}: the two sides of the {split} split must have one line per sentence pair", source_path.display(), target_path.display())]
+    LineCountMismatch {
+        split: Split,
+        source_path: PathBuf,
+        source_lines: usize,
+        target_path: PathBuf,
+        target_lines: usize,
+    },
+    #[error("{} / {}: {count} lines of the {split} split are empty on one side only (first: {first}); a sentence pair needs words on both sides", source_path.display(), target_path.display())]
+    OneSidedEmpty {
+        split: Split,
+        source_path: PathBuf,
+        target_path: PathBuf,
+        count: usize,
+        first: String,
+    },
+    #[error("{}: line {line} contains `{token}`, a token the translation vocabulary reserves for itself (<pad>, <s>, </s>)", path.display())]
+    ReservedToken {
+        path: PathBuf,
+        line: usize,
+        token: String,
+    },
+    #[error("{} line {line} ({split} split): the pair needs {need} tokens per sentence (source {source_len} with </s>, target {target_len} + 1), over the batch limit of {max_tokens} tokens", path.display())]
+    PairTooLong {
+        split: Split,
+        path: PathBuf,
+        line: usize,
+        source_len: usize,
+        target_len: usize,
+        need: usize,
+        max_tokens: usize,
     },
 }
