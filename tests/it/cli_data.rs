@@ -642,3 +642,183 @@ fn help_that_cannot_be_written_fails_and_names_flags_as_they_are() {
         long("inspect")
     );
 }
+
+/// Issue #59 item 1: a parallel corpus through `data stats` — the direction asked for in one
+/// line when missing, Multi30k's published counts (its README) when given, `--pair` refused on a
+/// language-model corpus.
+#[test]
+fn a_parallel_corpus_reports_its_published_counts() {
+    let Some(m30k) = crate::harness::shared_dataset("multi30k") else {
+        return;
+    };
+    let out = conelab(&["data", "stats", s(&m30k)]);
+    assert_one_line_error(&out, &["--pair de-en", "--pair en-de"]);
+    let out = conelab(&["data", "stats", s(&m30k), "--pair", "en-fr"]);
+    assert_one_line_error(&out, &["en-fr", "de", "en"]);
+    let json: serde_json::Value = serde_json::from_str(&succeeded(&conelab(&[
+        "data",
+        "stats",
+        s(&m30k),
+        "--pair",
+        "en-de",
+        "--format",
+        "json",
+    ])))
+    .expect("json");
+    // The README's table: lines, words en / de, types en / de.
+    for (split, lines, words, types) in [
+        ("train", 29_000, [377_534, 360_706], [10_210, 18_722]),
+        ("valid", 1_014, [13_308, 12_828], [1_964, 2_303]),
+        ("test", 1_000, [12_968, 12_103], [1_898, 2_125]),
+    ] {
+        let s = &json["splits"][split];
+        assert_eq!(s["lines"], lines, "{split}");
+        for (side, i) in [("source", 0), ("target", 1)] {
+            assert_eq!(s[side]["words"], words[i], "{split} {side}");
+            assert_eq!(s[side]["types"], types[i], "{split} {side}");
+        }
+    }
+    let dir = corpus_dir(OK, OK, OK);
+    let out = conelab(&["data", "stats", s(dir.path()), "--pair", "en-de"]);
+    assert_one_line_error(&out, &["--pair en-de", "not a parallel corpus"]);
+    // Where a language model's corpus is expected, a parallel one is said to be one (it was "no
+    // train split … expected train.txt"), and nothing is made.
+    let runs = tempfile::tempdir().expect("tmp");
+    let run = runs.path().join("run");
+    let out = conelab(&[
+        "train",
+        s(&m30k),
+        "--headless",
+        "--steps",
+        "1",
+        "--run-dir",
+        s(&run),
+    ]);
+    assert_one_line_error(&out, &["is a parallel corpus (de, en)"]);
+    assert!(!run.exists());
+}
+
+/// Issue #59 item 1: `data bpe --joint` learns one BPE on both sides' train splits and applies it
+/// to all six files: deleting `@@ ` gives every file back byte for byte, both sides share the
+/// merges' pieces, and a parallel corpus without `--joint` (or `--joint` on a language-model
+/// corpus) is refused in one line with nothing written.
+#[test]
+fn joint_bpe_segments_both_sides_and_joins_back() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let corpus = tmp.path().join("par");
+    std::fs::create_dir_all(&corpus).expect("mkdir");
+    let en = "the little dog runs\nthe big dogs ran home\na dog and a cat\n";
+    let de = "der kleine hund rennt\ndie grossen hunde rannten heim\nein hund und eine katze\n";
+    for split in ["train", "valid", "test"] {
+        std::fs::write(corpus.join(format!("{split}.en")), en).expect("en");
+        std::fs::write(corpus.join(format!("{split}.de")), de).expect("de");
+    }
+    let out_dir = tmp.path().join("bpe");
+    let refused = conelab(&[
+        "data",
+        "bpe",
+        s(&corpus),
+        "--merges",
+        "20",
+        "--out",
+        s(&out_dir),
+    ]);
+    assert_one_line_error(&refused, &["--joint"]);
+    assert!(!out_dir.exists());
+    succeeded(&conelab(&[
+        "data",
+        "bpe",
+        s(&corpus),
+        "--joint",
+        "--merges",
+        "20",
+        "--out",
+        s(&out_dir),
+    ]));
+    for split in ["train", "valid", "test"] {
+        for (code, text) in [("en", en), ("de", de)] {
+            let got = std::fs::read_to_string(out_dir.join(format!("{split}.{code}")))
+                .expect("segmented");
+            assert_eq!(got.replace("@@ ", ""), text, "{split}.{code}");
+        }
+    }
+    // One set of merges for both: a merge learnt from German text (`hund`'s pieces) is used
+    // on the German side, one from English on the English side.
+    let merges = std::fs::read_to_string(out_dir.join("bpe-merges.txt")).expect("merges");
+    assert_eq!(
+        merges.lines().filter(|l| !l.starts_with('#')).count(),
+        20,
+        "{merges}"
+    );
+    let de_train = std::fs::read_to_string(out_dir.join("train.de")).expect("de");
+    let en_train = std::fs::read_to_string(out_dir.join("train.en")).expect("en");
+    assert_ne!(de_train, de, "the German side is segmented");
+    assert!(
+        en_train.contains("dog") || en_train.contains("do@@"),
+        "{en_train}"
+    );
+    let lm = corpus_dir(OK, OK, OK);
+    let out = conelab(&[
+        "data",
+        "bpe",
+        s(lm.path()),
+        "--joint",
+        "--merges",
+        "5",
+        "--out",
+        s(&tmp.path().join("x")),
+    ]);
+    assert_one_line_error(&out, &["--joint", "not a parallel corpus"]);
+}
+
+/// Issue #59 item 1: `data synth --mt` writes synthetic-mt, whose target is each source word
+/// through the dictionary (`q` + word) with adjacent words swapped — re-derived here — and
+/// which `data stats` reads as the parallel corpus xx → yy.
+#[test]
+fn synthetic_mt_is_written_and_its_target_is_the_rule() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("mt");
+    succeeded(&conelab(&[
+        "data",
+        "synth",
+        "--mt",
+        "--out",
+        s(&dir),
+        "--seed",
+        "3",
+    ]));
+    for split in ["train", "valid", "test"] {
+        let src = std::fs::read_to_string(dir.join(format!("{split}.xx"))).expect("xx");
+        let tgt = std::fs::read_to_string(dir.join(format!("{split}.yy"))).expect("yy");
+        assert_eq!(src.lines().count(), tgt.lines().count(), "{split}");
+        for (a, b) in src.lines().zip(tgt.lines()) {
+            let words: Vec<&str> = a.split(' ').collect();
+            let mut want = Vec::new();
+            let mut i = 0;
+            while i < words.len() {
+                if i + 1 < words.len() {
+                    want.push(format!("q{}", words[i + 1]));
+                }
+                want.push(format!("q{}", words[i]));
+                i += 2;
+            }
+            assert_eq!(b, want.join(" "), "{split}: {a}");
+        }
+    }
+    let table = succeeded(&conelab(&["data", "stats", s(&dir), "--pair", "xx-yy"]));
+    assert!(table.contains("xx → yy"), "{table}");
+}
+
+/// Issue #59's bad input: two sides of a split that differ in line count are named with both
+/// counts, in one line, exit 2.
+#[test]
+fn a_parallel_split_whose_sides_differ_in_length_is_named() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    for split in ["train", "valid", "test"] {
+        std::fs::write(tmp.path().join(format!("{split}.en")), "a b\nc d\n").expect("en");
+        std::fs::write(tmp.path().join(format!("{split}.de")), "e f\nh i\n").expect("de");
+    }
+    std::fs::write(tmp.path().join("valid.de"), "e f\ng\nh\n").expect("de");
+    let out = conelab(&["data", "stats", s(tmp.path()), "--pair", "en-de"]);
+    assert_one_line_error(&out, &["valid.en", "valid.de", "2", "3"]);
+}

@@ -145,6 +145,17 @@ impl Corpus {
                 })
         });
         let [train, valid, test] = paths;
+        // A parallel corpus where a language model's was expected: said as such, not as a
+        // missing train.txt.
+        if train.is_err()
+            && let Ok(codes) = crate::ParallelCorpus::detect(dir)
+            && codes.len() >= 2
+        {
+            return Err(DataError::ParallelNotLanguageModel {
+                dir: dir.to_path_buf(),
+                codes: codes.join(", "),
+            });
+        }
         let (train, valid, test) = (train?, valid?, test?);
         // Reading and validating the held-out files overlaps with the train file's.
         let (train, held_out) = std::thread::scope(|s| {

@@ -171,4 +171,6 @@ pub enum DataError {
         need: usize,
         max_tokens: usize,
     },
+    #[error("{} is a parallel corpus ({codes}), not a language model's train/valid/test text: `conelab data stats` and `data bpe --joint` read it; training a translation model on it is not in this version yet", dir.display())]
+    ParallelNotLanguageModel { dir: PathBuf, codes: String },
 }

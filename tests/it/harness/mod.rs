@@ -27,7 +27,13 @@ pub fn shared_dataset(name: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets"));
     let dir = root.join(name);
-    if dir.join("train.txt").is_file() {
+    // A language-model corpus (train.txt) or a parallel one (train.en, train.de, …).
+    let has_train = std::fs::read_dir(&dir).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().starts_with("train."))
+    });
+    if has_train {
         Some(dir)
     } else {
         skip_or_fail(&format!(
