@@ -13,3 +13,4 @@ pub mod engine;
 pub mod model;
 pub mod objective;
 pub mod start;
+pub mod translation_trainer;
