@@ -50,6 +50,10 @@ pub enum BenchCommand {
     /// the same run quiet and under attack (unread byte-heavy requests, idle connections, a
     /// subscribe storm, a command flood), alternated.
     Chaos(BenchChaosArgs),
+    /// A translation model on a parallel corpus: training throughput (target tokens/s over
+    /// fairseq-style token batches, after warm-up), greedy and beam decoding of the valid split
+    /// (sentences/s), peak memory.
+    Translate(BenchTranslateArgs),
     /// The top-level ATen operators of one training step, by kind, beside PyTorch's for the same
     /// model (LibTorch builds; the trainer takes CUDA's paths, so it counts what a GPU launches).
     Ops(BenchOpsArgs),
@@ -290,6 +294,78 @@ pub struct BenchMetricsArgs {
     pub second_tier: bool,
     #[command(flatten)]
     pub output: super::output::OutputArgs,
+}
+
+/// The translation presets (`--model` of `bench translate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MtPreset {
+    /// d = 256, 3 + 3 layers, 4 heads, FFN 1024 (for the CPU).
+    MtTiny,
+    /// fairseq's transformer_iwslt_de_en: d = 512, 6 + 6, 4 heads, FFN 1024, dropout 0.3.
+    Iwslt,
+    /// Vaswani et al.'s base: d = 512, 6 + 6, 8 heads, FFN 2048.
+    MtBase,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchTranslateArgs {
+    #[arg(long, value_enum, default_value = "mt-tiny")]
+    pub model: MtPreset,
+    /// A parallel corpus (a folder of train.XX/train.YY, valid.*, test.*, or a name under the
+    /// data roots) or `synthetic-mt`.
+    #[arg(long, default_value = "synthetic-mt")]
+    pub corpus: String,
+    /// The direction SRC-TGT (synthetic-mt's is xx-yy).
+    #[arg(long, value_name = "SRC-TGT")]
+    pub pair: Option<String>,
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceSpec,
+    /// Tokens per batch (fairseq's --max-tokens).
+    #[arg(long, default_value_t = 4096, value_parser = within::<1, 1_048_576, usize>)]
+    pub max_tokens: usize,
+    /// Timed updates (after warm-up).
+    #[arg(long, default_value_t = 20, value_parser = within::<1, 1_000_000, u64>)]
+    pub steps: u64,
+    /// Untimed warm-up updates.
+    #[arg(long, default_value_t = 5, value_parser = within::<0, 1_000_000, u64>)]
+    pub warmup: u64,
+    /// Hypotheses kept by the beam.
+    #[arg(long, default_value_t = 5, value_parser = within::<1, 1024, usize>)]
+    pub beam: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub output: super::output::OutputArgs,
+}
+
+fn translate(args: BenchTranslateArgs) -> Result<()> {
+    use conelab_core::model::TranslationConfig;
+    let json = args.output.json("bench translate")?;
+    let (name, model) = match args.model {
+        MtPreset::MtTiny => ("mt-tiny", TranslationConfig::mt_tiny()),
+        MtPreset::Iwslt => ("iwslt", TranslationConfig::iwslt()),
+        MtPreset::MtBase => ("mt-base", TranslationConfig::mt_base()),
+    };
+    let corpus = super::data::parallel_corpus(&args.corpus, args.pair.as_deref())?;
+    let r = conelab_bench::translation::bench_translation(
+        &conelab_bench::translation::TranslationBench {
+            model_name: name.to_owned(),
+            model,
+            corpus: std::sync::Arc::new(corpus),
+            device: args.device,
+            max_tokens: args.max_tokens,
+            warmup: args.warmup,
+            steps: args.steps,
+            seed: args.seed,
+            beam: args.beam,
+            // A cap an untrained model reaches: fairseq's a·|src| + b with a = 1.2, b = 10.
+            max_len: (1.2, 10),
+        },
+    )?;
+    if json {
+        return print_stdout(&format!("{}\n", serde_json::to_string_pretty(&r)?));
+    }
+    print_stdout(&r.render())
 }
 
 #[derive(Debug, Args)]
@@ -569,6 +645,7 @@ pub fn exec(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Train(args) => train(args),
         BenchCommand::Ops(args) => ops(args),
+        BenchCommand::Translate(args) => translate(args),
         BenchCommand::Objectives(args) => objectives(args),
         BenchCommand::Metrics(args) => metrics(args),
         BenchCommand::Store(args) => store(args),

@@ -178,6 +178,18 @@ fn load_parallel(
     })
 }
 
+/// The parallel corpus `arg` names (a folder, a name under the data roots, `synthetic-mt`) in the
+/// direction `pair`; anything else is one line of bad input.
+pub fn parallel_corpus(arg: &str, pair: Option<&str>) -> Result<ParallelCorpus> {
+    match parallel_source(arg) {
+        Some(source) => load_parallel(&source, pair, GroupBounds::default()),
+        None => Err(conelab_base::error::Invalid::new(format!(
+            "{arg} is not a parallel corpus (train.XX/train.YY, valid.*, test.* for two language codes) nor synthetic-mt"
+        ))
+        .into()),
+    }
+}
+
 fn synth_mt_pair() -> String {
     format!(
         "{}-{}",

@@ -822,3 +822,54 @@ fn a_parallel_split_whose_sides_differ_in_length_is_named() {
     let out = conelab(&["data", "stats", s(tmp.path()), "--pair", "en-de"]);
     assert_one_line_error(&out, &["valid.en", "valid.de", "2", "3"]);
 }
+
+/// Issue #59 item 6: `bench translate` trains and decodes a translation model on the parallel
+/// corpus it is given and reports what it measured; a corpus that is not parallel is one line.
+#[test]
+fn bench_translate_measures_training_and_decoding() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let en = "the dog runs\nthe cat sleeps\na dog and a cat\n";
+    let de = "der hund rennt\ndie katze schläft\nein hund und eine katze\n";
+    for split in ["train", "valid", "test"] {
+        std::fs::write(tmp.path().join(format!("{split}.en")), en).expect("en");
+        std::fs::write(tmp.path().join(format!("{split}.de")), de).expect("de");
+    }
+    let out = conelab(&[
+        "bench",
+        "translate",
+        "--corpus",
+        s(tmp.path()),
+        "--pair",
+        "en-de",
+        "--steps",
+        "2",
+        "--warmup",
+        "0",
+        "--max-tokens",
+        "64",
+        "--beam",
+        "2",
+        "--format",
+        "json",
+    ]);
+    let r: serde_json::Value = serde_json::from_str(&succeeded(&out)).expect("json");
+    assert_eq!(r["pair"], "en-de");
+    assert_eq!(r["valid_sentences"], 3);
+    assert_eq!(r["steps"], 2);
+    // The joint vocabulary: 7 English word types (the dog runs cat sleeps a and) and 9 German
+    // ones (der hund rennt die katze schläft ein und eine), none shared, then </s>, <unk>, <s>
+    // and <pad>.
+    assert_eq!(r["vocab"], 7 + 9 + 4);
+    for key in [
+        "target_tokens_per_sec",
+        "ms_per_step",
+        "greedy_sentences_per_sec",
+        "beam_sentences_per_sec",
+        "peak_rss_mib",
+    ] {
+        let v = r[key].as_f64().unwrap_or(f64::NAN);
+        assert!(v.is_finite() && v > 0.0, "{key}: {r}");
+    }
+    let out = conelab(&["bench", "translate", "--corpus", "synthetic"]);
+    assert_one_line_error(&out, &["synthetic", "not a parallel corpus"]);
+}

@@ -5,6 +5,7 @@ pub mod chaos;
 pub mod chaos_phases;
 pub mod ops;
 pub mod runs;
+pub mod translation;
 pub mod tui;
 
 use std::sync::Arc;

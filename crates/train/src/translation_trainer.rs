@@ -424,6 +424,11 @@ impl TranslationTrainer {
         &self.model
     }
 
+    /// The model's parameters (W once: it is tied three ways).
+    pub fn parameters(&self) -> usize {
+        burn::module::Module::num_params(&self.model)
+    }
+
     /// The tied matrix W, `[N, d]`.
     pub fn embedding_weight(&self) -> Tensor<2> {
         self.model.embedding_weight()
