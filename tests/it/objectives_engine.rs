@@ -945,3 +945,36 @@ fn trainer_losses(steps: usize) -> Vec<f64> {
         .map(|_| t.train_step().expect("step").loss)
         .collect()
 }
+
+/// Issue #60 item 3's scale-matched control: spectrum control with `c1=norm` takes c1 so that the
+/// prior's spectrum has W's own Frobenius norm at switch-on — Σ_k (c1·f(k))² = Σ_ij W_ij², with
+/// f the prior's shape at c1 = 1 (exp(−c2·k^γ)) computed here by hand and W read as it was before
+/// the switch.
+#[test]
+fn the_scale_matched_prior_has_ws_frobenius_norm() {
+    let _turn = one_trainer();
+    let mut t = trainer(10, Objectives::default(), true);
+    for _ in 0..3 {
+        t.train_step().expect("step");
+    }
+    let w = w_rows(&t);
+    let frobenius_sq: f64 = w.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+    let mut on = Objectives::default();
+    on.apply_reg_arg("sc=exp:1:c1=norm:c2=0.05:gamma=1")
+        .expect("sc");
+    change(
+        &mut t,
+        ObjectiveChange::Set {
+            objectives: Box::new(on.clone()),
+        },
+    );
+    let c1 = t.state().spectrum_c1.expect("c1 taken at switch-on");
+    let d = t.model_config().embed_dim();
+    let prior_sq: f64 = (1..=d)
+        .map(|k| (c1 * (-0.05 * k as f64).exp()).powi(2))
+        .sum();
+    assert!(
+        (prior_sq - frobenius_sq).abs() <= 1e-4 * frobenius_sq,
+        "prior ‖·‖² {prior_sq} vs ‖W‖²_F {frobenius_sq} (c1 {c1})"
+    );
+}

@@ -223,10 +223,11 @@ pub struct TrainOptions {
     /// agg=α[:g1|:g2][:static][:memory=K][:warm] (adaptive gradient gating; α in occurrences per
     /// update, paper 0.03 at 32,768 tokens per update; a_v = count/K with the memory starting
     /// empty as in the paper, or count/min(step, K) with :warm); sc=exp:λ or sc=poly:λ
-    /// [:gamma=γ][:c2=c][:c1=auto|X][:orth=λ][:spec=λ][:sigma-lr=η|:sigma-adamw] (spectrum
+    /// [:gamma=γ][:c2=c][:c1=auto|norm|X][:orth=λ][:spec=λ][:sigma-lr=η|:sigma-adamw] (spectrum
     /// control; c1=auto, the default, takes σ_1 of W at switch-on — switched on at step 0 that
     /// clamps the spectrum, and so the row norms, at initialisation scale: switch it on from a
-    /// trained W or give c1; σ takes a proximal step of rate η (default 0.1, scaled like lr)
+    /// trained W or give c1; c1=norm gives the prior W's own Frobenius norm at switch-on (the
+    /// scale-matched control: the spectrum's shape changes, not W's scale); σ takes a proximal step of rate η (default 0.1, scaled like lr)
     /// that reaches the prior, or with :sigma-adamw AdamW's step, which barely moves it); dev=α
     /// ((log Z)²; switched on in a model without an output bias, it adds one of −mean log Z, so
     /// the NLL does not change); ul=α (unlikelihood); NAME=off switches one off.

@@ -137,7 +137,7 @@ impl Objectives {
                 (Term::Spectrum, "c2", Some(v)) => self.spectrum.c2 = parse_num(v, "c2")?,
                 (Term::Spectrum, "c1", Some(v)) => {
                     self.spectrum.c1 = SpectrumC1::parse(v).ok_or_else(|| {
-                        format!("--reg {arg}: c1 `{v}` is neither auto nor a number")
+                        format!("--reg {arg}: c1 `{v}` is neither auto, norm nor a number")
                     })?
                 }
                 (Term::Spectrum, "orth", Some(v)) => {

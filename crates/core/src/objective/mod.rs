@@ -310,14 +310,20 @@ pub enum Prior {
     Polynomial,
 }
 
-/// c1 of the spectrum prior: σ_1 of W when control is switched on (`auto`), or a number.
-/// In TOML and JSON: `c1 = "auto"` or `c1 = 3.5`.
+/// c1 of the spectrum prior: σ_1 of W when control is switched on (`auto`), the scale that gives
+/// the prior W's own Frobenius norm then (`norm`), or a number. In TOML and JSON: `c1 = "auto"`,
+/// `c1 = "norm"` or `c1 = 3.5`.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum SpectrumC1 {
     /// σ_1 at switch-on. Switched on at step 0 this clamps the spectrum, and so the row norms, at
     /// initialisation scale.
     #[default]
     Auto,
+    /// The scale-matched prior (issue #60's control): c1 such that Σ_k target_k² = Σ_k σ_k² =
+    /// ‖W‖²_F at switch-on, so the prior reshapes the spectrum without changing the overall
+    /// scale of W — and of the logits — that the run reached by itself; taken from this run's
+    /// own W, never another seed's.
+    MatchNorm,
     Fixed(f64),
 }
 
@@ -325,6 +331,7 @@ impl SpectrumC1 {
     pub fn parse(s: &str) -> Option<Self> {
         match s.trim() {
             "auto" => Some(SpectrumC1::Auto),
+            "norm" => Some(SpectrumC1::MatchNorm),
             x => x.parse().ok().map(SpectrumC1::Fixed),
         }
     }
@@ -334,6 +341,7 @@ impl fmt::Display for SpectrumC1 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SpectrumC1::Auto => f.write_str("auto"),
+            SpectrumC1::MatchNorm => f.write_str("norm"),
             SpectrumC1::Fixed(x) => f.write_str(&num(*x)),
         }
     }
@@ -343,6 +351,7 @@ impl Serialize for SpectrumC1 {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             SpectrumC1::Auto => s.serialize_str("auto"),
+            SpectrumC1::MatchNorm => s.serialize_str("norm"),
             SpectrumC1::Fixed(x) => s.serialize_f64(*x),
         }
     }
@@ -359,8 +368,9 @@ impl<'de> Deserialize<'de> for SpectrumC1 {
         match Raw::deserialize(d)? {
             Raw::Number(x) => Ok(SpectrumC1::Fixed(x)),
             Raw::Text(t) if t == "auto" => Ok(SpectrumC1::Auto),
+            Raw::Text(t) if t == "norm" => Ok(SpectrumC1::MatchNorm),
             Raw::Text(t) => Err(serde::de::Error::custom(format!(
-                "c1 = {t:?}: expected \"auto\" or a number"
+                "c1 = {t:?}: expected \"auto\", \"norm\" or a number"
             ))),
         }
     }
@@ -1000,6 +1010,13 @@ mod tests {
         let auto: Objectives =
             toml::from_str("[spectrum]\nenabled = true\nc1 = \"auto\"\n").expect("auto");
         assert_eq!(auto.spectrum.c1, SpectrumC1::Auto);
+        // The scale-matched control (issue #60): `norm`, on the command line and in TOML.
+        let mut m = Objectives::default();
+        m.apply_reg_arg("sc=exp:1:c1=norm").expect("norm");
+        assert_eq!(m.spectrum.c1, SpectrumC1::MatchNorm);
+        assert_eq!(m.label(), "SC λ=1 exp c1=norm");
+        let back: Objectives = toml::from_str(&toml::to_string(&m).expect("toml")).expect("parse");
+        assert_eq!(back.spectrum.c1, SpectrumC1::MatchNorm);
         let err = toml::from_str::<Objectives>("[spectrum]\nc1 = \"big\"\n").unwrap_err();
         assert!(err.to_string().contains("auto"), "{err}");
         for bad in ["sc=exp:1:c1=x", "sc=exp:1:c1="] {

@@ -188,9 +188,9 @@ impl Trainer {
             trainer.use_device_paths();
         }
         if spectrum_on {
-            let c1 = trainer.state.objectives.spectrum.c1;
+            let spectrum = trainer.state.objectives.spectrum;
             trainer
-                .switch_spectrum(true, c1)
+                .switch_spectrum(true, &spectrum)
                 .map_err(EngineError::Config)?;
         }
         Ok(trainer)

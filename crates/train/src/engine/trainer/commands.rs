@@ -141,7 +141,7 @@ impl Trainer {
         self.self_normalising_bias(&objectives)?;
         let spectrum_on = objectives.spectrum.enabled;
         if spectrum_on != self.state.spectrum_c1.is_some() {
-            self.switch_spectrum(spectrum_on, objectives.spectrum.c1)?;
+            self.switch_spectrum(spectrum_on, &objectives.spectrum)?;
         }
         self.keep_fixed_c1(&objectives);
         self.state.objectives = objectives;
@@ -164,7 +164,7 @@ impl Trainer {
         let was_on = self.state.spectrum_c1.is_some();
         let spectrum_on = next.spectrum.enabled;
         if spectrum_on != was_on {
-            self.switch_spectrum(spectrum_on, next.spectrum.c1)?;
+            self.switch_spectrum(spectrum_on, &next.spectrum)?;
         }
         self.keep_fixed_c1(&next);
         self.state.objectives = next;
@@ -232,12 +232,12 @@ impl Trainer {
     }
 
     /// Spectrum control on: W = U·diag(σ)·Vᵀ from the SVD of the current W (the model's outputs do
-    /// not change), c1 = σ_1 (`auto`) or the configured number. Off: W = U·diag(σ)·Vᵀ written back
-    /// into the plain embedding.
+    /// not change), c1 = σ_1 (`auto`), the scale giving the prior W's Frobenius norm (`norm`) or
+    /// the configured number. Off: W = U·diag(σ)·Vᵀ written back into the plain embedding.
     pub(super) fn switch_spectrum(
         &mut self,
         on: bool,
-        c1_setting: SpectrumC1,
+        spectrum: &conelab_core::objective::SpectrumConfig,
     ) -> Result<(), Invalid> {
         let refused = "spectrum control could not factorise W";
         conelab_base::fault::check("spectrum.switch").map_err(Invalid::because(refused))?;
@@ -255,8 +255,20 @@ impl Trainer {
                 .val()
                 .try_into_vec_as::<f64>()
                 .map_err(Invalid::because("spectrum control could not read σ"))?;
-            let c1 = match c1_setting {
+            let c1 = match spectrum.c1 {
                 SpectrumC1::Auto => sigma.first().copied().unwrap_or(0.0),
+                SpectrumC1::MatchNorm => {
+                    // ‖W‖_F = ‖σ‖₂; the prior's norm is c1 times that of its shape at c1 = 1.
+                    let unit =
+                        crate::objective::spectrum::prior_targets(spectrum, 1.0, sigma.len());
+                    let shape = unit
+                        .iter()
+                        .map(|&t| f64::from(t).powi(2))
+                        .sum::<f64>()
+                        .sqrt();
+                    let w = sigma.iter().map(|s| s * s).sum::<f64>().sqrt();
+                    if shape > 0.0 { w / shape } else { 0.0 }
+                }
                 SpectrumC1::Fixed(c1) => c1,
             };
             self.model = self.model.clone().set_spectral(Some(factors));
