@@ -6,8 +6,9 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// A bar that may be absent: every call on an absent one does nothing.
-pub struct Progress(Option<ProgressBar>);
+/// A bar that may be absent: every call on an absent one does nothing. It is drawn from its
+/// first [`Progress::at`] on (a bar drawn at creation showed an empty `0/0`).
+pub struct Progress(Option<ProgressBar>, std::cell::Cell<bool>);
 
 /// Whether a bar would be drawn here: stderr is a terminal that draws.
 pub fn drawn() -> bool {
@@ -18,9 +19,9 @@ impl Progress {
     /// A bar for `what` (its label), or none where [`drawn`] says no.
     pub fn new(what: &str) -> Self {
         if !drawn() {
-            return Self(None);
+            return Self(None, std::cell::Cell::new(false));
         }
-        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::hidden());
         bar.set_style(
             ProgressStyle::with_template(
                 "{msg} {bar:30} {human_pos}/{human_len} · {elapsed} · eta {eta}",
@@ -28,7 +29,7 @@ impl Progress {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.set_message(what.to_string());
-        Self(Some(bar))
+        Self(Some(bar), std::cell::Cell::new(false))
     }
 
     /// Where the work is: `done` of `total`, under the label `what`.
@@ -39,6 +40,9 @@ impl Progress {
             }
             bar.set_length(total);
             bar.set_position(done);
+            if !self.1.replace(true) {
+                bar.set_draw_target(ProgressDrawTarget::stderr());
+            }
         }
     }
 

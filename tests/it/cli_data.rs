@@ -873,3 +873,62 @@ fn bench_translate_measures_training_and_decoding() {
     let out = conelab(&["bench", "translate", "--corpus", "synthetic"]);
     assert_one_line_error(&out, &["synthetic", "not a parallel corpus"]);
 }
+
+/// Issue #58 item 4: a long command draws its progress bar on a terminal — `script(1)` gives it
+/// one and keeps every byte it drew — and nothing of it where stderr is a pipe. The bar is drawn
+/// from its first real position (it showed an empty `0/0` first) and cleared before the summary.
+#[test]
+fn progress_bars_are_drawn_on_a_terminal_and_only_there() {
+    let has_script = std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_script {
+        crate::harness::skip_or_fail("script(1) (util-linux) is not installed");
+        return;
+    }
+    let text: String = (0..400)
+        .map(|i| format!("w{} w{} w{} w{}\n", i % 37, i % 11, i % 53, i % 7))
+        .collect();
+    let corpus = corpus_dir(text.as_bytes(), OK, OK);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (typescript, out) = (tmp.path().join("typescript"), tmp.path().join("bpe"));
+    let command = format!(
+        "{} data bpe {} --merges 40 --out {}",
+        env!("CARGO_BIN_EXE_conelab"),
+        s(corpus.path()),
+        s(&out)
+    );
+    let status = std::process::Command::new("script")
+        .args(["-qec", &command, s(&typescript)])
+        .env("TERM", "xterm")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("script");
+    assert!(status.success(), "{status:?}");
+    let drawn =
+        String::from_utf8_lossy(&std::fs::read(&typescript).expect("typescript")).into_owned();
+    assert!(drawn.contains("learning merges"), "{drawn:?}");
+    assert!(
+        drawn.contains("/40"),
+        "positions of the 40 merges: {drawn:?}"
+    );
+    assert!(!drawn.contains("0/0"), "an empty bar was drawn: {drawn:?}");
+    assert!(drawn.contains("wrote"), "{drawn:?}");
+    // The same command with stderr a pipe: not a byte of the bar.
+    let piped = conelab(&[
+        "data",
+        "bpe",
+        s(corpus.path()),
+        "--merges",
+        "40",
+        "--out",
+        s(&tmp.path().join("bpe2")),
+    ]);
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(
+        piped.status.success() && !stderr.contains("merges"),
+        "{stderr:?}"
+    );
+}
