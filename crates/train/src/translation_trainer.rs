@@ -483,51 +483,14 @@ impl TranslationTrainer {
         Ok(self.pad_batch(&self.batches[b]))
     }
 
-    /// `pairs` of the train split as [`TokenBatcher::batch`] pads them.
+    /// `pairs` of the train split, padded as [`TokenBatcher::batch`] pads them.
     fn pad_batch(&self, pairs: &[usize]) -> PairBatch {
-        let split = self.corpus.split(Split::Train);
         let vocab = self.corpus.vocab();
-        let (pad, bos, eos) = (vocab.pad(), vocab.bos(), vocab.eos());
-        let n = pairs.len();
-        let source_len = pairs
-            .iter()
-            .map(|&i| split.source_len(i))
-            .max()
-            .unwrap_or(0);
-        let target_len = pairs
-            .iter()
-            .map(|&i| split.target_len(i) + 1)
-            .max()
-            .unwrap_or(0);
-        let mut source = vec![pad; n * source_len];
-        let mut decoder_input = vec![pad; n * target_len];
-        let mut decoder_output = vec![pad; n * target_len];
-        let mut source_lengths = Vec::with_capacity(n);
-        let mut target_lengths = Vec::with_capacity(n);
-        for (row, &i) in pairs.iter().enumerate() {
-            let s = split.source(i);
-            source[row * source_len..][..s.len()].copy_from_slice(s);
-            let t = split.target(i);
-            let input = &mut decoder_input[row * target_len..][..t.len() + 1];
-            input[0] = bos;
-            input[1..].copy_from_slice(t);
-            let output = &mut decoder_output[row * target_len..][..t.len() + 1];
-            output[..t.len()].copy_from_slice(t);
-            output[t.len()] = eos;
-            source_lengths.push(s.len());
-            target_lengths.push(t.len() + 1);
-        }
-        PairBatch {
-            pairs: pairs.to_vec(),
-            batch: n,
-            source_len,
-            target_len,
-            source,
-            decoder_input,
-            decoder_output,
-            source_lengths,
-            target_lengths,
-        }
+        PairBatch::pad(
+            self.corpus.split(Split::Train),
+            pairs.to_vec(),
+            [vocab.pad(), vocab.bos(), vocab.eos()],
+        )
     }
 
     /// A batch's tensors on `device`.

@@ -81,6 +81,53 @@ pub struct PairBatch {
 }
 
 impl PairBatch {
+    /// `pairs` of `split` right-padded with `pad`: the source as it is (it ends with `</s>`),
+    /// the decoder's input `bos` + target, its output target + `eos` (fairseq's convention). The
+    /// one place a batch is laid out: [`TokenBatcher::batch`] and the translation trainer both
+    /// call it.
+    pub fn pad(split: &ParallelSplit, pairs: Vec<usize>, [pad, bos, eos]: [u32; 3]) -> Self {
+        let n = pairs.len();
+        let source_len = pairs
+            .iter()
+            .map(|&i| split.source_len(i))
+            .max()
+            .unwrap_or(0);
+        let target_len = pairs
+            .iter()
+            .map(|&i| split.target_len(i) + 1)
+            .max()
+            .unwrap_or(0);
+        let mut source = vec![pad; n * source_len];
+        let mut decoder_input = vec![pad; n * target_len];
+        let mut decoder_output = vec![pad; n * target_len];
+        let mut source_lengths = Vec::with_capacity(n);
+        let mut target_lengths = Vec::with_capacity(n);
+        for (row, &i) in pairs.iter().enumerate() {
+            let s = split.source(i);
+            source[row * source_len..][..s.len()].copy_from_slice(s);
+            let t = split.target(i);
+            let input = &mut decoder_input[row * target_len..][..t.len() + 1];
+            input[0] = bos;
+            input[1..].copy_from_slice(t);
+            let output = &mut decoder_output[row * target_len..][..t.len() + 1];
+            output[..t.len()].copy_from_slice(t);
+            output[t.len()] = eos;
+            source_lengths.push(s.len());
+            target_lengths.push(t.len() + 1);
+        }
+        Self {
+            pairs,
+            batch: n,
+            source_len,
+            target_len,
+            source,
+            decoder_input,
+            decoder_output,
+            source_lengths,
+            target_lengths,
+        }
+    }
+
     /// The batch's size as `--max-tokens` counts it: `batch × max(source_len, target_len)`.
     pub fn padded_tokens(&self) -> usize {
         self.batch * self.source_len.max(self.target_len)
@@ -224,47 +271,11 @@ impl<'a> TokenBatcher<'a> {
     /// Batch `k` (in length order), padded; `None` past the end.
     pub fn batch(&self, k: usize) -> Option<PairBatch> {
         let pairs = self.batches.get(k)?.clone();
-        let split = self.split;
-        let n = pairs.len();
-        let source_len = pairs
-            .iter()
-            .map(|&i| split.source_len(i))
-            .max()
-            .unwrap_or(0);
-        let target_len = pairs
-            .iter()
-            .map(|&i| split.target_len(i) + 1)
-            .max()
-            .unwrap_or(0);
-        let mut source = vec![self.pad; n * source_len];
-        let mut decoder_input = vec![self.pad; n * target_len];
-        let mut decoder_output = vec![self.pad; n * target_len];
-        let mut source_lengths = Vec::with_capacity(n);
-        let mut target_lengths = Vec::with_capacity(n);
-        for (row, &i) in pairs.iter().enumerate() {
-            let s = split.source(i);
-            source[row * source_len..][..s.len()].copy_from_slice(s);
-            let t = split.target(i);
-            let input = &mut decoder_input[row * target_len..][..t.len() + 1];
-            input[0] = self.bos;
-            input[1..].copy_from_slice(t);
-            let output = &mut decoder_output[row * target_len..][..t.len() + 1];
-            output[..t.len()].copy_from_slice(t);
-            output[t.len()] = self.eos;
-            source_lengths.push(s.len());
-            target_lengths.push(t.len() + 1);
-        }
-        Some(PairBatch {
+        Some(PairBatch::pad(
+            self.split,
             pairs,
-            batch: n,
-            source_len,
-            target_len,
-            source,
-            decoder_input,
-            decoder_output,
-            source_lengths,
-            target_lengths,
-        })
+            [self.pad, self.bos, self.eos],
+        ))
     }
 
     /// The batches of epoch `epoch`, in that epoch's order.
