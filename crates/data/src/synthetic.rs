@@ -326,7 +326,7 @@ fn sample_cdf(cdf: &[f64], u: f64) -> usize {
 
 /// A pronounceable, unique name for word `i`: bijective base-70 over consonant–vowel syllables,
 /// offset so that every name has at least two syllables.
-fn word_name(i: usize) -> String {
+pub(crate) fn word_name(i: usize) -> String {
     const CONSONANTS: &[u8] = b"bdfgklmnprstvz";
     const VOWELS: &[u8] = b"aeiou";
     let base = CONSONANTS.len() * VOWELS.len();

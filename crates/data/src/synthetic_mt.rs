@@ -256,21 +256,8 @@ pub fn translate(source: &str) -> String {
 /// Source word `i` (the `i`-th most probable): bijective base-70 over consonant–vowel syllables,
 /// offset so that every word has at least two syllables; no `q` anywhere.
 pub fn source_word(i: usize) -> String {
-    const CONSONANTS: &[u8] = b"bdfgklmnprstvz";
-    const VOWELS: &[u8] = b"aeiou";
-    let base = CONSONANTS.len() * VOWELS.len();
-    let mut x = i + base + 1;
-    let mut syllables = Vec::new();
-    while x > 0 {
-        let d = (x - 1) % base;
-        syllables.push([CONSONANTS[d / VOWELS.len()], VOWELS[d % VOWELS.len()]]);
-        x = (x - 1) / base;
-    }
-    syllables
-        .iter()
-        .rev()
-        .flat_map(|s| s.iter().map(|&b| b as char))
-        .collect()
+    // The synthetic LM corpus's names: they hold no `q`, so no source word is a target word.
+    crate::synthetic::word_name(i)
 }
 
 /// The translation of source word `i`.
